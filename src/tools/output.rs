@@ -1,0 +1,78 @@
+//! What a tool hands back to the MCP layer, and how it describes itself in `tools/list`.
+
+use serde_json::{json, Value};
+
+/// The MCP tool annotations. They are hints for the client (for example, whether to ask the user
+/// before a call), so each tool states them honestly rather than leaving the defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct Annotations {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    /// True when the tool reaches beyond this machine's local state (the Lisp image may be remote
+    /// and may do anything, so image tools say yes).
+    pub open_world: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolDefinition {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Annotations,
+}
+
+impl ToolDefinition {
+    /// The `tools/list` entry. `outputSchema` only exists from protocol revision 2025-06-18 on.
+    pub fn to_json(&self, with_output_schema: bool) -> Value {
+        let mut tool = json!({
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": self.annotations.read_only,
+                "destructiveHint": self.annotations.destructive,
+                "idempotentHint": self.annotations.idempotent,
+                "openWorldHint": self.annotations.open_world,
+            },
+        });
+        if let (true, Some(schema)) = (with_output_schema, &self.output_schema) {
+            tool["outputSchema"] = schema.clone();
+        }
+        tool
+    }
+}
+
+/// A finished tool call: the contract's text, whether it is an error the model should react to,
+/// and optionally the same facts as structured data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
+    pub structured: Option<Value>,
+}
+
+impl ToolOutput {
+    pub fn success(text: impl Into<String>) -> Self {
+        Self { text: text.into(), is_error: false, structured: None }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Self { text: text.into(), is_error: true, structured: None }
+    }
+
+    pub fn with_structured(mut self, structured: Value) -> Self {
+        self.structured = Some(structured);
+        self
+    }
+}
+
+impl From<super::arguments::ArgumentError> for ToolOutput {
+    fn from(error: super::arguments::ArgumentError) -> Self {
+        ToolOutput::error(error.0)
+    }
+}
