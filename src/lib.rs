@@ -1,3 +1,5 @@
 //! swank-mcp: an MCP stdio server on one side, a Swank/Slynk client on the other.
 
+pub mod swank;
+pub mod mcp;
 pub mod tools;

@@ -1,1 +1,269 @@
-fn main() {}
+//! `swank-mcp`: an MCP stdio server for AI agents on one side, a swank/slynk client attached to a
+//! live Common Lisp image on the other; plus one-shot `eval` and `status` commands for people
+//! and scripts.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
+use swank_mcp::tools::image::LaunchSettings;
+use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
+
+/// The most output a section may keep: four sections of this size still fit one swank frame
+/// (16 MiB) with room for the rest of the reply.
+const MAX_OUTPUT_LIMIT: usize = 3 * 1024 * 1024;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "swank-mcp",
+    version,
+    about = "MCP server that lets AI agents work inside your live Common Lisp image through swank (SLIME) or slynk (SLY)",
+    long_about = None,
+    after_help = "Without a command, serves MCP on stdin/stdout (the way MCP clients start it).\n\
+                  Open a port in your image with (swank:create-server :port 4005 :dont-close t), or use --launch."
+)]
+struct Cli {
+    /// Host of the swank/slynk server.
+    #[arg(long, env = "SWANK_MCP_HOST", default_value = "127.0.0.1", global = true)]
+    host: String,
+
+    /// Port of the swank/slynk server.
+    #[arg(long, env = "SWANK_MCP_PORT", default_value_t = 4005, global = true)]
+    port: u16,
+
+    /// Server dialect: swank (SLIME), slynk (SLY), or auto to detect it.
+    #[arg(long, default_value = "auto", value_parser = parse_protocol, global = true)]
+    protocol: Protocol,
+
+    /// File whose first line is the server's secret (default: ~/.slime-secret or ~/.sly-secret when present).
+    #[arg(long, global = true)]
+    secret_file: Option<PathBuf>,
+
+    /// Default time limit of an evaluation, e.g. 30s, 500ms, 2m.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, global = true)]
+    eval_timeout: Duration,
+
+    /// Characters kept of each output section; the image cuts the rest before sending.
+    #[arg(long, default_value_t = 65536, value_parser = parse_max_output, global = true)]
+    max_output: usize,
+
+    /// How long to wait for the server to accept a connection.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]
+    connect_timeout: Duration,
+
+    /// When nothing answers at host:port, start a private SBCL with swank there (stopped when swank-mcp exits).
+    #[arg(long, global = true)]
+    launch: bool,
+
+    /// swank-loader.lisp to use with --launch (default: Debian's cl-swank, Quicklisp or ELPA installs).
+    #[arg(long, global = true)]
+    swank_loader: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve MCP on stdin/stdout (the default).
+    Serve,
+    /// Evaluate CODE in the image and print the result as evaluate-lisp does; exit code 1 on a Lisp error.
+    Eval {
+        /// Common Lisp code; `-` reads it from standard input.
+        code: String,
+        /// Package to evaluate in.
+        #[arg(long)]
+        package: Option<String>,
+    },
+    /// Say what swank-mcp connects to and what answers there.
+    Status,
+}
+
+fn parse_protocol(text: &str) -> Result<Protocol, String> {
+    text.parse()
+}
+
+/// Accepts `30s`, `500ms`, `2m`, `1h`, or a plain number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s, 500ms or 2m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?}: use ms, s, m or h")),
+    };
+    if !(seconds > 0.0 && seconds < 1e7) {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_max_output(text: &str) -> Result<usize, String> {
+    let n: usize = text.parse().map_err(|_| format!("{text:?} is not a number of characters"))?;
+    if n == 0 || n > MAX_OUTPUT_LIMIT {
+        return Err(format!("must be between 1 and {MAX_OUTPUT_LIMIT} (a swank frame holds at most 16 MiB)"));
+    }
+    Ok(n)
+}
+
+/// The secret to send first: `--secret-file`, or the dialect's usual file when it exists. Like
+/// SLIME, only the first line counts.
+fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
+    let path = match &cli.secret_file {
+        Some(path) => path.clone(),
+        None => {
+            let Some(home) = dirs::home_dir() else { return Ok(None) };
+            let candidates: &[&str] = match cli.protocol {
+                Protocol::Swank => &[".slime-secret"],
+                Protocol::Slynk => &[".sly-secret"],
+                Protocol::Auto => &[".slime-secret", ".sly-secret"],
+            };
+            match candidates.iter().map(|name| home.join(name)).find(|p| p.is_file()) {
+                Some(path) => path,
+                None => return Ok(None),
+            }
+        }
+    };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read the secret file {}", path.display()))?;
+    tracing::debug!(path = %path.display(), "using a secret file");
+    Ok(Some(text.lines().next().unwrap_or_default().to_string()))
+}
+
+fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
+    let endpoint = Endpoint { host: cli.host.clone(), port: cli.port };
+    if !is_loopback(&cli.host) {
+        tracing::warn!(
+            %endpoint,
+            "swank traffic is not encrypted and lets the peer run any code; prefer an SSH tunnel \
+             (ssh -L 4005:localhost:4005 HOST) and --host 127.0.0.1"
+        );
+    }
+    let image = ImageSettings {
+        name: "default".into(),
+        endpoint,
+        connect: ConnectOptions { connect_timeout: cli.connect_timeout, secret: read_secret(cli)?, protocol: cli.protocol },
+        launch: cli.launch.then(|| LaunchSettings { swank_loader: cli.swank_loader.clone() }),
+    };
+    let settings = Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output };
+    Ok(Arc::new(Toolbox::new(settings, vec![image])))
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let toolbox = toolbox(&cli)?;
+    match cli.command {
+        None | Some(Command::Serve) => {
+            swank_mcp::mcp::serve(toolbox, tokio::io::stdin(), tokio::io::stdout()).await.context("serving MCP on stdio")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Eval { code, package }) => {
+            let code = if code == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading code from standard input")?
+            } else {
+                code
+            };
+            let mut arguments = serde_json::json!({ "code": code });
+            if let Some(package) = package {
+                arguments["package"] = package.into();
+            }
+            let output = toolbox
+                .call("evaluate-lisp", Some(arguments), CancellationToken::new())
+                .await
+                .context("evaluate-lisp is missing")?;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", output.text)?;
+            Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Some(Command::Status) => status(&toolbox).await,
+    }
+}
+
+async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for image in toolbox.images() {
+        match image.connection().await {
+            Ok(connection) => {
+                let info = connection.info();
+                println!(
+                    "{}: connected to {} at {} ({} {}), {} {} on {}{}",
+                    image.name(),
+                    info.lisp_type.as_deref().unwrap_or("Lisp"),
+                    connection.endpoint(),
+                    info.lisp_version.as_deref().unwrap_or("?"),
+                    info.pid.map(|p| format!("pid {p}")).unwrap_or_default(),
+                    connection.dialect().name(),
+                    info.version.as_deref().unwrap_or("?"),
+                    info.style.as_deref().map(|s| format!(":{s} style")).unwrap_or_default(),
+                    match image.launched_pid().await {
+                        Some(_) => ", launched by swank-mcp for this command",
+                        None => "",
+                    }
+                );
+            }
+            Err(e) => {
+                failed = true;
+                println!("{}: {e}", image.name());
+            }
+        }
+    }
+    if failed {
+        bail!("no image answered");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Logs go to stderr: stdout belongs to the MCP protocol.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| "swank_mcp=warn,swank-mcp=warn".into()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("swank-mcp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("swank-mcp: {error}");
+            for cause in error.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("10 parsecs").is_err());
+    }
+}

@@ -1,8 +1,88 @@
-//! The tools layer: one module per tool. Each builds its request, runs it (in the attached image or,
-//! for source-file tools, in this process) and formats the reply as its contract says.
+//! The tools layer: one module per tool. Each builds its request, runs it (in the attached image
+//! or, for source-file tools, in this process) and formats the reply as its contract says.
+//! Nothing here knows about JSON-RPC; the MCP layer hands over a name, arguments and a
+//! cancellation token and gets back a [`ToolOutput`].
 
 pub mod arguments;
+pub mod evaluate_lisp;
+pub mod image;
+pub mod launch;
+pub mod lisp_reply;
 pub mod output;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
 pub use arguments::{ArgumentError, Arguments};
+use image::Image;
+pub use image::ImageSettings;
 pub use output::{Annotations, ToolDefinition, ToolOutput};
+
+/// Server-wide settings the tools read.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The time limit of an evaluation when the call gives none.
+    pub eval_timeout: Duration,
+    /// Characters kept of each output section; the image cuts the rest.
+    pub max_output: usize,
+}
+
+/// Everything the tools share: settings and the images they work in.
+pub struct Toolbox {
+    pub settings: Settings,
+    images: Vec<Arc<Image>>,
+}
+
+impl Toolbox {
+    /// `images` must not be empty; the first one is the default.
+    pub fn new(settings: Settings, images: Vec<ImageSettings>) -> Self {
+        assert!(!images.is_empty(), "at least one image is configured");
+        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect() }
+    }
+
+    pub fn images(&self) -> &[Arc<Image>] {
+        &self.images
+    }
+
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        vec![evaluate_lisp::definition()]
+    }
+
+    /// Runs tool `name`; `None` when there is no such tool.
+    pub async fn call(self: &Arc<Self>, name: &str, arguments: Option<Value>, cancel: CancellationToken) -> Option<ToolOutput> {
+        let args = match Arguments::from_value(arguments) {
+            Ok(args) => args,
+            Err(e) => return self.definitions().iter().any(|d| d.name == name).then(|| e.into()),
+        };
+        let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel };
+        let output = match name {
+            "evaluate-lisp" => evaluate_lisp::call(&context, &args).await,
+            _ => return None,
+        };
+        Some(output)
+    }
+}
+
+/// What one tool call sees: the shared toolbox and the call's own cancellation.
+pub struct ToolContext {
+    toolbox: Arc<Toolbox>,
+    pub settings: Settings,
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// The image named by the optional `image` argument, or the default image.
+    pub fn image(&self, args: &Arguments) -> Result<Arc<Image>, ToolOutput> {
+        let images = &self.toolbox.images;
+        match args.optional_str("image")? {
+            None => Ok(images[0].clone()),
+            Some(name) => images.iter().find(|i| i.name() == name).cloned().ok_or_else(|| {
+                let known: Vec<&str> = images.iter().map(|i| i.name()).collect();
+                ToolOutput::error(format!("Unknown image {name:?}; the configured images are: {}.", known.join(", ")))
+            }),
+        }
+    }
+}

@@ -1,0 +1,580 @@
+;;;; The swank-mcp helper: the Lisp side of the tools, loaded into the attached image once per
+;;;; connection (and again only when its text changes).
+;;;;
+;;;; Rules this file keeps, because it runs inside somebody else's live image:
+;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
+;;;;   no *FEATURES* push, no changes to the readtable, the printer or the debugger hooks
+;;;;   outside the dynamic extent of a call).
+;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
+;;;;   not mention either package. (The package name avoids the word "swank" for the same
+;;;;   reason: Slynk's reader rewrites any token containing it.)
+;;;; - It is loaded by EVAL of each form, so redefinition must be harmless: DEFCLASS rather than
+;;;;   DEFSTRUCT, DEFVAR for state that must survive a reload.
+
+(defpackage #:mcp-agent-helper
+  (:use #:common-lisp)
+  (:export #:*version* #:evaluate #:cancel))
+
+(in-package #:mcp-agent-helper)
+
+(defvar *version* nil
+  "Set by the client after loading to a digest of this file's text; a different digest means the
+client carries another revision of the helper and reloads it.")
+
+;;; ------------------------------------------------------------------------------------------
+;;; Capped output capture
+;;;
+;;; Output is cut inside the image so that a 20 MB print never crosses the wire (a swank frame
+;;; holds at most 16 MB and the server closes the connection beyond that). The stream keeps the
+;;; first LIMIT characters and counts the rest.
+
+(defclass capture-stream (sb-gray:fundamental-character-output-stream)
+  ((buffer :initform (make-array 256 :element-type 'character :adjustable t :fill-pointer 0)
+           :reader capture-buffer)
+   (limit :initarg :limit :reader capture-limit)
+   (dropped :initform 0 :accessor capture-dropped)
+   ;; Tracked over everything written, kept or not, so FRESH-LINE and the pretty printer
+   ;; behave as on an uncapped stream.
+   (column :initform 0 :accessor capture-column)))
+
+(defun make-capture (limit)
+  (make-instance 'capture-stream :limit limit))
+
+(defmethod sb-gray:stream-write-char ((stream capture-stream) char)
+  (let ((buffer (capture-buffer stream)))
+    (if (< (fill-pointer buffer) (capture-limit stream))
+        (vector-push-extend char buffer)
+        (incf (capture-dropped stream))))
+  (setf (capture-column stream) (if (char= char #\Newline) 0 (1+ (capture-column stream))))
+  char)
+
+(defmethod sb-gray:stream-write-string ((stream capture-stream) string &optional (start 0) end)
+  (let* ((end (or end (length string)))
+         (buffer (capture-buffer stream))
+         (room (max 0 (- (capture-limit stream) (fill-pointer buffer))))
+         (kept-end (min end (+ start room)))
+         (newline (position #\Newline string :start start :end end :from-end t)))
+    (when (> kept-end start)
+      (let ((old (fill-pointer buffer))
+            (needed (+ (fill-pointer buffer) (- kept-end start))))
+        (when (> needed (array-dimension buffer 0))
+          (setf buffer (adjust-array buffer (max needed (* 2 (array-dimension buffer 0))))
+                (slot-value stream 'buffer) buffer))
+        (setf (fill-pointer buffer) needed)
+        (replace buffer string :start1 old :start2 start :end2 kept-end)))
+    (incf (capture-dropped stream) (- end kept-end))
+    (setf (capture-column stream)
+          (if newline (- end newline 1) (+ (capture-column stream) (- end start))))
+    string))
+
+(defmethod sb-gray:stream-line-column ((stream capture-stream))
+  (capture-column stream))
+
+(defmethod sb-gray:stream-start-line-p ((stream capture-stream))
+  (zerop (capture-column stream)))
+
+(defun capture-text (stream)
+  (coerce (capture-buffer stream) 'simple-string))
+
+(defun capture-report (stream)
+  "The captured text and how many characters were cut."
+  (list (capture-text stream) (capture-dropped stream)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread
+
+(defvar *registry-lock* (sb-thread:make-mutex :name "mcp-agent-helper registry"))
+
+(defvar *running* (make-hash-table :test 'equal)
+  "Token -> the EVALUATION in progress under that token.")
+
+(defvar *early-cancellations* (make-hash-table :test 'equal)
+  "Token -> (kind . reason) for cancellations that arrived before their evaluation started: the
+cancel request and the evaluation run in different worker threads, in either order.")
+
+(defclass evaluation ()
+  ((thread :initform sb-thread:*current-thread* :reader evaluation-thread)
+   ;; A fresh tag per evaluation: an interrupt queued for an earlier evaluation on a reused
+   ;; thread can never throw into a later one.
+   (tag :initform (list 'evaluation) :reader evaluation-tag)
+   ;; :RUNNING until the result is complete. An interrupt delivered after that finds it
+   ;; :DONE and does nothing, so a late cancellation cannot unwind a finished call.
+   (state :initform :running :accessor evaluation-state)))
+
+(defun abort-evaluation (evaluation report)
+  (when (eq (evaluation-state evaluation) :running)
+    (throw (evaluation-tag evaluation) report)))
+
+(defun call-registered (token function)
+  "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
+or, when the evaluation is aborted, the report it was aborted with."
+  (let* ((evaluation (make-instance 'evaluation))
+         (early nil))
+    (sb-thread:with-mutex (*registry-lock*)
+      (setf early (gethash token *early-cancellations*))
+      (remhash token *early-cancellations*)
+      (unless early
+        (setf (gethash token *running*) evaluation)))
+    (unwind-protect
+         (catch (evaluation-tag evaluation)
+           (when early
+             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
+           (multiple-value-prog1 (funcall function evaluation)
+             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
+      (setf (evaluation-state evaluation) :done)
+      (sb-thread:with-mutex (*registry-lock*)
+        (remhash token *running*)))))
+
+(defun cancel (token kind reason)
+  "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
+the text to report. Returns T when an evaluation was interrupted, NIL when it had not started
+yet (it will abort as soon as it does)."
+  (sb-thread:with-mutex (*registry-lock*)
+    (let ((evaluation (gethash token *running*)))
+      (cond (evaluation
+             (sb-thread:interrupt-thread
+              (evaluation-thread evaluation)
+              (lambda ()
+                (when (eq (evaluation-state evaluation) :running)
+                  (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t))))))
+             t)
+            (t
+             (setf (gethash token *early-cancellations*) (cons kind reason))
+             nil)))))
+
+(defun interruption-report (kind reason backtrace)
+  (list :kind kind
+        :type (if (eq kind :timeout) "EVALUATION-TIMEOUT" "EVALUATION-CANCELLED")
+        :class nil
+        :message reason
+        :backtrace backtrace))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Backtraces
+
+(defparameter *max-frames* 20)
+(defparameter *max-frame-length* 400)
+
+(defun existing-symbols (package-name &rest names)
+  "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
+SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids."
+  (let ((package (find-package package-name)))
+    (and package
+         (loop for name in names
+               for symbol = (find-symbol name package)
+               when symbol collect symbol))))
+
+(defparameter *evaluator-functions*
+  (append '(eval)
+          (existing-symbols "SB-INT" "SIMPLE-EVAL-IN-LEXENV")
+          (existing-symbols "SB-IMPL" "SIMPLE-EVAL-PROGN-BODY" "%SIMPLE-EVAL" "EVAL-IN-LEXENV" "EVAL-PROGN-BODY"))
+  "Frames of the evaluator itself: they sit between the helper and the user's code and say
+nothing the user wrote.")
+
+(defparameter *interruption-functions*
+  (append (existing-symbols "SB-THREAD" "RUN-INTERRUPTION" "%INTERRUPT-THREAD")
+          (existing-symbols "SB-SYS" "INVOKE-INTERRUPTION")
+          (existing-symbols "SB-UNIX" "SIGURG-HANDLER"))
+  "Frames of the interruption machinery, above the code a timeout or cancellation interrupted.")
+
+(defun frame-function-symbol (name)
+  "The symbol a frame's function name is about: the name itself, the function of (SETF F), or the
+enclosing function of a local function such as (FLET F :IN PARENT) or (LAMBDA () :IN PARENT)."
+  (cond ((symbolp name) name)
+        ((and (consp name) (eq (first name) 'setf)) (second name))
+        ((consp name)
+         (let ((in (member :in name)))
+           (cond ((and in (symbolp (second in))) (second in))
+                 ((symbolp (second name)) (second name)))))))
+
+(defun server-package-p (package)
+  (let ((name (package-name package)))
+    (or (eql 0 (search "SWANK" name)) (eql 0 (search "SLYNK" name)))))
+
+(defun own-frame-p (name)
+  "Frames of this helper or of the swank/slynk server: never the user's business."
+  (let* ((symbol (frame-function-symbol name))
+         (package (and symbol (symbol-package symbol))))
+    (and package
+         (or (eq package (load-time-value (find-package '#:mcp-agent-helper)))
+             (server-package-p package)))))
+
+(defun implementation-internal-p (name)
+  "True for frames of SBCL's own non-exported functions: the machinery under a failing call
+such as SB-KERNEL::INTEGER-/-INTEGER under (/ 1 0), which the user did not write."
+  (let* ((symbol (frame-function-symbol name))
+         (package (and symbol (symbol-package symbol))))
+    (or (stringp name)
+        (and package
+             (eql 0 (search "SB-" (package-name package)))
+             (not (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package))))))))
+
+(defun frame-name-and-args (frame)
+  (handler-case (sb-debug::frame-call frame :replace-dynamic-extent-objects t)
+    (error () (sb-debug::frame-call frame))))
+
+(defun frame-call-of (frame condition)
+  "The name and arguments of FRAME's call. SBCL shows a call to an undefined function as
+(\"undefined function\" ARGS...); the name the user called is in the condition."
+  (multiple-value-bind (name args) (frame-name-and-args frame)
+    (if (and (equal name "undefined function") (typep condition 'undefined-function))
+        (values (cell-error-name condition) args)
+        (values name args))))
+
+(defun print-frame (name args)
+  (let ((*print-length* 10)
+        (*print-level* 4)
+        (*print-circle* t)
+        (*print-pretty* nil)
+        (*print-readably* nil))
+    (let ((text (handler-case (prin1-to-string (if (listp args) (cons name args) (list name args)))
+                  (error () (format nil "(~A ...)" (ignore-errors (prin1-to-string name)))))))
+      (if (> (length text) *max-frame-length*)
+          (concatenate 'string (subseq text 0 *max-frame-length*) " ...")
+          text))))
+
+(defun backtrace-lines (condition &key interrupted)
+  "The user's part of the current stack, innermost first, as printed calls. Called from the
+debugger hook or from an interruption, while the stack is still there. Stops at the helper's
+own frames; drops the signalling machinery above the user's code and the evaluator below it."
+  (handler-case
+      (let ((frames '())
+            (top (if interrupted
+                     (sb-di:top-frame)
+                     (let ((sb-debug:*stack-top-hint* sb-debug:*stack-top-hint*))
+                       (or (sb-debug::resolve-stack-top-hint) (sb-di:top-frame)))))
+            (seen-user-frame nil)
+            (reached-helper nil))
+        ;; Bounded walk: a control-stack-exhausted error has thousands of frames below, and
+        ;; the hook runs on what is left of the stack.
+        (loop for frame = top then (sb-di:frame-down frame)
+              for walked from 0 below (+ *max-frames* 200)
+              while (and frame (< (length frames) (+ *max-frames* 10)))
+              do (multiple-value-bind (name args) (frame-call-of frame condition)
+                   (cond ((own-frame-p name)
+                          (when seen-user-frame
+                            (setf reached-helper t)
+                            (loop-finish)))
+                         ((and interrupted (not seen-user-frame)
+                               (member (frame-function-symbol name) *interruption-functions*))
+                          ;; Everything above the interruption belongs to it: start afresh.
+                          (setf frames '()))
+                         ((and (not seen-user-frame) (implementation-internal-p name)))
+                         (t
+                          (setf seen-user-frame t)
+                          (push (cons name args) frames)))))
+        (when reached-helper
+          (loop while (and frames (member (frame-function-symbol (car (first frames))) *evaluator-functions*))
+                do (pop frames)))
+        (let ((calls (nreverse frames)))
+          (loop for (name . args) in calls
+                for i below *max-frames*
+                collect (print-frame name args))))
+    (error (e)
+      (list (format nil "(backtrace unavailable: ~A)" (safe-princ e))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Conditions as text
+
+(defun safe-princ (object)
+  (handler-case (let ((*print-pretty* nil) (*print-readably* nil)) (princ-to-string object))
+    (error () (format nil "#<~A (unprintable)>" (ignore-errors (type-of object))))))
+
+(defun condition-message (condition)
+  "The condition's report on one logical line: SBCL's reports use pretty-printer directives
+that would otherwise break a short message over several lines."
+  (handler-case (let ((*print-pretty* nil) (*print-readably* nil)
+                      (*print-length* 50) (*print-level* 5))
+                  (princ-to-string condition))
+    (error (e) (format nil "(the condition's report itself failed: ~A)" (safe-princ e)))))
+
+(defun implementation-class-p (class)
+  "Classes that are SBCL implementation details (SB-INT:SIMPLE-STYLE-WARNING,
+SB-KERNEL::CONTROL-STACK-EXHAUSTED, ...), as opposed to standard and user classes and SBCL's
+documented extensions in SB-EXT."
+  (let* ((name (class-name class))
+         (package (and (symbolp name) (symbol-package name))))
+    (or (null package)
+        (and (eql 0 (search "SB-" (package-name package)))
+             (string/= (package-name package) "SB-EXT")))))
+
+(defun standard-condition-name (condition)
+  "The name to show for CONDITION's type: its own class name unless that is an implementation
+detail, in which case the nearest superclass a Lisp programmer knows (usually from COMMON-LISP).
+EXACT-CONDITION-NAME keeps the precise one for the structured result."
+  (let* ((class (class-of condition))
+         (precedence (or (ignore-errors (sb-mop:class-precedence-list class)) (list class)))
+         ;; SIMPLE-CONDITION is the mixin that carries a format control; SB-INT:SIMPLE-STYLE-WARNING
+         ;; is a STYLE-WARNING to the reader, not a SIMPLE-CONDITION.
+         (shown (or (find-if (lambda (c)
+                               (and (not (implementation-class-p c))
+                                    (or (eq c class) (not (eq (class-name c) 'simple-condition)))))
+                             precedence)
+                    class))
+         (*package* (find-package '#:common-lisp-user)))
+    (prin1-to-string (class-name shown))))
+
+(defun exact-condition-name (condition)
+  (let ((*package* (find-package '#:keyword)))
+    (prin1-to-string (type-of condition))))
+
+(defvar *tool-input* nil
+  "The empty input stream a tool call reads from, to recognise its end of file in reports.")
+
+(defun condition-report (kind condition backtrace)
+  (let ((message (condition-message condition)))
+    (when (and (typep condition 'end-of-file) *tool-input*
+               (eq (stream-error-stream condition) *tool-input*))
+      (setf message (format nil "~A~%Interactive input is not available through MCP: *STANDARD-INPUT*, ~
+                                 *QUERY-IO* and *DEBUG-IO* are at end of file. Pass data in the code instead."
+                            message)))
+    (list :kind kind
+          :type (standard-condition-name condition)
+          :class (exact-condition-name condition)
+          :message message
+          :backtrace backtrace)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Sessions: the REPL state of one client, kept apart from the user's own REPL
+
+(defvar *sessions* (make-hash-table :test 'equal :synchronized t))
+
+(defparameter *history-variables* '(* ** *** + ++ +++ / // /// -)
+  "The REPL variables a session keeps for itself, so that the agent's * is not the user's *.")
+
+(defclass session ()
+  ((package-name :initform "COMMON-LISP-USER" :accessor session-package-name)
+   ;; Concurrent calls of one session each work on their own bindings; the last to finish
+   ;; writes its history back, as two REPL listeners sharing globals would.
+   (history :initform (mapcar (constantly nil) *history-variables*) :accessor session-history)))
+
+(defun find-session (id)
+  (or (gethash id *sessions*)
+      (setf (gethash id *sessions*) (make-instance 'session))))
+
+(defun find-package-loosely (name)
+  "FIND-PACKAGE, then again with the name upcased: package names are usually upper case but the
+user types them as they like."
+  (or (find-package name) (find-package (string-upcase name))))
+
+(defun record-history (form values)
+  "Updates the REPL variables as the standard REPL does after evaluating FORM."
+  (setf +++ ++ ++ + + form
+        /// // // / / values
+        *** ** ** * * (first values)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; evaluate
+
+(defparameter *max-warnings* 200)
+
+(defun print-value (value limit)
+  "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
+printing is reported in place of the value rather than failing the call."
+  (let ((stream (make-capture limit)))
+    (handler-case
+        (let ((*print-length* 100)
+              (*print-level* 10)
+              (*print-circle* t)
+              (*print-pretty* t)
+              (*print-readably* nil))
+          (prin1 value stream))
+      (error (e)
+        (return-from print-value
+          (list (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e)) 0))))
+    (capture-report stream)))
+
+(define-condition unreadable-code (error)
+  ((cause :initarg :cause :reader unreadable-code-cause)
+   (code :initarg :code :reader unreadable-code-code)
+   (position :initarg :position :reader unreadable-code-position)
+   (forms-done :initarg :forms-done :reader unreadable-code-forms-done))
+  (:report (lambda (condition stream)
+             (princ (getf (unreadable-code-report condition) :message) stream))))
+
+(defun line-and-column (code position)
+  "1-based line and column of POSITION in CODE."
+  (let ((line-start (let ((newline (position #\Newline code :end position :from-end t)))
+                      (if newline (1+ newline) 0))))
+    (values (1+ (count #\Newline code :end position))
+            (1+ (- position line-start)))))
+
+(defun reader-error-text (condition)
+  "The reader's complaint without SBCL's \"Stream: #<...>\" suffix, which names a stream the
+user never saw; the position is given in the user's terms instead."
+  (if (typep condition 'simple-condition)
+      (handler-case (let ((*print-pretty* nil))
+                      (apply #'format nil (simple-condition-format-control condition)
+                             (simple-condition-format-arguments condition)))
+        (error () (condition-message condition)))
+      (condition-message condition)))
+
+(defun unreadable-code-report (condition)
+  "The code itself could not be read: say where, in the user's terms, without the reader's
+internal frames."
+  (let ((cause (unreadable-code-cause condition))
+        (done (unreadable-code-forms-done condition)))
+    (multiple-value-bind (line column)
+        (line-and-column (unreadable-code-code condition) (unreadable-code-position condition))
+      (list :kind :read
+            :type (standard-condition-name cause)
+            :class (exact-condition-name cause)
+            :message (format nil "~A~@[~%~A~]"
+                             (if (typep cause 'end-of-file)
+                                 (format nil "The code ends inside a form: the form at line ~D, column ~D is not closed."
+                                         line column)
+                                 (format nil "~A (reading the form at line ~D, column ~D)"
+                                         (reader-error-text cause) line column))
+                             (case done
+                               (0 nil)
+                               (1 "The form before it was evaluated.")
+                               (t (format nil "The ~D forms before it were evaluated." done))))
+            :backtrace nil))))
+
+(defun read-and-evaluate (code on-form)
+  "Reads CODE one form at a time, evaluating each before reading the next, so that a form may
+change *PACKAGE* or define the reader macros the next one uses. Returns the last form's values."
+  (let ((eof '#:eof)
+        (values '())
+        (forms-done 0))
+    (with-input-from-string (in code)
+      (loop
+        (let* ((start (or (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
+                                           code :start (file-position in))
+                          (length code)))
+               (form (handler-case (read in nil eof)
+                       ((or reader-error end-of-file) (cause)
+                         (error 'unreadable-code :cause cause :code code :position start
+                                                 :forms-done forms-done)))))
+          (when (eq form eof)
+            (return))
+          (setf - form)
+          (setf values (multiple-value-list (eval form)))
+          (incf forms-done)
+          (funcall on-form form values))))
+    values))
+
+(defun resolve-package (requested session)
+  "The package to evaluate in: REQUESTED if given, else the session's. Returns the package (or
+NIL when REQUESTED does not exist) and a note for the user, if any."
+  (cond (requested (values (find-package-loosely requested) nil))
+        ((find-package-loosely (session-package-name session)))
+        (t (values (find-package '#:common-lisp-user)
+                   (format nil "The session package ~A no longer exists; evaluating in COMMON-LISP-USER."
+                           (session-package-name session))))))
+
+(defmacro with-tool-streams ((stdout stderr) &body body)
+  "Binds the standard streams for a tool call: output into the captures, and every input stream
+at end of file, so that READ-LINE, Y-OR-N-P or a debugger prompt fail at once instead of waiting
+for a user who cannot answer (or, in an Emacs-hosted image, stealing the user's REPL)."
+  (let ((input (gensym "INPUT")) (null-output (gensym "NULL-OUTPUT")))
+    `(let* ((,input (make-string-input-stream ""))
+            (,null-output (make-broadcast-stream))
+            (*tool-input* ,input)
+            (*standard-output* ,stdout)
+            (*error-output* ,stderr)
+            (*trace-output* ,stderr)
+            (*standard-input* ,input)
+            (*terminal-io* (make-two-way-stream ,input ,stdout))
+            (*query-io* (make-two-way-stream ,input ,null-output))
+            (*debug-io* (make-two-way-stream ,input ,null-output)))
+       ,@body)))
+
+(defun call-trapping-debugger (function)
+  "Calls FUNCTION. Anything that would enter the debugger (an unhandled error, BREAK,
+INVOKE-DEBUGGER) is turned into a report, taken while the failing frames are still on the stack,
+and unwound: nobody can drive a debugger through MCP, and a thread parked in one is a leak.
+Returns (:OK . values) or the report, and as a second value the condition that failed."
+  (let ((tag (list 'debugger)))
+    (multiple-value-bind (outcome failed-condition)
+           (catch tag
+             (let* ((hook (lambda (condition hook)
+                     (declare (ignore hook))
+                     (cond
+                       ((typep condition 'unreadable-code)
+                        (throw tag (values (unreadable-code-report condition) condition)))
+                       ((typep condition 'storage-condition)
+                         ;; The stack (or heap) is nearly gone: SBCL leaves only a small margin
+                         ;; below the guard page, and overrunning it kills the whole image.
+                         ;; Unwind first; describe the condition once there is room again.
+                         (throw tag condition))
+                       (t
+                        (throw tag (values (condition-report (if (typep condition 'error) :error :debugger)
+                                                             condition
+                                                             (backtrace-lines condition))
+                                           condition))))))
+                    (sb-ext:*invoke-debugger-hook* hook)
+                    (*debugger-hook* hook))
+               (cons :ok (multiple-value-list (funcall function)))))
+      (if (typep outcome 'condition)
+          (values (condition-report :error outcome nil) outcome)
+          (values outcome failed-condition)))))
+
+(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning)
+  "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
+form's values. Returns the outcome, the package in force at the end, and the failed condition."
+  (let ((final-package start-package))
+    (multiple-value-bind (outcome failed-condition)
+        (with-tool-streams (stdout stderr)
+          (let ((*package* start-package))
+            (progv *history-variables* (session-history session)
+              (unwind-protect
+                   (call-trapping-debugger
+                    (lambda ()
+                      (handler-bind ((warning record-warning))
+                        (mapcar (lambda (value) (print-value value max-output))
+                                (read-and-evaluate code #'record-history)))))
+                (setf final-package *package*)
+                (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
+      (values outcome final-package failed-condition))))
+
+(defun evaluate (code &key package session token (max-output 65536))
+  "Evaluates CODE for the evaluate-lisp tool. Returns a plist: :VALUES, a list of (text dropped);
+:STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
+session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
+:BACKTRACE)."
+  (let* ((session (find-session session))
+         (stdout (make-capture max-output))
+         (stderr (make-capture max-output))
+         (warnings '())
+         (warning-count 0))
+    (flet ((record-warning (warning)
+             (incf warning-count)
+             (when (<= warning-count *max-warnings*)
+               (push (cons warning (format nil "~A: ~A" (standard-condition-name warning)
+                                           (condition-message warning)))
+                     warnings))
+             (let ((muffle (find-restart 'muffle-warning warning)))
+               (when muffle (invoke-restart muffle)))))
+      (multiple-value-bind (start-package note) (resolve-package package session)
+        (multiple-value-bind (outcome final-package failed-condition)
+            (if start-package
+                (call-registered token
+                                 (lambda (evaluation)
+                                   (declare (ignore evaluation))
+                                   (evaluate-in-session code session start-package max-output
+                                                        stdout stderr #'record-warning)))
+                (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
+                      :message (format nil "The package ~S does not exist." package)
+                      :backtrace nil))
+          (when (and final-package (not (eq final-package start-package)))
+            (setf (session-package-name session) (package-name final-package)))
+          (let ((succeeded (eq (first outcome) :ok)))
+            (list :values (if succeeded (second outcome) nil)
+                  :error (if succeeded nil outcome)
+                  :stdout (capture-report stdout)
+                  :stderr (capture-report stderr)
+                  :warnings (loop for (warning . text) in (reverse warnings)
+                                  unless (redundant-warning-p warning failed-condition)
+                                    collect text)
+                  :warnings-dropped (max 0 (- warning-count *max-warnings*))
+                  :package (session-package-name session)
+                  :notes (if note (list note) nil))))))))
+
+(defun redundant-warning-p (warning failure)
+  "True for the compiler's \"undefined function: F\" style-warning when the call then failed
+because F is undefined: the error already says so."
+  (and (typep failure 'undefined-function)
+       (typep warning 'style-warning)
+       (typep warning 'simple-condition)
+       (member (cell-error-name failure) (simple-condition-format-arguments warning) :test #'equal)))

@@ -1,0 +1,516 @@
+//! One connection to a swank or slynk server, run as an actor.
+//!
+//! A reader task owns the socket's read half: it decodes frames, completes the waiting request
+//! whose id a `:return` names, and answers every event the server sends so that no Lisp thread
+//! ever waits on us (`:ping`, `:write-string` with a thread id, `:read-string`, `:y-or-n-p`, ...).
+//! A writer task owns the write half and serialises frames from any number of callers. Callers
+//! hold a cheap handle; many requests may be in flight at once because every `:emacs-rex` asks
+//! for a fresh worker thread.
+//!
+//! When the socket closes, every pending request fails at once with a message naming the
+//! endpoint, as helix's LSP transport does, rather than waiting for a reply that cannot come.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+
+use super::codec::{FrameCodec, MAX_PAYLOAD};
+use super::dialect::{Dialect, Protocol, ServerInfo};
+use super::reader::read;
+use super::sexp::{Form, Sexp};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub connect_timeout: Duration,
+    /// Sent as the first frame when set: servers with a `~/.slime-secret` or `~/.sly-secret`
+    /// drop connections that do not start with it.
+    pub secret: Option<String>,
+    pub protocol: Protocol,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectError {
+    #[error("nothing is listening at {0} ({1})")]
+    Refused(Endpoint, String),
+    #[error("timed out after {1:?} connecting to {0}")]
+    Timeout(Endpoint, Duration),
+    #[error("{endpoint} accepted the connection but did not answer as a swank/slynk server: {reason}")]
+    Handshake { endpoint: Endpoint, reason: String },
+}
+
+/// The Lisp thread a request runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thread {
+    /// A new worker thread (`t`): requests run in parallel.
+    New,
+    /// A thread the server named, for example one sitting in the debugger.
+    Id(i64),
+}
+
+/// What a thread reported when it entered the debugger, kept so that the aborted request can
+/// say why it was aborted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DebuggerReport {
+    pub thread: i64,
+    pub condition: String,
+    /// The `[Condition of type X]` line as the server printed it.
+    pub condition_type: String,
+    pub frames: Vec<String>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RexError {
+    #[error("request aborted: {}", .debugger.as_ref().map_or(.reason.as_str(), |d| d.condition.as_str()))]
+    Aborted { reason: String, debugger: Option<DebuggerReport> },
+    #[error("the server rejected the request: {0}")]
+    InvalidRpc(String),
+    #[error("the server could not read the request: {0}")]
+    ReaderError(String),
+    #[error("request of {0} bytes is over the protocol's limit of {MAX_PAYLOAD} bytes")]
+    TooLarge(usize),
+    #[error("lost the connection to the Lisp image at {endpoint}: {reason}")]
+    ConnectionLost { endpoint: Endpoint, reason: String },
+}
+
+type Reply = Result<Sexp, RexError>;
+
+/// A handle to a live connection. Clones share it; the connection closes when the last handle is
+/// dropped or [`Connection::close`] is called.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    endpoint: Endpoint,
+    outgoing: mpsc::UnboundedSender<String>,
+    pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
+    /// Debugger reports waiting for the `:return (:abort ...)` of the request they belong to.
+    debugger_reports: Mutex<HashMap<i64, DebuggerReport>>,
+    next_id: AtomicI64,
+    closed: CancellationToken,
+    close_reason: Mutex<Option<String>>,
+    info: std::sync::OnceLock<ServerInfo>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.closed.cancel();
+    }
+}
+
+impl Connection {
+    /// Connects, authenticates when a secret is given, and asks the server who it is.
+    pub async fn connect(endpoint: Endpoint, options: &ConnectOptions) -> Result<Self, ConnectError> {
+        let address = (endpoint.host.as_str(), endpoint.port);
+        let stream = match tokio::time::timeout(options.connect_timeout, TcpStream::connect(address)).await {
+            Err(_) => return Err(ConnectError::Timeout(endpoint, options.connect_timeout)),
+            Ok(Err(e)) => return Err(ConnectError::Refused(endpoint, e.to_string())),
+            Ok(Ok(stream)) => stream,
+        };
+        // Requests are small and latency-bound; Nagle would add a round trip's delay to each.
+        let _ = stream.set_nodelay(true);
+        let connection = Self::start(endpoint.clone(), stream);
+        if let Some(secret) = &options.secret {
+            let _ = connection.shared.outgoing.send(secret.clone());
+        }
+        let handshake = async {
+            let reply = connection.rex(Dialect::identification_request(), "COMMON-LISP-USER", Thread::New).await;
+            reply.map_err(|e| e.to_string()).and_then(|value| ServerInfo::from_identification(&value, options.protocol))
+        };
+        // A wrong secret makes the server close the socket, and a non-swank peer may say
+        // nothing at all: bound the wait either way.
+        let info = match tokio::time::timeout(options.connect_timeout.max(Duration::from_secs(5)), handshake).await {
+            Ok(Ok(info)) => info,
+            Ok(Err(reason)) => return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) }),
+            Err(_) => {
+                return Err(ConnectError::Handshake {
+                    endpoint,
+                    reason: "no answer to connection-info; is this port really a swank or slynk server?".into(),
+                })
+            }
+        };
+        tracing::info!(%endpoint, dialect = ?info.dialect, version = ?info.version, "connected");
+        let _ = connection.shared.info.set(info);
+        Ok(connection)
+    }
+
+    fn start(endpoint: Endpoint, stream: TcpStream) -> Self {
+        let (read_half, write_half) = stream.into_split();
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            endpoint,
+            outgoing: outgoing.clone(),
+            pending: Mutex::new(HashMap::new()),
+            debugger_reports: Mutex::new(HashMap::new()),
+            next_id: AtomicI64::new(1),
+            closed: CancellationToken::new(),
+            close_reason: Mutex::new(None),
+            info: std::sync::OnceLock::new(),
+        });
+        let closed = shared.closed.clone();
+        tokio::spawn(write_loop(Arc::downgrade(&shared), FramedWrite::new(write_half, FrameCodec::default()), outgoing_rx, closed.clone()));
+        tokio::spawn(read_loop(Arc::downgrade(&shared), FramedRead::new(read_half, FrameCodec::default()), outgoing, closed));
+        Self { shared }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.shared.endpoint
+    }
+
+    pub fn info(&self) -> &ServerInfo {
+        self.shared.info.get().expect("server info is set before the handle is returned")
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.info().dialect
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    pub fn close(&self) {
+        self.shared.fail("closed by swank-mcp".into());
+    }
+
+    /// Requests now waiting for a reply, for status reports.
+    pub fn pending_count(&self) -> usize {
+        lock(&self.shared.pending).len()
+    }
+
+    /// Evaluates `form` with `*package*` named `package` in `thread` and waits for its value.
+    /// Dropping the returned future forgets the request; its reply, if one comes, is discarded.
+    pub async fn rex(&self, form: Form, package: &str, thread: Thread) -> Reply {
+        let shared = &self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let thread_form = match thread {
+            Thread::New => Form::T,
+            Thread::Id(tid) => Form::Integer(tid),
+        };
+        let message =
+            Form::List(vec![Form::Keyword("emacs-rex"), form, Form::string(package), thread_form, Form::Integer(id)]).to_wire();
+        if message.len() > MAX_PAYLOAD {
+            return Err(RexError::TooLarge(message.len()));
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        lock(&shared.pending).insert(id, reply_tx);
+        let _forget_on_drop = PendingGuard { shared, id };
+        if shared.closed.is_cancelled() || shared.outgoing.send(message).is_err() {
+            return Err(shared.lost());
+        }
+        tracing::trace!(id, "request sent");
+        // The reader drains every pending request when the connection ends, so this resolves.
+        reply_rx.await.unwrap_or_else(|_| Err(shared.lost()))
+    }
+}
+
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: i64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.pending).remove(&self.id);
+        lock(&self.shared.debugger_reports).remove(&self.id);
+    }
+}
+
+fn handshake_hint(reason: String, options: &ConnectOptions) -> String {
+    if reason.contains("lost the connection") {
+        let secret_hint = if options.secret.is_some() {
+            "check that the secret matches the server's ~/.slime-secret or ~/.sly-secret"
+        } else {
+            "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
+        };
+        format!("{reason} ({secret_hint})")
+    } else {
+        reason
+    }
+}
+
+/// Poisoning only means another task panicked while holding the lock; the maps stay usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn lost(&self) -> RexError {
+        let reason = lock(&self.close_reason).clone().unwrap_or_else(|| "connection closed".into());
+        RexError::ConnectionLost { endpoint: self.endpoint.clone(), reason }
+    }
+
+    /// Marks the connection dead and fails every waiting request with the reason.
+    fn fail(&self, reason: String) {
+        lock(&self.close_reason).get_or_insert(reason);
+        self.closed.cancel();
+        let pending: Vec<_> = lock(&self.pending).drain().collect();
+        for (_, waiter) in pending {
+            let _ = waiter.send(Err(self.lost()));
+        }
+    }
+
+    fn complete(&self, id: i64, reply: Reply) {
+        match lock(&self.pending).remove(&id) {
+            Some(waiter) => {
+                let _ = waiter.send(reply);
+            }
+            None => tracing::debug!(id, "reply for a request nobody waits for"),
+        }
+    }
+
+    fn send(&self, form: Form) {
+        let _ = self.outgoing.send(form.to_wire());
+    }
+}
+
+async fn write_loop(
+    shared: Weak<Shared>,
+    mut sink: FramedWrite<tokio::net::tcp::OwnedWriteHalf, FrameCodec>,
+    mut outgoing: mpsc::UnboundedReceiver<String>,
+    closed: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            message = outgoing.recv() => message,
+            _ = closed.cancelled() => None,
+        };
+        let Some(message) = message else { break };
+        tracing::trace!(message = %truncate_for_log(&message), "send");
+        if let Err(e) = sink.send(message.as_str()).await {
+            if let Some(shared) = shared.upgrade() {
+                shared.fail(format!("write failed: {e}"));
+            }
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+async fn read_loop(
+    shared: Weak<Shared>,
+    mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    // Kept so that answers to events can be queued even while every handle is busy elsewhere.
+    outgoing: mpsc::UnboundedSender<String>,
+    closed: CancellationToken,
+) {
+    let reason = loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            _ = closed.cancelled() => break None,
+        };
+        let Some(shared) = shared.upgrade() else { break None };
+        match frame {
+            None => break Some("the server closed the connection".to_string()),
+            Some(Err(e)) => break Some(format!("bad frame from the server: {e}")),
+            Some(Ok(text)) => match read(&text) {
+                Ok(message) => handle_message(&shared, &outgoing, message),
+                // One unreadable message must not take the connection down; it is logged so
+                // that a reader gap shows up in bug reports.
+                Err(e) => tracing::warn!(error = %e, message = %truncate_for_log(&text), "unreadable message from the server"),
+            },
+        }
+    };
+    if let (Some(reason), Some(shared)) = (reason, shared.upgrade()) {
+        tracing::info!(endpoint = %shared.endpoint, %reason, "connection closed");
+        shared.fail(reason);
+    }
+}
+
+fn truncate_for_log(text: &str) -> &str {
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Dispatches one server message. Every event that makes a Lisp thread wait gets an answer here;
+/// the rest are informational.
+fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, message: Sexp) {
+    let Some(items) = message.as_list() else {
+        tracing::warn!(%message, "message is not a list");
+        return;
+    };
+    let Some((head, args)) = items.split_first() else { return };
+    let Sexp::Keyword(kind) = head else {
+        tracing::warn!(%message, "message does not start with a keyword");
+        return;
+    };
+    let answer = |form: Form| {
+        let _ = outgoing.send(form.to_wire());
+    };
+    let int = |i: usize| args.get(i).and_then(Sexp::as_i64);
+    match kind.as_str() {
+        "RETURN" => handle_return(shared, args),
+        "DEBUG" => handle_debug(shared, args),
+        "PING" => {
+            if let (Some(thread), Some(tag)) = (int(0), int(1)) {
+                answer(Form::List(vec![Form::Keyword("emacs-pong"), Form::Integer(thread), Form::Integer(tag)]));
+            }
+        }
+        "WRITE-STRING" => {
+            // Output that no tool captured (for example from a thread the user started).
+            if let Some(text) = args.first().and_then(Sexp::as_str) {
+                tracing::debug!(output = %truncate_for_log(text), "image output outside any tool call");
+            }
+            // SLIME 2.28+ makes the writer wait for this acknowledgement.
+            if let Some(thread) = int(2) {
+                answer(Form::List(vec![Form::Keyword("write-done"), Form::Integer(thread)]));
+            }
+        }
+        "READ-STRING" => {
+            // An empty string reads as end of file, so the reading thread gets an error instead
+            // of waiting for a keyboard that does not exist.
+            if let (Some(thread), Some(tag)) = (int(0), int(1)) {
+                answer(Form::List(vec![
+                    Form::Keyword("emacs-return-string"),
+                    Form::Integer(thread),
+                    Form::Integer(tag),
+                    Form::string(""),
+                ]));
+            }
+        }
+        // `nil` is what Emacs answers when the user presses C-g.
+        "Y-OR-N-P" | "READ-FROM-MINIBUFFER" => {
+            if let (Some(thread), Some(tag)) = (int(0), int(1)) {
+                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
+            }
+        }
+        "EVAL" | "ED-RPC" => {
+            if let (Some(thread), Some(tag)) = (int(0), int(1)) {
+                let refusal = Form::List(vec![
+                    Form::Keyword("error"),
+                    Form::string("swank-mcp"),
+                    Form::string(" there is no Emacs on this connection to evaluate in"),
+                ]);
+                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), refusal]));
+            }
+        }
+        "INVALID-RPC" => {
+            let reason = args.get(1).and_then(Sexp::as_str).unwrap_or("invalid RPC").to_string();
+            match int(0) {
+                Some(id) => shared.complete(id, Err(RexError::InvalidRpc(reason))),
+                None => tracing::warn!(%reason, "invalid RPC without a request id"),
+            }
+        }
+        "READER-ERROR" => {
+            // Carries the packet instead of an id: recover the id from the packet's last element.
+            let packet = args.first().and_then(Sexp::as_str).unwrap_or_default();
+            let reason = args.get(1).and_then(Sexp::as_str).unwrap_or("reader error").to_string();
+            match request_id_of_packet(packet) {
+                Some(id) => shared.complete(id, Err(RexError::ReaderError(reason))),
+                None => tracing::warn!(%reason, packet = %truncate_for_log(packet), "server could not read a message"),
+            }
+        }
+        "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE" | "NEW-PACKAGE"
+        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "INSPECT"
+        | "EVAL-NO-WAIT" | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" => {
+            tracing::trace!(event = %kind, "informational event");
+        }
+        other => tracing::debug!(event = %other, "unknown event ignored"),
+    }
+}
+
+/// `(:return (:ok VALUE) ID)` or `(:return (:abort REASON) ID)`.
+fn handle_return(shared: &Shared, args: &[Sexp]) {
+    let (Some(result), Some(id)) = (args.first(), args.get(1).and_then(Sexp::as_i64)) else {
+        tracing::warn!("malformed :return");
+        return;
+    };
+    let parts = result.as_list().unwrap_or_default();
+    let reply = match parts.first() {
+        Some(k) if k.is_keyword("ok") => Ok(parts.get(1).cloned().unwrap_or(Sexp::Nil)),
+        _ => {
+            let reason = parts.get(1).map(|r| r.as_str().map_or_else(|| r.to_string(), str::to_string)).unwrap_or_default();
+            let debugger = lock(&shared.debugger_reports).remove(&id);
+            Err(RexError::Aborted { reason, debugger })
+        }
+    };
+    shared.complete(id, reply);
+}
+
+/// `(:debug THREAD LEVEL (MESSAGE TYPE EXTRAS) RESTARTS FRAMES PENDING-IDS)`: a request's
+/// thread entered the debugger. Nobody can drive a debugger through MCP, so the condition is
+/// recorded for the request and the thread is sent back to its top level at once; its request
+/// then returns `:abort` and carries the report.
+fn handle_debug(shared: &Shared, args: &[Sexp]) {
+    let Some(thread) = args.first().and_then(Sexp::as_i64) else { return };
+    let condition = args.get(2).and_then(Sexp::as_list).unwrap_or_default();
+    let text_at = |i: usize| condition.get(i).and_then(Sexp::as_str).unwrap_or_default().to_string();
+    let frames = args
+        .get(4)
+        .and_then(Sexp::as_list)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|frame| frame.as_list()?.get(1)?.as_str().map(str::to_string))
+        .collect();
+    let report = DebuggerReport { thread, condition: text_at(0), condition_type: text_at(1).trim().to_string(), frames };
+    tracing::debug!(thread, condition = %report.condition, "thread entered the debugger; unwinding it");
+    let waiting: Vec<i64> = args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
+    {
+        let mut reports = lock(&shared.debugger_reports);
+        for id in waiting {
+            reports.entry(id).or_insert_with(|| report.clone());
+        }
+    }
+    let dialect = shared.info.get().map_or(Dialect::Swank, |info| info.dialect);
+    // The reply to this request is itself an :abort that nobody waits for.
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    shared.send(Form::List(vec![
+        Form::Keyword("emacs-rex"),
+        Form::call(dialect.package(), "throw-to-toplevel", []),
+        Form::string("COMMON-LISP-USER"),
+        Form::Integer(thread),
+        Form::Integer(id),
+    ]));
+}
+
+/// The request id is the last element of `(:emacs-rex FORM PACKAGE THREAD ID)`; the packet as a
+/// whole may not be readable (that is why it came back), so only its tail is parsed.
+fn request_id_of_packet(packet: &str) -> Option<i64> {
+    let body = packet.trim_end().strip_suffix(')')?;
+    let digits_start = body.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if !body.trim_start().starts_with("(:emacs-rex") {
+        return None;
+    }
+    body[digits_start..].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_id_is_recovered_from_an_unreadable_packet() {
+        assert_eq!(request_id_of_packet("(:emacs-rex (foo:bar) \"COMMON-LISP-USER\" t 5)"), Some(5));
+        assert_eq!(request_id_of_packet("(:emacs-rex (foo:bar \"x)\") \"CL-USER\" 3 1234)"), Some(1234));
+        assert_eq!(request_id_of_packet("(:emacs-pong 1 2)"), None);
+        assert_eq!(request_id_of_packet("garbage"), None);
+    }
+}

@@ -1,0 +1,155 @@
+//! Swank (SLIME) and Slynk (SLY) speak the same protocol under different package names. The
+//! rest of the code asks [`Dialect`] for the names and never checks which server it talks to.
+
+use std::str::FromStr;
+
+use super::sexp::{Form, Sexp};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Swank,
+    Slynk,
+}
+
+impl Dialect {
+    /// The package that holds the server's RPC functions.
+    pub fn package(self) -> &'static str {
+        match self {
+            Dialect::Swank => "swank",
+            Dialect::Slynk => "slynk",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Swank => "swank",
+            Dialect::Slynk => "slynk",
+        }
+    }
+
+    /// Asks for `connection-info` and for the name of the package its function lives in. Both
+    /// servers can answer: Slynk's reader rewrites `swank:` to `slynk:` for exactly this kind of
+    /// bootstrap, and the package name then tells which server evaluated it, even in an image
+    /// that has loaded both.
+    pub(crate) fn identification_request() -> Form {
+        Form::call(
+            "cl",
+            "list",
+            [
+                Form::call("swank", "connection-info", []),
+                Form::call(
+                    "cl",
+                    "package-name",
+                    [Form::call("cl", "symbol-package", [Form::call("cl", "quote", [Form::Symbol("swank", "connection-info")])])],
+                ),
+            ],
+        )
+    }
+}
+
+/// What the user asked for with `--protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    Auto,
+    Swank,
+    Slynk,
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Protocol::Auto),
+            "swank" | "slime" => Ok(Protocol::Swank),
+            "slynk" | "sly" => Ok(Protocol::Slynk),
+            _ => Err(format!("unknown protocol {s:?}: expected swank, slynk or auto")),
+        }
+    }
+}
+
+/// The facts `connection-info` gives about the server and its image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInfo {
+    pub dialect: Dialect,
+    /// The server's protocol version (`"2.27"` for Debian's SLIME).
+    pub version: Option<String>,
+    pub pid: Option<i64>,
+    pub lisp_type: Option<String>,
+    pub lisp_version: Option<String>,
+    /// `:spawn` means a thread per request, which concurrent tool calls rely on.
+    pub style: Option<String>,
+    pub features: Vec<String>,
+}
+
+impl ServerInfo {
+    pub(crate) fn from_identification(reply: &Sexp, protocol: Protocol) -> Result<Self, String> {
+        let parts = reply.as_list().ok_or_else(|| format!("unexpected connection-info reply {reply}"))?;
+        let [info, package] = parts else {
+            return Err(format!("unexpected connection-info reply {reply}"));
+        };
+        let detected = match package.as_str() {
+            Some(name) if name.eq_ignore_ascii_case("SLYNK") => Dialect::Slynk,
+            _ => Dialect::Swank,
+        };
+        let dialect = match protocol {
+            Protocol::Auto => detected,
+            Protocol::Swank => Dialect::Swank,
+            Protocol::Slynk => Dialect::Slynk,
+        };
+        if dialect != detected {
+            tracing::warn!(?detected, forced = ?dialect, "--protocol overrides the detected server dialect");
+        }
+        let implementation = info.plist_get("lisp-implementation");
+        let style = match info.plist_get("style") {
+            Some(Sexp::Keyword(k)) => Some(k.to_ascii_lowercase()),
+            _ => None,
+        };
+        Ok(ServerInfo {
+            dialect,
+            version: info.plist_str("version").map(str::to_string),
+            pid: info.plist_get("pid").and_then(Sexp::as_i64),
+            lisp_type: implementation.and_then(|i| i.plist_str("type")).map(str::to_string),
+            lisp_version: implementation.and_then(|i| i.plist_str("version")).map(str::to_string),
+            style,
+            features: info
+                .plist_get("features")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|f| match f {
+                    Sexp::Keyword(k) => Some(k.to_ascii_lowercase()),
+                    _ => None,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::reader::read;
+
+    #[test]
+    fn identification_request_is_plain_enough_for_slynk() {
+        assert_eq!(
+            Dialect::identification_request().to_wire(),
+            "(cl:list (swank:connection-info) (cl:package-name (cl:symbol-package (cl:quote swank:connection-info))))"
+        );
+    }
+
+    #[test]
+    fn dialect_comes_from_the_package_that_answered() {
+        let reply = read("((:pid 42 :style :spawn :lisp-implementation (:type \"SBCL\" :version \"2.2.9\") :features (:swank :sbcl) :version \"1.0.43\") \"SLYNK\")").unwrap();
+        let info = ServerInfo::from_identification(&reply, Protocol::Auto).unwrap();
+        assert_eq!(info.dialect, Dialect::Slynk);
+        assert_eq!(info.pid, Some(42));
+        assert_eq!(info.lisp_type.as_deref(), Some("SBCL"));
+        assert_eq!(info.style.as_deref(), Some("spawn"));
+        assert_eq!(info.features, vec!["swank", "sbcl"]);
+        let forced = ServerInfo::from_identification(&reply, Protocol::Swank).unwrap();
+        assert_eq!(forced.dialect, Dialect::Swank);
+    }
+}

@@ -1,0 +1,453 @@
+//! Reads the s-expressions a swank or slynk server prints (`prin1` with `*print-case*
+//! :downcase`): lists, dotted pairs, `#(...)`, strings with raw control characters, `#\x`,
+//! `|Mixed Case|` and `pkg::sym` symbols, `#:g`, numbers of any syntax and unreadable `#<...>`.
+//!
+//! Built with `nom` for the leaves; nesting is walked by hand so that depth can be bounded and a
+//! hostile peer cannot overflow the stack.
+
+use nom::{
+    branch::alt,
+    bytes::complete::take_while,
+    character::complete::{char, digit1, multispace0, one_of},
+    combinator::{opt, recognize},
+    sequence::pair,
+    IResult, Parser,
+};
+
+use super::sexp::Sexp;
+
+/// Deeper nesting than any real message; beyond it the input is rejected, not recursed into.
+const MAX_DEPTH: usize = 512;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read s-expression at byte {offset}: {message}")]
+pub struct ReadError {
+    pub message: String,
+    pub offset: usize,
+}
+
+/// Reads exactly one form; only whitespace may follow it.
+pub fn read(input: &str) -> Result<Sexp, ReadError> {
+    let (rest, value) = form(input, 0).map_err(|e| error_at(input, e))?;
+    let (rest, _) = ws(rest).map_err(|e| error_at(input, e))?;
+    if rest.is_empty() {
+        Ok(value)
+    } else {
+        Err(ReadError { message: "unexpected text after the form".into(), offset: input.len() - rest.len() })
+    }
+}
+
+fn error_at(input: &str, err: nom::Err<nom::error::Error<&str>>) -> ReadError {
+    match err {
+        nom::Err::Incomplete(_) => ReadError { message: "unexpected end of input".into(), offset: input.len() },
+        nom::Err::Error(e) | nom::Err::Failure(e) => {
+            let offset = input.len() - e.input.len();
+            let message = if e.input.is_empty() {
+                "unexpected end of input".to_string()
+            } else {
+                format!("unexpected {:?} ({:?})", e.input.chars().next().unwrap_or(' '), e.code)
+            };
+            ReadError { message, offset }
+        }
+    }
+}
+
+fn fail<T>(input: &str, kind: nom::error::ErrorKind) -> IResult<&str, T> {
+    Err(nom::Err::Failure(nom::error::Error::new(input, kind)))
+}
+
+/// Whitespace and `;` comments (servers never print comments, but a transcript may carry them).
+fn ws(input: &str) -> IResult<&str, ()> {
+    let mut rest = input;
+    loop {
+        let (r, _) = multispace0(rest)?;
+        rest = r;
+        match rest.strip_prefix(';') {
+            Some(comment) => rest = comment.find('\n').map_or("", |i| &comment[i..]),
+            None => return Ok((rest, ())),
+        }
+    }
+}
+
+fn form(input: &str, depth: usize) -> IResult<&str, Sexp> {
+    if depth > MAX_DEPTH {
+        return fail(input, nom::error::ErrorKind::TooLarge);
+    }
+    let (input, _) = ws(input)?;
+    match input.chars().next() {
+        None => fail(input, nom::error::ErrorKind::Eof),
+        Some('(') => list(&input[1..], depth),
+        Some(')') => fail(input, nom::error::ErrorKind::Char),
+        Some('"') => string(input),
+        Some('\'') => quoted(&input[1..], "QUOTE", depth),
+        Some('`') => quoted(&input[1..], "QUASIQUOTE", depth),
+        Some(',') => match input[1..].strip_prefix('@') {
+            Some(rest) => quoted(rest, "UNQUOTE-SPLICING", depth),
+            None => quoted(&input[1..], "UNQUOTE", depth),
+        },
+        Some('#') => dispatch(input, depth),
+        Some(_) => token(input),
+    }
+}
+
+fn quoted<'a>(input: &'a str, operator: &str, depth: usize) -> IResult<&'a str, Sexp> {
+    let (rest, quoted) = form(input, depth + 1)?;
+    let op = Sexp::Symbol { package: None, name: operator.into(), internal: false };
+    Ok((rest, Sexp::List(vec![op, quoted])))
+}
+
+/// The elements of a list after its `(`, with an optional ` . tail`.
+fn list(mut input: &str, depth: usize) -> IResult<&str, Sexp> {
+    let mut items = Vec::new();
+    loop {
+        let (rest, _) = ws(input)?;
+        if let Some(rest) = rest.strip_prefix(')') {
+            let value = if items.is_empty() { Sexp::Nil } else { Sexp::List(items) };
+            return Ok((rest, value));
+        }
+        if is_consing_dot(rest) && !items.is_empty() {
+            let (rest, tail) = form(&rest[1..], depth + 1)?;
+            let (rest, _) = ws(rest)?;
+            let (rest, _) = char(')').parse(rest)?;
+            let value = match tail {
+                Sexp::Nil => Sexp::List(items),
+                Sexp::List(more) => {
+                    items.extend(more);
+                    Sexp::List(items)
+                }
+                Sexp::Dotted(more, tail) => {
+                    items.extend(more);
+                    Sexp::Dotted(items, tail)
+                }
+                other => Sexp::Dotted(items, Box::new(other)),
+            };
+            return Ok((rest, value));
+        }
+        let (rest, item) = form(rest, depth + 1).map_err(unclosed)?;
+        items.push(item);
+        input = rest;
+    }
+}
+
+/// Inside a list, running out of input is a failure (the list is unclosed), not a soft error.
+fn unclosed(err: nom::Err<nom::error::Error<&str>>) -> nom::Err<nom::error::Error<&str>> {
+    match err {
+        nom::Err::Error(e) => nom::Err::Failure(e),
+        other => other,
+    }
+}
+
+fn is_consing_dot(input: &str) -> bool {
+    let mut chars = input.chars();
+    chars.next() == Some('.') && chars.next().is_none_or(|c| c.is_whitespace() || "()\"';".contains(c))
+}
+
+/// A string: only `\` escapes the next character; everything else, newlines and control
+/// characters included, is literal.
+fn string(input: &str) -> IResult<&str, Sexp> {
+    let body = &input[1..];
+    let mut value = String::new();
+    let mut chars = body.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Ok((&body[i + 1..], Sexp::String(value))),
+            '\\' => match chars.next() {
+                Some((_, escaped)) => value.push(escaped),
+                None => break,
+            },
+            c => value.push(c),
+        }
+    }
+    fail(input, nom::error::ErrorKind::Eof)
+}
+
+fn dispatch(input: &str, depth: usize) -> IResult<&str, Sexp> {
+    let after = &input[1..];
+    match after.chars().next() {
+        Some('(') => match list(&after[1..], depth)? {
+            (rest, Sexp::Nil) => Ok((rest, Sexp::Vector(Vec::new()))),
+            (rest, Sexp::List(items)) => Ok((rest, Sexp::Vector(items))),
+            _ => fail(after, nom::error::ErrorKind::Verify),
+        },
+        Some('\\') => character(&after[1..]),
+        Some(':') => {
+            let (rest, (name, _)) = token_text(&after[1..])?;
+            Ok((rest, Sexp::Symbol { package: Some(String::new()), name, internal: false }))
+        }
+        Some('<') => unreadable(input),
+        Some('\'') => quoted(&after[1..], "FUNCTION", depth),
+        _ => fail(input, nom::error::ErrorKind::Tag),
+    }
+}
+
+/// `#\a`, `#\(`, `#\Space`, `#\LATIN_SMALL_LETTER_A`: the first character is always taken, then
+/// any constituent characters that follow make it a name.
+fn character(input: &str) -> IResult<&str, Sexp> {
+    let Some(first) = input.chars().next() else {
+        return fail(input, nom::error::ErrorKind::Eof);
+    };
+    let (rest, more) = take_while(is_constituent).parse(&input[first.len_utf8()..])?;
+    let text = format!("{first}{more}");
+    Ok((rest, Sexp::Character(text)))
+}
+
+/// `#<...>`, possibly with nested `#<...>` inside (for example a list printed in an object's
+/// description).
+fn unreadable(input: &str) -> IResult<&str, Sexp> {
+    let mut nesting = 0usize;
+    let mut chars = input.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '#' if chars.peek().map(|(_, c)| *c) == Some('<') => {
+                chars.next();
+                nesting += 1;
+            }
+            '>' => {
+                nesting -= 1;
+                if nesting == 0 {
+                    return Ok((&input[i + 1..], Sexp::Unreadable(input[..=i].to_string())));
+                }
+            }
+            _ => {}
+        }
+    }
+    fail(input, nom::error::ErrorKind::Eof)
+}
+
+fn is_constituent(c: char) -> bool {
+    !c.is_whitespace() && !"()\"';`,".contains(c)
+}
+
+/// A token's canonical text (unescaped characters upcased) and whether any part was escaped.
+/// Escaped colons are marked by returning the split positions separately in [`token`].
+fn token_text(input: &str) -> IResult<&str, (String, bool)> {
+    let (rest, raw) = recognize_token(input)?;
+    let mut name = String::new();
+    let mut escaped = false;
+    let mut chars = raw.chars();
+    let mut in_bars = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '|' => {
+                in_bars = !in_bars;
+                escaped = true;
+            }
+            '\\' => {
+                escaped = true;
+                if let Some(next) = chars.next() {
+                    name.push(next);
+                }
+            }
+            c if in_bars => name.push(c),
+            c => name.extend(c.to_uppercase()),
+        }
+    }
+    Ok((rest, (name, escaped)))
+}
+
+/// The raw text of a token: constituents, `\x` escapes and `|...|` runs (which may hold spaces
+/// and parentheses).
+fn recognize_token(input: &str) -> IResult<&str, &str> {
+    let mut end = 0;
+    let mut chars = input.char_indices();
+    let mut in_bars = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some((j, next)) => end = j + next.len_utf8(),
+                None => return fail(&input[i..], nom::error::ErrorKind::Eof),
+            },
+            '|' => {
+                in_bars = !in_bars;
+                end = i + 1;
+            }
+            c if in_bars || is_constituent(c) => end = i + c.len_utf8(),
+            _ => break,
+        }
+    }
+    if in_bars {
+        return fail(input, nom::error::ErrorKind::Eof);
+    }
+    if end == 0 {
+        return fail(input, nom::error::ErrorKind::Char);
+    }
+    Ok((&input[end..], &input[..end]))
+}
+
+/// A number, keyword or symbol. Package markers are found in the raw text so that an escaped
+/// colon (`|a:b|`) stays part of the name.
+fn token(input: &str) -> IResult<&str, Sexp> {
+    let (rest, raw) = recognize_token(input)?;
+    if let Ok(("", number)) = number(raw) {
+        return Ok((rest, number));
+    }
+    let value = match split_package(raw) {
+        Some((package_raw, internal, name_raw)) => {
+            let (_, (name, _)) = token_text(name_raw).map_err(|_| fail_err(input))?;
+            if package_raw.is_empty() {
+                Sexp::Keyword(name)
+            } else {
+                let (_, (package, _)) = token_text(package_raw).map_err(|_| fail_err(input))?;
+                Sexp::Symbol { package: Some(package), name, internal }
+            }
+        }
+        None => {
+            let (_, (name, escaped)) = token_text(raw)?;
+            if name == "NIL" && !escaped {
+                Sexp::Nil
+            } else {
+                Sexp::Symbol { package: None, name, internal: false }
+            }
+        }
+    };
+    Ok((rest, value))
+}
+
+fn fail_err(input: &str) -> nom::Err<nom::error::Error<&str>> {
+    nom::Err::Failure(nom::error::Error::new(input, nom::error::ErrorKind::Verify))
+}
+
+/// Splits `pkg:name` / `pkg::name` / `:name` at the first unescaped colon.
+fn split_package(raw: &str) -> Option<(&str, bool, &str)> {
+    let mut in_bars = false;
+    let mut chars = raw.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '|' => in_bars = !in_bars,
+            ':' if !in_bars => {
+                let after = &raw[i + 1..];
+                return Some(match after.strip_prefix(':') {
+                    Some(name) => (&raw[..i], true, name),
+                    None => (&raw[..i], false, after),
+                });
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn digits(input: &str) -> IResult<&str, &str> {
+    take_while(|c: char| c.is_ascii_digit()).parse(input)
+}
+
+fn sign(input: &str) -> IResult<&str, Option<char>> {
+    opt(alt((char('+'), char('-')))).parse(input)
+}
+
+/// Decimal integers (`12`, `-3`, `12.`), ratios (`1/3`) and floats (`1.5`, `.5`, `1e10`,
+/// `1.0d0`). Integers that fit in an `i64` become [`Sexp::Integer`].
+fn number(input: &str) -> IResult<&str, Sexp> {
+    let exponent = || pair(one_of("eEsSfFdDlL"), pair(sign, digit1));
+    let mut float = recognize((
+        sign,
+        alt((
+            recognize((digits, char('.'), digit1, opt(exponent()))),
+            recognize((digit1, opt(pair(char('.'), digits)), exponent())),
+        )),
+    ));
+    if let Ok(("", text)) = float.parse(input) {
+        return Ok(("", Sexp::Number(text.to_string())));
+    }
+    let mut ratio = recognize((sign, digit1, char('/'), digit1));
+    if let Ok(("", text)) = ratio.parse(input) {
+        return Ok(("", Sexp::Number(text.to_string())));
+    }
+    let (rest, text) = recognize((sign, digit1, opt(char('.')))).parse(input)?;
+    let integer = text.trim_end_matches('.');
+    let value = integer.parse::<i64>().map(Sexp::Integer).unwrap_or_else(|_| Sexp::Number(integer.to_string()));
+    Ok((rest, value))
+}
+
+/// Whether a symbol name would be read back as a number, so the printer must bar-quote it.
+pub(crate) fn looks_like_number(token: &str) -> bool {
+    matches!(number(token), Ok(("", _)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str) -> Sexp {
+        Sexp::Symbol { package: None, name: name.into(), internal: false }
+    }
+
+    #[test]
+    fn reads_what_servers_print() {
+        let text = "(:return (:ok (\"a\\\"b\" |Mixed Case| swank-io-package::foo #:g123 #\\a #\\Space #\\( #(1 2) (1 . 2) 1.5d0 -7 1/3 #<FUNCTION (LAMBDA ()) {1001}> nil t)) 12)";
+        let value = read(text).unwrap();
+        let items = value.as_list().unwrap();
+        assert!(items[0].is_keyword("return"));
+        assert_eq!(items[2], Sexp::Integer(12));
+        let ok = items[1].as_list().unwrap();
+        let values = ok[1].as_list().unwrap();
+        assert_eq!(values[0], Sexp::String("a\"b".into()));
+        assert_eq!(values[1], sym("Mixed Case"));
+        assert_eq!(values[2], Sexp::Symbol { package: Some("SWANK-IO-PACKAGE".into()), name: "FOO".into(), internal: true });
+        assert_eq!(values[3], Sexp::Symbol { package: Some(String::new()), name: "G123".into(), internal: false });
+        assert_eq!(values[4], Sexp::Character("a".into()));
+        assert_eq!(values[5], Sexp::Character("Space".into()));
+        assert_eq!(values[6], Sexp::Character("(".into()));
+        assert_eq!(values[7], Sexp::Vector(vec![Sexp::Integer(1), Sexp::Integer(2)]));
+        assert_eq!(values[8], Sexp::Dotted(vec![Sexp::Integer(1)], Box::new(Sexp::Integer(2))));
+        assert_eq!(values[9], Sexp::Number("1.5d0".into()));
+        assert_eq!(values[10], Sexp::Integer(-7));
+        assert_eq!(values[11], Sexp::Number("1/3".into()));
+        assert_eq!(values[12], Sexp::Unreadable("#<FUNCTION (LAMBDA ()) {1001}>".into()));
+        assert_eq!(values[13], Sexp::Nil);
+        assert_eq!(values[14], sym("T"));
+    }
+
+    #[test]
+    fn strings_keep_raw_control_characters_and_unicode() {
+        let value = read("\"line1\nline2\ttab\u{1}ctl λ 🎉\"").unwrap();
+        assert_eq!(value, Sexp::String("line1\nline2\ttab\u{1}ctl λ 🎉".into()));
+    }
+
+    #[test]
+    fn escaped_colons_and_bars_stay_in_names() {
+        assert_eq!(read("|a:b|").unwrap(), sym("a:b"));
+        assert_eq!(read("a\\:b").unwrap(), sym("A:B"));
+        assert_eq!(read("|x|::|y z|").unwrap(), Sexp::Symbol { package: Some("x".into()), name: "y z".into(), internal: true });
+        assert_eq!(read(":|Key|").unwrap(), Sexp::Keyword("Key".into()));
+        assert_eq!(read("|NIL|").unwrap(), sym("NIL"));
+        assert_eq!(read("()").unwrap(), Sexp::Nil);
+    }
+
+    #[test]
+    fn numbers_and_number_like_symbols() {
+        assert_eq!(read("12.").unwrap(), Sexp::Integer(12));
+        assert_eq!(read("99999999999999999999").unwrap(), Sexp::Number("99999999999999999999".into()));
+        assert_eq!(read(".5").unwrap(), Sexp::Number(".5".into()));
+        assert_eq!(read("1e10").unwrap(), Sexp::Number("1e10".into()));
+        assert_eq!(read("1+").unwrap(), sym("1+"));
+        assert_eq!(read("-").unwrap(), sym("-"));
+        assert_eq!(read("...x").unwrap(), sym("...X"));
+    }
+
+    #[test]
+    fn nested_unreadable_objects() {
+        let value = read("(#<A #<B> c> 1)").unwrap();
+        assert_eq!(value.as_list().unwrap()[0], Sexp::Unreadable("#<A #<B> c>".into()));
+    }
+
+    #[test]
+    fn quote_forms() {
+        let value = read("'x").unwrap();
+        assert_eq!(value, Sexp::List(vec![sym("QUOTE"), sym("X")]));
+        let value = read("#'car").unwrap();
+        assert_eq!(value, Sexp::List(vec![sym("FUNCTION"), sym("CAR")]));
+    }
+
+    #[test]
+    fn errors_are_reported_not_panicked() {
+        for bad in ["(", "(1 2", "\"abc", ")", "#<abc", "|abc", "#\\", "(1 . )", "#z", "", "(a) b", "a\\"] {
+            assert!(read(bad).is_err(), "{bad:?} should not read");
+        }
+        let deep = "(".repeat(100_000);
+        assert!(read(&deep).is_err());
+    }
+}

@@ -1,0 +1,249 @@
+//! `evaluate-lisp`: evaluates code in the image's REPL session, per
+//! `contracts/evaluate-lisp.md`.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::image::CallLimits;
+use super::lisp_reply::{section_body, Captured, ErrorReport};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+/// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
+/// the number is a mistake when exceeded.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "evaluate-lisp",
+        title: "Evaluate Lisp",
+        description: "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across \
+            calls. Forms are read and evaluated one at a time, so (defpackage ...) (in-package ...) (defun ...) works in \
+            one call; the session's package (changed by IN-PACKAGE) persists. Returns [stdout], [stderr], [warnings] \
+            sections and one '=> value' line per value of the last form; errors come back as [ERROR] TYPE with the \
+            message and a backtrace, and the image is never left in the debugger. Interactive input (READ-LINE, \
+            Y-OR-N-P) gets end of file.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["code"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms."
+                },
+                "package": {
+                    "type": "string",
+                    "description": "Package context for evaluation. Defaults to CL-USER or the last-used package."
+                },
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_TIMEOUT_MS,
+                    "description": "Interrupt the evaluation after this many milliseconds (default: the server's --eval-timeout, 30 s)."
+                }
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["values", "stdout", "stderr", "warnings", "package", "error"],
+            "properties": {
+                "values": {"type": "array", "items": {"type": "string"}, "description": "The printed values of the last form."},
+                "stdout": {"type": "string"},
+                "stderr": {"type": "string"},
+                "warnings": {"type": "array", "items": {"type": "string"}},
+                "package": {"type": "string", "description": "The session's package after the call."},
+                "error": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "kind": {"type": "string", "enum": ["error", "debugger", "read", "timeout", "cancelled"]},
+                        "type": {"type": "string"},
+                        "condition_class": {"type": ["string", "null"]},
+                        "message": {"type": "string"},
+                        "backtrace": {"type": "array", "items": {"type": "string"}}
+                    }
+                }
+            }
+        })),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let (code, package, timeout_ms) = match (|| {
+        Ok::<_, super::ArgumentError>((args.required_str("code")?, args.optional_str("package")?, args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?))
+    })() {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into(),
+    };
+    let image = match context.image(args) {
+        Ok(image) => image,
+        Err(output) => return output,
+    };
+    let limits = CallLimits {
+        timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
+        cancel: context.cancel.clone(),
+    };
+    let request = vec![
+        Form::string(code),
+        Form::Keyword("package"),
+        package.map_or(Form::Nil, Form::string),
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ];
+    match image.call_helper("evaluate", request, &limits).await {
+        Ok(reply) => EvaluationReply::from_sexp(&reply).into_output(context.settings.max_output),
+        Err(e) => ToolOutput::error(e.to_string()),
+    }
+}
+
+/// The helper's answer to `evaluate`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvaluationReply {
+    pub values: Vec<Captured>,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub warnings: Vec<String>,
+    pub warnings_dropped: u64,
+    pub package: String,
+    pub notes: Vec<String>,
+    pub error: Option<ErrorReport>,
+}
+
+impl EvaluationReply {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        EvaluationReply {
+            values: reply
+                .plist_get("values")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .map(|v| Captured::from_sexp(Some(v)))
+                .collect(),
+            stdout: Captured::from_sexp(reply.plist_get("stdout")),
+            stderr: Captured::from_sexp(reply.plist_get("stderr")),
+            warnings: reply
+                .plist_get("warnings")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|w| w.as_str().map(str::to_string))
+                .collect(),
+            warnings_dropped: reply.plist_get("warnings-dropped").and_then(Sexp::as_i64).map_or(0, |n| n.max(0) as u64),
+            package: reply.plist_str("package").unwrap_or("COMMON-LISP-USER").to_string(),
+            notes: reply
+                .plist_get("notes")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect(),
+            error: reply.plist_get("error").and_then(ErrorReport::from_sexp),
+        }
+    }
+
+    /// The contract's text: the error block first when there is one, then the `[stdout]`,
+    /// `[stderr]` and `[warnings]` sections (each only when not empty), then the values.
+    pub fn render(&self, max_output: usize) -> String {
+        let mut sections = Vec::new();
+        if let Some(error) = &self.error {
+            sections.push(error.render());
+        }
+        for (title, captured) in [("[stdout]", &self.stdout), ("[stderr]", &self.stderr)] {
+            if !section_body(&captured.text).is_empty() || captured.dropped > 0 {
+                let mut section = format!("{title}\n{}", section_body(&captured.text));
+                if let Some(note) = captured.cut_note(max_output) {
+                    section.push('\n');
+                    section.push_str(&note);
+                }
+                sections.push(section);
+            }
+        }
+        if !self.warnings.is_empty() {
+            let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
+            if self.warnings_dropped > 0 {
+                section.push_str(&format!("\n[... {} more warnings not shown]", self.warnings_dropped));
+            }
+            sections.push(section);
+        }
+        if !self.notes.is_empty() {
+            sections.push(format!("[notes]\n{}", self.notes.join("\n")));
+        }
+        if self.error.is_none() {
+            if self.values.is_empty() {
+                sections.push("; No values".to_string());
+            } else {
+                let lines: Vec<String> = self
+                    .values
+                    .iter()
+                    .map(|value| match value.cut_note(max_output) {
+                        Some(note) => format!("=> {}\n{note}", value.text),
+                        None => format!("=> {}", value.text),
+                    })
+                    .collect();
+                sections.push(lines.join("\n"));
+            }
+        }
+        sections.join("\n\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "values": self.values.iter().map(|v| v.text.clone()).collect::<Vec<_>>(),
+            "stdout": self.stdout.text,
+            "stderr": self.stderr.text,
+            "warnings": self.warnings,
+            "package": self.package,
+            "error": self.error.as_ref().map(ErrorReport::to_json),
+        })
+    }
+
+    pub fn into_output(self, max_output: usize) -> ToolOutput {
+        let text = self.render(max_output);
+        let output = if self.error.is_some() { ToolOutput::error(text) } else { ToolOutput::success(text) };
+        output.with_structured(self.structured())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    fn render(reply: &str) -> String {
+        EvaluationReply::from_sexp(&read(reply).unwrap()).render(65536)
+    }
+
+    #[test]
+    fn contract_examples_render_verbatim() {
+        assert_eq!(render("(:values ((\"3\" 0)) :error nil :stdout (\"\" 0) :stderr (\"\" 0) :warnings nil :package \"COMMON-LISP-USER\")"), "=> 3");
+        assert_eq!(render("(:values ((\"42\" 0)) :stdout (\"\nHELLO \" 0) :stderr (\"\" 0))"), "[stdout]\nHELLO\n\n=> 42");
+        assert_eq!(render("(:values ((\"3\" 0) (\"2\" 0)))"), "=> 3\n=> 2");
+        assert_eq!(
+            render("(:values ((\"FOO\" 0)) :warnings (\"STYLE-WARNING: The variable X is defined but never used.\"))"),
+            "[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n\n=> FOO"
+        );
+        assert_eq!(
+            render("(:values ((\"42\" 0)) :stdout (\"Output\n\" 0) :stderr (\"Error\n\" 0))"),
+            "[stdout]\nOutput\n\n[stderr]\nError\n\n=> 42"
+        );
+    }
+
+    #[test]
+    fn cut_output_says_how_much_was_cut() {
+        let text = render("(:values ((\"\\\"aaa\" 97)) :stdout (\"aaaa\" 20000000))");
+        assert!(text.contains("[... 20,000,000 more characters not shown"), "{text}");
+        assert!(text.contains("=> \"aaa\n[... 97 more characters"), "{text}");
+    }
+
+    #[test]
+    fn errors_come_first_and_keep_earlier_output() {
+        let text = render("(:values nil :stdout (\"\n1 \" 0) :error (:kind :error :type \"SIMPLE-ERROR\" :message \"bad 2\" :backtrace nil))");
+        assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
+    }
+
+    #[test]
+    fn no_values_is_said() {
+        assert_eq!(render("(:values nil)"), "; No values");
+    }
+}

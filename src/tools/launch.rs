@@ -1,0 +1,130 @@
+//! Starts a private SBCL image with a swank server, for `--launch` and for the test suite.
+//!
+//! The image reads its start-up script from standard input and then waits on that same pipe:
+//! when this process exits, however it exits, the pipe closes and the image quits. Nothing is
+//! left running behind a crashed server.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+const LAUNCH_SCRIPT: &str = include_str!("../lisp/launch.lisp");
+
+/// How long a first start may take: the first load compiles swank (tens of seconds on a small
+/// machine); later starts load cached fasls in about a second.
+pub const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot run `sbcl` ({0}). Install SBCL first, for example: sudo apt-get install -y sbcl cl-swank")]
+    NoSbcl(std::io::Error),
+    #[error(
+        "cannot find swank. Install it (sudo apt-get install -y cl-swank), or point --swank-loader at the \
+         swank-loader.lisp of a SLIME checkout or Quicklisp/ELPA install. Looked in: {}",
+        .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoSwank(Vec<PathBuf>),
+    #[error("the launched SBCL exited before its swank server started ({0}); its messages are on stderr above")]
+    Exited(String),
+    #[error("the launched SBCL did not start swank within {0:?}")]
+    Timeout(Duration),
+    #[error("launching SBCL failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running private image. Dropping it closes the image's standard input, which stops it, and
+/// kills the process in case it is stuck.
+#[derive(Debug)]
+pub struct LaunchedImage {
+    pub port: u16,
+    pub pid: Option<u32>,
+    _child: Child,
+    _lifeline: ChildStdin,
+}
+
+/// The places swank is installed by Debian's `cl-swank`, Quicklisp and Emacs package managers,
+/// most specific first.
+pub fn swank_loader_candidates() -> Vec<PathBuf> {
+    let mut candidates = vec![PathBuf::from("/usr/share/common-lisp/source/slime/swank-loader.lisp")];
+    if let Some(home) = dirs::home_dir() {
+        for (dir, prefix) in [
+            (home.join("quicklisp/dists/quicklisp/software"), "slime-"),
+            (home.join(".emacs.d/elpa"), "slime-"),
+            (home.join(".config/emacs/elpa"), "slime-"),
+        ] {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+                .map(|entry| entry.path().join("swank-loader.lisp"))
+                .collect();
+            // Newest version last in lexical order; prefer it.
+            found.sort();
+            candidates.extend(found.into_iter().rev());
+        }
+    }
+    candidates
+}
+
+pub fn find_swank_loader(explicit: Option<&Path>) -> Result<PathBuf, LaunchError> {
+    if let Some(path) = explicit {
+        return if path.is_file() { Ok(path.to_path_buf()) } else { Err(LaunchError::NoSwank(vec![path.to_path_buf()])) };
+    }
+    let candidates = swank_loader_candidates();
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or(LaunchError::NoSwank(candidates))
+}
+
+/// Starts `sbcl` with swank listening on `interface:port` (port 0 picks a free one) and waits
+/// until the server is up.
+pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<LaunchedImage, LaunchError> {
+    let mut child = Command::new("sbcl")
+        .arg("--noinform")
+        .env("SWANK_MCP_LOADER", loader)
+        .env("SWANK_MCP_PORT", port.to_string())
+        .env("SWANK_MCP_INTERFACE", interface)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        // The image's own diagnostics go where ours go; never to our stdout, which belongs to
+        // the MCP protocol.
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(LaunchError::NoSbcl)?;
+    let mut stdin = child.stdin.take().ok_or_else(|| LaunchError::Exited("no stdin pipe".into()))?;
+    stdin.write_all(LAUNCH_SCRIPT.as_bytes()).await?;
+    stdin.flush().await?;
+    let stdout = child.stdout.take().ok_or_else(|| LaunchError::Exited("no stdout pipe".into()))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let wait_for_port = async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(port) = line.strip_prefix("swank-mcp-port: ").and_then(|p| p.trim().parse().ok()) {
+                return Ok(Some(port));
+            }
+            tracing::debug!(target: "sbcl", "{line}");
+        }
+        Ok::<_, std::io::Error>(None)
+    };
+    let port = match tokio::time::timeout(START_TIMEOUT, wait_for_port).await {
+        Err(_) => return Err(LaunchError::Timeout(START_TIMEOUT)),
+        Ok(Err(e)) => return Err(e.into()),
+        Ok(Ok(None)) => {
+            let status = child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            return Err(LaunchError::Exited(status));
+        }
+        Ok(Ok(Some(port))) => port,
+    };
+    // Keep draining the image's stdout (the REPL prompt and any prints from its threads) into
+    // the log, so that it can never block on a full pipe.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "sbcl", "{line}");
+        }
+    });
+    let pid = child.id();
+    tracing::info!(port, ?pid, "launched a private SBCL image");
+    Ok(LaunchedImage { port, pid, _child: child, _lifeline: stdin })
+}
