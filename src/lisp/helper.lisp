@@ -199,15 +199,22 @@ enclosing function of a local function such as (FLET F :IN PARENT) or (LAMBDA ()
          (or (eq package (load-time-value (find-package '#:mcp-agent-helper)))
              (server-package-p package)))))
 
+(defparameter *implementation-packages*
+  '("SB-INT" "SB-KERNEL" "SB-IMPL" "SB-C" "SB-PCL" "SB-VM" "SB-DI" "SB-FASL" "SB-FORMAT"
+    "SB-PRETTY" "SB-LOOP" "SB-BIGNUM" "SB-REGALLOC")
+  "SBCL's implementation packages: their exports are for SBCL itself, not for users.")
+
 (defun implementation-internal-p (name)
-  "True for frames of SBCL's own non-exported functions: the machinery under a failing call
-such as SB-KERNEL::INTEGER-/-INTEGER under (/ 1 0), which the user did not write."
+  "True for frames of SBCL's own machinery under a failing call, such as
+SB-KERNEL::INTEGER-/-INTEGER under (/ 1 0): functions of an implementation package, or internal
+symbols of any other SB- package, and the runtime's own frames (named by strings)."
   (let* ((symbol (frame-function-symbol name))
          (package (and symbol (symbol-package symbol))))
     (or (stringp name)
         (and package
              (eql 0 (search "SB-" (package-name package)))
-             (not (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package))))))))
+             (or (member (package-name package) *implementation-packages* :test #'string=)
+                 (not (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package)))))))))
 
 (defun frame-name-and-args (frame)
   (handler-case (sb-debug::frame-call frame :replace-dynamic-extent-objects t)
@@ -314,6 +321,12 @@ EXACT-CONDITION-NAME keeps the precise one for the structured result."
          (*package* (find-package '#:common-lisp-user)))
     (prin1-to-string (class-name shown))))
 
+(defun warning-category (warning)
+  "Warnings are shown by category, as the compiler reports them: WARNING rather than the
+SIMPLE-WARNING class that merely carries a format string."
+  (let ((name (standard-condition-name warning)))
+    (if (string= name "SIMPLE-WARNING") "WARNING" name)))
+
 (defun exact-condition-name (condition)
   (let ((*package* (find-package '#:keyword)))
     (prin1-to-string (type-of condition))))
@@ -324,7 +337,10 @@ EXACT-CONDITION-NAME keeps the precise one for the structured result."
 (defun condition-report (kind condition backtrace)
   (let ((message (condition-message condition)))
     (when (and (typep condition 'end-of-file) *tool-input*
-               (eq (stream-error-stream condition) *tool-input*))
+               (let ((stream (stream-error-stream condition)))
+                 (or (eq stream *tool-input*)
+                     (and (typep stream 'two-way-stream)
+                          (eq (two-way-stream-input-stream stream) *tool-input*)))))
       (setf message (format nil "~A~%Interactive input is not available through MCP: *STANDARD-INPUT*, ~
                                  *QUERY-IO* and *DEBUG-IO* are at end of file. Pass data in the code instead."
                             message)))
@@ -541,7 +557,7 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
     (flet ((record-warning (warning)
              (incf warning-count)
              (when (<= warning-count *max-warnings*)
-               (push (cons warning (format nil "~A: ~A" (standard-condition-name warning)
+               (push (cons warning (format nil "~A: ~A" (warning-category warning)
                                            (condition-message warning)))
                      warnings))
              (let ((muffle (find-restart 'muffle-warning warning)))

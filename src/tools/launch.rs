@@ -12,6 +12,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 const LAUNCH_SCRIPT: &str = include_str!("../lisp/launch.lisp");
+/// The line launch.lisp prints once swank listens.
+const PORT_MARKER: &str = "swank-mcp-port: ";
 
 /// How long a first start may take: the first load compiles swank (tens of seconds on a small
 /// machine); later starts load cached fasls in about a second.
@@ -101,7 +103,9 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
     let mut lines = BufReader::new(stdout).lines();
     let wait_for_port = async {
         while let Some(line) = lines.next_line().await? {
-            if let Some(port) = line.strip_prefix("swank-mcp-port: ").and_then(|p| p.trim().parse().ok()) {
+            // The REPL that reads the script may print its prompt on the same line.
+            let announced = line.find(PORT_MARKER).and_then(|at| line[at + PORT_MARKER.len()..].trim().parse().ok());
+            if let Some(port) = announced {
                 return Ok(Some(port));
             }
             tracing::debug!(target: "sbcl", "{line}");

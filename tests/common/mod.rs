@@ -1,0 +1,164 @@
+//! Shared test support: real SBCL + swank images started on free ports, and an MCP client that
+//! drives the real binary over stdio.
+#![allow(dead_code)] // Each test binary uses its own part of this module.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
+use swank_mcp::tools::launch::{self, LaunchedImage};
+use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
+
+pub fn swank_loader() -> PathBuf {
+    launch::find_swank_loader(None).expect("swank is installed (apt-get install -y sbcl cl-swank)")
+}
+
+/// Starts a private image on a free port. It stops when the returned value is dropped.
+pub async fn private_image() -> LaunchedImage {
+    launch::launch(&swank_loader(), "127.0.0.1", 0).await.expect("sbcl with swank starts")
+}
+
+/// One image shared by every test of a test binary, for tests that do not kill or wedge it.
+/// It runs under its own runtime on its own thread, which lives as long as the test process;
+/// when the process exits the image's stdin closes and it exits too.
+pub fn shared_image_port() -> u16 {
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let image = private_image().await;
+                tx.send(image.port).unwrap();
+                // Keep the image (and the runtime that drains its output) for the whole run.
+                std::future::pending::<()>().await;
+                drop(image);
+            });
+        });
+        rx.recv().expect("the shared image started")
+    })
+}
+
+pub fn settings() -> Settings {
+    Settings { eval_timeout: Duration::from_secs(30), max_output: 65536 }
+}
+
+pub fn image_settings(port: u16) -> ImageSettings {
+    ImageSettings {
+        name: "default".into(),
+        endpoint: Endpoint { host: "127.0.0.1".into(), port },
+        connect: ConnectOptions { connect_timeout: Duration::from_secs(5), secret: None, protocol: Protocol::Auto },
+        launch: None,
+    }
+}
+
+pub fn toolbox(port: u16) -> Arc<Toolbox> {
+    Arc::new(Toolbox::new(settings(), vec![image_settings(port)]))
+}
+
+/// A port nothing listens on.
+pub fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The real `swank-mcp` binary speaking MCP over pipes.
+pub struct McpClient {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    next_id: i64,
+}
+
+impl McpClient {
+    pub async fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("swank-mcp starts");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        McpClient { child, stdin, stdout, next_id: 1 }
+    }
+
+    pub async fn for_port(port: u16) -> Self {
+        Self::start(&["--port", &port.to_string()]).await
+    }
+
+    pub async fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    pub async fn send(&mut self, message: &Value) {
+        self.send_raw(serde_json::to_string(message).unwrap().as_bytes()).await;
+    }
+
+    /// The next line on stdout, which must be one JSON message.
+    pub async fn receive(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(60), self.stdout.next_line())
+            .await
+            .expect("a message within 60 s")
+            .unwrap()
+            .expect("stdout open");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"))
+    }
+
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        let reply = self.receive().await;
+        assert_eq!(reply["id"], json!(id), "replies come in order here: {reply}");
+        reply
+    }
+
+    pub async fn initialize(&mut self) -> Value {
+        let reply = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "tests", "version": "0"}}),
+            )
+            .await;
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        reply
+    }
+
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Stdout after stdin closed: must end with nothing more than JSON lines.
+    pub async fn remaining_lines(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await {
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+/// The text of a tools/call result.
+pub fn text(reply: &Value) -> &str {
+    reply["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {reply}"))
+}
+
+pub fn is_error(reply: &Value) -> bool {
+    reply["result"]["isError"].as_bool().unwrap_or_else(|| panic!("no isError in {reply}"))
+}

@@ -1,0 +1,371 @@
+//! evaluate-lisp against a real SBCL + cl-swank image: every example of the contract, and the
+//! behaviour the issue asks for beyond it.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use swank_mcp::tools::{Toolbox, ToolOutput};
+
+async fn eval(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
+    let call = toolbox.call("evaluate-lisp", Some(arguments), CancellationToken::new());
+    tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists")
+}
+
+async fn eval_code(toolbox: &Arc<Toolbox>, code: &str) -> ToolOutput {
+    eval(toolbox, json!({ "code": code })).await
+}
+
+/// Asserts success and returns the text.
+async fn ok(toolbox: &Arc<Toolbox>, code: &str) -> String {
+    let output = eval_code(toolbox, code).await;
+    assert!(!output.is_error, "{code} failed:\n{}", output.text);
+    output.text
+}
+
+async fn thread_count(toolbox: &Arc<Toolbox>) -> i64 {
+    ok(toolbox, "(length (sb-thread:list-all-threads))").await.trim_start_matches("=> ").parse().unwrap()
+}
+
+/// Waits for the image's thread count to come back to `baseline`, as it must once interrupted
+/// evaluations have unwound.
+async fn assert_threads_return_to(toolbox: &Arc<Toolbox>, baseline: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now = thread_count(toolbox).await;
+    while now > baseline && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = thread_count(toolbox).await;
+    }
+    assert!(now <= baseline, "{now} threads, {baseline} before");
+}
+
+#[tokio::test]
+async fn contract_examples() {
+    // Fresh images: the examples define FOO and X, which must not exist before. Calling FOO with
+    // one argument makes SBCL warn when it is later defined with none, so the undefined-function
+    // example gets an image of its own.
+    let first = common::private_image().await;
+    let output = eval_code(&common::toolbox(first.port), "(foo 42)").await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "[ERROR] UNDEFINED-FUNCTION\nThe function COMMON-LISP-USER::FOO is undefined.\n\n[Backtrace]\n0: (FOO 42)");
+    // Defining FOO again in the other image would add SBCL's "redefining FOO" style-warning.
+    assert_eq!(eval_code(&common::toolbox(first.port), "(defun foo (x) (* x 2))\n(foo 21)").await.text, "=> 42");
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let expect = |code: &'static str, text: &'static str, is_error: bool| (code, text, is_error);
+    let examples = [
+        expect(
+            "(/ 1 0)",
+            "[ERROR] DIVISION-BY-ZERO\narithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\n\n[Backtrace]\n0: (/ 1 0)",
+            true,
+        ),
+        // SBCL names the parameter it was binding; the contract's text predates that.
+        expect("(car 42)", "[ERROR] TYPE-ERROR\nThe value 42 is not of type LIST when binding LIST\n\n[Backtrace]\n0: (CAR 42)", true),
+        expect("(+ 1 2)", "=> 3", false),
+        expect("(+ 1 2 3)", "=> 6", false),
+        expect("(mapcar #'1+ '(1 2 3))", "=> (2 3 4)", false),
+        expect("(progn (print 'hello) 42)", "[stdout]\nHELLO\n\n=> 42", false),
+        expect("(floor 17 5)", "=> 3\n=> 2", false),
+        expect("(defun foo () (let ((x 10))))", "[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n\n=> FOO", false),
+        expect("(let ((x (list 1 2 3))) (setf (cdddr x) x) x)", "=> #1=(1 2 3 . #1#)", false),
+        expect(
+            "(progn (format t \"Output~%\") (format *error-output* \"Error~%\") 42)",
+            "[stdout]\nOutput\n\n[stderr]\nError\n\n=> 42",
+            false,
+        ),
+        // SBCL warns about assigning undeclared variables; the contract shows only the value.
+        expect(
+            "(setf x 10) (setf y 20) (+ x y)",
+            "[warnings]\nWARNING: undefined variable: COMMON-LISP-USER::X\nWARNING: undefined variable: COMMON-LISP-USER::Y\n\n=> 30",
+            false,
+        ),
+        expect("(defun square (x) (* x x))", "=> SQUARE", false),
+        expect("(square 7)", "=> 49", false),
+    ];
+    for (code, text, is_error) in examples {
+        let output = eval_code(&tb, code).await;
+        assert_eq!(output.text, text, "for {code}");
+        assert_eq!(output.is_error, is_error, "isError for {code}");
+    }
+    // Truncation at 100 elements: SBCL prints the first 100 and then "...".
+    let text = ok(&tb, "(make-list 200)").await;
+    assert!(text.starts_with("=> (NIL NIL") && text.ends_with(" NIL ...)"), "{text}");
+    assert_eq!(text.matches("NIL").count(), 100);
+}
+
+#[tokio::test]
+async fn structured_content_mirrors_the_text() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(progn (princ \"out\") (warn \"careful\") (values 1 \"two\"))").await;
+    let structured = output.structured.unwrap();
+    assert_eq!(structured["values"], json!(["1", "\"two\""]));
+    assert_eq!(structured["stdout"], "out");
+    assert_eq!(structured["warnings"], json!(["WARNING: careful"]));
+    assert_eq!(structured["package"], "COMMON-LISP-USER");
+    assert_eq!(structured["error"], Value::Null);
+    let failed = eval_code(&tb, "(error \"nope\")").await.structured.unwrap();
+    assert_eq!(failed["error"]["type"], "SIMPLE-ERROR");
+    assert_eq!(failed["error"]["kind"], "error");
+    assert_eq!(failed["error"]["condition_class"], "COMMON-LISP:SIMPLE-ERROR");
+}
+
+#[tokio::test]
+async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
+    let tb = common::toolbox(common::shared_image_port());
+    let text = ok(&tb, "(defpackage :eval-test-pkg (:use :cl)) (in-package :eval-test-pkg) (defun where () (package-name *package*)) (where)").await;
+    assert_eq!(text, "=> \"EVAL-TEST-PKG\"");
+    // The session stays in the package IN-PACKAGE chose.
+    assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\"");
+    assert_eq!(eval_code(&tb, "'sym").await.structured.unwrap()["package"], "EVAL-TEST-PKG");
+    // An explicit package applies to one call only.
+    assert_eq!(eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text, "=> \"COMMON-LISP-USER\"");
+    assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\"");
+    // Another session (another server attached to the same image) has its own package.
+    let other = common::toolbox(common::shared_image_port());
+    assert_eq!(ok(&other, "(package-name *package*)").await, "=> \"COMMON-LISP-USER\"");
+}
+
+#[tokio::test]
+async fn repl_variables_belong_to_the_session() {
+    let tb = common::toolbox(common::shared_image_port());
+    ok(&tb, "(+ 40 2)").await;
+    ok(&tb, "(list :second)").await;
+    assert_eq!(ok(&tb, "(list * ** +)").await, "=> ((:SECOND) 42 (LIST :SECOND))");
+    let other = common::toolbox(common::shared_image_port());
+    assert_eq!(ok(&other, "*").await, "=> NIL");
+}
+
+#[tokio::test]
+async fn unknown_packages_are_package_errors() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval(&tb, json!({"code": "1", "package": "NO-SUCH-PACKAGE-HERE"})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "[ERROR] PACKAGE-ERROR\nThe package \"NO-SUCH-PACKAGE-HERE\" does not exist.");
+}
+
+#[tokio::test]
+async fn bad_arguments_are_tool_errors() {
+    let tb = common::toolbox(common::shared_image_port());
+    for (arguments, expected) in [
+        (json!({}), "Missing required argument `code`"),
+        (json!({"code": 42}), "Argument `code` must be a string, got number 42."),
+        (json!({"code": "1", "package": ["x"]}), "Argument `package` must be a string"),
+        (json!({"code": "1", "timeout_ms": "soon"}), "Argument `timeout_ms` must be an integer"),
+        (json!({"code": "1", "image": "elsewhere"}), "Unknown image \"elsewhere\""),
+    ] {
+        let output = eval(&tb, arguments.clone()).await;
+        assert!(output.is_error, "{arguments}");
+        assert!(output.text.contains(expected), "{arguments}: {}", output.text);
+    }
+}
+
+#[tokio::test]
+async fn interactive_input_gets_end_of_file_instead_of_hanging() {
+    let tb = common::toolbox(common::shared_image_port());
+    for code in ["(read-line)", "(y-or-n-p \"Really?\")", "(read *query-io*)", "(read-char *debug-io*)", "(read-line *terminal-io*)"] {
+        let started = Instant::now();
+        let output = eval_code(&tb, code).await;
+        assert!(output.is_error, "{code}: {}", output.text);
+        assert!(output.text.starts_with("[ERROR] END-OF-FILE"), "{code}: {}", output.text);
+        assert!(output.text.contains("Interactive input is not available"), "{code}: {}", output.text);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[tokio::test]
+async fn the_debugger_never_keeps_a_thread() {
+    // Counts threads, so it needs an image no other test uses at the same time.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let baseline = thread_count(&tb).await;
+    for code in ["(break \"stop here\")", "(invoke-debugger (make-condition 'simple-error :format-control \"direct\"))", "(cerror \"go on\" \"needs a choice\")"] {
+        let output = eval_code(&tb, code).await;
+        assert!(output.is_error, "{code}");
+        assert!(output.text.starts_with("[ERROR] "), "{code}: {}", output.text);
+    }
+    assert!(eval_code(&tb, "(break \"stop here\")").await.text.contains("stop here"));
+    assert_threads_return_to(&tb, baseline).await;
+}
+
+#[tokio::test]
+async fn output_before_an_error_is_kept() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(defun eval-test-fail (n) (if (zerop n) (error \"bottom reached\") (1+ (eval-test-fail (1- n))))) (print :before) (eval-test-fail 2)").await;
+    assert!(output.is_error);
+    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nbottom reached\n\n[Backtrace]\n0: (EVAL-TEST-FAIL 0)\n1: (EVAL-TEST-FAIL 1)\n2: (EVAL-TEST-FAIL 2)"), "{}", output.text);
+    assert!(output.text.ends_with("[stdout]\n:BEFORE"), "{}", output.text);
+    // Neither the helper's frames nor swank's leak into the backtrace.
+    assert!(!output.text.contains("MCP-AGENT-HELPER") && !output.text.to_uppercase().contains("SWANK"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn errors_while_printing_a_value_are_reported_in_place() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(
+        &tb,
+        "(defclass eval-test-unprintable () ()) \
+         (defmethod print-object ((o eval-test-unprintable) s) (error \"cannot print this\")) \
+         (values (make-instance 'eval-test-unprintable) 2)",
+    )
+    .await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this>\n=> 2"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn unreadable_code_says_where() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(print :first)\n  (+ 1").await;
+    assert!(output.is_error);
+    assert_eq!(
+        output.text,
+        "[ERROR] END-OF-FILE\nThe code ends inside a form: the form at line 2, column 3 is not closed.\nThe form before it was evaluated.\n\n[stdout]\n:FIRST"
+    );
+    let output = eval_code(&tb, "(list 1))").await;
+    assert!(output.text.starts_with("[ERROR] READER-ERROR\nunmatched close parenthesis (reading the form at line 1, column 9)"), "{}", output.text);
+    let output = eval_code(&tb, "(no-such-package-xyz::f)").await;
+    assert!(output.text.contains("NO-SUCH-PACKAGE-XYZ"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn deep_recursion_is_an_error_and_the_image_lives() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(labels ((deep (n) (1+ (deep n)))) (deep 1))").await;
+    assert!(output.is_error);
+    assert!(output.text.starts_with("[ERROR] STORAGE-CONDITION\nControl stack exhausted"), "{}", output.text);
+    assert_eq!(ok(&tb, "(+ 1 1)").await, "=> 2");
+    // And it can happen again: SBCL re-protected the guard page.
+    assert!(eval_code(&tb, "(labels ((deep (n) (1+ (deep n)))) (deep 1))").await.is_error);
+}
+
+#[tokio::test]
+async fn unicode_round_trips() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(progn (format t \"λ → 🎉~%\") \"ünïcödé ✓\")").await;
+    assert_eq!(output.text, "[stdout]\nλ → 🎉\n\n=> \"ünïcödé ✓\"");
+}
+
+#[tokio::test]
+async fn big_output_is_cut_inside_the_image() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(progn (dotimes (i 2000000) (write-string \"0123456789\")) (make-string 5000000 :initial-element #\\x))").await;
+    assert!(!output.is_error);
+    assert!(output.text.contains("[... 19,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"), "{}", &output.text[output.text.len() - 300..]);
+    assert!(output.text.contains("[... 4,934,466 more characters not shown"));
+    let structured = output.structured.unwrap();
+    assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
+    assert!(output.text.len() < 3 * 65536);
+}
+
+#[tokio::test]
+async fn a_timeout_interrupts_the_evaluation_and_keeps_its_output() {
+    // Counts threads, so it needs an image no other test uses at the same time.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let baseline = thread_count(&tb).await;
+    let started = Instant::now();
+    let output = eval(&tb, json!({"code": "(progn (print :started) (finish-output) (sleep 60) :never)", "timeout_ms": 500})).await;
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    assert!(output.is_error);
+    assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT\nEvaluation exceeded the time limit of 500 ms"), "{}", output.text);
+    assert!(output.text.contains("(SLEEP 60)"), "the backtrace shows where it was: {}", output.text);
+    assert!(output.text.ends_with("[stdout]\n:STARTED"), "{}", output.text);
+    assert_eq!(output.structured.unwrap()["error"]["kind"], "timeout");
+    // The image is responsive and the thread is gone.
+    assert_eq!(ok(&tb, "(+ 2 3)").await, "=> 5");
+    assert_threads_return_to(&tb, baseline).await;
+}
+
+#[tokio::test]
+async fn a_busy_loop_is_interrupted_too() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval(&tb, json!({"code": "(loop)", "timeout_ms": 300})).await;
+    assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn cancellation_interrupts_the_evaluation() {
+    // Counts threads, so it needs an image no other test uses at the same time.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let baseline = thread_count(&tb).await;
+    let cancel = CancellationToken::new();
+    let call = {
+        let (tb, cancel) = (tb.clone(), cancel.clone());
+        tokio::spawn(async move { tb.call("evaluate-lisp", Some(json!({"code": "(sleep 60)"})), cancel).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cancelled = Instant::now();
+    cancel.cancel();
+    let output = call.await.unwrap().unwrap();
+    assert!(cancelled.elapsed() < Duration::from_secs(4));
+    assert!(output.is_error);
+    assert_threads_return_to(&tb, baseline).await;
+    // Nothing is left registered as running but this very call.
+    assert_eq!(ok(&tb, "(hash-table-count mcp-agent-helper::*running*)").await, "=> 1");
+    drop(image);
+}
+
+#[tokio::test]
+async fn a_slow_evaluation_does_not_delay_a_quick_one() {
+    let tb = common::toolbox(common::shared_image_port());
+    let slow = {
+        let tb = tb.clone();
+        tokio::spawn(async move { eval_code(&tb, "(progn (sleep 3) :slow)").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    assert_eq!(ok(&tb, ":quick").await, "=> :QUICK");
+    assert!(started.elapsed() < Duration::from_secs(1), "quick call took {:?}", started.elapsed());
+    assert_eq!(slow.await.unwrap().text, "=> :SLOW");
+    let started = Instant::now();
+    let sleepers = (0..8).map(|_| eval_code(&tb, "(sleep 0.5)"));
+    futures::future::join_all(sleepers).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "8 sleeps took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn no_image_is_a_clear_error_naming_where_it_looked() {
+    let port = common::dead_port();
+    let tb = common::toolbox(port);
+    let output = eval_code(&tb, "(+ 1 2)").await;
+    assert!(output.is_error);
+    assert!(output.text.contains(&format!("No Lisp image is answering at 127.0.0.1:{port}")), "{}", output.text);
+    assert!(output.text.contains(&format!("(swank:create-server :port {port} :dont-close t)")), "{}", output.text);
+    assert!(output.text.contains("--launch"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
+    let image = common::private_image().await;
+    let port = image.port;
+    let tb = common::toolbox(port);
+    assert_eq!(ok(&tb, "(defvar *eval-test-generation* 1)").await, "=> *EVAL-TEST-GENERATION*");
+    let pending = {
+        let tb = tb.clone();
+        tokio::spawn(async move { eval_code(&tb, "(sleep 60)").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = Instant::now();
+    drop(image);
+    let output = pending.await.unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(2), "took {:?}", killed.elapsed());
+    assert!(output.is_error);
+    assert!(output.text.contains(&format!("lost the connection to the Lisp image at 127.0.0.1:{port}")), "{}", output.text);
+    // Once the port refuses connections (the process may take a moment to die), calls fail fast.
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && killed.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let output = eval_code(&tb, "1").await;
+    assert!(output.is_error && output.text.contains("No Lisp image is answering"), "{}", output.text);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // A new image on the same port is used without restarting anything.
+    let replacement = swank_mcp::tools::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
+    assert_eq!(ok(&tb, "(boundp '*eval-test-generation*)").await, "=> NIL");
+    drop(replacement);
+}
