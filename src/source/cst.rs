@@ -251,6 +251,31 @@ impl fmt::Display for Location {
     }
 }
 
+/// Line lookups for many offsets of one text.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(source: &[u8]) -> Self {
+        let starts = std::iter::once(0)
+            .chain(source.iter().enumerate().filter(|(_, &b)| b == b'\n').map(|(i, _)| i + 1))
+            .collect();
+        LineIndex { starts }
+    }
+
+    /// The 1-based line of a byte offset.
+    pub fn line(&self, offset: usize) -> usize {
+        self.starts.partition_point(|&start| start <= offset)
+    }
+
+    /// The 1-based first and last line of a non-empty span.
+    pub fn lines(&self, span: Range<usize>) -> (usize, usize) {
+        (self.line(span.start), self.line(span.end.max(span.start + 1) - 1))
+    }
+}
+
 pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Why a source text does not read, where, and which opener was left open.
@@ -641,6 +666,14 @@ mod tests {
         let e = error("\u{feff}(λ \"x");
         assert_eq!((e.at.line, e.at.column), (1, 6));
         assert_eq!(e.opener.map(|o| o.at.column), Some(4));
+    }
+
+    #[test]
+    fn line_index() {
+        let index = LineIndex::new(b"a\nbc\n\nd");
+        assert_eq!([0, 1, 2, 4, 5, 6, 7].map(|o| index.line(o)), [1, 1, 2, 2, 3, 4, 4]);
+        assert_eq!(index.lines(2..5), (2, 2));
+        assert_eq!(index.lines(2..7), (2, 4));
     }
 
     #[test]

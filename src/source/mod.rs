@@ -3,6 +3,14 @@
 //! Everything here runs in the server process on the file's bytes; no Lisp image is involved.
 
 mod cst;
+mod diff;
+mod edit;
+mod files;
+mod find;
+mod forms;
 mod lexer;
 
-pub use cst::{Cst, Leaves, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
+pub use cst::{Cst, Leaves, LineIndex, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
+pub use diff::unified_diff;
+pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
+pub use files::{AllowedRoots, PathError, RootList};

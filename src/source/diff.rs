@@ -1,0 +1,199 @@
+//! Unified diffs of one edited region, for the model to review what an edit did.
+//!
+//! An edit changes one contiguous region, so the lines before and after it are trimmed as common
+//! prefix and suffix first; only the lines in between are aligned, with a longest common
+//! subsequence when that region is small enough to afford it.
+
+const CONTEXT: usize = 3;
+/// Largest region (old lines × new lines) aligned line by line; beyond it the region is shown as
+/// removed and added, which is still a correct diff.
+const MAX_ALIGN_CELLS: usize = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Equal,
+    Delete,
+    Insert,
+}
+
+/// Lines with their terminators, so a missing final newline is visible.
+fn split_lines(text: &[u8]) -> Vec<&[u8]> {
+    text.split_inclusive(|&b| b == b'\n').collect()
+}
+
+/// A unified diff of `old` and `new` with 3 lines of context, labelled `a/{path}` and `b/{path}`.
+/// Empty when the texts are equal.
+pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
+    let a = split_lines(old);
+    let b = split_lines(new);
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
+    let (a_mid, b_mid) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
+    if a_mid.is_empty() && b_mid.is_empty() {
+        return String::new();
+    }
+
+    // The edit script, from CONTEXT lines before the region to CONTEXT lines after it.
+    let lead = prefix.min(CONTEXT);
+    let mut ops = vec![Op::Equal; lead];
+    ops.extend(align(a_mid, b_mid));
+    ops.extend(std::iter::repeat(Op::Equal).take(suffix.min(CONTEXT)));
+    let (a_from, b_from) = (prefix - lead, prefix - lead);
+
+    let mut out = format!("--- a/{path}\n+++ b/{path}\n");
+    for (first, last) in hunk_ranges(&ops) {
+        // Line positions at the start of the hunk.
+        let skipped = &ops[..first];
+        let mut ai = a_from + skipped.iter().filter(|&&op| op != Op::Insert).count();
+        let mut bi = b_from + skipped.iter().filter(|&&op| op != Op::Delete).count();
+        let hunk = &ops[first..=last];
+        let a_len = hunk.iter().filter(|&&op| op != Op::Insert).count();
+        let b_len = hunk.iter().filter(|&&op| op != Op::Delete).count();
+        out.push_str(&format!("@@ -{} +{} @@\n", range(ai, a_len), range(bi, b_len)));
+        for &op in hunk {
+            let (mark, line, last_of_file) = match op {
+                Op::Equal => (' ', a[ai], ai + 1 == a.len() && bi + 1 == b.len()),
+                Op::Delete => ('-', a[ai], ai + 1 == a.len()),
+                Op::Insert => ('+', b[bi], bi + 1 == b.len()),
+            };
+            push_line(&mut out, mark, line, last_of_file);
+            match op {
+                Op::Equal => {
+                    ai += 1;
+                    bi += 1;
+                }
+                Op::Delete => ai += 1,
+                Op::Insert => bi += 1,
+            }
+        }
+    }
+    out
+}
+
+/// `start,count` as unified diffs write it: 1-based, `,count` left out when it is 1, and the
+/// line before the hunk when it is empty.
+fn range(start: usize, count: usize) -> String {
+    match count {
+        0 => format!("{start},0"),
+        1 => format!("{}", start + 1),
+        _ => format!("{},{count}", start + 1),
+    }
+}
+
+fn push_line(out: &mut String, mark: char, line: &[u8], last_of_file: bool) {
+    let text = line.strip_suffix(b"\n").map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    out.push(mark);
+    out.push_str(&String::from_utf8_lossy(text.unwrap_or(line)));
+    out.push('\n');
+    if last_of_file && text.is_none() {
+        out.push_str("\\ No newline at end of file\n");
+    }
+}
+
+/// Groups changed lines into hunks: inclusive op ranges with up to CONTEXT equal lines around
+/// them, merging changes closer than 2 × CONTEXT lines.
+fn hunk_ranges(ops: &[Op]) -> Vec<(usize, usize)> {
+    let mut hunks: Vec<(usize, usize)> = Vec::new();
+    let changes = ops.iter().enumerate().filter(|(_, &op)| op != Op::Equal).map(|(i, _)| i);
+    for change in changes {
+        let first = change.saturating_sub(CONTEXT);
+        let last = (change + CONTEXT).min(ops.len() - 1);
+        match hunks.last_mut() {
+            Some((_, end)) if first <= *end + 1 => *end = last,
+            _ => hunks.push((first, last)),
+        }
+    }
+    hunks
+}
+
+/// An edit script turning `a` into `b`.
+fn align(a: &[&[u8]], b: &[&[u8]]) -> Vec<Op> {
+    let (n, m) = (a.len(), b.len());
+    if n.saturating_mul(m) > MAX_ALIGN_CELLS {
+        let mut ops = vec![Op::Delete; n];
+        ops.extend(std::iter::repeat(Op::Insert).take(m));
+        return ops;
+    }
+    // lcs[i * (m + 1) + j]: length of the longest common subsequence of a[i..] and b[j..].
+    let width = m + 1;
+    let mut lcs = vec![0u32; (n + 1) * width];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i * width + j] = if a[i] == b[j] {
+                lcs[(i + 1) * width + j + 1] + 1
+            } else {
+                lcs[(i + 1) * width + j].max(lcs[i * width + j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut ops = Vec::with_capacity(n + m);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            ops.push(Op::Equal);
+            i += 1;
+            j += 1;
+        } else if i < n && (j == m || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1]) {
+            ops.push(Op::Delete);
+            i += 1;
+        } else {
+            ops.push(Op::Insert);
+            j += 1;
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_texts_have_no_diff() {
+        assert_eq!(unified_diff(b"a\nb\n", b"a\nb\n", "f"), "");
+    }
+
+    #[test]
+    fn one_changed_line_in_the_middle() {
+        let old = b"1\n2\n3\n4\n5\n6\n7\n8\n9\n";
+        let new = b"1\n2\n3\n4\nfive\n6\n7\n8\n9\n";
+        assert_eq!(
+            unified_diff(old, new, "x.lisp"),
+            "--- a/x.lisp\n+++ b/x.lisp\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8\n"
+        );
+    }
+
+    #[test]
+    fn distant_changes_make_separate_hunks_and_near_ones_merge() {
+        let old: String = (1..=30).map(|i| format!("{i}\n")).collect();
+        let new = old.replace("\n5\n", "\nfive\n").replace("\n25\n", "\nx\n").replace("\n28\n", "\ny\n");
+        let diff = unified_diff(old.as_bytes(), new.as_bytes(), "f");
+        let headers: Vec<&str> = diff.lines().filter(|l| l.starts_with("@@")).collect();
+        assert_eq!(headers, ["@@ -2,7 +2,7 @@", "@@ -22,9 +22,9 @@"]);
+    }
+
+    #[test]
+    fn insertion_at_the_start_and_crlf_lines() {
+        let diff = unified_diff(b"(a)\r\n", b"(new)\r\n\r\n(a)\r\n", "f");
+        assert_eq!(diff, "--- a/f\n+++ b/f\n@@ -1 +1,3 @@\n+(new)\n+\n (a)\n");
+    }
+
+    #[test]
+    fn missing_final_newline_is_marked() {
+        let diff = unified_diff(b"(a)\n(b)", b"(a)\n(c)", "f");
+        assert_eq!(
+            diff,
+            "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n (a)\n-(b)\n\\ No newline at end of file\n+(c)\n\\ No newline at end of file\n"
+        );
+        let diff = unified_diff(b"(a)", b"(a)\n\n(b)", "f");
+        assert_eq!(diff, "--- a/f\n+++ b/f\n@@ -1 +1,3 @@\n-(a)\n\\ No newline at end of file\n+(a)\n+\n+(b)\n\\ No newline at end of file\n");
+    }
+
+    #[test]
+    fn huge_regions_fall_back_to_remove_and_add() {
+        let old: String = (0..2000).map(|i| format!("a{i}\n")).collect();
+        let new: String = (0..2000).map(|i| format!("b{i}\n")).collect();
+        let diff = unified_diff(old.as_bytes(), new.as_bytes(), "f");
+        assert!(diff.starts_with("--- a/f\n+++ b/f\n@@ -1,2000 +1,2000 @@\n-a0\n"));
+    }
+}
