@@ -270,9 +270,33 @@ impl LineIndex {
         self.starts.partition_point(|&start| start <= offset)
     }
 
-    /// The 1-based first and last line of a non-empty span.
-    pub fn lines(&self, span: Range<usize>) -> (usize, usize) {
-        (self.line(span.start), self.line(span.end.max(span.start + 1) - 1))
+    /// The lines a span covers (an empty span counts as the line it is on).
+    pub fn lines(&self, span: Range<usize>) -> LineRange {
+        LineRange { first: self.line(span.start), last: self.line(span.end.max(span.start + 1) - 1) }
+    }
+}
+
+/// How many lines a text has, as an editor counts them: a final line break ends the last line
+/// rather than starting a new one.
+pub fn line_count(text: &[u8]) -> usize {
+    let breaks = text.iter().filter(|&&b| b == b'\n').count();
+    breaks + usize::from(!text.is_empty() && !text.ends_with(b"\n"))
+}
+
+/// 1-based first and last line; displayed as `line 3` or `lines 3-5`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRange {
+    pub first: usize,
+    pub last: usize,
+}
+
+impl fmt::Display for LineRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "line {}", self.first)
+        } else {
+            write!(f, "lines {}-{}", self.first, self.last)
+        }
     }
 }
 
@@ -672,8 +696,9 @@ mod tests {
     fn line_index() {
         let index = LineIndex::new(b"a\nbc\n\nd");
         assert_eq!([0, 1, 2, 4, 5, 6, 7].map(|o| index.line(o)), [1, 1, 2, 2, 3, 4, 4]);
-        assert_eq!(index.lines(2..5), (2, 2));
-        assert_eq!(index.lines(2..7), (2, 4));
+        assert_eq!(index.lines(2..5).to_string(), "line 2");
+        assert_eq!(index.lines(2..7), LineRange { first: 2, last: 4 });
+        assert_eq!([&b""[..], b"a", b"a\n", b"a\nb"].map(line_count), [0, 1, 1, 2]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 
-use super::cst::{line_start_before, Cst, LineIndex, ParseError, BOM};
+use super::cst::{line_start_before, Cst, LineIndex, LineRange, ParseError, BOM};
 use super::diff::unified_diff;
 use super::files::{Snapshot, WriteError};
 use super::find::find_target;
@@ -57,7 +57,7 @@ pub enum EditError {
     ContentSyntax(Box<ParseError>),
     #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
     EmptyContent,
-    #[error("cannot read `{path}`: {source}.")]
+    #[error("Cannot read `{path}`: {source}.")]
     Read { path: String, source: io::Error },
     #[error("`{path}` does not read as Lisp, so it cannot be edited structurally: {error}. Fix that first (`lisp-check-parens` shows where); the file was not touched.")]
     FileSyntax { path: String, error: Box<ParseError> },
@@ -65,11 +65,11 @@ pub enum EditError {
     Target(String),
     #[error("`{target}` stands behind the reader conditional `{condition}`, which applies to exactly one form, but `content` holds {forms}. Replace it with one form (wrap several in `progn`). The file was not touched.")]
     ConditionalTakesOneForm { target: String, condition: String, forms: usize },
-    #[error("the edit would not read back as the intended forms ({0}), probably because `content` runs into the text around the form; nothing written.")]
+    #[error("The edit would not read back as the intended forms ({0}), probably because `content` runs into the text around the form; nothing written.")]
     Verify(String),
     #[error("file changed while editing; nothing written. Read it again and retry.")]
     Changed,
-    #[error("cannot write `{path}`: {source}; nothing written.")]
+    #[error("Cannot write `{path}`: {source}; nothing written.")]
     Write { path: String, source: io::Error },
 }
 
@@ -80,9 +80,9 @@ pub struct EditReport {
     /// How the target is named in messages, e.g. `#+sbcl defun foo`.
     pub target: String,
     /// The target's lines before the edit.
-    pub target_lines: (usize, usize),
+    pub target_lines: LineRange,
     /// The lines the new form(s) occupy after the edit.
-    pub new_lines: (usize, usize),
+    pub new_lines: LineRange,
     pub forms: usize,
     pub diff: String,
 }

@@ -23,7 +23,11 @@ pub enum PathError {
     Outside { path: PathBuf, resolved: PathBuf, roots: RootList },
     #[error("`{path}` does not exist.")]
     NotFound { path: PathBuf },
-    #[error("cannot resolve `{path}`: {source}.")]
+    #[error("The file path is empty.")]
+    Empty,
+    #[error("Cannot read `{path}`: {source}.")]
+    Read { path: String, source: io::Error },
+    #[error("Cannot resolve `{path}`: {source}.")]
     Io { path: PathBuf, source: io::Error },
 }
 
@@ -68,6 +72,9 @@ impl AllowedRoots {
     /// followed, and returns it if it lies under a root. A file that does not exist yet is
     /// resolved through its parent directory.
     pub fn check(&self, path: &Path) -> Result<PathBuf, PathError> {
+        if path.as_os_str().is_empty() {
+            return Err(PathError::Empty);
+        }
         let joined = match &self.roots[..] {
             [first, ..] if path.is_relative() => first.join(path),
             _ => path.to_path_buf(),
@@ -90,6 +97,16 @@ impl AllowedRoots {
         }
     }
 
+    /// Checks `path` and reads the file, for tools that only look at it.
+    pub fn read(&self, path: &Path) -> Result<SourceFile, PathError> {
+        let path = self.check(path)?;
+        let shown = self.display(&path);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(SourceFile { path, shown, bytes }),
+            Err(source) => Err(PathError::Read { path: shown, source }),
+        }
+    }
+
     /// How to name a checked path in messages and diffs: relative to its root when possible.
     pub fn display(&self, resolved: &Path) -> String {
         self.roots
@@ -99,6 +116,16 @@ impl AllowedRoots {
             .display()
             .to_string()
     }
+}
+
+/// A file read through [`AllowedRoots::read`].
+#[derive(Debug)]
+pub struct SourceFile {
+    /// The resolved path.
+    pub path: PathBuf,
+    /// The path for messages: relative to its root when possible.
+    pub shown: String,
+    pub bytes: Vec<u8>,
 }
 
 /// A file as it was read, to write an edit of it back only if nobody changed it meanwhile.

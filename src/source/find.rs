@@ -38,14 +38,7 @@ pub(crate) fn find_target<'f>(
 
 /// `lines 3-5: #+sbcl defun foo`
 pub(crate) fn located(cst: &Cst, lines: &LineIndex, form: &TopForm) -> String {
-    format!("{}: {}{}", line_range(lines, cst, form), form.conditions_shown(cst), form.describe(cst))
-}
-
-fn line_range(lines: &LineIndex, cst: &Cst, form: &TopForm) -> String {
-    match lines.lines(cst.span(form.item)) {
-        (first, last) if first == last => format!("line {first}"),
-        (first, last) => format!("lines {first}-{last}"),
-    }
+    format!("{}: {}{}", lines.lines(cst.span(form.item)), form.conditions_shown(cst), form.describe(cst))
 }
 
 const MAX_HINTS: usize = 5;

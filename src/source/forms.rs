@@ -5,7 +5,7 @@
 //! prefixes and escapes are dropped and case is folded, so `CL:DEFUN`, `defun` and `|defun|` are
 //! the same operator.
 
-use super::cst::{Cst, NodeId, NodeKind};
+use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind};
 
 /// The name part of a symbol token, read with the reader's escape rules, case-folded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,24 +270,56 @@ impl TopForm {
             .collect()
     }
 
+    /// The name as `edit-lisp-form` takes it in `form_name`: `foo`, `(setf foo)`, and for a
+    /// method also its qualifiers and specializers, `draw :around (circle)`.
+    pub fn form_name(&self) -> Option<String> {
+        let head = self.head.as_ref()?;
+        let name = head.name_shown.clone()?;
+        Some(match &head.method {
+            Some(method) => format!("{name} {}", method.shown),
+            None => name,
+        })
+    }
+
     /// `defmethod draw :around (circle)`, `defun foo`, `(progn …)`: how messages name the form.
     pub fn describe(&self, cst: &Cst) -> String {
-        match &self.head {
-            Some(head) => {
-                let mut text = head.operator_shown.clone();
-                if let Some(name) = &head.name_shown {
-                    text.push(' ');
-                    text.push_str(name);
-                }
-                if let Some(method) = &head.method {
-                    text.push(' ');
-                    text.push_str(&method.shown);
-                }
-                text
-            }
-            None => shorten(&compact(cst, self.form, false), 60),
+        match (&self.head, self.form_name()) {
+            (Some(head), Some(name)) => format!("{} {name}", head.operator_shown),
+            (Some(head), None) => head.operator_shown.clone(),
+            (None, _) => shorten(&compact(cst, self.form, false), 60),
         }
     }
+}
+
+/// One top-level form as `lisp-outline` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutlineEntry {
+    pub lines: LineRange,
+    /// The reader conditionals in front of the form (`#+sbcl`), empty if none.
+    pub conditions: String,
+    /// The operator as written, for a list form whose operator is a symbol.
+    pub operator: Option<String>,
+    /// The name as `edit-lisp-form` takes it in `form_name`.
+    pub name: Option<String>,
+    /// `defun foo`, or the start of the form when it has no symbol operator.
+    pub description: String,
+}
+
+/// The file's top-level forms, in order.
+pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
+    let lines = LineIndex::new(cst.source());
+    top_forms(cst)
+        .iter()
+        .map(|form| {
+            OutlineEntry {
+                lines: lines.lines(cst.span(form.item)),
+                conditions: form.conditions_shown(cst).trim_end().to_string(),
+                operator: form.head.as_ref().map(|h| h.operator_shown.clone()),
+                name: form.form_name(),
+                description: form.describe(cst),
+            }
+        })
+        .collect()
 }
 
 pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
@@ -641,6 +673,28 @@ mod tests {
         assert_eq!(shown, "defmethod area :around (shape (eql :big) t)");
         let query = Query::parse("defmethod", shown.trim_start_matches("defmethod ")).expect("query");
         assert_eq!(query.matches(&forms[0]), Match::Exact);
+    }
+
+    #[test]
+    fn outline_lists_every_top_level_form() {
+        let source = "; header\n(in-package :app)\n\n#+sbcl\n(defun f (x)\n  x)\n(defmethod draw ((c circle)) c)\n42\n";
+        let cst = Cst::parse(source.as_bytes()).expect("parses");
+        let entries = outline(&cst);
+        let shown: Vec<(usize, usize, &str, &str)> = entries
+            .iter()
+            .map(|e| (e.lines.first, e.lines.last, e.conditions.as_str(), e.description.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (2, 2, "", "in-package :app"),
+                (4, 6, "#+sbcl", "defun f"),
+                (7, 7, "", "defmethod draw (circle)"),
+                (8, 8, "", "42"),
+            ]
+        );
+        assert_eq!(entries[2].name.as_deref(), Some("draw (circle)"));
+        assert_eq!(entries[3].operator, None);
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! for source-file tools, in this process) and formats the reply as its contract says.
 
 pub mod arguments;
+pub mod edit_lisp_form;
+pub mod lisp_check_parens;
+pub mod lisp_outline;
 pub mod output;
 
 pub use arguments::{ArgumentError, Arguments};
