@@ -53,7 +53,7 @@ pub struct EditRequest<'a> {
 pub enum EditError {
     #[error("{0}")]
     Query(String),
-    #[error("`content` is not valid Lisp: {0} (lines and columns count within `content`). The file was not touched.")]
+    #[error("`content` is not valid Lisp (lines and columns count within `content`): {0}. The file was not touched.")]
     ContentSyntax(Box<ParseError>),
     #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
     EmptyContent,
@@ -61,7 +61,7 @@ pub enum EditError {
     Read { path: String, source: io::Error },
     #[error("`{path}` does not read as Lisp, so it cannot be edited structurally: {error}. Fix that first (`lisp-check-parens` shows where); the file was not touched.")]
     FileSyntax { path: String, error: Box<ParseError> },
-    #[error("{0} The file was not touched.")]
+    #[error("{0}\nThe file was not touched.")]
     Target(String),
     #[error("`{target}` stands behind the reader conditional `{condition}`, which applies to exactly one form, but `content` holds {forms}. Replace it with one form (wrap several in `progn`). The file was not touched.")]
     ConditionalTakesOneForm { target: String, condition: String, forms: usize },
@@ -154,7 +154,9 @@ pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Res
     new_bytes.extend_from_slice(&splice.replacement);
     new_bytes.extend_from_slice(&old[splice.range.end..]);
 
-    let removed = usize::from(request.operation == Operation::Replace && target.conditions.is_empty());
+    // A replaced form under a reader conditional leaves the conditional, but then `content` is
+    // one form, so the count works out the same.
+    let removed = usize::from(request.operation == Operation::Replace);
     verify(&new_bytes, forms.len() + content_forms - removed)?;
 
     let new_lines = LineIndex::new(&new_bytes);

@@ -59,21 +59,17 @@ fn not_found(cst: &Cst, lines: &LineIndex, forms: &[TopForm], query: &Query, wan
         }
     }
 
-    let other_kinds: Vec<String> = forms
-        .iter()
-        .filter(same_name)
-        .filter(|f| !same_operator(f))
-        .take(MAX_HINTS)
-        .map(|f| located(cst, lines, f))
-        .collect();
-    if !other_kinds.is_empty() {
-        text.push_str(&format!("\nSame name, other operator: {}.", other_kinds.join("; ")));
-    }
-
+    let other_kinds: Vec<&TopForm> =
+        forms.iter().filter(same_name).filter(|f| !same_operator(f)).take(MAX_HINTS).collect();
     let similar = similar_names(forms, query);
-    if !similar.is_empty() {
-        let shown: Vec<String> = similar.iter().map(|f| located(cst, lines, f)).collect();
-        text.push_str(&format!("\nSimilar names: {}.", shown.join("; ")));
+    for (heading, hints) in [("Same name, other operator:", &other_kinds), ("Similar names:", &similar)] {
+        if !hints.is_empty() {
+            text.push('\n');
+            text.push_str(heading);
+            for form in hints {
+                text.push_str(&format!("\n  {}", located(cst, lines, form)));
+            }
+        }
     }
 
     if other_kinds.is_empty() && similar.is_empty() {
@@ -110,7 +106,9 @@ fn similar_names<'f>(forms: &'f [TopForm], query: &Query) -> Vec<&'f TopForm> {
     scored.into_iter().take(MAX_HINTS).map(|(.., form)| form).collect()
 }
 
-/// Levenshtein distance over characters; `None` for names too long to be worth comparing.
+/// Edit distance over characters, counting a swap of two neighbours as one edit (the optimal
+/// string alignment distance), since transposed letters are a common typo; `None` for names too
+/// long to be worth comparing.
 fn edit_distance(a: &str, b: &str) -> Option<usize> {
     const MAX_CHARS: usize = 100;
     let a: Vec<char> = a.chars().collect();
@@ -118,14 +116,21 @@ fn edit_distance(a: &str, b: &str) -> Option<usize> {
     if a.len() > MAX_CHARS || b.len() > MAX_CHARS {
         return None;
     }
+    // Three rows of the distance table: two rows back, the previous one and the current one.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut previous: Vec<usize> = (0..=b.len()).collect();
     let mut current = vec![0; b.len() + 1];
-    for (i, ca) in a.iter().enumerate() {
+    for i in 0..a.len() {
         current[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
+        for j in 0..b.len() {
+            let substitute = previous[j] + usize::from(a[i] != b[j]);
+            let mut best = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                best = best.min(before[j - 1] + 1);
+            }
+            current[j + 1] = best;
         }
+        std::mem::swap(&mut before, &mut previous);
         std::mem::swap(&mut previous, &mut current);
     }
     Some(previous[b.len()])
@@ -179,10 +184,10 @@ mod tests {
     #[test]
     fn misses_come_with_hints() {
         let error = find(SOURCE, "defun", "strng-split", None).unwrap_err();
-        assert!(error.contains("Similar names: lines 4-6: #+sbcl defun string-split; line 7"), "{error}");
+        assert!(error.contains("Similar names:\n  lines 4-6: #+sbcl defun string-split\n  line 7"), "{error}");
 
         let error = find(SOURCE, "defun", "frob", None).unwrap_err();
-        assert!(error.contains("Same name, other operator: line 9: defmacro frob"), "{error}");
+        assert!(error.contains("Same name, other operator:\n  line 9: defmacro frob"), "{error}");
 
         let error = find(SOURCE, "defmethod", "draw (hexagon)", None).unwrap_err();
         assert!(error.contains("line 2: defmethod draw (circle)"), "{error}");
@@ -198,5 +203,7 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), Some(3));
         assert_eq!(edit_distance("λx", "x"), Some(1));
         assert_eq!(edit_distance("", "abc"), Some(3));
+        assert_eq!(edit_distance("scael", "scale"), Some(1));
+        assert_eq!(edit_distance("ab", "ba"), Some(1));
     }
 }
