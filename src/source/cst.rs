@@ -106,16 +106,27 @@ impl Prefix {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(usize);
+pub struct NodeId(u32);
 
+impl NodeId {
+    fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Offsets and counts are `u32` to keep nodes small (a source has about one node per four
+/// bytes); [`MAX_SOURCE_LEN`] keeps them in range.
 #[derive(Debug, Clone, Copy)]
 struct Node {
     kind: NodeKind,
-    start: usize,
-    end: usize,
-    first_child: usize,
-    child_count: usize,
+    start: u32,
+    end: u32,
+    first_child: u32,
+    child_count: u32,
 }
+
+/// The largest source the tree can index: at most two nodes per byte must fit in a `u32`.
+pub const MAX_SOURCE_LEN: usize = (u32::MAX / 2) as usize;
 
 /// A parsed source text. Offsets are byte offsets into [`Cst::source`].
 #[derive(Debug)]
@@ -146,12 +157,12 @@ impl<'a> Cst<'a> {
     }
 
     pub fn kind(&self, id: NodeId) -> NodeKind {
-        self.nodes[id.0].kind
+        self.nodes[id.index()].kind
     }
 
     pub fn span(&self, id: NodeId) -> Range<usize> {
-        let node = &self.nodes[id.0];
-        node.start..node.end
+        let node = &self.nodes[id.index()];
+        node.start as usize..node.end as usize
     }
 
     pub fn text(&self, id: NodeId) -> &'a [u8] {
@@ -160,8 +171,9 @@ impl<'a> Cst<'a> {
 
     /// All children, delimiters, markers and trivia included.
     pub fn children(&self, id: NodeId) -> &[NodeId] {
-        let node = &self.nodes[id.0];
-        &self.child_ids[node.first_child..node.first_child + node.child_count]
+        let node = &self.nodes[id.index()];
+        let first = node.first_child as usize;
+        &self.child_ids[first..first + node.child_count as usize]
     }
 
     /// The forms inside a list, vector or prefixed node: its children minus delimiters, markers
@@ -390,6 +402,14 @@ impl<'a> Builder<'a> {
     }
 
     fn run(mut self) -> Result<Cst<'a>, ParseError> {
+        if self.source.len() > MAX_SOURCE_LEN {
+            return Err(ParseError {
+                message: format!("the text is too large to parse (over {} MiB)", MAX_SOURCE_LEN >> 20),
+                at: Location { offset: 0, line: 1, column: 1 },
+                opener: None,
+                hint: None,
+            });
+        }
         let mut pos = 0;
         if self.source.starts_with(BOM) {
             let bom = self.leaf(NodeKind::Bom, 0, BOM.len());
@@ -431,9 +451,21 @@ impl<'a> Builder<'a> {
         Ok(Cst { source: self.source, nodes: self.nodes, child_ids: self.child_ids, top: self.pending })
     }
 
+    /// Adds a node; `run` bounds the source so every offset and count fits in a `u32`.
+    fn push(&mut self, kind: NodeKind, span: Range<usize>, first_child: usize, child_count: usize) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node {
+            kind,
+            start: span.start as u32,
+            end: span.end as u32,
+            first_child: first_child as u32,
+            child_count: child_count as u32,
+        });
+        id
+    }
+
     fn leaf(&mut self, kind: NodeKind, start: usize, end: usize) -> NodeId {
-        self.nodes.push(Node { kind, start, end, first_child: 0, child_count: 0 });
-        NodeId(self.nodes.len() - 1)
+        self.push(kind, start..end, 0, 0)
     }
 
     fn open(&mut self, kind: FrameKind, opener_kind: NodeKind, start: usize, end: usize) {
@@ -451,15 +483,14 @@ impl<'a> Builder<'a> {
         let first_child = self.child_ids.len();
         self.child_ids.extend(self.pending.drain(frame.pending_from..));
         let child_count = self.child_ids.len() - first_child;
-        self.nodes.push(Node { kind, start: frame.start, end, first_child, child_count });
-        NodeId(self.nodes.len() - 1)
+        self.push(kind, frame.start..end, first_child, child_count)
     }
 
     /// Hands a complete form to the enclosing frame, completing prefixes that were waiting for it.
     fn deliver(&mut self, mut id: NodeId) {
         loop {
             self.pending.push(id);
-            let end = self.nodes[id.0].end;
+            let end = self.nodes[id.index()].end as usize;
             match self.stack.last_mut() {
                 Some(Frame { kind: FrameKind::Prefix { forms_left, .. }, .. }) => {
                     *forms_left -= 1;
@@ -469,7 +500,7 @@ impl<'a> Builder<'a> {
                 }
                 Some(_) => return,
                 None => {
-                    self.last_top_level = Some(self.nodes[id.0].start..end);
+                    self.last_top_level = Some(self.nodes[id.index()].start as usize..end);
                     self.first_nested_line_opener = None;
                     return;
                 }
@@ -511,8 +542,10 @@ impl<'a> Builder<'a> {
     }
 
     fn marker_text(&self, frame: &Frame) -> String {
-        let marker = self.pending.get(frame.pending_from).map(|&id| self.nodes[id.0]);
-        marker.map_or_else(String::new, |m| String::from_utf8_lossy(&self.source[m.start..m.end]).into_owned())
+        let marker = self.pending.get(frame.pending_from).map(|&id| self.nodes[id.index()]);
+        marker.map_or_else(String::new, |m| {
+            String::from_utf8_lossy(&self.source[m.start as usize..m.end as usize]).into_owned()
+        })
     }
 
     fn opener(&self, offset: usize) -> Opener {

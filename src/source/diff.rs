@@ -24,8 +24,11 @@ fn split_lines(text: &[u8]) -> Vec<&[u8]> {
 /// A unified diff of `old` and `new` with 3 lines of context, labelled `a/{path}` and `b/{path}`.
 /// Empty when the texts are equal.
 pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
-    let a = split_lines(old);
-    let b = split_lines(new);
+    // Only the changed region and its context are split into lines: the common prefix and
+    // suffix are found bytewise, which keeps a one-form edit cheap on a large file.
+    let window = Window::around_change(old, new);
+    let a = split_lines(&old[window.start..window.old_end]);
+    let b = split_lines(&new[window.start..window.new_end]);
     let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
     let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
     let (a_mid, b_mid) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
@@ -38,23 +41,29 @@ pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
     let mut ops = vec![Op::Equal; lead];
     ops.extend(align(a_mid, b_mid));
     ops.extend(std::iter::repeat(Op::Equal).take(suffix.min(CONTEXT)));
-    let (a_from, b_from) = (prefix - lead, prefix - lead);
+    let from = prefix - lead;
+    let a_last = window.old_end == old.len();
+    let b_last = window.new_end == new.len();
 
     let mut out = format!("--- a/{path}\n+++ b/{path}\n");
     for (first, last) in hunk_ranges(&ops) {
-        // Line positions at the start of the hunk.
+        // Positions within the window at the start of the hunk.
         let skipped = &ops[..first];
-        let mut ai = a_from + skipped.iter().filter(|&&op| op != Op::Insert).count();
-        let mut bi = b_from + skipped.iter().filter(|&&op| op != Op::Delete).count();
+        let mut ai = from + skipped.iter().filter(|&&op| op != Op::Insert).count();
+        let mut bi = from + skipped.iter().filter(|&&op| op != Op::Delete).count();
         let hunk = &ops[first..=last];
         let a_len = hunk.iter().filter(|&&op| op != Op::Insert).count();
         let b_len = hunk.iter().filter(|&&op| op != Op::Delete).count();
-        out.push_str(&format!("@@ -{} +{} @@\n", range(ai, a_len), range(bi, b_len)));
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            range(window.first_line + ai, a_len),
+            range(window.first_line + bi, b_len)
+        ));
         for &op in hunk {
             let (mark, line, last_of_file) = match op {
-                Op::Equal => (' ', a[ai], ai + 1 == a.len() && bi + 1 == b.len()),
-                Op::Delete => ('-', a[ai], ai + 1 == a.len()),
-                Op::Insert => ('+', b[bi], bi + 1 == b.len()),
+                Op::Equal => (' ', a[ai], a_last && b_last && ai + 1 == a.len() && bi + 1 == b.len()),
+                Op::Delete => ('-', a[ai], a_last && ai + 1 == a.len()),
+                Op::Insert => ('+', b[bi], b_last && bi + 1 == b.len()),
             };
             push_line(&mut out, mark, line, last_of_file);
             match op {
@@ -68,6 +77,50 @@ pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
         }
     }
     out
+}
+
+/// The part of both texts a diff needs: whole lines from CONTEXT lines before the first
+/// difference to CONTEXT lines after the last one. Outside it the texts are equal line by line.
+#[derive(Debug, PartialEq, Eq)]
+struct Window {
+    /// Where the window starts in both texts (they are equal before it).
+    start: usize,
+    old_end: usize,
+    new_end: usize,
+    /// 0-based line number of `start`.
+    first_line: usize,
+}
+
+impl Window {
+    fn around_change(old: &[u8], new: &[u8]) -> Window {
+        let same_prefix = old.iter().zip(new).take_while(|(x, y)| x == y).count();
+        // The suffix may not reach into the prefix in the shorter text.
+        let max_suffix = old.len().min(new.len()) - same_prefix;
+        let same_suffix = old.iter().rev().zip(new.iter().rev()).take(max_suffix).take_while(|(x, y)| x == y).count();
+
+        let mut start = line_start(old, same_prefix);
+        for _ in 0..CONTEXT {
+            start = start.checked_sub(1).map_or(0, |before| line_start(old, before));
+        }
+        // The first line that starts inside the common suffix, then CONTEXT more lines.
+        let mut old_end = line_end(old, old.len() - same_suffix);
+        for _ in 0..CONTEXT {
+            old_end = line_end(old, old_end);
+        }
+        let new_end = old_end + new.len() - old.len();
+        let first_line = old[..start].iter().filter(|&&b| b == b'\n').count();
+        Window { start, old_end, new_end, first_line }
+    }
+}
+
+/// The start of the line holding `pos`.
+fn line_start(text: &[u8], pos: usize) -> usize {
+    text[..pos].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+}
+
+/// The end of the line holding `pos` (past its line break), or the end of the text.
+fn line_end(text: &[u8], pos: usize) -> usize {
+    text[pos..].iter().position(|&b| b == b'\n').map_or(text.len(), |i| pos + i + 1)
 }
 
 /// `start,count` as unified diffs write it: 1-based, `,count` left out when it is 1, and the

@@ -159,13 +159,11 @@ pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Res
     let removed = usize::from(request.operation == Operation::Replace);
     verify(&new_bytes, forms.len() + content_forms - removed)?;
 
-    let new_lines = LineIndex::new(&new_bytes);
-    let content_start = splice.range.start + splice.content.start;
     let report = EditReport {
         operation: request.operation,
         target: target_name,
         target_lines: lines.lines(cst.span(target.item)),
-        new_lines: new_lines.lines(content_start..content_start + splice.content.len()),
+        new_lines: splice.content_lines(lines.line(splice.range.start)),
         forms: content_forms,
         diff: unified_diff(old, &new_bytes, shown_path),
     };
@@ -202,6 +200,15 @@ struct Splice {
     range: Range<usize>,
     replacement: Vec<u8>,
     content: Range<usize>,
+}
+
+impl Splice {
+    /// The lines `content` occupies after the edit, given the line the splice starts on.
+    fn content_lines(&self, first_line: usize) -> LineRange {
+        let breaks = |end: usize| self.replacement[..end].iter().filter(|&&b| b == b'\n').count();
+        let last_byte = self.content.end.max(self.content.start + 1) - 1;
+        LineRange { first: first_line + breaks(self.content.start), last: first_line + breaks(last_byte) }
+    }
 }
 
 fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8]) -> Splice {

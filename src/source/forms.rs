@@ -133,16 +133,26 @@ pub(crate) struct Param {
     /// The parameter's variable, case-folded (absent when the lambda list is malformed).
     pub var: Option<String>,
     pub specializer: Specializer,
-    /// How the specializer is written in the file (`circle`, `t`, `(eql :x)`).
-    pub shown: String,
+    /// Where the specializer is written (`circle`, `(eql :x)`); none for a plain parameter.
+    written: Option<NodeId>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct MethodSignature {
     pub qualifiers: Vec<String>,
+    qualifier_nodes: Vec<NodeId>,
     pub params: Vec<Param>,
+}
+
+impl MethodSignature {
     /// `:around (circle t)`: the part of a `form_name` after the method name.
-    pub shown: String,
+    fn shown(&self, cst: &Cst) -> String {
+        let mut parts: Vec<String> = self.qualifier_nodes.iter().map(|&id| compact(cst, id, false)).collect();
+        let params: Vec<String> =
+            self.params.iter().map(|p| p.written.map_or_else(|| "t".to_string(), |id| compact(cst, id, false))).collect();
+        parts.push(format!("({})", params.join(" ")));
+        parts.join(" ")
+    }
 }
 
 /// Reads `qualifiers* lambda-list` (the elements after a method's name).
@@ -154,12 +164,10 @@ fn read_method(cst: &Cst, after_name: &[NodeId]) -> Option<MethodSignature> {
         .take_while(|&id| !cst.text(id).starts_with(b"&"))
         .map(|id| read_param(cst, id))
         .collect();
-    let mut shown: Vec<String> = qualifiers.iter().map(|&id| compact(cst, id, false)).collect();
-    shown.push(format!("({})", params.iter().map(|p| p.shown.as_str()).collect::<Vec<_>>().join(" ")));
     Some(MethodSignature {
         qualifiers: qualifiers.iter().map(|&id| qualifier_key(cst, id)).collect(),
+        qualifier_nodes: qualifiers.to_vec(),
         params,
-        shown: shown.join(" "),
     })
 }
 
@@ -172,17 +180,17 @@ fn read_param(cst: &Cst, id: NodeId) -> Param {
         NodeKind::Token => Param {
             var: Some(read_symbol(cst.text(id)).key),
             specializer: Specializer::Unspecialized,
-            shown: "t".into(),
+            written: None,
         },
         NodeKind::List => {
             let mut parts = cst.elements(id);
             let var = parts.next().and_then(|v| designator(cst, v));
             match parts.next() {
-                Some(spec) => Param { var, specializer: read_specializer(cst, spec), shown: compact(cst, spec, false) },
-                None => Param { var, specializer: Specializer::Unspecialized, shown: "t".into() },
+                Some(spec) => Param { var, specializer: read_specializer(cst, spec), written: Some(spec) },
+                None => Param { var, specializer: Specializer::Unspecialized, written: None },
             }
         }
-        _ => Param { var: None, specializer: Specializer::Other(compact(cst, id, true)), shown: compact(cst, id, false) },
+        _ => Param { var: None, specializer: Specializer::Other(compact(cst, id, true)), written: Some(id) },
     }
 }
 
@@ -245,15 +253,22 @@ pub(crate) struct TopForm {
     pub head: Option<Head>,
 }
 
-/// The operator and name of a list form whose operator is a symbol.
+/// The operator and name of a list form whose operator is a symbol. How they are written is
+/// only looked up for the few forms that end up in a message.
 #[derive(Debug, Clone)]
 pub(crate) struct Head {
     pub operator: String,
-    pub operator_shown: String,
+    operator_node: NodeId,
     pub name: Option<Name>,
-    pub name_shown: Option<String>,
+    name_node: Option<NodeId>,
     /// Present for `defmethod` forms.
     pub method: Option<MethodSignature>,
+}
+
+impl Head {
+    fn operator_shown(&self, cst: &Cst) -> String {
+        String::from_utf8_lossy(cst.text(self.operator_node)).into_owned()
+    }
 }
 
 impl TopForm {
@@ -272,20 +287,21 @@ impl TopForm {
 
     /// The name as `edit-lisp-form` takes it in `form_name`: `foo`, `(setf foo)`, and for a
     /// method also its qualifiers and specializers, `draw :around (circle)`.
-    pub fn form_name(&self) -> Option<String> {
+    pub fn form_name(&self, cst: &Cst) -> Option<String> {
         let head = self.head.as_ref()?;
-        let name = head.name_shown.clone()?;
+        head.name.as_ref()?;
+        let name = name_shown(cst, head.name_node?);
         Some(match &head.method {
-            Some(method) => format!("{name} {}", method.shown),
+            Some(method) => format!("{name} {}", method.shown(cst)),
             None => name,
         })
     }
 
     /// `defmethod draw :around (circle)`, `defun foo`, `(progn …)`: how messages name the form.
     pub fn describe(&self, cst: &Cst) -> String {
-        match (&self.head, self.form_name()) {
-            (Some(head), Some(name)) => format!("{} {name}", head.operator_shown),
-            (Some(head), None) => head.operator_shown.clone(),
+        match (&self.head, self.form_name(cst)) {
+            (Some(head), Some(name)) => format!("{} {name}", head.operator_shown(cst)),
+            (Some(head), None) => head.operator_shown(cst),
             (None, _) => shorten(&compact(cst, self.form, false), 60),
         }
     }
@@ -314,8 +330,8 @@ pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
             OutlineEntry {
                 lines: lines.lines(cst.span(form.item)),
                 conditions: form.conditions_shown(cst).trim_end().to_string(),
-                operator: form.head.as_ref().map(|h| h.operator_shown.clone()),
-                name: form.form_name(),
+                operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
+                name: form.form_name(cst),
                 description: form.describe(cst),
             }
         })
@@ -355,25 +371,19 @@ fn read_head(cst: &Cst, form: NodeId) -> Option<Head> {
     if cst.kind(form) != NodeKind::List {
         return None;
     }
-    let elements: Vec<NodeId> = cst.elements(form).collect();
-    let (&operator, rest) = elements.split_first()?;
+    let mut elements = cst.elements(form);
+    let operator = elements.next()?;
     if cst.kind(operator) != NodeKind::Token {
         return None;
     }
     let operator_key = read_symbol(cst.text(operator)).key;
-    let name_node = rest.first().copied();
+    let name_node = elements.next();
     let name = name_node.and_then(|id| read_name(cst, id));
     let method = match (operator_key.as_str(), name.is_some()) {
-        ("defmethod", true) => read_method(cst, &rest[1..]),
+        ("defmethod", true) => read_method(cst, &elements.collect::<Vec<_>>()),
         _ => None,
     };
-    Some(Head {
-        operator: operator_key,
-        operator_shown: String::from_utf8_lossy(cst.text(operator)).into_owned(),
-        name_shown: name.as_ref().zip(name_node).map(|(_, id)| name_shown(cst, id)),
-        name,
-        method,
-    })
+    Some(Head { operator: operator_key, operator_node: operator, name, name_node, method })
 }
 
 /// The name as written, without the options of a `(name options...)`.
@@ -549,7 +559,7 @@ impl MethodQuery {
 /// lets a bare symbol name an unspecialized parameter (`(shape stream)` for `((s shape) stream)`).
 fn specs_match(query: &[QuerySpec], params: &[Param], loose: bool) -> bool {
     let t = QuerySpec::Symbol("t".into());
-    let unspecialized = Param { var: None, specializer: Specializer::Unspecialized, shown: String::new() };
+    let unspecialized = Param { var: None, specializer: Specializer::Unspecialized, written: None };
     (0..query.len().max(params.len())).all(|i| {
         let q = query.get(i).unwrap_or(&t);
         let p = params.get(i).unwrap_or(&unspecialized);

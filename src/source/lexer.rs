@@ -67,19 +67,45 @@ fn fail<'a, T>(kind: LexErrorKind, at: Input<'a>, opener: Option<Input<'a>>) -> 
     Err(nom::Err::Failure(LexError { kind, at, opener }))
 }
 
+/// The syntax type of every byte, looked up rather than compared: the lexer asks for each byte.
+const fn syntax_table() -> [u8; 256] {
+    let mut table = [CONSTITUENT; 256];
+    let whitespace = [b' ', b'\t', b'\n', b'\r', 0x0c];
+    let mut i = 0;
+    while i < whitespace.len() {
+        table[whitespace[i] as usize] = WHITESPACE;
+        i += 1;
+    }
+    let terminating = [b'"', b'\'', b'(', b')', b',', b';', b'`'];
+    let mut i = 0;
+    while i < terminating.len() {
+        table[terminating[i] as usize] = TERMINATING;
+        i += 1;
+    }
+    table[b'\\' as usize] = ESCAPE;
+    table[b'|' as usize] = ESCAPE;
+    table
+}
+
+const CONSTITUENT: u8 = 0;
+const WHITESPACE: u8 = 1;
+const TERMINATING: u8 = 2;
+const ESCAPE: u8 = 3;
+static SYNTAX: [u8; 256] = syntax_table();
+
 /// Tab, Newline, Linefeed, Page, Return, Space: the standard syntax's whitespace[2].
 pub(crate) fn is_whitespace(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0c)
+    SYNTAX[b as usize] == WHITESPACE
 }
 
 fn is_terminating_macro(b: u8) -> bool {
-    matches!(b, b'"' | b'\'' | b'(' | b')' | b',' | b';' | b'`')
+    SYNTAX[b as usize] == TERMINATING
 }
 
 /// Bytes that continue a token as themselves. `#` is a non-terminating macro character, so it
 /// belongs here; `\` and `|` are escapes and handled separately.
 fn is_plain_constituent(b: u8) -> bool {
-    !is_whitespace(b) && !is_terminating_macro(b) && b != b'\\' && b != b'|'
+    SYNTAX[b as usize] == CONSTITUENT
 }
 
 /// Reads the next lexeme. `input` must not be empty.
@@ -157,6 +183,12 @@ fn token_part(input: Input) -> LexResult<Input> {
 
 /// A token: constituents and escapes up to whitespace or a terminating macro character.
 fn token(input: Input) -> LexResult<()> {
+    // Most tokens have no escapes: one scan of constituents ends them.
+    if let Ok((rest, _)) = take_while1::<_, _, LexError>(is_plain_constituent).parse_complete(input) {
+        if !matches!(rest.first(), Some(&b) if SYNTAX[b as usize] == ESCAPE) {
+            return Ok((rest, ()));
+        }
+    }
     value((), many1_count(token_part)).parse_complete(input)
 }
 
