@@ -242,6 +242,62 @@ mod tests {
         assert_eq!(diff, "--- a/f\n+++ b/f\n@@ -1 +1,3 @@\n-(a)\n\\ No newline at end of file\n+(a)\n+\n+(b)\n\\ No newline at end of file\n");
     }
 
+    /// Applies a unified diff of LF text, the way `patch` would.
+    fn apply(old: &str, diff: &str) -> String {
+        let old: Vec<&str> = old.split_inclusive('\n').collect();
+        let mut out = String::new();
+        let mut next = 0; // index of the next old line not yet copied
+        let mut lines = diff.lines().skip(2).peekable();
+        while let Some(header) = lines.next() {
+            let start: usize = header[4..].split([',', ' ']).next().and_then(|n| n.parse().ok()).expect("header");
+            let count_is_zero = header.split(' ').nth(1).is_some_and(|r| r.ends_with(",0"));
+            let first = if count_is_zero { start } else { start - 1 };
+            out.extend(old[next..first].iter().copied());
+            next = first;
+            while let Some(line) = lines.next_if(|l| !l.starts_with("@@")) {
+                let no_newline = lines.next_if(|l| l.starts_with('\\')).is_some();
+                let text = format!("{}{}", &line[1..], if no_newline { "" } else { "\n" });
+                match &line[..1] {
+                    " " => {
+                        out.push_str(&text);
+                        next += 1;
+                    }
+                    "-" => next += 1,
+                    _ => out.push_str(&text),
+                }
+            }
+        }
+        out.extend(old[next..].iter().copied());
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_diff_turns_old_into_new(
+            lines in proptest::collection::vec("[abc]{0,3}", 0..40),
+            from in 0usize..40,
+            removed in 0usize..8,
+            added in proptest::collection::vec("[abcx]{0,3}", 0..8),
+            final_newline in proptest::bool::ANY,
+        ) {
+            let join = |lines: &[String]| {
+                let mut text = lines.join("\n");
+                if final_newline && !text.is_empty() {
+                    text.push('\n');
+                }
+                text
+            };
+            let from = from.min(lines.len());
+            let to = (from + removed).min(lines.len());
+            let mut edited = lines.clone();
+            edited.splice(from..to, added);
+            let (old, new) = (join(&lines), join(&edited));
+            let diff = unified_diff(old.as_bytes(), new.as_bytes(), "f");
+            proptest::prop_assert_eq!(diff.is_empty(), old == new);
+            proptest::prop_assert_eq!(apply(&old, &diff), new, "{}", diff);
+        }
+    }
+
     #[test]
     fn huge_regions_fall_back_to_remove_and_add() {
         let old: String = (0..2000).map(|i| format!("a{i}\n")).collect();

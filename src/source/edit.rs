@@ -343,6 +343,17 @@ mod tests {
     }
 
     #[test]
+    fn block_comments_directly_above_are_attached_too() {
+        let source = "(a)\n\n#| About f.\n   More. |#\n;; And this.\n(defun f ())\n";
+        let out = edit(source, "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(a)\n\n(g)\n\n#| About f.\n   More. |#\n;; And this.\n(defun f ())\n");
+        // A comment that ends a line of code belongs to that code, not to the form below.
+        let source = "(a) ; about a\n(defun f ())\n";
+        let out = edit(source, "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(a) ; about a\n\n(g)\n\n(defun f ())\n");
+    }
+
+    #[test]
     fn insert_after_goes_below_a_trailing_comment() {
         let out = edit(FILE, "defun", "inc", Operation::InsertAfter, "(defvar *step* 1)");
         assert_eq!(out, FILE.replace("; trailing\n", "; trailing\n\n(defvar *step* 1)\n"));

@@ -102,7 +102,7 @@ impl AllowedRoots {
         let path = self.check(path)?;
         let shown = self.display(&path);
         match fs::read(&path) {
-            Ok(bytes) => Ok(SourceFile { path, shown, bytes }),
+            Ok(bytes) => Ok(SourceFile { shown, bytes }),
             Err(source) => Err(PathError::Read { path: shown, source }),
         }
     }
@@ -121,8 +121,6 @@ impl AllowedRoots {
 /// A file read through [`AllowedRoots::read`].
 #[derive(Debug)]
 pub struct SourceFile {
-    /// The resolved path.
-    pub path: PathBuf,
     /// The path for messages: relative to its root when possible.
     pub shown: String,
     pub bytes: Vec<u8>,
