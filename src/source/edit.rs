@@ -147,8 +147,9 @@ pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Res
         });
     }
 
-    let content = normalise_content(request.content, uses_crlf(old));
-    let splice = plan(&cst, target, request.operation, &content);
+    let eol = line_ending(old);
+    let content = normalise_content(request.content, eol);
+    let splice = plan(&cst, target, request.operation, &content, eol);
     let mut new_bytes = Vec::with_capacity(old.len() + splice.replacement.len());
     new_bytes.extend_from_slice(&old[..splice.range.start]);
     new_bytes.extend_from_slice(&splice.replacement);
@@ -182,20 +183,22 @@ fn verify(new_bytes: &[u8], expected_forms: usize) -> Result<(), EditError> {
     }
 }
 
-/// Whether the file's lines end in CRLF, judged by its first line break.
-fn uses_crlf(text: &[u8]) -> bool {
-    text.iter().position(|&b| b == b'\n').is_some_and(|i| i > 0 && text[i - 1] == b'\r')
+/// The file's line ending, judged by its first line break: `\r\n` or `\n`.
+fn line_ending(text: &[u8]) -> &'static str {
+    match text.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && text[i - 1] == b'\r' => "\r\n",
+        _ => "\n",
+    }
 }
 
 /// `content` without surrounding blank space, with the file's line endings.
-fn normalise_content(content: &str, crlf: bool) -> Vec<u8> {
+fn normalise_content(content: &str, eol: &str) -> Vec<u8> {
     let trimmed = content.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c'));
-    let lf = trimmed.replace("\r\n", "\n");
-    if crlf { lf.replace('\n', "\r\n") } else { lf }.into_bytes()
+    trimmed.replace("\r\n", "\n").replace('\n', eol).into_bytes()
 }
 
 /// A change to the text: `range` becomes `replacement`, in which the new forms are `content`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Splice {
     range: Range<usize>,
     replacement: Vec<u8>,
@@ -211,7 +214,7 @@ impl Splice {
     }
 }
 
-fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8]) -> Splice {
+fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: &str) -> Splice {
     let source = cst.source();
     let at = match operation {
         Operation::Replace => {
@@ -221,9 +224,8 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8]) -> Sp
         Operation::InsertBefore => attached_comments_start(cst, target),
         Operation::InsertAfter => end_of_line_after(source, cst.span(target.item).end),
     };
-    let eol: &[u8] = if uses_crlf(source) { b"\r\n" } else { b"\n" };
     let (before, after) = source.split_at(at);
-    let mut replacement = eol.repeat(breaks_needed_before(before));
+    let mut replacement = eol.repeat(breaks_needed_before(before)).into_bytes();
     let content_start = replacement.len();
     replacement.extend_from_slice(content);
     let content_end = replacement.len();
@@ -233,7 +235,7 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8]) -> Sp
     } else {
         2usize.saturating_sub(leading_breaks(after))
     };
-    replacement.extend(eol.repeat(breaks_after));
+    replacement.extend(eol.repeat(breaks_after).bytes());
     Splice { range: at..at, replacement, content: content_start..content_end }
 }
 
@@ -308,8 +310,9 @@ mod tests {
         let lines = LineIndex::new(source.as_bytes());
         let query = Query::parse(form_type, form_name).expect("query");
         let target = find_target(&cst, &lines, &forms, &query, form_name, None).expect("target");
-        let content = normalise_content(content, uses_crlf(source.as_bytes()));
-        let splice = plan(&cst, target, operation, &content);
+        let eol = line_ending(source.as_bytes());
+        let content = normalise_content(content, eol);
+        let splice = plan(&cst, target, operation, &content, eol);
         let mut out = source.as_bytes().to_vec();
         out.splice(splice.range, splice.replacement);
         String::from_utf8(out).expect("utf-8")

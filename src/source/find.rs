@@ -97,8 +97,12 @@ fn similar_names<'f>(forms: &'f [TopForm], query: &Query) -> Vec<&'f TopForm> {
             if name == &query.name {
                 return None;
             }
-            let distance = edit_distance(wanted, name.key())?;
             let contains = wanted.chars().count() >= 3 && (name.key().contains(wanted) || wanted.contains(name.key()));
+            // Lengths bound the distance from below; skip the full computation when that is enough.
+            if !contains && wanted.chars().count().abs_diff(name.key().chars().count()) > limit {
+                return None;
+            }
+            let distance = edit_distance(wanted, name.key())?;
             (distance <= limit || contains).then_some((distance, head.operator != query.operator, position, form))
         })
         .collect();

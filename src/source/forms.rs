@@ -338,7 +338,7 @@ pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
         .collect()
 }
 
-pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
+fn shorten(text: &str, max_chars: usize) -> String {
     if text.chars().count() <= max_chars {
         return text.to_string();
     }
@@ -386,14 +386,15 @@ fn read_head(cst: &Cst, form: NodeId) -> Option<Head> {
     Some(Head { operator: operator_key, operator_node: operator, name, name_node, method })
 }
 
-/// The name as written, without the options of a `(name options...)`.
+/// The name as written, without the options of a `(name options...)`. Never shortened: it must
+/// work as a `form_name`.
 fn name_shown(cst: &Cst, id: NodeId) -> String {
     let is_setf = matches!(read_name(cst, id), Some(Name::Setf(_)));
     let shown = match (cst.kind(id), is_setf) {
         (NodeKind::List, false) => cst.elements(id).next().unwrap_or(id),
         _ => id,
     };
-    shorten(&compact(cst, shown, false), 60)
+    compact(cst, shown, false)
 }
 
 /// One element of the specializer list in a `form_name`.
