@@ -157,6 +157,16 @@ fn crlf_files_stay_crlf_and_the_bom_stays() {
 }
 
 #[test]
+fn an_edit_that_changes_nothing_writes_nothing() {
+    let project = Project::new();
+    let file = project.file("a.lisp", "(defun f () 1)\n");
+    let mtime = project.mtime("a.lisp");
+    let text = project.edit_ok(&file, "defun", "f", "replace", "(defun f () 1)");
+    assert_eq!(text, "Replaced `defun f` (line 1) in a.lisp with 1 form, now at line 1. The file already reads exactly so; nothing changed.");
+    assert_eq!(project.mtime("a.lisp"), mtime);
+}
+
+#[test]
 fn a_missing_final_newline_stays_missing() {
     let project = Project::new();
     let file = project.file("short.lisp", "(defun a () 1)\n\n(defun b () 2)");

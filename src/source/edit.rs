@@ -5,11 +5,12 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 
-use super::cst::{line_start_before, Cst, LineIndex, LineRange, ParseError, BOM};
+use super::cst::{line_start_before, Cst, LineIndex, LineRange, NodeKind, ParseError, BOM};
 use super::diff::unified_diff;
 use super::files::{Snapshot, WriteError};
 use super::find::find_target;
 use super::forms::{top_forms, Query, TopForm};
+use super::lexer::is_whitespace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -105,8 +106,12 @@ impl PreparedEdit {
         &self.new_bytes
     }
 
-    /// Writes the edit atomically, unless the file changed since it was read.
+    /// Writes the edit atomically, unless the file changed since it was read. An edit that
+    /// changes nothing writes nothing.
     pub fn commit(self) -> Result<EditReport, EditError> {
+        if self.new_bytes == self.snapshot.bytes {
+            return Ok(self.report);
+        }
         match self.snapshot.write_atomically(&self.new_bytes) {
             Ok(()) => Ok(self.report),
             Err(WriteError::Changed) => Err(EditError::Changed),
@@ -243,7 +248,7 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: 
 /// the start of the file.
 fn breaks_needed_before(before: &[u8]) -> usize {
     let before = before.strip_prefix(BOM).unwrap_or(before);
-    let blank = before.iter().rev().take_while(|&&b| super::lexer::is_whitespace(b)).count();
+    let blank = before.iter().rev().take_while(|&&b| is_whitespace(b)).count();
     if blank == before.len() {
         return 0;
     }
@@ -252,7 +257,7 @@ fn breaks_needed_before(before: &[u8]) -> usize {
 }
 
 fn leading_breaks(after: &[u8]) -> usize {
-    after.iter().take_while(|&&b| super::lexer::is_whitespace(b)).filter(|&&b| b == b'\n').count()
+    after.iter().take_while(|&&b| is_whitespace(b)).filter(|&&b| b == b'\n').count()
 }
 
 /// Where an `insert_before` goes: the start of the comment lines directly above the target (no
@@ -271,7 +276,7 @@ fn attached_comments_start(cst: &Cst, target: &TopForm) -> usize {
     while i >= 2 {
         let (comment, gap) = (top[i - 2], top[i - 1]);
         let single_break = cst.text(gap).iter().filter(|&&b| b == b'\n').count() == 1;
-        if !cst.kind(comment).is_comment() || cst.kind(gap) != super::cst::NodeKind::Whitespace || !single_break {
+        if !cst.kind(comment).is_comment() || cst.kind(gap) != NodeKind::Whitespace || !single_break {
             break;
         }
         match line_start_before(source, cst.span(comment).start) {

@@ -92,9 +92,8 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput>
     let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
     let operation = Operation::parse(operation).ok_or_else(|| {
-        ToolOutput::error(format!(
-            "Argument `operation` must be one of \"replace\", \"insert_before\", \"insert_after\"; got \"{operation}\"."
-        ))
+        let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
+        ToolOutput::error(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
     })?;
     let request = EditRequest {
         form_type: args.required_str("form_type")?,
@@ -116,8 +115,12 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput>
     } else {
         prepared.commit().map_err(|e| ToolOutput::error(e.to_string()))?
     };
-    Ok(ToolOutput::success(format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff))
-        .with_structured(structured(&report, &shown, dry_run)))
+    let text = if report.diff.is_empty() {
+        format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
+    } else {
+        format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
+    };
+    Ok(ToolOutput::success(text).with_structured(structured(&report, &shown, dry_run)))
 }
 
 /// One line saying what was (or would be) done, where.
@@ -148,7 +151,7 @@ fn structured(report: &EditReport, file: &str, dry_run: bool) -> Value {
         "target_lines": [report.target_lines.first, report.target_lines.last],
         "new_lines": [report.new_lines.first, report.new_lines.last],
         "forms": report.forms,
-        "written": !dry_run,
+        "written": !dry_run && !report.diff.is_empty(),
         "diff": report.diff,
     })
 }
