@@ -19,19 +19,18 @@ pub(crate) fn find_target<'f>(
         (1, None) => Ok(matches[0]),
         (n, Some(i)) if (1..=n).contains(&i) => Ok(matches[i - 1]),
         (n, index) => {
-            let listing: Vec<String> = matches
-                .iter()
-                .enumerate()
-                .map(|(i, form)| format!("  {}. {}", i + 1, located(cst, lines, form)))
-                .collect();
             let problem = match index {
                 Some(i) => format!("`index` {i} is out of range: `{wanted}` matches {n} forms"),
                 None => format!("`{wanted}` matches {n} forms"),
             };
-            Err(format!(
-                "{problem}. Pass `index` (1-based, in file order) to pick one, or make `form_name` more specific:\n{}",
-                listing.join("\n")
-            ))
+            let mut text = format!(
+                "{problem}. Pass `index` (1-based, in file order) to pick one, or make `form_name` more specific:"
+            );
+            for (i, form) in matches.iter().enumerate().take(MAX_LISTED) {
+                text.push_str(&format!("\n  {}. {}", i + 1, located(cst, lines, form)));
+            }
+            push_more(&mut text, n);
+            Err(text)
         }
     }
 }
@@ -42,6 +41,14 @@ pub(crate) fn located(cst: &Cst, lines: &LineIndex, form: &TopForm) -> String {
 }
 
 const MAX_HINTS: usize = 5;
+/// Candidates listed in full before the rest are only counted.
+const MAX_LISTED: usize = 30;
+
+fn push_more(text: &mut String, total: usize) {
+    if total > MAX_LISTED {
+        text.push_str(&format!("\n  … and {} more", total - MAX_LISTED));
+    }
+}
 
 fn not_found(cst: &Cst, lines: &LineIndex, forms: &[TopForm], query: &Query, wanted: &str) -> String {
     let mut text = format!("No `{wanted}` in this file.");
@@ -52,9 +59,10 @@ fn not_found(cst: &Cst, lines: &LineIndex, forms: &[TopForm], query: &Query, wan
         let methods: Vec<&TopForm> = forms.iter().filter(same_name).filter(same_operator).collect();
         if !methods.is_empty() {
             text.push_str(" These methods have that name; use the part after `defmethod` as `form_name`:");
-            for method in methods.iter().take(20) {
+            for method in methods.iter().take(MAX_LISTED) {
                 text.push_str(&format!("\n  {}", located(cst, lines, method)));
             }
+            push_more(&mut text, methods.len());
             return text;
         }
     }
@@ -200,6 +208,15 @@ mod tests {
         let error = find(SOURCE, "defclass", "zzz", None).unwrap_err();
         assert!(error.contains("no `defclass` forms at all"), "{error}");
         assert!(error.contains("lisp-outline"), "{error}");
+    }
+
+    #[test]
+    fn long_listings_are_cut() {
+        let source: String = (0..40).map(|i| format!("(defmethod draw ((s shape{i})))\n")).collect();
+        let error = find(&source, "defmethod", "draw", None).unwrap_err();
+        assert!(error.contains("\n  30. line 30: defmethod draw (shape29)\n  … and 10 more"), "{error}");
+        let error = find(&source, "defmethod", "draw (circle)", None).unwrap_err();
+        assert!(error.ends_with("line 30: defmethod draw (shape29)\n  … and 10 more"), "{error}");
     }
 
     #[test]
