@@ -12,6 +12,7 @@ use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::image::LaunchSettings;
 use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
@@ -61,6 +62,10 @@ struct Cli {
     /// When nothing answers at host:port, start a private SBCL with swank there (stopped when swank-mcp exits).
     #[arg(long, global = true)]
     launch: bool,
+
+    /// Directory whose files the source tools (edit-lisp-form, ...) may read and write; repeatable. Default: the working directory.
+    #[arg(long = "root", value_name = "DIR", global = true)]
+    roots: Vec<PathBuf>,
 
     /// swank-loader.lisp to use with --launch (default: Debian's cl-swank, Quicklisp or ELPA installs).
     #[arg(long, global = true)]
@@ -156,7 +161,8 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
         launch: cli.launch.then(|| LaunchSettings { swank_loader: cli.swank_loader.clone() }),
     };
     let settings = Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output };
-    Ok(Arc::new(Toolbox::new(settings, vec![image])))
+    let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
+    Ok(Arc::new(Toolbox::new(settings, vec![image], roots)))
 }
 
 fn is_loopback(host: &str) -> bool {

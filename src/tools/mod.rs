@@ -4,9 +4,12 @@
 //! cancellation token and gets back a [`ToolOutput`].
 
 pub mod arguments;
+pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod image;
 pub mod launch;
+pub mod lisp_check_parens;
+pub mod lisp_outline;
 pub mod lisp_reply;
 pub mod output;
 
@@ -15,6 +18,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::source::AllowedRoots;
 
 pub use arguments::{ArgumentError, Arguments};
 use image::Image;
@@ -30,17 +35,19 @@ pub struct Settings {
     pub max_output: usize,
 }
 
-/// Everything the tools share: settings and the images they work in.
+/// Everything the tools share: settings, the images they work in, and the directories the
+/// source tools may touch.
 pub struct Toolbox {
     pub settings: Settings,
     images: Vec<Arc<Image>>,
+    roots: AllowedRoots,
 }
 
 impl Toolbox {
     /// `images` must not be empty; the first one is the default.
-    pub fn new(settings: Settings, images: Vec<ImageSettings>) -> Self {
+    pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
-        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect() }
+        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect(), roots }
     }
 
     pub fn images(&self) -> &[Arc<Image>] {
@@ -48,7 +55,12 @@ impl Toolbox {
     }
 
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        vec![evaluate_lisp::definition()]
+        vec![
+            evaluate_lisp::definition(),
+            edit_lisp_form::definition(),
+            lisp_check_parens::definition(),
+            lisp_outline::definition(),
+        ]
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
@@ -60,9 +72,23 @@ impl Toolbox {
         let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel };
         let output = match name {
             "evaluate-lisp" => evaluate_lisp::call(&context, &args).await,
+            // Source tools read and write files on this machine only; they never wait on the
+            // image, but file I/O still belongs off the async workers.
+            "edit-lisp-form" => self.source_tool(edit_lisp_form::call, args).await,
+            "lisp-check-parens" => self.source_tool(lisp_check_parens::call, args).await,
+            "lisp-outline" => self.source_tool(lisp_outline::call, args).await,
             _ => return None,
         };
         Some(output)
+    }
+}
+
+impl Toolbox {
+    async fn source_tool(self: &Arc<Self>, tool: fn(&Arguments, &AllowedRoots) -> ToolOutput, args: Arguments) -> ToolOutput {
+        let toolbox = self.clone();
+        tokio::task::spawn_blocking(move || tool(&args, &toolbox.roots))
+            .await
+            .unwrap_or_else(|e| ToolOutput::error(format!("The tool failed unexpectedly: {e}")))
     }
 }
 

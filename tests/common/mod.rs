@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::launch::{self, LaunchedImage};
 use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
@@ -59,7 +60,7 @@ pub fn image_settings(port: u16) -> ImageSettings {
 }
 
 pub fn toolbox(port: u16) -> Arc<Toolbox> {
-    Arc::new(Toolbox::new(settings(), vec![image_settings(port)]))
+    Arc::new(Toolbox::new(settings(), vec![image_settings(port)], AllowedRoots::new(Vec::new()).unwrap()))
 }
 
 /// A port nothing listens on.

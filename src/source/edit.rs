@@ -1,0 +1,418 @@
+//! `edit-lisp-form`'s engine: find one top-level form and replace it or insert new forms next to
+//! it, changing no other byte of the file.
+
+use std::io;
+use std::ops::Range;
+use std::path::Path;
+
+use super::cst::{line_start_before, Cst, LineIndex, LineRange, NodeKind, ParseError, BOM};
+use super::diff::unified_diff;
+use super::files::{Snapshot, WriteError};
+use super::find::find_target;
+use super::forms::{top_forms, Query, TopForm};
+use super::lexer::is_whitespace;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Replace,
+    InsertBefore,
+    InsertAfter,
+}
+
+impl Operation {
+    pub const NAMES: [&'static str; 3] = ["replace", "insert_before", "insert_after"];
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "replace" => Some(Operation::Replace),
+            "insert_before" => Some(Operation::InsertBefore),
+            "insert_after" => Some(Operation::InsertAfter),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Replace => "replace",
+            Operation::InsertBefore => "insert_before",
+            Operation::InsertAfter => "insert_after",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct EditRequest<'a> {
+    pub form_type: &'a str,
+    pub form_name: &'a str,
+    pub operation: Operation,
+    pub content: &'a str,
+    /// 1-based choice among several matching forms.
+    pub index: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    #[error("{0}")]
+    Query(String),
+    #[error("`content` is not valid Lisp (lines and columns count within `content`): {0}. The file was not touched.")]
+    ContentSyntax(Box<ParseError>),
+    #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
+    EmptyContent,
+    #[error("Cannot read `{path}`: {source}.")]
+    Read { path: String, source: io::Error },
+    #[error("`{path}` does not read as Lisp, so it cannot be edited structurally: {error}. Fix that first (`lisp-check-parens` shows where); the file was not touched.")]
+    FileSyntax { path: String, error: Box<ParseError> },
+    #[error("{0}\nThe file was not touched.")]
+    Target(String),
+    #[error("`{target}` stands behind the reader conditional `{condition}`, which applies to exactly one form, but `content` holds {forms}. Replace it with one form (wrap several in `progn`). The file was not touched.")]
+    ConditionalTakesOneForm { target: String, condition: String, forms: usize },
+    #[error("The edit would not read back as the intended forms ({0}), probably because `content` runs into the text around the form; nothing written.")]
+    Verify(String),
+    #[error("file changed while editing; nothing written. Read it again and retry.")]
+    Changed,
+    #[error("Cannot write `{path}`: {source}; nothing written.")]
+    Write { path: String, source: io::Error },
+}
+
+/// What an edit did, for the reply.
+#[derive(Debug, Clone)]
+pub struct EditReport {
+    pub operation: Operation,
+    /// How the target is named in messages, e.g. `#+sbcl defun foo`.
+    pub target: String,
+    /// The target's lines before the edit.
+    pub target_lines: LineRange,
+    /// The lines the new form(s) occupy after the edit.
+    pub new_lines: LineRange,
+    pub forms: usize,
+    pub diff: String,
+}
+
+/// An edit computed but not yet written.
+#[derive(Debug)]
+pub struct PreparedEdit {
+    snapshot: Snapshot,
+    new_bytes: Vec<u8>,
+    report: EditReport,
+}
+
+impl PreparedEdit {
+    pub fn report(&self) -> &EditReport {
+        &self.report
+    }
+
+    /// The whole file as it will be written.
+    pub fn new_text(&self) -> &[u8] {
+        &self.new_bytes
+    }
+
+    /// Writes the edit atomically, unless the file changed since it was read. An edit that
+    /// changes nothing writes nothing.
+    pub fn commit(self) -> Result<EditReport, EditError> {
+        if self.new_bytes == self.snapshot.bytes {
+            return Ok(self.report);
+        }
+        match self.snapshot.write_atomically(&self.new_bytes) {
+            Ok(()) => Ok(self.report),
+            Err(WriteError::Changed) => Err(EditError::Changed),
+            Err(WriteError::Io(source)) => {
+                Err(EditError::Write { path: self.snapshot.path.display().to_string(), source })
+            }
+        }
+    }
+}
+
+/// Reads `path` once and computes the edit; `shown_path` names the file in messages and the diff.
+/// `content` is checked before the file is even read.
+pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Result<PreparedEdit, EditError> {
+    let query = Query::parse(request.form_type, request.form_name).map_err(EditError::Query)?;
+    let content_forms = Cst::parse(request.content.as_bytes())
+        .map_err(|e| EditError::ContentSyntax(Box::new(e)))?
+        .top_level_forms()
+        .count();
+    if content_forms == 0 {
+        return Err(EditError::EmptyContent);
+    }
+
+    let snapshot = Snapshot::read(path).map_err(|source| EditError::Read { path: shown_path.into(), source })?;
+    let old = &snapshot.bytes;
+    let cst = Cst::parse(old).map_err(|e| EditError::FileSyntax { path: shown_path.into(), error: Box::new(e) })?;
+    let lines = LineIndex::new(old);
+    let forms = top_forms(&cst);
+    let wanted = format!("{} {}", request.form_type.trim(), request.form_name.trim());
+    let target = find_target(&cst, &lines, &forms, &query, &wanted, request.index).map_err(EditError::Target)?;
+    let target_name = format!("{}{}", target.conditions_shown(&cst), target.describe(&cst));
+
+    if let (Operation::Replace, Some(&condition), 2..) = (request.operation, target.conditions.last(), content_forms) {
+        let feature = cst.elements(condition).next().map_or(0..0, |f| cst.span(f));
+        return Err(EditError::ConditionalTakesOneForm {
+            target: target_name,
+            condition: String::from_utf8_lossy(&old[cst.span(condition).start..feature.end]).into_owned(),
+            forms: content_forms,
+        });
+    }
+
+    let eol = line_ending(old);
+    let content = normalise_content(request.content, eol);
+    let splice = plan(&cst, target, request.operation, &content, eol);
+    let mut new_bytes = Vec::with_capacity(old.len() + splice.replacement.len());
+    new_bytes.extend_from_slice(&old[..splice.range.start]);
+    new_bytes.extend_from_slice(&splice.replacement);
+    new_bytes.extend_from_slice(&old[splice.range.end..]);
+
+    // A replaced form under a reader conditional leaves the conditional, but then `content` is
+    // one form, so the count works out the same.
+    let removed = usize::from(request.operation == Operation::Replace);
+    verify(&new_bytes, forms.len() + content_forms - removed)?;
+
+    let report = EditReport {
+        operation: request.operation,
+        target: target_name,
+        target_lines: lines.lines(cst.span(target.item)),
+        new_lines: splice.content_lines(lines.line(splice.range.start)),
+        forms: content_forms,
+        diff: unified_diff(old, &new_bytes, shown_path),
+    };
+    Ok(PreparedEdit { snapshot, new_bytes, report })
+}
+
+/// The edited text must read, with the number of top-level forms the edit implies: a `content`
+/// ending in a token or a line comment could otherwise merge with the text after it.
+fn verify(new_bytes: &[u8], expected_forms: usize) -> Result<(), EditError> {
+    let cst = Cst::parse(new_bytes).map_err(|e| EditError::Verify(e.to_string()))?;
+    let forms = cst.top_level_forms().count();
+    if forms == expected_forms {
+        Ok(())
+    } else {
+        Err(EditError::Verify(format!("{forms} top-level forms instead of {expected_forms}")))
+    }
+}
+
+/// The file's line ending, judged by its first line break: `\r\n` or `\n`.
+fn line_ending(text: &[u8]) -> &'static str {
+    match text.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && text[i - 1] == b'\r' => "\r\n",
+        _ => "\n",
+    }
+}
+
+/// `content` without surrounding blank space, with the file's line endings.
+fn normalise_content(content: &str, eol: &str) -> Vec<u8> {
+    let trimmed = content.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c'));
+    trimmed.replace("\r\n", "\n").replace('\n', eol).into_bytes()
+}
+
+/// A change to the text: `range` becomes `replacement`, in which the new forms are `content`.
+#[derive(Debug)]
+struct Splice {
+    range: Range<usize>,
+    replacement: Vec<u8>,
+    content: Range<usize>,
+}
+
+impl Splice {
+    /// The lines `content` occupies after the edit, given the line the splice starts on.
+    fn content_lines(&self, first_line: usize) -> LineRange {
+        let breaks = |end: usize| self.replacement[..end].iter().filter(|&&b| b == b'\n').count();
+        let last_byte = self.content.end.max(self.content.start + 1) - 1;
+        LineRange { first: first_line + breaks(self.content.start), last: first_line + breaks(last_byte) }
+    }
+}
+
+fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: &str) -> Splice {
+    let source = cst.source();
+    let at = match operation {
+        Operation::Replace => {
+            let range = cst.span(target.form);
+            return Splice { range, replacement: content.to_vec(), content: 0..content.len() };
+        }
+        Operation::InsertBefore => attached_comments_start(cst, target),
+        Operation::InsertAfter => end_of_line_after(source, cst.span(target.item).end),
+    };
+    let (before, after) = source.split_at(at);
+    let mut replacement = eol.repeat(breaks_needed_before(before)).into_bytes();
+    let content_start = replacement.len();
+    replacement.extend_from_slice(content);
+    let content_end = replacement.len();
+    let breaks_after = if after.is_empty() {
+        // At the end of the file: keep whether it ended with a newline.
+        usize::from(source.ends_with(b"\n"))
+    } else {
+        2usize.saturating_sub(leading_breaks(after))
+    };
+    replacement.extend(eol.repeat(breaks_after).bytes());
+    Splice { range: at..at, replacement, content: content_start..content_end }
+}
+
+/// Line breaks to add after `before` so that one blank line separates it from new text; none at
+/// the start of the file.
+fn breaks_needed_before(before: &[u8]) -> usize {
+    let before = before.strip_prefix(BOM).unwrap_or(before);
+    let blank = before.iter().rev().take_while(|&&b| is_whitespace(b)).count();
+    if blank == before.len() {
+        return 0;
+    }
+    let breaks = before[before.len() - blank..].iter().filter(|&&b| b == b'\n').count();
+    2usize.saturating_sub(breaks)
+}
+
+fn leading_breaks(after: &[u8]) -> usize {
+    after.iter().take_while(|&&b| is_whitespace(b)).filter(|&&b| b == b'\n').count()
+}
+
+/// Where an `insert_before` goes: the start of the comment lines directly above the target (no
+/// blank line between), or of the target's own line, or the target itself when other code
+/// shares its line.
+fn attached_comments_start(cst: &Cst, target: &TopForm) -> usize {
+    let source = cst.source();
+    let top = cst.top_level();
+    let mut start = cst.span(target.item).start;
+    match line_start_before(source, start) {
+        Some(line_start) => start = line_start,
+        None => return start,
+    }
+    let mut i = target.top_index;
+    // Each step takes one comment and the single line break after it.
+    while i >= 2 {
+        let (comment, gap) = (top[i - 2], top[i - 1]);
+        let single_break = cst.text(gap).iter().filter(|&&b| b == b'\n').count() == 1;
+        if !cst.kind(comment).is_comment() || cst.kind(gap) != NodeKind::Whitespace || !single_break {
+            break;
+        }
+        match line_start_before(source, cst.span(comment).start) {
+            Some(line_start) => start = line_start,
+            None => break,
+        }
+        i -= 2;
+    }
+    start
+}
+
+/// Where an `insert_after` goes: after the line break that ends the target's last line (past a
+/// trailing `;` comment), or right after the target when other code follows on its line.
+fn end_of_line_after(source: &[u8], end: usize) -> usize {
+    let rest = &source[end..];
+    let mut i = rest.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    if rest.get(i) == Some(&b';') {
+        i += rest[i..].iter().take_while(|&&b| b != b'\n').count();
+    }
+    match &rest[i..] {
+        [] => source.len(),
+        [b'\n', ..] => end + i + 1,
+        [b'\r', b'\n', ..] => end + i + 2,
+        _ => end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Applies an edit to an in-memory text and returns the result.
+    fn edit(source: &str, form_type: &str, form_name: &str, operation: Operation, content: &str) -> String {
+        let cst = Cst::parse(source.as_bytes()).expect("parses");
+        let forms = top_forms(&cst);
+        let lines = LineIndex::new(source.as_bytes());
+        let query = Query::parse(form_type, form_name).expect("query");
+        let target = find_target(&cst, &lines, &forms, &query, form_name, None).expect("target");
+        let eol = line_ending(source.as_bytes());
+        let content = normalise_content(content, eol);
+        let splice = plan(&cst, target, operation, &content, eol);
+        let mut out = source.as_bytes().to_vec();
+        out.splice(splice.range, splice.replacement);
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    const FILE: &str = "\
+(in-package :app)
+
+;;; Section header
+
+;; Adds one.
+;; Really.
+(defun inc (x)
+  (1+ x)) ; trailing
+
+(defun dec (x) (1- x))
+";
+
+    #[test]
+    fn replace_swaps_only_the_form() {
+        let out = edit(FILE, "defun", "inc", Operation::Replace, "\n(defun inc (x)\n  (+ x 1))\n\n");
+        assert_eq!(out, FILE.replace("(defun inc (x)\n  (1+ x))", "(defun inc (x)\n  (+ x 1))"));
+    }
+
+    #[test]
+    fn insert_before_goes_above_the_attached_comments() {
+        let out = edit(FILE, "defun", "inc", Operation::InsertBefore, "(defvar *step* 1)");
+        assert_eq!(out, FILE.replace(";; Adds one.", "(defvar *step* 1)\n\n;; Adds one."));
+        let out = edit(FILE, "defun", "dec", Operation::InsertBefore, "(defvar *step* 1)");
+        assert_eq!(out, FILE.replace("(defun dec", "(defvar *step* 1)\n\n(defun dec"));
+    }
+
+    #[test]
+    fn block_comments_directly_above_are_attached_too() {
+        let source = "(a)\n\n#| About f.\n   More. |#\n;; And this.\n(defun f ())\n";
+        let out = edit(source, "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(a)\n\n(g)\n\n#| About f.\n   More. |#\n;; And this.\n(defun f ())\n");
+        // A comment that ends a line of code belongs to that code, not to the form below.
+        let source = "(a) ; about a\n(defun f ())\n";
+        let out = edit(source, "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(a) ; about a\n\n(g)\n\n(defun f ())\n");
+    }
+
+    #[test]
+    fn insert_after_goes_below_a_trailing_comment() {
+        let out = edit(FILE, "defun", "inc", Operation::InsertAfter, "(defvar *step* 1)");
+        assert_eq!(out, FILE.replace("; trailing\n", "; trailing\n\n(defvar *step* 1)\n"));
+        let out = edit(FILE, "defun", "dec", Operation::InsertAfter, "(defvar *step* 1)");
+        assert_eq!(out, format!("{FILE}\n(defvar *step* 1)\n"));
+    }
+
+    #[test]
+    fn no_trailing_newline_stays_that_way() {
+        let out = edit("(a)\n(defun f ())", "defun", "f", Operation::InsertAfter, "(g)\n");
+        assert_eq!(out, "(a)\n(defun f ())\n\n(g)");
+        let out = edit("(defun f ())", "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(g)\n\n(defun f ())");
+    }
+
+    #[test]
+    fn crlf_files_get_crlf() {
+        let source = "(a)\r\n\r\n(defun f ()\r\n  1)\r\n";
+        let out = edit(source, "defun", "f", Operation::InsertAfter, "(defun g ()\n  2)");
+        assert_eq!(out, "(a)\r\n\r\n(defun f ()\r\n  1)\r\n\r\n(defun g ()\r\n  2)\r\n");
+        let out = edit(source, "defun", "f", Operation::Replace, "(defun f ()\n  3)");
+        assert_eq!(out, "(a)\r\n\r\n(defun f ()\r\n  3)\r\n");
+        let out = edit("(defun f ()\n  1)\n", "defun", "f", Operation::Replace, "(defun f ()\r\n  3)");
+        assert_eq!(out, "(defun f ()\n  3)\n");
+    }
+
+    #[test]
+    fn the_bom_stays_first() {
+        let out = edit("\u{feff}(defun f ())\n", "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "\u{feff}(g)\n\n(defun f ())\n");
+    }
+
+    #[test]
+    fn reader_conditionals_stay_with_their_form() {
+        let source = "#+sbcl\n(defun f () 1)\n";
+        assert_eq!(edit(source, "defun", "f", Operation::Replace, "(defun f () 2)"), "#+sbcl\n(defun f () 2)\n");
+        assert_eq!(edit(source, "defun", "f", Operation::InsertBefore, "(g)"), "(g)\n\n#+sbcl\n(defun f () 1)\n");
+        assert_eq!(edit(source, "defun", "f", Operation::InsertAfter, "(g)"), "#+sbcl\n(defun f () 1)\n\n(g)\n");
+    }
+
+    #[test]
+    fn forms_sharing_a_line() {
+        let out = edit("(a) (defun f ()) (b)\n", "defun", "f", Operation::InsertAfter, "(g)");
+        assert_eq!(out, "(a) (defun f ())\n\n(g)\n\n (b)\n");
+        let out = edit("(a) (defun f ())\n", "defun", "f", Operation::InsertBefore, "(g)");
+        assert_eq!(out, "(a) \n\n(g)\n\n(defun f ())\n");
+    }
+
+    #[test]
+    fn verify_catches_content_running_into_its_neighbours() {
+        assert!(verify(b"(a) foo(b)", 3).is_ok());
+        assert!(matches!(verify(b"(a) foobar", 3), Err(EditError::Verify(_))));
+    }
+}

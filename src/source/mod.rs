@@ -1,0 +1,17 @@
+//! Source files as a lossless concrete syntax tree, and the structural edits built on it.
+//!
+//! Everything here runs in the server process on the file's bytes; no Lisp image is involved.
+
+mod cst;
+mod diff;
+mod edit;
+mod files;
+mod find;
+mod forms;
+mod lexer;
+
+pub use cst::{line_count, Cst, Leaves, LineIndex, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
+pub use diff::unified_diff;
+pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
+pub use files::{AllowedRoots, PathError, RootList, SourceFile};
+pub use forms::{outline, OutlineEntry};

@@ -1,0 +1,104 @@
+//! `lisp-check-parens`: whether Lisp text reads as complete forms, and if not, where the first
+//! problem is and which opener it belongs to. Runs in this process on the source CST.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::{Annotations, Arguments, ToolDefinition, ToolOutput};
+use crate::source::{line_count, AllowedRoots, Cst, ParseError};
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "lisp-check-parens",
+        title: "Check Lisp parentheses",
+        description: "Check that Common Lisp source reads as complete forms: balanced parentheses, terminated strings, \
+`|...|` symbols and `#|...|#` comments. Give either `file_path` or `code`. On a problem it reports the line and column \
+where the reader failed and of the opener that was left open, with a hint where a missing `)` most likely belongs. Use \
+it before compiling or loading hand-edited code, and to locate the damage when a file no longer reads.",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "file_path": {
+                    "type": "string",
+                    "description": "A Lisp source file to check: absolute, or relative to the server's first --root \
+directory (by default its working directory). It must lie under an allowed root."
+                },
+                "code": {
+                    "type": "string",
+                    "description": "Lisp text to check instead of a file; lines and columns then count within it."
+                }
+            },
+            "additionalProperties": false
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "properties": {
+                "balanced": {"type": "boolean"},
+                "forms": {"type": "integer", "description": "Top-level forms read (when balanced)."},
+                "lines": {"type": "integer"},
+                "problem": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "line": {"type": "integer"},
+                        "column": {"type": "integer"},
+                        "opener": {
+                            "type": "object",
+                            "properties": {
+                                "line": {"type": "integer"},
+                                "column": {"type": "integer"},
+                                "text": {"type": "string"}
+                            }
+                        },
+                        "hint": {"type": "string"}
+                    }
+                }
+            },
+            "required": ["balanced", "lines"]
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
+    }
+}
+
+pub fn call(args: &Arguments, roots: &AllowedRoots) -> ToolOutput {
+    run(args, roots).unwrap_or_else(|error| error)
+}
+
+fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput> {
+    let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
+        (Some(_), Some(_)) => return Err(ToolOutput::error("Pass either `file_path` or `code`, not both.")),
+        (None, None) => {
+            return Err(ToolOutput::error("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
+        }
+        (Some(file_path), None) => {
+            let file = roots.read(Path::new(file_path)).map_err(|e| ToolOutput::error(e.to_string()))?;
+            (format!("`{}`", file.shown), file.bytes)
+        }
+        (None, Some(code)) => ("The code".to_string(), code.as_bytes().to_vec()),
+    };
+    let lines = line_count(&bytes);
+    Ok(match Cst::parse(&bytes) {
+        Ok(cst) => {
+            let forms = cst.top_level_forms().count();
+            let plural = if forms == 1 { "" } else { "s" };
+            ToolOutput::success(format!(
+                "Balanced: {subject} reads as {forms} complete top-level form{plural} ({lines} lines)."
+            ))
+            .with_structured(json!({"balanced": true, "forms": forms, "lines": lines}))
+        }
+        Err(error) => ToolOutput::success(format!("Not balanced: {subject}: {error}."))
+            .with_structured(json!({"balanced": false, "lines": lines, "problem": problem(&error)})),
+    })
+}
+
+fn problem(error: &ParseError) -> Value {
+    let mut problem = json!({"message": error.message, "line": error.at.line, "column": error.at.column});
+    if let Some(opener) = &error.opener {
+        problem["opener"] = json!({"line": opener.at.line, "column": opener.at.column, "text": opener.excerpt});
+    }
+    if let Some(hint) = &error.hint {
+        problem["hint"] = json!(hint);
+    }
+    problem
+}
