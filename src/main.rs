@@ -173,7 +173,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let toolbox = toolbox(&cli)?;
     match cli.command {
         None | Some(Command::Serve) => {
-            swank_mcp::mcp::serve(toolbox, tokio::io::stdin(), tokio::io::stdout()).await.context("serving MCP on stdio")?;
+            let (stdout, writer) = swank_mcp::mcp::stdio::stdout();
+            swank_mcp::mcp::serve(toolbox, swank_mcp::mcp::stdio::stdin(), stdout).await.context("serving MCP on stdio")?;
+            // Every response is on stdout before the process ends.
+            if let Some(writer) = writer {
+                writer.join().map_err(|_| anyhow::anyhow!("the stdout thread panicked"))?.context("writing to stdout")?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Eval { code, package }) => {
@@ -240,7 +245,7 @@ fn main() -> ExitCode {
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| "swank_mcp=warn,swank-mcp=warn".into()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("swank-mcp: cannot start the async runtime: {e}");

@@ -2,6 +2,7 @@
 //! `tools/call` and cancellation. It knows tools only through [`crate::tools::Toolbox`].
 
 pub mod server;
+pub mod stdio;
 pub mod transport;
 
 pub use server::serve;

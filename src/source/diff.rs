@@ -40,7 +40,7 @@ pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
     let lead = prefix.min(CONTEXT);
     let mut ops = vec![Op::Equal; lead];
     ops.extend(align(a_mid, b_mid));
-    ops.extend(std::iter::repeat(Op::Equal).take(suffix.min(CONTEXT)));
+    ops.extend(std::iter::repeat_n(Op::Equal, suffix.min(CONTEXT)));
     let from = prefix - lead;
     let a_last = window.old_end == old.len();
     let b_last = window.new_end == new.len();
@@ -164,7 +164,7 @@ fn align(a: &[&[u8]], b: &[&[u8]]) -> Vec<Op> {
     let (n, m) = (a.len(), b.len());
     if n.saturating_mul(m) > MAX_ALIGN_CELLS {
         let mut ops = vec![Op::Delete; n];
-        ops.extend(std::iter::repeat(Op::Insert).take(m));
+        ops.extend(std::iter::repeat_n(Op::Insert, m));
         return ops;
     }
     // lcs[i * (m + 1) + j]: length of the longest common subsequence of a[i..] and b[j..].

@@ -1,0 +1,196 @@
+//! End-to-end cost of swank-mcp against the wire it wraps, measured in one run against one image:
+//!
+//! - `evaluate-lisp "(+ 1 2)"` through the real `swank-mcp` binary over stdio, against a raw
+//!   `swank:eval-and-grab-output` round trip from a minimal blocking client, interleaved so both
+//!   see the same machine state; p50 and p99 of each and their ratio.
+//! - A 20 MB print through `evaluate-lisp`: wall time, bytes of the response, and the server's
+//!   peak resident memory (VmHWM).
+//!
+//! Run: `cargo bench --bench overhead` (add `-- 2000` for more iterations).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A minimal swank client: frames out, frames in, nothing else.
+struct RawSwank {
+    stream: TcpStream,
+    next_id: u64,
+}
+
+impl RawSwank {
+    fn connect(port: u16) -> Self {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to swank");
+        stream.set_nodelay(true).unwrap();
+        RawSwank { stream, next_id: 1 }
+    }
+
+    fn send(&mut self, payload: &str) {
+        let frame = format!("{:06x}{payload}", payload.len());
+        self.stream.write_all(frame.as_bytes()).unwrap();
+    }
+
+    fn receive(&mut self) -> String {
+        let mut header = [0u8; 6];
+        self.stream.read_exact(&mut header).unwrap();
+        let len = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
+        let mut payload = vec![0u8; len];
+        self.stream.read_exact(&mut payload).unwrap();
+        String::from_utf8(payload).unwrap()
+    }
+
+    /// One `eval-and-grab-output` round trip; returns once its `:return` arrives.
+    fn eval_and_grab_output(&mut self, code: &str) -> String {
+        let id = self.next_id;
+        self.next_id += 1;
+        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        self.send(&format!("(:emacs-rex (swank:eval-and-grab-output \"{escaped}\") \"COMMON-LISP-USER\" t {id})"));
+        let suffix = format!(" {id})");
+        loop {
+            let message = self.receive();
+            if message.starts_with("(:return") && message.ends_with(&suffix) {
+                return message;
+            }
+        }
+    }
+}
+
+struct McpProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl McpProcess {
+    fn start(port: u16) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start swank-mcp");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut process = McpProcess { child, stdin, stdout, next_id: 1 };
+        process.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
+        process
+    }
+
+    /// Sends one request and returns (its response, the response's size on the wire).
+    fn request(&mut self, method: &str, params: Value) -> (Value, usize) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
+        line.push(b'\n');
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+        let mut response = String::new();
+        self.stdout.read_line(&mut response).unwrap();
+        (serde_json::from_str(&response).unwrap(), response.len())
+    }
+
+    fn evaluate(&mut self, code: &str) -> (Value, usize) {
+        self.request("tools/call", json!({"name": "evaluate-lisp", "arguments": {"code": code}}))
+    }
+
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a bare number sets the iteration count.
+    let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let loader = swank_mcp::tools::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
+    let image = runtime.block_on(swank_mcp::tools::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl");
+    let port = image.port;
+
+    let mut raw = RawSwank::connect(port);
+    let mut mcp = McpProcess::start(port);
+    // Warm up both paths (the first MCP call connects and loads the helper).
+    for _ in 0..50 {
+        raw.eval_and_grab_output("(+ 1 2)");
+        let (reply, _) = mcp.evaluate("(+ 1 2)");
+        assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
+    }
+    // The same tool in process, without the stdio hops, to split the overhead.
+    let toolbox = std::sync::Arc::new(swank_mcp::tools::Toolbox::new(
+        swank_mcp::tools::Settings { eval_timeout: Duration::from_secs(30), max_output: 65536 },
+        vec![swank_mcp::tools::ImageSettings {
+            name: "default".into(),
+            endpoint: swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port },
+            connect: swank_mcp::swank::ConnectOptions {
+                connect_timeout: Duration::from_secs(5),
+                secret: None,
+                protocol: swank_mcp::swank::Protocol::Auto,
+            },
+            launch: None,
+        }],
+        swank_mcp::source::AllowedRoots::new(Vec::new()).unwrap(),
+    ));
+    let in_process = |code: &str| {
+        runtime.block_on(toolbox.call("evaluate-lisp", Some(json!({"code": code})), Default::default())).unwrap()
+    };
+    in_process("(+ 1 2)");
+    let mut raw_times = Vec::with_capacity(iterations);
+    let mut mcp_times = Vec::with_capacity(iterations);
+    let mut tool_times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        raw.eval_and_grab_output("(+ 1 2)");
+        raw_times.push(started.elapsed());
+        let started = Instant::now();
+        mcp.evaluate("(+ 1 2)");
+        mcp_times.push(started.elapsed());
+        let started = Instant::now();
+        in_process("(+ 1 2)");
+        tool_times.push(started.elapsed());
+    }
+    tool_times.sort();
+    raw_times.sort();
+    mcp_times.sort();
+    let (raw50, raw99) = (percentile(&raw_times, 0.5), percentile(&raw_times, 0.99));
+    let (mcp50, mcp99) = (percentile(&mcp_times, 0.5), percentile(&mcp_times, 0.99));
+    println!("round trip of (+ 1 2), {iterations} interleaved iterations against one SBCL {port}:");
+    println!("  raw swank:eval-and-grab-output   p50 {:8.1} µs   p99 {:8.1} µs", micros(raw50), micros(raw99));
+    println!("  evaluate-lisp tool in process    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&tool_times, 0.5)), micros(percentile(&tool_times, 0.99)));
+    println!("  evaluate-lisp through swank-mcp  p50 {:8.1} µs   p99 {:8.1} µs", micros(mcp50), micros(mcp99));
+    println!("  ratio                            p50 {:8.2}x     p99 {:8.2}x", micros(mcp50) / micros(raw50), micros(mcp99) / micros(raw99));
+
+    let rss_before = mcp.peak_rss_kib();
+    let started = Instant::now();
+    let (reply, bytes) = mcp.evaluate("(dotimes (i 2000000) (write-string \"0123456789\"))");
+    let elapsed = started.elapsed();
+    assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("more characters not shown"));
+    println!("20 MB print: {:.0} ms, response {} bytes, server peak RSS {:.1} MiB (before: {:.1} MiB)",
+        elapsed.as_secs_f64() * 1e3, bytes, mcp.peak_rss_kib() as f64 / 1024.0, rss_before as f64 / 1024.0);
+
+    let started = Instant::now();
+    let (reply, bytes) = mcp.evaluate("(make-string 5000000 :initial-element #\\x)");
+    let elapsed = started.elapsed();
+    assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("more characters not shown"));
+    println!("5 MB value:  {:.0} ms, response {} bytes, server peak RSS {:.1} MiB",
+        elapsed.as_secs_f64() * 1e3, bytes, mcp.peak_rss_kib() as f64 / 1024.0);
+    drop(mcp.stdin);
+    let _ = mcp.child.wait();
+    drop(image);
+}

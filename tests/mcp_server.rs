@@ -1,0 +1,240 @@
+//! The `swank-mcp` binary end to end: JSON-RPC over its stdio, against a real image.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{is_error, text, McpClient};
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn initialize_negotiates_the_protocol_version() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    for (asked, answered) in [("2024-11-05", "2024-11-05"), ("2025-03-26", "2025-03-26"), ("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("1999-01-01", "2025-11-25")] {
+        let reply = client.request("initialize", json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+        let result = &reply["result"];
+        assert_eq!(result["protocolVersion"], answered);
+        assert_eq!(result["serverInfo"]["name"], "swank-mcp");
+        assert!(result["capabilities"]["tools"].is_object());
+        assert!(result["instructions"].as_str().unwrap().contains("evaluate-lisp"));
+    }
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+#[tokio::test]
+async fn tools_are_listed_with_schemas_and_annotations_without_an_image() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.initialize().await;
+    let reply = client.request("tools/list", json!({})).await;
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name} listed")).clone();
+    let evaluate = tool("evaluate-lisp");
+    assert_eq!(evaluate["inputSchema"]["required"], json!(["code"]));
+    assert_eq!(evaluate["inputSchema"]["properties"]["package"]["type"], "string");
+    assert_eq!(evaluate["annotations"]["readOnlyHint"], false);
+    assert!(evaluate["outputSchema"].is_object());
+    let outline = tool("lisp-outline");
+    assert_eq!(outline["annotations"]["readOnlyHint"], true);
+    assert_eq!(tool("edit-lisp-form")["annotations"]["destructiveHint"], true);
+}
+
+#[tokio::test]
+async fn old_protocol_versions_get_no_structured_output() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.request("initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+    let tools = client.request("tools/list", json!({})).await;
+    assert!(tools["result"]["tools"][0].get("outputSchema").is_none());
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(reply["result"].get("structuredContent").is_none());
+}
+
+#[tokio::test]
+async fn evaluate_lisp_answers_per_contract() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert_eq!(reply["result"]["content"], json!([{"type": "text", "text": "=> 3"}]));
+    assert_eq!(reply["result"]["isError"], false);
+    assert_eq!(reply["result"]["structuredContent"]["values"], json!(["3"]));
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(/ 1 0)"})).await;
+    assert!(is_error(&reply));
+    assert!(text(&reply).starts_with("[ERROR] DIVISION-BY-ZERO\n"));
+}
+
+#[tokio::test]
+async fn protocol_errors_get_the_right_codes_and_the_server_carries_on() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.initialize().await;
+    client.send_raw(b"{not json").await;
+    assert_eq!(client.receive().await["error"]["code"], -32700);
+    client.send_raw(b"\xff\xfe garbage \x00").await;
+    assert_eq!(client.receive().await["error"]["code"], -32700);
+    client.send_raw(b"[]").await;
+    assert_eq!(client.receive().await["error"]["code"], -32600);
+    client.send_raw(b"42").await;
+    assert_eq!(client.receive().await["error"]["code"], -32600);
+    client.send(&json!({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"})).await;
+    let reply = client.receive().await;
+    assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), Value::Null));
+    assert_eq!(client.request("no/such/method", json!({})).await["error"]["code"], -32601);
+    assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32601);
+    assert_eq!(client.request("tools/call", json!({"name": "no-such-tool", "arguments": {}})).await["error"]["code"], -32602);
+    assert_eq!(client.request("tools/call", json!({"arguments": {}})).await["error"]["code"], -32602);
+    // Bad argument values are tool errors the model can act on, not protocol errors.
+    let reply = client.call_tool("evaluate-lisp", json!({"code": ["not", "a", "string"]})).await;
+    assert!(is_error(&reply));
+    assert!(text(&reply).contains("Argument `code` must be a string"));
+    // String ids are echoed as given.
+    client.send(&json!({"jsonrpc": "2.0", "id": "abc", "method": "ping"})).await;
+    assert_eq!(client.receive().await["id"], "abc");
+    // Still serving.
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+#[tokio::test]
+async fn an_over_long_line_is_refused_and_skipped() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    let mut huge = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 17 * 1024 * 1024));
+    huge.extend_from_slice(b"\"}}");
+    client.send_raw(&huge).await;
+    let reply = client.receive().await;
+    assert_eq!(reply["error"]["code"], -32600);
+    assert!(reply["error"]["message"].as_str().unwrap().contains("over the limit"));
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+#[tokio::test]
+async fn batches_are_answered_as_batches() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client
+        .send(&json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "nope"}
+        ]))
+        .await;
+    let reply = client.receive().await;
+    let replies = reply.as_array().expect("a batch answer");
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[0]["result"], json!({}));
+    assert_eq!(replies[1]["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn no_image_is_an_actionable_tool_error() {
+    let port = common::dead_port();
+    let mut client = McpClient::for_port(port).await;
+    client.initialize().await;
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(is_error(&reply));
+    assert!(text(&reply).contains(&format!("127.0.0.1:{port}")));
+    assert!(text(&reply).contains("swank:create-server"));
+}
+
+#[tokio::test]
+async fn tool_calls_run_concurrently() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    client.send(&json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "evaluate-lisp", "arguments": {"code": "(progn (sleep 2) :slow)"}}})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    client.send(&json!({"jsonrpc": "2.0", "id": "quick", "method": "tools/call", "params": {"name": "evaluate-lisp", "arguments": {"code": ":quick"}}})).await;
+    let first = client.receive().await;
+    assert_eq!(first["id"], "quick");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    let second = client.receive().await;
+    assert_eq!((second["id"].clone(), text(&second).to_string()), (json!("slow"), "=> :SLOW".to_string()));
+}
+
+#[tokio::test]
+async fn cancellation_interrupts_the_call_and_sends_no_response() {
+    let image = common::private_image().await;
+    let mut client = McpClient::for_port(image.port).await;
+    client.initialize().await;
+    client.call_tool("evaluate-lisp", json!({"code": "(defvar *cancel-test-state* :idle)"})).await;
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": "evaluate-lisp", "arguments": {"code": "(unwind-protect (progn (setf *cancel-test-state* :running) (sleep 60)) (setf *cancel-test-state* :unwound))"}}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77, "reason": "test"}})).await;
+    // The next answer is for the next request: none is sent for the cancelled one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "*cancel-test-state*"})).await;
+    assert_eq!(text(&reply), "=> :UNWOUND");
+}
+
+#[tokio::test]
+async fn the_server_exits_when_stdin_closes_and_stdout_carries_only_json() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(progn (print :to-stdout) (format *error-output* \"to stderr\") 1)"})).await;
+    assert!(text(&reply).contains(":TO-STDOUT"));
+    client.close_stdin();
+    let rest = client.remaining_lines().await;
+    assert!(rest.iter().all(|line| serde_json::from_str::<Value>(line).is_ok()), "{rest:?}");
+    let status = tokio::time::timeout(Duration::from_secs(10), client.child.wait()).await.expect("exits within 10 s").unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn stdin_closing_mid_evaluation_interrupts_it_and_exits() {
+    let image = common::private_image().await;
+    let observer = common::toolbox(image.port);
+    let threads = || async {
+        let output = observer.call("evaluate-lisp", Some(json!({"code": "(length (sb-thread:list-all-threads))"})), Default::default()).await.unwrap();
+        output.text.trim_start_matches("=> ").parse::<i64>().unwrap()
+    };
+    let baseline = threads().await;
+    let mut client = McpClient::for_port(image.port).await;
+    client.initialize().await;
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "evaluate-lisp", "arguments": {"code": "(sleep 60)"}}})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(threads().await > baseline, "the evaluation and the client's connection have threads");
+    let closed = Instant::now();
+    client.close_stdin();
+    tokio::time::timeout(Duration::from_secs(10), client.child.wait()).await.expect("exits").unwrap();
+    assert!(closed.elapsed() < Duration::from_secs(6), "{:?}", closed.elapsed());
+    // The sleeping thread was interrupted, and the client's connection threads ended with it.
+    let mut now = threads().await;
+    while now > baseline && closed.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = threads().await;
+    }
+    assert_eq!(now, baseline);
+}
+
+#[tokio::test]
+async fn cli_eval_prints_the_text_and_sets_the_exit_code() {
+    let port = common::shared_image_port().to_string();
+    let run = |code: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port, "eval", code]).output().unwrap()
+    };
+    let output = run("(floor 17 5)");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "=> 3\n=> 2\n");
+    assert!(output.status.success());
+    let output = run("(car 42)");
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("[ERROR] TYPE-ERROR"));
+    assert_eq!(output.status.code(), Some(1));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port, "status"]).output().unwrap();
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(said.contains("connected to SBCL") && said.contains("swank"), "{said}");
+}
+
+#[tokio::test]
+async fn launch_starts_a_private_image_and_stops_it_on_exit() {
+    let port = common::dead_port().to_string();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--launch", "--port", &port, "eval", "(sb-posix:getpid)"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let pid: i32 = text.trim().trim_start_matches("=> ").parse().unwrap();
+    // The image exits with us.
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    });
+    assert!(gone, "the launched image {pid} outlived swank-mcp");
+}
