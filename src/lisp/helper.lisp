@@ -105,6 +105,26 @@ cancel request and the evaluation run in different worker threads, in either ord
   (when (eq (evaluation-state evaluation) :running)
     (throw (evaluation-tag evaluation) report)))
 
+(defun stack-guard-offset ()
+  "Byte offset of this thread's control-stack-guard-page-protected flag: the first byte of the
+thread's state word in SBCL's thread structure."
+  (let ((slot (find-symbol "THREAD-STATE-WORD-SLOT" "SB-VM")))
+    (and slot (boundp slot) (* (symbol-value slot) sb-vm:n-word-bytes))))
+
+(defun rearm-stack-guard ()
+  "Re-protects this thread's control stack guard page if a stack exhaustion left it disabled.
+SBCL re-protects it only when the stack grows back through the page next to it; an exhaustion
+unwound by a THROW (as the debugger hook does) skips that, and SBCL 2.2 recycles the thread's
+memory with the guard still off, so the next exhaustion in a swank worker kills the whole image
+instead of signalling an error."
+  (let ((offset (stack-guard-offset))
+        (reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page")))
+    (when (and offset reset
+               (zerop (sb-sys:sap-ref-8 (sb-thread:current-thread-sap) offset)))
+      (sb-alien:alien-funcall
+       (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
+       (sb-thread:current-thread-sap)))))
+
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
 or, when the evaluation is aborted, the report it was aborted with."
@@ -123,7 +143,8 @@ or, when the evaluation is aborted, the report it was aborted with."
              (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
-        (remhash token *running*)))))
+        (remhash token *running*))
+      (rearm-stack-guard))))
 
 (defun cancel (token kind reason)
   "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
