@@ -238,3 +238,22 @@ async fn launch_starts_a_private_image_and_stops_it_on_exit() {
     });
     assert!(gone, "the launched image {pid} outlived swank-mcp");
 }
+
+#[tokio::test]
+async fn launch_without_sbcl_or_swank_says_what_to_install() {
+    let port = common::dead_port().to_string();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--launch", "--port", &port, "--swank-loader", "/nonexistent/swank-loader.lisp", "eval", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text.contains("cannot find swank") && text.contains("apt-get install -y cl-swank"), "{text}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--launch", "--port", &port, "eval", "1"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("cannot run `sbcl`") && text.contains("apt-get install -y sbcl"), "{text}");
+}

@@ -123,3 +123,62 @@ async fn connecting_to_nothing_is_a_clear_error() {
     let error = Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options()).await.err().unwrap();
     assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "{error}");
 }
+
+/// The global values a user's image must keep whatever swank-mcp loads or evaluates.
+const IMAGE_STATE: &str = "(cl:list cl:*package* cl:*readtable* cl:*print-case* cl:*print-pretty* cl:*print-circle* \
+     cl:*read-eval* cl:*print-length* cl:*debugger-hook* cl:*standard-output* cl:*error-output* \
+     (cl:length cl:*features*) (cl:length (cl:list-all-packages)))";
+
+async fn image_state(connection: &Connection) -> String {
+    let form = Form::call("cl", "prin1-to-string", [Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(IMAGE_STATE)])])]);
+    connection.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap().as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn the_helper_changes_nothing_global_in_the_image() {
+    let image = common::private_image().await;
+    let connection = connect(image.port).await;
+    let before = image_state(&connection).await;
+    let toolbox = common::toolbox(image.port);
+    for code in ["(+ 1 2)", "(in-package :cl-user)", "(error \"x\")", "(print 1)", "(warn \"w\")"] {
+        toolbox.call("evaluate-lisp", Some(serde_json::json!({ "code": code })), Default::default()).await.unwrap();
+    }
+    let after = image_state(&connection).await;
+    // One package more (the helper's own) and nothing else.
+    let count = |state: &str| state.rsplit(' ').next().unwrap().trim_end_matches(')').parse::<i64>().unwrap();
+    assert_eq!(count(&after), count(&before) + 1, "{before}\n{after}");
+    let without_count = |state: &str| state.rsplit_once(' ').unwrap().0.to_string();
+    assert_eq!(without_count(&after), without_count(&before));
+}
+
+#[tokio::test]
+async fn the_helper_is_loaded_once_and_reloaded_when_its_version_differs() {
+    let image = common::private_image().await;
+    let connection = connect(image.port).await;
+    let version = || {
+        let connection = connection.clone();
+        async move {
+            let form = Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])]);
+            connection.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap()
+        }
+    };
+    let eval = |port| async move {
+        common::toolbox(port).call("evaluate-lisp", Some(serde_json::json!({"code": "(+ 20 22)"})), Default::default()).await.unwrap().text
+    };
+    assert_eq!(eval(image.port).await, "=> 42");
+    let loaded = version().await;
+    assert!(matches!(&loaded, Sexp::String(v) if v.len() == 16), "{loaded}");
+    // A new connection with the same revision does not reload: a DEFPARAMETER of the helper keeps
+    // the value set after loading.
+    let max_frames = || Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*MAX-FRAMES*"), Form::string("MCP-AGENT-HELPER")])]);
+    let set_max_frames = Form::call("cl", "setf", [max_frames(), Form::Integer(99)]);
+    connection.rex(set_max_frames, "COMMON-LISP-USER", Thread::New).await.unwrap();
+    assert_eq!(eval(image.port).await, "=> 42");
+    assert_eq!(connection.rex(max_frames(), "COMMON-LISP-USER", Thread::New).await.unwrap(), Sexp::Integer(99));
+    // Another revision in the image (as an older swank-mcp would leave) is replaced.
+    let stale = Form::call("cl", "setf", [Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])]), Form::string("stale")]);
+    connection.rex(stale, "COMMON-LISP-USER", Thread::New).await.unwrap();
+    assert_eq!(eval(image.port).await, "=> 42");
+    assert_eq!(version().await, loaded);
+    assert_eq!(connection.rex(max_frames(), "COMMON-LISP-USER", Thread::New).await.unwrap(), Sexp::Integer(20));
+}
