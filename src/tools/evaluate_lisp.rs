@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::image::CallLimits;
-use super::lisp_reply::{section_body, Captured, ErrorReport};
+use super::lisp_reply::{section_body, string_list, Captured, ErrorReport};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
 use crate::swank::{Form, Sexp};
 
@@ -122,22 +122,10 @@ impl EvaluationReply {
                 .collect(),
             stdout: Captured::from_sexp(reply.plist_get("stdout")),
             stderr: Captured::from_sexp(reply.plist_get("stderr")),
-            warnings: reply
-                .plist_get("warnings")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|w| w.as_str().map(str::to_string))
-                .collect(),
+            warnings: string_list(reply.plist_get("warnings")),
             warnings_dropped: reply.plist_get("warnings-dropped").and_then(Sexp::as_i64).map_or(0, |n| n.max(0) as u64),
             package: reply.plist_str("package").unwrap_or("COMMON-LISP-USER").to_string(),
-            notes: reply
-                .plist_get("notes")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|n| n.as_str().map(str::to_string))
-                .collect(),
+            notes: string_list(reply.plist_get("notes")),
             error: reply.plist_get("error").and_then(ErrorReport::from_sexp),
         }
     }

@@ -51,6 +51,16 @@ pub fn group_thousands(n: u64) -> String {
     out
 }
 
+/// The strings of a list in a helper reply (`("a" "b")`); anything else counts as none.
+pub fn string_list(value: Option<&Sexp>) -> Vec<String> {
+    value
+        .and_then(Sexp::as_list)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|item| item.as_str().map(str::to_string))
+        .collect()
+}
+
 /// An error the helper caught: a condition, a read failure, a timeout or a cancellation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorReport {
@@ -78,13 +88,7 @@ impl ErrorReport {
             type_name: value.plist_str("type").unwrap_or("ERROR").to_string(),
             condition_class: value.plist_str("class").map(str::to_string),
             message: value.plist_str("message").unwrap_or_default().to_string(),
-            backtrace: value
-                .plist_get("backtrace")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|frame| frame.as_str().map(str::to_string))
-                .collect(),
+            backtrace: string_list(value.plist_get("backtrace")),
         })
     }
 
