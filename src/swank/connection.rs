@@ -402,12 +402,18 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
                 answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
             }
         }
+        // SLIME 2.32's `inspect-in-emacs :wait t` waits for Emacs to close the inspector.
+        "INSPECT" => {
+            if let (Some(thread), Some(tag)) = (int(1), int(2)) {
+                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
+            }
+        }
         "EVAL" | "ED-RPC" => {
             if let (Some(thread), Some(tag)) = (int(0), int(1)) {
                 let refusal = Form::List(vec![
                     Form::Keyword("error"),
                     Form::string("swank-mcp"),
-                    Form::string(" there is no Emacs on this connection to evaluate in"),
+                    Form::string("there is no Emacs on this connection to evaluate in"),
                 ]);
                 answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), refusal]));
             }
@@ -429,8 +435,8 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
             }
         }
         "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE" | "NEW-PACKAGE"
-        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "INSPECT"
-        | "EVAL-NO-WAIT" | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" => {
+        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "EVAL-NO-WAIT"
+        | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT" | "WRITE-IMAGE" => {
             tracing::trace!(event = %kind, "informational event");
         }
         other => tracing::debug!(event = %other, "unknown event ignored"),
