@@ -147,10 +147,15 @@ impl Connection {
         let info = match tokio::time::timeout(options.connect_timeout.max(Duration::from_secs(5)), handshake).await {
             Ok(Ok(info)) => info,
             Ok(Err(reason)) => return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) }),
+            // A server with a secret file that gets a wrong or missing secret neither answers
+            // nor closes: its accept thread stops in the debugger with the socket open.
             Err(_) => {
                 return Err(ConnectError::Handshake {
                     endpoint,
-                    reason: "no answer to connection-info; is this port really a swank or slynk server?".into(),
+                    reason: format!(
+                        "no answer to connection-info ({}); is this port really a swank or slynk server?",
+                        secret_hint(options)
+                    ),
                 })
             }
         };
@@ -243,14 +248,17 @@ impl Drop for PendingGuard<'_> {
 
 fn handshake_hint(reason: String, options: &ConnectOptions) -> String {
     if reason.contains("lost the connection") {
-        let secret_hint = if options.secret.is_some() {
-            "check that the secret matches the server's ~/.slime-secret or ~/.sly-secret"
-        } else {
-            "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
-        };
-        format!("{reason} ({secret_hint})")
+        format!("{reason} ({})", secret_hint(options))
     } else {
         reason
+    }
+}
+
+fn secret_hint(options: &ConnectOptions) -> &'static str {
+    if options.secret.is_some() {
+        "check that the secret matches the server's ~/.slime-secret or ~/.sly-secret"
+    } else {
+        "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
     }
 }
 
