@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const INSTALL_HINT: &str = "this test needs Python 3 with the MCP SDK: pip install "mcp>=2.3,<3" (or bash .ci/deps)";
+const INSTALL_HINT: &str = "this test needs Python 3 with the MCP SDK: pip install 'mcp>=2.3,<3' (or bash .ci/deps)";
 
 #[test]
 fn the_python_sdk_talks_to_the_binary() {
