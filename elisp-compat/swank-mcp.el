@@ -88,7 +88,8 @@ Give an absolute file name when it is not on the clients' PATH."
   connection-name      ; function of a connection
   pid                  ; function of a connection
   create-server        ; the server's own function symbols
-  stop-server)
+  stop-server
+  servers)             ; the server's list of listening servers (internal, same in both)
 
 (defconst swank-mcp--slime
   (swank-mcp--make-backend
@@ -99,7 +100,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :connection-name #'slime-connection-name
    :pid #'slime-pid
    :create-server 'swank:create-server
-   :stop-server 'swank:stop-server))
+   :stop-server 'swank:stop-server
+   :servers 'swank::*servers*))
 
 (defconst swank-mcp--sly
   (swank-mcp--make-backend
@@ -110,7 +112,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :connection-name #'sly-connection-name
    :pid #'sly-pid
    :create-server 'slynk:create-server
-   :stop-server 'slynk:stop-server))
+   :stop-server 'slynk:stop-server
+   :servers 'slynk::*servers*))
 
 (defvar swank-mcp--servers nil
   "The servers `swank-mcp-start' opened: a list of (CONNECTION BACKEND PORT).")
@@ -159,13 +162,23 @@ In a buffer where SLY is active SLY comes first, elsewhere SLIME."
 BACKEND says how to reach the image.  Tries `swank-mcp-port' and the ports
 after it, in the image itself, where a taken port shows as an error."
   ;; Every symbol is package-qualified: the server reads requests in a
-  ;; package that uses nothing.  The loop variable may stay unqualified.
+  ;; package that uses nothing.  The variable may stay unqualified.
+  ;; The new server's listening thread registers it a moment after
+  ;; create-server returns, and a stop-server that arrives first is lost:
+  ;; wait for the registration (a second at most).
   (swank-mcp--eval
    connection backend
-   `(cl:loop for port from ,swank-mcp-port below ,(+ swank-mcp-port swank-mcp-port-attempts)
-             do (cl:handler-case
-                    (cl:return (,(swank-mcp--backend-create-server backend) :port port :dont-close t))
-                  (cl:error nil nil)))))
+   `(cl:let ((port (cl:loop for port from ,swank-mcp-port
+                            below ,(+ swank-mcp-port swank-mcp-port-attempts)
+                            do (cl:handler-case
+                                   (cl:return (,(swank-mcp--backend-create-server backend)
+                                               :port port :dont-close t))
+                                 (cl:error nil nil)))))
+      (cl:loop repeat 100
+               until (cl:or (cl:null port)
+                            (cl:find port ,(swank-mcp--backend-servers backend) :key 'cl:second))
+               do (cl:sleep 0.01))
+      port)))
 
 ;;;###autoload
 (defun swank-mcp-start (&optional interactive)
