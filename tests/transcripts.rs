@@ -81,7 +81,7 @@ fn load(path: &Path) -> (Header, Vec<Record>) {
 // The scenario: what a session does, the same when recording and when replaying.
 
 /// Runs the representative session through `toolbox` (the tools layer) and the connection under
-/// it, checking what must hold for any server, and returns each step's result for comparison.
+/// it, checking what must hold for any server, and adds each step's result to `steps`.
 async fn scenario(toolbox: &Arc<Toolbox>, steps: &Mutex<Vec<Record>>) {
     let step = |name: &str, result: String| {
         steps.lock().unwrap().push(Record::Step { step: name.into(), result });
