@@ -147,10 +147,15 @@ impl Connection {
         let info = match tokio::time::timeout(options.connect_timeout.max(Duration::from_secs(5)), handshake).await {
             Ok(Ok(info)) => info,
             Ok(Err(reason)) => return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) }),
+            // A server with a secret file that gets a wrong or missing secret neither answers
+            // nor closes: its accept thread stops in the debugger with the socket open.
             Err(_) => {
                 return Err(ConnectError::Handshake {
                     endpoint,
-                    reason: "no answer to connection-info; is this port really a swank or slynk server?".into(),
+                    reason: format!(
+                        "no answer to connection-info ({}); is this port really a swank or slynk server?",
+                        secret_hint(options)
+                    ),
                 })
             }
         };
@@ -243,14 +248,17 @@ impl Drop for PendingGuard<'_> {
 
 fn handshake_hint(reason: String, options: &ConnectOptions) -> String {
     if reason.contains("lost the connection") {
-        let secret_hint = if options.secret.is_some() {
-            "check that the secret matches the server's ~/.slime-secret or ~/.sly-secret"
-        } else {
-            "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
-        };
-        format!("{reason} ({secret_hint})")
+        format!("{reason} ({})", secret_hint(options))
     } else {
         reason
+    }
+}
+
+fn secret_hint(options: &ConnectOptions) -> &'static str {
+    if options.secret.is_some() {
+        "check that the secret matches the server's ~/.slime-secret or ~/.sly-secret"
+    } else {
+        "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
     }
 }
 
@@ -402,12 +410,18 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
                 answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
             }
         }
+        // SLIME 2.32's `inspect-in-emacs :wait t` waits for Emacs to close the inspector.
+        "INSPECT" => {
+            if let (Some(thread), Some(tag)) = (int(1), int(2)) {
+                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
+            }
+        }
         "EVAL" | "ED-RPC" => {
             if let (Some(thread), Some(tag)) = (int(0), int(1)) {
                 let refusal = Form::List(vec![
                     Form::Keyword("error"),
                     Form::string("swank-mcp"),
-                    Form::string(" there is no Emacs on this connection to evaluate in"),
+                    Form::string("there is no Emacs on this connection to evaluate in"),
                 ]);
                 answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), refusal]));
             }
@@ -429,8 +443,8 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
             }
         }
         "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE" | "NEW-PACKAGE"
-        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "INSPECT"
-        | "EVAL-NO-WAIT" | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" => {
+        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "EVAL-NO-WAIT"
+        | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT" | "WRITE-IMAGE" => {
             tracing::trace!(event = %kind, "informational event");
         }
         other => tracing::debug!(event = %other, "unknown event ignored"),

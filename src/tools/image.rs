@@ -53,8 +53,9 @@ pub enum ImageError {
         "No Lisp image is answering at {endpoint} ({detail}).\n\
          To attach to your running image, open a swank port in it, for example from the SLIME REPL:\n  \
          (swank:create-server :port {port} :dont-close t)\n\
-         (with SLY: (slynk:create-server :port {port} :dont-close t)), or restart swank-mcp with --launch \
-         to start a private SBCL image.",
+         (with SLY: (slynk:create-server :port {port} :dont-close t)); from Emacs, M-x swank-mcp-start \
+         (elisp-compat/swank-mcp.el) does it in one step. Or restart swank-mcp with --launch to start a \
+         private SBCL image.",
         port = .endpoint.port
     )]
     Unreachable { endpoint: Endpoint, detail: String },

@@ -1,0 +1,237 @@
+;;; swank-mcp-tests.el --- Tests of swank-mcp.el with a real SLIME or SLY  -*- lexical-binding: t; -*-
+
+;; SPDX-License-Identifier: MIT
+
+;;; Commentary:
+
+;; Runs against a real SBCL that the tests start through SLIME (Debian's
+;; `slime' package), the way M-x slime does:
+;;
+;;   emacs --batch -L elisp-compat -l elisp-compat/swank-mcp-tests.el \
+;;         -f ert-run-tests-batch-and-exit
+;;
+;; `cargo test --test emacs' runs it with SWANK_MCP_BIN set to the freshly
+;; built binary, which the end-to-end test drives; without it that test is
+;; skipped.  With SWANK_MCP_TEST_BACKEND=sly and SWANK_MCP_SLY_DIR naming a
+;; SLY checkout, the same tests run through SLY instead (SLY is not packaged
+;; in Debian).
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'json)
+(require 'swank-mcp)
+
+(defconst swank-mcp-tests--backend
+  (if (equal (getenv "SWANK_MCP_TEST_BACKEND") "sly") 'sly 'slime)
+  "The front end the tests start the image with.")
+
+(defconst swank-mcp-tests--start-timeout 300
+  "Seconds the first start may take: it compiles swank and its contribs once.")
+
+(defvar swank-mcp-tests--connection nil
+  "The connection to the image the tests started.")
+
+(defvar swank-mcp-tests--ready nil
+  "Set once the front end has finished setting up the connection.")
+
+(defun swank-mcp-tests--mark-ready ()
+  "Note that the connection is set up."
+  (setq swank-mcp-tests--ready t))
+
+;; Only one of them is loaded, at run time.
+(declare-function slime "ext:slime" (&optional command coding-system))
+(declare-function slime-setup "ext:slime" (&optional contribs))
+(declare-function slime-output-buffer "ext:slime-repl" (&optional noprompt))
+(declare-function sly "ext:sly" (&optional command coding-system interactive))
+(declare-function sly-mrepl--find-buffer "ext:sly-mrepl" (&optional connection thread))
+(defvar inferior-lisp-program)
+(defvar slime-repl-history-file)
+(defvar slime-background-message-function)
+(defvar slime-connected-hook)
+(defvar sly-connected-hook)
+(defvar sly-mrepl-history-file-name)
+
+(defun swank-mcp-tests--wait (what predicate &optional seconds)
+  "Process input until PREDICATE returns non-nil; return that value.
+Fail, naming WHAT, after SECONDS (default 30)."
+  (let ((deadline (+ (float-time) (or seconds 30)))
+        value)
+    (while (not (setq value (funcall predicate)))
+      (when (> (float-time) deadline)
+        (ert-fail (format "timed out waiting for %s" what)))
+      (accept-process-output nil 0.1))
+    value))
+
+(defun swank-mcp-tests--connect ()
+  "Return the connection to an SBCL started the way `slime' or `sly' start it."
+  (unless (and swank-mcp-tests--connection (process-live-p swank-mcp-tests--connection))
+    (setq inferior-lisp-program "sbcl")
+    (pcase swank-mcp-tests--backend
+      ('slime
+       (require 'slime)
+       (setq slime-repl-history-file (expand-file-name "history" (make-temp-file "swank-mcp-tests" t))
+             slime-background-message-function #'ignore)
+       ;; SLIME's default contribs, as an interactive user gets them.
+       (slime-setup '(slime-fancy))
+       ;; Last, after the contribs load: a request made earlier would be answered inside
+       ;; SLIME's own synchronous wait for them, which cancels that wait.
+       (add-hook 'slime-connected-hook #'swank-mcp-tests--mark-ready t)
+       (slime))
+      ('sly
+       (let ((dir (or (getenv "SWANK_MCP_SLY_DIR") (error "Set SWANK_MCP_SLY_DIR to a SLY checkout"))))
+         (add-to-list 'load-path dir)
+         (require 'sly)
+         (setq sly-mrepl-history-file-name (expand-file-name "history" (make-temp-file "swank-mcp-tests" t)))
+         (add-hook 'sly-connected-hook #'swank-mcp-tests--mark-ready t)
+         (sly))))
+    (swank-mcp-tests--wait "the Lisp to start and connect" (lambda () swank-mcp-tests--ready)
+                           swank-mcp-tests--start-timeout)
+    (setq swank-mcp-tests--connection (car (swank-mcp--current))))
+  swank-mcp-tests--connection)
+
+(defun swank-mcp-tests--eval (form)
+  "Evaluate FORM in the test image, as the user's Emacs does."
+  (swank-mcp-tests--connect)
+  (pcase-let ((`(,connection . ,backend) (swank-mcp--current)))
+    (swank-mcp--eval connection backend form)))
+
+(defun swank-mcp-tests--server-function (name)
+  "The symbol NAME (a string) of the test image's server package."
+  (intern (format "%s:%s" (if (eq swank-mcp-tests--backend 'sly) "slynk" "swank") name)))
+
+(defun swank-mcp-tests--repl-text ()
+  "The text of the user's REPL buffer (empty while there is none)."
+  (let ((repl (pcase swank-mcp-tests--backend
+                ('slime (slime-output-buffer))
+                ('sly (sly-mrepl--find-buffer swank-mcp-tests--connection)))))
+    (if repl
+        (with-current-buffer repl (buffer-substring-no-properties (point-min) (point-max)))
+      "")))
+
+(defun swank-mcp-tests--free-port ()
+  "A port nothing listens on now."
+  (let* ((probe (make-network-process :name "swank-mcp-port-probe" :server t
+                                      :host "127.0.0.1" :service t :noquery t))
+         (port (process-contact probe :service)))
+    (delete-process probe)
+    port))
+
+(defun swank-mcp-tests--listening-p (port)
+  "Whether something accepts connections on PORT."
+  (condition-case nil
+      (progn (delete-process (open-network-stream "swank-mcp-probe" nil "127.0.0.1" port)) t)
+    (file-error nil)))
+
+(defmacro swank-mcp-tests--with-port (&rest body)
+  "Run BODY with `swank-mcp-port' set to a free port and no server open."
+  (declare (indent 0) (debug t))
+  `(let ((swank-mcp-port (swank-mcp-tests--free-port)))
+     (swank-mcp-tests--connect)
+     (swank-mcp-stop)
+     (unwind-protect (progn ,@body)
+       (swank-mcp-stop))))
+
+(defun swank-mcp-tests--run (port &rest args)
+  "Run the swank-mcp binary at PORT with ARGS; return (EXIT-CODE . STDOUT).
+Emacs keeps serving its own Lisp connection meanwhile, as it would for a
+user: the image may be waiting for it."
+  (let* ((program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set (cargo test --test emacs sets it)")))
+         (output (generate-new-buffer " *swank-mcp-output*"))
+         (process (make-process :name "swank-mcp" :buffer output :noquery t :connection-type 'pipe
+                                :command (append (list program "--port" (number-to-string port)) args)
+                                :stderr (get-buffer-create "*swank-mcp-stderr*")
+                                :sentinel #'ignore)))
+    (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p process))) 60)
+    (accept-process-output process 0.1)
+    (prog1 (cons (process-exit-status process) (with-current-buffer output (buffer-string)))
+      (kill-buffer output))))
+
+;;;; The client configuration
+
+(ert-deftest swank-mcp-configuration-is-ready-to-paste ()
+  (let* ((swank-mcp-program "/opt/swank mcp/bin/swank-mcp")
+         (text (swank-mcp-client-configuration 4011))
+         (lines (split-string text "\n")))
+    (should (member (concat "  claude mcp add --transport stdio swank -- "
+                            (shell-quote-argument swank-mcp-program) " --port 4011")
+                    lines))
+    (let ((json-object-type 'alist) (json-array-type 'list) (json-key-type 'string))
+      (should (equal (json-read-from-string (nth 4 lines))
+                     `(("mcpServers" . (("swank" . (("command" . ,swank-mcp-program) ("args" . ("--port" "4011")))))))))
+      (should (equal (json-read-from-string (nth 7 lines))
+                     `(("servers" . (("swank" . (("type" . "stdio") ("command" . ,swank-mcp-program)
+                                                 ("args" . ("--port" "4011"))))))))))))
+
+(ert-deftest swank-mcp-commands-need-a-connection ()
+  (cl-letf (((symbol-function 'slime-current-connection) #'ignore)
+            ((symbol-function 'sly-current-connection) #'ignore))
+    (should-error (swank-mcp-start) :type 'user-error)
+    (should-error (swank-mcp-stop) :type 'user-error)))
+
+;;;; Against the real image
+
+(ert-deftest swank-mcp-start-opens-a-persistent-port ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      (should (eql port swank-mcp-port))
+      (should (swank-mcp-tests--listening-p port))
+      ;; :dont-close t: it keeps accepting after the first client.
+      (should (swank-mcp-tests--listening-p port))
+      (should (eql (swank-mcp-start) port))
+      (should (equal (mapcar #'car (swank-mcp-status)) (list port)))
+      (with-current-buffer swank-mcp--buffer-name
+        (should (string-match-p (format "claude mcp add .* --port %d$" port) (buffer-string)))))))
+
+(ert-deftest swank-mcp-start-takes-the-next-free-port ()
+  (swank-mcp-tests--with-port
+    (let ((taken (make-network-process :name "swank-mcp-squatter" :server t :noquery t
+                                       :host "127.0.0.1" :service swank-mcp-port)))
+      (unwind-protect
+          (let ((port (swank-mcp-start)))
+            (should (< swank-mcp-port port (+ swank-mcp-port swank-mcp-port-attempts))))
+        (delete-process taken)))))
+
+(ert-deftest swank-mcp-stop-closes-the-port ()
+  (swank-mcp-tests--with-port
+    ;; Several rounds: a stop right after the start used to race the server's own
+    ;; registration of the new port now and then, and the port stayed open.
+    (dotimes (_ 10)
+      (let ((port (swank-mcp-start)))
+        (should (eql (swank-mcp-stop) port))
+        ;; The server's sentinel thread closes it a moment later.
+        (swank-mcp-tests--wait "the port to close" (lambda () (not (swank-mcp-tests--listening-p port))) 10)
+        (should-not (swank-mcp-status))
+        (should-not (swank-mcp-stop))))))
+
+(ert-deftest swank-mcp-end-to-end-the-agent-and-the-user-share-the-image ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      ;; Defined from Emacs (as C-x C-e does), called by the agent.
+      (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "interactive-eval")
+                               "(defun swank-mcp-from-emacs (x) (* x 2))"))
+      (should (equal (swank-mcp-tests--run port "eval" "(swank-mcp-from-emacs 21)") '(0 . "=> 42\n")))
+      ;; Defined by the agent, called from Emacs.
+      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-from-agent (x) (+ x 100))"))))
+      (let ((output-and-value (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "eval-and-grab-output")
+                                                       "(swank-mcp-from-agent 1)"))))
+        ;; Slynk describes integers at length: "101 (7 bits, #x65, ...)".
+        (should (equal (car output-and-value) ""))
+        (should (equal (car (split-string (cadr output-and-value))) "101")))
+      ;; The agent's output comes back to the agent and stays out of the user's REPL...
+      (let ((result (swank-mcp-tests--run port "eval" "(progn (format t \"agent-output-marker~%\") (finish-output) 7)")))
+        (should (eql (car result) 0))
+        (should (string-match-p "\\`\\[stdout\\]\nagent-output-marker\n\n=> 7\n\\'" (cdr result))))
+      ;; ...although the image's global output goes there: a thread of the agent's own
+      ;; prints to the REPL, so the absence above is the capture winning.
+      (should (eql 0 (car (swank-mcp-tests--run
+                           port "eval"
+                           "(sb-thread:make-thread (lambda () (format t \"global-output-marker~%\") (finish-output)))"))))
+      (swank-mcp-tests--wait "the global output in the REPL"
+                             (lambda () (string-match-p "global-output-marker" (swank-mcp-tests--repl-text))))
+      (should-not (string-match-p "agent-output-marker" (swank-mcp-tests--repl-text))))))
+
+(provide 'swank-mcp-tests)
+
+;;; swank-mcp-tests.el ends here

@@ -1,0 +1,80 @@
+"""Drives the swank-mcp binary with the official MCP Python SDK (`pip install mcp`).
+
+Usage: python3 sdk_e2e.py SWANK_MCP_BINARY PORT
+
+Both client styles: `ClientSession` (the `initialize` handshake) and `mcp.Client`, which first
+probes `server/discover` (protocol revision 2026-07-28) and must fall back to `initialize` when the
+server answers that it does not know the method. `tests/python_sdk.rs` runs this against a real
+image; it prints one line per check and exits non-zero on the first failure.
+"""
+
+import asyncio
+import os
+import sys
+
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+# Ours: the negotiated revision must be one swank-mcp implements.
+SUPPORTED_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
+TOOLS = {"evaluate-lisp", "edit-lisp-form", "lisp-check-parens", "lisp-outline"}
+
+
+def server(binary: str, port: str) -> StdioServerParameters:
+    # The SDK gives the child an allow-listed environment; say what it needs.
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
+    return StdioServerParameters(command=binary, args=["--port", port], env=env)
+
+
+def check(condition: bool, what: str, detail: object = "") -> None:
+    if not condition:
+        raise AssertionError(f"{what}: {detail}")
+    print(f"ok: {what}")
+
+
+def text_of(result) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+async def with_client_session(params: StdioServerParameters) -> None:
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check(init.server_info.name == "swank-mcp", "ClientSession: initialize names the server", init.server_info)
+            check(init.protocol_version in SUPPORTED_VERSIONS, "ClientSession: a supported version", init.protocol_version)
+            tools = await session.list_tools()
+            names = {tool.name for tool in tools.tools}
+            check(TOOLS <= names, "ClientSession: tools/list has every tool", names)
+            result = await session.call_tool(
+                "evaluate-lisp", {"code": '(progn (format t "from the sdk~%") (values 3 :three))'}
+            )
+            text = text_of(result)
+            check(not result.is_error, "ClientSession: evaluate-lisp succeeds", text)
+            check(text == "[stdout]\nfrom the sdk\n\n=> 3\n=> :THREE", "ClientSession: output and values", text)
+            check(result.structured_content["values"] == ["3", ":THREE"], "ClientSession: structuredContent", result.structured_content)
+            failure = await session.call_tool("evaluate-lisp", {"code": "(car 42)"})
+            check(failure.is_error and text_of(failure).startswith("[ERROR] TYPE-ERROR"), "ClientSession: a Lisp error is a tool error", text_of(failure))
+            await session.send_ping()
+            print("ok: ClientSession: ping")
+
+
+async def with_client(params: StdioServerParameters) -> None:
+    # mode "auto": server/discover first, then initialize.
+    async with Client(params) as client:
+        check(client.protocol_version in SUPPORTED_VERSIONS, "Client: fell back to a supported version", client.protocol_version)
+        check(client.server_info.name == "swank-mcp", "Client: server info", client.server_info)
+        result = await client.call_tool("evaluate-lisp", {"code": "(* 6 7)"})
+        check(not result.is_error and text_of(result) == "=> 42", "Client: evaluate-lisp", text_of(result))
+        outline = await client.call_tool("lisp-check-parens", {"code": "(defun f (x)"})
+        check("missing" in text_of(outline), "Client: a source tool", text_of(outline))
+
+
+async def main(binary: str, port: str) -> None:
+    params = server(binary, port)
+    # Bounded: a server that hangs on the probe must fail the test, not stall it.
+    await asyncio.wait_for(with_client_session(params), timeout=60)
+    await asyncio.wait_for(with_client(params), timeout=60)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,42 @@
+//! The binary driven by a real MCP client: the official Python SDK (`pip install mcp`), with both
+//! its `ClientSession` and its `mcp.Client` (which probes `server/discover` before `initialize`),
+//! against a real image. The checks themselves are in `tests/python/sdk_e2e.py`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "this test needs Python 3 with the MCP SDK: pip install 'mcp>=2.3,<3' (or bash .ci/deps)";
+
+#[test]
+fn the_python_sdk_talks_to_the_binary() {
+    let probe = Command::new("python3").args(["-c", "import mcp"]).output();
+    match probe {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => panic!("{INSTALL_HINT}\n{}", String::from_utf8_lossy(&output.stderr)),
+        Err(e) => panic!("cannot run python3 ({e}); {INSTALL_HINT}"),
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sdk_e2e.py");
+    let port = common::shared_image_port().to_string();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .args([env!("CARGO_BIN_EXE_swank-mcp"), &port])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("python3 starts");
+    // The script bounds each client at 60 s; this bounds the interpreter itself.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            panic!("the SDK script did not finish within 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "the SDK script failed ({status}); its output is above");
+}
