@@ -134,7 +134,15 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
                 Protocol::Slynk => &[".sly-secret"],
                 Protocol::Auto => &[".slime-secret", ".sly-secret"],
             };
-            match candidates.iter().map(|name| home.join(name)).find(|p| p.is_file()) {
+            let present: Vec<PathBuf> = candidates.iter().map(|name| home.join(name)).filter(|p| p.is_file()).collect();
+            // Which server answers is known only after the secret is sent, and a wrong secret
+            // wedges the server's accept thread, so there is no second try: say which was chosen.
+            if present.len() > 1 {
+                tracing::warn!(
+                    "both ~/.slime-secret and ~/.sly-secret exist; sending ~/.slime-secret                      (pass --protocol slynk or --secret-file for a SLY image)"
+                );
+            }
+            match present.into_iter().next() {
                 Some(path) => path,
                 None => return Ok(None),
             }
