@@ -59,6 +59,11 @@ struct Cli {
     #[arg(long, default_value = "5s", value_parser = parse_duration, global = true)]
     connect_timeout: Duration,
 
+    /// Register an image as NAME=HOST:PORT; repeatable. Tools then take an `image` argument naming one
+    /// (default: the first); --host and --port are not used.
+    #[arg(long = "connect", value_name = "NAME=HOST:PORT", value_parser = parse_connect, global = true)]
+    connect: Vec<NamedEndpoint>,
+
     /// When nothing answers at host:port, start a private SBCL with swank there (stopped when swank-mcp exits).
     #[arg(long, global = true)]
     launch: bool,
@@ -86,9 +91,33 @@ enum Command {
         /// Package to evaluate in.
         #[arg(long)]
         package: Option<String>,
+        /// Image to evaluate in, by its --connect name (default: the first).
+        #[arg(long)]
+        image: Option<String>,
     },
     /// Say what swank-mcp connects to and what answers there.
     Status,
+}
+
+#[derive(Debug, Clone)]
+struct NamedEndpoint {
+    name: String,
+    endpoint: Endpoint,
+}
+
+fn parse_connect(text: &str) -> Result<NamedEndpoint, String> {
+    let usage = || format!("{text:?} is not NAME=HOST:PORT (for example work=127.0.0.1:4006)");
+    let (name, address) = text.split_once('=').ok_or_else(usage)?;
+    let (host, port) = address.rsplit_once(':').ok_or_else(usage)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(format!("image name {name:?} must be letters, digits, - or _"));
+    }
+    let port = port.parse().map_err(|_| usage())?;
+    if host.is_empty() {
+        return Err(usage());
+    }
+    Ok(NamedEndpoint { name: name.to_string(), endpoint: Endpoint { host: host.to_string(), port } })
 }
 
 fn parse_protocol(text: &str) -> Result<Protocol, String> {
@@ -154,23 +183,36 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
 }
 
 fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
-    let endpoint = Endpoint { host: cli.host.clone(), port: cli.port };
-    if !is_loopback(&cli.host) {
-        tracing::warn!(
-            %endpoint,
-            "swank traffic is not encrypted and lets the peer run any code; prefer an SSH tunnel \
-             (ssh -L 4005:localhost:4005 HOST) and --host 127.0.0.1"
-        );
-    }
-    let image = ImageSettings {
-        name: "default".into(),
-        endpoint,
-        connect: ConnectOptions { connect_timeout: cli.connect_timeout, secret: read_secret(cli)?, protocol: cli.protocol },
-        launch: cli.launch.then(|| LaunchSettings { swank_loader: cli.swank_loader.clone() }),
+    let endpoints = if cli.connect.is_empty() {
+        vec![NamedEndpoint { name: "default".into(), endpoint: Endpoint { host: cli.host.clone(), port: cli.port } }]
+    } else {
+        cli.connect.clone()
     };
+    if let Some(twice) = endpoints.iter().enumerate().find(|(i, e)| endpoints[..*i].iter().any(|o| o.name == e.name)) {
+        bail!("--connect names the image {:?} twice", twice.1.name);
+    }
+    let connect = ConnectOptions { connect_timeout: cli.connect_timeout, secret: read_secret(cli)?, protocol: cli.protocol };
+    let images = endpoints
+        .into_iter()
+        .map(|NamedEndpoint { name, endpoint }| {
+            if !is_loopback(&endpoint.host) {
+                tracing::warn!(
+                    %endpoint,
+                    "swank traffic is not encrypted and lets the peer run any code; prefer an SSH tunnel \
+                     (ssh -L 4005:localhost:4005 HOST) and a loopback address"
+                );
+            }
+            ImageSettings {
+                name,
+                endpoint,
+                connect: connect.clone(),
+                launch: cli.launch.then(|| LaunchSettings { swank_loader: cli.swank_loader.clone() }),
+            }
+        })
+        .collect();
     let settings = Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output };
     let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
-    Ok(Arc::new(Toolbox::new(settings, vec![image], roots)))
+    Ok(Arc::new(Toolbox::new(settings, images, roots)))
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -189,7 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Eval { code, package }) => {
+        Some(Command::Eval { code, package, image }) => {
             let code = if code == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading code from standard input")?
             } else {
@@ -198,6 +240,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut arguments = serde_json::json!({ "code": code });
             if let Some(package) = package {
                 arguments["package"] = package.into();
+            }
+            if let Some(image) = image {
+                arguments["image"] = image.into();
             }
             let output = toolbox
                 .call("evaluate-lisp", Some(arguments), CancellationToken::new())
@@ -275,6 +320,16 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_takes_name_host_and_port() {
+        let named = parse_connect("work=127.0.0.1:4006").unwrap();
+        assert_eq!((named.name.as_str(), named.endpoint.host.as_str(), named.endpoint.port), ("work", "127.0.0.1", 4006));
+        assert_eq!(parse_connect("v6=[::1]:4005").unwrap().endpoint.host, "::1");
+        for bad in ["work", "work=host", "=h:1", "a b=h:1", "w=h:port", "w=:4005"] {
+            assert!(parse_connect(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_take_units() {

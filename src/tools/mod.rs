@@ -26,6 +26,9 @@ use image::Image;
 pub use image::ImageSettings;
 pub use output::{Annotations, ToolDefinition, ToolOutput};
 
+/// Tools that work on files in this process and never touch an image.
+const SOURCE_TOOLS: [&str; 3] = ["edit-lisp-form", "lisp-check-parens", "lisp-outline"];
+
 /// Server-wide settings the tools read.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -55,12 +58,33 @@ impl Toolbox {
     }
 
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        vec![
+        let mut definitions = vec![
             evaluate_lisp::definition(),
             edit_lisp_form::definition(),
             lisp_check_parens::definition(),
             lisp_outline::definition(),
-        ]
+        ];
+        if self.images.len() > 1 {
+            for definition in definitions.iter_mut().filter(|d| !SOURCE_TOOLS.contains(&d.name)) {
+                self.offer_image_choice(definition);
+            }
+        }
+        definitions
+    }
+
+    /// With several images, an image tool's schema names them, so the model knows what to pass.
+    fn offer_image_choice(&self, definition: &mut ToolDefinition) {
+        let names: Vec<&str> = self.images.iter().map(|i| i.name()).collect();
+        if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.insert(
+                "image".into(),
+                serde_json::json!({
+                    "type": "string",
+                    "enum": names,
+                    "description": format!("The Lisp image to work in (default: {}).", names[0]),
+                }),
+            );
+        }
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
