@@ -98,6 +98,41 @@ impl McpProcess {
         self.request("tools/call", json!({"name": "evaluate-lisp", "arguments": {"code": code}}))
     }
 
+    /// Sends evaluations without waiting, then collects one response each; returns the time each
+    /// response arrived after the first request was sent, by the index of its request.
+    fn evaluate_concurrently(&mut self, codes: &[&str]) -> Vec<Duration> {
+        let first_id = self.next_id;
+        let started = Instant::now();
+        for code in codes {
+            let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                "params": {"name": "evaluate-lisp", "arguments": {"code": code}}})).unwrap();
+            line.push(b'\n');
+            self.next_id += 1;
+            self.stdin.write_all(&line).unwrap();
+        }
+        self.stdin.flush().unwrap();
+        let mut arrivals = vec![Duration::ZERO; codes.len()];
+        for _ in codes {
+            let mut response = String::new();
+            self.stdout.read_line(&mut response).unwrap();
+            let reply: Value = serde_json::from_str(&response).unwrap();
+            assert_eq!(reply["result"]["isError"], false, "{reply}");
+            arrivals[(reply["id"].as_u64().unwrap() - first_id) as usize] = started.elapsed();
+        }
+        arrivals
+    }
+
+    /// User plus system CPU time the server process has used.
+    fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
+        // SAFETY: sysconf has no preconditions.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Duration::from_secs_f64(ticks as f64 / per_second)
+    }
+
     fn peak_rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         status
@@ -175,6 +210,27 @@ fn main() {
     println!("  evaluate-lisp tool in process    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&tool_times, 0.5)), micros(percentile(&tool_times, 0.99)));
     println!("  evaluate-lisp through swank-mcp  p50 {:8.1} µs   p99 {:8.1} µs", micros(mcp50), micros(mcp99));
     println!("  ratio                            p50 {:8.2}x     p99 {:8.2}x", micros(mcp50) / micros(raw50), micros(mcp99) / micros(raw99));
+
+    let cpu_before = mcp.cpu_time();
+    let started = Instant::now();
+    for _ in 0..iterations {
+        mcp.evaluate("(+ 1 2)");
+    }
+    let elapsed = started.elapsed();
+    let cpu = mcp.cpu_time().saturating_sub(cpu_before);
+    println!("throughput: {:.0} sequential calls/s; server CPU {:.1} µs per call",
+        iterations as f64 / elapsed.as_secs_f64(), micros(cpu) / iterations as f64);
+
+    let arrivals = mcp.evaluate_concurrently(&["(sleep 0.5)"; 16]);
+    println!("16 concurrent (sleep 0.5): all answered after {:.0} ms", arrivals.iter().max().unwrap().as_secs_f64() * 1e3);
+    let idle = {
+        let started = Instant::now();
+        mcp.evaluate(":quick");
+        started.elapsed()
+    };
+    let arrivals = mcp.evaluate_concurrently(&["(sleep 2)", ":quick"]);
+    println!("a quick call while a 2 s one runs: {:.1} ms (idle: {:.1} ms)",
+        arrivals[1].as_secs_f64() * 1e3, idle.as_secs_f64() * 1e3);
 
     let rss_before = mcp.peak_rss_kib();
     let started = Instant::now();
