@@ -11,7 +11,13 @@ use tokio_util::sync::CancellationToken;
 use super::launch::{self, LaunchedImage};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
 
-const HELPER_SOURCE: &str = include_str!("../lisp/helper.lisp");
+/// The helper's files, in load order; the digest covers them all.
+const HELPER_SOURCE: &str = concat!(
+    include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/introspection.lisp"),
+    include_str!("../lisp/compile.lisp"),
+    include_str!("../lisp/systems.lisp"),
+);
 /// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
 pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
 
