@@ -114,11 +114,13 @@ defined or undefined meanwhile, by someone else."
                *info-snapshots*))))
 
 (defun inert-symbol-p (symbol)
-  "True when nothing refers to SYMBOL's definitions: it names nothing and has no properties."
-  (not (or (fboundp symbol) (fboundp (list 'setf symbol)) (boundp symbol)
-           (symbol-plist symbol) (find-class symbol nil)
-           (not (eq :unknown (sb-int:info :variable :kind symbol)))
-           (sb-int:info :type :kind symbol))))
+  "True when nothing refers to SYMBOL's definitions: it names nothing and has no properties. (A
+keyword's value is itself, which says nothing.)"
+  (not (or (fboundp symbol) (fboundp (list 'setf symbol)) (symbol-plist symbol) (find-class symbol nil)
+           (sb-int:info :type :kind symbol)
+           (and (not (keywordp symbol))
+                (or (boundp symbol)
+                    (not (eq :unknown (sb-int:info :variable :kind symbol))))))))
 
 (defun forget-new-symbols ()
   "Uninterns the symbols that reading the code created, so that asking about code never leaves
@@ -252,7 +254,8 @@ from the outside in, if the compiler knows it."
   "LAMBDA, or, when any LOAD-TIME-VALUE is in its expansion, that expansion with each
 (LOAD-TIME-VALUE FORM) turned into (PROGN FORM): COMPILE evaluates LOAD-TIME-VALUE forms at
 once, and compile-form must run nothing. The expansion tolerates macros that fail (the compiler
-reports those when it compiles LAMBDA itself)."
+reports those when it compiles LAMBDA itself). Returns the lambda to compile and the expansion,
+whose symbols include those the macros interned."
   (let* ((found nil)
          (expansion (let ((*macroexpand-hook*
                             (lambda (expander form environment)
@@ -273,7 +276,7 @@ reports those when it compiles LAMBDA itself)."
                             (when tail (setf (cdr (last result)) tail))
                             result))))))
       (let ((stripped (if (circular-p expansion) expansion (strip expansion))))
-        (if found stripped lambda)))))
+        (values (if found stripped lambda) expansion)))))
 
 (defun compile-forms (code package)
   "Reads CODE in PACKAGE and compiles each form as (LAMBDA () FORM), in one compilation unit.
@@ -369,7 +372,10 @@ only within the call. Returns the plist COMPILE-CODE describes."
                     (remember-form form)
                     (multiple-value-bind (lambda prefix) (wrap form)
                       (setf current (list form (or (gethash form positions) start) prefix))
-                      (handler-case (compile nil (without-load-time-values lambda))
+                      (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values lambda)
+                                      ;; DEFSTRUCT and the like intern names as they expand.
+                                      (remember-form expansion)
+                                      (compile nil compilable))
                         ;; Errors the compiler did not turn into an ERROR condition itself,
                         ;; such as a package lock violation.
                         (error (e) (record "ERROR" e)))
