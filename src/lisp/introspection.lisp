@@ -276,8 +276,8 @@ package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
     (error () t)))
 
 (defun skip-form (octets i)
-  "Skips the form starting at I (after layout). Returns the position after it and whether it
-produced a form (a false #+ or #- conditional does not)."
+  "Skips what the reader reads from I at once: a form, or a #+/#- conditional that turns out
+false. Returns the position after it and whether a form was produced."
   (let* ((i (skip-layout octets i))
          (c (octet-char octets i))
          (end (length octets)))
@@ -285,11 +285,19 @@ produced a form (a false #+ or #- conditional does not)."
           ((eql c #\() (values (skip-list octets (1+ i)) t))
           ((eql c #\)) (values (1+ i) nil))
           ((eql c #\") (values (skip-string octets (1+ i)) t))
-          ((member c '(#\' #\`)) (skip-form octets (1+ i)))
+          ((member c '(#\' #\`)) (values (skip-produced octets (1+ i)) t))
           ((eql c #\,)
-           (skip-form octets (if (member (octet-char octets (1+ i)) '(#\@ #\.)) (+ i 2) (1+ i))))
+           (values (skip-produced octets (if (member (octet-char octets (1+ i)) '(#\@ #\.)) (+ i 2) (1+ i))) t))
           ((eql c #\#) (skip-dispatch octets (1+ i)))
           (t (values (token-end octets i) t)))))
+
+(defun skip-produced (octets i)
+  "Skips from I past the next form that is really read (past false conditionals)."
+  (loop
+    (multiple-value-bind (after produced) (skip-form octets i)
+      (when (or produced (>= after (length octets)) (<= after i))
+        (return after))
+      (setf i after))))
 
 (defun skip-list (octets i)
   "I is just after an opening parenthesis. Returns the position after the closing one."
@@ -312,22 +320,18 @@ produced a form (a false #+ or #- conditional does not)."
         ((nil) (values (length octets) nil))
         (#\\ (values (token-end octets (+ j 2)) t))
         (#\( (values (skip-list octets (1+ j)) t))
-        (#\' (skip-form octets (1+ j)))
-        (#\= (skip-form octets (1+ j)))
+        ((#\' #\=) (values (skip-produced octets (1+ j)) t))
         (#\# (values (1+ j) t))
-        (#\| (skip-form octets (skip-block-comment octets (1+ j))))
+        (#\| (values (skip-block-comment octets (1+ j)) nil))
         ((#\+ #\-)
          (let* ((feature-start (skip-layout octets (1+ j)))
-                (feature-end (skip-form octets feature-start))
+                (feature-end (skip-produced octets feature-start))
                 (holds (feature-holds-p octets feature-start feature-end))
-                (form-end (skip-form octets feature-end)))
-           (if (eq holds (char= c #\+))
-               (values form-end t)
-               ;; Nothing was read: what follows is the next form, if any.
-               (skip-form octets form-end))))
+                (form-end (skip-produced octets feature-end)))
+           (values form-end (eq holds (char= c #\+)))))
         ((#\* #\b #\o #\x #\r #\:) (values (token-end octets (1+ j)) t))
         ;; #. #p #c #a #s and the like: the dispatch character is followed by a form.
-        (t (skip-form octets (1+ j)))))))
+        (t (values (skip-produced octets (1+ j)) t))))))
 
 (defun toplevel-form-start (octets index)
   "The byte position of the INDEX'th (from 0) top-level form in OCTETS."
@@ -858,7 +862,9 @@ unexported names of an SB- package, which no user program refers to."
                                                  (funcall names
                                                           (remove-if-not
                                                            (lambda (c)
-                                                             (and (sb-mop:class-finalized-p c)
+                                                             ;; Finalizing a class leaves its
+                                                             ;; superclasses as they were.
+                                                             (and (finalize-if-possible c package)
                                                                   (sb-mop:class-slots c)))
                                                            (sb-mop:class-direct-superclasses class)))))))))))))
 
