@@ -283,7 +283,7 @@ async fn xref_lists_every_kind_of_reference() {
     // Calls from code evaluated at the REPL are recorded too.
     eval(&tb, "(defun xref-test-repl-caller () (introspect-test::target 3))").await;
     let text = ok(&tb, "xref", json!({"symbol": "introspect-test::target", "kind": "calls"})).await;
-    assert!(text.ends_with("\n  XREF-TEST-REPL-CALLER        defined at the REPL, no source file"), "{text}");
+    assert!(text.ends_with("\n  COMMON-LISP-USER::XREF-TEST-REPL-CALLER  defined at the REPL, no source file"), "{text}");
     let output = call(&tb, "xref", json!({"symbol": "target", "kind": "callers", "package": "introspect-test"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "Unknown xref kind \"callers\": use calls, callees, references, binds, sets, macroexpands, specializes.");

@@ -445,14 +445,17 @@ evaluated or compiled from a REPL (or from a string)."
 ;;; describe-symbol
 
 (defun symbol-status-text (symbol package)
-  "How SYMBOL is accessible: \"external in ALEXANDRIA\", \"internal in CL-USER\"."
+  "How SYMBOL is accessible: \"external in ALEXANDRIA\", \"internal in CL-USER\", and whether
+it is also accessible in PACKAGE, where it was looked up."
   (let ((home (symbol-package symbol)))
     (if (null home)
         "uninterned"
         (format nil "~(~A~) in ~A~@[, accessible in ~A~]"
                 (nth-value 1 (find-symbol (symbol-name symbol) home))
                 (package-name home)
-                (and (not (eq home package)) (package-name package))))))
+                (and (not (eq home package))
+                     (eq symbol (find-symbol (symbol-name symbol) package))
+                     (package-name package))))))
 
 (defun definition-file (symbol type)
   "Where SYMBOL's first definition of TYPE is, as text, if SBCL knows of one. (SYMBOL may be a
@@ -550,8 +553,10 @@ evaluated or compiled from a REPL (or from a string)."
 symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE)."
   (run-tool token
             (lambda ()
-              (let* ((package (tool-package package session))
-                     (symbol (find-existing-symbol name package))
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     ;; Names print as seen from the symbol's own package: AREA, not SHAPES:AREA.
+                     (package (or (symbol-package symbol) lookup-package))
                      (entries '()))
                 (when (fboundp symbol)
                   (push (function-entry symbol package) entries))
@@ -566,7 +571,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE)."
                 (cond ((find-class symbol nil) (push (class-entry symbol package) entries))
                       ((type-kind symbol) (push (type-entry symbol package) entries)))
                 (list :symbol (qualified-name symbol)
-                      :status (symbol-status-text symbol package)
+                      :status (symbol-status-text symbol lookup-package)
                       :entries (nreverse entries))))))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -640,14 +645,15 @@ many matching symbols name nothing (not listed)."
   "Plist: :SYMBOL and :DEFINITIONS, each (:KIND label :FILE :LINE :COLUMN :NOTE)."
   (run-tool token
             (lambda ()
-              (let* ((package (tool-package package session))
-                     (symbol (find-existing-symbol name package))
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     (package (or (symbol-package symbol) lookup-package))
                      (*file-octets* (make-hash-table :test 'equal))
                      (seen '())
                      (definitions '()))
                 (flet ((add (kind name source)
                          (let ((location (source-location source name))
-                               (label (definition-label kind source (or (symbol-package symbol) package))))
+                               (label (definition-label kind source package)))
                            (unless (member (cons label location) seen :test #'equal)
                              (push (cons label location) seen)
                              (push (list* :kind (if (consp name)
@@ -737,8 +743,9 @@ function) calls."
 file order, at most *MAX-XREF-HITS*."
   (run-tool token
             (lambda ()
-              (let* ((package (tool-package package session))
-                     (symbol (find-existing-symbol name package))
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     (package (or (symbol-package symbol) lookup-package))
                      (kind (or (find kind *xref-kinds* :test #'string-equal)
                                (fail "Unknown xref kind ~S: use ~{~A~^, ~}." kind *xref-kinds*)))
                      (pairs (remove-duplicates

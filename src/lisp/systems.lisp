@@ -44,6 +44,31 @@ text \"compiling FILE\", \"loading FILE\" or NIL."
                     (let ((loading (file-of '*load-truename*)))
                       (and loading (format nil "loading ~A" loading))))))))))
 
+(defun asdf-summary-warning-p (condition)
+  "True for the warning ASDF adds after a file compiled with warnings: it repeats them."
+  (let ((name (class-name (class-of condition))))
+    (and (symbolp name)
+         (member (symbol-name name) '("COMPILE-WARNED-WARNING" "COMPILE-FAILED-WARNING") :test #'string=)
+         (eql 0 (search "UIOP" (package-name (symbol-package name)))))))
+
+(defun asdf-frame-p (line)
+  "True for a backtrace line of a function of ASDF or UIOP (packages ASDF/... and UIOP/...)."
+  (let* ((end (if (and (> (length line) 1) (char= (char line 1) #\())
+                  (position #\) line)
+                  (position #\Space line)))
+         (head (subseq line 0 (or end (length line)))))
+    (or (search "ASDF/" head) (search "UIOP/" head))))
+
+(defun without-asdf-frames (report)
+  "REPORT with its backtrace cut at ASDF's machinery: what failed inside the system's own code
+is above it, and twenty frames of ASDF planning say nothing about the system."
+  (when report
+    (setf (getf report :backtrace)
+          (loop for line in (getf report :backtrace)
+                until (asdf-frame-p line)
+                collect line)))
+  report)
+
 (defun load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
@@ -53,18 +78,19 @@ failed (its output and warnings are kept)."
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (flet ((record (condition)
-             (let ((category (typecase condition
-                               (style-warning :style-warning)
-                               (warning :warning)
-                               (t :note))))
-               (incf (getf counts category))
-               (when (and (not (eq category :note))
-                          (< (length warnings) *max-system-warnings*))
-                 (push (format nil "~A: ~A~@[~%  (in ~A)~]"
-                               (warning-category condition)
-                               (compiler-message condition)
-                               (file-being-processed))
-                       warnings)))))
+             (unless (asdf-summary-warning-p condition)
+               (let ((category (typecase condition
+                                 (style-warning :style-warning)
+                                 (warning :warning)
+                                 (t :note))))
+                 (incf (getf counts category))
+                 (when (and (not (eq category :note))
+                            (< (length warnings) *max-system-warnings*))
+                   (push (format nil "~A: ~A~@[~%  (in ~A)~]"
+                                 (warning-category condition)
+                                 (compiler-message condition)
+                                 (file-being-processed))
+                         warnings))))))
       (let* ((started (get-internal-real-time))
              (was-loaded nil)
              (result
@@ -101,4 +127,4 @@ failed (its output and warnings are kept)."
                   :style-warning-count (getf counts :style-warning)
                   :note-count (getf counts :note)
                   :stdout (capture-report stdout)
-                  :load-error (getf result :error)))))))
+                  :load-error (without-asdf-frames (getf result :error))))))))

@@ -86,7 +86,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         }
     };
     match reply {
-        Ok(reply) => LoadReport::from_sexp(&reply).into_output(context.settings.max_output),
+        Ok(reply) => LoadReport::from_sexp(&reply, force).into_output(context.settings.max_output),
         Err(output) => output,
     }
 }
@@ -94,6 +94,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadReport {
     pub system: String,
+    pub forced: bool,
     pub was_loaded: bool,
     pub milliseconds: u64,
     pub warnings: Vec<String>,
@@ -105,9 +106,10 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    pub fn from_sexp(reply: &Sexp) -> Self {
+    pub fn from_sexp(reply: &Sexp, forced: bool) -> Self {
         LoadReport {
             system: reply.plist_str("system").unwrap_or_default().to_string(),
+            forced,
             was_loaded: reply.plist_get("was-loaded").is_some_and(Sexp::is_true),
             milliseconds: count(reply, "milliseconds"),
             warnings: strings(reply.plist_get("warnings")),
@@ -125,10 +127,11 @@ impl LoadReport {
         if let Some(error) = &self.error {
             sections.push(error.render());
         }
-        let verdict = match (&self.error, self.was_loaded) {
-            (Some(_), _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
-            (None, false) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
-            (None, true) => format!("System {:?} was already loaded; ASDF reloaded what had changed, in {seconds:.2} s.", self.system),
+        let verdict = match (&self.error, self.was_loaded, self.forced) {
+            (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
+            (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
+            (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
+            (None, true, false) => format!("System {:?} was already loaded; ASDF reloaded what had changed, in {seconds:.2} s.", self.system),
         };
         sections.push(format!(
             "{verdict}\n{}, {}, {}.",
@@ -189,6 +192,7 @@ mod tests {
             &read("(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
                    :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)")
             .unwrap(),
+            false,
         );
         assert_eq!(
             report.render(65536),
@@ -200,6 +204,7 @@ mod tests {
     fn a_failed_load_leads_with_the_error() {
         let report = LoadReport::from_sexp(
             &read("(:system \"bad\" :milliseconds 10 :load-error (:kind :error :type \"ERROR\" :message \"boom\" :backtrace nil))").unwrap(),
+            false,
         );
         let output = report.into_output(65536);
         assert!(output.is_error);
