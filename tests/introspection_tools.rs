@@ -188,6 +188,10 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
         describe("*count*").await,
         format!("INTROSPECT-TEST::*COUNT* (internal in INTROSPECT-TEST)\n\nVariable: *COUNT* = 0\n  How many shapes were made.\n  Source: {path}:5:1")
     );
+    // The symbol as one would type it: quoted, escaped, qualified.
+    for spelling in ["'target", "|TARGET|", "introspect-test::target", "#'Target"] {
+        assert!(describe(spelling).await.starts_with("INTROSPECT-TEST::TARGET (internal in INTROSPECT-TEST)\n\nFunction:"), "{spelling}");
+    }
     assert_eq!(describe("twice").await, format!("INTROSPECT-TEST::TWICE (internal in INTROSPECT-TEST)\n\nMacro: (TWICE FORM)\n  Source: {path}:15:1"));
     let text = describe("introspect-test:shape").await;
     assert!(text.starts_with("INTROSPECT-TEST:SHAPE (external in INTROSPECT-TEST)\n\nClass: SHAPE, metaclass STANDARD-CLASS"), "{text}");

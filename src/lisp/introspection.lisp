@@ -59,7 +59,8 @@ goes nowhere: nothing a tool does prints in the user's image). Returns the plist
 (defun parse-symbol-designator (text)
   "Splits TEXT, a symbol as one types it (foo, pkg:foo, pkg::foo, :foo, |Mixed Case|, 'foo), into
 its package name (NIL when unqualified) and its symbol name, converting case as the current
-readtable would. Reads nothing and interns nothing. Returns NIL when TEXT is not a symbol name."
+readtable would (:INVERT is taken as :UPCASE). Reads nothing and interns nothing. Returns NIL
+when TEXT is not a symbol name."
   (let* ((text (string-trim '(#\Space #\Tab #\Newline #\Return) text))
          (text (cond ((and (> (length text) 2) (string= "#'" text :end2 2)) (subseq text 2))
                      ((and (> (length text) 1) (char= (char text 0) #\')) (subseq text 1))
@@ -355,11 +356,9 @@ false. Returns the position after it and whether a form was produced."
                               :start line-start :end position)))))
 
 (defun source-pathname-text (pathname)
+  "PATHNAME as a file name of this machine (SBCL's own are logical: SYS:SRC;CODE;LIST.LISP)."
   (let ((pathname (or (ignore-errors (translate-logical-pathname pathname)) pathname)))
-    (or (ignore-errors (native-namestring pathname)) (namestring pathname))))
-
-(defun native-namestring (pathname)
-  (sb-ext:native-namestring pathname))
+    (or (ignore-errors (sb-ext:native-namestring pathname)) (namestring pathname))))
 
 (defvar *file-octets* nil
   "Per call, when bound: file name -> its contents, so that many definitions in one file read it
@@ -457,19 +456,11 @@ it is also accessible in PACKAGE, where it was looked up."
                      (eq symbol (find-symbol (symbol-name symbol) package))
                      (package-name package))))))
 
-(defun definition-file (symbol type)
-  "Where SYMBOL's first definition of TYPE is, as text, if SBCL knows of one. (SYMBOL may be a
-(SETF NAME) function name.)"
+(defun definition-location (symbol type)
+  "Where SYMBOL's first definition of TYPE is (see SOURCE-LOCATION), if SBCL knows of one.
+(SYMBOL may be a (SETF NAME) function name.)"
   (let ((source (first (ignore-errors (sb-introspect:find-definition-sources-by-name symbol type)))))
-    (and source (location-text (source-location source symbol)))))
-
-(defun location-text (location)
-  (let ((file (getf location :file)))
-    (cond ((null file) (getf location :origin))
-          ((getf location :line)
-           (format nil "~A:~D:~D~@[ (~A)~]" file (getf location :line) (getf location :column)
-                   (getf location :note)))
-          (t (format nil "~A~@[ (~A)~]" file (getf location :note))))))
+    (and source (source-location source symbol))))
 
 (defun method-text (method package)
   "A method as (NAME QUALIFIERS... (SPECIALIZERS...))."
@@ -501,7 +492,7 @@ it is also accessible in PACKAGE, where it was looked up."
           :summary (call-syntax symbol package)
           :documentation (documentation-text symbol 'function)
           :details details
-          :source (definition-file symbol (cond ((macro-function symbol) :macro)
+          :source (definition-location symbol (cond ((macro-function symbol) :macro)
                                                 ((typep function 'generic-function) :generic-function)
                                                 (t :function))))))
 
@@ -520,7 +511,7 @@ it is also accessible in PACKAGE, where it was looked up."
                                    (print-briefly (symbol-value symbol) :package package)
                                    "(unbound)")))
           :documentation (documentation-text symbol 'variable)
-          :source (definition-file symbol (case kind
+          :source (definition-location symbol (case kind
                                             (:constant :constant)
                                             (:macro :symbol-macro)
                                             (t :variable))))))
@@ -534,7 +525,7 @@ it is also accessible in PACKAGE, where it was looked up."
           :summary (format nil "~A, metaclass ~A (class-info shows its slots)"
                            (name-text symbol package) (name-text (class-name (class-of class)) package))
           :documentation (documentation-text symbol 'type)
-          :source (definition-file symbol (typecase class
+          :source (definition-location symbol (typecase class
                                             (structure-class :structure)
                                             ((satisfies condition-class-p) :condition)
                                             (t :class))))))
@@ -546,11 +537,11 @@ it is also accessible in PACKAGE, where it was looked up."
                        (format nil "~A = ~A" (name-text symbol package) (print-briefly expansion :package package))
                        (name-text symbol package))
           :documentation (documentation-text symbol 'type)
-          :source (definition-file symbol :type))))
+          :source (definition-location symbol :type))))
 
 (defun describe-symbol (name &key package session token)
   "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
-symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE)."
+symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a location plist."
   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
@@ -564,7 +555,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE)."
                   (push (list :kind "Setf function"
                               :summary (call-syntax (list 'setf symbol) package)
                               :documentation (documentation-text (list 'setf symbol) 'function)
-                              :source (definition-file (list 'setf symbol) :function))
+                              :source (definition-location (list 'setf symbol) :function))
                         entries))
                 (when (and (variable-kind symbol) (not (keywordp symbol)))
                   (push (variable-entry symbol package) entries))

@@ -26,7 +26,7 @@
 (defun file-being-processed ()
   "The file the current thread compiles or loads, as text."
   (let ((file (or *compile-file-truename* *load-truename*)))
-    (and file (ignore-errors (native-namestring file)))))
+    (and file (ignore-errors (sb-ext:native-namestring file)))))
 
 (defun load-activity (&key session token)
   "What the session's running load-system is doing, for progress reports: (:ACTIVITY text), the
@@ -35,7 +35,7 @@ text \"compiling FILE\", \"loading FILE\" or NIL."
   (let ((thread (gethash session *loading-threads*)))
     (flet ((file-of (variable)
              (multiple-value-bind (value ok) (sb-thread:symbol-value-in-thread variable thread nil)
-               (and ok value (ignore-errors (native-namestring value))))))
+               (and ok value (ignore-errors (sb-ext:native-namestring value))))))
       (list :activity
             (when (and thread (sb-thread:thread-alive-p thread))
               (let ((compiling (file-of '*compile-file-truename*)))

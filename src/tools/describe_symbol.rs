@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::lisp_reply::{optional_string, strings};
+use super::lisp_reply::{optional_string, strings, Location};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
 use crate::swank::{Form, Sexp};
 
@@ -38,7 +38,7 @@ pub fn definition() -> ToolDefinition {
                             "summary": {"type": "string"},
                             "documentation": {"type": ["string", "null"]},
                             "details": {"type": "array", "items": {"type": "string"}},
-                            "source": {"type": ["string", "null"]}
+                            "source": {"type": ["object", "null"], "description": "file, line, column, note; a null file for definitions made at the REPL."}
                         }
                     }
                 }
@@ -75,7 +75,7 @@ pub struct Entry {
     pub summary: String,
     pub documentation: Option<String>,
     pub details: Vec<String>,
-    pub source: Option<String>,
+    pub source: Option<Location>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +100,7 @@ impl Description {
                     summary: entry.plist_str("summary").unwrap_or_default().to_string(),
                     documentation: optional_string(entry, "documentation").filter(|d| !d.is_empty()),
                     details: strings(entry.plist_get("details")),
-                    source: optional_string(entry, "source"),
+                    source: entry.plist_get("source").filter(|s| s.is_true()).map(Location::from_sexp),
                 })
                 .collect(),
         }
@@ -131,7 +131,8 @@ impl Description {
             "symbol": self.symbol,
             "status": self.status,
             "entries": self.entries.iter().map(|e| json!({
-                "kind": e.kind, "summary": e.summary, "documentation": e.documentation, "details": e.details, "source": e.source,
+                "kind": e.kind, "summary": e.summary, "documentation": e.documentation, "details": e.details,
+                "source": e.source.as_ref().map(Location::to_json),
             })).collect::<Vec<_>>(),
         })
     }
@@ -147,7 +148,7 @@ mod tests {
         let reply = read(
             "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
              ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
-               :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :source \"/src/shapes.lisp:8:1\")))",
+               :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :source (:file \"/src/shapes.lisp\" :line 8 :column 1))))",
         )
         .unwrap();
         assert_eq!(
