@@ -41,14 +41,15 @@ package reading may intern into.")
 
 (defun qualified-packages (code)
   "The existing packages CODE names in pkg::name tokens: reading those interns into them."
-  (loop with start = 0
-        for colons = (search "::" code :start2 start)
-        while colons
-        for token-start = (1+ (or (position-if #'code-delimiter-p code :end colons :from-end t) -1))
-        for package = (and (< token-start colons)
-                           (find-package-loosely (subseq code token-start colons)))
-        when package collect package
-        do (setf start (+ colons 2))))
+  (let ((packages '()) (start 0))
+    (loop for colons = (search "::" code :start2 start)
+          while colons
+          do (let* ((token-start (1+ (or (position-if #'code-delimiter-p code :end colons :from-end t) -1)))
+                    (package (and (< token-start colons)
+                                  (find-package-loosely (subseq code token-start colons)))))
+               (when package (push package packages))
+               (setf start (+ colons 2))))
+    packages))
 
 (defun map-symbols (function object)
   "Calls FUNCTION on every symbol in OBJECT, a form: conses (circular ones included) and vectors."
@@ -166,27 +167,6 @@ list starts in the code, so that conditions can be placed at the subform they ar
                              list))
                          nil readtable)
     readtable))
-
-(defun skip-code-layout (code start)
-  "The position of the next form in CODE from START, past whitespace and comments."
-  (let ((end (length code)) (i start))
-    (loop
-      (cond ((>= i end) (return end))
-            ((member (char code i) '(#\Space #\Tab #\Newline #\Return #\Page)) (incf i))
-            ((char= (char code i) #\;)
-             (setf i (or (position #\Newline code :start i) end)))
-            ((and (char= (char code i) #\#) (< (1+ i) end) (char= (char code (1+ i)) #\|))
-             (let ((depth 1))
-               (incf i 2)
-               (loop while (and (< i end) (plusp depth))
-                     do (cond ((and (char= (char code i) #\|) (< (1+ i) end)
-                                    (char= (char code (1+ i)) #\#))
-                               (decf depth) (incf i 2))
-                              ((and (char= (char code i) #\#) (< (1+ i) end)
-                                    (char= (char code (1+ i)) #\|))
-                               (incf depth) (incf i 2))
-                              (t (incf i))))))
-            (t (return i))))))
 
 (defun read-failure (condition code form-start stream-position)
   "Why and where the code could not be read: a plist (:MESSAGE :LINE :COLUMN :UNCLOSED). An
@@ -363,7 +343,7 @@ only within the call. Returns the plist COMPILE-CODE describes."
             (with-compilation-unit (:override t)
               (with-input-from-string (in code)
                 (loop
-                  (let* ((start (skip-code-layout code (file-position in)))
+                  (let* ((start (skip-layout code (file-position in)))
                          (form (handler-case (read in nil eof)
                                  (error (e)
                                    (setf read-failure (read-failure e code start (file-position in)))
@@ -432,7 +412,7 @@ plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CO
   (let ((eof '#:eof)
         (*read-eval* nil))
     (with-input-from-string (in text)
-      (let* ((start (skip-code-layout text 0))
+      (let* ((start (skip-layout text 0))
              (form (handler-case (read in nil eof)
                      (error (e)
                        (return-from read-single-form
@@ -440,7 +420,7 @@ plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CO
         (when (eq form eof)
           (return-from read-single-form (values nil "there is no form to expand")))
         (remember-form form)
-        (let ((next (skip-code-layout text (file-position in))))
+        (let ((next (skip-layout text (file-position in))))
           (when (< next (length text))
             (multiple-value-bind (line column) (line-and-column text next)
               (return-from read-single-form

@@ -212,47 +212,52 @@ package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
           (read-sequence octets in)
           octets)))))
 
-(defun octet-char (octets i)
-  (if (< i (length octets)) (code-char (aref octets i)) nil))
+(defun char-at (text i)
+  "The character at I of TEXT, a string or a vector of UTF-8 octets (the scanner only looks at
+ASCII), or NIL past the end."
+  (when (< i (length text))
+    (let ((element (aref text i)))
+      (if (characterp element) element (code-char element)))))
 
-(defun layout-octet-p (c)
+(defun layout-char-p (c)
   (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
 
-(defun skip-block-comment (octets i)
+(defun skip-block-comment (text i)
   "I is just after #|. Returns the position after the matching |#."
-  (let ((depth 1) (end (length octets)))
+  (let ((depth 1) (end (length text)))
     (loop while (and (< i end) (plusp depth))
-          do (let ((c (octet-char octets i)) (next (octet-char octets (1+ i))))
+          do (let ((c (char-at text i)) (next (char-at text (1+ i))))
                (cond ((and (eql c #\|) (eql next #\#)) (decf depth) (incf i 2))
                      ((and (eql c #\#) (eql next #\|)) (incf depth) (incf i 2))
                      (t (incf i)))))
-    i))
+    (min i end)))
 
-(defun skip-layout (octets i)
-  "Skips whitespace and comments from I."
-  (let ((end (length octets)))
+(defun skip-layout (text i)
+  "The position of the next form in TEXT (a string or octets) from I, past whitespace and
+comments."
+  (let ((end (length text)))
     (loop
-      (let ((c (octet-char octets i)))
+      (let ((c (char-at text i)))
         (cond ((null c) (return end))
-              ((layout-octet-p c) (incf i))
+              ((layout-char-p c) (incf i))
               ((eql c #\;)
-               (setf i (or (position 10 octets :start i) end)))
-              ((and (eql c #\#) (eql (octet-char octets (1+ i)) #\|))
-               (setf i (skip-block-comment octets (+ i 2))))
+               (loop do (incf i) until (member (char-at text i) '(nil #\Newline))))
+              ((and (eql c #\#) (eql (char-at text (1+ i)) #\|))
+               (setf i (skip-block-comment text (+ i 2))))
               (t (return i)))))))
 
 (defun token-end (octets i)
   "The end of the token (symbol or number) starting at I, with | and \\ escapes."
   (let ((end (length octets)))
     (loop while (< i end)
-          do (let ((c (octet-char octets i)))
+          do (let ((c (char-at octets i)))
                (cond ((eql c #\\) (incf i 2))
                      ((eql c #\|)
                       (incf i)
-                      (loop while (and (< i end) (not (eql (octet-char octets i) #\|)))
-                            do (incf i (if (eql (octet-char octets i) #\\) 2 1)))
+                      (loop while (and (< i end) (not (eql (char-at octets i) #\|)))
+                            do (incf i (if (eql (char-at octets i) #\\) 2 1)))
                       (incf i))
-                     ((or (layout-octet-p c) (member c '(#\( #\) #\" #\' #\` #\, #\;)))
+                     ((or (layout-char-p c) (member c '(#\( #\) #\" #\' #\` #\, #\;)))
                       (return))
                      (t (incf i)))))
     (min i end)))
@@ -261,7 +266,7 @@ package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
   "I is just after the opening quote."
   (let ((end (length octets)))
     (loop while (< i end)
-          do (case (octet-char octets i)
+          do (case (char-at octets i)
                (#\\ (incf i 2))
                (#\" (return-from skip-string (1+ i)))
                (t (incf i))))
@@ -280,7 +285,7 @@ package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
   "Skips what the reader reads from I at once: a form, or a #+/#- conditional that turns out
 false. Returns the position after it and whether a form was produced."
   (let* ((i (skip-layout octets i))
-         (c (octet-char octets i))
+         (c (char-at octets i))
          (end (length octets)))
     (cond ((null c) (values end nil))
           ((eql c #\() (values (skip-list octets (1+ i)) t))
@@ -288,7 +293,7 @@ false. Returns the position after it and whether a form was produced."
           ((eql c #\") (values (skip-string octets (1+ i)) t))
           ((member c '(#\' #\`)) (values (skip-produced octets (1+ i)) t))
           ((eql c #\,)
-           (values (skip-produced octets (if (member (octet-char octets (1+ i)) '(#\@ #\.)) (+ i 2) (1+ i))) t))
+           (values (skip-produced octets (if (member (char-at octets (1+ i)) '(#\@ #\.)) (+ i 2) (1+ i))) t))
           ((eql c #\#) (skip-dispatch octets (1+ i)))
           (t (values (token-end octets i) t)))))
 
@@ -305,7 +310,7 @@ false. Returns the position after it and whether a form was produced."
   (let ((end (length octets)))
     (loop
       (setf i (skip-layout octets i))
-      (let ((c (octet-char octets i)))
+      (let ((c (char-at octets i)))
         (cond ((null c) (return end))
               ((eql c #\)) (return (1+ i)))
               (t (setf i (max (1+ i) (skip-form octets i)))))))))
@@ -313,10 +318,10 @@ false. Returns the position after it and whether a form was produced."
 (defun skip-dispatch (octets i)
   "I is just after a #. Handles the standard dispatching macros."
   (let ((j i))
-    (loop for c = (octet-char octets j)
+    (loop for c = (char-at octets j)
           while (and c (digit-char-p c))
           do (incf j))
-    (let ((c (octet-char octets j)))
+    (let ((c (char-at octets j)))
       (case (and c (char-downcase c))
         ((nil) (values (length octets) nil))
         (#\\ (values (token-end octets (+ j 2)) t))
