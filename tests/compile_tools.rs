@@ -299,3 +299,26 @@ async fn macroexpand_form_reads_in_the_given_package_and_interns_nothing() {
     let output = expand(&tb, json!({"form": "(x)", "package": "MACROEXPAND-TEST-NOPE"})).await;
     assert_eq!(output.text, "The package \"MACROEXPAND-TEST-NOPE\" does not exist.");
 }
+
+#[tokio::test]
+async fn a_timeout_interrupts_compilation_and_still_leaves_nothing_behind() {
+    let port = common::shared_image_port();
+    let settings = swank_mcp::tools::Settings { eval_timeout: Duration::from_millis(500), ..common::settings() };
+    let roots = swank_mcp::source::AllowedRoots::new(Vec::new()).unwrap();
+    let impatient = Arc::new(Toolbox::new(settings, vec![common::image_settings(port)], roots));
+    let started = std::time::Instant::now();
+    // The macro runs while the next form compiles, and takes too long.
+    let output = compile(&impatient, "(defmacro compile-test-slow () (sleep 10) 1)\n(defun compile-test-waits () (compile-test-slow))").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(output.is_error);
+    assert!(
+        output.text.starts_with(
+            "[ERROR] EVALUATION-TIMEOUT\nEvaluation exceeded the time limit of 500 ms and was interrupted. \
+             Start swank-mcp with a larger --eval-timeout if this needs longer."
+        ),
+        "{}",
+        output.text
+    );
+    let tb = common::toolbox(port);
+    assert_eq!(eval(&tb, "(list (find-symbol \"COMPILE-TEST-SLOW\") (find-symbol \"COMPILE-TEST-WAITS\"))").await, "=> (NIL NIL)");
+}

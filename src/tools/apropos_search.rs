@@ -60,7 +60,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("external-only"),
         if external_only { Form::T } else { Form::Nil },
     ];
-    match context.call_helper(args, "apropos-search", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "apropos-search", request).await {
         Ok(reply) => {
             let found = Matches::from_sexp(&reply);
             ToolOutput::success(found.render(query, package)).with_structured(found.structured())

@@ -70,7 +70,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "class-info", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "class-info", request).await {
         Ok(reply) => {
             let class = ClassInfo::from_sexp(&reply);
             ToolOutput::success(class.render()).with_structured(class.structured())

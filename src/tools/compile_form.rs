@@ -71,7 +71,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "compile-code", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "compile-code", request).await {
         Ok(reply) => CompileReport::from_sexp(&reply).into_output(context.settings.max_output),
         Err(output) => output,
     }

@@ -57,7 +57,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "describe-symbol", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "describe-symbol", request).await {
         Ok(reply) => {
             let description = Description::from_sexp(&reply);
             ToolOutput::success(description.render()).with_structured(description.structured())

@@ -43,7 +43,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "find-definition", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "find-definition", request).await {
         Ok(reply) => {
             let found = Definitions::from_sexp(&reply);
             ToolOutput::success(found.render()).with_structured(found.structured())

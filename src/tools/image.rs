@@ -85,10 +85,13 @@ pub enum CallError {
     Cancelled,
 }
 
-/// The limits of one call: a time limit and the client's cancellation.
+/// The limits of one call: a time limit, what to tell the user when it is reached, and the
+/// client's cancellation.
 #[derive(Debug, Clone)]
 pub struct CallLimits {
     pub timeout: Duration,
+    /// How to give the call more time, which depends on the tool.
+    pub timeout_advice: &'static str,
     pub cancel: CancellationToken,
 }
 
@@ -205,8 +208,9 @@ impl Image {
             Interruption::Timeout => (
                 "timeout",
                 format!(
-                    "Evaluation exceeded the time limit of {} ms and was interrupted. Pass a larger timeout_ms if it needs longer.",
-                    limits.timeout.as_millis()
+                    "Evaluation exceeded the time limit of {} ms and was interrupted. {}",
+                    limits.timeout.as_millis(),
+                    limits.timeout_advice
                 ),
             ),
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),

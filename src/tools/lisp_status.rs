@@ -51,7 +51,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(image) => image,
         Err(output) => return output,
     };
-    let reply = match context.call_helper(args, "status", Vec::new(), context.settings.eval_timeout).await {
+    let reply = match context.call_helper(args, "status", Vec::new()).await {
         Ok(reply) => reply,
         Err(output) => return output,
     };

@@ -64,7 +64,14 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
-    let load = context.call_helper(args, "load-system", request, context.settings.eval_timeout.max(LOAD_TIMEOUT));
+    let load = context.call_helper_within(
+        args,
+        "load-system",
+        request,
+        context.settings.eval_timeout.max(LOAD_TIMEOUT),
+        "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger --eval-timeout, \
+         or load the system with evaluate-lisp and a larger timeout_ms.",
+    );
     tokio::pin!(load);
     let started = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
@@ -73,7 +80,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
             reply = &mut load => break reply,
             _ = ticker.tick(), if context.progress.is_enabled() => {
                 let activity = context
-                    .call_helper(args, "load-activity", Vec::new(), ACTIVITY_TIMEOUT)
+                    .call_helper_within(args, "load-activity", Vec::new(), ACTIVITY_TIMEOUT, "")
                     .await
                     .ok()
                     .and_then(|reply| reply.plist_str("activity").map(str::to_string));

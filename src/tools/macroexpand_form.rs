@@ -58,7 +58,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "expand-form", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "expand-form", request).await {
         Ok(reply) => render(&reply, context.settings.max_output),
         Err(output) => output,
     }

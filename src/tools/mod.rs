@@ -155,12 +155,25 @@ impl ToolContext {
         }
     }
 
-    /// Calls `function` of the helper in the image `args` names, with this call's cancellation,
-    /// and checks the reply: a failure the helper reports (no such package, a Lisp error, a
-    /// timeout) comes back as the output to return.
-    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>, timeout: Duration) -> Result<Sexp, ToolOutput> {
+    /// Calls `function` of the helper in the image `args` names, within the server's evaluation
+    /// time limit and with this call's cancellation, and checks the reply: a failure the helper
+    /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
+    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>) -> Result<Sexp, ToolOutput> {
+        let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
+        self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
+    }
+
+    /// [`ToolContext::call_helper`] with a time limit of the tool's own.
+    pub async fn call_helper_within(
+        &self,
+        args: &Arguments,
+        function: &'static str,
+        request: Vec<Form>,
+        timeout: Duration,
+        timeout_advice: &'static str,
+    ) -> Result<Sexp, ToolOutput> {
         let image = self.image(args)?;
-        let limits = CallLimits { timeout, cancel: self.cancel.clone() };
+        let limits = CallLimits { timeout, timeout_advice, cancel: self.cancel.clone() };
         let reply = image.call_helper(function, request, &limits).await.map_err(|e| ToolOutput::error(e.to_string()))?;
         lisp_reply::check_failure(&reply)?;
         Ok(reply)

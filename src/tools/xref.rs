@@ -50,7 +50,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "xref", request, context.settings.eval_timeout).await {
+    match context.call_helper(args, "xref", request).await {
         Ok(reply) => {
             let found = References::from_sexp(&reply);
             ToolOutput::success(found.render()).with_structured(found.structured())
