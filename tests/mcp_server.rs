@@ -257,3 +257,29 @@ async fn launch_without_sbcl_or_swank_says_what_to_install() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("cannot run `sbcl`") && text.contains("apt-get install -y sbcl"), "{text}");
 }
+
+#[tokio::test]
+async fn image_tools_are_listed_with_honest_annotations() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.initialize().await;
+    let reply = client.request("tools/list", json!({})).await;
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name} listed")).clone();
+    for name in ["compile-form", "macroexpand-form", "class-info", "describe-symbol", "apropos-search", "find-definition", "xref", "lisp-status"] {
+        let annotations = &tool(name)["annotations"];
+        assert_eq!(
+            (annotations["readOnlyHint"].clone(), annotations["destructiveHint"].clone(), annotations["idempotentHint"].clone()),
+            (json!(true), json!(false), json!(true)),
+            "{name}"
+        );
+        assert!(tool(name)["outputSchema"].is_object(), "{name}");
+    }
+    assert_eq!(tool("load-system")["annotations"]["readOnlyHint"], false);
+    assert_eq!(tool("compile-form")["inputSchema"]["required"], json!(["code"]));
+    assert_eq!(tool("class-info")["inputSchema"]["required"], json!(["class"]));
+    assert_eq!(tool("macroexpand-form")["inputSchema"]["properties"]["full"]["default"], false);
+    assert_eq!(tool("xref")["inputSchema"]["properties"]["kind"]["enum"].as_array().unwrap().len(), 7);
+    // Without an image the tools say how to get one.
+    let reply = client.call_tool("class-info", json!({"class": "integer"})).await;
+    assert!(is_error(&reply) && text(&reply).contains("swank:create-server"), "{reply}");
+}

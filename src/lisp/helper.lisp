@@ -13,7 +13,9 @@
 
 (defpackage #:mcp-agent-helper
   (:use #:common-lisp)
-  (:export #:*version* #:evaluate #:cancel))
+  (:export #:*version* #:evaluate #:cancel
+           #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
+           #:find-definition #:xref #:status #:load-system #:load-activity))
 
 (in-package #:mcp-agent-helper)
 

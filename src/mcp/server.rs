@@ -16,7 +16,7 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use super::transport::{Line, LineCodec};
-use crate::tools::Toolbox;
+use crate::tools::{Progress, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -40,6 +40,12 @@ the user works in from Emacs. Definitions you make there are the user's definiti
 user's REPL is not affected). Forms are evaluated one at a time. Errors return [ERROR] TYPE, the message \
 and a backtrace; the image is never left in the debugger. Long evaluations are interrupted after \
 timeout_ms. Interactive input is not available.
+- compile-form checks code (warnings, type errors, undefined functions, with line and column) without \
+running or defining anything; macroexpand-form shows what a macro generates.
+- To find your way around code you did not write: describe-symbol, apropos-search, find-definition \
+(file:line), xref (callers, callees, references, methods of a class), class-info. None of them changes \
+the image.
+- load-system loads an ASDF system; lisp-status says what you are attached to.
 - Prefer small, incremental evaluations; inspect before you redefine, since the image may hold the \
 user's state.";
 
@@ -238,6 +244,22 @@ impl Server {
         })
     }
 
+    /// Progress reports for a call whose `_meta` carries a `progressToken` (a string or an
+    /// integer), sent as `notifications/progress`; none otherwise.
+    fn progress_for(&self, params: &Value) -> Progress {
+        let Some(token) = params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64()).cloned() else {
+            return Progress::none();
+        };
+        let outgoing = self.outgoing.clone();
+        Progress::new(move |update| {
+            let _ = outgoing.send(json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": update.progress, "message": update.message},
+            }));
+        })
+    }
+
     async fn call_tool(self: &Arc<Self>, id: &Value, params: Value) -> Result<Option<Value>, (i64, String)> {
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return Err((INVALID_PARAMS, "tools/call needs a \"name\" string".into()));
@@ -246,7 +268,8 @@ impl Server {
         let cancel = CancellationToken::new();
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
         let started = std::time::Instant::now();
-        let output = self.toolbox.call(name, params.get("arguments").cloned(), cancel.clone()).await;
+        let progress = self.progress_for(&params);
+        let output = self.toolbox.call_with_progress(name, params.get("arguments").cloned(), cancel.clone(), progress).await;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         let Some(output) = output else {

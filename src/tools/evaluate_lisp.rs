@@ -82,6 +82,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
     };
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
+        timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
     let request = vec![

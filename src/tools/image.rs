@@ -11,7 +11,13 @@ use tokio_util::sync::CancellationToken;
 use super::launch::{self, LaunchedImage};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
 
-const HELPER_SOURCE: &str = include_str!("../lisp/helper.lisp");
+/// The helper's files, in load order; the digest covers them all.
+const HELPER_SOURCE: &str = concat!(
+    include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/introspection.lisp"),
+    include_str!("../lisp/compile.lisp"),
+    include_str!("../lisp/systems.lisp"),
+);
 /// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
 pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
 
@@ -80,10 +86,13 @@ pub enum CallError {
     Cancelled,
 }
 
-/// The limits of one call: a time limit and the client's cancellation.
+/// The limits of one call: a time limit, what to tell the user when it is reached, and the
+/// client's cancellation.
 #[derive(Debug, Clone)]
 pub struct CallLimits {
     pub timeout: Duration,
+    /// How to give the call more time, which depends on the tool.
+    pub timeout_advice: &'static str,
     pub cancel: CancellationToken,
 }
 
@@ -200,8 +209,9 @@ impl Image {
             Interruption::Timeout => (
                 "timeout",
                 format!(
-                    "Evaluation exceeded the time limit of {} ms and was interrupted. Pass a larger timeout_ms if it needs longer.",
-                    limits.timeout.as_millis()
+                    "Evaluation exceeded the time limit of {} ms and was interrupted. {}",
+                    limits.timeout.as_millis(),
+                    limits.timeout_advice
                 ),
             ),
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),

@@ -3,15 +3,25 @@
 //! Nothing here knows about JSON-RPC; the MCP layer hands over a name, arguments and a
 //! cancellation token and gets back a [`ToolOutput`].
 
+pub mod apropos_search;
 pub mod arguments;
+pub mod class_info;
+pub mod compile_form;
+pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
+pub mod find_definition;
 pub mod image;
 pub mod launch;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub mod lisp_reply;
+pub mod lisp_status;
+pub mod load_system;
+pub mod macroexpand_form;
 pub mod output;
+pub mod progress;
+pub mod xref;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +30,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::source::AllowedRoots;
+use crate::swank::{Form, Sexp};
 
 pub use arguments::{ArgumentError, Arguments};
-use image::Image;
+use image::{CallLimits, Image};
 pub use image::ImageSettings;
 pub use output::{Annotations, ToolDefinition, ToolOutput};
+pub use progress::{Progress, ProgressUpdate};
 
 /// Tools that work on files in this process and never touch an image.
 const SOURCE_TOOLS: [&str; 3] = ["edit-lisp-form", "lisp-check-parens", "lisp-outline"];
@@ -60,6 +72,15 @@ impl Toolbox {
     pub fn definitions(&self) -> Vec<ToolDefinition> {
         let mut definitions = vec![
             evaluate_lisp::definition(),
+            compile_form::definition(),
+            macroexpand_form::definition(),
+            class_info::definition(),
+            describe_symbol::definition(),
+            apropos_search::definition(),
+            find_definition::definition(),
+            xref::definition(),
+            load_system::definition(),
+            lisp_status::definition(),
             edit_lisp_form::definition(),
             lisp_check_parens::definition(),
             lisp_outline::definition(),
@@ -89,13 +110,33 @@ impl Toolbox {
 
     /// Runs tool `name`; `None` when there is no such tool.
     pub async fn call(self: &Arc<Self>, name: &str, arguments: Option<Value>, cancel: CancellationToken) -> Option<ToolOutput> {
+        self.call_with_progress(name, arguments, cancel, Progress::none()).await
+    }
+
+    /// [`Toolbox::call`] for a client that wants progress reports of long calls.
+    pub async fn call_with_progress(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: Option<Value>,
+        cancel: CancellationToken,
+        progress: Progress,
+    ) -> Option<ToolOutput> {
         let args = match Arguments::from_value(arguments) {
             Ok(args) => args,
             Err(e) => return self.definitions().iter().any(|d| d.name == name).then(|| e.into()),
         };
-        let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel };
+        let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
         let output = match name {
             "evaluate-lisp" => evaluate_lisp::call(&context, &args).await,
+            "compile-form" => compile_form::call(&context, &args).await,
+            "macroexpand-form" => macroexpand_form::call(&context, &args).await,
+            "class-info" => class_info::call(&context, &args).await,
+            "describe-symbol" => describe_symbol::call(&context, &args).await,
+            "apropos-search" => apropos_search::call(&context, &args).await,
+            "find-definition" => find_definition::call(&context, &args).await,
+            "xref" => xref::call(&context, &args).await,
+            "load-system" => load_system::call(&context, &args).await,
+            "lisp-status" => lisp_status::call(&context, &args).await,
             // Source tools read and write files on this machine only; they never wait on the
             // image, but file I/O still belongs off the async workers.
             "edit-lisp-form" => self.source_tool(edit_lisp_form::call, args).await,
@@ -116,11 +157,13 @@ impl Toolbox {
     }
 }
 
-/// What one tool call sees: the shared toolbox and the call's own cancellation.
+/// What one tool call sees: the shared toolbox, the call's own cancellation and where its
+/// progress reports go.
 pub struct ToolContext {
     toolbox: Arc<Toolbox>,
     pub settings: Settings,
     pub cancel: CancellationToken,
+    pub progress: Progress,
 }
 
 impl ToolContext {
@@ -134,5 +177,29 @@ impl ToolContext {
                 ToolOutput::error(format!("Unknown image {name:?}; the configured images are: {}.", known.join(", ")))
             }),
         }
+    }
+
+    /// Calls `function` of the helper in the image `args` names, within the server's evaluation
+    /// time limit and with this call's cancellation, and checks the reply: a failure the helper
+    /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
+    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>) -> Result<Sexp, ToolOutput> {
+        let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
+        self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
+    }
+
+    /// [`ToolContext::call_helper`] with a time limit of the tool's own.
+    pub async fn call_helper_within(
+        &self,
+        args: &Arguments,
+        function: &'static str,
+        request: Vec<Form>,
+        timeout: Duration,
+        timeout_advice: &'static str,
+    ) -> Result<Sexp, ToolOutput> {
+        let image = self.image(args)?;
+        let limits = CallLimits { timeout, timeout_advice, cancel: self.cancel.clone() };
+        let reply = image.call_helper(function, request, &limits).await.map_err(|e| ToolOutput::error(e.to_string()))?;
+        lisp_reply::check_failure(&reply)?;
+        Ok(reply)
     }
 }

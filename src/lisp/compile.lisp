@@ -1,0 +1,471 @@
+;;;; compile-form and macroexpand-form: both read the user's code and neither may change the
+;;;; image. Reading interns symbols and compiling a DEFUN notes the name as defined in SBCL's
+;;;; global database, so both tools record what was there before and put it back afterwards.
+;;;;
+;;;; Loaded after introspection.lisp, under the same rules.
+
+(in-package #:mcp-agent-helper)
+
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (require :sb-cltl2))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Leaving the image as it was
+
+(defvar *symbol-snapshots* '()
+  "Per call: (package . set of the symbols present in it before anything was read), for each
+package reading may intern into.")
+
+(defvar *info-snapshots* nil
+  "Per call: symbol -> its global function information before anything was compiled.")
+
+(defvar *forms-read* '()
+  "Per call: the forms read from the user's code.")
+
+(defun present-symbols (package)
+  (let ((set (make-hash-table :test 'eq)))
+    (with-package-iterator (next package :internal :external)
+      (loop (multiple-value-bind (more symbol) (next)
+              (unless more (return))
+              (setf (gethash symbol set) t))))
+    set))
+
+(defun note-package (package)
+  "Remembers PACKAGE's symbols before the code is read in it."
+  (unless (assoc package *symbol-snapshots*)
+    (push (cons package (present-symbols package)) *symbol-snapshots*)))
+
+(defun code-delimiter-p (char)
+  (or (member char '(#\Space #\Tab #\Newline #\Return #\Page))
+      (find char "()'`,\";#")))
+
+(defun qualified-packages (code)
+  "The existing packages CODE names in pkg::name tokens: reading those interns into them."
+  (let ((packages '()) (start 0))
+    (loop for colons = (search "::" code :start2 start)
+          while colons
+          do (let* ((token-start (1+ (or (position-if #'code-delimiter-p code :end colons :from-end t) -1)))
+                    (package (and (< token-start colons)
+                                  (find-package-loosely (subseq code token-start colons)))))
+               (when package (push package packages))
+               (setf start (+ colons 2))))
+    packages))
+
+(defun map-symbols (function object)
+  "Calls FUNCTION on every symbol in OBJECT, a form: conses (circular ones included) and vectors."
+  (let ((seen (make-hash-table :test 'eq)))
+    (labels ((walk (x)
+               (loop
+                 (typecase x
+                   (symbol (when x (funcall function x)) (return))
+                   (cons (when (gethash x seen) (return))
+                         (setf (gethash x seen) t)
+                         (walk (car x))
+                         (setf x (cdr x)))
+                   (simple-vector
+                    (when (gethash x seen) (return))
+                    (setf (gethash x seen) t)
+                    (map nil #'walk x)
+                    (return))
+                   (t (return))))))
+      (walk object))))
+
+(defparameter *symbol-info-access*
+  (let ((symbols (append (existing-symbols "SB-KERNEL" "SYMBOL-%INFO")
+                         (existing-symbols "SB-INT" "UPDATE-SYMBOL-INFO" "+NIL-PACKED-INFOS+"))))
+    (and (= (length symbols) 3)
+         (fboundp (first symbols)) (fboundp (second symbols)) (boundp (third symbols))
+         symbols))
+  "SBCL's accessors of a symbol's global information (function kind, type, where defined), when
+this SBCL has them; without them the information is not restored.")
+
+(defun packed-info (symbol)
+  (let ((info (funcall (first *symbol-info-access*) symbol)))
+    ;; The cell holds the property list and the packed information: (plist . info), or the
+    ;; information alone when there is no property list.
+    (cond ((consp info) (cdr info))
+          ((listp info) nil)
+          (t info))))
+
+(defun remember-form (form)
+  "Records FORM as read, and the global function information of its symbols before it is
+compiled."
+  (push form *forms-read*)
+  (when *symbol-info-access*
+    (map-symbols (lambda (symbol)
+                   (unless (nth-value 1 (gethash symbol *info-snapshots*))
+                     (setf (gethash symbol *info-snapshots*)
+                           (list (packed-info symbol) (fboundp symbol)))))
+                 form)))
+
+(defun restore-function-info ()
+  "Puts back the information the compiler noted about the names in the code (a DEFUN marks its
+name as defined; a call marks the callee's assumed type), unless the function was really
+defined or undefined meanwhile, by someone else."
+  (when *symbol-info-access*
+    (destructuring-bind (get update empty) *symbol-info-access*
+      (declare (ignore get))
+      (maphash (lambda (symbol snapshot)
+                 (destructuring-bind (info fbound) snapshot
+                   (when (and (not (eq info (packed-info symbol)))
+                              (eq fbound (fboundp symbol)))
+                     (funcall update symbol (lambda (current)
+                                              (declare (ignore current))
+                                              (or info (symbol-value empty)))))))
+               *info-snapshots*))))
+
+(defun inert-symbol-p (symbol)
+  "True when nothing refers to SYMBOL's definitions: it names nothing and has no properties. (A
+keyword's value is itself, which says nothing.)"
+  (not (or (fboundp symbol) (fboundp (list 'setf symbol)) (symbol-plist symbol) (find-class symbol nil)
+           (sb-int:info :type :kind symbol)
+           (and (not (keywordp symbol))
+                (or (boundp symbol)
+                    (not (eq :unknown (sb-int:info :variable :kind symbol))))))))
+
+(defun forget-new-symbols ()
+  "Uninterns the symbols that reading the code created, so that asking about code never leaves
+names behind (a stray symbol can later clash with an imported one)."
+  (dolist (form *forms-read*)
+    (map-symbols (lambda (symbol)
+                   (let* ((home (symbol-package symbol))
+                          (before (cdr (assoc home *symbol-snapshots*))))
+                     (when (and before (not (gethash symbol before)) (inert-symbol-p symbol))
+                       (unintern symbol home))))
+                 form)))
+
+(defun call-leaving-image-unchanged (code package function)
+  (let ((*symbol-snapshots* '())
+        (*info-snapshots* (make-hash-table :test 'eq))
+        (*forms-read* '()))
+    (note-package package)
+    (note-package (find-package '#:keyword))
+    (mapc #'note-package (qualified-packages code))
+    (unwind-protect (funcall function)
+      (restore-function-info)
+      (forget-new-symbols))))
+
+(defmacro leaving-image-unchanged ((code package) &body body)
+  "Runs BODY, which reads CODE in PACKAGE (calling REMEMBER-FORM on each form it reads) and may
+compile it, then undoes what reading and compiling changed in the image."
+  `(call-leaving-image-unchanged ,code ,package (lambda () ,@body)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Reading the user's code
+
+(defun position-recording-readtable (positions)
+  "A copy of the current readtable whose ( also records in POSITIONS (an EQ table) where each
+list starts in the code, so that conditions can be placed at the subform they are about."
+  (let* ((readtable (copy-readtable *readtable*))
+         (open (get-macro-character #\( readtable)))
+    (set-macro-character #\(
+                         (lambda (stream char)
+                           (let* ((start (1- (file-position stream)))
+                                  (list (funcall open stream char)))
+                             (when (consp list)
+                               (setf (gethash list positions) start))
+                             list))
+                         nil readtable)
+    readtable))
+
+(defun read-failure (condition code form-start stream-position)
+  "Why and where the code could not be read: a plist (:MESSAGE :LINE :COLUMN :UNCLOSED). An
+unclosed form is placed at its start; other errors where the reader stopped."
+  (let* ((unclosed (typep condition 'end-of-file))
+         (position (if unclosed
+                       form-start
+                       (max form-start (min (1- stream-position) (1- (length code)))))))
+    (multiple-value-bind (line column) (line-and-column code (max 0 position))
+      (list :message (if unclosed
+                         ;; The contract's wording; SBCL would name a stream the user never saw.
+                         "end of file on #<STRING-INPUT-STREAM>"
+                         (if (typep condition 'reader-error)
+                             (reader-error-text condition)
+                             (condition-message condition)))
+            :line line :column column :unclosed unclosed))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; compile-form
+
+(defparameter *error-context-access*
+  (let ((symbols (existing-symbols "SB-C" "FIND-ERROR-CONTEXT" "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE-PATH")))
+    (and (= (length symbols) 2) (every #'fboundp symbols) symbols))
+  "SBCL's accessors of the compiler's current source context, when this SBCL has them.")
+
+(defun compiler-source-path ()
+  "The path from the compiled lambda to the subform the compiler is reporting on, as indices
+from the outside in, if the compiler knows it."
+  (when *error-context-access*
+    (ignore-errors
+     (let ((context (funcall (first *error-context-access*) nil)))
+       ;; SBCL keeps the path innermost first, starting with the top-level form's number.
+       (and context (rest (reverse (funcall (second *error-context-access*) context))))))))
+
+(defun subform-position (form path positions)
+  "The start of the innermost list along PATH in FORM whose position the reader recorded."
+  (let ((best (gethash form positions)))
+    (dolist (index path best)
+      (let ((tail form))
+        (loop repeat index while (consp tail) do (setf tail (cdr tail)))
+        (unless (consp tail) (return best))
+        (setf form (car tail))
+        (let ((position (and (consp form) (gethash form positions))))
+          (when position (setf best position)))))))
+
+(defun compiler-message (condition)
+  "The condition's report without SBCL's \"See also:\" manual references."
+  (let ((references (find-symbol "*PRINT-CONDITION-REFERENCES*" "SB-INT")))
+    (progv (and references (list references)) '(nil)
+      (string-trim '(#\Space #\Newline) (condition-message condition)))))
+
+(defun condition-names (condition)
+  "The names a deferred warning (undefined function F) is about, from its format arguments."
+  (and (typep condition 'simple-condition)
+       (remove-if-not (lambda (x) (or (and (symbolp x) x) (and (consp x) (eq (first x) 'setf))))
+                      (simple-condition-format-arguments condition))))
+
+(defun tree-contains-p (tree name)
+  "Whether the symbol NAME (or the symbol of a (SETF NAME) name) occurs in TREE."
+  (let ((symbol (if (consp name) (second name) name)))
+    (map-symbols (lambda (s) (when (eq s symbol) (return-from tree-contains-p t))) tree)
+    nil))
+
+(defun without-load-time-values (lambda)
+  "LAMBDA, or, when any LOAD-TIME-VALUE is in its expansion, that expansion with each
+(LOAD-TIME-VALUE FORM) turned into (PROGN FORM): COMPILE evaluates LOAD-TIME-VALUE forms at
+once, and compile-form must run nothing. The expansion tolerates macros that fail (the compiler
+reports those when it compiles LAMBDA itself). Returns the lambda to compile and the expansion,
+whose symbols include those the macros interned."
+  (let* ((found nil)
+         (expansion (let ((*macroexpand-hook*
+                            (lambda (expander form environment)
+                              (handler-case (funcall expander form environment)
+                                (error () '(progn))))))
+                      (handler-case (sb-cltl2:macroexpand-all lambda)
+                        (error () lambda)))))
+    (labels ((strip (x)
+               (cond ((atom x) x)
+                     ((eq (first x) 'load-time-value)
+                      (setf found t)
+                      (list 'progn (strip (second x))))
+                     (t (let ((tail x) (out '()))
+                          (loop while (consp tail)
+                                do (push (strip (car tail)) out)
+                                   (setf tail (cdr tail)))
+                          (let ((result (nreverse out)))
+                            (when tail (setf (cdr (last result)) tail))
+                            result))))))
+      (let ((stripped (if (circular-p expansion) expansion (strip expansion))))
+        (values (if found stripped lambda) expansion)))))
+
+(defun compile-forms (code package)
+  "Reads CODE in PACKAGE and compiles each form as (LAMBDA () FORM), in one compilation unit.
+Earlier DEFMACROs and IN-PACKAGEs of the code apply to the forms after them, as in a file, but
+only within the call. Returns the plist COMPILE-CODE describes."
+  (let* ((positions (make-hash-table :test 'eq))
+         (readtable (position-recording-readtable positions))
+         (eof '#:eof)
+         (conditions '())
+         (compiled '())              ; (form start prefix), newest first
+         (current nil)               ; the entry being compiled
+         (last-condition nil)
+         (read-failure nil)
+         (macros '())
+         (specials '()))
+    (labels ((place (condition)
+               ;; The top-level form a condition is about and where in the code.
+               (let ((path (compiler-source-path))
+                     (entry (or current
+                                ;; A deferred warning (undefined function) comes at the end of
+                                ;; the unit: find the first form that mentions the name.
+                                (let ((names (condition-names condition)))
+                                  (find-if (lambda (entry)
+                                             (some (lambda (name) (tree-contains-p (first entry) name)) names))
+                                           (reverse compiled))))))
+                 (when entry
+                   (destructuring-bind (form start prefix) entry
+                     (values form
+                             (if (and path (<= (length prefix) (length path))
+                                      (equal prefix (subseq path 0 (length prefix))))
+                                 (or (subform-position form (nthcdr (length prefix) path) positions) start)
+                                 start))))))
+             (record (severity condition)
+               (unless (eq condition last-condition)
+                 (setf last-condition condition)
+                 (multiple-value-bind (form position) (place condition)
+                   (multiple-value-bind (line column) (and position (line-and-column code position))
+                     (push (list :severity severity
+                                 :message (compiler-message condition)
+                                 :form (and form (print-form-briefly form))
+                                 :line line :column column)
+                           conditions)))))
+             (wrap (form)
+               ;; Earlier macros and special variables of the code, for this form only. Returns
+               ;; the lambda and the path from it to FORM.
+               (let ((body form) (prefix '()))
+                 (when specials
+                   (setf body `(locally (declare (special ,@specials)) ,body))
+                   (push 2 prefix))
+                 (when macros
+                   (setf body `(macrolet ,macros ,body))
+                   (push 2 prefix))
+                 (values `(lambda () ,body) (cons 2 prefix))))
+             (note-effects (form)
+               ;; What a file compiler would take from the form for the forms after it.
+               (when (consp form)
+                 (case (first form)
+                   (in-package
+                    (let ((target (and (typep (second form) '(or string symbol character))
+                                       (find-package (string (second form))))))
+                      (if target
+                          (progn (setf *package* target) (note-package target))
+                          (let ((*package* *package*))
+                            (record "ERROR" (make-condition 'simple-error
+                                                            :format-control "The package ~A does not exist: the forms after this IN-PACKAGE are read in ~A. (compile-form defines nothing, so a DEFPACKAGE in the same code does not create it.)"
+                                                            :format-arguments (list (second form) (package-name *package*))))))))
+                   (defmacro
+                    (when (and (symbolp (second form)) (listp (third form)))
+                      (push (rest form) macros)))
+                   ((defvar defparameter)
+                    (when (symbolp (second form))
+                      (push (second form) specials)))))))
+      (leaving-image-unchanged (code package)
+        (let ((*package* package)
+              (*readtable* readtable)
+              (*read-eval* nil))
+          ;; Outside the unit, to see the warnings it defers to its end.
+          (handler-bind ((sb-c:compiler-error
+                           (lambda (c) (record "ERROR" (sb-int:encapsulated-condition c))))
+                         (sb-ext:compiler-note
+                           (lambda (c) (record "NOTE" c)))
+                         (warning
+                           (lambda (c) (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c))))
+            (with-compilation-unit (:override t)
+              (with-input-from-string (in code)
+                (loop
+                  (let* ((start (skip-layout code (file-position in)))
+                         (form (handler-case (read in nil eof)
+                                 (error (e)
+                                   (setf read-failure (read-failure e code start (file-position in)))
+                                   (return)))))
+                    (when (eq form eof) (return))
+                    (remember-form form)
+                    (multiple-value-bind (lambda prefix) (wrap form)
+                      (setf current (list form (or (gethash form positions) start) prefix))
+                      (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values lambda)
+                                      ;; DEFSTRUCT and the like intern names as they expand.
+                                      (remember-form expansion)
+                                      (compile nil compilable))
+                        ;; Errors the compiler did not turn into an ERROR condition itself,
+                        ;; such as a package lock violation.
+                        (error (e) (record "ERROR" e)))
+                      (note-effects form)
+                      (push current compiled)
+                      (setf current nil))))))))))
+    (let ((conditions (stable-sort (reverse conditions) #'<
+                                   :key (lambda (c) (+ (* 1000000 (or (getf c :line) 0)) (or (getf c :column) 0))))))
+      (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
+        (list :forms-compiled (length compiled)
+              :warnings (count-of "WARNING")
+              :errors (count-of "ERROR")
+              :style-warnings (count-of "STYLE-WARNING")
+              :notes (count-of "NOTE")
+              :conditions conditions
+              :read-error read-failure)))))
+
+(defun compile-code (code &key package session token (max-output 65536))
+  "Compiles CODE for the compile-form tool without running or defining anything. Returns a
+plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each
+(:SEVERITY :MESSAGE :FORM :LINE :COLUMN); :READ-ERROR, NIL or (:MESSAGE :LINE :COLUMN
+:UNCLOSED); :STDOUT, what macros printed while expanding, as (text dropped)."
+  (let ((stdout (make-capture max-output)))
+    (let ((result (run-tool token
+                            (lambda () (compile-forms code (tool-package package session)))
+                            :stdout stdout)))
+      (if (getf result :forms-compiled)
+          (append result (list :stdout (capture-report stdout)))
+          result))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; macroexpand-form
+
+(defun circular-p (object)
+  "True when OBJECT, a form, contains itself. (Shared structure is not circular.)"
+  (let ((on-path (make-hash-table :test 'eq))
+        (done (make-hash-table :test 'eq)))
+    (labels ((walk (x)
+               (let ((chain '()))
+                 (loop while (and (consp x) (not (gethash x done)))
+                       do (when (gethash x on-path) (return-from circular-p t))
+                          (setf (gethash x on-path) t)
+                          (push x chain)
+                          (walk (car x))
+                          (setf x (cdr x)))
+                 (dolist (cons chain)
+                   (remhash cons on-path)
+                   (setf (gethash cons done) t)))))
+      (walk object)
+      nil)))
+
+(defun read-single-form (text)
+  "The one form in TEXT, or NIL and a message saying why it could not be read."
+  (let ((eof '#:eof)
+        (*read-eval* nil))
+    (with-input-from-string (in text)
+      (let* ((start (skip-layout text 0))
+             (form (handler-case (read in nil eof)
+                     (error (e)
+                       (return-from read-single-form
+                         (values nil (getf (read-failure e text start (file-position in)) :message)))))))
+        (when (eq form eof)
+          (return-from read-single-form (values nil "there is no form to expand")))
+        (remember-form form)
+        (let ((next (skip-layout text (file-position in))))
+          (when (< next (length text))
+            (multiple-value-bind (line column) (line-and-column text next)
+              (return-from read-single-form
+                (values nil (format nil "expected one form, but more follows at line ~D, column ~D"
+                                    line column))))))
+        form))))
+
+(defun macro-error-report (condition)
+  "The contract's [ERROR] TYPE block for a macro that signalled: the condition's exact type as
+the user would type it, and its message; the macro's internals are no backtrace worth reading."
+  (let ((report (condition-report :error condition nil)))
+    (setf (getf report :type)
+          (let ((*package* (find-package '#:common-lisp-user)))
+            (prin1-to-string (type-of condition))))
+    report))
+
+(defun expansion-report (form full max-output)
+  "The plist EXPAND-FORM returns for FORM, read."
+  (multiple-value-bind (expansion expanded)
+      (handler-case (if full
+                        (let ((expansion (sb-cltl2:macroexpand-all form)))
+                          (values expansion (not (equal expansion form))))
+                        (macroexpand-1 form))
+        (error (e)
+          (return-from expansion-report (list :error (macro-error-report e)))))
+    (let ((output (make-capture max-output)))
+      (let ((*print-case* :downcase) (*print-pretty* t)
+            (*print-circle* (circular-p expansion))
+            (*print-readably* nil) (*print-length* nil) (*print-level* nil)
+            (*print-lines* nil) (*print-right-margin* nil))
+        (prin1 expansion output))
+      (list :form (let ((*print-case* :upcase)) (print-form-briefly form))
+            :expansion (capture-report output)
+            :expanded (and expanded t)))))
+
+(defun expand-form (text &key full package session token (max-output 65536))
+  "Expands the form TEXT for the macroexpand-form tool: one step (MACROEXPAND-1), or every macro
+anywhere in it when FULL. Returns (:FORM header-text :EXPANSION (text dropped) :EXPANDED bool),
+(:READ-ERROR message), or (:ERROR report) when the macro signalled."
+  (run-tool token
+            (lambda ()
+              (let ((package (tool-package package session)))
+                (leaving-image-unchanged (text package)
+                  (let ((*package* package))
+                    (multiple-value-bind (form read-error) (read-single-form text)
+                      (if read-error
+                          (list :read-error read-error)
+                          (expansion-report form full max-output)))))))))

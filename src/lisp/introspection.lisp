@@ -1,0 +1,905 @@
+;;;; The introspection tools: describe-symbol, apropos-search, find-definition, xref, class-info
+;;;; and lisp-status, plus what every tool other than evaluate shares: running under a token,
+;;;; failures the user can act on, and finding the package and symbol a call names.
+;;;;
+;;;; Loaded after helper.lisp, under the same rules. Nothing here reads user text with the Lisp
+;;;; reader: symbol names are parsed by hand and looked up with FIND-SYMBOL, so asking about a
+;;;; name never interns it.
+
+(in-package #:mcp-agent-helper)
+
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (require :sb-introspect))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Running a tool
+
+(define-condition tool-failure (error)
+  ((message :initarg :message :reader tool-failure-message))
+  (:report (lambda (condition stream) (princ (tool-failure-message condition) stream)))
+  (:documentation "A failure the user can act on (no such package, no such class): reported as
+its message alone, without a condition type or backtrace."))
+
+(defun fail (control &rest arguments)
+  (error 'tool-failure :message (apply #'format nil control arguments)))
+
+(defun run-tool (token function &key (stdout (make-broadcast-stream)) (stderr (make-broadcast-stream)))
+  "Calls FUNCTION, which returns the tool's plist, registered under TOKEN (so that a timeout or a
+cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by default output
+goes nowhere: nothing a tool does prints in the user's image). Returns the plist, or
+(:FAILURE message) for a TOOL-FAILURE, or (:ERROR report) for anything else that went wrong."
+  (let ((outcome (call-registered
+                  token
+                  (lambda (evaluation)
+                    (declare (ignore evaluation))
+                    (with-tool-streams (stdout stderr)
+                      (handler-case (call-trapping-debugger function)
+                        (tool-failure (failure)
+                          (list :failure (tool-failure-message failure)))))))))
+    (case (first outcome)
+      (:ok (second outcome))
+      (:failure outcome)
+      ;; A condition report, or the report of a timeout or cancellation.
+      (t (list :error outcome)))))
+
+(defun tool-package (requested session)
+  "The package a tool works in: REQUESTED when given, else the session's current package."
+  (or (resolve-package requested (find-session session))
+      (fail "The package ~S does not exist." requested)))
+
+(defun package-display-name (package)
+  "The shortest of PACKAGE's names (CL-USER rather than COMMON-LISP-USER), for messages."
+  (reduce (lambda (a b) (if (< (length b) (length a)) b a))
+          (package-nicknames package)
+          :initial-value (package-name package)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Symbol names as the user types them
+
+(defun parse-symbol-designator (text)
+  "Splits TEXT, a symbol as one types it (foo, pkg:foo, pkg::foo, :foo, |Mixed Case|, 'foo), into
+its package name (NIL when unqualified) and its symbol name, converting case as the current
+readtable would (:INVERT is taken as :UPCASE). Reads nothing and interns nothing. Returns NIL
+when TEXT is not a symbol name."
+  (let* ((text (string-trim '(#\Space #\Tab #\Newline #\Return) text))
+         (text (cond ((and (> (length text) 2) (string= "#'" text :end2 2)) (subseq text 2))
+                     ((and (> (length text) 1) (char= (char text 0) #\')) (subseq text 1))
+                     (t text)))
+         (convert (ecase (readtable-case *readtable*)
+                    ((:upcase :invert) #'char-upcase)
+                    (:downcase #'char-downcase)
+                    (:preserve #'identity)))
+         (part (make-string-output-stream))
+         (package nil)
+         (after-colons nil)
+         (in-bars nil)
+         (i 0)
+         (end (length text)))
+    (loop while (< i end)
+          do (let ((c (char text i)))
+               (cond (in-bars
+                      (cond ((char= c #\|) (setf in-bars nil))
+                            ((and (char= c #\\) (< (1+ i) end)) (incf i) (write-char (char text i) part))
+                            (t (write-char c part))))
+                     ((char= c #\|) (setf in-bars t))
+                     ((char= c #\\)
+                      (when (= (1+ i) end) (return-from parse-symbol-designator nil))
+                      (incf i)
+                      (write-char (char text i) part))
+                     ((char= c #\:)
+                      (when after-colons (return-from parse-symbol-designator nil))
+                      (let ((prefix (get-output-stream-string part)))
+                        (setf package (if (and (zerop i) (string= prefix "")) "KEYWORD" prefix)
+                              after-colons t)
+                        (when (and (< (1+ i) end) (char= (char text (1+ i)) #\:))
+                          (incf i))))
+                     ((or (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\" #\; #\` #\,))
+                          (and (char= c #\#) (zerop i)))
+                      (return-from parse-symbol-designator nil))
+                     (t (write-char (funcall convert c) part))))
+             (incf i))
+    (let ((name (get-output-stream-string part)))
+      (unless (or in-bars (string= name ""))
+        (values package name)))))
+
+(defun find-named-symbol (text package)
+  "The symbol TEXT names, looked up from PACKAGE (or in the package TEXT names). Returns the
+symbol, whether it exists, its name as parsed, and the package it was looked up in. Fails when
+TEXT is not a symbol name or names a package that does not exist."
+  (multiple-value-bind (package-name name) (parse-symbol-designator text)
+    (unless name
+      (fail "~S is not a symbol name." text))
+    (let ((home (if package-name
+                    (or (find-package package-name)
+                        (fail "The package ~S does not exist." package-name))
+                    package)))
+      (multiple-value-bind (symbol status) (find-symbol name home)
+        (values symbol (and status t) name home)))))
+
+(defun find-existing-symbol (text package)
+  "Like FIND-NAMED-SYMBOL, but fails when there is no such symbol."
+  (multiple-value-bind (symbol found name home) (find-named-symbol text package)
+    (unless found
+      (fail "Symbol ~A not found in package ~A." name (package-display-name home)))
+    symbol))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Printing for the user
+
+(defun print-briefly (object &key (package *package*) (length 10) (level 4) (limit 300))
+  "OBJECT printed readably where possible, on one line, cut to LIMIT characters."
+  (let ((text (handler-case
+                  (let ((*package* package)
+                        (*print-pretty* nil) (*print-readably* nil) (*print-circle* t)
+                        (*print-length* length) (*print-level* level))
+                    (prin1-to-string object))
+                (error () (format nil "#<unprintable ~A>" (safe-princ (type-of object)))))))
+    (if (> (length text) limit)
+        (concatenate 'string (subseq text 0 limit) " ...")
+        text)))
+
+(defun print-form-briefly (form)
+  "FORM on one line, abbreviated, as the compiler and macroexpander reports show it. Printed
+pretty (so that (DEFUN F () ...) keeps its ()), with the line breaks SBCL forces after LET and
+the like folded into spaces."
+  (let* ((text (handler-case (let ((*print-pretty* t) (*print-right-margin* 100000)
+                                   (*print-length* 12) (*print-level* 4) (*print-circle* t)
+                                   (*print-readably* nil) (*print-lines* nil))
+                               (prin1-to-string form))
+                 (error () "#<unprintable form>")))
+         (folded (with-output-to-string (out)
+                   (loop with i = 0
+                         while (< i (length text))
+                         do (let ((c (char text i)))
+                              (if (char= c #\Newline)
+                                  (progn (write-char #\Space out)
+                                         (setf i (or (position #\Space text :start (1+ i) :test-not #'char=)
+                                                     (length text))))
+                                  (progn (write-char c out) (incf i))))))))
+    (if (> (length folded) 200) (concatenate 'string (subseq folded 0 200) " ...") folded)))
+
+(defun name-text (name package)
+  "A symbol or function name as the user would type it from PACKAGE."
+  (print-briefly name :package package :length nil :level nil :limit 1000))
+
+(defun qualified-name (symbol)
+  "SYMBOL with its package prefix whatever the current package: ALEXANDRIA:FLATTEN."
+  (name-text symbol (load-time-value (find-package '#:keyword))))
+
+(defun documentation-text (symbol kind)
+  (let ((text (ignore-errors (documentation symbol kind))))
+    (and (stringp text) (string-trim '(#\Space #\Newline #\Tab) text))))
+
+(defun lambda-list-text (name lambda-list package)
+  "(NAME . LAMBDA-LIST) as text, with the lambda list's variables shown by name only: their
+package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
+  (labels ((text (x)
+             (cond ((and (symbolp x) x (not (keywordp x))) (symbol-name x))
+                   ((consp x)
+                    (format nil "(~{~A~^ ~}~@[ . ~A~])"
+                            (loop for tail = x then (cdr tail)
+                                  while (consp tail) collect (text (car tail)))
+                            (let ((end (cdr (last x)))) (and end (text end)))))
+                   (t (print-briefly x :package package :limit 100)))))
+    (format nil "(~A~@[ ~A~])" (name-text name package)
+            (and lambda-list (subseq (text lambda-list) 1 (1- (length (text lambda-list))))))))
+
+(defun call-syntax (name package)
+  "How to call the function or macro NAME: (NAME ARG ...)."
+  (let ((lambda-list (handler-case (sb-introspect:function-lambda-list name)
+                       (error () :unknown))))
+    (if (eq lambda-list :unknown)
+        (format nil "(~A ...)" (name-text name package))
+        (lambda-list-text name lambda-list package))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Where definitions are: file, line and column
+;;;
+;;; SBCL records for each definition its file and either the file offset of the top-level form
+;;; (functions) or that form's index in the file (everything else). Turning either into a line
+;;; and column means scanning the file. It is scanned as bytes with a small skipper rather than
+;;; the Lisp reader: reading would intern the file's symbols in whatever package is current, and
+;;; SBCL's offsets count bytes, not characters.
+
+(defparameter *max-source-bytes* (* 8 1024 1024)
+  "Files larger than this are not scanned for line numbers.")
+
+(defun read-file-octets (pathname)
+  (with-open-file (in pathname :element-type '(unsigned-byte 8))
+    (let ((length (file-length in)))
+      (when (and length (<= length *max-source-bytes*))
+        (let ((octets (make-array length :element-type '(unsigned-byte 8))))
+          (read-sequence octets in)
+          octets)))))
+
+(defun char-at (text i)
+  "The character at I of TEXT, a string or a vector of UTF-8 octets (the scanner only looks at
+ASCII), or NIL past the end."
+  (when (< i (length text))
+    (let ((element (aref text i)))
+      (if (characterp element) element (code-char element)))))
+
+(defun layout-char-p (c)
+  (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
+
+(defun skip-block-comment (text i)
+  "I is just after #|. Returns the position after the matching |#."
+  (let ((depth 1) (end (length text)))
+    (loop while (and (< i end) (plusp depth))
+          do (let ((c (char-at text i)) (next (char-at text (1+ i))))
+               (cond ((and (eql c #\|) (eql next #\#)) (decf depth) (incf i 2))
+                     ((and (eql c #\#) (eql next #\|)) (incf depth) (incf i 2))
+                     (t (incf i)))))
+    (min i end)))
+
+(defun skip-layout (text i)
+  "The position of the next form in TEXT (a string or octets) from I, past whitespace and
+comments."
+  (let ((end (length text)))
+    (loop
+      (let ((c (char-at text i)))
+        (cond ((null c) (return end))
+              ((layout-char-p c) (incf i))
+              ((eql c #\;)
+               (loop do (incf i) until (member (char-at text i) '(nil #\Newline))))
+              ((and (eql c #\#) (eql (char-at text (1+ i)) #\|))
+               (setf i (skip-block-comment text (+ i 2))))
+              (t (return i)))))))
+
+(defun token-end (octets i)
+  "The end of the token (symbol or number) starting at I, with | and \\ escapes."
+  (let ((end (length octets)))
+    (loop while (< i end)
+          do (let ((c (char-at octets i)))
+               (cond ((eql c #\\) (incf i 2))
+                     ((eql c #\|)
+                      (incf i)
+                      (loop while (and (< i end) (not (eql (char-at octets i) #\|)))
+                            do (incf i (if (eql (char-at octets i) #\\) 2 1)))
+                      (incf i))
+                     ((or (layout-char-p c) (member c '(#\( #\) #\" #\' #\` #\, #\;)))
+                      (return))
+                     (t (incf i)))))
+    (min i end)))
+
+(defun skip-string (octets i)
+  "I is just after the opening quote."
+  (let ((end (length octets)))
+    (loop while (< i end)
+          do (case (char-at octets i)
+               (#\\ (incf i 2))
+               (#\" (return-from skip-string (1+ i)))
+               (t (incf i))))
+    end))
+
+(defun feature-holds-p (octets start end)
+  "Whether the feature expression in OCTETS between START and END holds in this image."
+  (handler-case
+      (let ((*package* (find-package '#:keyword))
+            (*read-eval* nil))
+        (sb-int:featurep (read-from-string (sb-ext:octets-to-string octets :start start :end end
+                                                                           :external-format :utf-8))))
+    (error () t)))
+
+(defun skip-form (octets i)
+  "Skips what the reader reads from I at once: a form, or a #+/#- conditional that turns out
+false. Returns the position after it and whether a form was produced."
+  (let* ((i (skip-layout octets i))
+         (c (char-at octets i))
+         (end (length octets)))
+    (cond ((null c) (values end nil))
+          ((eql c #\() (values (skip-list octets (1+ i)) t))
+          ((eql c #\)) (values (1+ i) nil))
+          ((eql c #\") (values (skip-string octets (1+ i)) t))
+          ((member c '(#\' #\`)) (values (skip-produced octets (1+ i)) t))
+          ((eql c #\,)
+           (values (skip-produced octets (if (member (char-at octets (1+ i)) '(#\@ #\.)) (+ i 2) (1+ i))) t))
+          ((eql c #\#) (skip-dispatch octets (1+ i)))
+          (t (values (token-end octets i) t)))))
+
+(defun skip-produced (octets i)
+  "Skips from I past the next form that is really read (past false conditionals)."
+  (loop
+    (multiple-value-bind (after produced) (skip-form octets i)
+      (when (or produced (>= after (length octets)) (<= after i))
+        (return after))
+      (setf i after))))
+
+(defun skip-list (octets i)
+  "I is just after an opening parenthesis. Returns the position after the closing one."
+  (let ((end (length octets)))
+    (loop
+      (setf i (skip-layout octets i))
+      (let ((c (char-at octets i)))
+        (cond ((null c) (return end))
+              ((eql c #\)) (return (1+ i)))
+              (t (setf i (max (1+ i) (skip-form octets i)))))))))
+
+(defun skip-dispatch (octets i)
+  "I is just after a #. Handles the standard dispatching macros."
+  (let ((j i))
+    (loop for c = (char-at octets j)
+          while (and c (digit-char-p c))
+          do (incf j))
+    (let ((c (char-at octets j)))
+      (case (and c (char-downcase c))
+        ((nil) (values (length octets) nil))
+        (#\\ (values (token-end octets (+ j 2)) t))
+        (#\( (values (skip-list octets (1+ j)) t))
+        ((#\' #\=) (values (skip-produced octets (1+ j)) t))
+        (#\# (values (1+ j) t))
+        (#\| (values (skip-block-comment octets (1+ j)) nil))
+        ((#\+ #\-)
+         (let* ((feature-start (skip-layout octets (1+ j)))
+                (feature-end (skip-produced octets feature-start))
+                (holds (feature-holds-p octets feature-start feature-end))
+                (form-end (skip-produced octets feature-end)))
+           (values form-end (eq holds (char= c #\+)))))
+        ((#\* #\b #\o #\x #\r #\:) (values (token-end octets (1+ j)) t))
+        ;; #. #p #c #a #s and the like: the dispatch character is followed by a form.
+        (t (values (skip-produced octets (1+ j)) t))))))
+
+(defun toplevel-form-start (octets index)
+  "The byte position of the INDEX'th (from 0) top-level form in OCTETS."
+  (let ((i 0) (count 0))
+    (loop
+      (let ((start (skip-layout octets i)))
+        (when (>= start (length octets)) (return nil))
+        (multiple-value-bind (after produced) (skip-form octets start)
+          (when produced
+            (when (= count index) (return start))
+            (incf count))
+          (when (<= after i) (return nil))
+          (setf i after))))))
+
+(defun octet-line-and-column (octets position)
+  "1-based line and column (in characters, decoding UTF-8) of byte POSITION."
+  (let* ((line-start (let ((newline (position 10 octets :end position :from-end t)))
+                       (if newline (1+ newline) 0))))
+    (values (1+ (count 10 octets :end position))
+            (1+ (count-if-not (lambda (b) (= (logand b #xC0) #x80)) octets
+                              :start line-start :end position)))))
+
+(defun source-pathname-text (pathname)
+  "PATHNAME as a file name of this machine (SBCL's own are logical: SYS:SRC;CODE;LIST.LISP)."
+  (let ((pathname (or (ignore-errors (translate-logical-pathname pathname)) pathname)))
+    (or (ignore-errors (sb-ext:native-namestring pathname)) (namestring pathname))))
+
+(defvar *file-octets* nil
+  "Per call, when bound: file name -> its contents, so that many definitions in one file read it
+once.")
+
+(defun file-octets (file)
+  (flet ((read-it () (ignore-errors (and (probe-file file) (read-file-octets file)))))
+    (if *file-octets*
+        (multiple-value-bind (octets known) (gethash file *file-octets*)
+          (if known octets (setf (gethash file *file-octets*) (read-it))))
+        (read-it))))
+
+(defun no-file-origin (name)
+  "Why a definition of NAME has no file: SBCL's own definitions are built in; anything else was
+evaluated or compiled from a REPL (or from a string)."
+  (let* ((symbol (if (consp name) (second name) name))
+         (package (and (symbolp symbol) (symbol-package symbol))))
+    (if (and package (or (eq package (find-package '#:common-lisp))
+                         (eql 0 (search "SB-" (package-name package)))))
+        "built into SBCL, no source file"
+        "defined at the REPL, no source file")))
+
+(defun source-location (source name)
+  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE), or
+(:FILE NIL :ORIGIN text) for code not compiled or loaded from a file."
+  (let ((pathname (sb-introspect:definition-source-pathname source)))
+    (if (null pathname)
+        (list :file nil :origin (no-file-origin name))
+        (let* ((file (source-pathname-text pathname))
+               (octets (file-octets file))
+               (offset (sb-introspect:definition-source-character-offset source))
+               (form-index (first (sb-introspect:definition-source-form-path source)))
+               (start (and octets
+                           (cond (offset (skip-layout octets (min offset (length octets))))
+                                 (form-index (toplevel-form-start octets form-index)))))
+               (recorded-date (sb-introspect:definition-source-file-write-date source))
+               (current-date (ignore-errors (file-write-date file))))
+          (multiple-value-bind (line column) (and start (octet-line-and-column octets start))
+            (list :file file :line line :column column
+                  :note (cond ((not (probe-file file)) "file not found")
+                              ((and recorded-date current-date (/= recorded-date current-date))
+                               "the file changed since this was compiled; the line may be off"))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; What a symbol names
+
+(defparameter *definition-kinds*
+  '((:variable "variable") (:constant "constant") (:symbol-macro "symbol macro")
+    (:macro "macro") (:compiler-macro "compiler macro") (:function "function")
+    (:generic-function "generic function") (:method "method") (:setf-expander "setf expander")
+    (:structure "structure") (:condition "condition") (:class "class")
+    (:method-combination "method combination") (:type "type"))
+  "The SB-INTROSPECT definition types a user defines, in the order they are listed.")
+
+(defun variable-kind (symbol)
+  "The kind of variable SYMBOL is: :SPECIAL, :CONSTANT, :GLOBAL, :MACRO (a symbol macro) or NIL."
+  (let ((kind (sb-int:info :variable :kind symbol)))
+    (cond ((and (eq kind :unknown) (boundp symbol) (not (keywordp symbol))) :special)
+          ((member kind '(:special :constant :global :macro)) kind))))
+
+(defun type-kind (symbol)
+  (let ((kind (sb-int:info :type :kind symbol)))
+    (and (member kind '(:primitive :defined :instance)) kind)))
+
+(defun symbol-kinds (symbol)
+  "Short names of what SYMBOL names, for listings."
+  (let ((kinds '()))
+    (flet ((add (kind) (push kind kinds)))
+      (cond ((special-operator-p symbol) (add "special operator"))
+            ((macro-function symbol) (add "macro"))
+            ((and (fboundp symbol) (typep (fdefinition symbol) 'generic-function)) (add "generic function"))
+            ((fboundp symbol) (add "function")))
+      (case (variable-kind symbol)
+        (:special (add "variable"))
+        (:global (add "global variable"))
+        (:constant (unless (keywordp symbol) (add "constant")))
+        (:macro (add "symbol macro")))
+      (cond ((find-class symbol nil) (add "class"))
+            ((type-kind symbol) (add "type"))))
+    (nreverse kinds)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; describe-symbol
+
+(defun symbol-status-text (symbol package)
+  "How SYMBOL is accessible: \"external in ALEXANDRIA\", \"internal in CL-USER\", and whether
+it is also accessible in PACKAGE, where it was looked up."
+  (let ((home (symbol-package symbol)))
+    (if (null home)
+        "uninterned"
+        (format nil "~(~A~) in ~A~@[, accessible in ~A~]"
+                (nth-value 1 (find-symbol (symbol-name symbol) home))
+                (package-name home)
+                (and (not (eq home package))
+                     (eq symbol (find-symbol (symbol-name symbol) package))
+                     (package-name package))))))
+
+(defun definition-location (symbol type)
+  "Where SYMBOL's first definition of TYPE is (see SOURCE-LOCATION), if SBCL knows of one.
+(SYMBOL may be a (SETF NAME) function name.)"
+  (let ((source (first (ignore-errors (sb-introspect:find-definition-sources-by-name symbol type)))))
+    (and source (source-location source symbol))))
+
+(defun method-text (method package)
+  "A method as (NAME QUALIFIERS... (SPECIALIZERS...))."
+  (let ((specializers (mapcar (lambda (specializer)
+                                (typecase specializer
+                                  (class (class-name specializer))
+                                  (sb-mop:eql-specializer
+                                   (list 'eql (sb-mop:eql-specializer-object specializer)))
+                                  (t specializer)))
+                              (sb-mop:method-specializers method))))
+    (name-text (append (list (sb-mop:generic-function-name (sb-mop:method-generic-function method)))
+                       (method-qualifiers method)
+                       (list specializers))
+               package)))
+
+(defun function-entry (symbol package)
+  (let* ((function (fdefinition symbol))
+         (kind (cond ((special-operator-p symbol) "Special operator")
+                     ((macro-function symbol) "Macro")
+                     ((typep function 'generic-function) "Generic function")
+                     (t "Function")))
+         (details (when (typep function 'generic-function)
+                    (let ((methods (sb-mop:generic-function-methods function)))
+                      (cons (format nil "Methods (~D):" (length methods))
+                            (sort (mapcar (lambda (m) (concatenate 'string "  " (method-text m package)))
+                                          methods)
+                                  #'string<))))))
+    (list :kind kind
+          :summary (call-syntax symbol package)
+          :documentation (documentation-text symbol 'function)
+          :details details
+          :source (definition-location symbol (cond ((macro-function symbol) :macro)
+                                                ((typep function 'generic-function) :generic-function)
+                                                (t :function))))))
+
+(defun variable-entry (symbol package)
+  (let ((kind (variable-kind symbol)))
+    (list :kind (ecase kind
+                  (:special "Variable")
+                  (:global "Global variable")
+                  (:constant "Constant")
+                  (:macro "Symbol macro"))
+          :summary (if (eq kind :macro)
+                       (format nil "~A expands to ~A" (name-text symbol package)
+                               (print-briefly (macroexpand-1 symbol) :package package))
+                       (format nil "~A = ~A" (name-text symbol package)
+                               (if (boundp symbol)
+                                   (print-briefly (symbol-value symbol) :package package)
+                                   "(unbound)")))
+          :documentation (documentation-text symbol 'variable)
+          :source (definition-location symbol (case kind
+                                            (:constant :constant)
+                                            (:macro :symbol-macro)
+                                            (t :variable))))))
+
+(defun condition-class-p (class)
+  (subtypep class (find-class 'condition)))
+
+(defun class-entry (symbol package)
+  (let ((class (find-class symbol)))
+    (list :kind "Class"
+          :summary (format nil "~A, metaclass ~A (class-info shows its slots)"
+                           (name-text symbol package) (name-text (class-name (class-of class)) package))
+          :documentation (documentation-text symbol 'type)
+          :source (definition-location symbol (typecase class
+                                            (structure-class :structure)
+                                            ((satisfies condition-class-p) :condition)
+                                            (t :class))))))
+
+(defun type-entry (symbol package)
+  (multiple-value-bind (expansion expanded) (ignore-errors (sb-ext:typexpand-1 symbol))
+    (list :kind "Type"
+          :summary (if expanded
+                       (format nil "~A = ~A" (name-text symbol package) (print-briefly expansion :package package))
+                       (name-text symbol package))
+          :documentation (documentation-text symbol 'type)
+          :source (definition-location symbol :type))))
+
+(defun describe-symbol (name &key package session token)
+  "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
+symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a location plist."
+  (run-tool token
+            (lambda ()
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     ;; Names print as seen from the symbol's own package: AREA, not SHAPES:AREA.
+                     (package (or (symbol-package symbol) lookup-package))
+                     (entries '()))
+                (when (fboundp symbol)
+                  (push (function-entry symbol package) entries))
+                (when (fboundp (list 'setf symbol))
+                  (push (list :kind "Setf function"
+                              :summary (call-syntax (list 'setf symbol) package)
+                              :documentation (documentation-text (list 'setf symbol) 'function)
+                              :source (definition-location (list 'setf symbol) :function))
+                        entries))
+                (when (and (variable-kind symbol) (not (keywordp symbol)))
+                  (push (variable-entry symbol package) entries))
+                (cond ((find-class symbol nil) (push (class-entry symbol package) entries))
+                      ((type-kind symbol) (push (type-entry symbol package) entries)))
+                (list :symbol (qualified-name symbol)
+                      :status (symbol-status-text symbol lookup-package)
+                      :entries (nreverse entries))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; apropos-search
+
+(defparameter *max-apropos* 50)
+
+(defun implementation-symbol-p (symbol)
+  (let ((package (symbol-package symbol)))
+    (and package
+         (or (eql 0 (search "SB-" (package-name package)))
+             (server-package-p package)))))
+
+(defun apropos-search (query &key package external-only session token)
+  "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
+symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how
+many matching symbols name nothing (not listed)."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (let* ((scope (and package
+                                 (or (find-package-loosely package)
+                                     (fail "The package ~S does not exist." package))))
+                     (own (load-time-value (find-package '#:mcp-agent-helper)))
+                     (query-upcase (string-upcase query))
+                     (named '())
+                     (unnamed 0))
+                (when (string= query "")
+                  (fail "The query is empty: give part of a symbol name."))
+                (dolist (symbol (remove-duplicates (apropos-list query scope external-only)))
+                  (unless (and (null scope) (eq (symbol-package symbol) own))
+                    (let ((kinds (symbol-kinds symbol)))
+                      (if kinds
+                          (push (cons symbol kinds) named)
+                          (incf unnamed)))))
+                (flet ((rank (entry)
+                         (let* ((symbol (car entry))
+                                (name (symbol-name symbol)))
+                           (list (cond ((string-equal name query-upcase) 0)
+                                       ((eql 0 (search query-upcase name :test #'char-equal)) 1)
+                                       (t 2))
+                                 (if (implementation-symbol-p symbol) 1 0)
+                                 (length name)))))
+                  (setf named (sort named
+                                    (lambda (a b)
+                                      (let ((ra (rank a)) (rb (rank b)))
+                                        (loop for x in ra for y in rb
+                                              when (< x y) return t
+                                              when (> x y) return nil
+                                              finally (return (string< (qualified-name (car a))
+                                                                       (qualified-name (car b))))))))))
+                (list :total (length named)
+                      :unnamed unnamed
+                      :matches (loop for (symbol . kinds) in named
+                                     repeat *max-apropos*
+                                     collect (cons (qualified-name symbol) kinds)))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; find-definition
+
+(defun definition-label (kind source package)
+  "A definition's kind, with a method's qualifiers and specializers."
+  (let ((label (second (assoc kind *definition-kinds*)))
+        (description (let ((accessor (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+                       (and accessor (fboundp accessor) (funcall accessor source)))))
+    (if (and (eq kind :method) description)
+        (format nil "~A ~A" label (name-text description package))
+        label)))
+
+(defun find-definition (name &key package session token)
+  "Plist: :SYMBOL and :DEFINITIONS, each (:KIND label :FILE :LINE :COLUMN :NOTE)."
+  (run-tool token
+            (lambda ()
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     (package (or (symbol-package symbol) lookup-package))
+                     (*file-octets* (make-hash-table :test 'equal))
+                     (seen '())
+                     (definitions '()))
+                (flet ((add (kind name source)
+                         (let ((location (source-location source name))
+                               (label (definition-label kind source package)))
+                           (unless (member (cons label location) seen :test #'equal)
+                             (push (cons label location) seen)
+                             (push (list* :kind (if (consp name)
+                                                    (format nil "~A ~A" label (name-text name package))
+                                                    label)
+                                          location)
+                                   definitions)))))
+                  (loop for (kind) in *definition-kinds*
+                        do (dolist (source (ignore-errors (sb-introspect:find-definition-sources-by-name symbol kind)))
+                             (add kind symbol source)))
+                  (when (fboundp (list 'setf symbol))
+                    (dolist (source (ignore-errors (sb-introspect:find-definition-sources-by-name
+                                                    (list 'setf symbol) :function)))
+                      (add :function (list 'setf symbol) source))))
+                (list :symbol (qualified-name symbol)
+                      :names (symbol-kinds symbol)
+                      :definitions (nreverse definitions))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; xref
+
+(defparameter *max-xref-hits* 100)
+
+(defun function-callees (symbol)
+  "(name . definition-source) of the functions SYMBOL's function (all its methods, for a generic
+function) calls."
+  (let* ((function (fdefinition symbol))
+         (functions (if (typep function 'generic-function)
+                        (mapcar #'sb-mop:method-function (sb-mop:generic-function-methods function))
+                        (list function))))
+    (remove-duplicates
+     (loop for f in functions
+           append (loop for callee in (ignore-errors (sb-introspect:find-function-callees f))
+                        collect (cons (sb-kernel:%fun-name callee)
+                                      (ignore-errors (sb-introspect:find-definition-source callee)))))
+     :key #'car :test #'equal)))
+
+(defparameter *xref-kinds* '("calls" "callees" "references" "binds" "sets" "macroexpands" "specializes"))
+
+(defun xref-pairs (symbol kind package)
+  "(name . definition-source) of each function that stands in relation KIND to SYMBOL."
+  (flet ((check (ok control)
+           (unless ok (fail control (name-text symbol package)))))
+    (cond ((string= kind "calls") (sb-introspect:who-calls symbol))
+          ((string= kind "references") (sb-introspect:who-references symbol))
+          ((string= kind "binds") (sb-introspect:who-binds symbol))
+          ((string= kind "sets") (sb-introspect:who-sets symbol))
+          ((string= kind "macroexpands")
+           (check (macro-function symbol) "~A is not a macro.")
+           (sb-introspect:who-macroexpands symbol))
+          ((string= kind "specializes")
+           (check (find-class symbol nil) "~A is not a class.")
+           ;; SBCL names these methods (METHOD NAME); the qualifiers and specializers are in
+           ;; the source's description.
+           (loop for (name . source) in (sb-introspect:who-specializes-directly symbol)
+                 collect (cons (append (if (consp name) name (list name))
+                                       (let ((describe (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+                                         (and source describe (fboundp describe) (funcall describe source))))
+                               source)))
+          (t
+           (check (and (fboundp symbol) (not (macro-function symbol)) (not (special-operator-p symbol)))
+                  "~A is not a function.")
+           (function-callees symbol)))))
+
+(defun source-order-key (pair)
+  "Sorts definitions by file, then by place in the file, without reading any file."
+  (let ((source (cdr pair)))
+    (if (and source (sb-introspect:definition-source-pathname source))
+        (list 0 (namestring (sb-introspect:definition-source-pathname source))
+              (or (sb-introspect:definition-source-character-offset source)
+                  (first (sb-introspect:definition-source-form-path source))
+                  0))
+        (list 1 "" 0))))
+
+(defun key< (a b)
+  (loop for x in a for y in b
+        unless (equal x y)
+          return (if (stringp x) (string< x y) (< x y))))
+
+(defun own-function-name-p (name)
+  "True for this helper's own functions: they call CAR too, but are none of the user's business."
+  (let ((symbol (frame-function-symbol name)))
+    (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
+
+(defun xref (name kind &key package session token)
+  "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :FILE :LINE :COLUMN :NOTE :ORIGIN), in
+file order, at most *MAX-XREF-HITS*."
+  (run-tool token
+            (lambda ()
+              (let* ((lookup-package (tool-package package session))
+                     (symbol (find-existing-symbol name lookup-package))
+                     (package (or (symbol-package symbol) lookup-package))
+                     (kind (or (find kind *xref-kinds* :test #'string-equal)
+                               (fail "Unknown xref kind ~S: use ~{~A~^, ~}." kind *xref-kinds*)))
+                     (pairs (remove-duplicates
+                             (remove-if #'own-function-name-p (xref-pairs symbol kind package) :key #'car)
+                             :test #'equal :key (lambda (pair) (cons (car pair) (source-order-key pair)))))
+                     (shown (subseq (sort (copy-list pairs) #'key< :key #'source-order-key)
+                                    0 (min (length pairs) *max-xref-hits*)))
+                     (*file-octets* (make-hash-table :test 'equal)))
+                (list :symbol (qualified-name symbol)
+                      :kind (string-downcase kind)
+                      :total (length pairs)
+                      :hits (loop for (caller . source) in shown
+                                  collect (list* :name (name-text caller package)
+                                                 (if source
+                                                     (source-location source caller)
+                                                     (list :file nil :origin (no-file-origin caller))))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; class-info
+
+(defun structure-slot-accessors (class)
+  "Slot name -> (accessor-name . read-only) for a structure class, from its defstruct
+description: structure slots have no readers in the MOP."
+  (destructuring-bind (&optional find-dd dd-slots dsd-name dsd-accessor dsd-read-only)
+      (existing-symbols "SB-KERNEL" "FIND-DEFSTRUCT-DESCRIPTION" "DD-SLOTS" "DSD-NAME"
+                        "DSD-ACCESSOR-NAME" "DSD-READ-ONLY")
+    (when (and dsd-read-only (every #'fboundp (list find-dd dd-slots dsd-name dsd-accessor dsd-read-only)))
+      (let ((dd (ignore-errors (funcall find-dd (class-name class) nil))))
+        (and dd
+             (loop for dsd in (funcall dd-slots dd)
+                   collect (list (funcall dsd-name dsd)
+                                 (funcall dsd-accessor dsd)
+                                 (funcall dsd-read-only dsd))))))))
+
+(defun slot-plist (slot package structure-accessors)
+  (let* ((name (sb-mop:slot-definition-name slot))
+         (readers (sb-mop:slot-definition-readers slot))
+         (writers (sb-mop:slot-definition-writers slot))
+         (structure (assoc (symbol-name name) structure-accessors
+                           :key #'symbol-name :test #'string=)))
+    (when (and structure (second structure))
+      (if (third structure)
+          (push (second structure) readers)
+          (setf readers (list (second structure))
+                writers (list (list 'setf (second structure))))))
+    (let* ((accessors (remove-if-not (lambda (r) (member (list 'setf r) writers :test #'equal)) readers))
+           (readers (set-difference readers accessors))
+           (writers (remove-if (lambda (w) (and (consp w) (member (second w) accessors))) writers))
+           (type (sb-mop:slot-definition-type slot))
+           (allocation (sb-mop:slot-definition-allocation slot)))
+      (flet ((names (list) (sort (mapcar (lambda (n) (name-text n package)) list) #'string<)))
+        (list :name (name-text name package)
+              :type (and (not (eq type t)) (name-text type package))
+              :allocation (and (not (eq allocation :instance)) (name-text allocation package))
+              :initargs (mapcar (lambda (n) (name-text n package)) (sb-mop:slot-definition-initargs slot))
+              :initform (and (sb-mop:slot-definition-initfunction slot)
+                             (let ((*package* package))
+                               (print-form-briefly (sb-mop:slot-definition-initform slot))))
+              :accessors (names accessors)
+              :readers (names readers)
+              :writers (names writers))))))
+
+(defun finalize-if-possible (class package)
+  "Finalizes CLASS (as its first MAKE-INSTANCE would) so that its precedence list and slots are
+known. Returns NIL and the reason when it cannot be: a superclass is not defined yet."
+  (cond ((sb-mop:class-finalized-p class) t)
+        ((typep class 'sb-mop:forward-referenced-class)
+         (values nil "it is a forward-referenced class: named as a superclass but not defined yet"))
+        (t
+         (handler-case (progn (sb-mop:finalize-inheritance class) t)
+           (error ()
+             (let ((missing (remove-if-not (lambda (c) (typep c 'sb-mop:forward-referenced-class))
+                                           (sb-mop:class-direct-superclasses class))))
+               (values nil
+                       (if missing
+                           (format nil "not finalized: superclass~P ~{~A~^, ~} ~:[is~;are~] not defined yet"
+                                   (length missing)
+                                   (mapcar (lambda (c) (name-text (class-name c) package)) missing)
+                                   (rest missing))
+                           "the class could not be finalized"))))))))
+
+(defun shown-in-precedence-p (class)
+  "False for classes that are SBCL internals (SB-PCL::SLOT-OBJECT, between STANDARD-OBJECT and T):
+unexported names of an SB- package, which no user program refers to."
+  (let* ((name (class-name class))
+         (package (and (symbolp name) (symbol-package name))))
+    (not (and package
+              (eql 0 (search "SB-" (package-name package)))
+              (not (eq :external (nth-value 1 (find-symbol (symbol-name name) package))))))))
+
+(defun class-info (name &key package session token)
+  "Plist describing the class NAME names; see the class-info contract for what is shown."
+  (run-tool token
+            (lambda ()
+              (let* ((lookup-package (tool-package package session)))
+                (multiple-value-bind (symbol found parsed-name home) (find-named-symbol name lookup-package)
+                  (unless found
+                    (fail "Class ~A not found in package ~A" parsed-name (package-display-name home)))
+                  (let ((class (find-class symbol nil))
+                        (package (or (symbol-package symbol) lookup-package)))
+                    (unless class
+                      (fail "~A is not a class" (name-text symbol lookup-package)))
+                    (multiple-value-bind (finalized why) (finalize-if-possible class package)
+                      (let* ((*package* package)
+                             (names (lambda (classes) (mapcar (lambda (c) (name-text (class-name c) package)) classes)))
+                             (direct-slots (sb-mop:class-direct-slots class))
+                             (accessors (and (typep class 'structure-class) (structure-slot-accessors class))))
+                        (list :name (name-text symbol package)
+                              :package (and (symbol-package symbol) (package-name (symbol-package symbol)))
+                              :metaclass (name-text (class-name (class-of class)) package)
+                              :built-in (typep class 'built-in-class)
+                              :superclasses (funcall names (sb-mop:class-direct-superclasses class))
+                              :subclasses (sort (funcall names (sb-mop:class-direct-subclasses class)) #'string<)
+                              :precedence (and finalized
+                                               (funcall names (remove-if-not #'shown-in-precedence-p
+                                                                             (sb-mop:class-precedence-list class))))
+                              :not-finalized why
+                              :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
+                              :slot-count (and finalized (length (sb-mop:class-slots class)))
+                              :slot-sources (and finalized
+                                                 (funcall names
+                                                          (remove-if-not
+                                                           (lambda (c)
+                                                             ;; Finalizing a class leaves its
+                                                             ;; superclasses as they were.
+                                                             (and (finalize-if-possible c package)
+                                                                  (sb-mop:class-slots c)))
+                                                           (sb-mop:class-direct-superclasses class)))))))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; lisp-status
+
+(defparameter *notable-features*
+  '(:x86-64 :arm64 :x86 :ppc64 :riscv :64-bit :linux :darwin :bsd :win32 :unix
+    :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
+  "Features worth naming in a status line; the rest are counted.")
+
+(defun status (&key session token)
+  "Facts about the image only it can give: threads, the session's package, features, memory."
+  (run-tool token
+            (lambda ()
+              (let ((session (find-session session))
+                    (asdf (find-package '#:asdf)))
+                (list :threads (length (sb-thread:list-all-threads))
+                      :package (session-package-name session)
+                      :implementation (lisp-implementation-type)
+                      :version (lisp-implementation-version)
+                      :machine (machine-type)
+                      :software (format nil "~A ~A" (software-type) (software-version))
+                      :features (mapcar #'qualified-name (remove-if-not (lambda (f) (member f *features*))
+                                                                         *notable-features*))
+                      :feature-count (length *features*)
+                      :heap-used (sb-kernel:dynamic-usage)
+                      :heap-size (sb-ext:dynamic-space-size)
+                      :asdf (and asdf
+                                 (let ((version (find-symbol "ASDF-VERSION" asdf)))
+                                   (and version (fboundp version) (ignore-errors (funcall version)))))
+                      :quicklisp (and (find-package '#:ql) t)
+                      :running (sb-thread:with-mutex (*registry-lock*)
+                                 ;; Not counting this call itself.
+                                 (max 0 (1- (hash-table-count *running*)))))))))

@@ -1,0 +1,130 @@
+;;;; load-system: ASDF's LOAD-SYSTEM with its output and compiler warnings captured, and a way
+;;;; for the client to see what a long load is doing meanwhile.
+;;;;
+;;;; Loaded after compile.lisp, under the same rules. ASDF is required when a system is first
+;;;; loaded, not when the helper is, and is called through FIND-SYMBOL: the helper must load in
+;;;; an image without it.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *max-system-warnings* 50)
+
+(defvar *loading-threads* (make-hash-table :test 'equal :synchronized t)
+  "Session -> the thread running that session's load-system, for LOAD-ACTIVITY.")
+
+(defun asdf-function (name)
+  (let ((symbol (find-symbol name '#:asdf)))
+    (if (and symbol (fboundp symbol))
+        (symbol-function symbol)
+        (fail "This image's ASDF has no ~A." name))))
+
+(defun ensure-asdf ()
+  (unless (find-package '#:asdf)
+    (handler-case (require :asdf)
+      (error (e) (fail "ASDF is not available in this image: ~A" (condition-message e))))))
+
+(defun file-being-processed ()
+  "The file the current thread compiles or loads, as text."
+  (let ((file (or *compile-file-truename* *load-truename*)))
+    (and file (ignore-errors (sb-ext:native-namestring file)))))
+
+(defun load-activity (&key session token)
+  "What the session's running load-system is doing, for progress reports: (:ACTIVITY text), the
+text \"compiling FILE\", \"loading FILE\" or NIL."
+  (declare (ignore token))
+  (let ((thread (gethash session *loading-threads*)))
+    (flet ((file-of (variable)
+             (multiple-value-bind (value ok) (sb-thread:symbol-value-in-thread variable thread nil)
+               (and ok value (ignore-errors (sb-ext:native-namestring value))))))
+      (list :activity
+            (when (and thread (sb-thread:thread-alive-p thread))
+              (let ((compiling (file-of '*compile-file-truename*)))
+                (if compiling
+                    (format nil "compiling ~A" compiling)
+                    (let ((loading (file-of '*load-truename*)))
+                      (and loading (format nil "loading ~A" loading))))))))))
+
+(defun asdf-summary-warning-p (condition)
+  "True for the warning ASDF adds after a file compiled with warnings: it repeats them."
+  (let ((name (class-name (class-of condition))))
+    (and (symbolp name)
+         (member (symbol-name name) '("COMPILE-WARNED-WARNING" "COMPILE-FAILED-WARNING") :test #'string=)
+         (eql 0 (search "UIOP" (package-name (symbol-package name)))))))
+
+(defun asdf-frame-p (line)
+  "True for a backtrace line of a function of ASDF or UIOP (packages ASDF/... and UIOP/...)."
+  (let* ((end (if (and (> (length line) 1) (char= (char line 1) #\())
+                  (position #\) line)
+                  (position #\Space line)))
+         (head (subseq line 0 (or end (length line)))))
+    (or (search "ASDF/" head) (search "UIOP/" head))))
+
+(defun without-asdf-frames (report)
+  "REPORT with its backtrace cut at ASDF's machinery: what failed inside the system's own code
+is above it, and twenty frames of ASDF planning say nothing about the system."
+  (when report
+    (setf (getf report :backtrace)
+          (loop for line in (getf report :backtrace)
+                until (asdf-frame-p line)
+                collect line)))
+  report)
+
+(defun load-system (system &key force session token (max-output 65536))
+  "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
+it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
+:STYLE-WARNING-COUNT, :NOTE-COUNT; :STDOUT (text dropped); and :LOAD-ERROR, a report when the load
+failed (its output and warnings are kept)."
+  (let ((stdout (make-capture max-output))
+        (warnings '())
+        (counts (list :warning 0 :style-warning 0 :note 0)))
+    (flet ((record (condition)
+             (unless (asdf-summary-warning-p condition)
+               (let ((category (typecase condition
+                                 (style-warning :style-warning)
+                                 (warning :warning)
+                                 (t :note))))
+                 (incf (getf counts category))
+                 (when (and (not (eq category :note))
+                            (< (length warnings) *max-system-warnings*))
+                   (push (format nil "~A: ~A~@[~%  (in ~A)~]"
+                                 (warning-category condition)
+                                 (compiler-message condition)
+                                 (file-being-processed))
+                         warnings))))))
+      (let* ((started (get-internal-real-time))
+             (was-loaded nil)
+             (result
+               (run-tool
+                token
+                (lambda ()
+                  (ensure-asdf)
+                  (let ((found (funcall (asdf-function "FIND-SYSTEM") system nil)))
+                    (unless found
+                      (fail "System ~S was not found. ASDF looks for ~A.asd in its source registry (by default ~
+                             ~~/common-lisp/, ~~/.local/share/common-lisp/source/ and /usr/share/common-lisp/), ~
+                             and in the directories listed in ASDF:*CENTRAL-REGISTRY*; add the system's ~
+                             directory to one of them, or load its .asd file with ASDF:LOAD-ASD."
+                            system (string-downcase system)))
+                    (setf was-loaded (and (funcall (asdf-function "COMPONENT-LOADED-P") found) t)))
+                  (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
+                  (unwind-protect
+                       (let ((*compile-verbose* nil) (*compile-print* nil)
+                             (*load-verbose* nil) (*load-print* nil))
+                         (handler-bind ((warning #'record)
+                                        (sb-ext:compiler-note #'record))
+                           (funcall (asdf-function "LOAD-SYSTEM") system :force force))
+                         (list :loaded t))
+                    (remhash session *loading-threads*)))
+                :stdout stdout)))
+        (if (getf result :failure)
+            result
+            (list :system system
+                  :was-loaded was-loaded
+                  :milliseconds (round (* 1000 (- (get-internal-real-time) started))
+                                       internal-time-units-per-second)
+                  :warnings (reverse warnings)
+                  :warning-count (getf counts :warning)
+                  :style-warning-count (getf counts :style-warning)
+                  :note-count (getf counts :note)
+                  :stdout (capture-report stdout)
+                  :load-error (without-asdf-frames (getf result :error))))))))

@@ -1,0 +1,277 @@
+//! `class-info`: a CLOS class's metaclass, superclasses, subclasses, precedence list and slots,
+//! per `contracts/class-info.md`.
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{optional_string, strings};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "class-info",
+        title: "Describe a class",
+        description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
+            metaclass. Works with any class in the running image.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["class"],
+            "properties": {
+                "class": {
+                    "type": "string",
+                    "description": "Class name to inspect"
+                },
+                "package": {
+                    "type": "string",
+                    "description": "Package name (defaults to CL-USER)"
+                }
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["name", "metaclass", "superclasses", "subclasses", "precedence_list", "direct_slots"],
+            "properties": {
+                "name": {"type": "string"},
+                "package": {"type": ["string", "null"]},
+                "metaclass": {"type": "string"},
+                "superclasses": {"type": "array", "items": {"type": "string"}},
+                "subclasses": {"type": "array", "items": {"type": "string"}},
+                "precedence_list": {"type": ["array", "null"], "items": {"type": "string"}, "description": "Null when the class cannot be finalized yet."},
+                "not_finalized": {"type": ["string", "null"]},
+                "direct_slots": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "type": {"type": ["string", "null"]},
+                            "allocation": {"type": ["string", "null"]},
+                            "initargs": {"type": "array", "items": {"type": "string"}},
+                            "initform": {"type": ["string", "null"]},
+                            "accessors": {"type": "array", "items": {"type": "string"}},
+                            "readers": {"type": "array", "items": {"type": "string"}},
+                            "writers": {"type": "array", "items": {"type": "string"}}
+                        }
+                    }
+                },
+                "slot_count": {"type": ["integer", "null"], "description": "All slots, inherited ones included."}
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+        Form::string(args.required_str("class")?),
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+    ]))() {
+        Ok(request) => request,
+        Err(e) => return e.into(),
+    };
+    match context.call_helper(args, "class-info", request).await {
+        Ok(reply) => {
+            let class = ClassInfo::from_sexp(&reply);
+            ToolOutput::success(class.render()).with_structured(class.structured())
+        }
+        Err(output) => output,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slot {
+    pub name: String,
+    pub type_name: Option<String>,
+    pub allocation: Option<String>,
+    pub initargs: Vec<String>,
+    pub initform: Option<String>,
+    /// Readers R that have the writer (SETF R) too.
+    pub accessors: Vec<String>,
+    pub readers: Vec<String>,
+    pub writers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassInfo {
+    pub name: String,
+    pub package: Option<String>,
+    pub metaclass: String,
+    pub built_in: bool,
+    pub superclasses: Vec<String>,
+    pub subclasses: Vec<String>,
+    /// `None` when the class is not finalized and cannot be yet.
+    pub precedence: Option<Vec<String>>,
+    pub not_finalized: Option<String>,
+    pub direct_slots: Vec<Slot>,
+    pub slot_count: Option<u64>,
+    /// Direct superclasses that bring slots.
+    pub slot_sources: Vec<String>,
+}
+
+impl ClassInfo {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        ClassInfo {
+            name: reply.plist_str("name").unwrap_or_default().to_string(),
+            package: optional_string(reply, "package"),
+            metaclass: reply.plist_str("metaclass").unwrap_or_default().to_string(),
+            built_in: reply.plist_get("built-in").is_some_and(Sexp::is_true),
+            superclasses: strings(reply.plist_get("superclasses")),
+            subclasses: strings(reply.plist_get("subclasses")),
+            precedence: reply.plist_get("precedence").filter(|p| p.is_true()).map(|p| strings(Some(p))),
+            not_finalized: optional_string(reply, "not-finalized"),
+            direct_slots: reply
+                .plist_get("direct-slots")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .map(|slot| Slot {
+                    name: slot.plist_str("name").unwrap_or_default().to_string(),
+                    type_name: optional_string(slot, "type"),
+                    allocation: optional_string(slot, "allocation"),
+                    initargs: strings(slot.plist_get("initargs")),
+                    initform: optional_string(slot, "initform"),
+                    accessors: strings(slot.plist_get("accessors")),
+                    readers: strings(slot.plist_get("readers")),
+                    writers: strings(slot.plist_get("writers")),
+                })
+                .collect(),
+            slot_count: reply.plist_get("slot-count").and_then(Sexp::as_i64).and_then(|n| u64::try_from(n).ok()),
+            slot_sources: strings(reply.plist_get("slot-sources")),
+        }
+    }
+
+    /// The contract's sections, in its order.
+    pub fn render(&self) -> String {
+        let mut header = format!("Class: {}\n  Metaclass: {}", self.name, self.metaclass);
+        if let Some(package) = &self.package {
+            header.push_str(&format!("\n  Package: {package}"));
+        }
+        let mut sections = vec![
+            header,
+            name_list("Direct Superclasses", &self.superclasses),
+            name_list("Direct Subclasses", &self.subclasses),
+        ];
+        sections.push(match (&self.precedence, &self.not_finalized) {
+            (Some(precedence), _) => format!("Class Precedence List:\n  {}", precedence.join(" → ")),
+            (None, why) => format!("Class Precedence List: unknown\n  ({})", why.as_deref().unwrap_or("the class is not finalized")),
+        });
+        if self.direct_slots.is_empty() {
+            let mut section = "Direct Slots: (none)".to_string();
+            if self.built_in {
+                section.push_str("\n  (Built-in classes typically have no inspectable slots)");
+            }
+            sections.push(section);
+        } else {
+            let slots: Vec<String> = self.direct_slots.iter().map(render_slot).collect();
+            sections.push(format!("Direct Slots ({}):\n{}", self.direct_slots.len(), slots.join("\n\n")));
+        }
+        // Shown when inheritance adds slots; a class with only its own slots needs no second count.
+        if let Some(count) = self.slot_count.filter(|&n| n != self.direct_slots.len() as u64) {
+            let mut section = format!("All Slots (inherited included): {count}");
+            if !self.slot_sources.is_empty() {
+                section.push_str(&format!("\n  (includes slots from {})", join_names(&self.slot_sources)));
+            }
+            sections.push(section);
+        }
+        sections.join("\n\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "name": self.name,
+            "package": self.package,
+            "metaclass": self.metaclass,
+            "superclasses": self.superclasses,
+            "subclasses": self.subclasses,
+            "precedence_list": self.precedence,
+            "not_finalized": self.not_finalized,
+            "direct_slots": self.direct_slots.iter().map(|s| json!({
+                "name": s.name,
+                "type": s.type_name,
+                "allocation": s.allocation,
+                "initargs": s.initargs,
+                "initform": s.initform,
+                "accessors": s.accessors,
+                "readers": s.readers,
+                "writers": s.writers,
+            })).collect::<Vec<_>>(),
+            "slot_count": self.slot_count,
+        })
+    }
+}
+
+fn name_list(title: &str, names: &[String]) -> String {
+    if names.is_empty() {
+        format!("{title}: (none)")
+    } else {
+        let items: Vec<String> = names.iter().map(|n| format!("  - {n}")).collect();
+        format!("{title}:\n{}", items.join("\n"))
+    }
+}
+
+/// `A`, `A and B`, `A, B and C`.
+fn join_names(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [only] => only.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+fn render_slot(slot: &Slot) -> String {
+    let mut lines = vec![format!("  {}", slot.name)];
+    let mut add = |label: &str, value: &str| lines.push(format!("    {label}: {value}"));
+    if let Some(type_name) = &slot.type_name {
+        add("Type", type_name);
+    }
+    if let Some(allocation) = &slot.allocation {
+        add("Allocation", allocation);
+    }
+    for initarg in &slot.initargs {
+        add("Initarg", initarg);
+    }
+    if let Some(initform) = &slot.initform {
+        add("Initform", initform);
+    }
+    for accessor in &slot.accessors {
+        add("Accessor", accessor);
+    }
+    for reader in &slot.readers {
+        add("Reader", reader);
+    }
+    for writer in &slot.writers {
+        add("Writer", writer);
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn the_contract_sections_render_in_order() {
+        let reply = read(
+            "(:name \"PERSON\" :package \"MY-APP\" :metaclass \"STANDARD-CLASS\" :built-in nil \
+             :superclasses (\"STANDARD-OBJECT\") :subclasses nil :precedence (\"PERSON\" \"STANDARD-OBJECT\" \"T\") \
+             :direct-slots ((:name \"NAME\" :initargs (\":NAME\") :accessors (\"PERSON-NAME\")) \
+                            (:name \"AGE\" :initargs (\":AGE\") :initform \"0\" :accessors (\"PERSON-AGE\"))) \
+             :slot-count 2)",
+        )
+        .unwrap();
+        assert_eq!(
+            ClassInfo::from_sexp(&reply).render(),
+            "Class: PERSON\n  Metaclass: STANDARD-CLASS\n  Package: MY-APP\n\nDirect Superclasses:\n  - STANDARD-OBJECT\n\n\
+             Direct Subclasses: (none)\n\nClass Precedence List:\n  PERSON → STANDARD-OBJECT → T\n\nDirect Slots (2):\n  NAME\n    \
+             Initarg: :NAME\n    Accessor: PERSON-NAME\n\n  AGE\n    Initarg: :AGE\n    Initform: 0\n    Accessor: PERSON-AGE"
+        );
+    }
+
+    #[test]
+    fn inherited_slots_name_where_they_come_from() {
+        assert_eq!(join_names(&["CAR".into(), "AIRCRAFT".into()]), "CAR and AIRCRAFT");
+        assert_eq!(join_names(&["A".into(), "B".into(), "C".into()]), "A, B and C");
+    }
+}

@@ -1,0 +1,275 @@
+//! `compile-form`: compiles code in the image without running or defining anything, per
+//! `contracts/compile-form.md`.
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{count, optional_string, plural, section_body, Captured};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "compile-form",
+        title: "Compile without running",
+        description: "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and \
+            other issues that only appear at compile time. Useful for checking code correctness before evaluation.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["code"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "Common Lisp code to compile"
+                },
+                "package": {
+                    "type": "string",
+                    "description": "Package context for compilation (default: CL-USER)"
+                }
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["success", "forms_compiled", "warnings", "errors", "style_warnings", "notes", "conditions", "read_error"],
+            "properties": {
+                "success": {"type": "boolean", "description": "False when there were errors (a read error included)."},
+                "forms_compiled": {"type": "integer"},
+                "warnings": {"type": "integer"},
+                "errors": {"type": "integer"},
+                "style_warnings": {"type": "integer"},
+                "notes": {"type": "integer"},
+                "conditions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "severity": {"type": "string", "enum": ["ERROR", "WARNING", "STYLE-WARNING", "NOTE"]},
+                            "message": {"type": "string"},
+                            "form": {"type": ["string", "null"], "description": "The top-level form, abbreviated."},
+                            "line": {"type": ["integer", "null"], "description": "1-based, within `code`."},
+                            "column": {"type": ["integer", "null"]}
+                        }
+                    }
+                },
+                "read_error": {
+                    "type": ["object", "null"],
+                    "properties": {"message": {"type": "string"}, "line": {"type": "integer"}, "column": {"type": "integer"}}
+                }
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+        Form::string(args.required_str("code")?),
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ]))() {
+        Ok(request) => request,
+        Err(e) => return e.into(),
+    };
+    match context.call_helper(args, "compile-code", request).await {
+        Ok(reply) => CompileReport::from_sexp(&reply).into_output(context.settings.max_output),
+        Err(output) => output,
+    }
+}
+
+/// A compiler condition, placed in the code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompilerCondition {
+    pub severity: String,
+    pub message: String,
+    pub form: Option<String>,
+    pub line: Option<i64>,
+    pub column: Option<i64>,
+}
+
+/// Why the code could not be read, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadError {
+    pub message: String,
+    pub line: i64,
+    pub column: i64,
+    /// The code ended inside this form (rather than the reader rejecting something in it).
+    pub unclosed: bool,
+}
+
+/// The helper's answer to `compile-code`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompileReport {
+    pub forms_compiled: u64,
+    pub warnings: u64,
+    pub errors: u64,
+    pub style_warnings: u64,
+    pub notes: u64,
+    pub conditions: Vec<CompilerCondition>,
+    pub read_error: Option<ReadError>,
+    /// What macros printed while they were expanded.
+    pub stdout: Captured,
+}
+
+impl CompileReport {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        let number = |plist: &Sexp, key| plist.plist_get(key).and_then(Sexp::as_i64);
+        CompileReport {
+            forms_compiled: count(reply, "forms-compiled"),
+            warnings: count(reply, "warnings"),
+            errors: count(reply, "errors"),
+            style_warnings: count(reply, "style-warnings"),
+            notes: count(reply, "notes"),
+            conditions: reply
+                .plist_get("conditions")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| CompilerCondition {
+                    severity: c.plist_str("severity").unwrap_or("WARNING").to_string(),
+                    message: c.plist_str("message").unwrap_or_default().to_string(),
+                    form: optional_string(c, "form"),
+                    line: number(c, "line"),
+                    column: number(c, "column"),
+                })
+                .collect(),
+            read_error: reply.plist_get("read-error").filter(|r| r.is_true()).map(|r| ReadError {
+                message: r.plist_str("message").unwrap_or_default().to_string(),
+                line: number(r, "line").unwrap_or(1),
+                column: number(r, "column").unwrap_or(1),
+                unclosed: r.plist_get("unclosed").is_some_and(Sexp::is_true),
+            }),
+            stdout: Captured::from_sexp(reply.plist_get("stdout")),
+        }
+    }
+
+    /// Errors, the read error included.
+    fn error_count(&self) -> u64 {
+        self.errors + u64::from(self.read_error.is_some())
+    }
+
+    /// The contract's text: a verdict, the counts, one block per condition, and what was compiled.
+    pub fn render(&self, max_output: usize) -> String {
+        let errors = self.error_count();
+        let verdict = if errors > 0 {
+            "Compilation failed"
+        } else if self.warnings + self.style_warnings > 0 {
+            "Compilation successful (with warnings)"
+        } else {
+            "Compilation successful"
+        };
+        let mut counts = vec![verdict.to_string()];
+        // A read error stops everything: the contract shows only the counts that say something.
+        if self.read_error.is_none() || self.warnings > 0 {
+            counts.push(format!("Warnings: {}", self.warnings));
+        }
+        counts.push(format!("Errors: {errors}"));
+        if self.style_warnings > 0 {
+            counts.push(format!("Style-warnings: {}", self.style_warnings));
+        }
+        if self.notes > 0 {
+            counts.push(format!("Notes: {}", self.notes));
+        }
+        let mut sections = vec![counts.join("\n")];
+        sections.extend(self.conditions.iter().map(render_condition));
+        if let Some(read_error) = &self.read_error {
+            let place = if read_error.unclosed { " (the form that is not closed starts here)" } else { "" };
+            sections.push(format!(
+                "ERROR: {}\n  Could not read form from code string\n  at: line {}, column {}{place}",
+                read_error.message, read_error.line, read_error.column
+            ));
+        }
+        if !self.stdout.is_empty() {
+            let mut section = format!("[stdout]\n{}", section_body(&self.stdout.text));
+            if let Some(note) = self.stdout.cut_note(max_output) {
+                section.push('\n');
+                section.push_str(&note);
+            }
+            sections.push(section);
+        }
+        let forms = plural(self.forms_compiled, "form", "forms");
+        match (&self.read_error, self.errors) {
+            (Some(_), _) if self.forms_compiled == 0 => {}
+            (Some(_), _) => sections.push(format!("Compiled {forms} before the one that could not be read")),
+            (None, 0) => sections.push(format!("Compiled {forms} successfully")),
+            (None, _) => sections.push(format!("Compiled {forms}, with errors")),
+        }
+        sections.join("\n\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "success": self.error_count() == 0,
+            "forms_compiled": self.forms_compiled,
+            "warnings": self.warnings,
+            "errors": self.error_count(),
+            "style_warnings": self.style_warnings,
+            "notes": self.notes,
+            "conditions": self.conditions.iter().map(|c| json!({
+                "severity": c.severity, "message": c.message, "form": c.form, "line": c.line, "column": c.column,
+            })).collect::<Vec<_>>(),
+            "read_error": self.read_error.as_ref().map(|r| json!({"message": r.message, "line": r.line, "column": r.column})),
+        })
+    }
+
+    pub fn into_output(self, max_output: usize) -> ToolOutput {
+        let text = self.render(max_output);
+        let output = if self.error_count() > 0 { ToolOutput::error(text) } else { ToolOutput::success(text) };
+        output.with_structured(self.structured())
+    }
+}
+
+fn render_condition(condition: &CompilerCondition) -> String {
+    let mut lines = condition.message.lines();
+    let mut text = format!("{}: {}", condition.severity, lines.next().unwrap_or_default());
+    for line in lines {
+        text.push_str("\n  ");
+        text.push_str(line);
+    }
+    if let Some(form) = &condition.form {
+        text.push_str(&format!("\n  in form: {form}"));
+    }
+    if let (Some(line), Some(column)) = (condition.line, condition.column) {
+        text.push_str(&format!("\n  at: line {line}, column {column}"));
+    }
+    text.push_str(&format!("\n  severity: {}", condition.severity));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    fn render(reply: &str) -> String {
+        CompileReport::from_sexp(&read(reply).unwrap()).render(65536)
+    }
+
+    #[test]
+    fn a_clean_compilation_reads_as_the_contract_shows() {
+        assert_eq!(
+            render("(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil :read-error nil :stdout (\"\" 0))"),
+            "Compilation successful\nWarnings: 0\nErrors: 0\n\nCompiled 1 form successfully"
+        );
+    }
+
+    #[test]
+    fn a_read_error_reads_as_the_contract_shows_plus_where() {
+        assert_eq!(
+            render("(:forms-compiled 0 :conditions nil :read-error (:message \"end of file on #<STRING-INPUT-STREAM>\" :line 1 :column 1 :unclosed t))"),
+            "Compilation failed\nErrors: 1\n\nERROR: end of file on #<STRING-INPUT-STREAM>\n  Could not read form from code string\n  at: line 1, column 1 (the form that is not closed starts here)"
+        );
+    }
+
+    #[test]
+    fn conditions_carry_form_place_and_severity() {
+        let text = render(
+            "(:forms-compiled 2 :warnings 1 :errors 0 :style-warnings 0 :notes 0 :conditions \
+             ((:severity \"WARNING\" :message \"first\nsecond\" :form \"(DEFUN F () (G))\" :line 2 :column 12)))",
+        );
+        assert_eq!(
+            text,
+            "Compilation successful (with warnings)\nWarnings: 1\nErrors: 0\n\nWARNING: first\n  second\n  in form: (DEFUN F () (G))\n  at: line 2, column 12\n  severity: WARNING\n\nCompiled 2 forms successfully"
+        );
+    }
+}

@@ -1,0 +1,161 @@
+//! `describe-symbol`: everything a symbol names in the image (function, macro, generic function
+//! and its methods, variable and its value, class, type), with call syntax, documentation and
+//! source file.
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{optional_string, strings, Location};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "describe-symbol",
+        title: "Describe a symbol",
+        description: "Say what a symbol names in the running image: function, macro, generic function (with its \
+            methods), special operator, variable (with its value), constant, class or type; with the call syntax, \
+            documentation and source file of each. Nothing is evaluated or interned.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["symbol"],
+            "properties": {
+                "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
+                "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["symbol", "status", "entries"],
+            "properties": {
+                "symbol": {"type": "string", "description": "Package-qualified."},
+                "status": {"type": "string", "description": "internal/external/inherited, and where."},
+                "entries": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "kind": {"type": "string"},
+                            "summary": {"type": "string"},
+                            "documentation": {"type": ["string", "null"]},
+                            "details": {"type": "array", "items": {"type": "string"}},
+                            "source": {"type": ["object", "null"], "description": "file, line, column, note; a null file for definitions made at the REPL."}
+                        }
+                    }
+                }
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+        Form::string(args.required_str("symbol")?),
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+    ]))() {
+        Ok(request) => request,
+        Err(e) => return e.into(),
+    };
+    match context.call_helper(args, "describe-symbol", request).await {
+        Ok(reply) => {
+            let description = Description::from_sexp(&reply);
+            ToolOutput::success(description.render()).with_structured(description.structured())
+        }
+        Err(output) => output,
+    }
+}
+
+/// One thing a symbol names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// "Function", "Generic function", "Variable", "Class", ...
+    pub kind: String,
+    /// Call syntax, value or expansion.
+    pub summary: String,
+    pub documentation: Option<String>,
+    pub details: Vec<String>,
+    pub source: Option<Location>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Description {
+    pub symbol: String,
+    pub status: String,
+    pub entries: Vec<Entry>,
+}
+
+impl Description {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        Description {
+            symbol: reply.plist_str("symbol").unwrap_or_default().to_string(),
+            status: reply.plist_str("status").unwrap_or_default().to_string(),
+            entries: reply
+                .plist_get("entries")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .map(|entry| Entry {
+                    kind: entry.plist_str("kind").unwrap_or_default().to_string(),
+                    summary: entry.plist_str("summary").unwrap_or_default().to_string(),
+                    documentation: optional_string(entry, "documentation").filter(|d| !d.is_empty()),
+                    details: strings(entry.plist_get("details")),
+                    source: entry.plist_get("source").filter(|s| s.is_true()).map(Location::from_sexp),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let header = format!("{} ({})", self.symbol, self.status);
+        if self.entries.is_empty() {
+            return format!("{header} names nothing: no function, macro, variable, class or type.");
+        }
+        let mut sections = vec![header];
+        for entry in &self.entries {
+            let mut lines = vec![format!("{}: {}", entry.kind, entry.summary)];
+            if let Some(documentation) = &entry.documentation {
+                lines.extend(documentation.lines().map(|line| format!("  {line}").trim_end().to_string()));
+            }
+            lines.extend(entry.details.iter().map(|detail| format!("  {detail}")));
+            if let Some(source) = &entry.source {
+                lines.push(format!("  Source: {source}"));
+            }
+            sections.push(lines.join("\n"));
+        }
+        sections.join("\n\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "symbol": self.symbol,
+            "status": self.status,
+            "entries": self.entries.iter().map(|e| json!({
+                "kind": e.kind, "summary": e.summary, "documentation": e.documentation, "details": e.details,
+                "source": e.source.as_ref().map(Location::to_json),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn entries_show_syntax_documentation_details_and_source() {
+        let reply = read(
+            "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
+             ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
+               :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :source (:file \"/src/shapes.lisp\" :line 8 :column 1))))",
+        )
+        .unwrap();
+        assert_eq!(
+            Description::from_sexp(&reply).render(),
+            "SHAPES::AREA (external in SHAPES)\n\nGeneric function: (AREA SHAPE)\n  The area.\n  Methods (1):\n    (AREA (CIRCLE))\n  Source: /src/shapes.lisp:8:1"
+        );
+        let nothing = read("(:symbol \"CL-USER::X\" :status \"internal in COMMON-LISP-USER\" :entries nil)").unwrap();
+        assert!(Description::from_sexp(&nothing).render().ends_with("names nothing: no function, macro, variable, class or type."));
+    }
+}

@@ -1,0 +1,226 @@
+//! `lisp-status`: what swank-mcp is attached to: implementation, server, connection, the
+//! session's package, threads, evaluations in flight, memory and features.
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{count, optional_string, strings};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::Sexp;
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "lisp-status",
+        title: "Image status",
+        description: "Show what swank-mcp is attached to: Lisp implementation and version, swank/slynk server and \
+            version, connection (host:port, attached or launched, pid), this session's current package, thread \
+            count, evaluations in flight, heap use, and a summary of *features*. Connects if not connected yet.",
+        input_schema: json!({"type": "object", "properties": {}}),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["implementation", "version", "server", "server_version", "endpoint", "launched", "pid", "package", "threads", "in_flight"],
+            "properties": {
+                "implementation": {"type": "string"},
+                "version": {"type": "string"},
+                "machine": {"type": "string"},
+                "software": {"type": "string"},
+                "server": {"type": "string", "enum": ["swank", "slynk"]},
+                "server_version": {"type": ["string", "null"]},
+                "style": {"type": ["string", "null"], "description": "The server's communication style; spawn runs each request in its own thread."},
+                "endpoint": {"type": "string"},
+                "launched": {"type": "boolean", "description": "Whether swank-mcp started this image (--launch)."},
+                "pid": {"type": ["integer", "null"]},
+                "session": {"type": "string"},
+                "package": {"type": "string"},
+                "threads": {"type": "integer"},
+                "in_flight": {"type": "integer", "description": "This server's requests waiting for the image."},
+                "tool_calls_in_image": {"type": "integer", "description": "Tool calls running in the image, from any swank-mcp session."},
+                "heap_used": {"type": "integer"},
+                "heap_size": {"type": "integer"},
+                "asdf": {"type": ["string", "null"]},
+                "quicklisp": {"type": "boolean"},
+                "feature_count": {"type": "integer"},
+                "features": {"type": "array", "items": {"type": "string"}}
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let image = match context.image(args) {
+        Ok(image) => image,
+        Err(output) => return output,
+    };
+    let reply = match context.call_helper(args, "status", Vec::new()).await {
+        Ok(reply) => reply,
+        Err(output) => return output,
+    };
+    let Some(connection) = image.current_connection().await else {
+        return ToolOutput::error("The connection to the image closed while its status was read; call lisp-status again to reconnect.");
+    };
+    let info = connection.info();
+    let launched = image.launched_pid().await;
+    let status = Status {
+        image: ImageFacts::from_sexp(&reply),
+        server: info.dialect.name().to_string(),
+        server_version: info.version.clone(),
+        style: info.style.clone(),
+        endpoint: connection.endpoint().to_string(),
+        launched: launched.is_some(),
+        pid: launched.flatten().map(i64::from).or(info.pid),
+        session: image.session().to_string(),
+        in_flight: connection.pending_count() as u64,
+    };
+    ToolOutput::success(status.render()).with_structured(status.structured())
+}
+
+/// What the helper reports about the image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageFacts {
+    pub implementation: String,
+    pub version: String,
+    pub machine: String,
+    pub software: String,
+    pub package: String,
+    pub threads: u64,
+    pub tool_calls: u64,
+    pub heap_used: u64,
+    pub heap_size: u64,
+    pub asdf: Option<String>,
+    pub quicklisp: bool,
+    pub feature_count: u64,
+    /// The notable features present, e.g. `:X86-64`, `:SB-THREAD`.
+    pub features: Vec<String>,
+}
+
+impl ImageFacts {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        let text = |key| reply.plist_str(key).unwrap_or_default().to_string();
+        ImageFacts {
+            implementation: text("implementation"),
+            version: text("version"),
+            machine: text("machine"),
+            software: text("software"),
+            package: text("package"),
+            threads: count(reply, "threads"),
+            tool_calls: count(reply, "running"),
+            heap_used: count(reply, "heap-used"),
+            heap_size: count(reply, "heap-size"),
+            asdf: optional_string(reply, "asdf"),
+            quicklisp: reply.plist_get("quicklisp").is_some_and(Sexp::is_true),
+            feature_count: count(reply, "feature-count"),
+            features: strings(reply.plist_get("features")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub image: ImageFacts,
+    pub server: String,
+    pub server_version: Option<String>,
+    pub style: Option<String>,
+    pub endpoint: String,
+    pub launched: bool,
+    pub pid: Option<i64>,
+    pub session: String,
+    /// This server's requests waiting on the connection (not counting the status call).
+    pub in_flight: u64,
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1_048_576.0)
+}
+
+impl Status {
+    pub fn render(&self) -> String {
+        let image = &self.image;
+        let attachment = if self.launched { "launched by swank-mcp" } else { "attached" };
+        let pid = self.pid.map_or_else(String::new, |pid| format!(", pid {pid}"));
+        let others = if image.tool_calls > 0 { format!(" ({} tool calls running in the image)", image.tool_calls) } else { String::new() };
+        let extras = [
+            image.asdf.as_ref().map(|v| format!("ASDF {v}")),
+            image.quicklisp.then(|| "Quicklisp".to_string()),
+        ];
+        let libraries: Vec<String> = extras.into_iter().flatten().collect();
+        let mut lines = vec![
+            format!("Lisp: {} {} ({}, {})", image.implementation, image.version, image.machine, image.software),
+            format!(
+                "Server: {} {}{}",
+                self.server,
+                self.server_version.as_deref().unwrap_or("(version unknown)"),
+                self.style.as_ref().map_or_else(String::new, |style| format!(", communication style {style}"))
+            ),
+            format!("Connection: {} ({attachment}{pid})", self.endpoint),
+            format!("Session package: {}", image.package),
+            format!("Threads: {}", image.threads),
+            format!("Evaluations in flight: {}{others}", self.in_flight),
+            format!("Heap: {} used of {}", megabytes(image.heap_used), megabytes(image.heap_size)),
+        ];
+        if !libraries.is_empty() {
+            lines.push(format!("Loaded: {}", libraries.join(", ")));
+        }
+        lines.push(format!("Features ({}): {} ...", image.feature_count, image.features.join(" ")));
+        lines.join("\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        let image = &self.image;
+        json!({
+            "implementation": image.implementation,
+            "version": image.version,
+            "machine": image.machine,
+            "software": image.software,
+            "server": self.server,
+            "server_version": self.server_version,
+            "style": self.style,
+            "endpoint": self.endpoint,
+            "launched": self.launched,
+            "pid": self.pid,
+            "session": self.session,
+            "package": image.package,
+            "threads": image.threads,
+            "in_flight": self.in_flight,
+            "tool_calls_in_image": image.tool_calls,
+            "heap_used": image.heap_used,
+            "heap_size": image.heap_size,
+            "asdf": image.asdf,
+            "quicklisp": image.quicklisp,
+            "feature_count": image.feature_count,
+            "features": image.features,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn status_lines() {
+        let image = ImageFacts::from_sexp(
+            &read("(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
+                   :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
+                   :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :running 0)")
+            .unwrap(),
+        );
+        let status = Status {
+            image,
+            server: "swank".into(),
+            server_version: Some("2.27".into()),
+            style: Some("spawn".into()),
+            endpoint: "127.0.0.1:4005".into(),
+            launched: false,
+            pid: Some(1234),
+            session: "default-1".into(),
+            in_flight: 0,
+        };
+        assert_eq!(
+            status.render(),
+            "Lisp: SBCL 2.2.9.debian (X86-64, Linux 6.1)\nServer: swank 2.27, communication style spawn\n\
+             Connection: 127.0.0.1:4005 (attached, pid 1234)\nSession package: COMMON-LISP-USER\nThreads: 4\n\
+             Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\nFeatures (60): :X86-64 :SB-THREAD ..."
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! `load-system`: ASDF's `load-system` in the image, with its output and compiler warnings
+//! captured and summarised, and progress reports while it runs.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{count, plural, section_body, strings, Captured, ErrorReport};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+/// Compiling a large system for the first time takes minutes; the server's evaluation time limit
+/// is meant for single evaluations.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a client that asked for progress hears about a running load.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "load-system",
+        title: "Load an ASDF system",
+        description: "Load an ASDF system (and its dependencies) into the running image with asdf:load-system, \
+            compiling what is out of date. Returns the time taken, the compiler warnings and the output; a missing \
+            system is an error naming it. force: true recompiles and reloads the system itself. Sends progress \
+            notifications while it runs when the call has a progressToken. Time limit: 10 minutes.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["system"],
+            "properties": {
+                "system": {"type": "string", "description": "The system's name, e.g. \"alexandria\"."},
+                "force": {"type": "boolean", "description": "Recompile and reload the system even if it is up to date (default: false).", "default": false}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["system", "loaded", "milliseconds", "warnings"],
+            "properties": {
+                "system": {"type": "string"},
+                "loaded": {"type": "boolean"},
+                "was_loaded": {"type": "boolean", "description": "Whether it was loaded before this call."},
+                "milliseconds": {"type": "integer"},
+                "warnings": {"type": "array", "items": {"type": "string"}},
+                "warning_count": {"type": "integer"},
+                "style_warning_count": {"type": "integer"},
+                "note_count": {"type": "integer"},
+                "stdout": {"type": "string"},
+                "error": {"type": ["object", "null"]}
+            }
+        })),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let (system, force) = match (|| Ok::<_, super::ArgumentError>((args.required_str("system")?, args.optional_bool("force")?.unwrap_or(false))))() {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into(),
+    };
+    let request = vec![
+        Form::string(system),
+        Form::Keyword("force"),
+        if force { Form::T } else { Form::Nil },
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ];
+    let load = context.call_helper_within(
+        args,
+        "load-system",
+        request,
+        context.settings.eval_timeout.max(LOAD_TIMEOUT),
+        "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger --eval-timeout, \
+         or load the system with evaluate-lisp and a larger timeout_ms.",
+    );
+    tokio::pin!(load);
+    let started = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+    let reply = loop {
+        tokio::select! {
+            reply = &mut load => break reply,
+            _ = ticker.tick(), if context.progress.is_enabled() => {
+                let activity = context
+                    .call_helper_within(args, "load-activity", Vec::new(), ACTIVITY_TIMEOUT, "")
+                    .await
+                    .ok()
+                    .and_then(|reply| reply.plist_str("activity").map(str::to_string));
+                let elapsed = started.elapsed().as_secs();
+                context.progress.report(match activity {
+                    Some(activity) => format!("Loading {system} ({elapsed} s): {activity}"),
+                    None => format!("Loading {system} ({elapsed} s)"),
+                });
+            }
+        }
+    };
+    match reply {
+        Ok(reply) => LoadReport::from_sexp(&reply, force).into_output(context.settings.max_output),
+        Err(output) => output,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    pub system: String,
+    pub forced: bool,
+    pub was_loaded: bool,
+    pub milliseconds: u64,
+    pub warnings: Vec<String>,
+    pub warning_count: u64,
+    pub style_warning_count: u64,
+    pub note_count: u64,
+    pub stdout: Captured,
+    pub error: Option<ErrorReport>,
+}
+
+impl LoadReport {
+    pub fn from_sexp(reply: &Sexp, forced: bool) -> Self {
+        LoadReport {
+            system: reply.plist_str("system").unwrap_or_default().to_string(),
+            forced,
+            was_loaded: reply.plist_get("was-loaded").is_some_and(Sexp::is_true),
+            milliseconds: count(reply, "milliseconds"),
+            warnings: strings(reply.plist_get("warnings")),
+            warning_count: count(reply, "warning-count"),
+            style_warning_count: count(reply, "style-warning-count"),
+            note_count: count(reply, "note-count"),
+            stdout: Captured::from_sexp(reply.plist_get("stdout")),
+            error: reply.plist_get("load-error").and_then(ErrorReport::from_sexp),
+        }
+    }
+
+    pub fn render(&self, max_output: usize) -> String {
+        let seconds = self.milliseconds as f64 / 1000.0;
+        let mut sections = Vec::new();
+        if let Some(error) = &self.error {
+            sections.push(error.render());
+        }
+        let verdict = match (&self.error, self.was_loaded, self.forced) {
+            (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
+            (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
+            (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
+            (None, true, false) => format!("System {:?} was already loaded; ASDF reloaded what had changed, in {seconds:.2} s.", self.system),
+        };
+        sections.push(format!(
+            "{verdict}\n{}, {}, {}.",
+            plural(self.warning_count, "warning", "warnings"),
+            plural(self.style_warning_count, "style-warning", "style-warnings"),
+            plural(self.note_count, "compiler note", "compiler notes"),
+        ));
+        if !self.warnings.is_empty() {
+            let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
+            let shown = self.warnings.len() as u64;
+            let rest = (self.warning_count + self.style_warning_count).saturating_sub(shown);
+            if rest > 0 {
+                section.push_str(&format!("\n[... {rest} more warnings not shown]"));
+            }
+            sections.push(section);
+        }
+        if !self.stdout.is_empty() {
+            let mut section = format!("[stdout]\n{}", section_body(&self.stdout.text));
+            if let Some(note) = self.stdout.cut_note(max_output) {
+                section.push('\n');
+                section.push_str(&note);
+            }
+            sections.push(section);
+        }
+        sections.join("\n\n")
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "system": self.system,
+            "loaded": self.error.is_none(),
+            "was_loaded": self.was_loaded,
+            "milliseconds": self.milliseconds,
+            "warnings": self.warnings,
+            "warning_count": self.warning_count,
+            "style_warning_count": self.style_warning_count,
+            "note_count": self.note_count,
+            "stdout": self.stdout.text,
+            "error": self.error.as_ref().map(ErrorReport::to_json),
+        })
+    }
+
+    pub fn into_output(self, max_output: usize) -> ToolOutput {
+        let text = self.render(max_output);
+        let output = if self.error.is_some() { ToolOutput::error(text) } else { ToolOutput::success(text) };
+        output.with_structured(self.structured())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_load_is_summarised() {
+        let report = LoadReport::from_sexp(
+            &read("(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
+                   :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)")
+            .unwrap(),
+            false,
+        );
+        assert_eq!(
+            report.render(65536),
+            "Loaded system \"alexandria\" in 2.14 s.\n0 warnings, 1 style-warning, 3 compiler notes.\n\n[warnings]\nSTYLE-WARNING: x\n  (in /a.lisp)"
+        );
+    }
+
+    #[test]
+    fn a_failed_load_leads_with_the_error() {
+        let report = LoadReport::from_sexp(
+            &read("(:system \"bad\" :milliseconds 10 :load-error (:kind :error :type \"ERROR\" :message \"boom\" :backtrace nil))").unwrap(),
+            false,
+        );
+        let output = report.into_output(65536);
+        assert!(output.is_error);
+        assert!(output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."), "{}", output.text);
+    }
+}

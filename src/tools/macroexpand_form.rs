@@ -1,0 +1,104 @@
+//! `macroexpand-form`: expands a macro form in the image, one step or fully, per
+//! `contracts/macroexpand-form.md`.
+
+use serde_json::json;
+
+use super::lisp_reply::Captured;
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "macroexpand-form",
+        title: "Expand a macro",
+        description: "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, \
+            LOOP, or WITH-* generate.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["form"],
+            "properties": {
+                "form": {
+                    "type": "string",
+                    "description": "The Lisp form to expand (as a string)"
+                },
+                "full": {
+                    "type": "boolean",
+                    "description": "If true, fully expand all macros recursively (default: false, single step)",
+                    "default": false
+                },
+                "package": {
+                    "type": "string",
+                    "description": "Package to read the form in (default: the session's package, initially CL-USER)"
+                }
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["form", "expansion", "expanded"],
+            "properties": {
+                "form": {"type": "string", "description": "The form read, abbreviated."},
+                "expansion": {"type": "string"},
+                "expanded": {"type": "boolean", "description": "False when the form is not a macro call (and, with full, contains none)."}
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+        Form::string(args.required_str("form")?),
+        Form::Keyword("full"),
+        if args.optional_bool("full")?.unwrap_or(false) { Form::T } else { Form::Nil },
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ]))() {
+        Ok(request) => request,
+        Err(e) => return e.into(),
+    };
+    match context.call_helper(args, "expand-form", request).await {
+        Ok(reply) => render(&reply, context.settings.max_output),
+        Err(output) => output,
+    }
+}
+
+/// The contract's text for the helper's reply: the expansion under an `Expansion of` header, or
+/// the read error.
+fn render(reply: &Sexp, max_output: usize) -> ToolOutput {
+    if let Some(message) = reply.plist_str("read-error") {
+        return ToolOutput::error(format!("Error reading form: {message}"));
+    }
+    let form = reply.plist_str("form").unwrap_or_default();
+    let expansion = Captured::from_sexp(reply.plist_get("expansion"));
+    let expanded = reply.plist_get("expanded").is_some_and(Sexp::is_true);
+    let mut text = format!("Expansion of {form}:\n\n{}", expansion.text);
+    if let Some(note) = expansion.cut_note(max_output) {
+        text.push('\n');
+        text.push_str(&note);
+    }
+    if !expanded {
+        text.push_str("\n\n(Form is not a macro call)");
+    }
+    ToolOutput::success(text).with_structured(json!({"form": form, "expansion": expansion.text, "expanded": expanded}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    fn text(reply: &str) -> ToolOutput {
+        render(&read(reply).unwrap(), 65536)
+    }
+
+    #[test]
+    fn expansions_and_non_macros_read_as_the_contract_shows() {
+        assert_eq!(text("(:form \"(+ 1 2)\" :expansion (\"(+ 1 2)\" 0) :expanded nil)").text, "Expansion of (+ 1 2):\n\n(+ 1 2)\n\n(Form is not a macro call)");
+        assert_eq!(text("(:form \"(PUSH X L)\" :expansion (\"(setq l (cons x l))\" 0) :expanded t)").text, "Expansion of (PUSH X L):\n\n(setq l (cons x l))");
+        let failed = text("(:read-error \"end of file on #<STRING-INPUT-STREAM>\")");
+        assert!(failed.is_error);
+        assert_eq!(failed.text, "Error reading form: end of file on #<STRING-INPUT-STREAM>");
+    }
+}

@@ -1,0 +1,125 @@
+//! `xref`: who calls, references, binds, sets or macroexpands a name, what a function calls, and
+//! which methods specialize on a class, from SBCL's cross-reference data.
+
+use serde_json::{json, Value};
+
+use super::lisp_reply::{count, labelled_locations, labelled_locations_json, location_schema, plural, render_locations, Location};
+use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::{Form, Sexp};
+
+const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
+
+pub fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "xref",
+        title: "Cross-references",
+        description: "Cross-references in the running image, each with its file and line: who calls a function \
+            (calls), what it calls (callees), who references, binds or sets a variable, who uses a macro \
+            (macroexpands), which methods specialize on a class (specializes). SBCL records these for compiled code; \
+            calls that were inlined leave none.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["symbol", "kind"],
+            "properties": {
+                "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
+                "kind": {"type": "string", "enum": KINDS, "description": "Which relation to list."},
+                "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["symbol", "kind", "total", "hits"],
+            "properties": {
+                "symbol": {"type": "string"},
+                "kind": {"type": "string"},
+                "total": {"type": "integer", "description": "All hits; at most 100 are listed."},
+                "hits": {"type": "array", "items": location_schema("name")}
+            }
+        })),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
+    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+        Form::string(args.required_str("symbol")?),
+        Form::string(args.required_str("kind")?),
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+    ]))() {
+        Ok(request) => request,
+        Err(e) => return e.into(),
+    };
+    match context.call_helper(args, "xref", request).await {
+        Ok(reply) => {
+            let found = References::from_sexp(&reply);
+            ToolOutput::success(found.render()).with_structured(found.structured())
+        }
+        Err(output) => output,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct References {
+    pub symbol: String,
+    pub kind: String,
+    pub total: u64,
+    /// (function or method name, location), in file order.
+    pub hits: Vec<(String, Location)>,
+}
+
+impl References {
+    pub fn from_sexp(reply: &Sexp) -> Self {
+        References {
+            symbol: reply.plist_str("symbol").unwrap_or_default().to_string(),
+            kind: reply.plist_str("kind").unwrap_or_default().to_string(),
+            total: count(reply, "total"),
+            hits: labelled_locations(reply.plist_get("hits"), "name"),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let symbol = &self.symbol;
+        let (title, singular, many) = match self.kind.as_str() {
+            "calls" => (format!("Who calls {symbol}"), "function", "functions"),
+            "callees" => (format!("What {symbol} calls"), "function", "functions"),
+            "references" => (format!("Who references {symbol}"), "function", "functions"),
+            "binds" => (format!("Who binds {symbol}"), "function", "functions"),
+            "sets" => (format!("Who sets {symbol}"), "function", "functions"),
+            "macroexpands" => (format!("Who uses the macro {symbol}"), "function", "functions"),
+            _ => (format!("Methods specializing on {symbol}"), "method", "methods"),
+        };
+        if self.hits.is_empty() {
+            return format!(
+                "{title}: none recorded. (SBCL records cross-references when code is compiled; inlined calls and code \
+                 compiled before SBCL kept them leave none.)"
+            );
+        }
+        let mut text = format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.hits));
+        let rest = self.total.saturating_sub(self.hits.len() as u64);
+        if rest > 0 {
+            text.push_str(&format!("\n  ... and {rest} more"));
+        }
+        text
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({"symbol": self.symbol, "kind": self.kind, "total": self.total, "hits": labelled_locations_json(&self.hits, "name")})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn hits_are_listed_with_the_rest_counted() {
+        let found = References::from_sexp(
+            &read("(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits ((:name \"CALLER\" :file \"/p.lisp\" :line 9 :column 1)))").unwrap(),
+        );
+        assert_eq!(found.render(), "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more");
+        let none = References::from_sexp(&read("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap());
+        assert!(none.render().starts_with("Who sets P::X: none recorded."));
+    }
+}

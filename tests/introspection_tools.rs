@@ -1,0 +1,353 @@
+//! class-info (every example of its contract), describe-symbol, apropos-search, find-definition,
+//! xref and lisp-status against a real SBCL + cl-swank image, on code compiled from a real file.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use swank_mcp::tools::{ToolOutput, Toolbox};
+
+async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
+    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
+    tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists")
+}
+
+async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
+    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
+    assert!(!output.is_error, "{code}: {}", output.text);
+    output.text
+}
+
+async fn ok(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> String {
+    let output = call(toolbox, tool, arguments.clone()).await;
+    assert!(!output.is_error, "{tool} {arguments}: {}", output.text);
+    output.text
+}
+
+const SOURCE: &str = "\
+(defpackage :introspect-test (:use :cl) (:export #:area #:shape))
+(in-package :introspect-test)
+
+;;; Shapes, with a comment before the first definition: ünïcödé λ.
+(defvar *count* 0 \"How many shapes were made.\")
+
+(defun target (x)
+  \"Doubles X.\"
+  (* x 2))
+
+(defun caller-1 (y)
+  (let ((*count* 1))
+    (setf *count* (target y))))
+
+(defmacro twice (form) `(progn ,form ,form))
+
+(defun uses-macro () (twice (target 1)))
+
+(defclass shape () ((name :initarg :name :reader shape-name)))
+(defgeneric area (shape) (:documentation \"The area of SHAPE.\"))
+(defmethod area ((s shape)) 0)
+#+(or) (defun not-read () 1)
+(defmethod area :around ((s shape)) (call-next-method))
+#| a block comment |# (defun reads-count () *count*)
+";
+
+/// The test file, compiled and loaded into the shared image once per test run.
+async fn loaded_source(toolbox: &Arc<Toolbox>) -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    static LOADED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let path = PATH
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("tempdir").keep();
+            let path = dir.join("introspect-test.lisp");
+            std::fs::write(&path, SOURCE).expect("write the test source");
+            path
+        })
+        .clone();
+    LOADED
+        .get_or_init(|| async {
+            eval(toolbox, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+        })
+        .await;
+    path
+}
+
+#[tokio::test]
+async fn class_info_contract_examples() {
+    // The examples define PERSON in MY-APP and the vehicle classes in VEHICLES: an image of
+    // their own keeps those names to this test.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    eval(
+        &tb,
+        "(defpackage :my-app (:use :cl)) (in-package :my-app) \
+         (defclass person () ((name :initarg :name :accessor person-name) (age :initarg :age :initform 0 :accessor person-age))) \
+         (defpackage :vehicles (:use :cl) (:shadow #:car)) (in-package :vehicles) \
+         (defclass vehicle () ((name :initarg :name) (max-speed :initarg :max-speed))) \
+         (defclass car (vehicle) ((doors :initarg :doors) (fuel :initarg :fuel) (seats :initarg :seats))) \
+         (defclass aircraft (vehicle) ((wingspan :initarg :wingspan) (ceiling :initarg :ceiling))) \
+         (defclass flying-car (car aircraft) ((vtol-capable :type boolean :initarg :vtol-capable :initform t :accessor flying-car-vtol-capable))) \
+         (in-package :cl-user)",
+    )
+    .await;
+    assert_eq!(
+        ok(&tb, "class-info", json!({"class": "person", "package": "MY-APP"})).await,
+        "Class: PERSON\n  Metaclass: STANDARD-CLASS\n  Package: MY-APP\n\nDirect Superclasses:\n  - STANDARD-OBJECT\n\n\
+         Direct Subclasses: (none)\n\nClass Precedence List:\n  PERSON → STANDARD-OBJECT → T\n\nDirect Slots (2):\n  NAME\n    \
+         Initarg: :NAME\n    Accessor: PERSON-NAME\n\n  AGE\n    Initarg: :AGE\n    Initform: 0\n    Accessor: PERSON-AGE"
+    );
+    // The contract's example leaves out Package and Direct Subclasses here; every class has them.
+    assert_eq!(
+        ok(&tb, "class-info", json!({"class": "flying-car", "package": "VEHICLES"})).await,
+        "Class: FLYING-CAR\n  Metaclass: STANDARD-CLASS\n  Package: VEHICLES\n\nDirect Superclasses:\n  - CAR\n  - AIRCRAFT\n\n\
+         Direct Subclasses: (none)\n\nClass Precedence List:\n  FLYING-CAR → CAR → AIRCRAFT → VEHICLE → STANDARD-OBJECT → T\n\n\
+         Direct Slots (1):\n  VTOL-CAPABLE\n    Type: BOOLEAN\n    Initarg: :VTOL-CAPABLE\n    Initform: T\n    \
+         Accessor: FLYING-CAR-VTOL-CAPABLE\n\nAll Slots (inherited included): 8\n  (includes slots from CAR and AIRCRAFT)"
+    );
+    assert_eq!(
+        ok(&tb, "class-info", json!({"class": "integer", "package": "CL"})).await,
+        "Class: INTEGER\n  Metaclass: BUILT-IN-CLASS\n  Package: COMMON-LISP\n\nDirect Superclasses:\n  - RATIONAL\n\n\
+         Direct Subclasses:\n  - BIGNUM\n  - FIXNUM\n\nClass Precedence List:\n  INTEGER → RATIONAL → REAL → NUMBER → T\n\n\
+         Direct Slots: (none)\n  (Built-in classes typically have no inspectable slots)"
+    );
+    let output = call(&tb, "class-info", json!({"class": "nonexistent-class"})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "Class NONEXISTENT-CLASS not found in package CL-USER");
+    // Asking interned nothing.
+    assert_eq!(eval(&tb, "(find-symbol \"NONEXISTENT-CLASS\")").await, "=> NIL\n=> NIL");
+    let output = call(&tb, "class-info", json!({"class": "person-name", "package": "MY-APP"})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "PERSON-NAME is not a class");
+    let structured = call(&tb, "class-info", json!({"class": "my-app::person"})).await.structured.unwrap();
+    assert_eq!(structured["precedence_list"], json!(["PERSON", "STANDARD-OBJECT", "T"]));
+    assert_eq!(structured["direct_slots"][1]["initform"], "0");
+    drop(image);
+}
+
+#[tokio::test]
+async fn class_info_handles_every_kind_of_class() {
+    let tb = common::toolbox(common::shared_image_port());
+    eval(
+        &tb,
+        "(defpackage :class-info-test (:use :cl)) (in-package :class-info-test) \
+         (defclass waiting (not-defined-yet) ((a :initarg :a :reader waiting-a :writer set-waiting-a))) \
+         (defstruct (point (:conc-name pt-)) (x 0 :type fixnum) (y 0 :read-only t)) \
+         (define-condition oops (error) ((detail :initarg :detail :reader oops-detail))) \
+         (defclass counter () ((total :allocation :class :initform 0 :accessor counter-total)))",
+    )
+    .await;
+    let info = |class: &'static str| {
+        let tb = tb.clone();
+        async move { ok(&tb, "class-info", json!({"class": class, "package": "class-info-test"})).await }
+    };
+    let text = info("waiting").await;
+    assert!(
+        text.contains("Class Precedence List: unknown\n  (not finalized: superclass NOT-DEFINED-YET is not defined yet)"),
+        "{text}"
+    );
+    assert!(text.contains("  A\n    Initarg: :A\n    Reader: WAITING-A\n    Writer: SET-WAITING-A"), "{text}");
+    let text = info("not-defined-yet").await;
+    assert!(text.contains("Metaclass: SB-MOP:FORWARD-REFERENCED-CLASS"), "{text}");
+    assert!(text.contains("Direct Subclasses:\n  - WAITING"), "{text}");
+    let text = info("point").await;
+    assert!(text.contains("Metaclass: STRUCTURE-CLASS"), "{text}");
+    assert!(text.contains("  X\n    Type: FIXNUM\n    Initform: 0\n    Accessor: PT-X\n\n  Y\n    Initform: 0\n    Reader: PT-Y"), "{text}");
+    let text = info("oops").await;
+    assert!(text.contains("Class Precedence List:\n  OOPS → ERROR → SERIOUS-CONDITION → CONDITION → T"), "{text}");
+    assert!(text.contains("  DETAIL\n    Initarg: :DETAIL\n    Reader: OOPS-DETAIL"), "{text}");
+    let text = info("counter").await;
+    assert!(text.contains("  TOTAL\n    Allocation: :CLASS\n    Initform: 0\n    Accessor: COUNTER-TOTAL"), "{text}");
+    let output = call(&tb, "class-info", json!({"class": "x", "package": "CLASS-INFO-NOPE"})).await;
+    assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"CLASS-INFO-NOPE\" does not exist."));
+}
+
+#[tokio::test]
+async fn describe_symbol_says_what_a_symbol_names_and_where() {
+    let tb = common::toolbox(common::shared_image_port());
+    let path = loaded_source(&tb).await.display().to_string();
+    let describe = |symbol: &'static str| {
+        let tb = tb.clone();
+        async move { ok(&tb, "describe-symbol", json!({"symbol": symbol, "package": "introspect-test"})).await }
+    };
+    assert_eq!(
+        describe("target").await,
+        format!("INTROSPECT-TEST::TARGET (internal in INTROSPECT-TEST)\n\nFunction: (TARGET X)\n  Doubles X.\n  Source: {path}:7:1")
+    );
+    assert_eq!(
+        describe("area").await,
+        format!(
+            "INTROSPECT-TEST:AREA (external in INTROSPECT-TEST)\n\nGeneric function: (AREA SHAPE)\n  The area of SHAPE.\n  Methods (2):\n    \
+             (AREA (SHAPE))\n    (AREA :AROUND (SHAPE))\n  Source: {path}:20:1"
+        )
+    );
+    assert_eq!(
+        describe("*count*").await,
+        format!("INTROSPECT-TEST::*COUNT* (internal in INTROSPECT-TEST)\n\nVariable: *COUNT* = 0\n  How many shapes were made.\n  Source: {path}:5:1")
+    );
+    // The symbol as one would type it: quoted, escaped, qualified.
+    for spelling in ["'target", "|TARGET|", "introspect-test::target", "#'Target"] {
+        assert!(describe(spelling).await.starts_with("INTROSPECT-TEST::TARGET (internal in INTROSPECT-TEST)\n\nFunction:"), "{spelling}");
+    }
+    assert_eq!(describe("twice").await, format!("INTROSPECT-TEST::TWICE (internal in INTROSPECT-TEST)\n\nMacro: (TWICE FORM)\n  Source: {path}:15:1"));
+    let text = describe("introspect-test:shape").await;
+    assert!(text.starts_with("INTROSPECT-TEST:SHAPE (external in INTROSPECT-TEST)\n\nClass: SHAPE, metaclass STANDARD-CLASS"), "{text}");
+    assert!(text.ends_with(&format!("Source: {path}:19:1")), "{text}");
+    // Definitions made by evaluation have no file.
+    eval(&tb, "(defun describe-test-repl (a &key (b 2)) \"From the REPL.\" (list a b))").await;
+    assert_eq!(
+        ok(&tb, "describe-symbol", json!({"symbol": "describe-test-repl"})).await,
+        "COMMON-LISP-USER::DESCRIBE-TEST-REPL (internal in COMMON-LISP-USER)\n\nFunction: (DESCRIBE-TEST-REPL A &KEY (B 2))\n  From the REPL.\n  \
+         Source: defined at the REPL, no source file"
+    );
+    // Lambda-list variables are shown by name, whatever their package.
+    let text = ok(&tb, "describe-symbol", json!({"symbol": "if"})).await;
+    assert!(text.starts_with("COMMON-LISP:IF (external in COMMON-LISP, accessible in COMMON-LISP-USER)\n\nSpecial operator: (IF TEST THEN &OPTIONAL ELSE)"), "{text}");
+    let output = call(&tb, "describe-symbol", json!({"symbol": "describe-test-nowhere"})).await;
+    assert_eq!((output.is_error, output.text.as_str()), (true, "Symbol DESCRIBE-TEST-NOWHERE not found in package CL-USER."));
+    eval(&tb, "(intern \"DESCRIBE-TEST-BARE\")").await;
+    let text = ok(&tb, "describe-symbol", json!({"symbol": "describe-test-bare"})).await;
+    assert_eq!(text, "COMMON-LISP-USER::DESCRIBE-TEST-BARE (internal in COMMON-LISP-USER) names nothing: no function, macro, variable, class or type.");
+    let output = call(&tb, "describe-symbol", json!({"symbol": "(not a symbol"})).await;
+    assert_eq!(output.text, "\"(not a symbol\" is not a symbol name.");
+}
+
+#[tokio::test]
+async fn find_definition_gives_file_line_and_column() {
+    let tb = common::toolbox(common::shared_image_port());
+    let path = loaded_source(&tb).await.display().to_string();
+    assert_eq!(
+        ok(&tb, "find-definition", json!({"symbol": "area", "package": "introspect-test"})).await,
+        format!(
+            "INTROSPECT-TEST:AREA: 3 definitions\n  generic function        {path}:20:1\n  method (:AROUND SHAPE)  {path}:23:1\n  \
+             method (SHAPE)          {path}:21:1"
+        )
+    );
+    // After a block comment on the same line.
+    assert_eq!(
+        ok(&tb, "find-definition", json!({"symbol": "introspect-test::reads-count"})).await,
+        format!("INTROSPECT-TEST::READS-COUNT: 1 definition\n  function  {path}:24:23")
+    );
+    let structured = call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured.unwrap();
+    assert_eq!(structured["definitions"], json!([{"kind": "function", "file": path, "line": 7, "column": 1, "note": null}]));
+    eval(&tb, "(defun find-definition-test-repl () 1)").await;
+    assert_eq!(
+        ok(&tb, "find-definition", json!({"symbol": "find-definition-test-repl"})).await,
+        "COMMON-LISP-USER::FIND-DEFINITION-TEST-REPL: 1 definition\n  function  defined at the REPL, no source file"
+    );
+    let text = ok(&tb, "find-definition", json!({"symbol": "cl:car"})).await;
+    assert!(text.starts_with("COMMON-LISP:CAR: "), "{text}");
+    assert!(text.contains("list.lisp"), "{text}");
+}
+
+#[tokio::test]
+async fn a_changed_file_is_noted() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changing.lisp");
+    std::fs::write(&path, "(defun find-definition-test-changing () 1)\n").unwrap();
+    eval(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    // File times have a resolution of a second here.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&path, "\n\n(defun find-definition-test-changing () 2)\n").unwrap();
+    let text = ok(&tb, "find-definition", json!({"symbol": "find-definition-test-changing"})).await;
+    assert!(text.ends_with("(the file changed since this was compiled; the line may be off)"), "{text}");
+}
+
+#[tokio::test]
+async fn xref_lists_every_kind_of_reference() {
+    let tb = common::toolbox(common::shared_image_port());
+    let path = loaded_source(&tb).await.display().to_string();
+    let xref = |symbol: &'static str, kind: &'static str| {
+        let tb = tb.clone();
+        async move { ok(&tb, "xref", json!({"symbol": symbol, "kind": kind, "package": "introspect-test"})).await }
+    };
+    assert_eq!(
+        xref("target", "calls").await,
+        format!("Who calls INTROSPECT-TEST::TARGET: 2 functions\n  CALLER-1    {path}:11:1\n  USES-MACRO  {path}:17:1")
+    );
+    assert_eq!(xref("caller-1", "callees").await, format!("What INTROSPECT-TEST::CALLER-1 calls: 1 function\n  TARGET  {path}:7:1"));
+    assert_eq!(xref("*count*", "references").await, format!("Who references INTROSPECT-TEST::*COUNT*: 1 function\n  READS-COUNT  {path}:24:23"));
+    assert_eq!(xref("*count*", "binds").await, format!("Who binds INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1"));
+    assert_eq!(xref("*count*", "sets").await, format!("Who sets INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1"));
+    assert_eq!(
+        xref("twice", "macroexpands").await,
+        format!("Who uses the macro INTROSPECT-TEST::TWICE: 1 function\n  USES-MACRO  {path}:17:1")
+    );
+    assert_eq!(
+        xref("shape", "specializes").await,
+        format!(
+            "Methods specializing on INTROSPECT-TEST:SHAPE: 3 methods\n  (METHOD SHAPE-NAME SHAPE)    {path}:19:1\n  \
+             (METHOD AREA SHAPE)          {path}:21:1\n  (METHOD AREA :AROUND SHAPE)  {path}:23:1"
+        )
+    );
+    // Calls from code evaluated at the REPL are recorded too.
+    eval(&tb, "(defun xref-test-repl-caller () (introspect-test::target 3))").await;
+    let text = ok(&tb, "xref", json!({"symbol": "introspect-test::target", "kind": "calls"})).await;
+    assert!(text.ends_with("\n  COMMON-LISP-USER::XREF-TEST-REPL-CALLER  defined at the REPL, no source file"), "{text}");
+    let output = call(&tb, "xref", json!({"symbol": "target", "kind": "callers", "package": "introspect-test"})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "Unknown xref kind \"callers\": use calls, callees, references, binds, sets, macroexpands, specializes.");
+    let output = call(&tb, "xref", json!({"symbol": "*count*", "kind": "callees", "package": "introspect-test"})).await;
+    assert_eq!(output.text, "*COUNT* is not a function.");
+    // Big answers are capped, and the helper's own functions are not listed.
+    let output = call(&tb, "xref", json!({"symbol": "car", "kind": "calls"})).await;
+    let structured = output.structured.unwrap();
+    assert!(structured["total"].as_u64().unwrap() > 1000, "{structured}");
+    assert_eq!(structured["hits"].as_array().unwrap().len(), 100);
+    assert!(output.text.contains("\n  ... and ") && !output.text.contains("MCP-AGENT-HELPER"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn apropos_search_finds_symbols_and_says_what_they_name() {
+    let tb = common::toolbox(common::shared_image_port());
+    loaded_source(&tb).await;
+    assert_eq!(
+        ok(&tb, "apropos-search", json!({"query": "caller-1"})).await,
+        "1 symbol matches \"caller-1\" in any package:\n  INTROSPECT-TEST::CALLER-1  function"
+    );
+    assert_eq!(
+        ok(&tb, "apropos-search", json!({"query": "a", "package": "introspect-test", "external_only": true})).await,
+        "2 symbols match \"a\" in introspect-test:\n  INTROSPECT-TEST:AREA   generic function\n  INTROSPECT-TEST:SHAPE  class"
+    );
+    let output = call(&tb, "apropos-search", json!({"query": "hash-table"})).await;
+    // Exact matches first.
+    let (count, rest) = output.text.split_once(' ').unwrap();
+    assert!(count.parse::<u64>().unwrap() > 50, "{}", output.text);
+    assert!(rest.starts_with("symbols match \"hash-table\" in any package:\n  COMMON-LISP:HASH-TABLE  "), "{}", output.text);
+    assert!(output.text.contains("\n  ... and "), "{}", output.text);
+    let structured = output.structured.unwrap();
+    assert_eq!(structured["matches"].as_array().unwrap().len(), 50);
+    let output = call(&tb, "apropos-search", json!({"query": "x", "package": "APROPOS-NOPE"})).await;
+    assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"APROPOS-NOPE\" does not exist."));
+    assert_eq!(
+        ok(&tb, "apropos-search", json!({"query": "apropos-test-matches-nothing-at-all"})).await,
+        "No symbol that names something matches \"apropos-test-matches-nothing-at-all\" in any package."
+    );
+}
+
+#[tokio::test]
+async fn lisp_status_describes_the_image_and_the_connection() {
+    let port = common::shared_image_port();
+    let tb = common::toolbox(port);
+    eval(&tb, "(defpackage :status-test (:use :cl)) (in-package :status-test)").await;
+    let output = call(&tb, "lisp-status", json!({})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let lines: Vec<&str> = output.text.lines().collect();
+    assert!(lines[0].starts_with("Lisp: SBCL 2.2.9"), "{}", output.text);
+    assert!(lines[1].starts_with("Server: swank 2.27, communication style spawn"), "{}", output.text);
+    assert!(lines[2].starts_with(&format!("Connection: 127.0.0.1:{port} (attached, pid ")), "{}", output.text);
+    assert_eq!(lines[3], "Session package: STATUS-TEST");
+    assert!(lines[4].starts_with("Threads: "), "{}", output.text);
+    assert!(lines[5].starts_with("Evaluations in flight: "), "{}", output.text);
+    assert!(output.text.contains(":SB-THREAD"), "{}", output.text);
+    let structured = output.structured.unwrap();
+    assert_eq!(structured["server"], "swank");
+    assert_eq!(structured["launched"], false);
+    assert!(structured["threads"].as_u64().unwrap() >= 2);
+    let pid = eval(&tb, "(sb-posix:getpid)").await;
+    assert_eq!(format!("=> {}", structured["pid"]), pid);
+}

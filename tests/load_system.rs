@@ -1,0 +1,148 @@
+//! load-system against a real SBCL + cl-swank image: Debian's cl-alexandria, systems of our own
+//! with warnings and errors, and progress notifications end to end through the binary.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use common::{is_error, text, McpClient};
+use swank_mcp::tools::{ToolOutput, Toolbox};
+
+async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
+    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
+    tokio::time::timeout(Duration::from_secs(300), call).await.expect("answers within 300 s").expect("the tool exists")
+}
+
+async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
+    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
+    assert!(!output.is_error, "{code}: {}", output.text);
+    output.text
+}
+
+/// Writes an ASDF system NAME of one file holding `source` into `dir`; returns its .asd file.
+fn write_system(dir: &Path, name: &str, source: &str) -> PathBuf {
+    std::fs::write(dir.join(format!("{name}.lisp")), source).unwrap();
+    let asd = dir.join(format!("{name}.asd"));
+    std::fs::write(&asd, format!("(asdf:defsystem {name:?} :components ((:file {name:?})))\n")).unwrap();
+    asd
+}
+
+async fn register(toolbox: &Arc<Toolbox>, asd: &Path) {
+    eval(toolbox, &format!("(require :asdf) (asdf:load-asd {:?})", asd.display().to_string())).await;
+}
+
+#[tokio::test]
+async fn loads_alexandria_from_debian() {
+    // Loading changes the image: an image of its own.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let output = call(&tb, "load-system", json!({"system": "alexandria"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("Loaded system \"alexandria\" in "), "{}", output.text);
+    assert!(output.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")), "{}", output.text);
+    assert_eq!(eval(&tb, "(alexandria:flatten '((1 (2)) 3))").await, "=> (1 2 3)");
+    let structured = output.structured.unwrap();
+    assert_eq!((structured["loaded"].clone(), structured["was_loaded"].clone()), (json!(true), json!(false)));
+    let again = call(&tb, "load-system", json!({"system": "alexandria"})).await;
+    assert!(again.text.starts_with("System \"alexandria\" was already loaded; ASDF reloaded what had changed, in "), "{}", again.text);
+    let forced = call(&tb, "load-system", json!({"system": "alexandria", "force": true})).await;
+    assert!(forced.text.starts_with("Recompiled and reloaded system \"alexandria\" in "), "{}", forced.text);
+    // The image can introspect what it loaded.
+    let found = call(&tb, "find-definition", json!({"symbol": "alexandria:flatten"})).await;
+    assert!(found.text.contains("/usr/share/common-lisp/source/alexandria/"), "{}", found.text);
+    drop(image);
+}
+
+#[tokio::test]
+async fn a_missing_system_is_an_error_naming_it() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = call(&tb, "load-system", json!({"system": "load-test-no-such-system"})).await;
+    assert!(output.is_error);
+    assert!(output.text.starts_with("System \"load-test-no-such-system\" was not found. ASDF looks for load-test-no-such-system.asd"), "{}", output.text);
+    let output = call(&tb, "load-system", json!({"force": true})).await;
+    assert!(output.is_error && output.text.contains("Missing required argument `system`"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn warnings_are_summarised_and_failures_keep_them() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let asd = write_system(
+        dir.path(),
+        "load-test-styled",
+        "(defpackage :load-test-styled (:use :cl))\n(in-package :load-test-styled)\n\
+         (defun unused-arg (x) 1)\n(format t \"hello from load-test-styled~%\")\n",
+    );
+    register(&tb, &asd).await;
+    let output = call(&tb, "load-system", json!({"system": "load-test-styled"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let file = dir.path().join("load-test-styled.lisp").display().to_string();
+    assert!(
+        output.text.contains(&format!(
+            "0 warnings, 1 style-warning, 0 compiler notes.\n\n[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n  (in {file})"
+        )),
+        "{}",
+        output.text
+    );
+    assert!(output.text.ends_with("[stdout]\nhello from load-test-styled"), "{}", output.text);
+    // A full WARNING makes SBCL's compile-file report failure, and ASDF refuses the file.
+    let asd = write_system(dir.path(), "load-test-broken", "(defun load-test-broken () (+ 1 \"two\"))\n");
+    register(&tb, &asd).await;
+    let output = call(&tb, "load-system", json!({"system": "load-test-broken"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("[ERROR] "), "{}", output.text);
+    assert!(output.text.contains("Loading system \"load-test-broken\" failed after "), "{}", output.text);
+    assert!(output.text.contains("[warnings]\nWARNING: Constant \"two\" conflicts with its asserted type NUMBER."), "{}", output.text);
+    // ASDF's own frames are no backtrace worth reading.
+    assert!(!output.text.contains("[Backtrace]"), "{}", output.text);
+    assert_eq!(output.structured.unwrap()["loaded"], false);
+    // An error in the system's code while it loads keeps the frames that show where.
+    let asd = write_system(dir.path(), "load-test-failing", "(defun load-test-fails () (error \"failing on purpose\"))\n(load-test-fails)\n");
+    register(&tb, &asd).await;
+    let output = call(&tb, "load-system", json!({"system": "load-test-failing"})).await;
+    assert!(output.is_error);
+    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nfailing on purpose\n\n[Backtrace]\n0: (LOAD-TEST-FAILS)\n"), "{}", output.text);
+    assert!(!output.text.contains("ASDF/"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn long_loads_send_progress_notifications() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let asd = write_system(dir.path(), "load-test-slow", "(sleep 2.5)\n");
+    register(&common::toolbox(image.port), &asd).await;
+    let mut client = McpClient::for_port(image.port).await;
+    client.initialize().await;
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "load-system", "arguments": {"system": "load-test-slow"}, "_meta": {"progressToken": "slow-load"}}}))
+        .await;
+    let mut progress = Vec::new();
+    let reply = loop {
+        let message = client.receive().await;
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"].clone());
+        } else {
+            break message;
+        }
+    };
+    assert_eq!(reply["id"], 9);
+    assert!(!is_error(&reply), "{}", text(&reply));
+    assert!(text(&reply).starts_with("Loaded system \"load-test-slow\" in 2."), "{}", text(&reply));
+    assert!(!progress.is_empty(), "no progress before the result");
+    for (i, update) in progress.iter().enumerate() {
+        assert_eq!(update["progressToken"], "slow-load");
+        assert_eq!(update["progress"], json!(i + 1));
+    }
+    let message = progress[0]["message"].as_str().unwrap();
+    assert!(message.starts_with("Loading load-test-slow (1 s): loading ") && message.contains("load-test-slow"), "{message}");
+    // Without a token there are none: the next message is the answer (McpClient checks).
+    let reply = client.call_tool("load-system", json!({"system": "load-test-slow", "force": true})).await;
+    assert!(text(&reply).starts_with("Recompiled and reloaded system \"load-test-slow\""), "{reply}");
+    drop(image);
+}
