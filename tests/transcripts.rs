@@ -31,7 +31,7 @@ use swank_mcp::swank::codec::FrameCodec;
 use swank_mcp::swank::{read, Dialect, Form, RexError, Sexp, Thread};
 use swank_mcp::tools::{ImageSettings, Toolbox};
 
-const HELPER_SOURCE: &str = include_str!("../src/lisp/helper.lisp");
+use swank_mcp::tools::image::HELPER_SOURCE;
 const FORMAT_VERSION: u32 = 1;
 
 fn transcripts_dir() -> PathBuf {

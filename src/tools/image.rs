@@ -12,7 +12,8 @@ use super::launch::{self, LaunchedImage};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
 
 /// The helper's files, in load order; the digest covers them all.
-const HELPER_SOURCE: &str = concat!(
+/// The Lisp side of the tools, as sent to the image (public for the replay tests, which recognise it).
+pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
     include_str!("../lisp/introspection.lisp"),
     include_str!("../lisp/compile.lisp"),
