@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::launch::{self, LaunchedImage};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
 
-/// The helper's files, in load order; the digest covers them all.
-/// The Lisp side of the tools, as sent to the image (public for the replay tests, which recognise it).
+/// The Lisp side of the tools as sent to the image: the helper's files in load order (the digest
+/// covers them all). Public for the replay tests, which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
     include_str!("../lisp/introspection.lisp"),
