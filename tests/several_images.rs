@@ -36,6 +36,12 @@ async fn calls_go_to_the_image_they_name() {
     // The first image is the default and never saw the definition.
     assert_eq!(eval(&tb, None, "(boundp '*which*)").await.text, "=> NIL");
     assert_eq!(eval(&tb, Some("first"), "(boundp '*which*)").await.text, "=> NIL");
+    let status = tb.call("lisp-status", Some(json!({"image": "second"})), Default::default()).await.unwrap();
+    assert!(
+        status.text.contains(&format!("Images: first at 127.0.0.1:{} (default); second at 127.0.0.1:{} (this one)", a.port, b.port)),
+        "{}",
+        status.text
+    );
     let unknown = eval(&tb, Some("third"), "1").await;
     assert!(unknown.is_error && unknown.text.contains("first, second"), "{}", unknown.text);
 }

@@ -1,6 +1,8 @@
 //! `lisp-status`: what swank-mcp is attached to: implementation, server, connection, the
 //! session's package, threads, evaluations in flight, memory and features.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::lisp_reply::{count, optional_string, strings};
@@ -39,7 +41,12 @@ pub fn definition() -> ToolDefinition {
                 "asdf": {"type": ["string", "null"]},
                 "quicklisp": {"type": "boolean"},
                 "feature_count": {"type": "integer"},
-                "features": {"type": "array", "items": {"type": "string"}}
+                "features": {"type": "array", "items": {"type": "string"}},
+                "images": {
+                    "type": "array",
+                    "description": "Every configured image, when there are several.",
+                    "items": {"type": "object", "properties": {"name": {"type": "string"}, "endpoint": {"type": "string"}, "current": {"type": "boolean"}}}
+                }
             }
         })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
@@ -70,6 +77,10 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         pid: launched.flatten().map(i64::from).or(info.pid),
         session: image.session().to_string(),
         in_flight: connection.pending_count() as u64,
+        images: match context.toolbox.images() {
+            [_] => Vec::new(),
+            all => all.iter().map(|i| (i.name().to_string(), i.endpoint().to_string(), Arc::ptr_eq(i, &image))).collect(),
+        },
     };
     ToolOutput::success(status.render()).with_structured(status.structured())
 }
@@ -126,6 +137,8 @@ pub struct Status {
     pub session: String,
     /// This server's requests waiting on the connection (not counting the status call).
     pub in_flight: u64,
+    /// Every image this server is configured for, when there are several: (name, endpoint, this one).
+    pub images: Vec<(String, String, bool)>,
 }
 
 fn megabytes(bytes: u64) -> String {
@@ -160,6 +173,19 @@ impl Status {
         if !libraries.is_empty() {
             lines.push(format!("Loaded: {}", libraries.join(", ")));
         }
+        if !self.images.is_empty() {
+            let images: Vec<String> = self
+                .images
+                .iter()
+                .enumerate()
+                .map(|(i, (name, endpoint, this))| {
+                    let notes: Vec<&str> = [(i == 0).then_some("default"), this.then_some("this one")].into_iter().flatten().collect();
+                    let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+                    format!("{name} at {endpoint}{notes}")
+                })
+                .collect();
+            lines.push(format!("Images: {}", images.join("; ")));
+        }
         lines.push(format!("Features ({}): {} ...", image.feature_count, image.features.join(" ")));
         lines.join("\n")
     }
@@ -188,6 +214,7 @@ impl Status {
             "quicklisp": image.quicklisp,
             "feature_count": image.feature_count,
             "features": image.features,
+            "images": self.images.iter().map(|(name, endpoint, this)| json!({"name": name, "endpoint": endpoint, "current": this})).collect::<Vec<_>>(),
         })
     }
 }
