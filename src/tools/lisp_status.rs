@@ -242,6 +242,7 @@ mod tests {
             pid: Some(1234),
             session: "default-1".into(),
             in_flight: 0,
+            images: Vec::new(),
         };
         assert_eq!(
             status.render(),
