@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::image::LaunchSettings;
-use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
+use swank_mcp::tools::{ImageSettings, Settings, ToolSelection, Toolbox};
 
 /// The most output a section may keep: four sections of this size still fit one swank frame
 /// (16 MiB) with room for the rest of the reply.
@@ -71,6 +71,14 @@ struct Cli {
     /// Directory whose files the source tools (edit-lisp-form, ...) may read and write; repeatable. Default: the working directory.
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
+
+    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, load-system, edit-lisp-form).
+    #[arg(long, global = true)]
+    read_only: bool,
+
+    /// Offer only these tools, comma-separated (for example evaluate-lisp,describe-symbol).
+    #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
+    tools: Vec<String>,
 
     /// swank-loader.lisp to use with --launch (default: Debian's cl-swank, Quicklisp or ELPA installs).
     #[arg(long, global = true)]
@@ -212,7 +220,9 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
         .collect();
     let settings = Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output };
     let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
-    Ok(Arc::new(Toolbox::new(settings, images, roots)))
+    let selection = ToolSelection { only: cli.tools.clone(), read_only: cli.read_only };
+    let toolbox = Toolbox::new(settings, images, roots).select(&selection).map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(toolbox))
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -247,7 +257,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let output = toolbox
                 .call("evaluate-lisp", Some(arguments), CancellationToken::new())
                 .await
-                .context("evaluate-lisp is missing")?;
+                .context("evaluate-lisp is not offered here (see --read-only and --tools)")?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", output.text)?;
             Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })

@@ -283,3 +283,29 @@ async fn image_tools_are_listed_with_honest_annotations() {
     let reply = client.call_tool("class-info", json!({"class": "integer"})).await;
     assert!(is_error(&reply) && text(&reply).contains("swank:create-server"), "{reply}");
 }
+
+#[tokio::test]
+async fn read_only_and_tools_choose_what_is_offered() {
+    let port = common::shared_image_port().to_string();
+    let names = |reply: &Value| -> Vec<String> {
+        reply["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    let mut client = McpClient::start(&["--port", &port, "--read-only"]).await;
+    client.initialize().await;
+    let offered = names(&client.request("tools/list", json!({})).await);
+    for hidden in ["evaluate-lisp", "load-system", "edit-lisp-form"] {
+        assert!(!offered.iter().any(|n| n == hidden), "{hidden} offered: {offered:?}");
+    }
+    assert!(offered.iter().any(|n| n == "describe-symbol") && offered.iter().any(|n| n == "lisp-outline"), "{offered:?}");
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(defvar *read-only-test* 1)"})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+
+    let mut client = McpClient::start(&["--port", &port, "--tools", "evaluate-lisp,lisp-status"]).await;
+    client.initialize().await;
+    assert_eq!(names(&client.request("tools/list", json!({})).await), ["evaluate-lisp", "lisp-status"]);
+    assert_eq!(text(&client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await), "=> 3");
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--tools", "evaluate-lisp,no-such-tool"]).output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && said.contains("no-such-tool") && said.contains("lisp-outline"), "{said}");
+}

@@ -56,20 +56,57 @@ pub struct Toolbox {
     pub settings: Settings,
     images: Vec<Arc<Image>>,
     roots: AllowedRoots,
+    /// The tools offered; `None` offers all.
+    enabled: Option<Vec<&'static str>>,
+}
+
+/// Which tools a server offers, from `--tools` and `--read-only`.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSelection {
+    /// Only these tools (all when empty).
+    pub only: Vec<String>,
+    /// Leave out every tool that changes the image or files.
+    pub read_only: bool,
 }
 
 impl Toolbox {
     /// `images` must not be empty; the first one is the default.
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
-        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect(), roots }
+        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect(), roots, enabled: None }
+    }
+
+    /// Offers only the selected tools. An unknown name is an error that lists the known ones.
+    pub fn select(mut self, selection: &ToolSelection) -> Result<Self, String> {
+        let all = self.all_definitions();
+        if let Some(unknown) = selection.only.iter().find(|name| !all.iter().any(|d| d.name == name.as_str())) {
+            let known: Vec<&str> = all.iter().map(|d| d.name).collect();
+            return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
+        }
+        let enabled = all
+            .iter()
+            .filter(|d| selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
+            .filter(|d| !selection.read_only || d.annotations.read_only)
+            .map(|d| d.name)
+            .collect();
+        self.enabled = Some(enabled);
+        Ok(self)
     }
 
     pub fn images(&self) -> &[Arc<Image>] {
         &self.images
     }
 
+    /// The tools this server offers.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
+        let mut definitions = self.all_definitions();
+        if let Some(enabled) = &self.enabled {
+            definitions.retain(|d| enabled.contains(&d.name));
+        }
+        definitions
+    }
+
+    fn all_definitions(&self) -> Vec<ToolDefinition> {
         let mut definitions = vec![
             evaluate_lisp::definition(),
             compile_form::definition(),
@@ -121,9 +158,13 @@ impl Toolbox {
         cancel: CancellationToken,
         progress: Progress,
     ) -> Option<ToolOutput> {
+        // A tool left out by --tools or --read-only does not exist for the client.
+        if !self.definitions().iter().any(|d| d.name == name) {
+            return None;
+        }
         let args = match Arguments::from_value(arguments) {
             Ok(args) => args,
-            Err(e) => return self.definitions().iter().any(|d| d.name == name).then(|| e.into()),
+            Err(e) => return Some(e.into()),
         };
         let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
         let output = match name {
