@@ -23,6 +23,10 @@
   "Set by the client after loading to a digest of this file's text; a different digest means the
 client carries another revision of the helper and reloads it.")
 
+(defvar *load-lock* nil
+  "The mutex a client holds while it checks *VERSION* and loads the helper, so that connections
+arriving together load it once. The client's load request creates it, before this file is read.")
+
 ;;; ------------------------------------------------------------------------------------------
 ;;; Capped output capture
 ;;;

@@ -263,7 +263,7 @@ async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
             Form::call("cl", "load", [Form::call("cl", "make-string-input-stream", [Form::string(HELPER_SOURCE)])]),
         ],
     );
-    let request = Form::call(
+    let load_if_needed = Form::call(
         "cl",
         "if",
         [
@@ -274,6 +274,49 @@ async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
                 "progn",
                 [load, Form::call("cl", "setf", [Form::call("cl", "symbol-value", [version_symbol()]), Form::string(digest)]), Form::Keyword("loaded")],
             ),
+        ],
+    );
+    // Connections that arrive together (several servers, or a test suite) would each compile the
+    // helper at once, holding SBCL's compiler lock in turn for seconds. A lock in the helper's
+    // package makes the first one load it and the others find it current.
+    let lock_symbol = || Form::call("cl", "intern", [Form::string("*LOAD-LOCK*"), Form::string("MCP-AGENT-HELPER")]);
+    let request = Form::call(
+        "cl",
+        "progn",
+        [
+            Form::call(
+                "cl",
+                "or",
+                [
+                    Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
+                    // Another connection may create it meanwhile.
+                    Form::call(
+                        "cl",
+                        "ignore-errors",
+                        [Form::call(
+                            "cl",
+                            "make-package",
+                            [Form::string("MCP-AGENT-HELPER"), Form::Keyword("use"), Form::call("cl", "list", [Form::string("COMMON-LISP")])],
+                        )],
+                    ),
+                ],
+            ),
+            Form::call(
+                "cl",
+                "unless",
+                [
+                    Form::call("cl", "boundp", [lock_symbol()]),
+                    Form::call(
+                        "cl",
+                        "setf",
+                        [
+                            Form::call("cl", "symbol-value", [lock_symbol()]),
+                            Form::call("sb-thread", "make-mutex", [Form::Keyword("name"), Form::string("mcp-agent-helper load")]),
+                        ],
+                    ),
+                ],
+            ),
+            Form::call("sb-thread", "with-mutex", [Form::List(vec![Form::call("cl", "symbol-value", [lock_symbol()])]), load_if_needed]),
         ],
     );
     let started = std::time::Instant::now();
