@@ -234,9 +234,9 @@ async fn unreadable_code_says_where() {
 #[tokio::test]
 async fn deep_recursion_is_an_error_and_the_image_lives() {
     // An image of its own: SBCL 2.2.9 reuses the stack of a thread that exited after exhausting
-    // it with the guard pages still swapped, and the next exhaustion on that stack is a fatal
-    // error (`control_stack_guard_page_protected not NIL`) that leaves a thread in ldb. The
-    // image then hangs at its next garbage collection, which would take other tests with it.
+    // it with the guard page still disabled, and the next exhaustion on that stack is fatal
+    // (`control_stack_guard_page_protected not NIL`). The helper re-arms the guard page; should
+    // that ever regress, the lost image must not take other tests with it.
     let image = common::private_image().await;
     let tb = common::toolbox(image.port);
     let output = eval_code(&tb, "(labels ((deep (n) (1+ (deep n)))) (deep 1))").await;
