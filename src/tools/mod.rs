@@ -38,6 +38,41 @@ pub use image::ImageSettings;
 pub use output::{Annotations, ToolDefinition, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
 
+/// Every tool, with an `image` argument offered in the image tools' schemas when there are several.
+fn all_definitions(images: &[Arc<Image>]) -> Vec<ToolDefinition> {
+    let mut definitions = vec![
+        evaluate_lisp::definition(),
+        compile_form::definition(),
+        macroexpand_form::definition(),
+        class_info::definition(),
+        describe_symbol::definition(),
+        apropos_search::definition(),
+        find_definition::definition(),
+        xref::definition(),
+        load_system::definition(),
+        lisp_status::definition(),
+        edit_lisp_form::definition(),
+        lisp_check_parens::definition(),
+        lisp_outline::definition(),
+    ];
+    if images.len() > 1 {
+        let names: Vec<&str> = images.iter().map(|i| i.name()).collect();
+        for definition in definitions.iter_mut().filter(|d| !SOURCE_TOOLS.contains(&d.name)) {
+            if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
+                properties.insert(
+                    "image".into(),
+                    serde_json::json!({
+                        "type": "string",
+                        "enum": names,
+                        "description": format!("The Lisp image to work in (default: {}).", names[0]),
+                    }),
+                );
+            }
+        }
+    }
+    definitions
+}
+
 /// Tools that work on files in this process and never touch an image.
 const SOURCE_TOOLS: [&str; 3] = ["edit-lisp-form", "lisp-check-parens", "lisp-outline"];
 
@@ -56,8 +91,8 @@ pub struct Toolbox {
     pub settings: Settings,
     images: Vec<Arc<Image>>,
     roots: AllowedRoots,
-    /// The tools offered; `None` offers all.
-    enabled: Option<Vec<&'static str>>,
+    /// The tools offered, built once: their schemas are too big to rebuild for every call.
+    definitions: Vec<ToolDefinition>,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -73,23 +108,21 @@ impl Toolbox {
     /// `images` must not be empty; the first one is the default.
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
-        Self { settings, images: images.into_iter().map(|s| Arc::new(Image::new(s))).collect(), roots, enabled: None }
+        let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
+        let definitions = all_definitions(&images);
+        Self { settings, images, roots, definitions }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
     pub fn select(mut self, selection: &ToolSelection) -> Result<Self, String> {
-        let all = self.all_definitions();
-        if let Some(unknown) = selection.only.iter().find(|name| !all.iter().any(|d| d.name == name.as_str())) {
-            let known: Vec<&str> = all.iter().map(|d| d.name).collect();
+        if let Some(unknown) = selection.only.iter().find(|name| !self.definitions.iter().any(|d| d.name == name.as_str())) {
+            let known: Vec<&str> = self.definitions.iter().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
         }
-        let enabled = all
-            .iter()
-            .filter(|d| selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
-            .filter(|d| !selection.read_only || d.annotations.read_only)
-            .map(|d| d.name)
-            .collect();
-        self.enabled = Some(enabled);
+        self.definitions.retain(|d| {
+            (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
+                && (!selection.read_only || d.annotations.read_only)
+        });
         Ok(self)
     }
 
@@ -98,51 +131,8 @@ impl Toolbox {
     }
 
     /// The tools this server offers.
-    pub fn definitions(&self) -> Vec<ToolDefinition> {
-        let mut definitions = self.all_definitions();
-        if let Some(enabled) = &self.enabled {
-            definitions.retain(|d| enabled.contains(&d.name));
-        }
-        definitions
-    }
-
-    fn all_definitions(&self) -> Vec<ToolDefinition> {
-        let mut definitions = vec![
-            evaluate_lisp::definition(),
-            compile_form::definition(),
-            macroexpand_form::definition(),
-            class_info::definition(),
-            describe_symbol::definition(),
-            apropos_search::definition(),
-            find_definition::definition(),
-            xref::definition(),
-            load_system::definition(),
-            lisp_status::definition(),
-            edit_lisp_form::definition(),
-            lisp_check_parens::definition(),
-            lisp_outline::definition(),
-        ];
-        if self.images.len() > 1 {
-            for definition in definitions.iter_mut().filter(|d| !SOURCE_TOOLS.contains(&d.name)) {
-                self.offer_image_choice(definition);
-            }
-        }
-        definitions
-    }
-
-    /// With several images, an image tool's schema names them, so the model knows what to pass.
-    fn offer_image_choice(&self, definition: &mut ToolDefinition) {
-        let names: Vec<&str> = self.images.iter().map(|i| i.name()).collect();
-        if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
-            properties.insert(
-                "image".into(),
-                serde_json::json!({
-                    "type": "string",
-                    "enum": names,
-                    "description": format!("The Lisp image to work in (default: {}).", names[0]),
-                }),
-            );
-        }
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.definitions
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
@@ -159,7 +149,7 @@ impl Toolbox {
         progress: Progress,
     ) -> Option<ToolOutput> {
         // A tool left out by --tools or --read-only does not exist for the client.
-        if !self.definitions().iter().any(|d| d.name == name) {
+        if !self.definitions.iter().any(|d| d.name == name) {
             return None;
         }
         let args = match Arguments::from_value(arguments) {
