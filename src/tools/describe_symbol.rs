@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::lisp_reply::{optional_string, strings, Location};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use super::{symbol_request, Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use crate::swank::Sexp;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -49,11 +49,7 @@ pub fn definition() -> ToolDefinition {
 }
 
 pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match (|| Ok::<_, super::ArgumentError>(vec![
-        Form::string(args.required_str("symbol")?),
-        Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
-    ]))() {
+    let request = match symbol_request(args) {
         Ok(request) => request,
         Err(e) => return e.into(),
     };

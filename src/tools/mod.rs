@@ -73,6 +73,17 @@ fn all_definitions(images: &[Arc<Image>]) -> Vec<ToolDefinition> {
     definitions
 }
 
+/// The helper arguments of a tool that asks about one symbol, `{symbol, package?}`: the name as a
+/// string (read in the image) and the package or nil.
+fn symbol_request(args: &Arguments) -> Result<Vec<crate::swank::Form>, ArgumentError> {
+    use crate::swank::Form;
+    Ok(vec![
+        Form::string(args.required_str("symbol")?),
+        Form::Keyword("package"),
+        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+    ])
+}
+
 /// Tools that work on files in this process and never touch an image.
 const SOURCE_TOOLS: [&str; 3] = ["edit-lisp-form", "lisp-check-parens", "lisp-outline"];
 
