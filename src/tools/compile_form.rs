@@ -214,7 +214,7 @@ impl CompileReport {
 
     pub fn into_output(self, max_output: usize) -> ToolOutput {
         let text = self.render(max_output);
-        let output = if self.error_count() > 0 { ToolOutput::error(text) } else { ToolOutput::success(text) };
+        let output = ToolOutput::new(text, self.error_count() > 0);
         output.with_structured(self.structured())
     }
 }

@@ -183,7 +183,7 @@ impl LoadReport {
 
     pub fn into_output(self, max_output: usize) -> ToolOutput {
         let text = self.render(max_output);
-        let output = if self.error.is_some() { ToolOutput::error(text) } else { ToolOutput::success(text) };
+        let output = ToolOutput::new(text, self.error.is_some());
         output.with_structured(self.structured())
     }
 }

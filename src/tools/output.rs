@@ -57,6 +57,11 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// A result whose error flag the caller has computed.
+    pub fn new(text: impl Into<String>, is_error: bool) -> Self {
+        Self { text: text.into(), is_error, structured: None }
+    }
+
     pub fn success(text: impl Into<String>) -> Self {
         Self { text: text.into(), is_error: false, structured: None }
     }
