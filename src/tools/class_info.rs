@@ -65,7 +65,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
     let request = match (|| Ok::<_, super::ArgumentError>(vec![
         Form::string(args.required_str("class")?),
         Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        super::package_argument(args)?,
     ]))() {
         Ok(request) => request,
         Err(e) => return e.into(),

@@ -64,7 +64,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
     let request = match (|| Ok::<_, super::ArgumentError>(vec![
         Form::string(args.required_str("code")?),
         Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        super::package_argument(args)?,
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ]))() {

@@ -51,7 +51,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("full"),
         if args.optional_bool("full")?.unwrap_or(false) { Form::T } else { Form::Nil },
         Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        super::package_argument(args)?,
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ]))() {

@@ -73,6 +73,12 @@ fn all_definitions(images: &[Arc<Image>]) -> Vec<ToolDefinition> {
     definitions
 }
 
+/// The optional `package` argument as the helper takes it: its name, or nil for the session's.
+fn package_argument(args: &Arguments) -> Result<crate::swank::Form, ArgumentError> {
+    use crate::swank::Form;
+    Ok(args.optional_str("package")?.map_or(Form::Nil, Form::string))
+}
+
 /// The helper arguments of a tool that asks about one symbol, `{symbol, package?}`: the name as a
 /// string (read in the image) and the package or nil.
 fn symbol_request(args: &Arguments) -> Result<Vec<crate::swank::Form>, ArgumentError> {
@@ -80,7 +86,7 @@ fn symbol_request(args: &Arguments) -> Result<Vec<crate::swank::Form>, ArgumentE
     Ok(vec![
         Form::string(args.required_str("symbol")?),
         Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        package_argument(args)?,
     ])
 }
 

@@ -45,7 +45,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::string(args.required_str("symbol")?),
         Form::string(args.required_str("kind")?),
         Form::Keyword("package"),
-        args.optional_str("package")?.map_or(Form::Nil, Form::string),
+        super::package_argument(args)?,
     ]))() {
         Ok(request) => request,
         Err(e) => return e.into(),
