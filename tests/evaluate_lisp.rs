@@ -130,6 +130,21 @@ async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
 }
 
 #[tokio::test]
+async fn warnings_sbcl_muffles_are_not_reported() {
+    // Loading the fasl just compiled from a file redefines its macros and functions; SBCL keeps
+    // quiet about that (SB-EXT:*MUFFLED-WARNINGS*), and so must the [warnings] section.
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("muffled.lisp");
+    std::fs::write(&path, "(defmacro eval-test-muffled-m (x) x)\n(defun eval-test-muffled-f () (eval-test-muffled-m 1))\n").unwrap();
+    let text = ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    assert!(!text.contains("[warnings]") && text.ends_with("=> T"), "{text}");
+    // A real redefinition, from somewhere else, is still reported.
+    let text = ok(&tb, "(defmacro eval-test-muffled-m (x) (list 'quote x))").await;
+    assert!(text.starts_with("[warnings]\nSTYLE-WARNING: redefining COMMON-LISP-USER::EVAL-TEST-MUFFLED-M in DEFMACRO"), "{text}");
+}
+
+#[tokio::test]
 async fn repl_variables_belong_to_the_session() {
     let tb = common::toolbox(common::shared_image_port());
     ok(&tb, "(+ 40 2)").await;

@@ -78,6 +78,36 @@ async fn hostile_lisp_gets_a_clear_error_and_the_image_lives() {
     assert_eq!(eval(&tb, json!({"code": "(+ 1 1)"})).await.text, "=> 2");
 }
 
+#[tokio::test]
+async fn an_evaluation_that_cannot_be_interrupted_says_what_it_waits_for() {
+    // Its thread stays blocked after the call gives up on it: an image of its own.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let setup = "(defvar *faults-lock* (sb-thread:make-mutex :name \"faults test lock\")) \
+                 (sb-thread:make-thread (lambda () (sb-thread:with-mutex (*faults-lock*) (sleep 6))) :name \"faults lock holder\") \
+                 (sleep 0.2)";
+    assert!(!eval(&tb, json!({ "code": setup })).await.is_error);
+    let started = Instant::now();
+    let output = eval(&tb, json!({"code": "(sb-sys:without-interrupts (sb-thread:with-mutex (*faults-lock*) :got-it))", "timeout_ms": 500})).await;
+    assert!(output.is_error && output.text.contains("did not unwind within 3s"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "The evaluation runs in thread \"worker\", which waits for the lock \"faults test lock\", held by thread \"faults lock holder\"."
+        ),
+        "{}",
+        output.text
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // The image goes on serving meanwhile, and once the lock is free the thread unwinds.
+    assert_eq!(eval(&tb, json!({"code": "(+ 1 1)"})).await.text, "=> 2");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while eval(&tb, json!({"code": "(hash-table-count mcp-agent-helper::*running*)"})).await.text != "=> 1" {
+        assert!(Instant::now() < deadline, "the blocked evaluation never unwound");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(image);
+}
+
 /// A fake peer that sends `bytes` to whoever connects, then closes.
 async fn peer_sending(bytes: &'static [u8]) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -339,7 +339,9 @@ only within the call. Returns the plist COMPILE-CODE describes."
                          (sb-ext:compiler-note
                            (lambda (c) (record "NOTE" c)))
                          (warning
-                           (lambda (c) (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c))))
+                           (lambda (c)
+                             (unless (muffled-by-sbcl-p c)
+                               (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c)))))
             (with-compilation-unit (:override t)
               (with-input-from-string (in code)
                 (loop

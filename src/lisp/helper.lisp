@@ -15,7 +15,8 @@
   (:use #:common-lisp)
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
-           #:find-definition #:xref #:status #:load-system #:load-activity))
+           #:find-definition #:xref #:status #:load-system #:load-activity
+           #:stuck-report))
 
 (in-package #:mcp-agent-helper)
 
@@ -156,18 +157,56 @@ or, when the evaluation is aborted, the report it was aborted with."
   "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
 the text to report. Returns T when an evaluation was interrupted, NIL when it had not started
 yet (it will abort as soon as it does)."
-  (sb-thread:with-mutex (*registry-lock*)
-    (let ((evaluation (gethash token *running*)))
-      (cond (evaluation
-             (sb-thread:interrupt-thread
-              (evaluation-thread evaluation)
-              (lambda ()
-                (when (eq (evaluation-state evaluation) :running)
-                  (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t))))))
-             t)
-            (t
-             (setf (gethash token *early-cancellations*) (cons kind reason))
-             nil)))))
+  (let ((evaluation (sb-thread:with-mutex (*registry-lock*)
+                      (or (gethash token *running*)
+                          (progn (setf (gethash token *early-cancellations*) (cons kind reason))
+                                 nil)))))
+    ;; Interrupted outside the lock: every call takes it to register, so a target thread slow to
+    ;; take the interruption must never hold up the rest of the image.
+    (when evaluation
+      (sb-thread:interrupt-thread
+       (evaluation-thread evaluation)
+       (lambda ()
+         (when (eq (evaluation-state evaluation) :running)
+           (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t))))))
+      t)))
+
+(defun thread-text (thread)
+  (format nil "~S" (sb-thread:thread-name thread)))
+
+(defun waiting-text (thread)
+  "What THREAD waits for, when it waits for a lock or a condition, or NIL."
+  (let ((waiting-for (ignore-errors (sb-thread::thread-waiting-for thread))))
+    (typecase waiting-for
+      (null nil)
+      (sb-thread:mutex
+       (let ((owner (sb-thread:mutex-owner waiting-for)))
+         (format nil "waits for the lock ~S~:[~;, held by thread ~:*~A~]"
+                 (sb-thread:mutex-name waiting-for) (and owner (thread-text owner)))))
+      (t (format nil "waits on ~A" (ignore-errors (princ-to-string waiting-for)))))))
+
+(defun stuck-report (token)
+  "Why the evaluation under TOKEN has not unwound after an interruption, for the error the
+client shows: lines saying where it is and which threads of the image wait for a lock, and who
+holds it. Takes no lock it could wait on for long, since the image may be deadlocked."
+  (let ((lines '()))
+    (flet ((note (control &rest arguments)
+             (push (apply #'format nil control arguments) lines)))
+      (if (sb-thread:grab-mutex *registry-lock* :timeout 0.5)
+          (let ((evaluation (unwind-protect (gethash token *running*)
+                              (sb-thread:release-mutex *registry-lock*))))
+            (if evaluation
+                (let ((thread (evaluation-thread evaluation)))
+                  (note "The evaluation runs in thread ~A~:[, which is not waiting for a lock~;, which ~:*~A~]."
+                        (thread-text thread) (waiting-text thread)))
+                (note "The evaluation has not started: its request waits in the image.")))
+          (let ((owner (sb-thread:mutex-owner *registry-lock*)))
+            (note "The helper's registry lock is held~@[ by thread ~A~]." (and owner (thread-text owner)))))
+      (dolist (thread (sb-thread:list-all-threads))
+        (let ((waiting (waiting-text thread)))
+          (when waiting
+            (note "Thread ~A ~A." (thread-text thread) waiting)))))
+    (format nil "~{~A~^~%~}" (reverse lines))))
 
 (defun interruption-report (kind reason backtrace)
   (list :kind kind
@@ -553,6 +592,12 @@ Returns (:OK . values) or the report, and as a second value the condition that f
           (values (condition-report :error outcome nil) outcome)
           (values outcome failed-condition)))))
 
+(defun muffled-by-sbcl-p (condition)
+  "True for a warning SBCL itself never prints (SB-EXT:*MUFFLED-WARNINGS*), such as the
+redefinition of a file's macros and functions by loading the fasl just compiled from it: its own
+handler muffles them only after every handler of ours has seen them."
+  (typep condition sb-ext:*muffled-warnings*))
+
 (defun evaluate-in-session (code session start-package max-output stdout stderr record-warning)
   "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
 form's values. Returns the outcome, the package in force at the end, and the failed condition."
@@ -582,6 +627,8 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
          (warnings '())
          (warning-count 0))
     (flet ((record-warning (warning)
+             (when (muffled-by-sbcl-p warning)
+               (return-from record-warning))
              (incf warning-count)
              (when (<= warning-count *max-warnings*)
                (push (cons warning (format nil "~A: ~A" (warning-category warning)

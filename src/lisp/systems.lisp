@@ -78,7 +78,7 @@ failed (its output and warnings are kept)."
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (flet ((record (condition)
-             (unless (asdf-summary-warning-p condition)
+             (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
                (let ((category (typecase condition
                                  (style-warning :style-warning)
                                  (warning :warning)

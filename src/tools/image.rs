@@ -81,8 +81,11 @@ pub enum CallError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Rex(#[from] RexError),
-    #[error("The evaluation was interrupted after {0:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be running (it may be inside foreign code or WITHOUT-INTERRUPTS).")]
-    Unresponsive(Duration),
+    #[error(
+        "The evaluation was interrupted after {after:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be \
+         running (it may be inside foreign code or WITHOUT-INTERRUPTS).\n{report}"
+    )]
+    Unresponsive { after: Duration, report: String },
     #[error("The call was cancelled.")]
     Cancelled,
 }
@@ -218,7 +221,7 @@ impl Image {
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),
         };
         tracing::debug!(%token, kind, "interrupting an evaluation");
-        let cancel = Form::call(HELPER_PACKAGE, "cancel", [Form::string(token), Form::Keyword(kind), Form::string(reason)]);
+        let cancel = Form::call(HELPER_PACKAGE, "cancel", [Form::string(token.clone()), Form::Keyword(kind), Form::string(reason)]);
         let canceller = connection.clone();
         tokio::spawn(async move {
             if let Err(e) = canceller.rex(cancel, "COMMON-LISP-USER", Thread::New).await {
@@ -229,9 +232,24 @@ impl Image {
             Ok(_) if interruption == Interruption::Cancelled => Err(CallError::Cancelled),
             Ok(reply) => Ok(reply?),
             Err(_) if interruption == Interruption::Cancelled => Err(CallError::Cancelled),
-            Err(_) => Err(CallError::Unresponsive(limits.timeout)),
+            Err(_) => Err(CallError::Unresponsive { after: limits.timeout, report: stuck_report(&connection, token).await }),
         }
     }
+}
+
+/// What the image says of an evaluation that did not unwind: where its thread waits, and which
+/// threads wait for locks held by whom. The question runs in a thread of its own and takes no
+/// lock it could wait on, so it answers even when the image is deadlocked.
+async fn stuck_report(connection: &Connection, token: String) -> String {
+    let request = connection.rex(Form::call(HELPER_PACKAGE, "stuck-report", [Form::string(token)]), "COMMON-LISP-USER", Thread::New);
+    let report = match tokio::time::timeout(UNWIND_GRACE, request).await {
+        Ok(Ok(report)) => report.as_str().map(str::to_string),
+        Ok(Err(e)) => Some(format!("Asking the image what the thread does failed: {e}")),
+        Err(_) => None,
+    };
+    let report = report.unwrap_or_else(|| format!("The image did not say what the thread does within {UNWIND_GRACE:?} either."));
+    tracing::warn!(%report, "an interrupted evaluation did not unwind");
+    report
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,12 +258,22 @@ enum Interruption {
     Cancelled,
 }
 
-/// Loads the helper unless the image already holds this revision. One request either way; the
-/// image compiles the helper (a fraction of a second) only when it is new or changed.
+/// Loads the helper unless the image already holds this revision. A connection to an image that
+/// has it costs one small request; the source (some 200 KB) crosses the wire only when the image
+/// lacks it. Besides saving the transfer, this keeps it out of swank's event history, which swank
+/// dumps to the image's stderr (often the user's *inferior-lisp* buffer) when a connection breaks.
 async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
     let digest = format!("{HELPER_DIGEST:016x}");
+    let started = std::time::Instant::now();
+    let helper_error = |detail: String| ImageError::Helper { endpoint: connection.endpoint().clone(), detail };
     let version_symbol = || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
-    let current_version = Form::call("cl", "ignore-errors", [Form::call("cl", "symbol-value", [version_symbol()])]);
+    let current_version = || Form::call("cl", "ignore-errors", [Form::call("cl", "symbol-value", [version_symbol()])]);
+    let is_current = |reply: &Sexp| reply.as_str() == Some(digest.as_str());
+    let version = connection.rex(current_version(), "COMMON-LISP-USER", Thread::New).await.map_err(|e| helper_error(e.to_string()))?;
+    if is_current(&version) {
+        tracing::debug!(elapsed = ?started.elapsed(), "helper current");
+        return Ok(());
+    }
     let quiet = |symbol: &'static str, value: Form| Form::List(vec![Form::Symbol("cl", symbol), value]);
     let load = Form::call(
         "cl",
@@ -263,16 +291,17 @@ async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
             Form::call("cl", "load", [Form::call("cl", "make-string-input-stream", [Form::string(HELPER_SOURCE)])]),
         ],
     );
+    // Checked again under the lock: another connection may have loaded it meanwhile.
     let load_if_needed = Form::call(
         "cl",
         "if",
         [
-            Form::call("cl", "equal", [current_version, Form::string(digest.clone())]),
+            Form::call("cl", "equal", [current_version(), Form::string(digest.clone())]),
             Form::Keyword("current"),
             Form::call(
                 "cl",
                 "progn",
-                [load, Form::call("cl", "setf", [Form::call("cl", "symbol-value", [version_symbol()]), Form::string(digest)]), Form::Keyword("loaded")],
+                [load, Form::call("cl", "setf", [Form::call("cl", "symbol-value", [version_symbol()]), Form::string(digest.clone())]), Form::Keyword("loaded")],
             ),
         ],
     );
@@ -319,12 +348,7 @@ async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
             Form::call("sb-thread", "with-mutex", [Form::List(vec![Form::call("cl", "symbol-value", [lock_symbol()])]), load_if_needed]),
         ],
     );
-    let started = std::time::Instant::now();
-    match connection.rex(request, "COMMON-LISP-USER", Thread::New).await {
-        Ok(state) => {
-            tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
-            Ok(())
-        }
-        Err(e) => Err(ImageError::Helper { endpoint: connection.endpoint().clone(), detail: e.to_string() }),
-    }
+    let state = connection.rex(request, "COMMON-LISP-USER", Thread::New).await.map_err(|e| helper_error(e.to_string()))?;
+    tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
+    Ok(())
 }
