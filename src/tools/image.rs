@@ -112,8 +112,12 @@ pub struct Image {
 
 impl Image {
     pub fn new(settings: ImageSettings) -> Self {
+        // Unique among the servers attached to one image: the pid and the start time tell
+        // processes apart, the counter the images of one process (a clock may tick coarsely).
+        static IMAGES_MADE: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let session = format!("{}-{}-{:x}", settings.name, std::process::id(), nanos);
+        let ordinal = IMAGES_MADE.fetch_add(1, Ordering::Relaxed);
+        let session = format!("{}-{}-{:x}-{ordinal}", settings.name, std::process::id(), nanos);
         Self { settings, connection: Mutex::new(None), launched: Mutex::new(None), session, next_token: AtomicU64::new(1) }
     }
 
