@@ -689,17 +689,26 @@ function) calls."
 
 (defparameter *xref-kinds* '("calls" "callees" "references" "binds" "sets" "macroexpands" "specializes"))
 
+(defun walking-all-functions (function)
+  "Calls FUNCTION, which walks every function of the image (SB-INTROSPECT's WHO-* do). The walk
+signals an error when another thread redefines a function under it; a fresh walk sees the new
+definition, so it is tried again before the error is let through."
+  (loop repeat 2
+        do (handler-case (return-from walking-all-functions (funcall function))
+             (error () nil)))
+  (funcall function))
+
 (defun xref-pairs (symbol kind package)
   "(name . definition-source) of each function that stands in relation KIND to SYMBOL."
   (flet ((check (ok control)
            (unless ok (fail control (name-text symbol package)))))
-    (cond ((string= kind "calls") (sb-introspect:who-calls symbol))
-          ((string= kind "references") (sb-introspect:who-references symbol))
-          ((string= kind "binds") (sb-introspect:who-binds symbol))
-          ((string= kind "sets") (sb-introspect:who-sets symbol))
+    (cond ((string= kind "calls") (walking-all-functions (lambda () (sb-introspect:who-calls symbol))))
+          ((string= kind "references") (walking-all-functions (lambda () (sb-introspect:who-references symbol))))
+          ((string= kind "binds") (walking-all-functions (lambda () (sb-introspect:who-binds symbol))))
+          ((string= kind "sets") (walking-all-functions (lambda () (sb-introspect:who-sets symbol))))
           ((string= kind "macroexpands")
            (check (macro-function symbol) "~A is not a macro.")
-           (sb-introspect:who-macroexpands symbol))
+           (walking-all-functions (lambda () (sb-introspect:who-macroexpands symbol))))
           ((string= kind "specializes")
            (check (find-class symbol nil) "~A is not a class.")
            ;; SBCL names these methods (METHOD NAME); the qualifiers and specializers are in
