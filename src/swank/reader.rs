@@ -8,7 +8,7 @@
 use nom::{
     branch::alt,
     bytes::complete::take_while,
-    character::complete::{char, digit1, multispace0, one_of},
+    character::complete::{char, digit1, one_of},
     combinator::{opt, recognize},
     sequence::pair,
     IResult, Parser,
@@ -60,8 +60,7 @@ fn fail<T>(input: &str, kind: nom::error::ErrorKind) -> IResult<&str, T> {
 fn ws(input: &str) -> IResult<&str, ()> {
     let mut rest = input;
     loop {
-        let (r, _) = multispace0(rest)?;
-        rest = r;
+        rest = rest.trim_start_matches([' ', '\t', '\n', '\r']);
         match rest.strip_prefix(';') {
             Some(comment) => rest = comment.find('\n').map_or("", |i| &comment[i..]),
             None => return Ok((rest, ())),
@@ -139,24 +138,24 @@ fn unclosed(err: nom::Err<nom::error::Error<&str>>) -> nom::Err<nom::error::Erro
 
 fn is_consing_dot(input: &str) -> bool {
     let mut chars = input.chars();
-    chars.next() == Some('.') && chars.next().is_none_or(|c| c.is_whitespace() || "()\"';".contains(c))
+    chars.next() == Some('.') && chars.next().is_none_or(|c| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | ';'))
 }
 
 /// A string: only `\` escapes the next character; everything else, newlines and control
 /// characters included, is literal.
 fn string(input: &str) -> IResult<&str, Sexp> {
-    let body = &input[1..];
+    let mut rest = &input[1..];
     let mut value = String::new();
-    let mut chars = body.char_indices();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => return Ok((&body[i + 1..], Sexp::String(value))),
-            '\\' => match chars.next() {
-                Some((_, escaped)) => value.push(escaped),
-                None => break,
-            },
-            c => value.push(c),
+    // Copied a run at a time: most strings have no escape at all.
+    while let Some(stop) = rest.find(['"', '\\']) {
+        value.push_str(&rest[..stop]);
+        if rest.as_bytes()[stop] == b'"' {
+            return Ok((&rest[stop + 1..], Sexp::String(value)));
         }
+        let mut escaped = rest[stop + 1..].chars();
+        let Some(next) = escaped.next() else { break };
+        value.push(next);
+        rest = escaped.as_str();
     }
     fail(input, nom::error::ErrorKind::Eof)
 }
@@ -215,13 +214,17 @@ fn unreadable(input: &str) -> IResult<&str, Sexp> {
 }
 
 fn is_constituent(c: char) -> bool {
-    !c.is_whitespace() && !"()\"';`,".contains(c)
+    !c.is_whitespace() && !matches!(c, '(' | ')' | '"' | '\'' | ';' | '`' | ',')
 }
 
 /// A token's canonical text (unescaped characters upcased) and whether any part was escaped.
 /// Escaped colons are marked by returning the split positions separately in [`token`].
 fn token_text(input: &str) -> IResult<&str, (String, bool)> {
     let (rest, raw) = recognize_token(input)?;
+    // What servers print almost always: a plain ASCII token with nothing escaped.
+    if raw.bytes().all(|b| b.is_ascii() && b != b'|' && b != b'\\') {
+        return Ok((rest, (raw.to_ascii_uppercase(), false)));
+    }
     let mut name = String::new();
     let mut escaped = false;
     let mut chars = raw.chars();
@@ -278,8 +281,11 @@ fn recognize_token(input: &str) -> IResult<&str, &str> {
 /// colon (`|a:b|`) stays part of the name.
 fn token(input: &str) -> IResult<&str, Sexp> {
     let (rest, raw) = recognize_token(input)?;
-    if let Ok(("", number)) = number(raw) {
-        return Ok((rest, number));
+    // Only these can start a number; the grammar is not tried on every symbol and keyword.
+    if raw.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.')) {
+        if let Ok(("", number)) = number(raw) {
+            return Ok((rest, number));
+        }
     }
     let value = match split_package(raw) {
         Some((package_raw, internal, name_raw)) => {

@@ -160,12 +160,15 @@ fn is_plain_symbol_name(name: &str) -> bool {
 
 fn write_lisp_string(f: &mut impl fmt::Write, s: &str) -> fmt::Result {
     f.write_char('"')?;
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            f.write_char('\\')?;
-        }
-        f.write_char(c)?;
+    let mut rest = s;
+    // Written a run at a time between the characters that need a backslash.
+    while let Some(special) = rest.find(['"', '\\']) {
+        f.write_str(&rest[..special])?;
+        f.write_char('\\')?;
+        f.write_str(&rest[special..special + 1])?;
+        rest = &rest[special + 1..];
     }
+    f.write_str(rest)?;
     f.write_char('"')
 }
 
@@ -261,7 +264,11 @@ fn push_static_name(out: &mut String, name: &str) {
         is_plain_symbol_name(&name.to_ascii_uppercase()),
         "symbol name {name:?} cannot be sent unescaped"
     );
-    out.extend(name.chars().map(|c| c.to_ascii_lowercase()));
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        out.push_str(&name.to_ascii_lowercase());
+    } else {
+        out.push_str(name);
+    }
 }
 
 impl fmt::Display for Form {
