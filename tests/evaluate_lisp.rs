@@ -380,7 +380,8 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     let killed = Instant::now();
     drop(image);
     let output = pending.await.unwrap();
-    assert!(killed.elapsed() < Duration::from_secs(2), "took {:?}", killed.elapsed());
+    // The bound; the failure comes from the socket closing, a few milliseconds here.
+    assert!(killed.elapsed() < Duration::from_secs(1), "took {:?}", killed.elapsed());
     assert!(output.is_error);
     assert!(output.text.contains(&format!("lost the connection to the Lisp image at 127.0.0.1:{port}")), "{}", output.text);
     // Once the port refuses connections (the process may take a moment to die), calls fail fast.
@@ -390,7 +391,7 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     let started = Instant::now();
     let output = eval_code(&tb, "1").await;
     assert!(output.is_error && output.text.contains("No Lisp image is answering"), "{}", output.text);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     // A new image on the same port is used without restarting anything.
     let replacement = swank_mcp::tools::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
     assert_eq!(ok(&tb, "(boundp '*eval-test-generation*)").await, "=> NIL");
