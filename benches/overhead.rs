@@ -44,10 +44,24 @@ impl RawSwank {
 
     /// One `eval-and-grab-output` round trip; returns once its `:return` arrives.
     fn eval_and_grab_output(&mut self, code: &str) -> String {
+        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        self.rex(&format!("(swank:eval-and-grab-output \"{escaped}\")"))
+    }
+
+    /// The request evaluate-lisp makes, sent by this minimal client: the Lisp side of the tool's
+    /// cost without the Rust side.
+    fn helper_evaluate(&mut self, code: &str) -> String {
+        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        let token = self.next_id;
+        self.rex(&format!(
+            "(mcp-agent-helper:evaluate \"{escaped}\" :package nil :max-output 65536 :session \"bench-raw\" :token \"bench-raw-{token}\")"
+        ))
+    }
+
+    fn rex(&mut self, form: &str) -> String {
         let id = self.next_id;
         self.next_id += 1;
-        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
-        self.send(&format!("(:emacs-rex (swank:eval-and-grab-output \"{escaped}\") \"COMMON-LISP-USER\" t {id})"));
+        self.send(&format!("(:emacs-rex {form} \"COMMON-LISP-USER\" t {id})"));
         let suffix = format!(" {id})");
         loop {
             let message = self.receive();
@@ -189,10 +203,15 @@ fn main() {
     let mut raw_times = Vec::with_capacity(iterations);
     let mut mcp_times = Vec::with_capacity(iterations);
     let mut tool_times = Vec::with_capacity(iterations);
+    let mut helper_times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
         raw.eval_and_grab_output("(+ 1 2)");
         raw_times.push(started.elapsed());
+        let started = Instant::now();
+        let reply = raw.helper_evaluate("(+ 1 2)");
+        helper_times.push(started.elapsed());
+        assert!(reply.starts_with("(:return (:ok (:values ((\"3\" 0))"), "{reply}");
         let started = Instant::now();
         mcp.evaluate("(+ 1 2)");
         mcp_times.push(started.elapsed());
@@ -201,12 +220,14 @@ fn main() {
         tool_times.push(started.elapsed());
     }
     tool_times.sort();
+    helper_times.sort();
     raw_times.sort();
     mcp_times.sort();
     let (raw50, raw99) = (percentile(&raw_times, 0.5), percentile(&raw_times, 0.99));
     let (mcp50, mcp99) = (percentile(&mcp_times, 0.5), percentile(&mcp_times, 0.99));
     println!("round trip of (+ 1 2), {iterations} interleaved iterations against one SBCL {port}:");
     println!("  raw swank:eval-and-grab-output   p50 {:8.1} µs   p99 {:8.1} µs", micros(raw50), micros(raw99));
+    println!("  raw mcp-agent-helper:evaluate    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&helper_times, 0.5)), micros(percentile(&helper_times, 0.99)));
     println!("  evaluate-lisp tool in process    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&tool_times, 0.5)), micros(percentile(&tool_times, 0.99)));
     println!("  evaluate-lisp through swank-mcp  p50 {:8.1} µs   p99 {:8.1} µs", micros(mcp50), micros(mcp99));
     println!("  ratio                            p50 {:8.2}x     p99 {:8.2}x", micros(mcp50) / micros(raw50), micros(mcp99) / micros(raw99));

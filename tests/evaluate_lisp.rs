@@ -145,6 +145,22 @@ async fn warnings_sbcl_muffles_are_not_reported() {
 }
 
 #[tokio::test]
+async fn calls_leave_no_mailbox_behind_in_the_server() {
+    // Swank keeps a mailbox per thread in a list it searches on every message and never prunes;
+    // a worker thread per call would grow it (and slow every request) without bound.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let count = "(length swank/sbcl::*mailboxes*)";
+    let before: usize = ok(&tb, count).await.trim_start_matches("=> ").parse().unwrap();
+    for _ in 0..300 {
+        ok(&tb, "(+ 1 2)").await;
+    }
+    let after: usize = ok(&tb, count).await.trim_start_matches("=> ").parse().unwrap();
+    assert!(after <= before.max(10), "{before} mailboxes before 300 calls, {after} after");
+    drop(image);
+}
+
+#[tokio::test]
 async fn repl_variables_belong_to_the_session() {
     let tb = common::toolbox(common::shared_image_port());
     ok(&tb, "(+ 40 2)").await;

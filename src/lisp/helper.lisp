@@ -7,7 +7,8 @@
 ;;;;   outside the dynamic extent of a call).
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
-;;;;   reason: Slynk's reader rewrites any token containing it.)
+;;;;   reason: Slynk's reader rewrites any token containing it.) The one exception is
+;;;;   FORGET-FINISHED-THREADS, which finds the server's mailbox list by name at run time.
 ;;;; - It is loaded by EVAL of each form, so redefinition must be harmless: DEFCLASS rather than
 ;;;;   DEFSTRUCT, DEFVAR for state that must survive a reload.
 
@@ -151,7 +152,46 @@ or, when the evaluation is aborted, the report it was aborted with."
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
         (remhash token *running*))
-      (rearm-stack-guard))))
+      (rearm-stack-guard)
+      (forget-finished-threads))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The server's mailboxes of finished threads
+;;;
+;;; The SBCL backends of swank and slynk keep a mailbox for every thread that ever exchanged a
+;;; message, in one list searched linearly on every message, and never drop one. Each tool call
+;;; runs in a worker thread of its own, so an agent's calls would grow that list without bound:
+;;; after 86,000 calls every request to the image (the user's own SLIME requests too) took
+;;; 700 us longer and the dead threads could never be collected. A finished thread's mailbox
+;;; can never be read again, so dropping it changes nothing else.
+
+(defun server-mailbox-registry ()
+  "The symbols of the server backend's mailbox list and its lock, and the readers of a mailbox's
+thread and queue, or NIL when the attached server has no such list."
+  (loop for package-name in '("SWANK/SBCL" "SLYNK-SBCL")
+        for package = (find-package package-name)
+        for names = (and package
+                         (mapcar (lambda (name) (find-symbol name package))
+                                 '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))
+        when (and names (every #'identity names)
+                  (boundp (first names)) (boundp (second names))
+                  (fboundp (third names)) (fboundp (fourth names)))
+          return names))
+
+(defun forget-finished-threads ()
+  "Drops the server's mailboxes of threads that have finished and have nothing queued."
+  (destructuring-bind (&optional list-symbol lock-symbol thread-reader queue-reader)
+      (server-mailbox-registry)
+    (when (and list-symbol (typep (symbol-value lock-symbol) 'sb-thread:mutex))
+      (flet ((finished-p (mailbox)
+               (let ((thread (ignore-errors (funcall thread-reader mailbox))))
+                 (and (typep thread 'sb-thread:thread)
+                      (not (sb-thread:thread-alive-p thread))
+                      (null (ignore-errors (funcall queue-reader mailbox)))))))
+        (sb-thread:with-mutex ((symbol-value lock-symbol))
+          (let ((mailboxes (symbol-value list-symbol)))
+            (when (some #'finished-p mailboxes)
+              (setf (symbol-value list-symbol) (remove-if #'finished-p mailboxes)))))))))
 
 (defun cancel (token kind reason)
   "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
