@@ -157,7 +157,7 @@ impl Server {
 
     /// Handles one message; returns the response to send, if any.
     async fn handle(self: &Arc<Self>, message: Value) -> Option<Value> {
-        let Value::Object(message) = message else {
+        let Value::Object(mut message) = message else {
             return Some(error_response(Value::Null, INVALID_REQUEST, "A JSON-RPC message must be an object"));
         };
         let id = message.get("id").cloned();
@@ -169,7 +169,7 @@ impl Server {
         if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             return id.map(|id| error_response(id, INVALID_REQUEST, "Only JSON-RPC 2.0 is supported (\"jsonrpc\": \"2.0\")"));
         }
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
+        let Some(method) = message.get("method").and_then(Value::as_str).map(str::to_owned) else {
             if message.contains_key("result") || message.contains_key("error") {
                 // A response to a request of ours; this server sends none, so there is nothing
                 // waiting for it.
@@ -177,19 +177,19 @@ impl Server {
             }
             return Some(error_response(id.unwrap_or(Value::Null), INVALID_REQUEST, "Missing \"method\""));
         };
-        let params = match message.get("params") {
+        let params = match message.remove("params") {
             None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(p @ Value::Object(_)) => p.clone(),
+            Some(p @ Value::Object(_)) => p,
             Some(_) => {
                 return id.map(|id| error_response(id, INVALID_PARAMS, "\"params\" must be an object"));
             }
         };
         match id {
             None => {
-                self.notification(method, &params);
+                self.notification(&method, &params);
                 None
             }
-            Some(id) => Some(match self.request(&id, method, params).await {
+            Some(id) => Some(match self.request(&id, &method, params).await {
                 Ok(Some(result)) => result_response(id, result),
                 // Cancelled: the client said it no longer wants an answer.
                 Ok(None) => return None,
@@ -260,16 +260,18 @@ impl Server {
         })
     }
 
-    async fn call_tool(self: &Arc<Self>, id: &Value, params: Value) -> Result<Option<Value>, (i64, String)> {
-        let Some(name) = params.get("name").and_then(Value::as_str) else {
+    async fn call_tool(self: &Arc<Self>, id: &Value, mut params: Value) -> Result<Option<Value>, (i64, String)> {
+        let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             return Err((INVALID_PARAMS, "tools/call needs a \"name\" string".into()));
         };
+        let name = name.as_str();
         let key = id.to_string();
         let cancel = CancellationToken::new();
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
         let started = std::time::Instant::now();
         let progress = self.progress_for(&params);
-        let output = self.toolbox.call_with_progress(name, params.get("arguments").cloned(), cancel.clone(), progress).await;
+        let arguments = params.as_object_mut().and_then(|params| params.remove("arguments"));
+        let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         let Some(output) = output else {

@@ -361,6 +361,11 @@ fn truncate_for_log(text: &str) -> &str {
 /// Dispatches one server message. Every event that makes a Lisp thread wait gets an answer here;
 /// the rest are informational.
 fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, message: Sexp) {
+    // Replies are taken apart by value: their payload goes to the caller without a copy.
+    let message = match message {
+        Sexp::List(items) if items.first().is_some_and(|head| head.is_keyword("return")) => return handle_return(shared, items),
+        other => other,
+    };
     let Some(items) = message.as_list() else {
         tracing::warn!(%message, "message is not a list");
         return;
@@ -375,7 +380,6 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
     };
     let int = |i: usize| args.get(i).and_then(Sexp::as_i64);
     match kind.as_str() {
-        "RETURN" => handle_return(shared, args),
         "DEBUG" => handle_debug(shared, args),
         "PING" => {
             if let (Some(thread), Some(tag)) = (int(0), int(1)) {
@@ -452,15 +456,16 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
 }
 
 /// `(:return (:ok VALUE) ID)` or `(:return (:abort REASON) ID)`.
-fn handle_return(shared: &Shared, args: &[Sexp]) {
-    let (Some(result), Some(id)) = (args.first(), args.get(1).and_then(Sexp::as_i64)) else {
+fn handle_return(shared: &Shared, items: Vec<Sexp>) {
+    let mut args = items.into_iter().skip(1);
+    let (Some(result), Some(id)) = (args.next(), args.next().and_then(|id| id.as_i64())) else {
         tracing::warn!("malformed :return");
         return;
     };
-    let parts = result.as_list().unwrap_or_default();
-    let reply = match parts.first() {
-        Some(k) if k.is_keyword("ok") => Ok(parts.get(1).cloned().unwrap_or(Sexp::Nil)),
-        _ => {
+    let reply = match result {
+        Sexp::List(parts) if parts.first().is_some_and(|k| k.is_keyword("ok")) => Ok(parts.into_iter().nth(1).unwrap_or(Sexp::Nil)),
+        result => {
+            let parts = result.as_list().unwrap_or_default();
             let reason = parts.get(1).map(|r| r.as_str().map_or_else(|| r.to_string(), str::to_string)).unwrap_or_default();
             let debugger = lock(&shared.debugger_reports).remove(&id);
             Err(RexError::Aborted { reason, debugger })

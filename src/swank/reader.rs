@@ -97,7 +97,8 @@ fn quoted<'a>(input: &'a str, operator: &str, depth: usize) -> IResult<&'a str, 
 
 /// The elements of a list after its `(`, with an optional ` . tail`.
 fn list(mut input: &str, depth: usize) -> IResult<&str, Sexp> {
-    let mut items = Vec::new();
+    // Room for the short lists most messages are made of, without regrowing.
+    let mut items = Vec::with_capacity(4);
     loop {
         let (rest, _) = ws(input)?;
         if let Some(rest) = rest.strip_prefix(')') {
@@ -213,6 +214,11 @@ fn unreadable(input: &str) -> IResult<&str, Sexp> {
     fail(input, nom::error::ErrorKind::Eof)
 }
 
+/// An ASCII constituent that needs no escape handling.
+fn is_plain_constituent(b: u8) -> bool {
+    b.is_ascii_graphic() && !matches!(b, b'(' | b')' | b'"' | b'\'' | b';' | b'`' | b',' | b'\\' | b'|')
+}
+
 fn is_constituent(c: char) -> bool {
     !c.is_whitespace() && !matches!(c, '(' | ')' | '"' | '\'' | ';' | '`' | ',')
 }
@@ -251,6 +257,15 @@ fn token_text(input: &str) -> IResult<&str, (String, bool)> {
 /// The raw text of a token: constituents, `\x` escapes and `|...|` runs (which may hold spaces
 /// and parentheses).
 fn recognize_token(input: &str) -> IResult<&str, &str> {
+    // Nearly every token a server prints is plain ASCII: take those bytes at once, and walk
+    // characters only from the first escape or non-ASCII character on.
+    let plain = input.bytes().position(|b| !is_plain_constituent(b)).unwrap_or(input.len());
+    match input.as_bytes().get(plain) {
+        Some(b'\\' | b'|') => {}
+        Some(b) if !b.is_ascii() => {}
+        _ if plain > 0 => return Ok((&input[plain..], &input[..plain])),
+        _ => {}
+    }
     let mut end = 0;
     let mut chars = input.char_indices();
     let mut in_bars = false;

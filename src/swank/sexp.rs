@@ -201,7 +201,8 @@ impl Form {
     /// Prints the form for the wire. Names are lower-cased the way SLIME prints them; both
     /// readers upcase them back.
     pub fn to_wire(&self) -> String {
-        let mut out = String::new();
+        // Most requests fit; growing from empty would reallocate several times for each.
+        let mut out = String::with_capacity(256);
         self.write(&mut out);
         out
     }
