@@ -309,6 +309,9 @@ fn token(input: &str) -> IResult<&str, Sexp> {
                 Sexp::Keyword(name)
             } else {
                 let (_, (package, _)) = token_text(package_raw).map_err(|_| fail_err(input))?;
+                // An empty package name is how `Sexp` spells `#:`, which has no internal form,
+                // so `||::x` reads as `||:x` and `#:x` do.
+                let internal = internal && !package.is_empty();
                 Sexp::Symbol { package: Some(package), name, internal }
             }
         }
@@ -436,6 +439,17 @@ mod tests {
         assert_eq!(read(":|Key|").unwrap(), Sexp::Keyword("Key".into()));
         assert_eq!(read("|NIL|").unwrap(), sym("NIL"));
         assert_eq!(read("()").unwrap(), Sexp::Nil);
+    }
+
+    /// Found by the `sexp_reader` fuzz target: `||::<` was internal, printed as `#:<`, and read
+    /// back as another value.
+    #[test]
+    fn an_empty_package_name_reads_as_uninterned_and_prints_back() {
+        for (text, name) in [("||::<", "<"), ("||::foo", "FOO"), ("||:foo", "FOO"), ("#:foo", "FOO")] {
+            let value = read(text).unwrap();
+            assert_eq!(value, Sexp::Symbol { package: Some(String::new()), name: name.into(), internal: false }, "{text}");
+            assert_eq!(read(&value.to_string()).unwrap(), value, "{text}");
+        }
     }
 
     #[test]

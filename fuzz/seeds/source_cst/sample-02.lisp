@@ -1,0 +1,1 @@
+(a #| outer #| inner |# |# b) ; tail

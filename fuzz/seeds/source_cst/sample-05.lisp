@@ -1,0 +1,3 @@
+#+(and sbcl (not win32)) (defun f ()) #-sbcl
+;; c
+(defun g ())

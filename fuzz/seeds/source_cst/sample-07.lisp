@@ -1,0 +1,1 @@
+#1=(a . #1#) #:sym cl:car cl-user::x :key #x1F #b101 #36rZZ

@@ -1,0 +1,1 @@
+#?"interp ${x}" #<unreadable> #[1 2]
