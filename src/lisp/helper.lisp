@@ -100,6 +100,18 @@ arriving together load it once. The client's load request creates it, before thi
   "Token -> (kind . reason) for cancellations that arrived before their evaluation started: the
 cancel request and the evaluation run in different worker threads, in either order.")
 
+(defvar *recently-finished* (make-hash-table :test 'equal)
+  "Token -> the internal real time its evaluation finished, for the last calls only: it tells a
+call whose reply never reached the client apart from one that never started.")
+
+(defparameter *recently-finished-limit* 256)
+
+(defun note-finished (token)
+  "Records that TOKEN's evaluation finished. Called with *REGISTRY-LOCK* held."
+  (when (>= (hash-table-count *recently-finished*) *recently-finished-limit*)
+    (clrhash *recently-finished*))
+  (setf (gethash token *recently-finished*) (get-internal-real-time)))
+
 (defclass evaluation ()
   ((thread :initform sb-thread:*current-thread* :reader evaluation-thread)
    ;; A fresh tag per evaluation: an interrupt queued for an earlier evaluation on a reused
@@ -151,7 +163,8 @@ or, when the evaluation is aborted, the report it was aborted with."
              (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
-        (remhash token *running*))
+        (remhash token *running*)
+        (note-finished token))
       (rearm-stack-guard)
       (forget-finished-threads))))
 
@@ -199,7 +212,9 @@ the text to report. Returns T when an evaluation was interrupted, NIL when it ha
 yet (it will abort as soon as it does)."
   (let ((evaluation (sb-thread:with-mutex (*registry-lock*)
                       (or (gethash token *running*)
-                          (progn (setf (gethash token *early-cancellations*) (cons kind reason))
+                          ;; An evaluation that already finished needs no cancelling later.
+                          (progn (unless (gethash token *recently-finished*)
+                                   (setf (gethash token *early-cancellations*) (cons kind reason)))
                                  nil)))))
     ;; Interrupted outside the lock: every call takes it to register, so a target thread slow to
     ;; take the interruption must never hold up the rest of the image.
@@ -233,13 +248,18 @@ holds it. Takes no lock it could wait on for long, since the image may be deadlo
     (flet ((note (control &rest arguments)
              (push (apply #'format nil control arguments) lines)))
       (if (sb-thread:grab-mutex *registry-lock* :timeout 0.5)
-          (let ((evaluation (unwind-protect (gethash token *running*)
-                              (sb-thread:release-mutex *registry-lock*))))
-            (if evaluation
-                (let ((thread (evaluation-thread evaluation)))
-                  (note "The evaluation runs in thread ~A~:[, which is not waiting for a lock~;, which ~:*~A~]."
-                        (thread-text thread) (waiting-text thread)))
-                (note "The evaluation has not started: its request waits in the image.")))
+          (multiple-value-bind (evaluation finished)
+              (unwind-protect (values (gethash token *running*) (gethash token *recently-finished*))
+                (sb-thread:release-mutex *registry-lock*))
+            (cond (evaluation
+                   (let ((thread (evaluation-thread evaluation)))
+                     (note "The evaluation runs in thread ~A~:[, which is not waiting for a lock~;, which ~:*~A~]."
+                           (thread-text thread) (waiting-text thread))))
+                  (finished
+                   (note "The evaluation finished ~,1F s ago, but its reply did not reach swank-mcp."
+                         (/ (- (get-internal-real-time) finished) internal-time-units-per-second)))
+                  (t
+                   (note "The evaluation has not started: its request waits in the image."))))
           (let ((owner (sb-thread:mutex-owner *registry-lock*)))
             (note "The helper's registry lock is held~@[ by thread ~A~]." (and owner (thread-text owner)))))
       (dolist (thread (sb-thread:list-all-threads))
