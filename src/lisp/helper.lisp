@@ -193,8 +193,9 @@ thread and queue, or NIL when the attached server has no such list."
 
 (defun forget-finished-threads ()
   "Drops the server's mailboxes of threads that have finished and have nothing queued."
+  ;; Looked up once, when the helper loads: the server it is loaded through is already there.
   (destructuring-bind (&optional list-symbol lock-symbol thread-reader queue-reader)
-      (server-mailbox-registry)
+      (load-time-value (server-mailbox-registry))
     (when (and list-symbol (typep (symbol-value lock-symbol) 'sb-thread:mutex))
       (flet ((finished-p (mailbox)
                (let ((thread (ignore-errors (funcall thread-reader mailbox))))
