@@ -58,13 +58,17 @@ fn fail<T>(input: &str, kind: nom::error::ErrorKind) -> IResult<&str, T> {
 
 /// Whitespace and `;` comments (servers never print comments, but a transcript may carry them).
 fn ws(input: &str) -> IResult<&str, ()> {
-    let mut rest = input;
+    let bytes = input.as_bytes();
+    let mut at = 0;
     loop {
-        rest = rest.trim_start_matches([' ', '\t', '\n', '\r']);
-        match rest.strip_prefix(';') {
-            Some(comment) => rest = comment.find('\n').map_or("", |i| &comment[i..]),
-            None => return Ok((rest, ())),
+        while at < bytes.len() && matches!(bytes[at], b' ' | b'\t' | b'\n' | b'\r') {
+            at += 1;
         }
+        if bytes.get(at) != Some(&b';') {
+            // Only ASCII bytes were skipped, so `at` is a character boundary.
+            return Ok((&input[at..], ()));
+        }
+        at = bytes[at..].iter().position(|b| *b == b'\n').map_or(bytes.len(), |i| at + i);
     }
 }
 
@@ -73,18 +77,18 @@ fn form(input: &str, depth: usize) -> IResult<&str, Sexp> {
         return fail(input, nom::error::ErrorKind::TooLarge);
     }
     let (input, _) = ws(input)?;
-    match input.chars().next() {
+    match input.as_bytes().first() {
         None => fail(input, nom::error::ErrorKind::Eof),
-        Some('(') => list(&input[1..], depth),
-        Some(')') => fail(input, nom::error::ErrorKind::Char),
-        Some('"') => string(input),
-        Some('\'') => quoted(&input[1..], "QUOTE", depth),
-        Some('`') => quoted(&input[1..], "QUASIQUOTE", depth),
-        Some(',') => match input[1..].strip_prefix('@') {
+        Some(b'(') => list(&input[1..], depth),
+        Some(b')') => fail(input, nom::error::ErrorKind::Char),
+        Some(b'"') => string(input),
+        Some(b'\'') => quoted(&input[1..], "QUOTE", depth),
+        Some(b'`') => quoted(&input[1..], "QUASIQUOTE", depth),
+        Some(b',') => match input[1..].strip_prefix('@') {
             Some(rest) => quoted(rest, "UNQUOTE-SPLICING", depth),
             None => quoted(&input[1..], "UNQUOTE", depth),
         },
-        Some('#') => dispatch(input, depth),
+        Some(b'#') => dispatch(input, depth),
         Some(_) => token(input),
     }
 }
@@ -138,8 +142,8 @@ fn unclosed(err: nom::Err<nom::error::Error<&str>>) -> nom::Err<nom::error::Erro
 }
 
 fn is_consing_dot(input: &str) -> bool {
-    let mut chars = input.chars();
-    chars.next() == Some('.') && chars.next().is_none_or(|c| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | ';'))
+    let Some(after) = input.strip_prefix('.') else { return false };
+    after.chars().next().is_none_or(|c| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | ';'))
 }
 
 /// A string: only `\` escapes the next character; everything else, newlines and control
@@ -148,7 +152,7 @@ fn string(input: &str) -> IResult<&str, Sexp> {
     let mut rest = &input[1..];
     let mut value = String::new();
     // Copied a run at a time: most strings have no escape at all.
-    while let Some(stop) = rest.find(['"', '\\']) {
+    while let Some(stop) = rest.bytes().position(|b| b == b'"' || b == b'\\') {
         value.push_str(&rest[..stop]);
         if rest.as_bytes()[stop] == b'"' {
             return Ok((&rest[stop + 1..], Sexp::String(value)));
@@ -214,10 +218,18 @@ fn unreadable(input: &str) -> IResult<&str, Sexp> {
     fail(input, nom::error::ErrorKind::Eof)
 }
 
-/// An ASCII constituent that needs no escape handling.
-fn is_plain_constituent(b: u8) -> bool {
-    b.is_ascii_graphic() && !matches!(b, b'(' | b')' | b'"' | b'\'' | b';' | b'`' | b',' | b'\\' | b'|')
-}
+/// ASCII constituents that need no escape handling, by byte: tokens are scanned a byte at a time
+/// and a table lookup is the cheapest test.
+const PLAIN_CONSTITUENT: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_graphic() && !matches!(byte, b'(' | b')' | b'"' | b'\'' | b';' | b'`' | b',' | b'\\' | b'|');
+        b += 1;
+    }
+    table
+};
 
 fn is_constituent(c: char) -> bool {
     !c.is_whitespace() && !matches!(c, '(' | ')' | '"' | '\'' | ';' | '`' | ',')
@@ -257,13 +269,18 @@ fn token_text(input: &str) -> IResult<&str, (String, bool)> {
 /// The raw text of a token: constituents, `\x` escapes and `|...|` runs (which may hold spaces
 /// and parentheses).
 fn recognize_token(input: &str) -> IResult<&str, &str> {
+    recognize_token_noting_plain(input).map(|(rest, (raw, _))| (rest, raw))
+}
+
+/// [`recognize_token`], also saying whether the token is plain ASCII with nothing escaped.
+fn recognize_token_noting_plain(input: &str) -> IResult<&str, (&str, bool)> {
     // Nearly every token a server prints is plain ASCII: take those bytes at once, and walk
     // characters only from the first escape or non-ASCII character on.
-    let plain = input.bytes().position(|b| !is_plain_constituent(b)).unwrap_or(input.len());
+    let plain = input.bytes().position(|b| !PLAIN_CONSTITUENT[b as usize]).unwrap_or(input.len());
     match input.as_bytes().get(plain) {
         Some(b'\\' | b'|') => {}
         Some(b) if !b.is_ascii() => {}
-        _ if plain > 0 => return Ok((&input[plain..], &input[..plain])),
+        _ if plain > 0 => return Ok((&input[plain..], (&input[..plain], true))),
         _ => {}
     }
     let mut end = 0;
@@ -289,19 +306,63 @@ fn recognize_token(input: &str) -> IResult<&str, &str> {
     if end == 0 {
         return fail(input, nom::error::ErrorKind::Char);
     }
-    Ok((&input[end..], &input[..end]))
+    Ok((&input[end..], (&input[..end], false)))
 }
 
 /// A number, keyword or symbol. Package markers are found in the raw text so that an escaped
 /// colon (`|a:b|`) stays part of the name.
 fn token(input: &str) -> IResult<&str, Sexp> {
-    let (rest, raw) = recognize_token(input)?;
+    let (rest, (raw, plain)) = recognize_token_noting_plain(input)?;
+    // Most numbers a server prints are small integers: lengths, counts, request ids.
+    if raw.len() < 19 && raw.bytes().all(|b| b.is_ascii_digit()) {
+        if let Ok(n) = raw.parse::<i64>() {
+            return Ok((rest, Sexp::Integer(n)));
+        }
+    }
     // Only these can start a number; the grammar is not tried on every symbol and keyword.
     if raw.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.')) {
         if let Ok(("", number)) = number(raw) {
             return Ok((rest, number));
         }
     }
+    if let Some(value) = plain.then(|| plain_symbol(raw)).flatten() {
+        return Ok((rest, value));
+    }
+    Ok((rest, symbol(input, raw)?))
+}
+
+/// The symbols servers print nearly always: `name`, `:name` and `pkg:name` or `pkg::name` in
+/// plain ASCII, read with one pass and one allocation per name. Anything else (no name after the
+/// marker, more markers, escapes) is left to [`symbol`], which this must agree with.
+fn plain_symbol(raw: &str) -> Option<Sexp> {
+    let colon = raw.bytes().position(|b| b == b':');
+    let Some(colon) = colon else {
+        return Some(if raw.eq_ignore_ascii_case("nil") {
+            Sexp::Nil
+        } else {
+            Sexp::Symbol { package: None, name: raw.to_ascii_uppercase(), internal: false }
+        });
+    };
+    let (package, after) = (&raw[..colon], &raw[colon + 1..]);
+    let (internal, name) = match after.strip_prefix(':') {
+        Some(name) if !package.is_empty() => (true, name),
+        Some(_) => return None,
+        None => (false, after),
+    };
+    if name.is_empty() || name.bytes().any(|b| b == b':') {
+        return None;
+    }
+    let name = name.to_ascii_uppercase();
+    Some(if package.is_empty() {
+        Sexp::Keyword(name)
+    } else {
+        Sexp::Symbol { package: Some(package.to_ascii_uppercase()), name, internal }
+    })
+}
+
+/// Any symbol or keyword, from the raw text of its token (`input` is where it starts, for
+/// errors).
+fn symbol<'a>(input: &'a str, raw: &'a str) -> Result<Sexp, nom::Err<nom::error::Error<&'a str>>> {
     let value = match split_package(raw) {
         Some((package_raw, internal, name_raw)) => {
             let (_, (name, _)) = token_text(name_raw).map_err(|_| fail_err(input))?;
@@ -324,7 +385,7 @@ fn token(input: &str) -> IResult<&str, Sexp> {
             }
         }
     };
-    Ok((rest, value))
+    Ok(value)
 }
 
 fn fail_err(input: &str) -> nom::Err<nom::error::Error<&str>> {

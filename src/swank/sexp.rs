@@ -162,7 +162,7 @@ fn write_lisp_string(f: &mut impl fmt::Write, s: &str) -> fmt::Result {
     f.write_char('"')?;
     let mut rest = s;
     // Written a run at a time between the characters that need a backslash.
-    while let Some(special) = rest.find(['"', '\\']) {
+    while let Some(special) = rest.bytes().position(|b| b == b'"' || b == b'\\') {
         f.write_str(&rest[..special])?;
         f.write_char('\\')?;
         f.write_str(&rest[special..special + 1])?;
@@ -193,9 +193,7 @@ impl Form {
 
     /// `(package:function args...)`.
     pub fn call(package: &'static str, function: &'static str, args: impl IntoIterator<Item = Form>) -> Self {
-        let mut items = vec![Form::Symbol(package, function)];
-        items.extend(args);
-        Form::List(items)
+        Form::List(std::iter::once(Form::Symbol(package, function)).chain(args).collect())
     }
 
     /// Prints the form for the wire. Names are lower-cased the way SLIME prints them; both
