@@ -112,6 +112,23 @@ impl McpProcess {
         self.request("tools/call", json!({"name": "evaluate-lisp", "arguments": {"code": code}}))
     }
 
+    /// One `evaluate-lisp` round trip as a minimal client makes it, like [`RawSwank`]'s: the
+    /// request formatted in place, the response line read and returned unparsed (the caller
+    /// checks it after the clock stops).
+    fn evaluate_raw(&mut self, code: &str) -> String {
+        let id = self.next_id;
+        self.next_id += 1;
+        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"evaluate-lisp\",\"arguments\":{{\"code\":\"{escaped}\"}}}}}}\n"
+        );
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.flush().unwrap();
+        let mut response = String::new();
+        self.stdout.read_line(&mut response).unwrap();
+        response
+    }
+
     /// Sends evaluations without waiting, then collects one response each; returns the time each
     /// response arrived after the first request was sent, by the index of its request.
     fn evaluate_concurrently(&mut self, codes: &[&str]) -> Vec<Duration> {
@@ -213,8 +230,10 @@ fn main() {
         helper_times.push(started.elapsed());
         assert!(reply.starts_with("(:return (:ok (:values ((\"3\" 0))"), "{reply}");
         let started = Instant::now();
-        mcp.evaluate("(+ 1 2)");
+        let response = mcp.evaluate_raw("(+ 1 2)");
         mcp_times.push(started.elapsed());
+        let reply: Value = serde_json::from_str(&response).unwrap();
+        assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
         let started = Instant::now();
         in_process("(+ 1 2)");
         tool_times.push(started.elapsed());
