@@ -106,8 +106,14 @@ impl AsyncRead for Pipe {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             // SAFETY: the unfilled part is only ever written, by read(2).
             let unfilled = unsafe { buf.unfilled_mut() };
+            let wanted = unfilled.len();
             match guard.try_io(|_| self.read(unfilled)) {
                 Ok(Ok(n)) => {
+                    // A short read drained the pipe: the next read would only fail with EAGAIN,
+                    // a wasted system call per message. The runtime's epoll says when more comes.
+                    if n > 0 && n < wanted {
+                        guard.clear_ready();
+                    }
                     // SAFETY: read(2) wrote these `n` bytes.
                     unsafe { buf.assume_init(n) };
                     buf.advance(n);
