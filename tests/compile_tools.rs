@@ -111,7 +111,7 @@ async fn compile_form_contract_examples() {
          STYLE-WARNING: undefined function: COMMON-LISP-USER::NONEXISTENT-FUNC\n  in form: (DEFUN MY-FUNC () (NONEXISTENT-FUNC))\n  \
          at: line 1, column 19\n  severity: STYLE-WARNING\n\nCompiled 1 form successfully"
     );
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!(structured["style_warnings"], 1);
     assert_eq!(structured["conditions"][0]["line"], 1);
     assert_eq!(structured["conditions"][0]["column"], 19);
@@ -271,7 +271,7 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
     assert!(one_step.text.ends_with("\n\n(Form is not a macro call)"), "{}", one_step.text);
     let full = expand(&tb, json!({"form": form, "full": true})).await;
     assert!(!full.is_error);
-    let expansion = full.structured.unwrap()["expansion"].as_str().unwrap().to_string();
+    let expansion = full.structured_value().unwrap()["expansion"].as_str().unwrap().to_string();
     for macro_name in ["(dolist", "(when", "(push", "(unless", "(incf"] {
         assert!(!expansion.contains(macro_name), "{macro_name} left in {expansion}");
     }

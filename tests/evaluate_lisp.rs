@@ -101,13 +101,13 @@ async fn contract_examples() {
 async fn structured_content_mirrors_the_text() {
     let tb = common::toolbox(common::shared_image_port());
     let output = eval_code(&tb, "(progn (princ \"out\") (warn \"careful\") (values 1 \"two\"))").await;
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!(structured["values"], json!(["1", "\"two\""]));
     assert_eq!(structured["stdout"], "out");
     assert_eq!(structured["warnings"], json!(["WARNING: careful"]));
     assert_eq!(structured["package"], "COMMON-LISP-USER");
     assert_eq!(structured["error"], Value::Null);
-    let failed = eval_code(&tb, "(error \"nope\")").await.structured.unwrap();
+    let failed = eval_code(&tb, "(error \"nope\")").await.structured_value().unwrap();
     assert_eq!(failed["error"]["type"], "SIMPLE-ERROR");
     assert_eq!(failed["error"]["kind"], "error");
     assert_eq!(failed["error"]["condition_class"], "COMMON-LISP:SIMPLE-ERROR");
@@ -120,7 +120,7 @@ async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
     assert_eq!(text, "=> \"EVAL-TEST-PKG\"");
     // The session stays in the package IN-PACKAGE chose.
     assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\"");
-    assert_eq!(eval_code(&tb, "'sym").await.structured.unwrap()["package"], "EVAL-TEST-PKG");
+    assert_eq!(eval_code(&tb, "'sym").await.structured_value().unwrap()["package"], "EVAL-TEST-PKG");
     // An explicit package applies to one call only.
     assert_eq!(eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text, "=> \"COMMON-LISP-USER\"");
     assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\"");
@@ -299,7 +299,7 @@ async fn big_output_is_cut_inside_the_image() {
     assert!(!output.is_error);
     assert!(output.text.contains("[... 19,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"), "{}", &output.text[output.text.len() - 300..]);
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
     assert!(output.text.len() < 3 * 65536);
 }
@@ -317,7 +317,7 @@ async fn a_timeout_interrupts_the_evaluation_and_keeps_its_output() {
     assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT\nEvaluation exceeded the time limit of 500 ms"), "{}", output.text);
     assert!(output.text.contains("(SLEEP 60)"), "the backtrace shows where it was: {}", output.text);
     assert!(output.text.ends_with("[stdout]\n:STARTED"), "{}", output.text);
-    assert_eq!(output.structured.unwrap()["error"]["kind"], "timeout");
+    assert_eq!(output.structured_value().unwrap()["error"]["kind"], "timeout");
     // The image is responsive and the thread is gone.
     assert_eq!(ok(&tb, "(+ 2 3)").await, "=> 5");
     assert_threads_return_to(&tb, baseline).await;

@@ -122,7 +122,7 @@ async fn class_info_contract_examples() {
     let output = call(&tb, "class-info", json!({"class": "person-name", "package": "MY-APP"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "PERSON-NAME is not a class");
-    let structured = call(&tb, "class-info", json!({"class": "my-app::person"})).await.structured.unwrap();
+    let structured = call(&tb, "class-info", json!({"class": "my-app::person"})).await.structured_value().unwrap();
     assert_eq!(structured["precedence_list"], json!(["PERSON", "STANDARD-OBJECT", "T"]));
     assert_eq!(structured["direct_slots"][1]["initform"], "0");
     drop(image);
@@ -231,7 +231,7 @@ async fn find_definition_gives_file_line_and_column() {
         ok(&tb, "find-definition", json!({"symbol": "introspect-test::reads-count"})).await,
         format!("INTROSPECT-TEST::READS-COUNT: 1 definition\n  function  {path}:24:23")
     );
-    let structured = call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured.unwrap();
+    let structured = call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured_value().unwrap();
     assert_eq!(structured["definitions"], json!([{"kind": "function", "file": path, "line": 7, "column": 1, "note": null}]));
     eval(&tb, "(defun find-definition-test-repl () 1)").await;
     assert_eq!(
@@ -295,7 +295,7 @@ async fn xref_lists_every_kind_of_reference() {
     assert_eq!(output.text, "*COUNT* is not a function.");
     // Big answers are capped, and the helper's own functions are not listed.
     let output = call(&tb, "xref", json!({"symbol": "car", "kind": "calls"})).await;
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert!(structured["total"].as_u64().unwrap() > 1000, "{structured}");
     assert_eq!(structured["hits"].as_array().unwrap().len(), 100);
     assert!(output.text.contains("\n  ... and ") && !output.text.contains("MCP-AGENT-HELPER"), "{}", output.text);
@@ -319,7 +319,7 @@ async fn apropos_search_finds_symbols_and_says_what_they_name() {
     assert!(count.parse::<u64>().unwrap() > 50, "{}", output.text);
     assert!(rest.starts_with("symbols match \"hash-table\" in any package:\n  COMMON-LISP:HASH-TABLE  "), "{}", output.text);
     assert!(output.text.contains("\n  ... and "), "{}", output.text);
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!(structured["matches"].as_array().unwrap().len(), 50);
     let output = call(&tb, "apropos-search", json!({"query": "x", "package": "APROPOS-NOPE"})).await;
     assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"APROPOS-NOPE\" does not exist."));
@@ -344,7 +344,7 @@ async fn lisp_status_describes_the_image_and_the_connection() {
     assert!(lines[4].starts_with("Threads: "), "{}", output.text);
     assert!(lines[5].starts_with("Evaluations in flight: "), "{}", output.text);
     assert!(output.text.contains(":SB-THREAD"), "{}", output.text);
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!(structured["server"], "swank");
     assert_eq!(structured["launched"], false);
     assert!(structured["threads"].as_u64().unwrap() >= 2);

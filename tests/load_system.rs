@@ -46,7 +46,7 @@ async fn loads_alexandria_from_debian() {
     assert!(output.text.starts_with("Loaded system \"alexandria\" in "), "{}", output.text);
     assert!(output.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")), "{}", output.text);
     assert_eq!(eval(&tb, "(alexandria:flatten '((1 (2)) 3))").await, "=> (1 2 3)");
-    let structured = output.structured.unwrap();
+    let structured = output.structured_value().unwrap();
     assert_eq!((structured["loaded"].clone(), structured["was_loaded"].clone()), (json!(true), json!(false)));
     let again = call(&tb, "load-system", json!({"system": "alexandria"})).await;
     assert!(again.text.starts_with("System \"alexandria\" was already loaded; ASDF reloaded what had changed, in "), "{}", again.text);
@@ -103,7 +103,7 @@ async fn warnings_are_summarised_and_failures_keep_them() {
     assert!(output.text.contains("[warnings]\nWARNING: Constant \"two\" conflicts with its asserted type NUMBER."), "{}", output.text);
     // ASDF's own frames are no backtrace worth reading.
     assert!(!output.text.contains("[Backtrace]"), "{}", output.text);
-    assert_eq!(output.structured.unwrap()["loaded"], false);
+    assert_eq!(output.structured_value().unwrap()["loaded"], false);
     // An error in the system's code while it loads keeps the frames that show where.
     let asd = write_system(dir.path(), "load-test-failing", "(defun load-test-fails () (error \"failing on purpose\"))\n(load-test-fails)\n");
     register(&tb, &asd).await;

@@ -61,6 +61,36 @@ async fn evaluate_lisp_answers_per_contract() {
     assert!(text(&reply).starts_with("[ERROR] DIVISION-BY-ZERO\n"));
 }
 
+/// Tool calls in the usual shape take a fast path that reads them without a `Value`; every other
+/// spelling of the same call (escapes, duplicate or extra members, a progress token, null
+/// arguments) must still get the same answer, and a malformed one the same error.
+#[tokio::test]
+async fn unusual_spellings_of_a_tool_call_get_the_same_answer() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    let spellings: [&[u8]; 5] = [
+        br#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}"#,
+        br#"{"jsonrpc":"2.0","id":102,"method":"tools\/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}"#,
+        br#"{"id":103,"method":"ping","method":"tools/call","jsonrpc":"2.0","params":{"arguments":{"code":"(+ 1 2)"},"name":"evaluate-lisp","extra":[1]}}"#,
+        br#"{"jsonrpc":"2.0","id":"104","method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"},"_meta":{"progressToken":7}}}"#,
+        br#"{"jsonrpc":"2.0","id":105,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)","package":null}}}"#,
+    ];
+    for (i, line) in spellings.iter().enumerate() {
+        client.send_raw(line).await;
+        let reply = client.receive().await;
+        assert_eq!(reply["result"]["content"], json!([{"type": "text", "text": "=> 3"}]), "spelling {i}: {reply}");
+        assert_eq!(reply["result"]["structuredContent"]["values"], json!(["3"]), "spelling {i}: {reply}");
+    }
+    client.send_raw(br#"{"jsonrpc":"2.0","id":106,"method":"tools/call","params":{"arguments":{"code":"1"}}}"#).await;
+    assert_eq!(client.receive().await["error"]["code"], -32602);
+    client.send_raw(br#"{"jsonrpc":"2.0","id":107,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":null}}"#).await;
+    let reply = client.receive().await;
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    assert!(text(&reply).contains("Missing required argument `code`"), "{reply}");
+    client.send_raw(br#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"1"}}}"#).await;
+    assert_eq!(client.receive().await["error"]["code"], -32600);
+}
+
 #[tokio::test]
 async fn protocol_errors_get_the_right_codes_and_the_server_carries_on() {
     let mut client = McpClient::for_port(common::dead_port()).await;

@@ -375,7 +375,7 @@ fn dry_run_returns_the_diff_and_writes_nothing() {
 --- a/shapes.lisp\n+++ b/shapes.lisp\n@@ -72,7 +72,7 @@\n (defun gc-shapes ()\n   nil)\n \n\
 -(defvar *unit-circle* (make-instance 'circle :radius 1))\n+(defvar *unit-circle* nil)\n \n (defparameter *table* #(1 2 3))\n \n"
     );
-    let structured = output.structured.expect("structured");
+    let structured = output.structured_value().expect("structured");
     assert_eq!(structured["written"], json!(false));
     assert_eq!(structured["new_lines"], json!([75, 75]));
     assert_eq!(project.read("shapes.lisp"), original);
@@ -511,7 +511,7 @@ fn check_parens_reports_the_problem_and_its_opener() {
     assert!(!output.is_error, "an unbalanced text is a finding, not a failure");
     assert!(output.text.starts_with("Not balanced: The code: end of file: missing `)` at line 6, column 1; it was opened at line 1, column 1: `(defun f (x)`."), "{}", output.text);
     assert!(output.text.contains("the missing `)` probably belongs before line 4"), "{}", output.text);
-    let structured = output.structured.expect("structured");
+    let structured = output.structured_value().expect("structured");
     assert_eq!(structured["balanced"], json!(false));
     assert_eq!(structured["problem"]["line"], json!(6));
     assert_eq!(structured["problem"]["opener"], json!({"line": 1, "column": 1, "text": "(defun f (x)"}));
@@ -546,7 +546,7 @@ fn outline_lists_the_forms() {
     assert!(lines.contains(&"30-31  defmethod area (circle)"), "{}", output.text);
     assert!(lines.contains(&"53-54  defmethod (setf radius) :before (t circle)"), "{}", output.text);
     assert!(lines.contains(&"67-69  #+sbcl defun gc-shapes"), "{}", output.text);
-    let structured = output.structured.expect("structured");
+    let structured = output.structured_value().expect("structured");
     assert_eq!(
         structured["forms"][10],
         json!({"first_line": 40, "last_line": 41, "conditions": "", "operator": "defmethod", "name": "draw (circle t)"})

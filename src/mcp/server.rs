@@ -1,22 +1,26 @@
 //! The MCP server loop: JSON-RPC 2.0 dispatch, lifecycle, `tools/list`, `tools/call` and
 //! cancellation. Hand-written, as rust-analyzer's `lsp-server` is for LSP: one reader loop that
-//! owns dispatch, one writer task that owns stdout, and a task per tool call so that a slow
-//! evaluation never delays a quick one.
+//! owns dispatch and runs every tool call concurrently beside it, so that a slow evaluation never
+//! delays a quick one, and one writer task that owns stdout.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use super::transport::{Line, LineCodec};
-use crate::tools::{Progress, Toolbox};
+use crate::tools::{Progress, Toolbox, ToolOutput};
 
 /// Newest first; an unknown requested version is answered with the newest.
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -32,6 +36,7 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
 
 const INSTRUCTIONS: &str = "\
 swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the same image \
@@ -51,7 +56,8 @@ user's state.";
 
 pub struct Server {
     toolbox: Arc<Toolbox>,
-    outgoing: mpsc::UnboundedSender<Value>,
+    /// Messages for the writer, each serialised and ending in a newline.
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
     /// Cancellation tokens of running tool calls, by the JSON text of their request id.
     in_flight: Mutex<HashMap<String, CancellationToken>>,
     protocol_version: Mutex<String>,
@@ -72,46 +78,32 @@ where
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
-    let mut calls = JoinSet::new();
-    while let Some(line) = lines.next().await {
-        while calls.try_join_next().is_some() {}
+    // Calls run inside this task rather than each in a task of its own: spawning a task per call
+    // cost more than the rest of the dispatch (its cache-aligned allocation takes the allocator's
+    // slow path).
+    let mut calls = Calls::new();
+    loop {
+        let line = tokio::select! {
+            line = lines.next() => line,
+            Some(()) = calls.next(), if !calls.is_empty() => continue,
+        };
+        let Some(line) = line else { break };
         match line? {
             Line::TooLong(length) => server.send(error_response(
                 Value::Null,
                 INVALID_REQUEST,
                 &format!("Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."),
             )),
-            Line::Message(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-                Err(e) => server.send(error_response(Value::Null, PARSE_ERROR, &format!("Parse error: {e}"))),
-                Ok(Value::Array(batch)) if batch.is_empty() => {
-                    server.send(error_response(Value::Null, INVALID_REQUEST, "Empty batch"))
-                }
-                Ok(Value::Array(batch)) => {
+            Line::Message(bytes) => match PlainToolCall::read(&bytes) {
+                Some(call) => {
                     let server = server.clone();
-                    calls.spawn(async move {
-                        let replies: Vec<Value> = futures::future::join_all(batch.into_iter().map(|m| server.handle(m)))
-                            .await
-                            .into_iter()
-                            .flatten()
-                            .collect();
-                        if !replies.is_empty() {
-                            server.send(Value::Array(replies));
-                        }
-                    });
-                }
-                Ok(message) if is_tool_call(&message) => {
-                    let server = server.clone();
-                    calls.spawn(async move {
-                        if let Some(reply) = server.handle(message).await {
+                    calls.push(Box::pin(async move {
+                        if let Some(reply) = server.handle_guarded(Incoming::PlainToolCall(call)).await {
                             server.send(reply);
                         }
-                    });
+                    }));
                 }
-                Ok(message) => {
-                    if let Some(reply) = server.handle(message).await {
-                        server.send(reply);
-                    }
-                }
+                None => server.dispatch_general(&bytes, &mut calls).await,
             },
         }
     }
@@ -119,50 +111,275 @@ where
     for token in server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).values() {
         token.cancel();
     }
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.join_next().await.is_some() {} }).await;
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.next().await.is_some() {} }).await;
+    drop(calls);
     drop(server);
     writer.await.unwrap_or(Ok(()))
 }
 
-async fn write_messages<W: AsyncWrite + Unpin>(mut output: W, mut messages: mpsc::UnboundedReceiver<Value>) -> std::io::Result<()> {
-    while let Some(message) = messages.recv().await {
-        let mut line = serde_json::to_vec(&message).unwrap_or_default();
-        line.push(b'\n');
+/// Tool calls and batches in progress, run concurrently inside the server loop's task.
+type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+/// One message as received: a `tools/call` request in the usual shape, read straight into its
+/// parts, or any other JSON value, which [`Server::handle`] checks member by member.
+enum Incoming {
+    PlainToolCall(PlainToolCall),
+    General(Value),
+}
+
+/// A `tools/call` request as clients send it, read without building a `serde_json::Value` for
+/// its envelope (which cost more than the rest of the dispatch). Any other shape (another method,
+/// a member of another type, a duplicate member) fails here and takes the general path, which
+/// answers every case.
+#[derive(Deserialize)]
+struct PlainToolCall {
+    // These two are checked while reading and hold nothing.
+    #[serde(rename = "jsonrpc")]
+    _version: JsonRpcVersion,
+    #[serde(rename = "method")]
+    _method: ToolsCall,
+    id: RequestId,
+    params: PlainToolCallParams,
+}
+
+#[derive(Deserialize)]
+struct PlainToolCallParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+}
+
+impl PlainToolCall {
+    fn read(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// `"jsonrpc": "2.0"` and nothing else.
+struct JsonRpcVersion;
+
+/// `"method": "tools/call"` and nothing else.
+struct ToolsCall;
+
+/// A request id as JSON-RPC allows it here: a string or an integer.
+struct RequestId(Value);
+
+impl<'de> Deserialize<'de> for JsonRpcVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        exact_str(deserializer, "2.0").map(|()| JsonRpcVersion)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolsCall {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        exact_str(deserializer, "tools/call").map(|()| ToolsCall)
+    }
+}
+
+fn exact_str<'de, D: serde::Deserializer<'de>>(deserializer: D, expected: &'static str) -> Result<(), D::Error> {
+    let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+    if text == expected {
+        Ok(())
+    } else {
+        Err(serde::de::Error::invalid_value(serde::de::Unexpected::Str(&text), &expected))
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let id = Value::deserialize(deserializer)?;
+        if is_valid_id(&id) {
+            Ok(RequestId(id))
+        } else {
+            Err(serde::de::Error::custom("the id must be a string or an integer"))
+        }
+    }
+}
+
+fn is_valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
+}
+
+impl Server {
+    /// Answers a line that is not a plain tool call: a batch, another method, or a mistake.
+    async fn dispatch_general(self: &Arc<Self>, bytes: &[u8], calls: &mut Calls) {
+        match serde_json::from_slice::<Value>(bytes) {
+            Err(e) => self.send(error_response(Value::Null, PARSE_ERROR, &format!("Parse error: {e}"))),
+            Ok(Value::Array(batch)) if batch.is_empty() => self.send(error_response(Value::Null, INVALID_REQUEST, "Empty batch")),
+            Ok(Value::Array(batch)) => {
+                let server = self.clone();
+                calls.push(Box::pin(async move {
+                    let replies = futures::future::join_all(batch.into_iter().map(|m| server.handle_guarded(Incoming::General(m)))).await;
+                    let replies: Vec<Response> = replies.into_iter().flatten().collect();
+                    if !replies.is_empty() {
+                        server.send(replies);
+                    }
+                }));
+            }
+            Ok(message) if is_tool_call(&message) => {
+                let server = self.clone();
+                calls.push(Box::pin(async move {
+                    if let Some(reply) = server.handle_guarded(Incoming::General(message)).await {
+                        server.send(reply);
+                    }
+                }));
+            }
+            Ok(message) => {
+                if let Some(reply) = self.handle_guarded(Incoming::General(message)).await {
+                    self.send(reply);
+                }
+            }
+        }
+    }
+}
+
+async fn write_messages<W: AsyncWrite + Unpin>(mut output: W, mut lines: mpsc::UnboundedReceiver<Vec<u8>>) -> std::io::Result<()> {
+    while let Some(line) = lines.recv().await {
         output.write_all(&line).await?;
         output.flush().await?;
     }
     Ok(())
 }
 
+/// A message as one line of output.
+fn to_line(message: &impl Serialize) -> Vec<u8> {
+    // Serialising a response cannot fail: its maps have string keys and its numbers are finite.
+    // Room for a typical response, which would otherwise be regrown several times.
+    let mut line = Vec::with_capacity(512);
+    if serde_json::to_writer(&mut line, message).is_err() {
+        line.clear();
+    }
+    line.push(b'\n');
+    line
+}
+
 fn is_tool_call(message: &Value) -> bool {
     message.get("method").and_then(Value::as_str) == Some("tools/call")
 }
 
-fn error_response(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+/// A JSON-RPC response. Written from these types rather than built as a `serde_json::Value`:
+/// building, serialising and dropping the maps of every tool call's response was a measurable
+/// part of the server's own cost per call.
+#[derive(Serialize)]
+struct Response {
+    jsonrpc: &'static str,
+    id: Value,
+    #[serde(flatten)]
+    outcome: Outcome,
 }
 
-fn result_response(id: Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+#[derive(Serialize)]
+enum Outcome {
+    #[serde(rename = "result")]
+    Result(ResultBody),
+    #[serde(rename = "error")]
+    Error { code: i64, message: String },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultBody {
+    Json(Value),
+    ToolCall(CallToolResult),
+}
+
+/// The result of `tools/call`.
+#[derive(Serialize)]
+struct CallToolResult {
+    content: [TextContent; 1],
+    #[serde(rename = "isError")]
+    is_error: bool,
+    #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
+    structured_content: Option<Box<serde_json::value::RawValue>>,
+}
+
+#[derive(Serialize)]
+struct TextContent {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
+impl CallToolResult {
+    fn new(output: ToolOutput, with_structured_content: bool) -> Self {
+        CallToolResult {
+            content: [TextContent { kind: "text", text: output.text }],
+            is_error: output.is_error,
+            structured_content: output.structured.filter(|_| with_structured_content),
+        }
+    }
+}
+
+fn error_response(id: Value, code: i64, message: &str) -> Response {
+    Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message: message.to_string() } }
+}
+
+fn result_response(id: Value, result: ResultBody) -> Response {
+    Response { jsonrpc: "2.0", id, outcome: Outcome::Result(result) }
+}
+
+/// The response to request `id`, if it gets one.
+fn respond(id: Value, outcome: Result<Option<ResultBody>, (i64, String)>) -> Option<Response> {
+    match outcome {
+        Ok(Some(result)) => Some(result_response(id, result)),
+        // Cancelled: the client said it no longer wants an answer.
+        Ok(None) => None,
+        Err((code, text)) => Some(error_response(id, code, &text)),
+    }
 }
 
 impl Server {
-    fn send(&self, message: Value) {
-        let _ = self.outgoing.send(message);
+    fn send(&self, message: impl Serialize) {
+        let _ = self.outgoing.send(to_line(&message));
     }
 
     fn structured_output(&self) -> bool {
         self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).as_str() >= STRUCTURED_OUTPUT_SINCE
     }
 
+    /// [`Server::handle`], with a panic (a bug) answered as an internal error instead of taking
+    /// the server, and every other call running beside it, down.
+    async fn handle_guarded(self: &Arc<Self>, message: Incoming) -> Option<Response> {
+        let id = match &message {
+            Incoming::PlainToolCall(call) => Some(call.id.0.clone()),
+            Incoming::General(message) => message.get("id").filter(|id| is_valid_id(id)).cloned(),
+        };
+        let handled = async {
+            match message {
+                Incoming::PlainToolCall(call) => {
+                    let PlainToolCallParams { name, arguments, meta } = call.params;
+                    let progress_token = meta.and_then(|mut meta| meta.remove("progressToken"));
+                    let outcome = self.call_tool(&call.id.0, &name, arguments, progress_token).await;
+                    respond(call.id.0, outcome)
+                }
+                Incoming::General(message) => self.handle(message).await,
+            }
+        };
+        match AssertUnwindSafe(handled).catch_unwind().await {
+            Ok(reply) => reply,
+            Err(_) => {
+                let id = id?;
+                self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&id.to_string());
+                Some(error_response(
+                    id,
+                    INTERNAL_ERROR,
+                    "swank-mcp failed unexpectedly while handling this request (a bug; its stderr has the details). \
+                     Other requests are not affected.",
+                ))
+            }
+        }
+    }
+
     /// Handles one message; returns the response to send, if any.
-    async fn handle(self: &Arc<Self>, message: Value) -> Option<Value> {
+    async fn handle(self: &Arc<Self>, message: Value) -> Option<Response> {
         let Value::Object(mut message) = message else {
             return Some(error_response(Value::Null, INVALID_REQUEST, "A JSON-RPC message must be an object"));
         };
         let id = message.get("id").cloned();
         if let Some(id) = &id {
-            if !(id.is_string() || id.is_i64() || id.is_u64()) {
+            if !is_valid_id(id) {
                 return Some(error_response(Value::Null, INVALID_REQUEST, "The id must be a string or an integer"));
             }
         }
@@ -189,12 +406,10 @@ impl Server {
                 self.notification(&method, &params);
                 None
             }
-            Some(id) => Some(match self.request(&id, &method, params).await {
-                Ok(Some(result)) => result_response(id, result),
-                // Cancelled: the client said it no longer wants an answer.
-                Ok(None) => return None,
-                Err((code, text)) => error_response(id, code, &text),
-            }),
+            Some(id) => {
+                let outcome = self.request(&id, &method, params).await;
+                respond(id, outcome)
+            }
         }
     }
 
@@ -216,16 +431,24 @@ impl Server {
         }
     }
 
-    async fn request(self: &Arc<Self>, id: &Value, method: &str, params: Value) -> Result<Option<Value>, (i64, String)> {
+    async fn request(self: &Arc<Self>, id: &Value, method: &str, params: Value) -> Result<Option<ResultBody>, (i64, String)> {
         match method {
-            "initialize" => Ok(Some(self.initialize(&params))),
-            "ping" => Ok(Some(json!({}))),
+            "initialize" => Ok(Some(ResultBody::Json(self.initialize(&params)))),
+            "ping" => Ok(Some(ResultBody::Json(json!({})))),
             "tools/list" => {
                 let structured = self.structured_output();
                 let tools: Vec<Value> = self.toolbox.definitions().iter().map(|d| d.to_json(structured)).collect();
-                Ok(Some(json!({ "tools": tools })))
+                Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
             }
-            "tools/call" => self.call_tool(id, params).await,
+            "tools/call" => {
+                let mut params = params;
+                let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                    return Err((INVALID_PARAMS, "tools/call needs a \"name\" string".into()));
+                };
+                let progress_token = params.get_mut("_meta").and_then(|meta| meta.get_mut("progressToken")).map(Value::take);
+                let arguments = params.as_object_mut().and_then(|params| params.remove("arguments"));
+                self.call_tool(id, &name, arguments, progress_token).await
+            }
             other => Err((METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
     }
@@ -246,31 +469,32 @@ impl Server {
 
     /// Progress reports for a call whose `_meta` carries a `progressToken` (a string or an
     /// integer), sent as `notifications/progress`; none otherwise.
-    fn progress_for(&self, params: &Value) -> Progress {
-        let Some(token) = params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64()).cloned() else {
+    fn progress_for(&self, token: Option<Value>) -> Progress {
+        let Some(token) = token.filter(is_valid_id) else {
             return Progress::none();
         };
         let outgoing = self.outgoing.clone();
         Progress::new(move |update| {
-            let _ = outgoing.send(json!({
+            let _ = outgoing.send(to_line(&json!({
                 "jsonrpc": "2.0",
                 "method": "notifications/progress",
                 "params": {"progressToken": token, "progress": update.progress, "message": update.message},
-            }));
+            })));
         })
     }
 
-    async fn call_tool(self: &Arc<Self>, id: &Value, mut params: Value) -> Result<Option<Value>, (i64, String)> {
-        let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-            return Err((INVALID_PARAMS, "tools/call needs a \"name\" string".into()));
-        };
-        let name = name.as_str();
+    async fn call_tool(
+        self: &Arc<Self>,
+        id: &Value,
+        name: &str,
+        arguments: Option<Value>,
+        progress_token: Option<Value>,
+    ) -> Result<Option<ResultBody>, (i64, String)> {
         let key = id.to_string();
         let cancel = CancellationToken::new();
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
         let started = std::time::Instant::now();
-        let progress = self.progress_for(&params);
-        let arguments = params.as_object_mut().and_then(|params| params.remove("arguments"));
+        let progress = self.progress_for(progress_token);
         let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
@@ -280,13 +504,6 @@ impl Server {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        let mut result = json!({
-            "content": [{ "type": "text", "text": output.text }],
-            "isError": output.is_error,
-        });
-        if let (true, Some(structured)) = (self.structured_output(), output.structured) {
-            result["structuredContent"] = structured;
-        }
-        Ok(Some(result))
+        Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::image::CallLimits;
@@ -176,15 +177,16 @@ impl EvaluationReply {
         sections.join("\n\n")
     }
 
-    pub fn structured(&self) -> Value {
-        json!({
-            "values": self.values.iter().map(|v| v.text.clone()).collect::<Vec<_>>(),
-            "stdout": self.stdout.text,
-            "stderr": self.stderr.text,
-            "warnings": self.warnings,
-            "package": self.package,
-            "error": self.error.as_ref().map(ErrorReport::to_json),
-        })
+    /// The facts as the output schema describes them.
+    pub fn structured(&self) -> impl Serialize + '_ {
+        StructuredEvaluation {
+            values: &self.values,
+            stdout: &self.stdout.text,
+            stderr: &self.stderr.text,
+            warnings: &self.warnings,
+            package: &self.package,
+            error: self.error.as_ref().map(ErrorReport::to_json),
+        }
     }
 
     pub fn into_output(self, max_output: usize) -> ToolOutput {
@@ -192,6 +194,23 @@ impl EvaluationReply {
         let output = ToolOutput::new(text, self.error.is_some());
         output.with_structured(self.structured())
     }
+}
+
+/// Written straight from the reply: this is every evaluation's structured content, and building
+/// a `serde_json::Value` of it first cost as much as the rest of the formatting.
+#[derive(Serialize)]
+struct StructuredEvaluation<'a> {
+    #[serde(serialize_with = "texts")]
+    values: &'a [Captured],
+    stdout: &'a str,
+    stderr: &'a str,
+    warnings: &'a [String],
+    package: &'a str,
+    error: Option<Value>,
+}
+
+fn texts<S: serde::Serializer>(values: &&[Captured], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(values.iter().map(|value| value.text.as_str()))
 }
 
 #[cfg(test)]

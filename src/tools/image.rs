@@ -145,8 +145,14 @@ impl Image {
         if let Some(connection) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(connection.clone());
         }
-        let connection = self.connect().await?;
-        load_helper(&connection).await?;
+        // Boxed: connecting and loading the helper is a big state machine that every call's
+        // future would otherwise carry inline, while it only runs once per connection.
+        let connection = Box::pin(async {
+            let connection = self.connect().await?;
+            load_helper(&connection).await?;
+            Ok::<_, ImageError>(connection)
+        })
+        .await?;
         *slot = Some(connection.clone());
         Ok(connection)
     }
@@ -201,11 +207,11 @@ impl Image {
     /// worker thread. On timeout or cancellation the thread is interrupted through the helper
     /// and unwinds; a timed-out call still returns the helper's report (which names the limit
     /// and keeps the output so far).
-    pub async fn call_helper(&self, function: &'static str, mut args: Vec<Form>, limits: &CallLimits) -> Result<Sexp, CallError> {
+    pub async fn call_helper(&self, function: &'static str, args: Vec<Form>, limits: &CallLimits) -> Result<Sexp, CallError> {
         let connection = self.connection().await?;
         let token = self.new_token();
-        args.extend([Form::Keyword("session"), Form::string(self.session.clone()), Form::Keyword("token"), Form::string(token.clone())]);
-        let form = Form::call(HELPER_PACKAGE, function, args);
+        let session = [Form::Keyword("session"), Form::string(self.session.clone()), Form::Keyword("token"), Form::string(token.clone())];
+        let form = Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session));
         let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
         tokio::pin!(call);
         let interruption = tokio::select! {

@@ -23,6 +23,8 @@ pub mod output;
 pub mod progress;
 pub mod xref;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,26 +175,34 @@ impl Toolbox {
             Ok(args) => args,
             Err(e) => return Some(e.into()),
         };
+        // Source tools read and write files on this machine only; they never wait on the image,
+        // but file I/O still belongs off the async workers.
+        let source_tool: Option<fn(&Arguments, &AllowedRoots) -> ToolOutput> = match name {
+            "edit-lisp-form" => Some(edit_lisp_form::call),
+            "lisp-check-parens" => Some(lisp_check_parens::call),
+            "lisp-outline" => Some(lisp_outline::call),
+            _ => None,
+        };
+        if let Some(tool) = source_tool {
+            return Some(self.source_tool(tool, args).await);
+        }
         let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
-        let output = match name {
-            "evaluate-lisp" => evaluate_lisp::call(&context, &args).await,
-            "compile-form" => compile_form::call(&context, &args).await,
-            "macroexpand-form" => macroexpand_form::call(&context, &args).await,
-            "class-info" => class_info::call(&context, &args).await,
-            "describe-symbol" => describe_symbol::call(&context, &args).await,
-            "apropos-search" => apropos_search::call(&context, &args).await,
-            "find-definition" => find_definition::call(&context, &args).await,
-            "xref" => xref::call(&context, &args).await,
-            "load-system" => load_system::call(&context, &args).await,
-            "lisp-status" => lisp_status::call(&context, &args).await,
-            // Source tools read and write files on this machine only; they never wait on the
-            // image, but file I/O still belongs off the async workers.
-            "edit-lisp-form" => self.source_tool(edit_lisp_form::call, args).await,
-            "lisp-check-parens" => self.source_tool(lisp_check_parens::call, args).await,
-            "lisp-outline" => self.source_tool(lisp_outline::call, args).await,
+        // Each tool's future lives on the heap: inline, the call's future would be as large as
+        // the largest tool's (some kilobytes), copied whenever a call is spawned or moved.
+        let running: Pin<Box<dyn Future<Output = ToolOutput> + Send + '_>> = match name {
+            "evaluate-lisp" => Box::pin(evaluate_lisp::call(&context, &args)),
+            "compile-form" => Box::pin(compile_form::call(&context, &args)),
+            "macroexpand-form" => Box::pin(macroexpand_form::call(&context, &args)),
+            "class-info" => Box::pin(class_info::call(&context, &args)),
+            "describe-symbol" => Box::pin(describe_symbol::call(&context, &args)),
+            "apropos-search" => Box::pin(apropos_search::call(&context, &args)),
+            "find-definition" => Box::pin(find_definition::call(&context, &args)),
+            "xref" => Box::pin(xref::call(&context, &args)),
+            "load-system" => Box::pin(load_system::call(&context, &args)),
+            "lisp-status" => Box::pin(lisp_status::call(&context, &args)),
             _ => return None,
         };
-        Some(output)
+        Some(running.await)
     }
 }
 

@@ -1,5 +1,7 @@
 //! What a tool hands back to the MCP layer, and how it describes itself in `tools/list`.
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// The MCP tool annotations. They are hints for the client (for example, whether to ask the user
@@ -49,11 +51,13 @@ impl ToolDefinition {
 
 /// A finished tool call: the contract's text, whether it is an error the model should react to,
 /// and optionally the same facts as structured data.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ToolOutput {
     pub text: String,
     pub is_error: bool,
-    pub structured: Option<Value>,
+    /// Already serialised: a tool writes its facts straight from its own types, and the response
+    /// carries the text as it is, with no `serde_json::Value` built, copied and dropped between.
+    pub structured: Option<Box<RawValue>>,
 }
 
 impl ToolOutput {
@@ -70,9 +74,15 @@ impl ToolOutput {
         Self { text: text.into(), is_error: true, structured: None }
     }
 
-    pub fn with_structured(mut self, structured: Value) -> Self {
-        self.structured = Some(structured);
+    pub fn with_structured(mut self, structured: impl Serialize) -> Self {
+        // Serialising plain data (string keys, finite numbers) cannot fail.
+        self.structured = serde_json::value::to_raw_value(&structured).ok();
         self
+    }
+
+    /// The structured content as a JSON value, for callers that look inside it.
+    pub fn structured_value(&self) -> Option<Value> {
+        self.structured.as_ref().and_then(|raw| serde_json::from_str(raw.get()).ok())
     }
 }
 
