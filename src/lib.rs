@@ -3,8 +3,10 @@
 //! Layers, each knowing little of the others: [`swank`] (the client, no MCP), [`tools`] (one
 //! module per tool, run in the image or on source files), [`mcp`] (JSON-RPC over stdio) and
 //! [`source`] (a lossless CST of Lisp source for the file-editing tools; needs no image).
+//! [`outbox`] is the writing half both the swank client and the MCP server use.
 
 pub mod mcp;
+pub mod outbox;
 pub mod source;
 pub mod swank;
 pub mod tools;

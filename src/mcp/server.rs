@@ -1,7 +1,7 @@
 //! The MCP server loop: JSON-RPC 2.0 dispatch, lifecycle, `tools/list`, `tools/call` and
 //! cancellation. Hand-written, as rust-analyzer's `lsp-server` is for LSP: one reader loop that
 //! owns dispatch and runs every tool call concurrently beside it, so that a slow evaluation never
-//! delays a quick one, and one writer task that owns stdout.
+//! delays a quick one; responses go out through an [`Outbox`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,11 +14,11 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use crate::outbox::Outbox;
 use super::transport::{Line, LineCodec};
 use crate::tools::{Progress, Toolbox, ToolOutput};
 
@@ -56,8 +56,8 @@ user's state.";
 
 pub struct Server {
     toolbox: Arc<Toolbox>,
-    /// Messages for the writer, each serialised and ending in a newline.
-    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    /// Where messages go, each serialised and ending in a newline.
+    outgoing: Arc<Outbox>,
     /// Cancellation tokens of running tool calls, by the JSON text of their request id.
     in_flight: Mutex<HashMap<String, CancellationToken>>,
     protocol_version: Mutex<String>,
@@ -69,8 +69,11 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_messages(output, outgoing_rx));
+    let outgoing = Arc::new(Outbox::new(Box::new(output)));
+    let writer = tokio::spawn({
+        let outgoing = outgoing.clone();
+        async move { outgoing.run_writer().await }
+    });
     let server = Arc::new(Server {
         toolbox,
         outgoing,
@@ -113,6 +116,7 @@ where
     }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.next().await.is_some() {} }).await;
     drop(calls);
+    server.outgoing.close();
     drop(server);
     writer.await.unwrap_or(Ok(()))
 }
@@ -235,14 +239,6 @@ impl Server {
     }
 }
 
-async fn write_messages<W: AsyncWrite + Unpin>(mut output: W, mut lines: mpsc::UnboundedReceiver<Vec<u8>>) -> std::io::Result<()> {
-    while let Some(line) = lines.recv().await {
-        output.write_all(&line).await?;
-        output.flush().await?;
-    }
-    Ok(())
-}
-
 /// A message as one line of output.
 fn to_line(message: &impl Serialize) -> Vec<u8> {
     // Serialising a response cannot fail: its maps have string keys and its numbers are finite.
@@ -332,6 +328,7 @@ fn respond(id: Value, outcome: Result<Option<ResultBody>, (i64, String)>) -> Opt
 
 impl Server {
     fn send(&self, message: impl Serialize) {
+        // A failed stdout ends the server when its input ends; there is no one left to tell.
         let _ = self.outgoing.send(to_line(&message));
     }
 

@@ -16,16 +16,21 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio::sync::oneshot;
+use bytes::BytesMut;
+use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{FrameCodec, MAX_PAYLOAD};
 use super::dialect::{Dialect, Protocol, ServerInfo};
 use super::reader::read;
 use super::sexp::{Form, Sexp};
+use crate::outbox::Outbox;
+
+/// How long a closing connection keeps trying to write what is still queued.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
@@ -107,7 +112,7 @@ pub struct Connection {
 
 struct Shared {
     endpoint: Endpoint,
-    outgoing: mpsc::UnboundedSender<String>,
+    outgoing: Arc<Outbox>,
     pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
     /// Debugger reports waiting for the `:return (:abort ...)` of the request they belong to.
     debugger_reports: Mutex<HashMap<i64, DebuggerReport>>,
@@ -136,7 +141,7 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let connection = Self::start(endpoint.clone(), stream);
         if let Some(secret) = &options.secret {
-            let _ = connection.shared.outgoing.send(secret.clone());
+            connection.shared.send_payload(secret);
         }
         let handshake = async {
             let reply = connection.rex(Dialect::identification_request(), "COMMON-LISP-USER", Thread::New).await;
@@ -166,7 +171,7 @@ impl Connection {
 
     fn start(endpoint: Endpoint, stream: TcpStream) -> Self {
         let (read_half, write_half) = stream.into_split();
-        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let outgoing = Arc::new(Outbox::new(Box::new(write_half)));
         let shared = Arc::new(Shared {
             endpoint,
             outgoing: outgoing.clone(),
@@ -178,8 +183,8 @@ impl Connection {
             info: std::sync::OnceLock::new(),
         });
         let closed = shared.closed.clone();
-        tokio::spawn(write_loop(Arc::downgrade(&shared), FramedWrite::new(write_half, FrameCodec::default()), outgoing_rx, closed.clone()));
-        tokio::spawn(read_loop(Arc::downgrade(&shared), FramedRead::new(read_half, FrameCodec::default()), outgoing, closed));
+        tokio::spawn(write_loop(Arc::downgrade(&shared), outgoing, closed.clone()));
+        tokio::spawn(read_loop(Arc::downgrade(&shared), FramedRead::new(read_half, FrameCodec::default()), closed));
         Self { shared }
     }
 
@@ -225,7 +230,7 @@ impl Connection {
         let (reply_tx, reply_rx) = oneshot::channel();
         lock(&shared.pending).insert(id, reply_tx);
         let _forget_on_drop = PendingGuard { shared, id };
-        if shared.closed.is_cancelled() || shared.outgoing.send(message).is_err() {
+        if shared.closed.is_cancelled() || !shared.send_payload(&message) {
             return Err(shared.lost());
         }
         tracing::trace!(id, "request sent");
@@ -293,38 +298,44 @@ impl Shared {
     }
 
     fn send(&self, form: Form) {
-        let _ = self.outgoing.send(form.to_wire());
+        self.send_payload(&form.to_wire());
+    }
+
+    /// Frames `payload` and writes it, or queues it for [`write_loop`]. A failed write fails the
+    /// connection; returns whether the payload went out or was queued.
+    fn send_payload(&self, payload: &str) -> bool {
+        tracing::trace!(message = %truncate_for_log(payload), "send");
+        let mut frame = BytesMut::new();
+        let sent = FrameCodec::default()
+            .encode(payload, &mut frame)
+            .map_err(std::io::Error::other)
+            .and_then(|()| self.outgoing.send(frame.into()));
+        if let Err(e) = &sent {
+            self.fail(format!("write failed: {e}"));
+        }
+        sent.is_ok()
     }
 }
 
-async fn write_loop(
-    shared: Weak<Shared>,
-    mut sink: FramedWrite<tokio::net::tcp::OwnedWriteHalf, FrameCodec>,
-    mut outgoing: mpsc::UnboundedReceiver<String>,
-    closed: CancellationToken,
-) {
-    loop {
-        let message = tokio::select! {
-            message = outgoing.recv() => message,
-            _ = closed.cancelled() => None,
-        };
-        let Some(message) = message else { break };
-        tracing::trace!(message = %truncate_for_log(&message), "send");
-        if let Err(e) = sink.send(message.as_str()).await {
-            if let Some(shared) = shared.upgrade() {
-                shared.fail(format!("write failed: {e}"));
-            }
-            break;
+/// Writes what could not be written at once, until the connection closes.
+async fn write_loop(shared: Weak<Shared>, outgoing: Arc<Outbox>, closed: CancellationToken) {
+    let written = tokio::select! {
+        written = outgoing.run_writer() => written,
+        _ = closed.cancelled() => {
+            // What is queued (answers to events) still goes out if the server reads it soon,
+            // then the socket is shut down for writing.
+            outgoing.close();
+            tokio::time::timeout(CLOSE_GRACE, outgoing.run_writer()).await.unwrap_or(Ok(()))
         }
+    };
+    if let (Err(e), Some(shared)) = (written, shared.upgrade()) {
+        shared.fail(format!("write failed: {e}"));
     }
-    let _ = sink.close().await;
 }
 
 async fn read_loop(
     shared: Weak<Shared>,
     mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
-    // Kept so that answers to events can be queued even while every handle is busy elsewhere.
-    outgoing: mpsc::UnboundedSender<String>,
     closed: CancellationToken,
 ) {
     let reason = loop {
@@ -337,7 +348,7 @@ async fn read_loop(
             None => break Some("the server closed the connection".to_string()),
             Some(Err(e)) => break Some(format!("bad frame from the server: {e}")),
             Some(Ok(text)) => match read(&text) {
-                Ok(message) => handle_message(&shared, &outgoing, message),
+                Ok(message) => handle_message(&shared, message),
                 // One unreadable message must not take the connection down; it is logged so
                 // that a reader gap shows up in bug reports.
                 Err(e) => tracing::warn!(error = %e, message = %truncate_for_log(&text), "unreadable message from the server"),
@@ -360,7 +371,7 @@ fn truncate_for_log(text: &str) -> &str {
 
 /// Dispatches one server message. Every event that makes a Lisp thread wait gets an answer here;
 /// the rest are informational.
-fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, message: Sexp) {
+fn handle_message(shared: &Shared, message: Sexp) {
     // Replies are taken apart by value: their payload goes to the caller without a copy.
     let message = match message {
         Sexp::List(items) if items.first().is_some_and(|head| head.is_keyword("return")) => return handle_return(shared, items),
@@ -375,9 +386,7 @@ fn handle_message(shared: &Shared, outgoing: &mpsc::UnboundedSender<String>, mes
         tracing::warn!(%message, "message does not start with a keyword");
         return;
     };
-    let answer = |form: Form| {
-        let _ = outgoing.send(form.to_wire());
-    };
+    let answer = |form: Form| shared.send(form);
     let int = |i: usize| args.get(i).and_then(Sexp::as_i64);
     match kind.as_str() {
         "DEBUG" => handle_debug(shared, args),
