@@ -538,6 +538,23 @@ mod tests {
         assert_eq!(value, Sexp::List(vec![sym("FUNCTION"), sym("CAR")]));
     }
 
+    proptest::proptest! {
+        /// The one-pass reading of plain tokens agrees with the general one wherever it applies.
+        #[test]
+        fn plain_symbols_read_as_the_general_reader_reads_them(raw in "[a-zA-Z0-9:+*<>=.-]{1,12}") {
+            if let Some(fast) = plain_symbol(&raw) {
+                proptest::prop_assert_eq!(fast, symbol(&raw, &raw).unwrap());
+            }
+        }
+
+        /// Small integers skip the number grammar and must read as it reads them.
+        #[test]
+        fn digit_runs_read_as_the_number_grammar_reads_them(raw in "[0-9]{1,25}") {
+            let (_, general) = number(&raw).unwrap();
+            proptest::prop_assert_eq!(read(&raw).unwrap(), general);
+        }
+    }
+
     #[test]
     fn errors_are_reported_not_panicked() {
         for bad in ["(", "(1 2", "\"abc", ")", "#<abc", "|abc", "#\\", "(1 . )", "#z", "", "(a) b", "a\\"] {
