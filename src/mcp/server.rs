@@ -81,9 +81,8 @@ where
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
-    // Calls run inside this task rather than each in a task of its own: spawning a task per call
-    // cost more than the rest of the dispatch (its cache-aligned allocation takes the allocator's
-    // slow path).
+    // Calls run as futures inside this task rather than as tasks of their own, so that a call
+    // that panics is caught here and still answered (see `handle_guarded`).
     let mut calls = Calls::new();
     loop {
         let line = tokio::select! {
