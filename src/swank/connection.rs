@@ -388,7 +388,7 @@ fn handle_message(shared: &Shared, message: Sexp) {
     };
     let answer = |form: Form| shared.send(form);
     let int = |i: usize| args.get(i).and_then(Sexp::as_i64);
-    match kind.as_str() {
+    match kind.as_ref() {
         "DEBUG" => handle_debug(shared, args),
         "PING" => {
             if let (Some(thread), Some(tag)) = (int(0), int(1)) {

@@ -14,6 +14,8 @@ use nom::{
     IResult, Parser,
 };
 
+use std::borrow::Cow;
+
 use super::sexp::Sexp;
 
 /// Deeper nesting than any real message; beyond it the input is rejected, not recursed into.
@@ -352,12 +354,53 @@ fn plain_symbol(raw: &str) -> Option<Sexp> {
     if name.is_empty() || name.bytes().any(|b| b == b':') {
         return None;
     }
-    let name = name.to_ascii_uppercase();
     Some(if package.is_empty() {
-        Sexp::Keyword(name)
+        Sexp::Keyword(keyword_name(name))
     } else {
-        Sexp::Symbol { package: Some(package.to_ascii_uppercase()), name, internal }
+        Sexp::Symbol { package: Some(package.to_ascii_uppercase()), name: name.to_ascii_uppercase(), internal }
     })
+}
+
+/// Keywords in nearly every message: the protocol's and the helper's reply keys, sorted.
+const COMMON_KEYWORDS: [&str; 24] = [
+    "ABORT",
+    "BACKTRACE",
+    "CLASS",
+    "DEBUG",
+    "DEBUG-ACTIVATE",
+    "DEBUG-RETURN",
+    "ERROR",
+    "FAILURE",
+    "INDENTATION-UPDATE",
+    "KIND",
+    "MESSAGE",
+    "NEW-FEATURES",
+    "NEW-PACKAGE",
+    "NOTES",
+    "OK",
+    "PACKAGE",
+    "PING",
+    "RETURN",
+    "STDERR",
+    "STDOUT",
+    "TYPE",
+    "VALUES",
+    "WARNINGS",
+    "WARNINGS-DROPPED",
+];
+
+/// The canonical name of the plain keyword `name`, shared when it is a common one: a reply's
+/// dozen keywords were a dozen allocations, and as many frees, per message.
+fn keyword_name(name: &str) -> Cow<'static, str> {
+    let mut buffer = [0u8; 24];
+    if let Some(upper) = buffer.get_mut(..name.len()) {
+        upper.copy_from_slice(name.as_bytes());
+        upper.make_ascii_uppercase();
+        if let Ok(i) = COMMON_KEYWORDS.binary_search_by(|keyword| keyword.as_bytes().cmp(upper)) {
+            return Cow::Borrowed(COMMON_KEYWORDS[i]);
+        }
+    }
+    Cow::Owned(name.to_ascii_uppercase())
 }
 
 /// Any symbol or keyword, from the raw text of its token (`input` is where it starts, for
@@ -367,7 +410,7 @@ fn symbol<'a>(input: &'a str, raw: &'a str) -> Result<Sexp, nom::Err<nom::error:
         Some((package_raw, internal, name_raw)) => {
             let (_, (name, _)) = token_text(name_raw).map_err(|_| fail_err(input))?;
             if package_raw.is_empty() {
-                Sexp::Keyword(name)
+                Sexp::Keyword(name.into())
             } else {
                 let (_, (package, _)) = token_text(package_raw).map_err(|_| fail_err(input))?;
                 // An empty package name is how `Sexp` spells `#:`, which has no internal form,
@@ -536,6 +579,19 @@ mod tests {
         assert_eq!(value, Sexp::List(vec![sym("QUOTE"), sym("X")]));
         let value = read("#'car").unwrap();
         assert_eq!(value, Sexp::List(vec![sym("FUNCTION"), sym("CAR")]));
+    }
+
+    #[test]
+    fn common_keywords_are_shared_and_read_like_any_other() {
+        assert!(COMMON_KEYWORDS.windows(2).all(|pair| pair[0] < pair[1]), "sorted for the binary search");
+        assert!(COMMON_KEYWORDS.iter().all(|k| k.len() <= 24 && *k == k.to_ascii_uppercase()));
+        for keyword in COMMON_KEYWORDS {
+            let text = format!(":{}", keyword.to_ascii_lowercase());
+            assert!(matches!(read(&text).unwrap(), Sexp::Keyword(Cow::Borrowed(name)) if name == keyword), "{text}");
+        }
+        assert!(matches!(read(":warnings-droppedx").unwrap(), Sexp::Keyword(Cow::Owned(name)) if name == "WARNINGS-DROPPEDX"));
+        assert_eq!(read(":A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS").unwrap(), Sexp::Keyword("A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS".into()));
+        assert_eq!(read(":|ok|").unwrap(), Sexp::Keyword("ok".into()));
     }
 
     proptest::proptest! {

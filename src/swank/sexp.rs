@@ -7,6 +7,7 @@
 //! symbols, keywords, strings, integers and lists may ever be printed. Making that a type rather
 //! than a convention means no code path can send anything else.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 /// A value read from the server. Symbol and keyword names are canonical Lisp names (the reader
@@ -21,7 +22,9 @@ pub enum Sexp {
     String(String),
     /// `#\x` with the text after `#\` (a single character or a name such as `Space`).
     Character(String),
-    Keyword(String),
+    /// The keywords of nearly every message (`:return`, `:ok`, the helper's reply keys) share
+    /// static names; the reader allocates only for others.
+    Keyword(Cow<'static, str>),
     /// A symbol. `package` is `None` for an unqualified one and `Some("")` for an uninterned
     /// `#:g`. `internal` is true for `pkg::sym`.
     Symbol { package: Option<String>, name: String, internal: bool },
@@ -244,7 +247,7 @@ impl Form {
             Form::T => Sexp::Symbol { package: None, name: "T".into(), internal: false },
             Form::Integer(n) => Sexp::Integer(*n),
             Form::String(s) => Sexp::String(s.clone()),
-            Form::Keyword(name) => Sexp::Keyword(name.to_ascii_uppercase()),
+            Form::Keyword(name) => Sexp::Keyword(name.to_ascii_uppercase().into()),
             Form::Symbol(package, name) => Sexp::Symbol {
                 package: Some(package.to_ascii_uppercase()),
                 name: name.to_ascii_uppercase(),
@@ -303,7 +306,7 @@ mod tests {
             Just(Sexp::Nil),
             any::<i64>().prop_map(Sexp::Integer),
             any::<String>().prop_map(Sexp::String),
-            name.prop_map(Sexp::Keyword),
+            name.prop_map(|name| Sexp::Keyword(name.into())),
             (proptest::option::of(name), name, any::<bool>()).prop_map(|(package, name, internal)| {
                 let internal = internal && package.as_deref().is_some_and(|p| !p.is_empty());
                 Sexp::Symbol { package, name, internal }
