@@ -3,9 +3,9 @@
 //! A reader task owns the socket's read half: it decodes frames, completes the waiting request
 //! whose id a `:return` names, and answers every event the server sends so that no Lisp thread
 //! ever waits on us (`:ping`, `:write-string` with a thread id, `:read-string`, `:y-or-n-p`, ...).
-//! A writer task owns the write half and serialises frames from any number of callers. Callers
-//! hold a cheap handle; many requests may be in flight at once because every `:emacs-rex` asks
-//! for a fresh worker thread.
+//! Callers write their frames themselves through an [`Outbox`], whose writer task takes over only
+//! what the socket does not accept at once. Callers hold a cheap handle; many requests may be in
+//! flight at once because every `:emacs-rex` asks for a fresh worker thread.
 //!
 //! When the socket closes, every pending request fails at once with a message naming the
 //! endpoint, as helix's LSP transport does, rather than waiting for a reply that cannot come.
