@@ -97,14 +97,7 @@ where
                 &format!("Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."),
             )),
             Line::Message(bytes) => match PlainToolCall::read(&bytes) {
-                Some(call) => {
-                    let server = server.clone();
-                    calls.push(Box::pin(async move {
-                        if let Some(reply) = server.handle_guarded(Incoming::PlainToolCall(call)).await {
-                            server.send(reply);
-                        }
-                    }));
-                }
+                Some(call) => server.answer_concurrently(&mut calls, Incoming::PlainToolCall(call)),
                 None => server.dispatch_general(&bytes, &mut calls).await,
             },
         }
@@ -206,6 +199,16 @@ fn is_valid_id(id: &Value) -> bool {
 }
 
 impl Server {
+    /// Answers `message` from a future of `calls`, beside the calls already running.
+    fn answer_concurrently(self: &Arc<Self>, calls: &mut Calls, message: Incoming) {
+        let server = self.clone();
+        calls.push(Box::pin(async move {
+            if let Some(reply) = server.handle_guarded(message).await {
+                server.send(reply);
+            }
+        }));
+    }
+
     /// Answers a line that is not a plain tool call: a batch, another method, or a mistake.
     async fn dispatch_general(self: &Arc<Self>, bytes: &[u8], calls: &mut Calls) {
         match serde_json::from_slice::<Value>(bytes) {
@@ -221,14 +224,7 @@ impl Server {
                     }
                 }));
             }
-            Ok(message) if is_tool_call(&message) => {
-                let server = self.clone();
-                calls.push(Box::pin(async move {
-                    if let Some(reply) = server.handle_guarded(Incoming::General(message)).await {
-                        server.send(reply);
-                    }
-                }));
-            }
+            Ok(message) if is_tool_call(&message) => self.answer_concurrently(calls, Incoming::General(message)),
             Ok(message) => {
                 if let Some(reply) = self.handle_guarded(Incoming::General(message)).await {
                     self.send(reply);
@@ -357,7 +353,6 @@ impl Server {
             Ok(reply) => reply,
             Err(_) => {
                 let id = id?;
-                self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&id.to_string());
                 Some(error_response(
                     id,
                     INTERNAL_ERROR,
@@ -486,13 +481,12 @@ impl Server {
         arguments: Option<Value>,
         progress_token: Option<Value>,
     ) -> Result<Option<ResultBody>, (i64, String)> {
-        let key = id.to_string();
         let cancel = CancellationToken::new();
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
+        let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
         let progress = self.progress_for(progress_token);
         let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         let Some(output) = output else {
             return Err((INVALID_PARAMS, format!("Unknown tool: {name}")));
@@ -501,5 +495,26 @@ impl Server {
             return Ok(None);
         }
         Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
+    }
+}
+
+/// A running call's entry in [`Server::in_flight`], removed however the call ends: with its
+/// output, or by a panic.
+struct InFlight<'a> {
+    server: &'a Server,
+    key: String,
+}
+
+impl<'a> InFlight<'a> {
+    fn register(server: &'a Server, id: &Value, cancel: CancellationToken) -> Self {
+        let key = id.to_string();
+        server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel);
+        InFlight { server, key }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
     }
 }
