@@ -8,7 +8,7 @@
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
 ;;;;   reason: Slynk's reader rewrites any token containing it.) The one exception is
-;;;;   FORGET-FINISHED-THREADS, which finds the server's mailbox list by name at run time.
+;;;;   FORGET-FINISHED-THREADS, which finds the server's mailbox list by name when it loads.
 ;;;; - It is loaded by EVAL of each form, so redefinition must be harmless: DEFCLASS rather than
 ;;;;   DEFSTRUCT, DEFVAR for state that must survive a reload.
 
