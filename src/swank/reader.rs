@@ -238,7 +238,7 @@ fn is_constituent(c: char) -> bool {
 }
 
 /// A token's canonical text (unescaped characters upcased) and whether any part was escaped.
-/// Escaped colons are marked by returning the split positions separately in [`token`].
+/// Package markers are split off beforehand, in [`symbol`], so that escaped colons stay in names.
 fn token_text(input: &str) -> IResult<&str, (String, bool)> {
     let (rest, raw) = recognize_token(input)?;
     // What servers print almost always: a plain ASCII token with nothing escaped.
@@ -361,7 +361,8 @@ fn plain_symbol(raw: &str) -> Option<Sexp> {
     })
 }
 
-/// Keywords in nearly every message: the protocol's and the helper's reply keys, sorted.
+/// Keywords in nearly every message: the protocol's and the helper's reply keys, sorted, none
+/// longer than [`COMMON_KEYWORD_MAX_LEN`].
 const COMMON_KEYWORDS: [&str; 24] = [
     "ABORT",
     "BACKTRACE",
@@ -389,10 +390,12 @@ const COMMON_KEYWORDS: [&str; 24] = [
     "WARNINGS-DROPPED",
 ];
 
+const COMMON_KEYWORD_MAX_LEN: usize = 24;
+
 /// The canonical name of the plain keyword `name`, shared when it is a common one: a reply's
 /// dozen keywords were a dozen allocations, and as many frees, per message.
 fn keyword_name(name: &str) -> Cow<'static, str> {
-    let mut buffer = [0u8; 24];
+    let mut buffer = [0u8; COMMON_KEYWORD_MAX_LEN];
     if let Some(upper) = buffer.get_mut(..name.len()) {
         upper.copy_from_slice(name.as_bytes());
         upper.make_ascii_uppercase();
@@ -584,7 +587,7 @@ mod tests {
     #[test]
     fn common_keywords_are_shared_and_read_like_any_other() {
         assert!(COMMON_KEYWORDS.windows(2).all(|pair| pair[0] < pair[1]), "sorted for the binary search");
-        assert!(COMMON_KEYWORDS.iter().all(|k| k.len() <= 24 && *k == k.to_ascii_uppercase()));
+        assert!(COMMON_KEYWORDS.iter().all(|k| k.len() <= COMMON_KEYWORD_MAX_LEN && *k == k.to_ascii_uppercase()));
         for keyword in COMMON_KEYWORDS {
             let text = format!(":{}", keyword.to_ascii_lowercase());
             assert!(matches!(read(&text).unwrap(), Sexp::Keyword(Cow::Borrowed(name)) if name == keyword), "{text}");
