@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// `code` as it goes between double quotes, in a Lisp string or a JSON one alike (the code the
+/// bench sends has no control characters).
+fn quoted_text(code: &str) -> String {
+    code.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
 /// A minimal swank client: frames out, frames in, nothing else.
 struct RawSwank {
     stream: TcpStream,
@@ -44,14 +50,14 @@ impl RawSwank {
 
     /// One `eval-and-grab-output` round trip; returns once its `:return` arrives.
     fn eval_and_grab_output(&mut self, code: &str) -> String {
-        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        let escaped = quoted_text(code);
         self.rex(&format!("(swank:eval-and-grab-output \"{escaped}\")"))
     }
 
     /// The request evaluate-lisp makes, sent by this minimal client: the Lisp side of the tool's
     /// cost without the Rust side.
     fn helper_evaluate(&mut self, code: &str) -> String {
-        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        let escaped = quoted_text(code);
         let token = self.next_id;
         self.rex(&format!(
             "(mcp-agent-helper:evaluate \"{escaped}\" :package nil :max-output 65536 :session \"bench-raw\" :token \"bench-raw-{token}\")"
@@ -118,7 +124,7 @@ impl McpProcess {
     fn evaluate_raw(&mut self, code: &str) -> String {
         let id = self.next_id;
         self.next_id += 1;
-        let escaped = code.replace('\\', "\\\\").replace('"', "\\\"");
+        let escaped = quoted_text(code);
         let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"evaluate-lisp\",\"arguments\":{{\"code\":\"{escaped}\"}}}}}}\n"
         );
