@@ -295,13 +295,56 @@ async fn unicode_round_trips() {
 #[tokio::test]
 async fn big_output_is_cut_inside_the_image() {
     let tb = common::toolbox(common::shared_image_port());
-    let output = eval_code(&tb, "(progn (dotimes (i 2000000) (write-string \"0123456789\")) (make-string 5000000 :initial-element #\\x))").await;
+    let output = eval_code(&tb, "(progn (dotimes (i 400000) (write-string \"0123456789\")) (make-string 5000000 :initial-element #\\x))").await;
     assert!(!output.is_error);
-    assert!(output.text.contains("[... 19,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"), "{}", &output.text[output.text.len() - 300..]);
+    assert!(output.text.contains("[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"), "{}", &output.text[output.text.len() - 300..]);
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
     let structured = output.structured_value().unwrap();
     assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
     assert!(output.text.len() < 3 * 65536);
+}
+
+#[tokio::test]
+async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
+    // A private image: if the bound failed, the 1 GB heap would be exhausted and the image die.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let started = Instant::now();
+    let output = eval_code(&tb, "(let ((l (list 1 2 3))) (setf (cdr (last l)) l) (print l))").await;
+    assert!(output.is_error);
+    assert!(
+        output.text.starts_with(
+            "[ERROR] MCP-AGENT-HELPER::OUTPUT-LIMIT-EXCEEDED\nThe output passed 4,194,304 characters (64 times --max-output, 65,536), \
+             so the evaluation was stopped"
+        ),
+        "{}",
+        &output.text[..output.text.len().min(2000)]
+    );
+    assert!(output.text.contains("bind *PRINT-CIRCLE* to T"), "says how to print it: {}", &output.text[..2000]);
+    let stdout = output.text.find("[stdout]").map(|at| &output.text[at..at + 21]);
+    assert_eq!(stdout, Some("[stdout]\n(1 2 3 1 2 3"), "keeps the output it was allowed");
+    assert!(output.text.len() < 3 * 65536, "{} characters", output.text.len());
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    // The image lives, and the same list prints with *PRINT-CIRCLE*.
+    assert_eq!(ok(&tb, "(let ((l (list 1 2))) (setf (cdr (last l)) l) (let ((*print-circle* t)) (prin1-to-string l)))").await, "=> \"#1=(1 2 . #1#)\"");
+    drop(image);
+}
+
+#[tokio::test]
+async fn a_huge_error_message_is_cut_to_max_output() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval_code(&tb, "(error (make-string 3000000 :initial-element #\\x))").await;
+    assert!(output.is_error);
+    assert!(
+        output.text.contains("\n[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output)]"),
+        "{}",
+        &output.text[output.text.len().saturating_sub(1000)..]
+    );
+    assert!(output.text.len() < 2 * 65536, "{} characters", output.text.len());
+    let output = eval_code(&tb, "(progn (warn (make-string 3000000 :initial-element #\\y)) 1)").await;
+    assert!(!output.is_error, "{}", &output.text[..200]);
+    assert!(output.text.contains("[... 2,934,464 more characters of this message not shown"));
+    assert!(output.text.len() < 2 * 65536, "{} characters", output.text.len());
 }
 
 #[tokio::test]

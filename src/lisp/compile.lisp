@@ -151,6 +151,150 @@ compile it, then undoes what reading and compiling changed in the image."
   `(call-leaving-image-unchanged ,code ,package (lambda () ,@body)))
 
 ;;; ------------------------------------------------------------------------------------------
+;;; Running none of the request's code
+;;;
+;;; Compiling with COMPILE runs no DEFUN, DEFTYPE or EVAL-WHEN body (none is at top level), and
+;;; *READ-EVAL* is off while reading; what would still run is a macro's expander, since the
+;;; compiler calls it. The image's own macros may expand, but an expander whose code came with
+;;; the request (a MACROLET, or a DEFMACRO that later forms see as one) is replaced by a stub
+;;; before anything compiles it: compiling the real one would already evaluate any
+;;; LOAD-TIME-VALUE in it, and calling it would run the rest.
+
+(defvar *request-conses* nil
+  "Per call: the conses of the forms read from the request (an EQ set). A local macro whose
+definition holds one of them carries the request's code, even when an image macro wrote the
+MACROLET around it.")
+
+(defvar *disarmed-definitions* nil
+  "Per call: stub definition -> the request's definition it stands for, to show expansions as
+the user wrote them.")
+
+(defvar *refusal* nil
+  "The REQUEST-MACRO-REFUSED just signalled, until the compiler's report of it is recorded.")
+
+(define-condition request-macro-refused (error)
+  ((form :initarg :form :reader refused-form))
+  (:report (lambda (condition stream)
+             (let ((form (refused-form condition)))
+               (format stream "~A was not expanded: ~S is a macro that this code itself defines ~
+                               (with DEFMACRO or MACROLET), and compile-form and macroexpand-form ~
+                               never run a macro from the request, since expanding it would run its ~
+                               code in the image. Define the macro in the image first (evaluate-lisp ~
+                               or load its file), then check the code that uses it."
+                       (print-form-briefly form) (first form))))))
+
+(defun refuse-request-macro (form)
+  "The body of every stub: says which macro call could not be expanded, and why."
+  (error (setf *refusal* (make-condition 'request-macro-refused :form form))))
+
+(defun note-request-code (form)
+  "Records FORM's conses as the request's."
+  (let ((seen *request-conses*))
+    (labels ((walk (x)
+               (loop while (and (consp x) (not (gethash x seen)))
+                     do (setf (gethash x seen) t)
+                        (walk (car x))
+                        (setf x (cdr x)))))
+      (walk form))))
+
+(defun holds-request-code-p (tree)
+  (let ((seen (make-hash-table :test 'eq)))
+    (labels ((walk (x)
+               (loop while (and (consp x) (not (gethash x seen)))
+                     do (when (gethash x *request-conses*)
+                          (return-from holds-request-code-p t))
+                        (setf (gethash x seen) t)
+                        (walk (car x))
+                        (setf x (cdr x)))))
+      (walk tree)
+      nil)))
+
+(defun stub-definition (definition)
+  "DEFINITION, a MACROLET binding (NAME LAMBDA-LIST . BODY), or a stub for it when its code is
+the request's."
+  (if (and (consp definition) (symbolp (first definition)) (holds-request-code-p definition))
+      (let* ((form (make-symbol "FORM"))
+             (arguments (make-symbol "ARGUMENTS"))
+             (stub `(,(first definition) (&whole ,form &rest ,arguments)
+                     (declare (ignore ,arguments))
+                     (refuse-request-macro ,form))))
+        (setf (gethash stub *disarmed-definitions*) definition)
+        stub)
+      definition))
+
+(defun map-sharing (function list)
+  "LIST with FUNCTION applied to each element (a dotted tail included), sharing LIST's conses
+where nothing changed. A cycle along the list is left as it is."
+  (let ((items '()) (tail list) (spine (make-hash-table :test 'eq)))
+    (loop while (and (consp tail) (not (gethash tail spine)))
+          do (setf (gethash tail spine) t)
+             (push (funcall function (car tail)) items)
+             (setf tail (cdr tail)))
+    (let* ((new-tail (if (consp tail) tail (funcall function tail)))
+           (result new-tail))
+      ;; Rebuild from the end, reusing each original cons whose element and rest are unchanged.
+      (let ((originals '()))
+        (loop for cons = list then (cdr cons)
+              repeat (length items)
+              do (push cons originals))
+        (loop for item in items
+              for original in originals
+              do (setf result (if (and (eq item (car original)) (eq result (cdr original)))
+                                  original
+                                  (cons item result)))))
+      result)))
+
+(defun disarm (tree)
+  "TREE with the request's local macro definitions replaced by stubs (see above)."
+  (let ((done (make-hash-table :test 'eq)))
+    (labels ((walk (x)
+               (cond ((atom x) x)
+                     ((nth-value 1 (gethash x done)) (gethash x done))
+                     (t
+                      ;; A cons met again (shared or circular) stands for itself meanwhile.
+                      (setf (gethash x done) x)
+                      (setf (gethash x done)
+                            (if (and (eq (first x) 'macrolet) (consp (rest x)) (listp (second x)))
+                                (let ((definitions (map-sharing #'stub-definition (second x)))
+                                      (body (map-sharing #'walk (cddr x))))
+                                  (if (and (eq definitions (second x)) (eq body (cddr x)))
+                                      x
+                                      (list* 'macrolet definitions body)))
+                                (map-sharing #'walk x)))))))
+      (walk tree))))
+
+(defun rearm (tree)
+  "TREE, an expansion of disarmed code, with the stubs shown as the definitions they replaced."
+  (if (zerop (hash-table-count *disarmed-definitions*))
+      tree
+      (let ((done (make-hash-table :test 'eq)))
+        (labels ((walk (x)
+                   (cond ((atom x) x)
+                         ((nth-value 1 (gethash x *disarmed-definitions*)) (gethash x *disarmed-definitions*))
+                         ((nth-value 1 (gethash x done)) (gethash x done))
+                         (t (setf (gethash x done) x)
+                            (setf (gethash x done) (map-sharing #'walk x))))))
+          (walk tree)))))
+
+(defun disarming-expansion-hook (expander form environment)
+  "The macroexpand hook of compile-form and macroexpand-form: an image macro's expansion may wrap
+request code in a MACROLET of its own, so every expansion is disarmed too."
+  (disarm (funcall expander form environment)))
+
+(defun call-running-no-request-code (function)
+  (let ((*request-conses* (make-hash-table :test 'eq))
+        (*disarmed-definitions* (make-hash-table :test 'eq))
+        (*refusal* nil)
+        (*macroexpand-hook* 'disarming-expansion-hook)
+        (*read-eval* nil))
+    (funcall function)))
+
+(defmacro running-no-request-code (&body body)
+  "Runs BODY, which reads the request's code (calling NOTE-REQUEST-CODE on each form it reads)
+and DISARMs it before compiling or expanding it."
+  `(call-running-no-request-code (lambda () ,@body)))
+
+;;; ------------------------------------------------------------------------------------------
 ;;; Reading the user's code
 
 (defun position-recording-readtable (positions)
@@ -239,8 +383,10 @@ whose symbols include those the macros interned."
   (let* ((found nil)
          (expansion (let ((*macroexpand-hook*
                             (lambda (expander form environment)
-                              (handler-case (funcall expander form environment)
-                                (error () '(progn))))))
+                              ;; A refusal here is only reported when the lambda is compiled.
+                              (let ((*refusal* nil))
+                                (handler-case (disarming-expansion-hook expander form environment)
+                                  (error () '(progn)))))))
                       (handler-case (sb-cltl2:macroexpand-all lambda)
                         (error () lambda)))))
     (labels ((strip (x)
@@ -329,13 +475,18 @@ only within the call. Returns the plist COMPILE-CODE describes."
                    ((defvar defparameter)
                     (when (symbolp (second form))
                       (push (second form) specials)))))))
-      (leaving-image-unchanged (code package)
+      (running-no-request-code
+       (leaving-image-unchanged (code package)
         (let ((*package* package)
-              (*readtable* readtable)
-              (*read-eval* nil))
+              (*readtable* readtable))
           ;; Outside the unit, to see the warnings it defers to its end.
           (handler-bind ((sb-c:compiler-error
-                           (lambda (c) (record "ERROR" (sb-int:encapsulated-condition c))))
+                           (lambda (c)
+                             ;; A stub's refusal is a warning: the code may well be right, but
+                             ;; its uses of the macro were not checked.
+                             (if *refusal*
+                                 (record "WARNING" (shiftf *refusal* nil))
+                                 (record "ERROR" (sb-int:encapsulated-condition c)))))
                          (sb-ext:compiler-note
                            (lambda (c) (record "NOTE" c)))
                          (warning
@@ -352,9 +503,10 @@ only within the call. Returns the plist COMPILE-CODE describes."
                                    (return)))))
                     (when (eq form eof) (return))
                     (remember-form form)
+                    (note-request-code form)
                     (multiple-value-bind (lambda prefix) (wrap form)
                       (setf current (list form (or (gethash form positions) start) prefix))
-                      (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values lambda)
+                      (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values (disarm lambda))
                                       ;; DEFSTRUCT and the like intern names as they expand.
                                       (remember-form expansion)
                                       (compile nil compilable))
@@ -363,7 +515,7 @@ only within the call. Returns the plist COMPILE-CODE describes."
                         (error (e) (record "ERROR" e)))
                       (note-effects form)
                       (push current compiled)
-                      (setf current nil))))))))))
+                      (setf current nil)))))))))))
     (let ((conditions (stable-sort (reverse conditions) #'<
                                    :key (lambda (c) (+ (* 1000000 (or (getf c :line) 0)) (or (getf c :column) 0))))))
       (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
@@ -380,7 +532,8 @@ only within the call. Returns the plist COMPILE-CODE describes."
 plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each
 (:SEVERITY :MESSAGE :FORM :LINE :COLUMN); :READ-ERROR, NIL or (:MESSAGE :LINE :COLUMN
 :UNCLOSED); :STDOUT, what macros printed while expanding, as (text dropped)."
-  (let ((stdout (make-capture max-output)))
+  (let ((stdout (make-capture max-output))
+        (*max-output* max-output))
     (let ((result (run-tool token
                             (lambda () (compile-forms code (tool-package package session)))
                             :stdout stdout)))
@@ -442,10 +595,12 @@ the user would type it, and its message; the macro's internals are no backtrace 
 (defun expansion-report (form full max-output)
   "The plist EXPAND-FORM returns for FORM, read."
   (multiple-value-bind (expansion expanded)
-      (handler-case (if full
-                        (let ((expansion (sb-cltl2:macroexpand-all form)))
-                          (values expansion (not (equal expansion form))))
-                        (macroexpand-1 form))
+      (handler-case (let ((disarmed (disarm form)))
+                      (if full
+                          (let ((expansion (rearm (sb-cltl2:macroexpand-all disarmed))))
+                            (values expansion (not (equal expansion form))))
+                          (multiple-value-bind (expansion expanded) (macroexpand-1 disarmed)
+                            (values (rearm expansion) expanded))))
         (error (e)
           (return-from expansion-report (list :error (macro-error-report e)))))
     (let ((output (make-capture max-output)))
@@ -462,12 +617,15 @@ the user would type it, and its message; the macro's internals are no backtrace 
   "Expands the form TEXT for the macroexpand-form tool: one step (MACROEXPAND-1), or every macro
 anywhere in it when FULL. Returns (:FORM header-text :EXPANSION (text dropped) :EXPANDED bool),
 (:READ-ERROR message), or (:ERROR report) when the macro signalled."
-  (run-tool token
+  (let ((*max-output* max-output))
+   (run-tool token
             (lambda ()
               (let ((package (tool-package package session)))
-                (leaving-image-unchanged (text package)
-                  (let ((*package* package))
-                    (multiple-value-bind (form read-error) (read-single-form text)
-                      (if read-error
-                          (list :read-error read-error)
-                          (expansion-report form full max-output)))))))))
+                (running-no-request-code
+                  (leaving-image-unchanged (text package)
+                    (let ((*package* package))
+                      (multiple-value-bind (form read-error) (read-single-form text)
+                        (if read-error
+                            (list :read-error read-error)
+                            (progn (note-request-code form)
+                                   (expansion-report form full max-output))))))))))))

@@ -34,25 +34,59 @@ arriving together load it once. The client's load request creates it, before thi
 ;;;
 ;;; Output is cut inside the image so that a 20 MB print never crosses the wire (a swank frame
 ;;; holds at most 16 MB and the server closes the connection beyond that). The stream keeps the
-;;; first LIMIT characters and counts the rest.
+;;; first LIMIT characters and counts the rest, up to a hard bound where it stops the evaluation:
+;;; printing a circular list without *PRINT-CIRCLE* never ends, and the pretty printer holds on
+;;; to some 25 bytes for each character it passes on, which exhausts a 1 GB heap after about 40
+;;; million characters.
+
+(defvar *max-output* 65536
+  "Per call: the characters kept of each section of the reply (--max-output). Condition
+messages are cut to it too.")
+
+(defparameter *runaway-output-factor* 64
+  "A capture stops the evaluation once this many times its limit has been written: far more
+than anybody reads, far less than endless printing needs to exhaust the heap.")
+
+(define-condition output-limit-exceeded (error)
+  ((limit :initarg :limit :reader output-limit)
+   (bound :initarg :bound :reader output-bound))
+  (:report (lambda (condition stream)
+             (format stream "The output passed ~:D characters (~D times --max-output, ~:D), so the ~
+                             evaluation was stopped: only the first ~:D are shown, and printing ~
+                             without end (a circular list while *PRINT-CIRCLE* is NIL, an endless ~
+                             loop) would exhaust the image's memory. Print less, or bind ~
+                             *PRINT-CIRCLE* to T to print circular structure."
+                     (output-bound condition) *runaway-output-factor* (output-limit condition)
+                     (output-limit condition)))))
 
 (defclass capture-stream (sb-gray:fundamental-character-output-stream)
   ((buffer :initform (make-array 256 :element-type 'character :adjustable t :fill-pointer 0)
            :reader capture-buffer)
    (limit :initarg :limit :reader capture-limit)
    (dropped :initform 0 :accessor capture-dropped)
+   (bound :initarg :bound :reader capture-bound)
    ;; Tracked over everything written, kept or not, so FRESH-LINE and the pretty printer
    ;; behave as on an uncapped stream.
    (column :initform 0 :accessor capture-column)))
 
-(defun make-capture (limit)
-  (make-instance 'capture-stream :limit limit))
+(defun make-capture (limit &key (bounded t))
+  "A capture of LIMIT characters. BOUNDED, it stops whatever writes too much past them; a value
+is printed unbounded, since the printer's limits apply and a big string is no runaway."
+  (make-instance 'capture-stream
+                 :limit limit
+                 :bound (and bounded (* *runaway-output-factor* (max limit 1024)))))
+
+(defun check-capture-bound (stream)
+  (when (and (capture-bound stream)
+             (> (+ (fill-pointer (capture-buffer stream)) (capture-dropped stream)) (capture-bound stream)))
+    (error 'output-limit-exceeded :limit (capture-limit stream) :bound (capture-bound stream))))
 
 (defmethod sb-gray:stream-write-char ((stream capture-stream) char)
   (let ((buffer (capture-buffer stream)))
     (if (< (fill-pointer buffer) (capture-limit stream))
         (vector-push-extend char buffer)
-        (incf (capture-dropped stream))))
+        (progn (incf (capture-dropped stream))
+               (check-capture-bound stream))))
   (setf (capture-column stream) (if (char= char #\Newline) 0 (1+ (capture-column stream))))
   char)
 
@@ -73,6 +107,7 @@ arriving together load it once. The client's load request creates it, before thi
     (incf (capture-dropped stream) (- end kept-end))
     (setf (capture-column stream)
           (if newline (- end newline 1) (+ (capture-column stream) (- end start))))
+    (check-capture-bound stream)
     string))
 
 (defmethod sb-gray:stream-line-column ((stream capture-stream))
@@ -319,12 +354,14 @@ enclosing function of a local function such as (FLET F :IN PARENT) or (LAMBDA ()
     (or (eql 0 (search "SWANK" name)) (eql 0 (search "SLYNK" name)))))
 
 (defun own-frame-p (name)
-  "Frames of this helper or of the swank/slynk server: never the user's business."
+  "Frames of this helper (its capture streams' methods included) or of the swank/slynk server:
+never the user's business."
   (let* ((symbol (frame-function-symbol name))
          (package (and symbol (symbol-package symbol))))
-    (and package
-         (or (eq package (load-time-value (find-package '#:mcp-agent-helper)))
-             (server-package-p package)))))
+    (or (and (consp name) (eq (first name) :method) (member 'capture-stream (car (last name))))
+        (and package
+             (or (eq package (load-time-value (find-package '#:mcp-agent-helper)))
+                 (server-package-p package))))))
 
 (defparameter *implementation-packages*
   '("SB-INT" "SB-KERNEL" "SB-IMPL" "SB-C" "SB-PCL" "SB-VM" "SB-DI" "SB-FASL" "SB-FORMAT"
@@ -415,12 +452,21 @@ own frames; drops the signalling machinery above the user's code and the evaluat
     (error () (format nil "#<~A (unprintable)>" (ignore-errors (type-of object))))))
 
 (defun condition-message (condition)
-  "The condition's report on one logical line: SBCL's reports use pretty-printer directives
-that would otherwise break a short message over several lines."
-  (handler-case (let ((*print-pretty* nil) (*print-readably* nil)
-                      (*print-length* 50) (*print-level* 5))
-                  (princ-to-string condition))
-    (error (e) (format nil "(the condition's report itself failed: ~A)" (safe-princ e)))))
+  "The condition's report on one logical line (SBCL's reports use pretty-printer directives
+that would otherwise break a short message over several lines), cut to *MAX-OUTPUT*."
+  (let ((stream (make-capture *max-output*))
+        (endless nil))
+    (handler-case (let ((*print-pretty* nil) (*print-readably* nil)
+                        (*print-length* 50) (*print-level* 5))
+                    (princ condition stream))
+      (output-limit-exceeded () (setf endless t))
+      (error (e) (return-from condition-message
+                   (format nil "(the condition's report itself failed: ~A)" (safe-princ e)))))
+    (if (zerop (capture-dropped stream))
+        (capture-text stream)
+        (format nil "~A~%[... ~:[~;more than ~]~:D more characters of this message not shown: the limit ~
+                     is ~:D (--max-output)]"
+                (capture-text stream) endless (capture-dropped stream) (capture-limit stream)))))
 
 (defun implementation-class-p (class)
   "Classes that are SBCL implementation details (SB-INT:SIMPLE-STYLE-WARNING,
@@ -514,7 +560,7 @@ user types them as they like."
 (defun print-value (value limit)
   "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
 printing is reported in place of the value rather than failing the call."
-  (let ((stream (make-capture limit)))
+  (let ((stream (make-capture limit :bounded nil)))
     (handler-case
         (let ((*print-length* 100)
               (*print-level* 10)
@@ -682,7 +728,8 @@ form's values. Returns the outcome, the package in force at the end, and the fai
 :STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
 session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
 :BACKTRACE)."
-  (let* ((session (find-session session))
+  (let* ((*max-output* max-output)
+         (session (find-session session))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())

@@ -75,6 +75,7 @@ it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) a
 :STYLE-WARNING-COUNT, :NOTE-COUNT; :STDOUT (text dropped); and :LOAD-ERROR, a report when the load
 failed (its output and warnings are kept)."
   (let ((stdout (make-capture max-output))
+        (*max-output* max-output)
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (flet ((record (condition)
