@@ -4,11 +4,13 @@
 
 pub mod codec;
 pub mod connection;
+pub mod decode;
 pub mod dialect;
 pub mod reader;
 pub mod sexp;
 
 pub use connection::{ConnectError, ConnectOptions, Connection, DebuggerReport, Endpoint, RexError, Thread};
+pub use decode::{from_sexp, DecodeError};
 pub use dialect::{Dialect, Protocol, ServerInfo};
 pub use reader::{read, ReadError};
 pub use sexp::{Form, Sexp};
