@@ -1,79 +1,45 @@
 //! Unified diffs of one edited region, for the model to review what an edit did.
 //!
-//! An edit changes one contiguous region, so the lines before and after it are trimmed as common
-//! prefix and suffix first; only the lines in between are aligned, with a longest common
-//! subsequence when that region is small enough to afford it.
+//! An edit changes one contiguous region, so the common prefix and suffix of the two texts are
+//! found bytewise first and only the lines around the change are handed to `similar`: a one-form
+//! edit of a large file stays cheap, and hunks are numbered as lines of the whole file.
+
+use std::time::Duration;
+
+use similar::{Algorithm, ChangeTag, TextDiff};
 
 const CONTEXT: usize = 3;
-/// Largest region (old lines × new lines) aligned line by line; beyond it the region is shown as
-/// removed and added, which is still a correct diff.
-const MAX_ALIGN_CELLS: usize = 1_000_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Equal,
-    Delete,
-    Insert,
-}
-
-/// Lines with their terminators, so a missing final newline is visible.
-fn split_lines(text: &[u8]) -> Vec<&[u8]> {
-    text.split_inclusive(|&b| b == b'\n').collect()
-}
+/// How long the alignment of a changed region may take before `similar` settles for a coarser
+/// (still correct) diff: a pathological region must not hold up the edit's reply.
+const ALIGN_BUDGET: Duration = Duration::from_millis(200);
 
 /// A unified diff of `old` and `new` with 3 lines of context, labelled `a/{path}` and `b/{path}`.
 /// Empty when the texts are equal.
 pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
-    // Only the changed region and its context are split into lines: the common prefix and
-    // suffix are found bytewise, which keeps a one-form edit cheap on a large file.
-    let window = Window::around_change(old, new);
-    let a = split_lines(&old[window.start..window.old_end]);
-    let b = split_lines(&new[window.start..window.new_end]);
-    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
-    let (a_mid, b_mid) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
-    if a_mid.is_empty() && b_mid.is_empty() {
+    if old == new {
         return String::new();
     }
-
-    // The edit script, from CONTEXT lines before the region to CONTEXT lines after it.
-    let lead = prefix.min(CONTEXT);
-    let mut ops = vec![Op::Equal; lead];
-    ops.extend(align(a_mid, b_mid));
-    ops.extend(std::iter::repeat_n(Op::Equal, suffix.min(CONTEXT)));
-    let from = prefix - lead;
-    let a_last = window.old_end == old.len();
-    let b_last = window.new_end == new.len();
-
+    let window = Window::around_change(old, new);
+    let diff = TextDiff::configure()
+        .algorithm(Algorithm::Myers)
+        .timeout(ALIGN_BUDGET)
+        .diff_lines(&old[window.start..window.old_end], &new[window.start..window.new_end]);
     let mut out = format!("--- a/{path}\n+++ b/{path}\n");
-    for (first, last) in hunk_ranges(&ops) {
-        // Positions within the window at the start of the hunk.
-        let skipped = &ops[..first];
-        let mut ai = from + skipped.iter().filter(|&&op| op != Op::Insert).count();
-        let mut bi = from + skipped.iter().filter(|&&op| op != Op::Delete).count();
-        let hunk = &ops[first..=last];
-        let a_len = hunk.iter().filter(|&&op| op != Op::Insert).count();
-        let b_len = hunk.iter().filter(|&&op| op != Op::Delete).count();
+    for hunk in diff.grouped_ops(CONTEXT) {
+        let (Some(first), Some(last)) = (hunk.first(), hunk.last()) else { continue };
+        let (old_start, new_start) = (first.old_range().start, first.new_range().start);
         out.push_str(&format!(
             "@@ -{} +{} @@\n",
-            range(window.first_line + ai, a_len),
-            range(window.first_line + bi, b_len)
+            range(window.first_line + old_start, last.old_range().end - old_start),
+            range(window.first_line + new_start, last.new_range().end - new_start)
         ));
-        for &op in hunk {
-            let (mark, line, last_of_file) = match op {
-                Op::Equal => (' ', a[ai], a_last && b_last && ai + 1 == a.len() && bi + 1 == b.len()),
-                Op::Delete => ('-', a[ai], a_last && ai + 1 == a.len()),
-                Op::Insert => ('+', b[bi], b_last && bi + 1 == b.len()),
+        for change in hunk.iter().flat_map(|op| diff.iter_changes(op)) {
+            let mark = match change.tag() {
+                ChangeTag::Equal => ' ',
+                ChangeTag::Delete => '-',
+                ChangeTag::Insert => '+',
             };
-            push_line(&mut out, mark, line, last_of_file);
-            match op {
-                Op::Equal => {
-                    ai += 1;
-                    bi += 1;
-                }
-                Op::Delete => ai += 1,
-                Op::Insert => bi += 1,
-            }
+            push_line(&mut out, mark, change.value());
         }
     }
     out
@@ -133,68 +99,16 @@ fn range(start: usize, count: usize) -> String {
     }
 }
 
-fn push_line(out: &mut String, mark: char, line: &[u8], last_of_file: bool) {
+/// One line of a hunk. Only the file's last line can lack a line break, so a line without one
+/// gets the marker that says the file ends there.
+fn push_line(out: &mut String, mark: char, line: &[u8]) {
     let text = line.strip_suffix(b"\n").map(|l| l.strip_suffix(b"\r").unwrap_or(l));
     out.push(mark);
     out.push_str(&String::from_utf8_lossy(text.unwrap_or(line)));
     out.push('\n');
-    if last_of_file && text.is_none() {
+    if text.is_none() {
         out.push_str("\\ No newline at end of file\n");
     }
-}
-
-/// Groups changed lines into hunks: inclusive op ranges with up to CONTEXT equal lines around
-/// them, merging changes closer than 2 × CONTEXT lines.
-fn hunk_ranges(ops: &[Op]) -> Vec<(usize, usize)> {
-    let mut hunks: Vec<(usize, usize)> = Vec::new();
-    let changes = ops.iter().enumerate().filter(|(_, &op)| op != Op::Equal).map(|(i, _)| i);
-    for change in changes {
-        let first = change.saturating_sub(CONTEXT);
-        let last = (change + CONTEXT).min(ops.len() - 1);
-        match hunks.last_mut() {
-            Some((_, end)) if first <= *end + 1 => *end = last,
-            _ => hunks.push((first, last)),
-        }
-    }
-    hunks
-}
-
-/// An edit script turning `a` into `b`.
-fn align(a: &[&[u8]], b: &[&[u8]]) -> Vec<Op> {
-    let (n, m) = (a.len(), b.len());
-    if n.saturating_mul(m) > MAX_ALIGN_CELLS {
-        let mut ops = vec![Op::Delete; n];
-        ops.extend(std::iter::repeat_n(Op::Insert, m));
-        return ops;
-    }
-    // lcs[i * (m + 1) + j]: length of the longest common subsequence of a[i..] and b[j..].
-    let width = m + 1;
-    let mut lcs = vec![0u32; (n + 1) * width];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i * width + j] = if a[i] == b[j] {
-                lcs[(i + 1) * width + j + 1] + 1
-            } else {
-                lcs[(i + 1) * width + j].max(lcs[i * width + j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut ops = Vec::with_capacity(n + m);
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            ops.push(Op::Equal);
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1]) {
-            ops.push(Op::Delete);
-            i += 1;
-        } else {
-            ops.push(Op::Insert);
-            j += 1;
-        }
-    }
-    ops
 }
 
 #[cfg(test)]
@@ -299,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn huge_regions_fall_back_to_remove_and_add() {
+    fn a_region_with_no_line_in_common_is_removed_and_added() {
         let old: String = (0..2000).map(|i| format!("a{i}\n")).collect();
         let new: String = (0..2000).map(|i| format!("b{i}\n")).collect();
         let diff = unified_diff(old.as_bytes(), new.as_bytes(), "f");
