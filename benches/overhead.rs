@@ -3,8 +3,11 @@
 //! - `evaluate-lisp "(+ 1 2)"` through the real `swank-mcp` binary over stdio, against a raw
 //!   `swank:eval-and-grab-output` round trip from a minimal blocking client, interleaved so both
 //!   see the same machine state; p50 and p99 of each and their ratio.
-//! - A 4 MB print (just under the bound where the image stops runaway output) through `evaluate-lisp`: wall time, bytes of the response, and the server's
-//!   peak resident memory (VmHWM).
+//! - A 4 MB print through `evaluate-lisp` (just under the bound where the image stops runaway
+//!   output): wall time, bytes of the response, and the server's peak resident memory (VmHWM).
+//!
+//! - The first comparison again from a Python client (`benches/overhead_client.py`: `os.write` and
+//!   `os.read` on the server's pipes against `socket.sendall` and `recv` on raw swank).
 //!
 //! Run: `cargo bench --bench overhead` (add `-- 2000` for more iterations).
 
@@ -294,5 +297,16 @@ fn main() {
         elapsed.as_secs_f64() * 1e3, bytes, mcp.peak_rss_kib() as f64 / 1024.0);
     drop(mcp.stdin);
     let _ = mcp.child.wait();
+
+    // The same comparison from a Python client, which pays its interpreter's cost on both paths
+    // alike: a ratio that only this client sees would point at the client, not the server.
+    println!("the same round trips from a Python client (benches/overhead_client.py), {iterations} interleaved:");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/overhead_client.py");
+    let python = Command::new("python3")
+        .args([script, "--port", &port.to_string(), "--server", env!("CARGO_BIN_EXE_swank-mcp"), "--calls", &iterations.to_string()])
+        .status();
+    if !python.is_ok_and(|status| status.success()) {
+        println!("  (not measured: python3 could not run {script})");
+    }
     drop(image);
 }

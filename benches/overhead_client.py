@@ -1,0 +1,122 @@
+"""The overhead bench's second client: the same comparison as benches/overhead.rs, made from
+Python with the plainest calls there are (os.write and os.read on the server's pipes against
+socket.sendall and recv on raw swank), interleaved against one image.
+
+Run by `cargo bench --bench overhead`, which starts the image and passes its port and the
+swank-mcp binary; it prints one line per measurement. Standalone:
+    python3 benches/overhead_client.py --port 4005 --server target/release/swank-mcp [--calls 600]
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import time
+
+CODE = "(+ 1 2)"
+
+
+def percentile(sorted_times, p):
+    return sorted_times[round((len(sorted_times) - 1) * p)]
+
+
+class RawSwank:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.next_id = 1
+        self.buffer = b""
+
+    def frame(self):
+        while len(self.buffer) < 6:
+            self.buffer += self.sock.recv(65536)
+        length = int(self.buffer[:6], 16)
+        while len(self.buffer) < 6 + length:
+            self.buffer += self.sock.recv(65536)
+        payload, self.buffer = self.buffer[6:6 + length], self.buffer[6 + length:]
+        return payload
+
+    def eval_and_grab_output(self, code):
+        request_id = self.next_id
+        self.next_id += 1
+        payload = f'(:emacs-rex (swank:eval-and-grab-output "{code}") "COMMON-LISP-USER" t {request_id})'.encode()
+        self.sock.sendall(b"%06x" % len(payload) + payload)
+        suffix = f" {request_id})".encode()
+        while True:
+            message = self.frame()
+            if message.startswith(b"(:return") and message.endswith(suffix):
+                return message
+
+
+class Server:
+    def __init__(self, binary, port):
+        self.process = subprocess.Popen([binary, "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.stdin = self.process.stdin.fileno()
+        self.stdout = self.process.stdout.fileno()
+        self.next_id = 1
+        self.buffer = b""
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "bench.py", "version": "0"}})
+
+    def line(self):
+        while b"\n" not in self.buffer:
+            chunk = os.read(self.stdout, 65536)
+            if not chunk:
+                raise RuntimeError("swank-mcp closed its stdout")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def request(self, method, params):
+        request_id = self.next_id
+        self.next_id += 1
+        os.write(self.stdin, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode() + b"\n")
+        return self.line()
+
+    def evaluate(self, code):
+        """One tools/call with the request formatted in place, as the raw client formats its frame;
+        the reply is parsed by the caller after the clock stops."""
+        request_id = self.next_id
+        self.next_id += 1
+        os.write(self.stdin, b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"evaluate-lisp",'
+                             b'"arguments":{"code":"%s"}}}\n' % (request_id, code.encode()))
+        return self.line()
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--calls", type=int, default=600)
+    args = parser.parse_args()
+    raw = RawSwank(args.port)
+    server = Server(args.server, args.port)
+    for _ in range(50):
+        raw.eval_and_grab_output(CODE)
+        assert json.loads(server.evaluate(CODE))["result"]["content"][0]["text"] == "=> 3"
+    raw_times, mcp_times = [], []
+    for _ in range(args.calls):
+        started = time.perf_counter()
+        raw.eval_and_grab_output(CODE)
+        raw_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        reply = server.evaluate(CODE)
+        mcp_times.append(time.perf_counter() - started)
+        assert json.loads(reply)["result"]["content"][0]["text"] == "=> 3", reply
+    server.close()
+    raw_times.sort()
+    mcp_times.sort()
+    raw50, mcp50 = percentile(raw_times, 0.5), percentile(mcp_times, 0.5)
+    raw99, mcp99 = percentile(raw_times, 0.99), percentile(mcp_times, 0.99)
+    print(f"  raw swank:eval-and-grab-output   p50 {raw50 * 1e6:8.1f} µs   p99 {raw99 * 1e6:8.1f} µs")
+    print(f"  evaluate-lisp through swank-mcp  p50 {mcp50 * 1e6:8.1f} µs   p99 {mcp99 * 1e6:8.1f} µs")
+    print(f"  ratio                            p50 {mcp50 / raw50:8.2f}x     p99 {mcp99 / raw99:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
