@@ -5,7 +5,6 @@
 //!   see the same machine state; p50 and p99 of each and their ratio.
 //! - A 4 MB print through `evaluate-lisp` (just under the bound where the image stops runaway
 //!   output): wall time, bytes of the response, and the server's peak resident memory (VmHWM).
-//!
 //! - The first comparison again from a Python client (`benches/overhead_client.py`: `os.write` and
 //!   `os.read` on the server's pipes against `socket.sendall` and `recv` on raw swank).
 //!
