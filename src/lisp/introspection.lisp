@@ -167,8 +167,10 @@ the like folded into spaces."
   (name-text symbol (load-time-value (find-package '#:keyword))))
 
 (defun documentation-text (symbol kind)
-  (let ((text (ignore-errors (documentation symbol kind))))
-    (and (stringp text) (string-trim '(#\Space #\Newline #\Tab) text))))
+  "The documentation, trimmed, or NIL when there is none or it is blank."
+  (let* ((text (ignore-errors (documentation symbol kind)))
+         (trimmed (and (stringp text) (string-trim '(#\Space #\Newline #\Tab) text))))
+    (and trimmed (plusp (length trimmed)) trimmed)))
 
 (defun lambda-list-text (name lambda-list package)
   "(NAME . LAMBDA-LIST) as text, with the lambda list's variables shown by name only: their
@@ -386,12 +388,17 @@ evaluated or compiled from a REPL (or from a string)."
         "built into SBCL, no source file"
         "defined at the REPL, no source file")))
 
+(defun no-file-location (name)
+  "The location plist of a definition of NAME that has no file."
+  (list :file nil :line nil :column nil :note nil :origin (no-file-origin name)))
+
 (defun source-location (source name)
-  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE), or
-(:FILE NIL :ORIGIN text) for code not compiled or loaded from a file."
+  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :ORIGIN),
+with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded from a
+file."
   (let ((pathname (sb-introspect:definition-source-pathname source)))
     (if (null pathname)
-        (list :file nil :origin (no-file-origin name))
+        (no-file-location name)
         (let* ((file (source-pathname-text pathname))
                (octets (file-octets file))
                (offset (sb-introspect:definition-source-character-offset source))
@@ -405,7 +412,8 @@ evaluated or compiled from a REPL (or from a string)."
             (list :file file :line line :column column
                   :note (cond ((not (probe-file file)) "file not found")
                               ((and recorded-date current-date (/= recorded-date current-date))
-                               "the file changed since this was compiled; the line may be off"))))))))
+                               "the file changed since this was compiled; the line may be off"))
+                  :origin nil))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; What a symbol names
@@ -516,6 +524,7 @@ it is also accessible in PACKAGE, where it was looked up."
                                    (print-briefly (symbol-value symbol) :package package)
                                    "(unbound)")))
           :documentation (documentation-text symbol 'variable)
+          :details nil
           :source (definition-location symbol (case kind
                                             (:constant :constant)
                                             (:macro :symbol-macro)
@@ -530,6 +539,7 @@ it is also accessible in PACKAGE, where it was looked up."
           :summary (format nil "~A, metaclass ~A (class-info shows its slots)"
                            (name-text symbol package) (name-text (class-name (class-of class)) package))
           :documentation (documentation-text symbol 'type)
+          :details nil
           :source (definition-location symbol (typecase class
                                             (structure-class :structure)
                                             ((satisfies condition-class-p) :condition)
@@ -542,6 +552,7 @@ it is also accessible in PACKAGE, where it was looked up."
                        (format nil "~A = ~A" (name-text symbol package) (print-briefly expansion :package package))
                        (name-text symbol package))
           :documentation (documentation-text symbol 'type)
+          :details nil
           :source (definition-location symbol :type))))
 
 (defun describe-symbol (name &key package session token)
@@ -560,6 +571,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
                   (push (list :kind "Setf function"
                               :summary (call-syntax (list 'setf symbol) package)
                               :documentation (documentation-text (list 'setf symbol) 'function)
+                              :details nil
                               :source (definition-location (list 'setf symbol) :function))
                         entries))
                 (when (and (variable-kind symbol) (not (keywordp symbol)))
@@ -638,7 +650,8 @@ many matching symbols name nothing (not listed)."
         label)))
 
 (defun find-definition (name &key package session token)
-  "Plist: :SYMBOL and :DEFINITIONS, each (:KIND label :FILE :LINE :COLUMN :NOTE)."
+  "Plist: :SYMBOL; :NAMES, what the symbol names; :DEFINITIONS, each (:KIND label :SOURCE
+location), the location a plist as SOURCE-LOCATION gives it."
   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
@@ -652,10 +665,10 @@ many matching symbols name nothing (not listed)."
                                (label (definition-label kind source package)))
                            (unless (member (cons label location) seen :test #'equal)
                              (push (cons label location) seen)
-                             (push (list* :kind (if (consp name)
-                                                    (format nil "~A ~A" label (name-text name package))
-                                                    label)
-                                          location)
+                             (push (list :kind (if (consp name)
+                                                   (format nil "~A ~A" label (name-text name package))
+                                                   label)
+                                         :source location)
                                    definitions)))))
                   (loop for (kind) in *definition-kinds*
                         do (dolist (source (ignore-errors (sb-introspect:find-definition-sources-by-name symbol kind)))
@@ -746,8 +759,8 @@ definition, so it is tried again before the error is let through."
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
 (defun xref (name kind &key package session token)
-  "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :FILE :LINE :COLUMN :NOTE :ORIGIN), in
-file order, at most *MAX-XREF-HITS*."
+  "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
+*MAX-XREF-HITS*."
   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
@@ -765,10 +778,10 @@ file order, at most *MAX-XREF-HITS*."
                       :kind (string-downcase kind)
                       :total (length pairs)
                       :hits (loop for (caller . source) in shown
-                                  collect (list* :name (name-text caller package)
-                                                 (if source
-                                                     (source-location source caller)
-                                                     (list :file nil :origin (no-file-origin caller))))))))))
+                                  collect (list :name (name-text caller package)
+                                                :source (if source
+                                                            (source-location source caller)
+                                                            (no-file-location caller)))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; class-info
@@ -891,7 +904,8 @@ unexported names of an SB- package, which no user program refers to."
   "Features worth naming in a status line; the rest are counted.")
 
 (defun status (&key session token)
-  "Facts about the image only it can give: threads, the session's package, features, memory."
+  "Facts about the image only it can give: threads, the session's package, features, memory, and
+:TOOL-CALLS, the other tool calls running in it."
   (run-tool token
             (lambda ()
               (let ((session (find-session session))
@@ -911,6 +925,6 @@ unexported names of an SB- package, which no user program refers to."
                                  (let ((version (find-symbol "ASDF-VERSION" asdf)))
                                    (and version (fboundp version) (ignore-errors (funcall version)))))
                       :quicklisp (and (find-package '#:ql) t)
-                      :running (sb-thread:with-mutex (*registry-lock*)
-                                 ;; Not counting this call itself.
-                                 (max 0 (1- (hash-table-count *running*)))))))))
+                      :tool-calls (sb-thread:with-mutex (*registry-lock*)
+                                    ;; Not counting this call itself.
+                                    (max 0 (1- (hash-table-count *running*)))))))))

@@ -1,10 +1,11 @@
 //! `apropos-search`: the symbols whose names contain a string, with what each names.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{count, plural};
+use super::lisp_reply::{decode, plural};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -60,42 +61,42 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("external-only"),
         if external_only { Form::T } else { Form::Nil },
     ];
-    match context.call_helper(args, "apropos-search", request).await {
-        Ok(reply) => {
-            let found = Matches::from_sexp(&reply);
-            ToolOutput::success(found.render(query, package)).with_structured(found.structured())
-        }
+    match context.call_helper(args, "apropos-search", request).await.and_then(|reply| decode::<Matches>("apropos-search", &reply)) {
+        Ok(found) => ToolOutput::success(found.render(query, package)).with_structured(found.structured()),
         Err(output) => output,
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Matches {
     pub total: u64,
     pub unnamed: u64,
-    /// (qualified symbol, what it names).
-    pub shown: Vec<(String, Vec<String>)>,
+    /// The first few of the `total`, best first.
+    pub matches: Vec<Match>,
+}
+
+/// `(symbol kind...)`: a qualified symbol and what it names.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "Vec<String>")]
+pub struct Match {
+    pub symbol: String,
+    pub names: Vec<String>,
+}
+
+impl TryFrom<Vec<String>> for Match {
+    type Error = String;
+
+    fn try_from(mut parts: Vec<String>) -> Result<Self, String> {
+        if parts.len() < 2 {
+            return Err(format!("expected a symbol and what it names, found {parts:?}"));
+        }
+        let symbol = parts.remove(0);
+        Ok(Match { symbol, names: parts })
+    }
 }
 
 impl Matches {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        Matches {
-            total: count(reply, "total"),
-            unnamed: count(reply, "unnamed"),
-            shown: reply
-                .plist_get("matches")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|entry| {
-                    let parts = entry.as_list()?;
-                    let (symbol, kinds) = parts.split_first()?;
-                    Some((symbol.as_str()?.to_string(), kinds.iter().filter_map(|k| k.as_str().map(str::to_string)).collect()))
-                })
-                .collect(),
-        }
-    }
-
     pub fn render(&self, query: &str, package: Option<&str>) -> String {
         let scope = package.map_or_else(|| " in any package".to_string(), |p| format!(" in {p}"));
         let nothing_else = match self.unnamed {
@@ -103,15 +104,15 @@ impl Matches {
             1 => "\n(1 more matching symbol names nothing; it is not listed.)".to_string(),
             n => format!("\n({n} more matching symbols name nothing; they are not listed.)"),
         };
-        if self.shown.is_empty() {
+        if self.matches.is_empty() {
             return format!("No symbol that names something matches {query:?}{scope}.{nothing_else}");
         }
-        let width = self.shown.iter().map(|(symbol, _)| symbol.chars().count()).max().unwrap_or(0);
+        let width = self.matches.iter().map(|m| m.symbol.chars().count()).max().unwrap_or(0);
         let mut text = format!("{} {query:?}{scope}:", plural(self.total, "symbol matches", "symbols match"));
-        for (symbol, kinds) in &self.shown {
-            text.push_str(&format!("\n  {symbol:<width$}  {}", kinds.join(", ")));
+        for Match { symbol, names } in &self.matches {
+            text.push_str(&format!("\n  {symbol:<width$}  {}", names.join(", ")));
         }
-        let rest = self.total.saturating_sub(self.shown.len() as u64);
+        let rest = self.total.saturating_sub(self.matches.len() as u64);
         if rest > 0 {
             text.push_str(&format!("\n  ... and {rest} more: narrow the query, or pass package or external_only."));
         }
@@ -123,7 +124,7 @@ impl Matches {
         json!({
             "total": self.total,
             "unnamed": self.unnamed,
-            "matches": self.shown.iter().map(|(symbol, kinds)| json!({"symbol": symbol, "names": kinds})).collect::<Vec<_>>(),
+            "matches": self.matches.iter().map(|m| json!({"symbol": m.symbol, "names": m.names})).collect::<Vec<_>>(),
         })
     }
 }
@@ -133,17 +134,28 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    fn found(reply: &str) -> Result<Matches, ToolOutput> {
+        decode("apropos-search", &read(reply).unwrap())
+    }
+
     #[test]
     fn matches_are_aligned_and_the_rest_counted() {
-        let found = Matches::from_sexp(
-            &read("(:total 3 :unnamed 1 :matches ((\"ALEXANDRIA:FLATTEN\" \"function\") (\"MY:FLAT\" \"variable\" \"class\")))").unwrap(),
-        );
+        let found_flat =
+            found("(:total 3 :unnamed 1 :matches ((\"ALEXANDRIA:FLATTEN\" \"function\") (\"MY:FLAT\" \"variable\" \"class\")))").unwrap();
         assert_eq!(
-            found.render("flat", None),
+            found_flat.render("flat", None),
             "3 symbols match \"flat\" in any package:\n  ALEXANDRIA:FLATTEN  function\n  MY:FLAT             variable, class\n  \
              ... and 1 more: narrow the query, or pass package or external_only.\n(1 more matching symbol names nothing; it is not listed.)"
         );
-        let none = Matches::from_sexp(&read("(:total 0 :unnamed 0 :matches nil)").unwrap());
+        let none = found("(:total 0 :unnamed 0 :matches nil)").unwrap();
         assert_eq!(none.render("zzz", Some("CL")), "No symbol that names something matches \"zzz\" in CL.");
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = found("(:total 0 :matches nil)").unwrap_err();
+        assert!(error.text.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"), "{}", error.text);
+        let error = found("(:total 1 :unnamed 0 :matches ((\"CL:CAR\")))").unwrap_err();
+        assert!(error.text.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"), "{}", error.text);
     }
 }

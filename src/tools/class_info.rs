@@ -1,11 +1,12 @@
 //! `class-info`: a CLOS class's metaclass, superclasses, subclasses, precedence list and slots,
 //! per `contracts/class-info.md`.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{optional_string, strings};
+use super::lisp_reply::decode;
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -70,18 +71,18 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "class-info", request).await {
-        Ok(reply) => {
-            let class = ClassInfo::from_sexp(&reply);
-            ToolOutput::success(class.render()).with_structured(class.structured())
-        }
+    match context.call_helper(args, "class-info", request).await.and_then(|reply| decode::<ClassInfo>("class-info", &reply)) {
+        Ok(class) => ToolOutput::success(class.render()).with_structured(class.structured()),
         Err(output) => output,
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Slot {
     pub name: String,
+    /// `type` is a Rust keyword.
+    #[serde(rename = "type")]
     pub type_name: Option<String>,
     pub allocation: Option<String>,
     pub initargs: Vec<String>,
@@ -92,7 +93,8 @@ pub struct Slot {
     pub writers: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct ClassInfo {
     pub name: String,
     pub package: Option<String>,
@@ -110,37 +112,6 @@ pub struct ClassInfo {
 }
 
 impl ClassInfo {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        ClassInfo {
-            name: reply.plist_str("name").unwrap_or_default().to_string(),
-            package: optional_string(reply, "package"),
-            metaclass: reply.plist_str("metaclass").unwrap_or_default().to_string(),
-            built_in: reply.plist_get("built-in").is_some_and(Sexp::is_true),
-            superclasses: strings(reply.plist_get("superclasses")),
-            subclasses: strings(reply.plist_get("subclasses")),
-            precedence: reply.plist_get("precedence").filter(|p| p.is_true()).map(|p| strings(Some(p))),
-            not_finalized: optional_string(reply, "not-finalized"),
-            direct_slots: reply
-                .plist_get("direct-slots")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .map(|slot| Slot {
-                    name: slot.plist_str("name").unwrap_or_default().to_string(),
-                    type_name: optional_string(slot, "type"),
-                    allocation: optional_string(slot, "allocation"),
-                    initargs: strings(slot.plist_get("initargs")),
-                    initform: optional_string(slot, "initform"),
-                    accessors: strings(slot.plist_get("accessors")),
-                    readers: strings(slot.plist_get("readers")),
-                    writers: strings(slot.plist_get("writers")),
-                })
-                .collect(),
-            slot_count: reply.plist_get("slot-count").and_then(Sexp::as_i64).and_then(|n| u64::try_from(n).ok()),
-            slot_sources: strings(reply.plist_get("slot-sources")),
-        }
-    }
-
     /// The contract's sections, in its order.
     pub fn render(&self) -> String {
         let mut header = format!("Class: {}\n  Metaclass: {}", self.name, self.metaclass);
@@ -251,22 +222,30 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const PERSON: &str = "(:name \"PERSON\" :package \"MY-APP\" :metaclass \"STANDARD-CLASS\" :built-in nil \
+         :superclasses (\"STANDARD-OBJECT\") :subclasses nil :precedence (\"PERSON\" \"STANDARD-OBJECT\" \"T\") :not-finalized nil \
+         :direct-slots ((:name \"NAME\" :type nil :allocation nil :initargs (\":NAME\") :initform nil \
+                         :accessors (\"PERSON-NAME\") :readers nil :writers nil) \
+                        (:name \"AGE\" :type nil :allocation nil :initargs (\":AGE\") :initform \"0\" \
+                         :accessors (\"PERSON-AGE\") :readers nil :writers nil)) \
+         :slot-count 2 :slot-sources nil)";
+
     #[test]
     fn the_contract_sections_render_in_order() {
-        let reply = read(
-            "(:name \"PERSON\" :package \"MY-APP\" :metaclass \"STANDARD-CLASS\" :built-in nil \
-             :superclasses (\"STANDARD-OBJECT\") :subclasses nil :precedence (\"PERSON\" \"STANDARD-OBJECT\" \"T\") \
-             :direct-slots ((:name \"NAME\" :initargs (\":NAME\") :accessors (\"PERSON-NAME\")) \
-                            (:name \"AGE\" :initargs (\":AGE\") :initform \"0\" :accessors (\"PERSON-AGE\"))) \
-             :slot-count 2)",
-        )
-        .unwrap();
         assert_eq!(
-            ClassInfo::from_sexp(&reply).render(),
+            decode::<ClassInfo>("class-info", &read(PERSON).unwrap()).unwrap().render(),
             "Class: PERSON\n  Metaclass: STANDARD-CLASS\n  Package: MY-APP\n\nDirect Superclasses:\n  - STANDARD-OBJECT\n\n\
              Direct Subclasses: (none)\n\nClass Precedence List:\n  PERSON → STANDARD-OBJECT → T\n\nDirect Slots (2):\n  NAME\n    \
              Initarg: :NAME\n    Accessor: PERSON-NAME\n\n  AGE\n    Initarg: :AGE\n    Initform: 0\n    Accessor: PERSON-AGE"
         );
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(":initform \"0\" ", "")).unwrap()).unwrap_err();
+        assert!(error.text.contains("reply to class-info is not what this server expects (:direct-slots 1: the reply has no :initform)"), "{}", error.text);
+        let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(" :slot-sources nil", "")).unwrap()).unwrap_err();
+        assert!(error.text.contains("(the reply has no :slot-sources)"), "{}", error.text);
     }
 
     #[test]

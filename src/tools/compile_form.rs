@@ -1,11 +1,12 @@
 //! `compile-form`: compiles code in the image without running or defining anything, per
 //! `contracts/compile-form.md`.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{count, optional_string, plural, section_body, Captured};
+use super::lisp_reply::{decode, plural, section_body, Captured};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -71,14 +72,15 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "compile-code", request).await {
-        Ok(reply) => CompileReport::from_sexp(&reply).into_output(context.settings.max_output),
+    match context.call_helper(args, "compile-code", request).await.and_then(|reply| decode::<CompileReport>("compile-code", &reply)) {
+        Ok(report) => report.into_output(context.settings.max_output),
         Err(output) => output,
     }
 }
 
 /// A compiler condition, placed in the code.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct CompilerCondition {
     pub severity: String,
     pub message: String,
@@ -88,7 +90,8 @@ pub struct CompilerCondition {
 }
 
 /// Why the code could not be read, and where.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct ReadError {
     pub message: String,
     pub line: i64,
@@ -98,7 +101,8 @@ pub struct ReadError {
 }
 
 /// The helper's answer to `compile-code`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct CompileReport {
     pub forms_compiled: u64,
     pub warnings: u64,
@@ -112,37 +116,6 @@ pub struct CompileReport {
 }
 
 impl CompileReport {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        let number = |plist: &Sexp, key| plist.plist_get(key).and_then(Sexp::as_i64);
-        CompileReport {
-            forms_compiled: count(reply, "forms-compiled"),
-            warnings: count(reply, "warnings"),
-            errors: count(reply, "errors"),
-            style_warnings: count(reply, "style-warnings"),
-            notes: count(reply, "notes"),
-            conditions: reply
-                .plist_get("conditions")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .map(|c| CompilerCondition {
-                    severity: c.plist_str("severity").unwrap_or("WARNING").to_string(),
-                    message: c.plist_str("message").unwrap_or_default().to_string(),
-                    form: optional_string(c, "form"),
-                    line: number(c, "line"),
-                    column: number(c, "column"),
-                })
-                .collect(),
-            read_error: reply.plist_get("read-error").filter(|r| r.is_true()).map(|r| ReadError {
-                message: r.plist_str("message").unwrap_or_default().to_string(),
-                line: number(r, "line").unwrap_or(1),
-                column: number(r, "column").unwrap_or(1),
-                unclosed: r.plist_get("unclosed").is_some_and(Sexp::is_true),
-            }),
-            stdout: Captured::from_sexp(reply.plist_get("stdout")),
-        }
-    }
-
     /// Errors, the read error included.
     fn error_count(&self) -> u64 {
         self.errors + u64::from(self.read_error.is_some())
@@ -239,10 +212,10 @@ fn render_condition(condition: &CompilerCondition) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::swank::read;
+    use crate::swank::{from_sexp, read};
 
     fn render(reply: &str) -> String {
-        CompileReport::from_sexp(&read(reply).unwrap()).render(65536)
+        from_sexp::<CompileReport>(&read(reply).unwrap()).unwrap().render(65536)
     }
 
     #[test]
@@ -256,7 +229,10 @@ mod tests {
     #[test]
     fn a_read_error_reads_as_the_contract_shows_plus_where() {
         assert_eq!(
-            render("(:forms-compiled 0 :conditions nil :read-error (:message \"end of file on #<STRING-INPUT-STREAM>\" :line 1 :column 1 :unclosed t))"),
+            render(
+                "(:forms-compiled 0 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil \
+                 :read-error (:message \"end of file on #<STRING-INPUT-STREAM>\" :line 1 :column 1 :unclosed t) :stdout (\"\" 0))"
+            ),
             "Compilation failed\nErrors: 1\n\nERROR: end of file on #<STRING-INPUT-STREAM>\n  Could not read form from code string\n  at: line 1, column 1 (the form that is not closed starts here)"
         );
     }
@@ -265,11 +241,29 @@ mod tests {
     fn conditions_carry_form_place_and_severity() {
         let text = render(
             "(:forms-compiled 2 :warnings 1 :errors 0 :style-warnings 0 :notes 0 :conditions \
-             ((:severity \"WARNING\" :message \"first\nsecond\" :form \"(DEFUN F () (G))\" :line 2 :column 12)))",
+             ((:severity \"WARNING\" :message \"first\nsecond\" :form \"(DEFUN F () (G))\" :line 2 :column 12)) \
+             :read-error nil :stdout (\"\" 0))",
         );
         assert_eq!(
             text,
             "Compilation successful (with warnings)\nWarnings: 1\nErrors: 0\n\nWARNING: first\n  second\n  in form: (DEFUN F () (G))\n  at: line 2, column 12\n  severity: WARNING\n\nCompiled 2 forms successfully"
         );
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = |reply: &str| decode::<CompileReport>("compile-code", &read(reply).unwrap()).unwrap_err().text;
+        let text = error("(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil :read-error nil)");
+        assert!(text.contains("reply to compile-code is not what this server expects (the reply has no :stdout)"), "{text}");
+        let text = error(
+            "(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions ((:message \"m\" :form nil :line nil :column nil)) \
+             :read-error (:message \"m\" :line 1 :column 1) :stdout (\"\" 0))",
+        );
+        assert!(text.contains("(:conditions 0: the reply has no :severity)"), "{text}");
+        let text = error(
+            "(:forms-compiled 0 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil \
+             :read-error (:message \"m\" :line 1 :column 1) :stdout (\"\" 0))",
+        );
+        assert!(text.contains("(:read-error: the reply has no :unclosed)"), "{text}");
     }
 }

@@ -2,11 +2,11 @@
 //! and its methods, variable and its value, class, type), with call syntax, documentation and
 //! source file.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{optional_string, strings, Location};
+use super::lisp_reply::{decode, Location};
 use super::{symbol_request, Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::Sexp;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -53,17 +53,15 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "describe-symbol", request).await {
-        Ok(reply) => {
-            let description = Description::from_sexp(&reply);
-            ToolOutput::success(description.render()).with_structured(description.structured())
-        }
+    match context.call_helper(args, "describe-symbol", request).await.and_then(|reply| decode::<Description>("describe-symbol", &reply)) {
+        Ok(description) => ToolOutput::success(description.render()).with_structured(description.structured()),
         Err(output) => output,
     }
 }
 
 /// One thing a symbol names.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Entry {
     /// "Function", "Generic function", "Variable", "Class", ...
     pub kind: String,
@@ -74,7 +72,8 @@ pub struct Entry {
     pub source: Option<Location>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Description {
     pub symbol: String,
     pub status: String,
@@ -82,26 +81,6 @@ pub struct Description {
 }
 
 impl Description {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        Description {
-            symbol: reply.plist_str("symbol").unwrap_or_default().to_string(),
-            status: reply.plist_str("status").unwrap_or_default().to_string(),
-            entries: reply
-                .plist_get("entries")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .map(|entry| Entry {
-                    kind: entry.plist_str("kind").unwrap_or_default().to_string(),
-                    summary: entry.plist_str("summary").unwrap_or_default().to_string(),
-                    documentation: optional_string(entry, "documentation").filter(|d| !d.is_empty()),
-                    details: strings(entry.plist_get("details")),
-                    source: entry.plist_get("source").filter(|s| s.is_true()).map(Location::from_sexp),
-                })
-                .collect(),
-        }
-    }
-
     pub fn render(&self) -> String {
         let header = format!("{} ({})", self.symbol, self.status);
         if self.entries.is_empty() {
@@ -139,19 +118,30 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
+         ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
+           :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") \
+           :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :origin nil))))";
+
+    fn describe(reply: &str) -> Result<Description, ToolOutput> {
+        decode("describe-symbol", &read(reply).unwrap())
+    }
+
     #[test]
     fn entries_show_syntax_documentation_details_and_source() {
-        let reply = read(
-            "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
-             ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
-               :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :source (:file \"/src/shapes.lisp\" :line 8 :column 1))))",
-        )
-        .unwrap();
         assert_eq!(
-            Description::from_sexp(&reply).render(),
+            describe(AREA).unwrap().render(),
             "SHAPES::AREA (external in SHAPES)\n\nGeneric function: (AREA SHAPE)\n  The area.\n  Methods (1):\n    (AREA (CIRCLE))\n  Source: /src/shapes.lisp:8:1"
         );
-        let nothing = read("(:symbol \"CL-USER::X\" :status \"internal in COMMON-LISP-USER\" :entries nil)").unwrap();
-        assert!(Description::from_sexp(&nothing).render().ends_with("names nothing: no function, macro, variable, class or type."));
+        let nothing = describe("(:symbol \"CL-USER::X\" :status \"internal in COMMON-LISP-USER\" :entries nil)").unwrap();
+        assert!(nothing.render().ends_with("names nothing: no function, macro, variable, class or type."));
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = describe(&AREA.replace(":details (\"Methods (1):\" \"  (AREA (CIRCLE))\") ", "")).unwrap_err();
+        assert!(error.text.contains("reply to describe-symbol is not what this server expects (:entries 0: the reply has no :details)"), "{}", error.text);
+        let error = describe(&AREA.replace(" :origin nil", "")).unwrap_err();
+        assert!(error.text.contains("(:entries 0 :source: the reply has no :origin)"), "{}", error.text);
     }
 }

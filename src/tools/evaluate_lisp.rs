@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::image::CallLimits;
-use super::lisp_reply::{section_body, string_list, Captured, ErrorReport};
+use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::Form;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
 /// the number is a mistake when exceeded.
@@ -93,14 +93,16 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
-    match image.call_helper("evaluate", request, &limits).await {
-        Ok(reply) => EvaluationReply::from_sexp(&reply).into_output(context.settings.max_output),
-        Err(e) => ToolOutput::error(e.to_string()),
+    let reply = image.call_helper("evaluate", request, &limits).await.map_err(|e| ToolOutput::error(e.to_string()));
+    match reply.and_then(|reply| decode::<EvaluationReply>("evaluate", &reply)) {
+        Ok(evaluation) => evaluation.into_output(context.settings.max_output),
+        Err(output) => output,
     }
 }
 
 /// The helper's answer to `evaluate`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct EvaluationReply {
     pub values: Vec<Captured>,
     pub stdout: Captured,
@@ -113,25 +115,6 @@ pub struct EvaluationReply {
 }
 
 impl EvaluationReply {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        EvaluationReply {
-            values: reply
-                .plist_get("values")
-                .and_then(Sexp::as_list)
-                .unwrap_or_default()
-                .iter()
-                .map(|v| Captured::from_sexp(Some(v)))
-                .collect(),
-            stdout: Captured::from_sexp(reply.plist_get("stdout")),
-            stderr: Captured::from_sexp(reply.plist_get("stderr")),
-            warnings: string_list(reply.plist_get("warnings")),
-            warnings_dropped: reply.plist_get("warnings-dropped").and_then(Sexp::as_i64).map_or(0, |n| n.max(0) as u64),
-            package: reply.plist_str("package").unwrap_or("COMMON-LISP-USER").to_string(),
-            notes: string_list(reply.plist_get("notes")),
-            error: reply.plist_get("error").and_then(ErrorReport::from_sexp),
-        }
-    }
-
     /// The contract's text: the error block first when there is one, then the `[stdout]`,
     /// `[stderr]` and `[warnings]` sections (each only when not empty), then the values.
     pub fn render(&self, max_output: usize) -> String {
@@ -216,42 +199,64 @@ fn texts<S: serde::Serializer>(values: &&[Captured], serializer: S) -> Result<S:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::swank::read;
+    use crate::swank::{from_sexp, read};
 
     fn render(reply: &str) -> String {
-        EvaluationReply::from_sexp(&read(reply).unwrap()).render(65536)
+        from_sexp::<EvaluationReply>(&read(reply).unwrap()).unwrap().render(65536)
+    }
+
+    /// A reply with these values, stdout, stderr and warnings and nothing else to say.
+    fn reply(values: &str, stdout: &str, stderr: &str, warnings: &str) -> String {
+        format!(
+            "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 \
+             :package \"COMMON-LISP-USER\" :notes nil)"
+        )
     }
 
     #[test]
     fn contract_examples_render_verbatim() {
-        assert_eq!(render("(:values ((\"3\" 0)) :error nil :stdout (\"\" 0) :stderr (\"\" 0) :warnings nil :package \"COMMON-LISP-USER\")"), "=> 3");
-        assert_eq!(render("(:values ((\"42\" 0)) :stdout (\"\nHELLO \" 0) :stderr (\"\" 0))"), "[stdout]\nHELLO\n\n=> 42");
-        assert_eq!(render("(:values ((\"3\" 0) (\"2\" 0)))"), "=> 3\n=> 2");
+        let empty = "(\"\" 0)";
+        assert_eq!(render(&reply("((\"3\" 0))", empty, empty, "nil")), "=> 3");
+        assert_eq!(render(&reply("((\"42\" 0))", "(\"\nHELLO \" 0)", empty, "nil")), "[stdout]\nHELLO\n\n=> 42");
+        assert_eq!(render(&reply("((\"3\" 0) (\"2\" 0))", empty, empty, "nil")), "=> 3\n=> 2");
         assert_eq!(
-            render("(:values ((\"FOO\" 0)) :warnings (\"STYLE-WARNING: The variable X is defined but never used.\"))"),
+            render(&reply("((\"FOO\" 0))", empty, empty, "(\"STYLE-WARNING: The variable X is defined but never used.\")")),
             "[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n\n=> FOO"
         );
         assert_eq!(
-            render("(:values ((\"42\" 0)) :stdout (\"Output\n\" 0) :stderr (\"Error\n\" 0))"),
+            render(&reply("((\"42\" 0))", "(\"Output\n\" 0)", "(\"Error\n\" 0)", "nil")),
             "[stdout]\nOutput\n\n[stderr]\nError\n\n=> 42"
         );
     }
 
     #[test]
     fn cut_output_says_how_much_was_cut() {
-        let text = render("(:values ((\"\\\"aaa\" 97)) :stdout (\"aaaa\" 20000000))");
+        let text = render(&reply("((\"\\\"aaa\" 97))", "(\"aaaa\" 20000000)", "(\"\" 0)", "nil"));
         assert!(text.contains("[... 20,000,000 more characters not shown"), "{text}");
         assert!(text.contains("=> \"aaa\n[... 97 more characters"), "{text}");
     }
 
     #[test]
     fn errors_come_first_and_keep_earlier_output() {
-        let text = render("(:values nil :stdout (\"\n1 \" 0) :error (:kind :error :type \"SIMPLE-ERROR\" :message \"bad 2\" :backtrace nil))");
+        let text = render(
+            "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
+             :backtrace nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
+             :package \"COMMON-LISP-USER\" :notes nil)",
+        );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
     }
 
     #[test]
     fn no_values_is_said() {
-        assert_eq!(render("(:values nil)"), "; No values");
+        assert_eq!(render(&reply("nil", "(\"\" 0)", "(\"\" 0)", "nil")), "; No values");
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let full = reply("nil", "(\"\" 0)", "(\"\" 0)", "nil");
+        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap()).unwrap_err();
+        assert!(error.is_error && error.text.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"), "{}", error.text);
+        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap()).unwrap_err();
+        assert!(error.text.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.text);
     }
 }

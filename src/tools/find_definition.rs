@@ -1,10 +1,10 @@
 //! `find-definition`: where each definition of a symbol is, as file:line:column.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{labelled_locations, labelled_locations_json, location_schema, plural, render_locations, strings, Location};
+use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
 use super::{symbol_request, Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::Sexp;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -39,31 +39,32 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "find-definition", request).await {
-        Ok(reply) => {
-            let found = Definitions::from_sexp(&reply);
-            ToolOutput::success(found.render()).with_structured(found.structured())
-        }
+    match context.call_helper(args, "find-definition", request).await.and_then(|reply| decode::<Definitions>("find-definition", &reply)) {
+        Ok(found) => ToolOutput::success(found.render()).with_structured(found.structured()),
         Err(output) => output,
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Definitions {
     pub symbol: String,
     /// What the symbol names, for the case where SBCL recorded no definition of it.
     pub names: Vec<String>,
-    /// (kind, location).
-    pub definitions: Vec<(String, Location)>,
+    pub definitions: Vec<Definition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Definition {
+    /// "function", "method (CIRCLE)", ...
+    pub kind: String,
+    pub source: Location,
 }
 
 impl Definitions {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        Definitions {
-            symbol: reply.plist_str("symbol").unwrap_or_default().to_string(),
-            names: strings(reply.plist_get("names")),
-            definitions: labelled_locations(reply.plist_get("definitions"), "kind"),
-        }
+    fn labelled(&self) -> Vec<(&str, &Location)> {
+        self.definitions.iter().map(|d| (d.kind.as_str(), &d.source)).collect()
     }
 
     pub fn render(&self) -> String {
@@ -77,12 +78,12 @@ impl Definitions {
             "{}: {}\n{}",
             self.symbol,
             plural(self.definitions.len() as u64, "definition", "definitions"),
-            render_locations(&self.definitions)
+            render_locations(&self.labelled())
         )
     }
 
     pub fn structured(&self) -> Value {
-        json!({"symbol": self.symbol, "definitions": labelled_locations_json(&self.definitions, "kind")})
+        json!({"symbol": self.symbol, "definitions": labelled_locations_json(&self.labelled(), "kind")})
     }
 }
 
@@ -91,19 +92,27 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :definitions \
+         ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
+          (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\"))))";
+
+    fn found(reply: &str) -> Result<Definitions, ToolOutput> {
+        decode("find-definition", &read(reply).unwrap())
+    }
+
     #[test]
     fn definitions_line_up() {
-        let found = Definitions::from_sexp(
-            &read(
-                "(:symbol \"S::AREA\" :names (\"generic function\") :definitions \
-                 ((:kind \"generic function\" :file \"/s.lisp\" :line 3 :column 1) \
-                  (:kind \"method (CIRCLE)\" :file nil :origin \"defined at the REPL, no source file\")))",
-            )
-            .unwrap(),
-        );
         assert_eq!(
-            found.render(),
+            found(AREA).unwrap().render(),
             "S::AREA: 2 definitions\n  generic function  /s.lisp:3:1\n  method (CIRCLE)   defined at the REPL, no source file"
         );
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = found(&AREA.replace(":names (\"generic function\") ", "")).unwrap_err();
+        assert!(error.text.contains("reply to find-definition is not what this server expects (the reply has no :names)"), "{}", error.text);
+        let error = found(&AREA.replace(":line 3 ", "")).unwrap_err();
+        assert!(error.text.contains("(:definitions 0 :source: the reply has no :line)"), "{}", error.text);
     }
 }

@@ -1,31 +1,48 @@
 //! The shapes the helper returns, shared by the image tools: captured text with the count of
-//! characters cut in the image, error reports, failures, and source locations.
+//! characters cut in the image, error reports, failures, and source locations; and the one way
+//! every tool decodes a reply.
 
 use std::fmt;
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ToolOutput;
-use crate::swank::Sexp;
+use crate::swank::{from_sexp, DecodeError, Sexp};
 
-/// Text captured in the image, cut there to the output limit.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Decodes the helper's reply to `function` into the type its tool reads.
+pub fn decode<T: DeserializeOwned>(function: &str, reply: &Sexp) -> Result<T, ToolOutput> {
+    from_sexp(reply).map_err(|e| unexpected_reply(&format!("reply to {function}"), e))
+}
+
+/// The error for a reply that does not have the shape this server's helper gives it, which
+/// happens when the image holds another revision of the helper: the client loads its own only
+/// when it connects.
+fn unexpected_reply(what: &str, error: DecodeError) -> ToolOutput {
+    ToolOutput::error(format!(
+        "The swank-mcp helper's {what} is not what this server expects ({error}). The image may hold the helper \
+         of another swank-mcp version, loaded by another client since this server connected: restart this server \
+         to load its own. If that does not help, this is a bug in swank-mcp; please report this message."
+    ))
+}
+
+/// Text captured in the image, cut there to the output limit: `(text dropped)` in a reply.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "(String, u64)")]
 pub struct Captured {
     pub text: String,
     /// Characters the image dropped past the limit.
     pub dropped: u64,
 }
 
-impl Captured {
-    /// Reads `(text dropped)`.
-    pub fn from_sexp(value: Option<&Sexp>) -> Self {
-        let parts = value.and_then(Sexp::as_list).unwrap_or_default();
-        Captured {
-            text: parts.first().and_then(Sexp::as_str).unwrap_or_default().to_string(),
-            dropped: parts.get(1).and_then(Sexp::as_i64).map_or(0, |n| n.max(0) as u64),
-        }
+impl From<(String, u64)> for Captured {
+    fn from((text, dropped): (String, u64)) -> Self {
+        Captured { text, dropped }
     }
+}
 
+impl Captured {
     pub fn is_empty(&self) -> bool {
         self.text.is_empty() && self.dropped == 0
     }
@@ -54,52 +71,38 @@ pub fn group_thousands(n: u64) -> String {
     out
 }
 
-/// The strings of a list in a helper reply (`("a" "b")`); anything else counts as none.
-pub fn string_list(value: Option<&Sexp>) -> Vec<String> {
-    value
-        .and_then(Sexp::as_list)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|item| item.as_str().map(str::to_string))
-        .collect()
+/// What stopped the code an [`ErrorReport`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    Error,
+    /// BREAK or INVOKE-DEBUGGER.
+    Debugger,
+    Read,
+    Timeout,
+    Cancelled,
 }
 
 /// An error the helper caught: a condition, a read failure, a timeout or a cancellation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct ErrorReport {
-    /// `error`, `debugger` (BREAK or INVOKE-DEBUGGER), `read`, `timeout` or `cancelled`.
-    pub kind: String,
+    pub kind: ErrorKind,
     /// The type name shown after `[ERROR]`.
+    #[serde(rename = "type")]
     pub type_name: String,
     /// The condition's exact class, package-qualified, when there is a condition.
-    pub condition_class: Option<String>,
+    pub class: Option<String>,
     pub message: String,
     pub backtrace: Vec<String>,
 }
 
 impl ErrorReport {
-    pub fn from_sexp(value: &Sexp) -> Option<Self> {
-        if !value.is_true() {
-            return None;
-        }
-        let kind = match value.plist_get("kind") {
-            Some(Sexp::Keyword(k)) => k.to_ascii_lowercase(),
-            _ => "error".into(),
-        };
-        Some(ErrorReport {
-            kind,
-            type_name: value.plist_str("type").unwrap_or("ERROR").to_string(),
-            condition_class: value.plist_str("class").map(str::to_string),
-            message: value.plist_str("message").unwrap_or_default().to_string(),
-            backtrace: string_list(value.plist_get("backtrace")),
-        })
-    }
-
     /// The contract's error block: `[ERROR] TYPE`, the message, and a numbered `[Backtrace]`
     /// when there are frames to show.
     pub fn render(&self) -> String {
         let mut text = format!("[ERROR] {}\n{}", self.type_name, self.message.trim_end());
-        if self.kind == "debugger" {
+        if self.kind == ErrorKind::Debugger {
             text.push_str(
                 "\n(The code entered the debugger; it was unwound, since a debugger cannot be driven through MCP.)",
             );
@@ -117,7 +120,7 @@ impl ErrorReport {
         json!({
             "kind": self.kind,
             "type": self.type_name,
-            "condition_class": self.condition_class,
+            "condition_class": self.class,
             "message": self.message,
             "backtrace": self.backtrace,
         })
@@ -127,29 +130,27 @@ impl ErrorReport {
 /// The output to return instead of a reply that reports a failure: `(:failure "message")`, a
 /// problem the user can act on (no such package, symbol or class), shown as its message alone;
 /// or `(:error report)`, a Lisp error, timeout or cancellation, shown as an `[ERROR]` block.
+/// Any other reply is the tool's own, and `(:error nil ...)` is no failure.
 pub fn check_failure(reply: &Sexp) -> Result<(), ToolOutput> {
-    if let Some(message) = reply.plist_str("failure") {
-        return Err(ToolOutput::error(message));
+    if reply.plist_get("failure").is_some() {
+        let failure: Failure = from_sexp(reply).map_err(|e| unexpected_reply("failure report", e))?;
+        return Err(ToolOutput::error(failure.failure));
     }
-    match reply.plist_get("error").and_then(ErrorReport::from_sexp) {
-        Some(report) => Err(ToolOutput::error(report.render())),
-        None => Ok(()),
+    if reply.plist_get("error").is_some_and(Sexp::is_true) {
+        let failed: Failed = from_sexp(reply).map_err(|e| unexpected_reply("error report", e))?;
+        return Err(ToolOutput::error(failed.error.render()));
     }
+    Ok(())
 }
 
-/// The strings of a list (other elements are skipped); `nil` or a missing value is empty.
-pub fn strings(value: Option<&Sexp>) -> Vec<String> {
-    value.and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(|s| s.as_str().map(str::to_string)).collect()
+#[derive(Deserialize)]
+struct Failure {
+    failure: String,
 }
 
-/// A non-negative integer of a plist, 0 when missing.
-pub fn count(reply: &Sexp, key: &str) -> u64 {
-    reply.plist_get(key).and_then(Sexp::as_i64).map_or(0, |n| n.max(0) as u64)
-}
-
-/// A plist value that may be a string or `nil`.
-pub fn optional_string(reply: &Sexp, key: &str) -> Option<String> {
-    reply.plist_str(key).map(str::to_string)
+#[derive(Deserialize)]
+struct Failed {
+    error: ErrorReport,
 }
 
 /// `"1 form"`, `"2 forms"`.
@@ -160,7 +161,8 @@ pub fn plural(n: u64, singular: &str, plural: &str) -> String {
 /// Where a definition is, as the helper's `source-location` gives it: a file with line and
 /// column when they could be found, or no file and the reason (typed at the REPL, built into
 /// SBCL).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Location {
     pub file: Option<String>,
     pub line: Option<u64>,
@@ -172,18 +174,6 @@ pub struct Location {
 }
 
 impl Location {
-    /// Reads the `:file :line :column :note :origin` keys of a plist.
-    pub fn from_sexp(plist: &Sexp) -> Self {
-        let number = |key| plist.plist_get(key).and_then(Sexp::as_i64).and_then(|n| u64::try_from(n).ok());
-        Location {
-            file: optional_string(plist, "file"),
-            line: number("line"),
-            column: number("column"),
-            note: optional_string(plist, "note"),
-            origin: optional_string(plist, "origin"),
-        }
-    }
-
     pub fn to_json(&self) -> Value {
         json!({"file": self.file, "line": self.line, "column": self.column, "note": self.note.as_ref().or(self.origin.as_ref())})
     }
@@ -220,23 +210,14 @@ pub fn location_schema(label: &str) -> Value {
 }
 
 /// Labelled locations, aligned in two columns: `label  file:line:column`.
-pub fn render_locations(entries: &[(String, Location)]) -> String {
+pub fn render_locations(entries: &[(&str, &Location)]) -> String {
     let width = entries.iter().map(|(label, _)| label.chars().count()).max().unwrap_or(0);
     let lines: Vec<String> = entries.iter().map(|(label, location)| format!("  {label:<width$}  {location}")).collect();
     lines.join("\n")
 }
 
-/// Reads a list of location plists, each labelled by `label_key`.
-pub fn labelled_locations(list: Option<&Sexp>, label_key: &str) -> Vec<(String, Location)> {
-    list.and_then(Sexp::as_list)
-        .unwrap_or_default()
-        .iter()
-        .map(|entry| (entry.plist_str(label_key).unwrap_or_default().to_string(), Location::from_sexp(entry)))
-        .collect()
-}
-
 /// Labelled locations as structured content: each location's fields plus `label_key`.
-pub fn labelled_locations_json(entries: &[(String, Location)], label_key: &str) -> Vec<Value> {
+pub fn labelled_locations_json(entries: &[(&str, &Location)], label_key: &str) -> Vec<Value> {
     entries
         .iter()
         .map(|(label, location)| {
@@ -267,7 +248,7 @@ mod tests {
 
     #[test]
     fn error_blocks_follow_the_contract() {
-        let report = ErrorReport::from_sexp(
+        let report: ErrorReport = from_sexp(
             &read("(:kind :error :type \"DIVISION-BY-ZERO\" :class \"COMMON-LISP:DIVISION-BY-ZERO\" :message \"arithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\" :backtrace (\"(/ 1 0)\"))").unwrap(),
         )
         .unwrap();
@@ -275,24 +256,41 @@ mod tests {
             report.render(),
             "[ERROR] DIVISION-BY-ZERO\narithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\n\n[Backtrace]\n0: (/ 1 0)"
         );
-        assert!(ErrorReport::from_sexp(&Sexp::Nil).is_none());
+        assert_eq!(report.to_json()["kind"], "error");
+        assert_eq!(from_sexp::<Option<ErrorReport>>(&Sexp::Nil), Ok(None));
     }
 
     #[test]
     fn failures_become_error_outputs() {
         let failure = check_failure(&read("(:failure \"Class FOO not found in package CL-USER\")").unwrap()).unwrap_err();
         assert_eq!((failure.text.as_str(), failure.is_error), ("Class FOO not found in package CL-USER", true));
-        let error = check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :message \"bad\" :backtrace nil))").unwrap()).unwrap_err();
+        let error =
+            check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil))").unwrap()).unwrap_err();
         assert_eq!(error.text, "[ERROR] TYPE-ERROR\nbad");
         assert!(check_failure(&read("(:error nil :value 1)").unwrap()).is_ok());
     }
 
     #[test]
+    fn a_reply_of_another_shape_is_an_error_that_names_the_key() {
+        let error = check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil))").unwrap()).unwrap_err();
+        assert!(error.is_error && error.text.contains("error report is not what this server expects (:error: the reply has no :message)"), "{}", error.text);
+        let error = check_failure(&read("(:failure nil)").unwrap()).unwrap_err();
+        assert!(error.text.contains("(:failure: expected a string, found nil)"), "{}", error.text);
+        let error = decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap()).unwrap_err();
+        assert!(error.text.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{}", error.text);
+        let kind = from_sexp::<ErrorReport>(&read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil)").unwrap()).unwrap_err();
+        assert!(kind.to_string().starts_with(":kind: unknown variant `warning`"), "{kind}");
+    }
+
+    #[test]
     fn locations_read_like_compiler_messages() {
-        let location = |text: &str| Location::from_sexp(&read(text).unwrap()).to_string();
-        assert_eq!(location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil)"), "/src/a.lisp:7:1");
-        assert_eq!(location("(:file \"/src/a.lisp\" :line nil :note \"file not found\")"), "/src/a.lisp (file not found)");
-        assert_eq!(location("(:file nil :origin \"defined at the REPL, no source file\")"), "defined at the REPL, no source file");
+        let location = |text: &str| from_sexp::<Location>(&read(text).unwrap()).unwrap().to_string();
+        assert_eq!(location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :origin nil)"), "/src/a.lisp:7:1");
+        assert_eq!(location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :origin nil)"), "/src/a.lisp (file not found)");
+        assert_eq!(
+            location("(:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\")"),
+            "defined at the REPL, no source file"
+        );
     }
 
     #[test]

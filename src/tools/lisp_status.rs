@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{count, optional_string, strings};
+use super::lisp_reply::decode;
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::Sexp;
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -58,8 +58,8 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(image) => image,
         Err(output) => return output,
     };
-    let reply = match context.call_helper(args, "status", Vec::new()).await {
-        Ok(reply) => reply,
+    let facts = match context.call_helper(args, "status", Vec::new()).await.and_then(|reply| decode::<ImageFacts>("status", &reply)) {
+        Ok(facts) => facts,
         Err(output) => return output,
     };
     let Some(connection) = image.current_connection().await else {
@@ -68,7 +68,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
     let info = connection.info();
     let launched = image.launched_pid().await;
     let status = Status {
-        image: ImageFacts::from_sexp(&reply),
+        image: facts,
         server: info.dialect.name().to_string(),
         server_version: info.version.clone(),
         style: info.style.clone(),
@@ -86,7 +86,8 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
 }
 
 /// What the helper reports about the image.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct ImageFacts {
     pub implementation: String,
     pub version: String,
@@ -94,6 +95,7 @@ pub struct ImageFacts {
     pub software: String,
     pub package: String,
     pub threads: u64,
+    /// Tool calls running in the image besides this one, from any swank-mcp session.
     pub tool_calls: u64,
     pub heap_used: u64,
     pub heap_size: u64,
@@ -102,27 +104,6 @@ pub struct ImageFacts {
     pub feature_count: u64,
     /// The notable features present, e.g. `:X86-64`, `:SB-THREAD`.
     pub features: Vec<String>,
-}
-
-impl ImageFacts {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        let text = |key| reply.plist_str(key).unwrap_or_default().to_string();
-        ImageFacts {
-            implementation: text("implementation"),
-            version: text("version"),
-            machine: text("machine"),
-            software: text("software"),
-            package: text("package"),
-            threads: count(reply, "threads"),
-            tool_calls: count(reply, "running"),
-            heap_used: count(reply, "heap-used"),
-            heap_size: count(reply, "heap-size"),
-            asdf: optional_string(reply, "asdf"),
-            quicklisp: reply.plist_get("quicklisp").is_some_and(Sexp::is_true),
-            feature_count: count(reply, "feature-count"),
-            features: strings(reply.plist_get("features")),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -224,14 +205,13 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const FACTS: &str = "(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
+         :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
+         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0)";
+
     #[test]
     fn status_lines() {
-        let image = ImageFacts::from_sexp(
-            &read("(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
-                   :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
-                   :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :running 0)")
-            .unwrap(),
-        );
+        let image: ImageFacts = decode("status", &read(FACTS).unwrap()).unwrap();
         let status = Status {
             image,
             server: "swank".into(),
@@ -250,5 +230,11 @@ mod tests {
              Connection: 127.0.0.1:4005 (attached, pid 1234)\nSession package: COMMON-LISP-USER\nThreads: 4\n\
              Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\nFeatures (60): :X86-64 :SB-THREAD ..."
         );
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = decode::<ImageFacts>("status", &read(&FACTS.replace(" :tool-calls 0", "")).unwrap()).unwrap_err();
+        assert!(error.text.contains("reply to status is not what this server expects (the reply has no :tool-calls)"), "{}", error.text);
     }
 }

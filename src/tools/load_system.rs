@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{count, plural, section_body, strings, Captured, ErrorReport};
+use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::{from_sexp, Form};
 
 /// Compiling a large system for the first time takes minutes; the server's evaluation time limit
 /// is meant for single evaluations.
@@ -79,11 +80,13 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         tokio::select! {
             reply = &mut load => break reply,
             _ = ticker.tick(), if context.progress.is_enabled() => {
+                // A report without the activity is still progress: any failure to get it is ignored.
                 let activity = context
                     .call_helper_within(args, "load-activity", Vec::new(), ACTIVITY_TIMEOUT, "")
                     .await
                     .ok()
-                    .and_then(|reply| reply.plist_str("activity").map(str::to_string));
+                    .and_then(|reply| from_sexp::<Activity>(&reply).ok())
+                    .and_then(|found| found.activity);
                 let elapsed = started.elapsed().as_secs();
                 context.progress.report(match activity {
                     Some(activity) => format!("Loading {system} ({elapsed} s): {activity}"),
@@ -92,15 +95,25 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
             }
         }
     };
-    match reply {
-        Ok(reply) => LoadReport::from_sexp(&reply, force).into_output(context.settings.max_output),
+    match reply.and_then(|reply| decode::<LoadReport>("load-system", &reply)) {
+        Ok(report) => LoadReport { forced: force, ..report }.into_output(context.settings.max_output),
         Err(output) => output,
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// The helper's answer to `load-activity`.
+#[derive(Deserialize)]
+struct Activity {
+    activity: Option<String>,
+}
+
+/// The helper's answer to `load-system`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct LoadReport {
     pub system: String,
+    /// Whether the call asked for `force`, which the reply does not repeat.
+    #[serde(skip)]
     pub forced: bool,
     pub was_loaded: bool,
     pub milliseconds: u64,
@@ -109,32 +122,17 @@ pub struct LoadReport {
     pub style_warning_count: u64,
     pub note_count: u64,
     pub stdout: Captured,
-    pub error: Option<ErrorReport>,
+    pub load_error: Option<ErrorReport>,
 }
 
 impl LoadReport {
-    pub fn from_sexp(reply: &Sexp, forced: bool) -> Self {
-        LoadReport {
-            system: reply.plist_str("system").unwrap_or_default().to_string(),
-            forced,
-            was_loaded: reply.plist_get("was-loaded").is_some_and(Sexp::is_true),
-            milliseconds: count(reply, "milliseconds"),
-            warnings: strings(reply.plist_get("warnings")),
-            warning_count: count(reply, "warning-count"),
-            style_warning_count: count(reply, "style-warning-count"),
-            note_count: count(reply, "note-count"),
-            stdout: Captured::from_sexp(reply.plist_get("stdout")),
-            error: reply.plist_get("load-error").and_then(ErrorReport::from_sexp),
-        }
-    }
-
     pub fn render(&self, max_output: usize) -> String {
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut sections = Vec::new();
-        if let Some(error) = &self.error {
+        if let Some(error) = &self.load_error {
             sections.push(error.render());
         }
-        let verdict = match (&self.error, self.was_loaded, self.forced) {
+        let verdict = match (&self.load_error, self.was_loaded, self.forced) {
             (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
             (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
@@ -169,7 +167,7 @@ impl LoadReport {
     pub fn structured(&self) -> Value {
         json!({
             "system": self.system,
-            "loaded": self.error.is_none(),
+            "loaded": self.load_error.is_none(),
             "was_loaded": self.was_loaded,
             "milliseconds": self.milliseconds,
             "warnings": self.warnings,
@@ -177,13 +175,13 @@ impl LoadReport {
             "style_warning_count": self.style_warning_count,
             "note_count": self.note_count,
             "stdout": self.stdout.text,
-            "error": self.error.as_ref().map(ErrorReport::to_json),
+            "error": self.load_error.as_ref().map(ErrorReport::to_json),
         })
     }
 
     pub fn into_output(self, max_output: usize) -> ToolOutput {
         let text = self.render(max_output);
-        let output = ToolOutput::new(text, self.error.is_some());
+        let output = ToolOutput::new(text, self.load_error.is_some());
         output.with_structured(self.structured())
     }
 }
@@ -193,28 +191,37 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const ALEXANDRIA: &str = "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
+         :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
+
+    fn report(reply: &str) -> Result<LoadReport, ToolOutput> {
+        decode("load-system", &read(reply).unwrap())
+    }
+
     #[test]
     fn a_load_is_summarised() {
-        let report = LoadReport::from_sexp(
-            &read("(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
-                   :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)")
-            .unwrap(),
-            false,
-        );
         assert_eq!(
-            report.render(65536),
+            report(ALEXANDRIA).unwrap().render(65536),
             "Loaded system \"alexandria\" in 2.14 s.\n0 warnings, 1 style-warning, 3 compiler notes.\n\n[warnings]\nSTYLE-WARNING: x\n  (in /a.lisp)"
         );
     }
 
     #[test]
     fn a_failed_load_leads_with_the_error() {
-        let report = LoadReport::from_sexp(
-            &read("(:system \"bad\" :milliseconds 10 :load-error (:kind :error :type \"ERROR\" :message \"boom\" :backtrace nil))").unwrap(),
-            false,
-        );
-        let output = report.into_output(65536);
+        let output = report(
+            "(:system \"bad\" :was-loaded nil :milliseconds 10 :warnings nil :warning-count 0 :style-warning-count 0 :note-count 0 \
+             :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil))",
+        )
+        .unwrap()
+        .into_output(65536);
         assert!(output.is_error);
         assert!(output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."), "{}", output.text);
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = report(&ALEXANDRIA.replace(" :load-error nil", "")).unwrap_err();
+        assert!(error.text.contains("reply to load-system is not what this server expects (the reply has no :load-error)"), "{}", error.text);
+        assert_eq!(from_sexp::<Activity>(&read("(:activity \"compiling /a.lisp\")").unwrap()).unwrap().activity.as_deref(), Some("compiling /a.lisp"));
     }
 }

@@ -1,9 +1,10 @@
 //! `macroexpand-form`: expands a macro form in the image, one step or fully, per
 //! `contracts/macroexpand-form.md`.
 
+use serde::Deserialize;
 use serde_json::json;
 
-use super::lisp_reply::Captured;
+use super::lisp_reply::{decode, Captured};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
 use crate::swank::{Form, Sexp};
 
@@ -64,15 +65,37 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
     }
 }
 
+/// The helper's answer to `expand-form` when it could read the form.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Expansion {
+    form: String,
+    expansion: Captured,
+    /// Whether the form was a macro call (with `full`, whether it contained one).
+    expanded: bool,
+}
+
+/// The helper's answer to `expand-form` when the form could not be read.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Unreadable {
+    read_error: String,
+}
+
 /// The contract's text for the helper's reply: the expansion under an `Expansion of` header, or
 /// the read error.
 fn render(reply: &Sexp, max_output: usize) -> ToolOutput {
-    if let Some(message) = reply.plist_str("read-error") {
-        return ToolOutput::error(format!("Error reading form: {message}"));
+    // Two shapes of reply, told apart by the key only the read failure has.
+    if reply.plist_get("read-error").is_some() {
+        return match decode::<Unreadable>("expand-form", reply) {
+            Ok(unreadable) => ToolOutput::error(format!("Error reading form: {}", unreadable.read_error)),
+            Err(output) => output,
+        };
     }
-    let form = reply.plist_str("form").unwrap_or_default();
-    let expansion = Captured::from_sexp(reply.plist_get("expansion"));
-    let expanded = reply.plist_get("expanded").is_some_and(Sexp::is_true);
+    let Expansion { form, expansion, expanded } = match decode("expand-form", reply) {
+        Ok(expansion) => expansion,
+        Err(output) => return output,
+    };
     let mut text = format!("Expansion of {form}:\n\n{}", expansion.text);
     if let Some(note) = expansion.cut_note(max_output) {
         text.push('\n');
@@ -100,5 +123,12 @@ mod tests {
         let failed = text("(:read-error \"end of file on #<STRING-INPUT-STREAM>\")");
         assert!(failed.is_error);
         assert_eq!(failed.text, "Error reading form: end of file on #<STRING-INPUT-STREAM>");
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let failed = text("(:form \"(+ 1 2)\" :expansion (\"(+ 1 2)\" 0))");
+        assert!(failed.is_error && failed.text.contains("reply to expand-form is not what this server expects (the reply has no :expanded)"), "{}", failed.text);
+        assert!(text("(:read-error nil)").text.contains("(:read-error: expected a string, found nil)"));
     }
 }

@@ -1,11 +1,12 @@
 //! `xref`: who calls, references, binds, sets or macroexpands a name, what a function calls, and
 //! which methods specialize on a class, from SBCL's cross-reference data.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{count, labelled_locations, labelled_locations_json, location_schema, plural, render_locations, Location};
+use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
 use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
-use crate::swank::{Form, Sexp};
+use crate::swank::Form;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
 
@@ -50,32 +51,33 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Ok(request) => request,
         Err(e) => return e.into(),
     };
-    match context.call_helper(args, "xref", request).await {
-        Ok(reply) => {
-            let found = References::from_sexp(&reply);
-            ToolOutput::success(found.render()).with_structured(found.structured())
-        }
+    match context.call_helper(args, "xref", request).await.and_then(|reply| decode::<References>("xref", &reply)) {
+        Ok(found) => ToolOutput::success(found.render()).with_structured(found.structured()),
         Err(output) => output,
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct References {
     pub symbol: String,
     pub kind: String,
     pub total: u64,
-    /// (function or method name, location), in file order.
-    pub hits: Vec<(String, Location)>,
+    /// In file order.
+    pub hits: Vec<Hit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Hit {
+    /// The function or method.
+    pub name: String,
+    pub source: Location,
 }
 
 impl References {
-    pub fn from_sexp(reply: &Sexp) -> Self {
-        References {
-            symbol: reply.plist_str("symbol").unwrap_or_default().to_string(),
-            kind: reply.plist_str("kind").unwrap_or_default().to_string(),
-            total: count(reply, "total"),
-            hits: labelled_locations(reply.plist_get("hits"), "name"),
-        }
+    fn labelled(&self) -> Vec<(&str, &Location)> {
+        self.hits.iter().map(|hit| (hit.name.as_str(), &hit.source)).collect()
     }
 
     pub fn render(&self) -> String {
@@ -95,7 +97,7 @@ impl References {
                  compiled before SBCL kept them leave none.)"
             );
         }
-        let mut text = format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.hits));
+        let mut text = format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.labelled()));
         let rest = self.total.saturating_sub(self.hits.len() as u64);
         if rest > 0 {
             text.push_str(&format!("\n  ... and {rest} more"));
@@ -104,7 +106,7 @@ impl References {
     }
 
     pub fn structured(&self) -> Value {
-        json!({"symbol": self.symbol, "kind": self.kind, "total": self.total, "hits": labelled_locations_json(&self.hits, "name")})
+        json!({"symbol": self.symbol, "kind": self.kind, "total": self.total, "hits": labelled_locations_json(&self.labelled(), "name")})
     }
 }
 
@@ -113,13 +115,25 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
+    const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
+         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))))";
+
+    fn found(reply: &str) -> Result<References, ToolOutput> {
+        decode("xref", &read(reply).unwrap())
+    }
+
     #[test]
     fn hits_are_listed_with_the_rest_counted() {
-        let found = References::from_sexp(
-            &read("(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits ((:name \"CALLER\" :file \"/p.lisp\" :line 9 :column 1)))").unwrap(),
-        );
-        assert_eq!(found.render(), "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more");
-        let none = References::from_sexp(&read("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap());
+        assert_eq!(found(CALLS).unwrap().render(), "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more");
+        let none = found("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap();
         assert!(none.render().starts_with("Who sets P::X: none recorded."));
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let error = found(&CALLS.replace(":total 3 ", "")).unwrap_err();
+        assert!(error.text.contains("reply to xref is not what this server expects (the reply has no :total)"), "{}", error.text);
+        let error = found(&CALLS.replace(":name \"CALLER\" ", "")).unwrap_err();
+        assert!(error.text.contains("(:hits 0: the reply has no :name)"), "{}", error.text);
     }
 }
