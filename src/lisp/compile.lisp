@@ -404,128 +404,164 @@ whose symbols include those the macros interned."
       (let ((stripped (if (circular-p expansion) expansion (strip expansion))))
         (values (if found stripped lambda) expansion)))))
 
+;;; One compilation: the code, what the reader recorded of it, and what compiling it found so
+;;; far. DEFCLASS, not DEFSTRUCT, so that reloading the helper redefines it harmlessly.
+(defclass compilation ()
+  ((code :initarg :code :reader compilation-code)
+   (positions :initform (make-hash-table :test 'eq) :reader compilation-positions
+              :documentation "List -> where it starts in the code, as the reader saw it.")
+   (conditions :initform '() :accessor compilation-conditions
+               :documentation "Plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), newest first.")
+   (compiled :initform '() :accessor compiled-entries
+             :documentation "(form start prefix) of each form compiled, newest first.")
+   (current :initform nil :accessor current-entry
+            :documentation "The entry being compiled: a condition now is about it.")
+   (last-condition :initform nil :accessor last-condition)
+   (read-failure :initform nil :accessor read-failure-report)
+   (macros :initform '() :accessor code-macros
+           :documentation "MACROLET bindings for the code's DEFMACROs so far.")
+   (specials :initform '() :accessor code-specials
+             :documentation "The variables the code's DEFVARs and DEFPARAMETERs so far proclaim.")))
+
+(defun condition-place (compilation condition)
+  "The top-level form a condition is about, and where in the code."
+  (let ((path (compiler-source-path))
+        (entry (or (current-entry compilation)
+                   ;; A deferred warning (undefined function) comes at the end of the unit: find
+                   ;; the first form that mentions the name.
+                   (let ((names (condition-names condition)))
+                     (find-if (lambda (entry)
+                                (some (lambda (name) (tree-contains-p (first entry) name)) names))
+                              (reverse (compiled-entries compilation)))))))
+    (when entry
+      (destructuring-bind (form start prefix) entry
+        (values form
+                (if (and path (<= (length prefix) (length path))
+                         (equal prefix (subseq path 0 (length prefix))))
+                    (or (subform-position form (nthcdr (length prefix) path) (compilation-positions compilation))
+                        start)
+                    start))))))
+
+(defun record-condition (compilation severity condition)
+  (unless (eq condition (last-condition compilation))
+    (setf (last-condition compilation) condition)
+    (multiple-value-bind (form position) (condition-place compilation condition)
+      (multiple-value-bind (line column) (and position (line-and-column (compilation-code compilation) position))
+        (push (list :severity severity
+                    :message (compiler-message condition)
+                    :form (and form (print-form-briefly form))
+                    :line line :column column)
+              (compilation-conditions compilation))))))
+
+(defun wrap-form (compilation form)
+  "FORM as a lambda to compile, inside the code's earlier macros and special variables. Returns
+the lambda and the path from it to FORM."
+  (let ((body form) (prefix '()))
+    (when (code-specials compilation)
+      (setf body `(locally (declare (special ,@(code-specials compilation))) ,body))
+      (push 2 prefix))
+    (when (code-macros compilation)
+      (setf body `(macrolet ,(code-macros compilation) ,body))
+      (push 2 prefix))
+    (values `(lambda () ,body) (cons 2 prefix))))
+
+(defun note-effects (compilation form)
+  "Takes from FORM what a file compiler would for the forms after it."
+  (when (consp form)
+    (case (first form)
+      (in-package
+       (let ((target (and (typep (second form) '(or string symbol character))
+                          (find-package (string (second form))))))
+         (if target
+             (progn (setf *package* target) (note-package target))
+             (let ((*package* *package*))
+               (record-condition
+                compilation "ERROR"
+                (make-condition 'simple-error
+                                :format-control "The package ~A does not exist: the forms after this IN-PACKAGE are read in ~A. (compile-form defines nothing, so a DEFPACKAGE in the same code does not create it.)"
+                                :format-arguments (list (second form) (package-name *package*))))))))
+      (defmacro
+       (when (and (symbolp (second form)) (listp (third form)))
+         (push (rest form) (code-macros compilation))))
+      ((defvar defparameter)
+       (when (symbolp (second form))
+         (push (second form) (code-specials compilation)))))))
+
+(defun compile-one-form (compilation form start)
+  "Compiles FORM, read at START, recording what the compiler says about it."
+  (multiple-value-bind (lambda prefix) (wrap-form compilation form)
+    (setf (current-entry compilation)
+          (list form (or (gethash form (compilation-positions compilation)) start) prefix))
+    (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values (disarm lambda))
+                    ;; DEFSTRUCT and the like intern names as they expand.
+                    (remember-form expansion)
+                    (compile nil compilable))
+      ;; Errors the compiler did not turn into an ERROR condition itself, such as a package
+      ;; lock violation.
+      (error (e) (record-condition compilation "ERROR" e)))
+    (note-effects compilation form)
+    (push (current-entry compilation) (compiled-entries compilation))
+    (setf (current-entry compilation) nil)))
+
+(defun call-recording-conditions (compilation function)
+  "Calls FUNCTION, recording every compiler condition it causes into COMPILATION."
+  (flet ((record (severity condition) (record-condition compilation severity condition)))
+    (handler-bind ((sb-c:compiler-error
+                     (lambda (c)
+                       ;; A stub's refusal is a warning: the code may well be right, but its uses
+                       ;; of the macro were not checked.
+                       (if *refusal*
+                           (record "WARNING" (shiftf *refusal* nil))
+                           (record "ERROR" (sb-int:encapsulated-condition c)))))
+                   (sb-ext:compiler-note
+                     (lambda (c) (record "NOTE" c)))
+                   (warning
+                     (lambda (c)
+                       (unless (muffled-by-sbcl-p c)
+                         (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c)))))
+      (funcall function))))
+
+(defun compilation-report (compilation)
+  "The plist COMPILE-CODE describes, conditions in the order of the code."
+  (let ((conditions (stable-sort (reverse (compilation-conditions compilation)) #'<
+                                 :key (lambda (c) (+ (* 1000000 (or (getf c :line) 0)) (or (getf c :column) 0))))))
+    (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
+      (list :forms-compiled (length (compiled-entries compilation))
+            :warnings (count-of "WARNING")
+            :errors (count-of "ERROR")
+            :style-warnings (count-of "STYLE-WARNING")
+            :notes (count-of "NOTE")
+            :conditions conditions
+            :read-error (read-failure-report compilation)))))
+
 (defun compile-forms (code package)
   "Reads CODE in PACKAGE and compiles each form as (LAMBDA () FORM), in one compilation unit.
 Earlier DEFMACROs and IN-PACKAGEs of the code apply to the forms after them, as in a file, but
 only within the call. Returns the plist COMPILE-CODE describes."
-  (let* ((positions (make-hash-table :test 'eq))
-         (readtable (position-recording-readtable positions))
-         (eof '#:eof)
-         (conditions '())
-         (compiled '())              ; (form start prefix), newest first
-         (current nil)               ; the entry being compiled
-         (last-condition nil)
-         (read-failure nil)
-         (macros '())
-         (specials '()))
-    (labels ((place (condition)
-               ;; The top-level form a condition is about and where in the code.
-               (let ((path (compiler-source-path))
-                     (entry (or current
-                                ;; A deferred warning (undefined function) comes at the end of
-                                ;; the unit: find the first form that mentions the name.
-                                (let ((names (condition-names condition)))
-                                  (find-if (lambda (entry)
-                                             (some (lambda (name) (tree-contains-p (first entry) name)) names))
-                                           (reverse compiled))))))
-                 (when entry
-                   (destructuring-bind (form start prefix) entry
-                     (values form
-                             (if (and path (<= (length prefix) (length path))
-                                      (equal prefix (subseq path 0 (length prefix))))
-                                 (or (subform-position form (nthcdr (length prefix) path) positions) start)
-                                 start))))))
-             (record (severity condition)
-               (unless (eq condition last-condition)
-                 (setf last-condition condition)
-                 (multiple-value-bind (form position) (place condition)
-                   (multiple-value-bind (line column) (and position (line-and-column code position))
-                     (push (list :severity severity
-                                 :message (compiler-message condition)
-                                 :form (and form (print-form-briefly form))
-                                 :line line :column column)
-                           conditions)))))
-             (wrap (form)
-               ;; Earlier macros and special variables of the code, for this form only. Returns
-               ;; the lambda and the path from it to FORM.
-               (let ((body form) (prefix '()))
-                 (when specials
-                   (setf body `(locally (declare (special ,@specials)) ,body))
-                   (push 2 prefix))
-                 (when macros
-                   (setf body `(macrolet ,macros ,body))
-                   (push 2 prefix))
-                 (values `(lambda () ,body) (cons 2 prefix))))
-             (note-effects (form)
-               ;; What a file compiler would take from the form for the forms after it.
-               (when (consp form)
-                 (case (first form)
-                   (in-package
-                    (let ((target (and (typep (second form) '(or string symbol character))
-                                       (find-package (string (second form))))))
-                      (if target
-                          (progn (setf *package* target) (note-package target))
-                          (let ((*package* *package*))
-                            (record "ERROR" (make-condition 'simple-error
-                                                            :format-control "The package ~A does not exist: the forms after this IN-PACKAGE are read in ~A. (compile-form defines nothing, so a DEFPACKAGE in the same code does not create it.)"
-                                                            :format-arguments (list (second form) (package-name *package*))))))))
-                   (defmacro
-                    (when (and (symbolp (second form)) (listp (third form)))
-                      (push (rest form) macros)))
-                   ((defvar defparameter)
-                    (when (symbolp (second form))
-                      (push (second form) specials)))))))
-      (running-no-request-code
-       (leaving-image-unchanged (code package)
+  (let ((compilation (make-instance 'compilation :code code))
+        (eof '#:eof))
+    (running-no-request-code
+      (leaving-image-unchanged (code package)
         (let ((*package* package)
-              (*readtable* readtable))
+              (*readtable* (position-recording-readtable (compilation-positions compilation))))
           ;; Outside the unit, to see the warnings it defers to its end.
-          (handler-bind ((sb-c:compiler-error
-                           (lambda (c)
-                             ;; A stub's refusal is a warning: the code may well be right, but
-                             ;; its uses of the macro were not checked.
-                             (if *refusal*
-                                 (record "WARNING" (shiftf *refusal* nil))
-                                 (record "ERROR" (sb-int:encapsulated-condition c)))))
-                         (sb-ext:compiler-note
-                           (lambda (c) (record "NOTE" c)))
-                         (warning
-                           (lambda (c)
-                             (unless (muffled-by-sbcl-p c)
-                               (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c)))))
-            (with-compilation-unit (:override t)
-              (with-input-from-string (in code)
-                (loop
-                  (let* ((start (skip-layout code (file-position in)))
-                         (form (handler-case (read in nil eof)
-                                 (error (e)
-                                   (setf read-failure (read-failure e code start (file-position in)))
-                                   (return)))))
-                    (when (eq form eof) (return))
-                    (remember-form form)
-                    (note-request-code form)
-                    (multiple-value-bind (lambda prefix) (wrap form)
-                      (setf current (list form (or (gethash form positions) start) prefix))
-                      (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values (disarm lambda))
-                                      ;; DEFSTRUCT and the like intern names as they expand.
-                                      (remember-form expansion)
-                                      (compile nil compilable))
-                        ;; Errors the compiler did not turn into an ERROR condition itself,
-                        ;; such as a package lock violation.
-                        (error (e) (record "ERROR" e)))
-                      (note-effects form)
-                      (push current compiled)
-                      (setf current nil)))))))))))
-    (let ((conditions (stable-sort (reverse conditions) #'<
-                                   :key (lambda (c) (+ (* 1000000 (or (getf c :line) 0)) (or (getf c :column) 0))))))
-      (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
-        (list :forms-compiled (length compiled)
-              :warnings (count-of "WARNING")
-              :errors (count-of "ERROR")
-              :style-warnings (count-of "STYLE-WARNING")
-              :notes (count-of "NOTE")
-              :conditions conditions
-              :read-error read-failure)))))
+          (call-recording-conditions
+           compilation
+           (lambda ()
+             (with-compilation-unit (:override t)
+               (with-input-from-string (in code)
+                 (loop
+                   (let* ((start (skip-layout code (file-position in)))
+                          (form (handler-case (read in nil eof)
+                                  (error (e)
+                                    (setf (read-failure-report compilation)
+                                          (read-failure e code start (file-position in)))
+                                    (return)))))
+                     (when (eq form eof) (return))
+                     (remember-form form)
+                     (note-request-code form)
+                     (compile-one-form compilation form start))))))))))
+    (compilation-report compilation)))
 
 (defun compile-code (code &key package session token (max-output 65536))
   "Compiles CODE for the compile-form tool without running or defining anything. Returns a
