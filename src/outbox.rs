@@ -5,6 +5,9 @@
 //! writer task instead cost a task switch per message, and put everything the sender did after
 //! sending (a finished tool call dropping its state) on the message's path. What the output does
 //! not take at once (a peer slow to read) waits in a queue that the writer task drains in order.
+//!
+//! The queue is bounded only by the producer: [`Outbox::room`] tells it when to stop producing
+//! (the MCP server stops reading requests) until the peer catches up.
 
 use std::collections::VecDeque;
 use std::io;
@@ -16,6 +19,16 @@ use tokio::io::AsyncWrite;
 use tokio::sync::Notify;
 
 pub type Output = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// Bytes of queued messages past which [`Outbox::room`] waits. A client that reads what it is
+/// sent stays within a few responses of the output (its pipe alone holds 64 KiB), so only one that
+/// has stopped reading gets this far behind, and more queue would only cost memory. Counted in
+/// allocated bytes rather than message bytes, because that is the memory held: a small response
+/// sits in a buffer sized for a typical one, 512 bytes for a 40-byte answer to a ping.
+const QUEUE_LIMIT: usize = 8 * 1024 * 1024;
+/// Where a full queue counts as having room again: half empty, so that a producer that has
+/// stopped resumes for many messages at a time rather than for each one the peer reads.
+const QUEUE_RESUME: usize = QUEUE_LIMIT / 2;
 
 pub struct Outbox {
     state: Mutex<State>,
@@ -29,6 +42,12 @@ struct State {
     queue: VecDeque<Vec<u8>>,
     /// Bytes of the first queued message already written.
     written_of_first: usize,
+    /// Bytes allocated by the queued messages.
+    queued_bytes: usize,
+    /// Set when `queued_bytes` passes [`QUEUE_LIMIT`], cleared when it is back to [`QUEUE_RESUME`].
+    full: bool,
+    /// The task waiting in [`Outbox::room`] for the queue to drain.
+    waiting_for_room: Option<Waker>,
     /// A write has completed that the output has not flushed yet.
     unflushed: bool,
     /// Set once writing has failed: the peer is gone, later messages are dropped.
@@ -43,6 +62,9 @@ impl Outbox {
                 output,
                 queue: VecDeque::new(),
                 written_of_first: 0,
+                queued_bytes: 0,
+                full: false,
+                waiting_for_room: None,
                 unflushed: false,
                 failed: None,
                 closing: false,
@@ -81,10 +103,26 @@ impl Outbox {
             }
             state.written_of_first = written;
         }
+        state.queued_bytes += message.capacity();
+        state.full |= state.queued_bytes > QUEUE_LIMIT;
         state.queue.push_back(message);
         drop(state);
         self.queued.notify_one();
         Ok(())
+    }
+
+    /// Once more than [`QUEUE_LIMIT`] bytes have been queued, waits until the queue is down to
+    /// [`QUEUE_RESUME`] (or the output fails, dropping it). Made for one waiting task at a time.
+    pub async fn room(&self) {
+        std::future::poll_fn(|cx| {
+            let mut state = self.lock();
+            if !state.full {
+                return Poll::Ready(());
+            }
+            state.waiting_for_room = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 
     /// Ends the writer task once everything queued is written.
@@ -151,7 +189,10 @@ impl State {
         }
         while let Some(first) = self.queue.pop_front() {
             match self.write_some(cx, &first[self.written_of_first..]) {
-                Poll::Ready(Ok(n)) if self.written_of_first + n == first.len() => self.written_of_first = 0,
+                Poll::Ready(Ok(n)) if self.written_of_first + n == first.len() => {
+                    self.written_of_first = 0;
+                    self.queued_bytes -= first.capacity();
+                }
                 Poll::Ready(Ok(n)) => {
                     self.written_of_first += n;
                     self.queue.push_front(first);
@@ -159,16 +200,29 @@ impl State {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     self.queue.push_front(first);
+                    self.wake_if_room();
                     return Poll::Pending;
                 }
             }
         }
+        self.wake_if_room();
         self.poll_flush(cx)
+    }
+
+    fn wake_if_room(&mut self) {
+        if self.full && self.queued_bytes <= QUEUE_RESUME {
+            self.full = false;
+            if let Some(waiting) = self.waiting_for_room.take() {
+                waiting.wake();
+            }
+        }
     }
 
     fn fail(&mut self, kind: io::ErrorKind) -> io::Error {
         self.failed = Some(kind);
         self.queue.clear();
+        self.queued_bytes = 0;
+        self.wake_if_room();
         kind.into()
     }
 }
@@ -177,6 +231,7 @@ impl State {
 mod tests {
     use std::sync::Arc;
 
+    use futures::FutureExt;
     use tokio::io::AsyncReadExt;
 
     use super::*;
@@ -220,6 +275,46 @@ mod tests {
         let mut received = [0u8; 3];
         pipe_out.read_exact(&mut received).await.unwrap();
         assert_eq!(&received, b"{}\n");
+    }
+
+    #[tokio::test]
+    async fn room_waits_once_the_queue_passes_the_limit_until_it_is_down_to_half() {
+        let (pipe_in, mut pipe_out) = tokio::io::duplex(1024);
+        let (outbox, _writer) = start(Box::new(pipe_in));
+        let message = vec![b'x'; 64 * 1024];
+        let mut queued = 0;
+        while outbox.room().now_or_never().is_some() {
+            outbox.send(message.clone()).unwrap();
+            queued += message.len();
+        }
+        assert!(queued > QUEUE_LIMIT && queued <= QUEUE_LIMIT + 2 * message.len(), "{queued}");
+        let mut room = std::pin::pin!(outbox.room());
+        // Back under the limit, but not yet down to half of it: still waiting.
+        let mut received = vec![0u8; queued / 4];
+        pipe_out.read_exact(&mut received).await.unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(room.as_mut().now_or_never().is_none());
+        let mut rest = vec![0u8; queued - queued / 4];
+        let drained = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            tokio::join!(pipe_out.read_exact(&mut rest), room)
+        });
+        drained.await.expect("room once the queue drains").0.unwrap();
+        assert!(rest.iter().all(|b| *b == b'x'));
+    }
+
+    #[tokio::test]
+    async fn a_failed_output_frees_a_full_queue_and_its_waiter() {
+        let (pipe_in, pipe_out) = tokio::io::duplex(1024);
+        let (outbox, writer) = start(Box::new(pipe_in));
+        while outbox.room().now_or_never().is_some() {
+            outbox.send(vec![b'x'; 64 * 1024]).unwrap();
+        }
+        let room = outbox.room();
+        drop(pipe_out);
+        tokio::time::timeout(std::time::Duration::from_secs(10), room).await.expect("room once the output fails");
+        assert_eq!(writer.await.unwrap().unwrap_err().kind(), io::ErrorKind::BrokenPipe);
     }
 
     #[tokio::test]

@@ -339,3 +339,166 @@ async fn read_only_and_tools_choose_what_is_offered() {
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && said.contains("no-such-tool") && said.contains("lisp-outline"), "{said}");
 }
+
+#[tokio::test]
+async fn requests_before_initialize_are_refused_and_notifications_ignored() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})).await;
+    let reply = client.request("tools/list", json!({})).await;
+    assert_eq!(reply["error"]["code"], -32003, "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("send initialize first"), "{reply}");
+    // The shape the fast path reads is refused too.
+    client.send_raw(br#"{"jsonrpc":"2.0","id":"early","method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"1"}}}"#).await;
+    let reply = client.receive().await;
+    assert_eq!((reply["id"].clone(), reply["error"]["code"].clone()), (json!("early"), json!(-32003)), "{reply}");
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+    // Unknown methods are -32601 whatever the state, which clients probing `server/discover` rely on.
+    assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32601);
+    // A client that sends its next request without waiting for the initialize response, or
+    // sending notifications/initialized, is served.
+    client
+        .send_raw(
+            concat!(
+                r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","id":"list","method":"tools/list"}"#
+            )
+            .as_bytes(),
+        )
+        .await;
+    let initialized = client.receive().await;
+    assert_eq!((initialized["id"].clone(), initialized["result"]["protocolVersion"].clone()), (json!("init"), json!("2025-06-18")));
+    let listed = client.receive().await;
+    assert_eq!(listed["id"], "list");
+    assert!(!listed["result"]["tools"].as_array().unwrap().is_empty(), "{listed}");
+}
+
+#[tokio::test]
+async fn invalid_messages_get_invalid_request_and_the_server_carries_on() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.send_raw(b"{}").await;
+    let reply = client.receive().await;
+    assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), Value::Null), "before initialize: {reply}");
+    client.initialize().await;
+    let invalid: [(&[u8], Value); 14] = [
+        (b"{}", Value::Null),
+        (br#"{"id":7,"method":"ping"}"#, json!(7)),
+        (br#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#, json!("x")),
+        (br#"{"jsonrpc":2.0,"id":11,"method":"ping"}"#, json!(11)),
+        (br#"{"method":"notifications/initialized"}"#, Value::Null),
+        (br#"{"jsonrpc":"2.0"}"#, Value::Null),
+        (br#"{"jsonrpc":"2.0","id":8}"#, json!(8)),
+        (br#"{"jsonrpc":"2.0","id":9,"method":42}"#, json!(9)),
+        (br#"{"jsonrpc":"2.0","id":10,"method":"ping","params":3}"#, json!(10)),
+        (br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":"x"}"#, Value::Null),
+        (br#"{"jsonrpc":"2.0","id":{"no":1},"method":"ping"}"#, Value::Null),
+        (br#"{"jsonrpc":"2.0","result":{}}"#, Value::Null),
+        (br#"{"jsonrpc":"2.0","id":12,"result":{},"error":{"code":1,"message":"x"}}"#, json!(12)),
+        (br#"{"jsonrpc":"2.0","id":13,"error":"oops"}"#, json!(13)),
+    ];
+    for (line, id) in invalid {
+        client.send_raw(line).await;
+        let reply = client.receive().await;
+        let shown = String::from_utf8_lossy(line);
+        assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), id), "{shown}: {reply}");
+        assert_eq!(reply["jsonrpc"], "2.0", "{shown}: {reply}");
+    }
+    // Well-formed responses get no answer (this server sends no requests), nor do valid
+    // notifications with positional params: the next answer is the ping's.
+    client.send_raw(br#"{"jsonrpc":"2.0","id":14,"result":{}}"#).await;
+    client.send_raw(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#).await;
+    client.send_raw(br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":[]}"#).await;
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+    client.send_raw(br#"[{}, {"jsonrpc":"2.0","id":20,"method":"ping"}]"#).await;
+    let replies = client.receive().await;
+    assert_eq!(replies[0]["error"]["code"], -32600, "{replies}");
+    assert_eq!((replies[1]["id"].clone(), replies[1]["result"].clone()), (json!(20), json!({})), "{replies}");
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+/// A client that sends requests without reading the responses: the server stops reading once
+/// its queue of unread responses is full, so its memory stays bounded however many requests come
+/// (300 000 pings grew it to 167 MB before), and once the client reads, every response arrives,
+/// in order.
+#[test]
+fn a_client_that_stops_reading_stalls_the_server_instead_of_growing_it() {
+    use std::io::{BufRead, BufReader, BufWriter, Write};
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    const PINGS: usize = 300_000;
+    const RSS_LIMIT_KIB: u64 = 64 * 1024;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &common::dead_port().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("swank-mcp starts");
+    let pid = child.id();
+    let rss_kib = move || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("VmRSS: 0 kB");
+        line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = std::thread::spawn({
+        let mut stdin = BufWriter::new(child.stdin.take().unwrap());
+        let written = written.clone();
+        // Ends by closing stdin, after which the server answers what it has read and exits.
+        move || {
+            for id in 1..=PINGS {
+                writeln!(stdin, r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#).expect("the server reads its stdin");
+                written.store(id, Ordering::Relaxed);
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut peak = 0;
+    let mut progress = (0, Instant::now());
+    let stalled_at = loop {
+        peak = peak.max(rss_kib());
+        let now = written.load(Ordering::Relaxed);
+        if writer.is_finished() {
+            break None;
+        }
+        if now != progress.0 {
+            progress = (now, Instant::now());
+        } else if progress.1.elapsed() > Duration::from_millis(500) {
+            break Some(now);
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the writer neither finished nor stalled");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut peak = 0;
+        let mut received = 0usize;
+        for line in BufReader::new(stdout).lines() {
+            let reply: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            received += 1;
+            assert_eq!((reply["id"].clone(), reply["result"].clone()), (json!(received), json!({})), "responses in order");
+            if received % 10_000 == 0 {
+                peak = peak.max(rss_kib());
+            }
+        }
+        (received, peak)
+    });
+    while !reader.is_finished() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("not every response arrived within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (received, peak_while_reading) = reader.join().unwrap();
+    writer.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    let peak = peak.max(peak_while_reading);
+    eprintln!("peak VmRSS {peak} KiB; the writer stalled after {stalled_at:?} of {PINGS} pings; {:?} in all", started.elapsed());
+    assert_eq!(received, PINGS);
+    assert!(stalled_at.is_some(), "the server read all {PINGS} pings while no response was read");
+    assert!(peak < RSS_LIMIT_KIB, "peak VmRSS {peak} KiB");
+}

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +38,13 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
+/// For a request other than `initialize` and `ping` before `initialize` was answered. The MCP
+/// lifecycle (2025-11-25, basic/lifecycle, "Initialization") only says that the client SHOULD NOT
+/// send one, and its schema names no error for it; so this is a code from JSON-RPC 2.0's range
+/// for server errors, clear of the ones MCP and its SDKs give a meaning (-32000 connection closed
+/// and -32001 request timeout in the SDKs, -32002 resource not found, and -32020 to -32099, which
+/// revision 2026-07-28 reserves for the specification).
+const NOT_INITIALIZED: i64 = -32003;
 
 const INSTRUCTIONS: &str = "\
 swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the same image \
@@ -61,6 +69,10 @@ pub struct Server {
     /// Cancellation tokens of running tool calls, by the JSON text of their request id.
     in_flight: Mutex<HashMap<String, CancellationToken>>,
     protocol_version: Mutex<String>,
+    /// Set when `initialize` is answered, not on `notifications/initialized`: the specification
+    /// lets clients send requests once they have the response, and several do so without
+    /// waiting to send the notification first.
+    initialized: AtomicBool,
 }
 
 /// Serves MCP on `input`/`output` until `input` ends.
@@ -79,6 +91,7 @@ where
         outgoing,
         in_flight: Mutex::new(HashMap::new()),
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
+        initialized: AtomicBool::new(false),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -86,7 +99,13 @@ where
     let mut calls = Calls::new();
     loop {
         let line = tokio::select! {
-            line = lines.next() => line,
+            // A client that sends requests and does not read the responses would otherwise make
+            // the outbox hold every response: reading waits until it catches up, which in turn
+            // stops the client's writes once the pipe to us is full. Running calls go on.
+            line = async {
+                server.outgoing.room().await;
+                lines.next().await
+            } => line,
             Some(()) = calls.next(), if !calls.is_empty() => continue,
         };
         let Some(line) = line else { break };
@@ -96,7 +115,8 @@ where
                 INVALID_REQUEST,
                 &format!("Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."),
             )),
-            Line::Message(bytes) => match PlainToolCall::read(&bytes) {
+            // Before `initialize`, tool calls take the general path, which refuses them.
+            Line::Message(bytes) => match server.is_initialized().then(|| PlainToolCall::read(&bytes)).flatten() {
                 Some(call) => server.answer_concurrently(&mut calls, Incoming::PlainToolCall(call)),
                 None => server.dispatch_general(&bytes, &mut calls).await,
             },
@@ -307,6 +327,36 @@ fn error_response(id: Value, code: i64, message: &str) -> Response {
     Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message: message.to_string() } }
 }
 
+/// The answer to a message that is not valid JSON-RPC: JSON-RPC 2.0 gives it the message's id
+/// when that can be read, and null otherwise.
+fn invalid_request(id: Option<&Value>, message: &str) -> Response {
+    let id = id.filter(|id| is_valid_id(id)).cloned().unwrap_or(Value::Null);
+    error_response(id, INVALID_REQUEST, message)
+}
+
+const JSON_RPC_2_ONLY: &str = "Only JSON-RPC 2.0 is supported: every message needs \"jsonrpc\": \"2.0\"";
+
+/// Checks a message with a `result` or an `error` and no `method` against JSON-RPC's response.
+fn check_response(message: &Map<String, Value>) -> Result<(), &'static str> {
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(JSON_RPC_2_ONLY);
+    }
+    let id = message.get("id");
+    match (message.get("result"), message.get("error")) {
+        (Some(_), Some(_)) => Err("A response has a \"result\" or an \"error\", not both"),
+        (Some(_), None) if id.is_some_and(is_valid_id) => Ok(()),
+        // An error answering a message whose id could not be read has a null id.
+        (None, Some(error)) if id.is_some_and(|id| id.is_null() || is_valid_id(id)) => {
+            if error.get("code").is_some_and(Value::is_i64) && error.get("message").is_some_and(Value::is_string) {
+                Ok(())
+            } else {
+                Err("An error response's \"error\" needs an integer \"code\" and a string \"message\"")
+            }
+        }
+        _ => Err("A response needs the id of the request it answers, a string or an integer"),
+    }
+}
+
 fn result_response(id: Value, result: ResultBody) -> Response {
     Response { jsonrpc: "2.0", id, outcome: Outcome::Result(result) }
 }
@@ -325,6 +375,10 @@ impl Server {
     fn send(&self, message: impl Serialize) {
         // A failed stdout ends the server when its input ends; there is no one left to tell.
         let _ = self.outgoing.send(to_line(&message));
+    }
+
+    fn is_initialized(&self) -> bool {
+        self.initialized.load(Ordering::Acquire)
     }
 
     fn structured_output(&self) -> bool {
@@ -368,29 +422,31 @@ impl Server {
         let Value::Object(mut message) = message else {
             return Some(error_response(Value::Null, INVALID_REQUEST, "A JSON-RPC message must be an object"));
         };
+        if !message.contains_key("method") && (message.contains_key("result") || message.contains_key("error")) {
+            // A response to a request of ours; this server sends none, so nothing waits for it.
+            // A malformed one is answered as any other invalid message is.
+            return check_response(&message).err().map(|problem| invalid_request(message.get("id"), problem));
+        }
         let id = message.get("id").cloned();
-        if let Some(id) = &id {
-            if !is_valid_id(id) {
-                return Some(error_response(Value::Null, INVALID_REQUEST, "The id must be a string or an integer"));
-            }
+        if id.as_ref().is_some_and(|id| !is_valid_id(id)) {
+            return Some(invalid_request(None, "The id must be a string or an integer"));
         }
         if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return id.map(|id| error_response(id, INVALID_REQUEST, "Only JSON-RPC 2.0 is supported (\"jsonrpc\": \"2.0\")"));
+            return Some(invalid_request(id.as_ref(), JSON_RPC_2_ONLY));
         }
-        let Some(method) = message.get("method").and_then(Value::as_str).map(str::to_owned) else {
-            if message.contains_key("result") || message.contains_key("error") {
-                // A response to a request of ours; this server sends none, so there is nothing
-                // waiting for it.
-                return None;
-            }
-            return Some(error_response(id.unwrap_or(Value::Null), INVALID_REQUEST, "Missing \"method\""));
+        let method = match message.get("method") {
+            Some(Value::String(method)) => method.clone(),
+            Some(_) => return Some(invalid_request(id.as_ref(), "\"method\" must be a string")),
+            None => return Some(invalid_request(id.as_ref(), "Missing \"method\": requests and notifications need one")),
         };
         let params = match message.remove("params") {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(p @ Value::Object(_)) => p,
-            Some(_) => {
+            // Valid JSON-RPC, but every MCP method takes its parameters by name.
+            Some(Value::Array(_)) => {
                 return id.map(|id| error_response(id, INVALID_PARAMS, "\"params\" must be an object"));
             }
+            Some(_) => return Some(invalid_request(id.as_ref(), "\"params\" must be an object")),
         };
         match id {
             None => {
@@ -405,6 +461,10 @@ impl Server {
     }
 
     fn notification(&self, method: &str, params: &Value) {
+        if !self.is_initialized() {
+            tracing::debug!(method, "notification before initialize ignored");
+            return;
+        }
         match method {
             "notifications/cancelled" => {
                 let Some(request) = params.get("requestId") else { return };
@@ -426,6 +486,12 @@ impl Server {
         match method {
             "initialize" => Ok(Some(ResultBody::Json(self.initialize(&params)))),
             "ping" => Ok(Some(ResultBody::Json(json!({})))),
+            // Unknown methods get -32601 before `initialize` as after: clients that probe
+            // `server/discover` first take it as the sign to fall back to `initialize`.
+            "tools/list" | "tools/call" if !self.is_initialized() => Err((
+                NOT_INITIALIZED,
+                format!("The server is not initialized: send initialize first, and {method} once it is answered"),
+            )),
             "tools/list" => {
                 let structured = self.structured_output();
                 let tools: Vec<Value> = self.toolbox.definitions().iter().map(|d| d.to_json(structured)).collect();
@@ -448,6 +514,9 @@ impl Server {
         let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
         let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[0]);
         *self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
+        // The reader loop answers `initialize` before it reads another line, so nothing read
+        // after this precedes the response.
+        self.initialized.store(true, Ordering::Release);
         let client = params.pointer("/clientInfo/name").and_then(Value::as_str).unwrap_or("unknown client");
         tracing::info!(client, requested, version, "initialize");
         json!({
