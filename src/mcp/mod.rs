@@ -1,6 +1,7 @@
 //! The MCP layer: newline-delimited JSON-RPC 2.0 on stdio, the lifecycle, `tools/list`,
 //! `tools/call` and cancellation. It knows tools only through [`crate::tools::Toolbox`].
 
+pub mod message;
 pub mod server;
 pub mod stdio;
 pub mod transport;

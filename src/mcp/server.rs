@@ -14,13 +14,14 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::outbox::Outbox;
-use super::transport::{Line, LineCodec};
+use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
+use super::transport::{Line as Received, LineCodec};
 use crate::tools::{Progress, Toolbox, ToolOutput};
 
 /// Newest first; an unknown requested version is answered with the newest.
@@ -95,7 +96,7 @@ where
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
-    // that panics is caught here and still answered (see `handle_guarded`).
+    // that panics is caught here and still answered (see `answer_request`).
     let mut calls = Calls::new();
     loop {
         let line = tokio::select! {
@@ -110,16 +111,12 @@ where
         };
         let Some(line) = line else { break };
         match line? {
-            Line::TooLong(length) => server.send(error_response(
+            Received::TooLong(length) => server.send(error_response(
                 Value::Null,
                 INVALID_REQUEST,
                 &format!("Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."),
             )),
-            // Before `initialize`, tool calls take the general path, which refuses them.
-            Line::Message(bytes) => match server.is_initialized().then(|| PlainToolCall::read(&bytes)).flatten() {
-                Some(call) => server.answer_concurrently(&mut calls, Incoming::PlainToolCall(call)),
-                None => server.dispatch_general(&bytes, &mut calls).await,
-            },
+            Received::Message(bytes) => server.dispatch(&bytes, &mut calls).await,
         }
     }
     tracing::debug!("input closed; cancelling {} running call(s)", calls.len());
@@ -136,119 +133,34 @@ where
 /// Tool calls and batches in progress, run concurrently inside the server loop's task.
 type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
-/// One message as received: a `tools/call` request in the usual shape, read straight into its
-/// parts, or any other JSON value, which [`Server::handle`] checks member by member.
-enum Incoming {
-    PlainToolCall(PlainToolCall),
-    General(Value),
-}
-
-/// A `tools/call` request as clients send it, read without building a `serde_json::Value` for
-/// its envelope (which cost more than the rest of the dispatch). Any other shape (another method,
-/// a member of another type, a duplicate member) fails here and takes the general path, which
-/// answers every case.
-#[derive(Deserialize)]
-struct PlainToolCall {
-    // These two are checked while reading and hold nothing.
-    #[serde(rename = "jsonrpc")]
-    _version: JsonRpcVersion,
-    #[serde(rename = "method")]
-    _method: ToolsCall,
-    id: RequestId,
-    params: PlainToolCallParams,
-}
-
-#[derive(Deserialize)]
-struct PlainToolCallParams {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<Map<String, Value>>,
-}
-
-impl PlainToolCall {
-    fn read(bytes: &[u8]) -> Option<Self> {
-        serde_json::from_slice(bytes).ok()
-    }
-}
-
-/// `"jsonrpc": "2.0"` and nothing else.
-struct JsonRpcVersion;
-
-/// `"method": "tools/call"` and nothing else.
-struct ToolsCall;
-
-/// A request id as JSON-RPC allows it here: a string or an integer.
-struct RequestId(Value);
-
-impl<'de> Deserialize<'de> for JsonRpcVersion {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        exact_str(deserializer, "2.0").map(|()| JsonRpcVersion)
-    }
-}
-
-impl<'de> Deserialize<'de> for ToolsCall {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        exact_str(deserializer, "tools/call").map(|()| ToolsCall)
-    }
-}
-
-fn exact_str<'de, D: serde::Deserializer<'de>>(deserializer: D, expected: &'static str) -> Result<(), D::Error> {
-    let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
-    if text == expected {
-        Ok(())
-    } else {
-        Err(serde::de::Error::invalid_value(serde::de::Unexpected::Str(&text), &expected))
-    }
-}
-
-impl<'de> Deserialize<'de> for RequestId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let id = Value::deserialize(deserializer)?;
-        if is_valid_id(&id) {
-            Ok(RequestId(id))
-        } else {
-            Err(serde::de::Error::custom("the id must be a string or an integer"))
-        }
-    }
-}
-
-fn is_valid_id(id: &Value) -> bool {
-    id.is_string() || id.is_i64() || id.is_u64()
-}
-
 impl Server {
-    /// Answers `message` from a future of `calls`, beside the calls already running.
-    fn answer_concurrently(self: &Arc<Self>, calls: &mut Calls, message: Incoming) {
-        let server = self.clone();
-        calls.push(Box::pin(async move {
-            if let Some(reply) = server.handle_guarded(message).await {
-                server.send(reply);
-            }
-        }));
-    }
-
-    /// Answers a line that is not a plain tool call: a batch, another method, or a mistake.
-    async fn dispatch_general(self: &Arc<Self>, bytes: &[u8], calls: &mut Calls) {
-        match serde_json::from_slice::<Value>(bytes) {
-            Err(e) => self.send(error_response(Value::Null, PARSE_ERROR, &format!("Parse error: {e}"))),
-            Ok(Value::Array(batch)) if batch.is_empty() => self.send(error_response(Value::Null, INVALID_REQUEST, "Empty batch")),
-            Ok(Value::Array(batch)) => {
+    /// Answers one line. Tool calls and batches run among `calls`, beside the calls already
+    /// running; anything else is answered before the next line is read, so that `initialize`,
+    /// say, is done before a request that follows it.
+    async fn dispatch(self: &Arc<Self>, bytes: &[u8], calls: &mut Calls) {
+        match Line::parse(bytes) {
+            Line::Single(message) if is_tool_call(&message) => {
                 let server = self.clone();
                 calls.push(Box::pin(async move {
-                    let replies = futures::future::join_all(batch.into_iter().map(|m| server.handle_guarded(Incoming::General(m)))).await;
+                    if let Some(reply) = server.answer(message).await {
+                        server.send(reply);
+                    }
+                }));
+            }
+            Line::Single(message) => {
+                if let Some(reply) = self.answer(message).await {
+                    self.send(reply);
+                }
+            }
+            Line::Batch(messages) => {
+                let server = self.clone();
+                calls.push(Box::pin(async move {
+                    let replies = futures::future::join_all(messages.into_iter().map(|m| server.answer(m))).await;
                     let replies: Vec<Response> = replies.into_iter().flatten().collect();
                     if !replies.is_empty() {
                         server.send(replies);
                     }
                 }));
-            }
-            Ok(message) if is_tool_call(&message) => self.answer_concurrently(calls, Incoming::General(message)),
-            Ok(message) => {
-                if let Some(reply) = self.handle_guarded(Incoming::General(message)).await {
-                    self.send(reply);
-                }
             }
         }
     }
@@ -266,8 +178,8 @@ fn to_line(message: &impl Serialize) -> Vec<u8> {
     line
 }
 
-fn is_tool_call(message: &Value) -> bool {
-    message.get("method").and_then(Value::as_str) == Some("tools/call")
+fn is_tool_call(message: &Result<Message, Invalid>) -> bool {
+    matches!(message, Ok(Message::Request(request)) if request.method == "tools/call")
 }
 
 /// A JSON-RPC response. Written from these types rather than built as a `serde_json::Value`:
@@ -327,33 +239,14 @@ fn error_response(id: Value, code: i64, message: &str) -> Response {
     Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message: message.to_string() } }
 }
 
-/// The answer to a message that is not valid JSON-RPC: JSON-RPC 2.0 gives it the message's id
-/// when that can be read, and null otherwise.
-fn invalid_request(id: Option<&Value>, message: &str) -> Response {
-    let id = id.filter(|id| is_valid_id(id)).cloned().unwrap_or(Value::Null);
-    error_response(id, INVALID_REQUEST, message)
-}
-
-const JSON_RPC_2_ONLY: &str = "Only JSON-RPC 2.0 is supported: every message needs \"jsonrpc\": \"2.0\"";
-
-/// Checks a message with a `result` or an `error` and no `method` against JSON-RPC's response.
-fn check_response(message: &Map<String, Value>) -> Result<(), &'static str> {
-    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(JSON_RPC_2_ONLY);
-    }
-    let id = message.get("id");
-    match (message.get("result"), message.get("error")) {
-        (Some(_), Some(_)) => Err("A response has a \"result\" or an \"error\", not both"),
-        (Some(_), None) if id.is_some_and(is_valid_id) => Ok(()),
-        // An error answering a message whose id could not be read has a null id.
-        (None, Some(error)) if id.is_some_and(|id| id.is_null() || is_valid_id(id)) => {
-            if error.get("code").is_some_and(Value::is_i64) && error.get("message").is_some_and(Value::is_string) {
-                Ok(())
-            } else {
-                Err("An error response's \"error\" needs an integer \"code\" and a string \"message\"")
-            }
-        }
-        _ => Err("A response needs the id of the request it answers, a string or an integer"),
+/// The answer to a line that is not a message this server can take, if JSON-RPC gives it one.
+fn invalid_response(invalid: Invalid) -> Option<Response> {
+    match invalid {
+        Invalid::Parse(message) => Some(error_response(Value::Null, PARSE_ERROR, &message)),
+        // JSON-RPC 2.0 gives it the message's id when that can be read, and null otherwise.
+        Invalid::Request { id, problem } => Some(error_response(id.map_or(Value::Null, |id| id.0), INVALID_REQUEST, problem)),
+        Invalid::PositionalParams { id } => Some(error_response(id.0, INVALID_PARAMS, "\"params\" must be an object")),
+        Invalid::Unanswerable => None,
     }
 }
 
@@ -385,90 +278,45 @@ impl Server {
         self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).as_str() >= STRUCTURED_OUTPUT_SINCE
     }
 
-    /// [`Server::handle`], with a panic (a bug) answered as an internal error instead of taking
-    /// the server, and every other call running beside it, down.
-    async fn handle_guarded(self: &Arc<Self>, message: Incoming) -> Option<Response> {
-        let id = match &message {
-            Incoming::PlainToolCall(call) => Some(call.id.0.clone()),
-            Incoming::General(message) => message.get("id").filter(|id| is_valid_id(id)).cloned(),
-        };
-        let handled = async {
-            match message {
-                Incoming::PlainToolCall(call) => {
-                    let PlainToolCallParams { name, arguments, meta } = call.params;
-                    let progress_token = meta.and_then(|mut meta| meta.remove("progressToken"));
-                    let outcome = self.call_tool(&call.id.0, &name, arguments, progress_token).await;
-                    respond(call.id.0, outcome)
-                }
-                Incoming::General(message) => self.handle(message).await,
-            }
-        };
-        match AssertUnwindSafe(handled).catch_unwind().await {
-            Ok(reply) => reply,
-            Err(_) => {
-                let id = id?;
-                Some(error_response(
-                    id,
-                    INTERNAL_ERROR,
-                    "swank-mcp failed unexpectedly while handling this request (a bug; its stderr has the details). \
-                     Other requests are not affected.",
-                ))
-            }
-        }
-    }
-
-    /// Handles one message; returns the response to send, if any.
-    async fn handle(self: &Arc<Self>, message: Value) -> Option<Response> {
-        let Value::Object(mut message) = message else {
-            return Some(error_response(Value::Null, INVALID_REQUEST, "A JSON-RPC message must be an object"));
-        };
-        if !message.contains_key("method") && (message.contains_key("result") || message.contains_key("error")) {
+    /// The response to one message, if it gets one.
+    async fn answer(self: &Arc<Self>, message: Result<Message, Invalid>) -> Option<Response> {
+        match message {
+            Err(invalid) => invalid_response(invalid),
             // A response to a request of ours; this server sends none, so nothing waits for it.
-            // A malformed one is answered as any other invalid message is.
-            return check_response(&message).err().map(|problem| invalid_request(message.get("id"), problem));
-        }
-        let id = message.get("id").cloned();
-        if id.as_ref().is_some_and(|id| !is_valid_id(id)) {
-            return Some(invalid_request(None, "The id must be a string or an integer"));
-        }
-        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return Some(invalid_request(id.as_ref(), JSON_RPC_2_ONLY));
-        }
-        let method = match message.get("method") {
-            Some(Value::String(method)) => method.clone(),
-            Some(_) => return Some(invalid_request(id.as_ref(), "\"method\" must be a string")),
-            None => return Some(invalid_request(id.as_ref(), "Missing \"method\": requests and notifications need one")),
-        };
-        let params = match message.remove("params") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(p @ Value::Object(_)) => p,
-            // Valid JSON-RPC, but every MCP method takes its parameters by name.
-            Some(Value::Array(_)) => {
-                return id.map(|id| error_response(id, INVALID_PARAMS, "\"params\" must be an object"));
-            }
-            Some(_) => return Some(invalid_request(id.as_ref(), "\"params\" must be an object")),
-        };
-        match id {
-            None => {
-                self.notification(&method, &params);
+            Ok(Message::Response) => None,
+            Ok(Message::Notification(notification)) => {
+                self.notification(notification);
                 None
             }
-            Some(id) => {
-                let outcome = self.request(&id, &method, params).await;
-                respond(id, outcome)
-            }
+            Ok(Message::Request(request)) => self.answer_request(request).await,
         }
     }
 
-    fn notification(&self, method: &str, params: &Value) {
+    /// Answers a request, with a panic (a bug) answered as an internal error instead of taking
+    /// the server, and every other call running beside it, down.
+    async fn answer_request(self: &Arc<Self>, request: Request) -> Option<Response> {
+        let id = request.id.clone();
+        match AssertUnwindSafe(self.request(request)).catch_unwind().await {
+            Ok(outcome) => respond(id.0, outcome),
+            Err(_) => Some(error_response(
+                id.0,
+                INTERNAL_ERROR,
+                "swank-mcp failed unexpectedly while handling this request (a bug; its stderr has the details). \
+                 Other requests are not affected.",
+            )),
+        }
+    }
+
+    fn notification(&self, notification: Notification) {
+        let method = notification.method.as_str();
         if !self.is_initialized() {
             tracing::debug!(method, "notification before initialize ignored");
             return;
         }
         match method {
             "notifications/cancelled" => {
-                let Some(request) = params.get("requestId") else { return };
-                let key = request.to_string();
+                let Ok(CancelledParams { request_id }) = notification.params.read() else { return };
+                let key = request_id.to_string();
                 match self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
                     Some(token) => {
                         tracing::debug!(request = %key, "cancelling");
@@ -482,9 +330,13 @@ impl Server {
         }
     }
 
-    async fn request(self: &Arc<Self>, id: &Value, method: &str, params: Value) -> Result<Option<ResultBody>, (i64, String)> {
+    async fn request(self: &Arc<Self>, request: Request) -> Result<Option<ResultBody>, (i64, String)> {
+        let method = request.method.as_str();
         match method {
-            "initialize" => Ok(Some(ResultBody::Json(self.initialize(&params)))),
+            "initialize" => {
+                let params = request.params.read().map_err(|e| (INVALID_PARAMS, format!("Invalid initialize params: {e}")))?;
+                Ok(Some(ResultBody::Json(self.initialize(params))))
+            }
             "ping" => Ok(Some(ResultBody::Json(json!({})))),
             // Unknown methods get -32601 before `initialize` as after: clients that probe
             // `server/discover` first take it as the sign to fall back to `initialize`.
@@ -498,26 +350,25 @@ impl Server {
                 Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
             }
             "tools/call" => {
-                let mut params = params;
-                let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-                    return Err((INVALID_PARAMS, "tools/call needs a \"name\" string".into()));
-                };
-                let progress_token = params.get_mut("_meta").and_then(|meta| meta.get_mut("progressToken")).map(Value::take);
-                let arguments = params.as_object_mut().and_then(|params| params.remove("arguments"));
-                self.call_tool(id, &name, arguments, progress_token).await
+                let params: CallToolParams = request.params.read().map_err(|e| {
+                    (INVALID_PARAMS, format!("tools/call needs a \"name\" string and optional \"arguments\" object: {e}"))
+                })?;
+                let progress_token = params.meta.and_then(|meta| meta.progress_token);
+                self.call_tool(&request.id, &params.name, params.arguments, progress_token).await
             }
             other => Err((METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
     }
 
-    fn initialize(&self, params: &Value) -> Value {
-        let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+    fn initialize(&self, params: InitializeParams) -> Value {
+        let requested = params.protocol_version.as_deref().unwrap_or_default();
         let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[0]);
         *self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
         // The reader loop answers `initialize` before it reads another line, so nothing read
         // after this precedes the response.
         self.initialized.store(true, Ordering::Release);
-        let client = params.pointer("/clientInfo/name").and_then(Value::as_str).unwrap_or("unknown client");
+        let client = params.client_info.and_then(|info| info.name);
+        let client = client.as_deref().unwrap_or("unknown client");
         tracing::info!(client, requested, version, "initialize");
         json!({
             "protocolVersion": version,
@@ -530,7 +381,7 @@ impl Server {
     /// Progress reports for a call whose `_meta` carries a `progressToken` (a string or an
     /// integer), sent as `notifications/progress`; none otherwise.
     fn progress_for(&self, token: Option<Value>) -> Progress {
-        let Some(token) = token.filter(is_valid_id) else {
+        let Some(token) = token.filter(|token| token.is_string() || token.is_i64() || token.is_u64()) else {
             return Progress::none();
         };
         let outgoing = self.outgoing.clone();
@@ -545,7 +396,7 @@ impl Server {
 
     async fn call_tool(
         self: &Arc<Self>,
-        id: &Value,
+        id: &RequestId,
         name: &str,
         arguments: Option<Value>,
         progress_token: Option<Value>,
@@ -567,6 +418,41 @@ impl Server {
     }
 }
 
+#[derive(Deserialize)]
+struct InitializeParams {
+    #[serde(rename = "protocolVersion", default)]
+    protocol_version: Option<String>,
+    #[serde(rename = "clientInfo", default)]
+    client_info: Option<ClientInfo>,
+}
+
+#[derive(Deserialize)]
+struct ClientInfo {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CallToolParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<CallMeta>,
+}
+
+#[derive(Deserialize)]
+struct CallMeta {
+    #[serde(rename = "progressToken", default)]
+    progress_token: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CancelledParams {
+    #[serde(rename = "requestId")]
+    request_id: Value,
+}
+
 /// A running call's entry in [`Server::in_flight`], removed however the call ends: with its
 /// output, or by a panic.
 struct InFlight<'a> {
@@ -575,8 +461,8 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
-    fn register(server: &'a Server, id: &Value, cancel: CancellationToken) -> Self {
-        let key = id.to_string();
+    fn register(server: &'a Server, id: &RequestId, cancel: CancellationToken) -> Self {
+        let key = id.0.to_string();
         server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel);
         InFlight { server, key }
     }
