@@ -258,10 +258,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(image) = image {
                 arguments["image"] = image.into();
             }
+            let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
             let output = toolbox
-                .call("evaluate-lisp", Some(arguments), CancellationToken::new())
+                .call(evaluate, Some(arguments), CancellationToken::new())
                 .await
-                .context("evaluate-lisp is not offered here (see --read-only and --tools)")?;
+                .with_context(|| format!("{evaluate} is not offered here (see --read-only and --tools)"))?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", output.text)?;
             Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })

@@ -6,11 +6,17 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::{prepare_edit, AllowedRoots, EditError, EditRequest, Operation};
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source").join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
+}
+
+/// Runs a source tool as the server does, its failure as the output the client gets.
+fn run(tool: &Tool, arguments: &Arguments, roots: &AllowedRoots) -> ToolOutput {
+    let Run::Source(run) = tool.run else { panic!("a source tool") };
+    run(arguments, roots).unwrap_or_else(ToolOutput::from)
 }
 
 fn args(value: Value) -> Arguments {
@@ -56,7 +62,7 @@ impl Project {
     }
 
     fn edit(&self, arguments: Value) -> ToolOutput {
-        edit_lisp_form::call(&args(arguments), &self.roots)
+        run(&edit_lisp_form::TOOL, &args(arguments), &self.roots)
     }
 
     /// Runs an edit that must succeed and returns the tool's text.
@@ -410,9 +416,9 @@ fn files_outside_the_roots_are_refused() {
         assert!(output.text.contains("is outside the allowed roots"), "{}", output.text);
         assert!(output.text.contains("--root"), "{}", output.text);
     }
-    let output = lisp_outline::call(&args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": outside})), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
-    let output = lisp_check_parens::call(&args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_check_parens::TOOL, &args(json!({"file_path": outside})), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
     assert_eq!(fs::read_to_string(&outside).expect("read"), "(defun secret () 1)\n");
 }
@@ -501,7 +507,7 @@ fn bad_arguments_are_explained() {
 #[test]
 fn check_parens_reports_the_problem_and_its_opener() {
     let project = Project::new();
-    let check = |arguments: Value| lisp_check_parens::call(&args(arguments), &project.roots);
+    let check = |arguments: Value| run(&lisp_check_parens::TOOL, &args(arguments), &project.roots);
 
     let output = check(json!({"code": "(defun f (x)\n  (g x))\n(f 1)"}));
     assert!(!output.is_error);
@@ -532,7 +538,7 @@ fn check_parens_reports_the_problem_and_its_opener() {
 fn outline_lists_the_forms() {
     let project = Project::new();
     project.file("shapes.asd", fixture("shapes.asd"));
-    let output = lisp_outline::call(&args(json!({"file_path": "shapes.asd"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.asd"})), &project.roots);
     assert!(!output.is_error, "{}", output.text);
     assert_eq!(
         output.text,
@@ -540,7 +546,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("shapes.lisp", fixture("shapes.lisp"));
-    let output = lisp_outline::call(&args(json!({"file_path": "shapes.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.lisp"})), &project.roots);
     let lines: Vec<&str> = output.text.lines().collect();
     assert_eq!(lines[0], "shapes.lisp: 22 top-level forms, 81 lines");
     assert!(lines.contains(&"30-31  defmethod area (circle)"), "{}", output.text);
@@ -553,7 +559,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("broken.lisp", "(a \"b)");
-    let output = lisp_outline::call(&args(json!({"file_path": "broken.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "broken.lisp"})), &project.roots);
     assert!(output.is_error);
     assert!(output.text.contains("end of file inside a string"), "{}", output.text);
 }

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
@@ -43,17 +43,13 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let (query, package, external_only) = match (|| {
-        Ok::<_, super::ArgumentError>((
-            args.required_str("query")?,
-            args.optional_str("package")?,
-            args.optional_bool("external_only")?.unwrap_or(false),
-        ))
-    })() {
-        Ok(parsed) => parsed,
-        Err(e) => return e.into(),
-    };
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let query = args.required_str("query")?;
+    let package = args.optional_str("package")?;
+    let external_only = args.optional_bool("external_only")?.unwrap_or(false);
     let request = vec![
         Form::string(query),
         Form::Keyword("package"),
@@ -61,10 +57,8 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("external-only"),
         if external_only { Form::T } else { Form::Nil },
     ];
-    match context.call_helper(args, "apropos-search", request).await.and_then(|reply| decode::<Matches>("apropos-search", &reply)) {
-        Ok(found) => ToolOutput::success(found.render(query, package)).with_structured(found.structured()),
-        Err(output) => output,
-    }
+    let found = decode::<Matches>("apropos-search", &context.call_helper(args, "apropos-search", request).await?)?;
+    Ok(ToolOutput::success(found.render(query, package)).with_structured(found.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -132,9 +126,10 @@ impl Matches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolError;
     use crate::swank::read;
 
-    fn found(reply: &str) -> Result<Matches, ToolOutput> {
+    fn found(reply: &str) -> Result<Matches, ToolError> {
         decode("apropos-search", &read(reply).unwrap())
     }
 
@@ -154,8 +149,8 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found("(:total 0 :matches nil)").unwrap_err();
-        assert!(error.text.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"), "{}", error.text);
+        assert!(error.0.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"), "{}", error.0);
         let error = found("(:total 1 :unnamed 0 :matches ((\"CL:CAR\")))").unwrap_err();
-        assert!(error.text.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"), "{}", error.text);
+        assert!(error.0.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"), "{}", error.0);
     }
 }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
@@ -62,19 +62,13 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match (|| Ok::<_, super::ArgumentError>(vec![
-        Form::string(args.required_str("class")?),
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-    ]))() {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "class-info", request).await.and_then(|reply| decode::<ClassInfo>("class-info", &reply)) {
-        Ok(class) => ToolOutput::success(class.render()).with_structured(class.structured()),
-        Err(output) => output,
-    }
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let request = vec![Form::string(args.required_str("class")?), Form::Keyword("package"), super::package_argument(args)?];
+    let class = decode::<ClassInfo>("class-info", &context.call_helper(args, "class-info", request).await?)?;
+    Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -243,9 +237,9 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(":initform \"0\" ", "")).unwrap()).unwrap_err();
-        assert!(error.text.contains("reply to class-info is not what this server expects (:direct-slots 1: the reply has no :initform)"), "{}", error.text);
+        assert!(error.0.contains("reply to class-info is not what this server expects (:direct-slots 1: the reply has no :initform)"), "{}", error.0);
         let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(" :slot-sources nil", "")).unwrap()).unwrap_err();
-        assert!(error.text.contains("(the reply has no :slot-sources)"), "{}", error.text);
+        assert!(error.0.contains("(the reply has no :slot-sources)"), "{}", error.0);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, section_body, Captured};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 pub fn definition() -> ToolDefinition {
@@ -61,21 +61,19 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let request = vec![
         Form::string(args.required_str("code")?),
         Form::Keyword("package"),
         super::package_argument(args)?,
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
-    ]))() {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "compile-code", request).await.and_then(|reply| decode::<CompileReport>("compile-code", &reply)) {
-        Ok(report) => report.into_output(context.settings.max_output),
-        Err(output) => output,
-    }
+    ];
+    let reply = context.call_helper(args, "compile-code", request).await?;
+    Ok(decode::<CompileReport>("compile-code", &reply)?.into_output(context.settings.max_output))
 }
 
 /// A compiler condition, placed in the code.
@@ -252,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
-        let error = |reply: &str| decode::<CompileReport>("compile-code", &read(reply).unwrap()).unwrap_err().text;
+        let error = |reply: &str| decode::<CompileReport>("compile-code", &read(reply).unwrap()).unwrap_err().0;
         let text = error("(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil :read-error nil)");
         assert!(text.contains("reply to compile-code is not what this server expects (the reply has no :stdout)"), "{text}");
         let text = error(

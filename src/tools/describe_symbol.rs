@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, Location};
-use super::{symbol_request, Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -48,15 +48,13 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match symbol_request(args) {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "describe-symbol", request).await.and_then(|reply| decode::<Description>("describe-symbol", &reply)) {
-        Ok(description) => ToolOutput::success(description.render()).with_structured(description.structured()),
-        Err(output) => output,
-    }
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let reply = context.call_helper(args, "describe-symbol", symbol_request(args)?).await?;
+    let description = decode::<Description>("describe-symbol", &reply)?;
+    Ok(ToolOutput::success(description.render()).with_structured(description.structured()))
 }
 
 /// One thing a symbol names.
@@ -116,6 +114,7 @@ impl Description {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolError;
     use crate::swank::read;
 
     const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
@@ -123,7 +122,7 @@ mod tests {
            :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") \
            :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :origin nil))))";
 
-    fn describe(reply: &str) -> Result<Description, ToolOutput> {
+    fn describe(reply: &str) -> Result<Description, ToolError> {
         decode("describe-symbol", &read(reply).unwrap())
     }
 
@@ -140,8 +139,8 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = describe(&AREA.replace(":details (\"Methods (1):\" \"  (AREA (CIRCLE))\") ", "")).unwrap_err();
-        assert!(error.text.contains("reply to describe-symbol is not what this server expects (:entries 0: the reply has no :details)"), "{}", error.text);
+        assert!(error.0.contains("reply to describe-symbol is not what this server expects (:entries 0: the reply has no :details)"), "{}", error.0);
         let error = describe(&AREA.replace(" :origin nil", "")).unwrap_err();
-        assert!(error.text.contains("(:entries 0 :source: the reply has no :origin)"), "{}", error.text);
+        assert!(error.0.contains("(:entries 0 :source: the reply has no :origin)"), "{}", error.0);
     }
 }

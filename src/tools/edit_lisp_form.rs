@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{Annotations, Arguments, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, Operation};
 
 pub fn definition() -> ToolDefinition {
@@ -84,16 +84,15 @@ file order. The error for an ambiguous match lists them."
     }
 }
 
-pub fn call(args: &Arguments, roots: &AllowedRoots) -> ToolOutput {
-    run(args, roots).unwrap_or_else(|error| error)
-}
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
-fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput> {
+fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
     let operation = Operation::parse(operation).ok_or_else(|| {
         let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
-        ToolOutput::error(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
+        ToolError::new(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
     })?;
     let request = EditRequest {
         form_type: args.required_str("form_type")?,
@@ -101,19 +100,19 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput>
         operation,
         content: args.required_str("content")?,
         index: match args.optional_u64("index", u64::from(u32::MAX))? {
-            Some(0) => return Err(ToolOutput::error("Argument `index` is 1-based: use 1 for the first match.")),
+            Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
             index => index.and_then(|i| usize::try_from(i).ok()),
         },
     };
     let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
 
-    let path = roots.check(Path::new(file_path)).map_err(|e| ToolOutput::error(e.to_string()))?;
+    let path = roots.check(Path::new(file_path))?;
     let shown = roots.display(&path);
-    let prepared = prepare_edit(&path, &shown, &request).map_err(|e| ToolOutput::error(e.to_string()))?;
+    let prepared = prepare_edit(&path, &shown, &request)?;
     let report = if dry_run {
         prepared.report().clone()
     } else {
-        prepared.commit().map_err(|e| ToolOutput::error(e.to_string()))?
+        prepared.commit()?
     };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::image::CallLimits;
 use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
@@ -70,17 +70,14 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let (code, package, timeout_ms) = match (|| {
-        Ok::<_, super::ArgumentError>((args.required_str("code")?, args.optional_str("package")?, args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?))
-    })() {
-        Ok(parsed) => parsed,
-        Err(e) => return e.into(),
-    };
-    let image = match context.image(args) {
-        Ok(image) => image,
-        Err(output) => return output,
-    };
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let code = args.required_str("code")?;
+    let package = args.optional_str("package")?;
+    let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
+    let image = context.image(args)?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
@@ -93,11 +90,8 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
-    let reply = image.call_helper("evaluate", request, &limits).await.map_err(|e| ToolOutput::error(e.to_string()));
-    match reply.and_then(|reply| decode::<EvaluationReply>("evaluate", &reply)) {
-        Ok(evaluation) => evaluation.into_output(context.settings.max_output),
-        Err(output) => output,
-    }
+    let reply = image.call_helper("evaluate", request, &limits).await?;
+    Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
 }
 
 /// The helper's answer to `evaluate`.
@@ -255,8 +249,8 @@ mod tests {
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let full = reply("nil", "(\"\" 0)", "(\"\" 0)", "nil");
         let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap()).unwrap_err();
-        assert!(error.is_error && error.text.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"), "{}", error.text);
+        assert!(error.0.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"), "{}", error.0);
         let error = decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap()).unwrap_err();
-        assert!(error.text.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.text);
+        assert!(error.0.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.0);
     }
 }

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
-use super::{symbol_request, Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -34,15 +34,13 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match symbol_request(args) {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "find-definition", request).await.and_then(|reply| decode::<Definitions>("find-definition", &reply)) {
-        Ok(found) => ToolOutput::success(found.render()).with_structured(found.structured()),
-        Err(output) => output,
-    }
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let reply = context.call_helper(args, "find-definition", symbol_request(args)?).await?;
+    let found = decode::<Definitions>("find-definition", &reply)?;
+    Ok(ToolOutput::success(found.render()).with_structured(found.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -90,13 +88,14 @@ impl Definitions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolError;
     use crate::swank::read;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :definitions \
          ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
           (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\"))))";
 
-    fn found(reply: &str) -> Result<Definitions, ToolOutput> {
+    fn found(reply: &str) -> Result<Definitions, ToolError> {
         decode("find-definition", &read(reply).unwrap())
     }
 
@@ -111,8 +110,8 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found(&AREA.replace(":names (\"generic function\") ", "")).unwrap_err();
-        assert!(error.text.contains("reply to find-definition is not what this server expects (the reply has no :names)"), "{}", error.text);
+        assert!(error.0.contains("reply to find-definition is not what this server expects (the reply has no :names)"), "{}", error.0);
         let error = found(&AREA.replace(":line 3 ", "")).unwrap_err();
-        assert!(error.text.contains("(:definitions 0 :source: the reply has no :line)"), "{}", error.text);
+        assert!(error.0.contains("(:definitions 0 :source: the reply has no :line)"), "{}", error.0);
     }
 }

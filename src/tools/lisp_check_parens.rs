@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{Annotations, Arguments, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
 pub fn definition() -> ToolDefinition {
@@ -61,18 +61,17 @@ directory (by default its working directory). It must lie under an allowed root.
     }
 }
 
-pub fn call(args: &Arguments, roots: &AllowedRoots) -> ToolOutput {
-    run(args, roots).unwrap_or_else(|error| error)
-}
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
-fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput> {
+fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
-        (Some(_), Some(_)) => return Err(ToolOutput::error("Pass either `file_path` or `code`, not both.")),
+        (Some(_), Some(_)) => return Err(ToolError::new("Pass either `file_path` or `code`, not both.")),
         (None, None) => {
-            return Err(ToolOutput::error("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
+            return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            let file = roots.read(Path::new(file_path)).map_err(|e| ToolOutput::error(e.to_string()))?;
+            let file = roots.read(Path::new(file_path))?;
             (format!("`{}`", file.shown), file.bytes)
         }
         (None, Some(code)) => ("The code".to_string(), code.as_bytes().to_vec()),

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{Annotations, Arguments, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{line_count, outline, AllowedRoots, Cst};
 
 pub fn definition() -> ToolDefinition {
@@ -53,14 +53,13 @@ directory (by default its working directory). It must lie under an allowed root.
     }
 }
 
-pub fn call(args: &Arguments, roots: &AllowedRoots) -> ToolOutput {
-    run(args, roots).unwrap_or_else(|error| error)
-}
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
-fn run(args: &Arguments, roots: &AllowedRoots) -> Result<ToolOutput, ToolOutput> {
-    let file = roots.read(Path::new(args.required_str("file_path")?)).map_err(|e| ToolOutput::error(e.to_string()))?;
+fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    let file = roots.read(Path::new(args.required_str("file_path")?))?;
     let cst = Cst::parse(&file.bytes).map_err(|e| {
-        ToolOutput::error(format!(
+        ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
             file.shown
         ))

@@ -8,19 +8,19 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::ToolOutput;
+use super::ToolError;
 use crate::swank::{from_sexp, DecodeError, Sexp};
 
 /// Decodes the helper's reply to `function` into the type its tool reads.
-pub fn decode<T: DeserializeOwned>(function: &str, reply: &Sexp) -> Result<T, ToolOutput> {
+pub fn decode<T: DeserializeOwned>(function: &str, reply: &Sexp) -> Result<T, ToolError> {
     from_sexp(reply).map_err(|e| unexpected_reply(&format!("reply to {function}"), e))
 }
 
 /// The error for a reply that does not have the shape this server's helper gives it, which
 /// happens when the image holds another revision of the helper: the client loads its own only
 /// when it connects.
-fn unexpected_reply(what: &str, error: DecodeError) -> ToolOutput {
-    ToolOutput::error(format!(
+fn unexpected_reply(what: &str, error: DecodeError) -> ToolError {
+    ToolError::new(format!(
         "The swank-mcp helper's {what} is not what this server expects ({error}). The image may hold the helper \
          of another swank-mcp version, loaded by another client since this server connected: restart this server \
          to load its own. If that does not help, this is a bug in swank-mcp; please report this message."
@@ -131,14 +131,14 @@ impl ErrorReport {
 /// problem the user can act on (no such package, symbol or class), shown as its message alone;
 /// or `(:error report)`, a Lisp error, timeout or cancellation, shown as an `[ERROR]` block.
 /// Any other reply is the tool's own, and `(:error nil ...)` is no failure.
-pub fn check_failure(reply: &Sexp) -> Result<(), ToolOutput> {
+pub fn check_failure(reply: &Sexp) -> Result<(), ToolError> {
     if reply.plist_get("failure").is_some() {
         let failure: Failure = from_sexp(reply).map_err(|e| unexpected_reply("failure report", e))?;
-        return Err(ToolOutput::error(failure.failure));
+        return Err(ToolError::new(failure.failure));
     }
     if reply.plist_get("error").is_some_and(Sexp::is_true) {
         let failed: Failed = from_sexp(reply).map_err(|e| unexpected_reply("error report", e))?;
-        return Err(ToolOutput::error(failed.error.render()));
+        return Err(ToolError::new(failed.error.render()));
     }
     Ok(())
 }
@@ -263,21 +263,21 @@ mod tests {
     #[test]
     fn failures_become_error_outputs() {
         let failure = check_failure(&read("(:failure \"Class FOO not found in package CL-USER\")").unwrap()).unwrap_err();
-        assert_eq!((failure.text.as_str(), failure.is_error), ("Class FOO not found in package CL-USER", true));
+        assert_eq!(failure.0, "Class FOO not found in package CL-USER");
         let error =
             check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil))").unwrap()).unwrap_err();
-        assert_eq!(error.text, "[ERROR] TYPE-ERROR\nbad");
+        assert_eq!(error.0, "[ERROR] TYPE-ERROR\nbad");
         assert!(check_failure(&read("(:error nil :value 1)").unwrap()).is_ok());
     }
 
     #[test]
     fn a_reply_of_another_shape_is_an_error_that_names_the_key() {
         let error = check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil))").unwrap()).unwrap_err();
-        assert!(error.is_error && error.text.contains("error report is not what this server expects (:error: the reply has no :message)"), "{}", error.text);
+        assert!(error.0.contains("error report is not what this server expects (:error: the reply has no :message)"), "{error}");
         let error = check_failure(&read("(:failure nil)").unwrap()).unwrap_err();
-        assert!(error.text.contains("(:failure: expected a string, found nil)"), "{}", error.text);
+        assert!(error.0.contains("(:failure: expected a string, found nil)"), "{error}");
         let error = decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap()).unwrap_err();
-        assert!(error.text.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{}", error.text);
+        assert!(error.0.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{error}");
         let kind = from_sexp::<ErrorReport>(&read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil)").unwrap()).unwrap_err();
         assert!(kind.to_string().starts_with(":kind: unknown variant `warning`"), "{kind}");
     }

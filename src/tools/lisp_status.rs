@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -53,17 +53,16 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let image = match context.image(args) {
-        Ok(image) => image,
-        Err(output) => return output,
-    };
-    let facts = match context.call_helper(args, "status", Vec::new()).await.and_then(|reply| decode::<ImageFacts>("status", &reply)) {
-        Ok(facts) => facts,
-        Err(output) => return output,
-    };
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let image = context.image(args)?;
+    let facts = decode::<ImageFacts>("status", &context.call_helper(args, "status", Vec::new()).await?)?;
     let Some(connection) = image.current_connection().await else {
-        return ToolOutput::error("The connection to the image closed while its status was read; call lisp-status again to reconnect.");
+        return Err(ToolError::new(
+            "The connection to the image closed while its status was read; call lisp-status again to reconnect.",
+        ));
     };
     let info = connection.info();
     let launched = image.launched_pid().await;
@@ -82,7 +81,7 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
             all => all.iter().map(|i| (i.name().to_string(), i.endpoint().to_string(), Arc::ptr_eq(i, &image))).collect(),
         },
     };
-    ToolOutput::success(status.render()).with_structured(status.structured())
+    Ok(ToolOutput::success(status.render()).with_structured(status.structured()))
 }
 
 /// What the helper reports about the image.
@@ -235,6 +234,6 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = decode::<ImageFacts>("status", &read(&FACTS.replace(" :tool-calls 0", "")).unwrap()).unwrap_err();
-        assert!(error.text.contains("reply to status is not what this server expects (the reply has no :tool-calls)"), "{}", error.text);
+        assert!(error.0.contains("reply to status is not what this server expects (the reply has no :tool-calls)"), "{}", error.0);
     }
 }

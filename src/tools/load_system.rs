@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::{from_sexp, Form};
 
 /// Compiling a large system for the first time takes minutes; the server's evaluation time limit
@@ -53,11 +53,12 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let (system, force) = match (|| Ok::<_, super::ArgumentError>((args.required_str("system")?, args.optional_bool("force")?.unwrap_or(false))))() {
-        Ok(parsed) => parsed,
-        Err(e) => return e.into(),
-    };
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let system = args.required_str("system")?;
+    let force = args.optional_bool("force")?.unwrap_or(false);
     let request = vec![
         Form::string(system),
         Form::Keyword("force"),
@@ -95,10 +96,8 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
             }
         }
     };
-    match reply.and_then(|reply| decode::<LoadReport>("load-system", &reply)) {
-        Ok(report) => LoadReport { forced: force, ..report }.into_output(context.settings.max_output),
-        Err(output) => output,
-    }
+    let report = decode::<LoadReport>("load-system", &reply?)?;
+    Ok(LoadReport { forced: force, ..report }.into_output(context.settings.max_output))
 }
 
 /// The helper's answer to `load-activity`.
@@ -189,12 +188,13 @@ impl LoadReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolError;
     use crate::swank::read;
 
     const ALEXANDRIA: &str = "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
          :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
 
-    fn report(reply: &str) -> Result<LoadReport, ToolOutput> {
+    fn report(reply: &str) -> Result<LoadReport, ToolError> {
         decode("load-system", &read(reply).unwrap())
     }
 
@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = report(&ALEXANDRIA.replace(" :load-error nil", "")).unwrap_err();
-        assert!(error.text.contains("reply to load-system is not what this server expects (the reply has no :load-error)"), "{}", error.text);
+        assert!(error.0.contains("reply to load-system is not what this server expects (the reply has no :load-error)"), "{}", error.0);
         assert_eq!(from_sexp::<Activity>(&read("(:activity \"compiling /a.lisp\")").unwrap()).unwrap().activity.as_deref(), Some("compiling /a.lisp"));
     }
 }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::{Form, Sexp};
 
 pub fn definition() -> ToolDefinition {
@@ -46,8 +46,11 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let request = vec![
         Form::string(args.required_str("form")?),
         Form::Keyword("full"),
         if args.optional_bool("full")?.unwrap_or(false) { Form::T } else { Form::Nil },
@@ -55,14 +58,9 @@ pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
         super::package_argument(args)?,
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
-    ]))() {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "expand-form", request).await {
-        Ok(reply) => render(&reply, context.settings.max_output),
-        Err(output) => output,
-    }
+    ];
+    let reply = context.call_helper(args, "expand-form", request).await?;
+    render(&reply, context.settings.max_output)
 }
 
 /// The helper's answer to `expand-form` when it could read the form.
@@ -84,18 +82,13 @@ struct Unreadable {
 
 /// The contract's text for the helper's reply: the expansion under an `Expansion of` header, or
 /// the read error.
-fn render(reply: &Sexp, max_output: usize) -> ToolOutput {
+fn render(reply: &Sexp, max_output: usize) -> ToolResult {
     // Two shapes of reply, told apart by the key only the read failure has.
     if reply.plist_get("read-error").is_some() {
-        return match decode::<Unreadable>("expand-form", reply) {
-            Ok(unreadable) => ToolOutput::error(format!("Error reading form: {}", unreadable.read_error)),
-            Err(output) => output,
-        };
+        let unreadable = decode::<Unreadable>("expand-form", reply)?;
+        return Err(ToolError::new(format!("Error reading form: {}", unreadable.read_error)));
     }
-    let Expansion { form, expansion, expanded } = match decode("expand-form", reply) {
-        Ok(expansion) => expansion,
-        Err(output) => return output,
-    };
+    let Expansion { form, expansion, expanded } = decode("expand-form", reply)?;
     let mut text = format!("Expansion of {form}:\n\n{}", expansion.text);
     if let Some(note) = expansion.cut_note(max_output) {
         text.push('\n');
@@ -104,7 +97,7 @@ fn render(reply: &Sexp, max_output: usize) -> ToolOutput {
     if !expanded {
         text.push_str("\n\n(Form is not a macro call)");
     }
-    ToolOutput::success(text).with_structured(json!({"form": form, "expansion": expansion.text, "expanded": expanded}))
+    Ok(ToolOutput::success(text).with_structured(json!({"form": form, "expansion": expansion.text, "expanded": expanded})))
 }
 
 #[cfg(test)]
@@ -113,7 +106,7 @@ mod tests {
     use crate::swank::read;
 
     fn text(reply: &str) -> ToolOutput {
-        render(&read(reply).unwrap(), 65536)
+        render(&read(reply).unwrap(), 65536).unwrap_or_else(ToolOutput::from)
     }
 
     #[test]

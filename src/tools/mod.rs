@@ -23,11 +23,10 @@ pub mod output;
 pub mod progress;
 pub mod xref;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -37,63 +36,78 @@ use crate::swank::{Form, Sexp};
 pub use arguments::{ArgumentError, Arguments};
 use image::{CallLimits, Image};
 pub use image::ImageSettings;
-pub use output::{Annotations, ToolDefinition, ToolOutput};
+pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
 
-/// Every tool, with an `image` argument offered in the image tools' schemas when there are several.
-fn all_definitions(images: &[Arc<Image>]) -> Vec<ToolDefinition> {
-    let mut definitions = vec![
-        evaluate_lisp::definition(),
-        compile_form::definition(),
-        macroexpand_form::definition(),
-        class_info::definition(),
-        describe_symbol::definition(),
-        apropos_search::definition(),
-        find_definition::definition(),
-        xref::definition(),
-        load_system::definition(),
-        lisp_status::definition(),
-        edit_lisp_form::definition(),
-        lisp_check_parens::definition(),
-        lisp_outline::definition(),
-    ];
-    if images.len() > 1 {
-        let names: Vec<&str> = images.iter().map(|i| i.name()).collect();
-        for definition in definitions.iter_mut().filter(|d| !SOURCE_TOOLS.contains(&d.name)) {
-            if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
-                properties.insert(
-                    "image".into(),
-                    serde_json::json!({
-                        "type": "string",
-                        "enum": names,
-                        "description": format!("The Lisp image to work in (default: {}).", names[0]),
-                    }),
-                );
+/// What a tool's function gives back.
+pub type ToolResult = Result<ToolOutput, ToolError>;
+
+/// One tool: its definition, the one place its name is written, and how it runs.
+pub struct Tool {
+    pub definition: fn() -> ToolDefinition,
+    pub run: Run,
+}
+
+/// How a tool runs.
+pub enum Run {
+    /// In an attached image, through the helper.
+    Image(for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>),
+    /// On source files in this process; it never touches an image.
+    Source(fn(&Arguments, &AllowedRoots) -> ToolResult),
+}
+
+/// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
+static TOOLS: [Tool; 13] = [
+    evaluate_lisp::TOOL,
+    compile_form::TOOL,
+    macroexpand_form::TOOL,
+    class_info::TOOL,
+    describe_symbol::TOOL,
+    apropos_search::TOOL,
+    find_definition::TOOL,
+    xref::TOOL,
+    load_system::TOOL,
+    lisp_status::TOOL,
+    edit_lisp_form::TOOL,
+    lisp_check_parens::TOOL,
+    lisp_outline::TOOL,
+];
+
+/// Every tool's definition and how it runs, with an `image` argument offered in the image tools'
+/// schemas when there are several images.
+fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
+    let names: Vec<&str> = images.iter().map(|i| i.name()).collect();
+    TOOLS
+        .iter()
+        .map(|tool| {
+            let mut definition = (tool.definition)();
+            if let (Run::Image(_), [default, _, ..]) = (&tool.run, names.as_slice()) {
+                if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
+                    properties.insert(
+                        "image".into(),
+                        serde_json::json!({
+                            "type": "string",
+                            "enum": names,
+                            "description": format!("The Lisp image to work in (default: {default})."),
+                        }),
+                    );
+                }
             }
-        }
-    }
-    definitions
+            (definition, &tool.run)
+        })
+        .collect()
 }
 
 /// The optional `package` argument as the helper takes it: its name, or nil for the session's.
-fn package_argument(args: &Arguments) -> Result<crate::swank::Form, ArgumentError> {
-    use crate::swank::Form;
+fn package_argument(args: &Arguments) -> Result<Form, ArgumentError> {
     Ok(args.optional_str("package")?.map_or(Form::Nil, Form::string))
 }
 
 /// The helper arguments of a tool that asks about one symbol, `{symbol, package?}`: the name as a
 /// string (read in the image) and the package or nil.
-fn symbol_request(args: &Arguments) -> Result<Vec<crate::swank::Form>, ArgumentError> {
-    use crate::swank::Form;
-    Ok(vec![
-        Form::string(args.required_str("symbol")?),
-        Form::Keyword("package"),
-        package_argument(args)?,
-    ])
+fn symbol_request(args: &Arguments) -> Result<Vec<Form>, ArgumentError> {
+    Ok(vec![Form::string(args.required_str("symbol")?), Form::Keyword("package"), package_argument(args)?])
 }
-
-/// Tools that work on files in this process and never touch an image.
-const SOURCE_TOOLS: [&str; 3] = ["edit-lisp-form", "lisp-check-parens", "lisp-outline"];
 
 /// Server-wide settings the tools read.
 #[derive(Debug, Clone)]
@@ -112,6 +126,8 @@ pub struct Toolbox {
     roots: AllowedRoots,
     /// The tools offered, built once: their schemas are too big to rebuild for every call.
     definitions: Vec<ToolDefinition>,
+    /// How each offered tool runs, in the order of `definitions`.
+    runs: Vec<&'static Run>,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -128,21 +144,26 @@ impl Toolbox {
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
         let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
-        let definitions = all_definitions(&images);
-        Self { settings, images, roots, definitions }
+        let (definitions, runs) = all_tools(&images).into_iter().unzip();
+        Self { settings, images, roots, definitions, runs }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
-    pub fn select(mut self, selection: &ToolSelection) -> Result<Self, String> {
+    pub fn select(self, selection: &ToolSelection) -> Result<Self, String> {
         if let Some(unknown) = selection.only.iter().find(|name| !self.definitions.iter().any(|d| d.name == name.as_str())) {
             let known: Vec<&str> = self.definitions.iter().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
         }
-        self.definitions.retain(|d| {
-            (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
-                && (!selection.read_only || d.annotations.read_only)
-        });
-        Ok(self)
+        let Toolbox { settings, images, roots, definitions, runs } = self;
+        let (definitions, runs) = definitions
+            .into_iter()
+            .zip(runs)
+            .filter(|(d, _)| {
+                (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
+                    && (!selection.read_only || d.annotations.read_only)
+            })
+            .unzip();
+        Ok(Toolbox { settings, images, roots, definitions, runs })
     }
 
     pub fn images(&self) -> &[Arc<Image>] {
@@ -168,50 +189,27 @@ impl Toolbox {
         progress: Progress,
     ) -> Option<ToolOutput> {
         // A tool left out by --tools or --read-only does not exist for the client.
-        if !self.definitions.iter().any(|d| d.name == name) {
-            return None;
-        }
+        let run = *self.definitions.iter().position(|d| d.name == name).map(|i| &self.runs[i])?;
         let args = match Arguments::from_value(arguments) {
             Ok(args) => args,
-            Err(e) => return Some(e.into()),
+            Err(e) => return Some(ToolError::from(e).into()),
         };
-        // Source tools read and write files on this machine only; they never wait on the image,
-        // but file I/O still belongs off the async workers.
-        let source_tool: Option<fn(&Arguments, &AllowedRoots) -> ToolOutput> = match name {
-            "edit-lisp-form" => Some(edit_lisp_form::call),
-            "lisp-check-parens" => Some(lisp_check_parens::call),
-            "lisp-outline" => Some(lisp_outline::call),
-            _ => None,
+        let result = match run {
+            // Source tools never wait on the image, but file I/O still belongs off the async
+            // workers.
+            Run::Source(tool) => {
+                let toolbox = self.clone();
+                let tool = *tool;
+                tokio::task::spawn_blocking(move || tool(&args, &toolbox.roots))
+                    .await
+                    .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+            }
+            Run::Image(tool) => {
+                let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
+                tool(&context, &args).await
+            }
         };
-        if let Some(tool) = source_tool {
-            return Some(self.source_tool(tool, args).await);
-        }
-        let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
-        // Each tool's future lives on the heap: inline, the call's future would be as large as
-        // the largest tool's (some kilobytes), copied whenever a call is spawned or moved.
-        let running: Pin<Box<dyn Future<Output = ToolOutput> + Send + '_>> = match name {
-            "evaluate-lisp" => Box::pin(evaluate_lisp::call(&context, &args)),
-            "compile-form" => Box::pin(compile_form::call(&context, &args)),
-            "macroexpand-form" => Box::pin(macroexpand_form::call(&context, &args)),
-            "class-info" => Box::pin(class_info::call(&context, &args)),
-            "describe-symbol" => Box::pin(describe_symbol::call(&context, &args)),
-            "apropos-search" => Box::pin(apropos_search::call(&context, &args)),
-            "find-definition" => Box::pin(find_definition::call(&context, &args)),
-            "xref" => Box::pin(xref::call(&context, &args)),
-            "load-system" => Box::pin(load_system::call(&context, &args)),
-            "lisp-status" => Box::pin(lisp_status::call(&context, &args)),
-            _ => return None,
-        };
-        Some(running.await)
-    }
-}
-
-impl Toolbox {
-    async fn source_tool(self: &Arc<Self>, tool: fn(&Arguments, &AllowedRoots) -> ToolOutput, args: Arguments) -> ToolOutput {
-        let toolbox = self.clone();
-        tokio::task::spawn_blocking(move || tool(&args, &toolbox.roots))
-            .await
-            .unwrap_or_else(|e| ToolOutput::error(format!("The tool failed unexpectedly: {e}")))
+        Some(result.unwrap_or_else(ToolOutput::from))
     }
 }
 
@@ -226,13 +224,13 @@ pub struct ToolContext {
 
 impl ToolContext {
     /// The image named by the optional `image` argument, or the default image.
-    pub fn image(&self, args: &Arguments) -> Result<Arc<Image>, ToolOutput> {
+    pub fn image(&self, args: &Arguments) -> Result<Arc<Image>, ToolError> {
         let images = &self.toolbox.images;
         match args.optional_str("image")? {
             None => Ok(images[0].clone()),
             Some(name) => images.iter().find(|i| i.name() == name).cloned().ok_or_else(|| {
                 let known: Vec<&str> = images.iter().map(|i| i.name()).collect();
-                ToolOutput::error(format!("Unknown image {name:?}; the configured images are: {}.", known.join(", ")))
+                ToolError::new(format!("Unknown image {name:?}; the configured images are: {}.", known.join(", ")))
             }),
         }
     }
@@ -240,7 +238,7 @@ impl ToolContext {
     /// Calls `function` of the helper in the image `args` names, within the server's evaluation
     /// time limit and with this call's cancellation, and checks the reply: a failure the helper
     /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
-    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>) -> Result<Sexp, ToolOutput> {
+    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>) -> Result<Sexp, ToolError> {
         let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
         self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
     }
@@ -253,10 +251,10 @@ impl ToolContext {
         request: Vec<Form>,
         timeout: Duration,
         timeout_advice: &'static str,
-    ) -> Result<Sexp, ToolOutput> {
+    ) -> Result<Sexp, ToolError> {
         let image = self.image(args)?;
         let limits = CallLimits { timeout, timeout_advice, cancel: self.cancel.clone() };
-        let reply = image.call_helper(function, request, &limits).await.map_err(|e| ToolOutput::error(e.to_string()))?;
+        let reply = image.call_helper(function, request, &limits).await?;
         lisp_reply::check_failure(&reply)?;
         Ok(reply)
     }

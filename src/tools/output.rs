@@ -86,8 +86,45 @@ impl ToolOutput {
     }
 }
 
-impl From<super::arguments::ArgumentError> for ToolOutput {
-    fn from(error: super::arguments::ArgumentError) -> Self {
+/// A tool call that failed, as the model reads it: the text of a result with `isError: true`.
+/// Tools return `Result<ToolOutput, ToolError>`, so that `?` carries a bad argument, a lost image
+/// or a failure the helper reports out of the tool with its text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    pub fn new(text: impl Into<String>) -> Self {
+        ToolError(text.into())
+    }
+}
+
+impl From<ToolError> for ToolOutput {
+    fn from(error: ToolError) -> Self {
         ToolOutput::error(error.0)
+    }
+}
+
+impl From<super::arguments::ArgumentError> for ToolError {
+    fn from(error: super::arguments::ArgumentError) -> Self {
+        ToolError(error.0)
+    }
+}
+
+impl From<crate::source::PathError> for ToolError {
+    fn from(error: crate::source::PathError) -> Self {
+        ToolError(error.to_string())
+    }
+}
+
+impl From<crate::source::EditError> for ToolError {
+    fn from(error: crate::source::EditError) -> Self {
+        ToolError(error.to_string())
+    }
+}
+
+impl From<super::image::CallError> for ToolError {
+    fn from(error: super::image::CallError) -> Self {
+        ToolError(error.to_string())
     }
 }

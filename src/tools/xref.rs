@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
-use super::{Annotations, Arguments, ToolContext, ToolDefinition, ToolOutput};
+use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
@@ -41,20 +41,18 @@ pub fn definition() -> ToolDefinition {
     }
 }
 
-pub async fn call(context: &ToolContext, args: &Arguments) -> ToolOutput {
-    let request = match (|| Ok::<_, super::ArgumentError>(vec![
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let request = vec![
         Form::string(args.required_str("symbol")?),
         Form::string(args.required_str("kind")?),
         Form::Keyword("package"),
         super::package_argument(args)?,
-    ]))() {
-        Ok(request) => request,
-        Err(e) => return e.into(),
-    };
-    match context.call_helper(args, "xref", request).await.and_then(|reply| decode::<References>("xref", &reply)) {
-        Ok(found) => ToolOutput::success(found.render()).with_structured(found.structured()),
-        Err(output) => output,
-    }
+    ];
+    let found = decode::<References>("xref", &context.call_helper(args, "xref", request).await?)?;
+    Ok(ToolOutput::success(found.render()).with_structured(found.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -113,12 +111,13 @@ impl References {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolError;
     use crate::swank::read;
 
     const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
          ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))))";
 
-    fn found(reply: &str) -> Result<References, ToolOutput> {
+    fn found(reply: &str) -> Result<References, ToolError> {
         decode("xref", &read(reply).unwrap())
     }
 
@@ -132,8 +131,8 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found(&CALLS.replace(":total 3 ", "")).unwrap_err();
-        assert!(error.text.contains("reply to xref is not what this server expects (the reply has no :total)"), "{}", error.text);
+        assert!(error.0.contains("reply to xref is not what this server expects (the reply has no :total)"), "{}", error.0);
         let error = found(&CALLS.replace(":name \"CALLER\" ", "")).unwrap_err();
-        assert!(error.text.contains("(:hits 0: the reply has no :name)"), "{}", error.text);
+        assert!(error.0.contains("(:hits 0: the reply has no :name)"), "{}", error.0);
     }
 }
