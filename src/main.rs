@@ -133,22 +133,18 @@ fn parse_protocol(text: &str) -> Result<Protocol, String> {
 }
 
 /// Accepts `30s`, `500ms`, `2m`, `1h`, or a plain number of seconds.
+/// A duration as humantime reads it (`30s`, `500ms`, `2m`, `1m 30s`), or a bare number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s, 500ms or 2m"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?}: use ms, s, m or h")),
+    let duration = match text.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration such as 30s, 500ms or 2m: {e}"))?,
     };
-    if !(seconds > 0.0 && seconds < 1e7) {
-        return Err(format!("{text:?} is out of range"));
+    // Past about four months the deadlines built from it overflow.
+    if duration.is_zero() || duration > Duration::from_secs(10_000_000) {
+        return Err(format!("{text:?} is out of range: give more than 0 and less than 115 days"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 fn parse_max_output(text: &str) -> Result<usize, String> {
@@ -176,7 +172,8 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
             // wedges the server's accept thread, so there is no second try: say which was chosen.
             if present.len() > 1 {
                 tracing::warn!(
-                    "both ~/.slime-secret and ~/.sly-secret exist; sending ~/.slime-secret                      (pass --protocol slynk or --secret-file for a SLY image)"
+                    "both ~/.slime-secret and ~/.sly-secret exist; sending ~/.slime-secret \
+                     (pass --protocol slynk or --secret-file for a SLY image)"
                 );
             }
             match present.into_iter().next() {
@@ -351,7 +348,8 @@ mod tests {
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("10 parsecs").is_err());
     }
