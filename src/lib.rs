@@ -5,6 +5,8 @@
 //! [`source`] (a lossless CST of Lisp source for the file-editing tools; needs no image).
 //! [`outbox`] is the writing half both the swank client and the MCP server use.
 
+#![warn(missing_docs)]
+
 pub mod mcp;
 pub mod outbox;
 pub mod source;

@@ -18,6 +18,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::AsyncWrite;
 use tokio::sync::Notify;
 
+/// Where an [`Outbox`] writes: stdout for the MCP server, a socket's writing half for swank.
 pub type Output = Box<dyn AsyncWrite + Unpin + Send>;
 
 /// Bytes of queued messages past which [`Outbox::room`] waits. A client that reads what it is
@@ -30,6 +31,8 @@ const QUEUE_LIMIT: usize = 8 * 1024 * 1024;
 /// stopped resumes for many messages at a time rather than for each one the peer reads.
 const QUEUE_RESUME: usize = QUEUE_LIMIT / 2;
 
+/// The writing half of one connection: shared by everything that sends on it, with one writer
+/// task running [`Outbox::run_writer`] for what the output does not take at once.
 pub struct Outbox {
     state: Mutex<State>,
     /// Wakes the writer task when the queue gains a message, or on close.
@@ -56,6 +59,8 @@ struct State {
 }
 
 impl Outbox {
+    /// An outbox with nothing queued. What the output does not take at once waits until a task
+    /// runs [`Outbox::run_writer`].
     pub fn new(output: Output) -> Self {
         Self {
             state: Mutex::new(State {

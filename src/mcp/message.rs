@@ -13,23 +13,29 @@ use serde_json::Value;
 /// One message received.
 #[derive(Debug)]
 pub enum Message {
+    /// A call that expects a response with the same id.
     Request(Request),
+    /// A call that expects no response.
     Notification(Notification),
     /// A well-formed response to a request of ours. This server sends none, so nothing waits for
     /// one; it is read only to tell it from a mistake.
     Response,
 }
 
+/// A message with an id: the client waits for a response carrying that id.
 #[derive(Debug)]
 pub struct Request {
-    pub id: RequestId,
-    pub method: String,
+    pub(crate) id: RequestId,
+    pub(crate) method: String,
+    /// The arguments, still raw: the method's handler reads them into its own type.
     pub params: Params,
 }
 
+/// A message without an id: nothing is sent back, whatever happens to it.
 #[derive(Debug)]
 pub struct Notification {
-    pub method: String,
+    pub(crate) method: String,
+    /// The arguments, still raw: the method's handler reads them into its own type.
     pub params: Params,
 }
 
@@ -61,10 +67,18 @@ pub enum Invalid {
     /// Not JSON: -32700, with a null id.
     Parse(String),
     /// Not a JSON-RPC message: -32600, with the message's id when it could be read.
-    Request { id: Option<RequestId>, problem: &'static str },
+    Request {
+        /// The id to answer with; `None` answers with a null id.
+        id: Option<RequestId>,
+        /// What is wrong with it, for the error's message.
+        problem: &'static str,
+    },
     /// A request whose params are a list: valid JSON-RPC, but every MCP method takes its
     /// parameters by name (-32602).
-    PositionalParams { id: RequestId },
+    PositionalParams {
+        /// The id to answer with.
+        id: RequestId,
+    },
     /// A notification with bad params: JSON-RPC leaves it unanswered.
     Unanswerable,
 }
@@ -74,11 +88,15 @@ const JSON_RPC_2_ONLY: &str = "Only JSON-RPC 2.0 is supported: every message nee
 /// A line as received: one message, or a batch of them (JSON-RPC batches existed in MCP
 /// 2025-03-26 only, but an array is answered as JSON-RPC asks, whichever revision is spoken).
 pub enum Line {
+    /// A line holding one message (or something that is not one).
     Single(Result<Message, Invalid>),
+    /// A non-empty JSON array: each element read as a message on its own, in order.
     Batch(Vec<Result<Message, Invalid>>),
 }
 
 impl Line {
+    /// Reads one line (without its newline). Never fails: a bad line reads as the [`Invalid`]
+    /// answer it deserves.
     pub fn parse(bytes: &[u8]) -> Line {
         let starts_with = |byte| bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&byte);
         if !starts_with(b'[') {

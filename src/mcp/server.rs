@@ -63,7 +63,7 @@ the image.
 - Prefer small, incremental evaluations; inspect before you redefine, since the image may hold the \
 user's state.";
 
-pub struct Server {
+struct Server {
     toolbox: Arc<Toolbox>,
     /// Where messages go, each serialised and ending in a newline.
     outgoing: Arc<Outbox>,

@@ -8,11 +8,14 @@ use tokio_util::codec::Decoder;
 /// What the reader yields for each line.
 #[derive(Debug, PartialEq)]
 pub enum Line {
+    /// A line's bytes, without its `\n` (or `\r\n`); never only whitespace.
     Message(Vec<u8>),
     /// A line longer than the limit, discarded; carries its length so far.
     TooLong(usize),
 }
 
+/// Splits the input into [`Line`]s; a line over the limit is skipped to its end rather than
+/// buffered.
 #[derive(Debug)]
 pub struct LineCodec {
     max_length: usize,
@@ -23,6 +26,7 @@ pub struct LineCodec {
 }
 
 impl LineCodec {
+    /// A reader of lines of at most `max_length` bytes (not counting the newline).
     pub fn new(max_length: usize) -> Self {
         Self { max_length, discarding: None, scanned: 0 }
     }

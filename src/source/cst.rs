@@ -10,10 +10,12 @@ use std::ops::Range;
 
 use super::lexer::{self, LexErrorKind, Lexeme};
 
+/// What a node is. `List`, `Vector` and `Prefixed` have children; every other kind is a leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
     /// A UTF-8 byte order mark at the very start of the file.
     Bom,
+    /// A run of spaces, tabs, line feeds, carriage returns and form feeds.
     Whitespace,
     /// `;` up to (not including) the end of the line.
     LineComment,
@@ -21,6 +23,7 @@ pub enum NodeKind {
     BlockComment,
     /// A symbol or number, escapes included: `foo`, `pkg::bar`, `|a b|`, `1.5`, `.`.
     Token,
+    /// `"..."`, escapes included.
     String,
     /// `#\a`, `#\(`, `#\Space`.
     Character,
@@ -48,15 +51,16 @@ pub enum NodeKind {
 }
 
 impl NodeKind {
-    pub fn is_trivia(self) -> bool {
+    pub(crate) fn is_trivia(self) -> bool {
         matches!(self, NodeKind::Bom | NodeKind::Whitespace | NodeKind::LineComment | NodeKind::BlockComment)
     }
 
-    pub fn is_comment(self) -> bool {
+    pub(crate) fn is_comment(self) -> bool {
         matches!(self, NodeKind::LineComment | NodeKind::BlockComment)
     }
 }
 
+/// The reader macro of a [`NodeKind::Prefixed`] node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Prefix {
     /// `'`
@@ -100,11 +104,14 @@ impl Prefix {
         }
     }
 
+    /// True for `#+` and `#-`, which apply to two forms: a feature expression and the form it
+    /// guards.
     pub fn is_reader_conditional(self) -> bool {
         matches!(self, Prefix::FeaturePlus | Prefix::FeatureMinus)
     }
 }
 
+/// A node of one [`Cst`], meaningful only to the tree that gave it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(u32);
 
@@ -138,6 +145,8 @@ pub struct Cst<'a> {
 }
 
 impl<'a> Cst<'a> {
+    /// Parses a whole text, which must read as Lisp: an unbalanced or unterminated construct is
+    /// an error, not a partial tree. Texts of 2 GiB or more are refused.
     pub fn parse(source: &'a [u8]) -> Result<Self, ParseError> {
         if source.len() > MAX_SOURCE_LEN {
             return Err(ParseError {
@@ -150,6 +159,7 @@ impl<'a> Cst<'a> {
         Builder::new(source).run()
     }
 
+    /// The text the tree was parsed from.
     pub fn source(&self) -> &'a [u8] {
         self.source
     }
@@ -164,15 +174,18 @@ impl<'a> Cst<'a> {
         self.top.iter().copied().filter(|&id| !self.kind(id).is_trivia())
     }
 
+    /// What the node is.
     pub fn kind(&self, id: NodeId) -> NodeKind {
         self.nodes[id.index()].kind
     }
 
+    /// The node's bytes in the source, as a range of byte offsets.
     pub fn span(&self, id: NodeId) -> Range<usize> {
         let node = &self.nodes[id.index()];
         node.start as usize..node.end as usize
     }
 
+    /// The node's bytes: the source over its [`span`](Cst::span).
     pub fn text(&self, id: NodeId) -> &'a [u8] {
         &self.source[self.span(id)]
     }
@@ -245,13 +258,16 @@ impl Iterator for Leaves<'_, '_> {
 /// A 1-based line and column (in characters) with the byte offset they stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
+    /// Byte offset into the source.
     pub offset: usize,
+    /// Line number, from 1.
     pub line: usize,
+    /// Column in characters, from 1; a byte order mark does not count.
     pub column: usize,
 }
 
 impl Location {
-    pub fn of(source: &[u8], offset: usize) -> Self {
+    fn of(source: &[u8], offset: usize) -> Self {
         let offset = offset.min(source.len());
         let before = &source[..offset];
         let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -273,7 +289,7 @@ impl fmt::Display for Location {
 
 /// Line lookups for many offsets of one text.
 #[derive(Debug, Clone)]
-pub struct LineIndex {
+pub(crate) struct LineIndex {
     starts: Vec<usize>,
 }
 
@@ -306,8 +322,8 @@ pub fn line_count(text: &[u8]) -> usize {
 /// 1-based first and last line; displayed as `line 3` or `lines 3-5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineRange {
-    pub first: usize,
-    pub last: usize,
+    pub(crate) first: usize,
+    pub(crate) last: usize,
 }
 
 impl fmt::Display for LineRange {
@@ -327,14 +343,17 @@ pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub struct ParseError {
     /// A reader-style message, e.g. "unmatched close parenthesis".
     pub message: String,
+    /// Where reading failed.
     pub at: Location,
     /// The construct that is still open at `at`: a `(`, `"`, `#|`, `|` or a prefix like `'`.
     pub opener: Option<Opener>,
-    pub hint: Option<String>,
+    pub(crate) hint: Option<String>,
 }
 
+/// An opening delimiter or prefix whose construct the text never completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opener {
+    /// Where the opener starts.
     pub at: Location,
     /// The opener's line from the opener on, shortened: enough to recognise it.
     pub excerpt: String,

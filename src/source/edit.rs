@@ -12,17 +12,21 @@ use super::find::find_target;
 use super::forms::{top_forms, Query, TopForm};
 use super::lexer::is_whitespace;
 
+/// What an edit does with its target form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
+    /// The new forms take the target's place; a reader conditional in front of it stays.
     Replace,
+    /// The new forms go before the target and the comments attached to it, a blank line apart.
     InsertBefore,
+    /// The new forms go after the target's line, a blank line apart.
     InsertAfter,
 }
 
 impl Operation {
-    pub const NAMES: [&'static str; 3] = ["replace", "insert_before", "insert_after"];
+    pub(crate) const NAMES: [&'static str; 3] = ["replace", "insert_before", "insert_after"];
 
-    pub fn parse(name: &str) -> Option<Self> {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
         match name {
             "replace" => Some(Operation::Replace),
             "insert_before" => Some(Operation::InsertBefore),
@@ -31,7 +35,7 @@ impl Operation {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Operation::Replace => "replace",
             Operation::InsertBefore => "insert_before",
@@ -40,51 +44,94 @@ impl Operation {
     }
 }
 
+/// An edit as `edit-lisp-form` takes it: which top-level form, and what to do there.
 #[derive(Debug, Clone, Copy)]
 pub struct EditRequest<'a> {
+    /// The target's operator, e.g. `defun` or `defmethod`.
     pub form_type: &'a str,
+    /// The name the target defines, as Lisp text: `foo`, `(setf foo)`, or for a method its name
+    /// followed by qualifiers and specializers.
     pub form_name: &'a str,
+    /// What to do at the target.
     pub operation: Operation,
+    /// The new form(s) as Lisp source; surrounding blank space is dropped.
     pub content: &'a str,
     /// 1-based choice among several matching forms.
     pub index: Option<usize>,
 }
 
+/// Why an edit was refused or failed; the file is left as it was. Each message is written for
+/// the model, and says what to do instead where there is something to do.
 #[derive(Debug, thiserror::Error)]
 pub enum EditError {
+    /// `form_type` and `form_name` do not make a query; the message says why.
     #[error("{0}")]
     Query(String),
+    /// `content` does not read as Lisp.
     #[error("`content` is not valid Lisp (lines and columns count within `content`): {0}. The file was not touched.")]
     ContentSyntax(Box<ParseError>),
+    /// `content` holds no form.
     #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
     EmptyContent,
+    /// The file could not be read.
     #[error("Cannot read `{path}`: {source}.")]
-    Read { path: String, source: io::Error },
+    Read {
+        /// The file as messages name it.
+        path: String,
+        /// Why reading failed.
+        source: io::Error,
+    },
+    /// The file does not read as Lisp, so it has no forms to find.
     #[error("`{path}` does not read as Lisp, so it cannot be edited structurally: {error}. Fix that first (`lisp-check-parens` shows where); the file was not touched.")]
-    FileSyntax { path: String, error: Box<ParseError> },
+    FileSyntax {
+        /// The file as messages name it.
+        path: String,
+        /// Where and why it does not read.
+        error: Box<ParseError>,
+    },
+    /// No form matches, or several do and `index` does not choose one; the message lists them.
     #[error("{0}\nThe file was not touched.")]
     Target(String),
+    /// A replacement of several forms for a target under `#+`/`#-`, which would guard only the
+    /// first of them.
     #[error("`{target}` stands behind the reader conditional `{condition}`, which applies to exactly one form, but `content` holds {forms}. Replace it with one form (wrap several in `progn`). The file was not touched.")]
-    ConditionalTakesOneForm { target: String, condition: String, forms: usize },
+    ConditionalTakesOneForm {
+        /// The target as messages name it, e.g. `defun foo`.
+        target: String,
+        /// The conditional's text, e.g. `#+sbcl`.
+        condition: String,
+        /// How many forms `content` holds (at least two).
+        forms: usize,
+    },
+    /// The edited text would not read as the expected forms (`content` would merge with the
+    /// text around it); the message says how it reads instead.
     #[error("The edit would not read back as the intended forms ({0}), probably because `content` runs into the text around the form; nothing written.")]
     Verify(String),
+    /// The file changed on disk between reading and writing.
     #[error("file changed while editing; nothing written. Read it again and retry.")]
     Changed,
+    /// Writing the edited file failed; the original is left as it was.
     #[error("Cannot write `{path}`: {source}; nothing written.")]
-    Write { path: String, source: io::Error },
+    Write {
+        /// The file as messages name it.
+        path: String,
+        /// Why writing failed.
+        source: io::Error,
+    },
 }
 
 /// What an edit did, for the reply.
 #[derive(Debug, Clone)]
 pub struct EditReport {
-    pub operation: Operation,
+    pub(crate) operation: Operation,
     /// How the target is named in messages, e.g. `#+sbcl defun foo`.
     pub target: String,
     /// The target's lines before the edit.
     pub target_lines: LineRange,
     /// The lines the new form(s) occupy after the edit.
     pub new_lines: LineRange,
-    pub forms: usize,
+    pub(crate) forms: usize,
+    /// A unified diff of the file, old to new; empty when the edit changes nothing.
     pub diff: String,
 }
 
@@ -97,6 +144,7 @@ pub struct PreparedEdit {
 }
 
 impl PreparedEdit {
+    /// What the edit will do, as the reply describes it.
     pub fn report(&self) -> &EditReport {
         &self.report
     }

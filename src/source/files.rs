@@ -14,21 +14,47 @@ pub struct AllowedRoots {
     roots: Vec<PathBuf>,
 }
 
+/// Why a path given to a source tool cannot be used; the message is written for the model.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
+    /// The path resolves to a place under none of the roots.
     #[error(
         "`{path}` is outside the allowed roots{}: only files under {roots} may be used (start the server with `--root DIR` to allow another directory).",
         resolved_note(path, resolved)
     )]
-    Outside { path: PathBuf, resolved: PathBuf, roots: RootList },
+    Outside {
+        /// The path as given.
+        path: PathBuf,
+        /// Where it leads, symlinks and `..` followed.
+        resolved: PathBuf,
+        /// The roots it is not under.
+        roots: RootList,
+    },
+    /// Neither the file nor the directory it would be in exists.
     #[error("`{path}` does not exist.")]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The path is the empty string.
     #[error("The file path is empty.")]
     Empty,
+    /// The path is allowed but the file could not be read.
     #[error("Cannot read `{path}`: {source}.")]
-    Read { path: String, source: io::Error },
+    Read {
+        /// The file as messages name it (see [`AllowedRoots::display`]).
+        path: String,
+        /// Why reading failed.
+        source: io::Error,
+    },
+    /// The path could not be resolved for another reason than not existing.
     #[error("Cannot resolve `{path}`: {source}.")]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The path as given.
+        path: PathBuf,
+        /// Why resolving failed.
+        source: io::Error,
+    },
 }
 
 fn resolved_note(path: &Path, resolved: &Path) -> String {
@@ -64,7 +90,8 @@ impl AllowedRoots {
         Ok(AllowedRoots { roots })
     }
 
-    pub fn roots(&self) -> &[PathBuf] {
+    #[cfg(test)]
+    fn roots(&self) -> &[PathBuf] {
         &self.roots
     }
 
@@ -123,7 +150,7 @@ impl AllowedRoots {
 pub struct SourceFile {
     /// The path for messages: relative to its root when possible.
     pub shown: String,
-    pub bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// A file as it was read, to write an edit of it back only if nobody changed it meanwhile.

@@ -310,7 +310,7 @@ impl TopForm {
 /// One top-level form as `lisp-outline` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutlineEntry {
-    pub lines: LineRange,
+    pub(crate) lines: LineRange,
     /// The reader conditionals in front of the form (`#+sbcl`), empty if none.
     pub conditions: String,
     /// The operator as written, for a list form whose operator is a symbol.

@@ -10,7 +10,7 @@ mod find;
 mod forms;
 mod lexer;
 
-pub use cst::{line_count, Cst, Leaves, LineIndex, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
+pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
 pub use diff::unified_diff;
 pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};

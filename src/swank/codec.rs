@@ -8,18 +8,25 @@ const HEADER_LEN: usize = 6;
 /// Six hex digits cannot say more; a larger payload has to be cut down before it is sent.
 pub const MAX_PAYLOAD: usize = 0xFF_FFFF;
 
+/// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
+    /// The six header bytes, which are not all hex digits (lossily decoded).
     #[error("bad frame header {0:?}: expected six hex digits")]
     BadHeader(String),
+    /// A payload to send of this many bytes, over [`MAX_PAYLOAD`]; nothing was written.
     #[error("frame of {0} bytes is over the protocol's limit of {MAX_PAYLOAD} bytes")]
     TooLarge(usize),
+    /// The stream ended inside a frame, after this many of its bytes (header included).
     #[error("connection closed in the middle of a frame ({0} bytes of it received)")]
     Truncated(usize),
+    /// Reading or writing the socket failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
+/// Reads and writes swank frames: decodes a byte stream into payloads (invalid UTF-8 replaced,
+/// not an error) and encodes a payload with its header.
 #[derive(Debug, Default)]
 pub struct FrameCodec {
     /// The length of the frame whose header has been consumed but whose payload is incomplete.

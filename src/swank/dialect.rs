@@ -5,9 +5,12 @@ use std::str::FromStr;
 
 use super::sexp::{Form, Sexp};
 
+/// Which server a connection talks to, as detected (or forced with `--protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
+    /// SLIME's server.
     Swank,
+    /// SLY's server.
     Slynk,
 }
 
@@ -20,6 +23,7 @@ impl Dialect {
         }
     }
 
+    /// The server's name for people: `swank` or `slynk`.
     pub fn name(self) -> &'static str {
         match self {
             Dialect::Swank => "swank",
@@ -50,9 +54,12 @@ impl Dialect {
 /// What the user asked for with `--protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
+    /// Detect the server from its answer to the first request.
     #[default]
     Auto,
+    /// Talk to the server as Swank, whatever it looks like.
     Swank,
+    /// Talk to the server as Slynk, whatever it looks like.
     Slynk,
 }
 
@@ -72,15 +79,19 @@ impl FromStr for Protocol {
 /// The facts `connection-info` gives about the server and its image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerInfo {
+    /// The dialect spoken: the detected one unless `--protocol` forces another.
     pub dialect: Dialect,
     /// The server's protocol version (`"2.27"` for Debian's SLIME).
     pub version: Option<String>,
+    /// The image's process id, when the server reports one.
     pub pid: Option<i64>,
+    /// The implementation's type, e.g. `"SBCL"`.
     pub lisp_type: Option<String>,
+    /// The implementation's version as it prints it.
     pub lisp_version: Option<String>,
     /// `:spawn` means a thread per request, which concurrent tool calls rely on.
     pub style: Option<String>,
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
 }
 
 impl ServerInfo {

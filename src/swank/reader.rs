@@ -21,10 +21,12 @@ use super::sexp::Sexp;
 /// Deeper nesting than any real message; beyond it the input is rejected, not recursed into.
 const MAX_DEPTH: usize = 512;
 
+/// Why a text does not read as one s-expression, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot read s-expression at byte {offset}: {message}")]
 pub struct ReadError {
-    pub message: String,
+    message: String,
+    /// Byte offset into the input where reading failed (always a character boundary).
     pub offset: usize,
 }
 

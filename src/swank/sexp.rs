@@ -16,9 +16,11 @@ use std::fmt::{self, Write as _};
 pub enum Sexp {
     /// `nil` and `()`.
     Nil,
+    /// An integer that fits in an `i64`.
     Integer(i64),
     /// Any other number (float, ratio, bignum) kept as its printed text.
     Number(String),
+    /// A string, escapes resolved.
     String(String),
     /// `#\x` with the text after `#\` (a single character or a name such as `Space`).
     Character(String),
@@ -27,11 +29,19 @@ pub enum Sexp {
     Keyword(Cow<'static, str>),
     /// A symbol. `package` is `None` for an unqualified one and `Some("")` for an uninterned
     /// `#:g`. `internal` is true for `pkg::sym`.
-    Symbol { package: Option<String>, name: String, internal: bool },
+    Symbol {
+        /// The package prefix in canonical case; `None` and `Some("")` as above.
+        package: Option<String>,
+        /// The name without its prefix, in canonical case: `foo` reads as `"FOO"`.
+        name: String,
+        /// True for `pkg::sym`, false for `pkg:sym`.
+        internal: bool,
+    },
     /// A proper list (never empty: that is `Nil`).
     List(Vec<Sexp>),
     /// `(a b . c)`: the elements before the dot and the final cdr.
     Dotted(Vec<Sexp>, Box<Sexp>),
+    /// `#(...)`.
     Vector(Vec<Sexp>),
     /// Unreadable `#<...>` object text, including the `#<` and `>`.
     Unreadable(String),
@@ -52,6 +62,7 @@ impl Sexp {
         }
     }
 
+    /// The text of a [`Sexp::String`]; `None` for anything else, symbols included.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Sexp::String(s) => Some(s),
@@ -59,6 +70,7 @@ impl Sexp {
         }
     }
 
+    /// The value of an [`Sexp::Integer`]; `None` for anything else, bignums included.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
             Sexp::Integer(n) => Some(*n),
@@ -180,16 +192,24 @@ fn write_lisp_string(f: &mut impl fmt::Write, s: &str) -> fmt::Result {
 /// name we chose, never user text: user text travels only inside [`Form::String`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Form {
+    /// `nil`.
     Nil,
+    /// `t`.
     T,
+    /// Printed in decimal.
     Integer(i64),
+    /// Any text, printed as a Lisp string with `"` and `\` escaped.
     String(String),
+    /// A keyword, named without the colon: `Keyword("ok")` prints `:ok`.
     Keyword(&'static str),
+    /// `package:name`, printed in lower case.
     Symbol(&'static str, &'static str),
+    /// A proper list; an empty one prints `()`.
     List(Vec<Form>),
 }
 
 impl Form {
+    /// Shorthand for [`Form::String`].
     pub fn string(s: impl Into<String>) -> Self {
         Form::String(s.into())
     }

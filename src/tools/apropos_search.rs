@@ -7,7 +7,7 @@ use super::lisp_reply::{decode, plural};
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "apropos-search",
         title: "Find symbols by name",
@@ -63,7 +63,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Matches {
+struct Matches {
     pub total: u64,
     pub unnamed: u64,
     /// The first few of the `total`, best first.
@@ -73,7 +73,7 @@ pub struct Matches {
 /// `(symbol kind...)`: a qualified symbol and what it names.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(try_from = "Vec<String>")]
-pub struct Match {
+struct Match {
     pub symbol: String,
     pub names: Vec<String>,
 }

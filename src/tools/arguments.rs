@@ -6,10 +6,12 @@
 
 use serde_json::{Map, Value};
 
+/// A bad `arguments` object or argument; the text is the message for the model.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
 pub struct ArgumentError(pub String);
 
+/// A tool call's `arguments`: a JSON object, read one argument at a time.
 #[derive(Debug, Clone, Default)]
 pub struct Arguments(Map<String, Value>);
 
@@ -26,7 +28,7 @@ impl Arguments {
         }
     }
 
-    pub fn required_str(&self, name: &str) -> Result<&str, ArgumentError> {
+    pub(crate) fn required_str(&self, name: &str) -> Result<&str, ArgumentError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Err(ArgumentError(format!(
                 "Missing required argument `{name}` (a string)."
@@ -36,7 +38,7 @@ impl Arguments {
         }
     }
 
-    pub fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
+    pub(crate) fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
@@ -44,7 +46,7 @@ impl Arguments {
         }
     }
 
-    pub fn optional_bool(&self, name: &str) -> Result<Option<bool>, ArgumentError> {
+    pub(crate) fn optional_bool(&self, name: &str) -> Result<Option<bool>, ArgumentError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),

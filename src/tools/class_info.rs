@@ -8,7 +8,7 @@ use super::lisp_reply::decode;
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "class-info",
         title: "Describe a class",
@@ -73,7 +73,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Slot {
+struct Slot {
     pub name: String,
     /// `type` is a Rust keyword.
     #[serde(rename = "type")]
@@ -89,7 +89,7 @@ pub struct Slot {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct ClassInfo {
+struct ClassInfo {
     pub name: String,
     pub package: Option<String>,
     pub metaclass: String,

@@ -8,7 +8,7 @@ use super::lisp_reply::{decode, plural, section_body, Captured};
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "compile-form",
         title: "Compile without running",
@@ -79,7 +79,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// A compiler condition, placed in the code.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct CompilerCondition {
+struct CompilerCondition {
     pub severity: String,
     pub message: String,
     pub form: Option<String>,
@@ -90,7 +90,7 @@ pub struct CompilerCondition {
 /// Why the code could not be read, and where.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct ReadError {
+struct ReadError {
     pub message: String,
     pub line: i64,
     pub column: i64,
@@ -101,7 +101,7 @@ pub struct ReadError {
 /// The helper's answer to `compile-code`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct CompileReport {
+struct CompileReport {
     pub forms_compiled: u64,
     pub warnings: u64,
     pub errors: u64,

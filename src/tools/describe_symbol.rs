@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::lisp_reply::{decode, Location};
 use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "describe-symbol",
         title: "Describe a symbol",
@@ -60,7 +60,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// One thing a symbol names.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Entry {
+struct Entry {
     /// "Function", "Generic function", "Variable", "Class", ...
     pub kind: String,
     /// Call syntax, value or expansion.
@@ -72,7 +72,7 @@ pub struct Entry {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Description {
+struct Description {
     pub symbol: String,
     pub status: String,
     pub entries: Vec<Entry>,

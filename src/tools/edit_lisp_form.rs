@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, Operation};
 
+/// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",

@@ -15,7 +15,7 @@ use crate::swank::Form;
 /// the number is a mistake when exceeded.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
         title: "Evaluate Lisp",
@@ -97,7 +97,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// The helper's answer to `evaluate`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct EvaluationReply {
+struct EvaluationReply {
     pub values: Vec<Captured>,
     pub stdout: Captured,
     pub stderr: Captured,

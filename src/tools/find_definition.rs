@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
 use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
         title: "Find definitions",
@@ -45,7 +45,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Definitions {
+struct Definitions {
     pub symbol: String,
     /// What the symbol names, for the case where SBCL recorded no definition of it.
     pub names: Vec<String>,
@@ -54,7 +54,7 @@ pub struct Definitions {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Definition {
+struct Definition {
     /// "function", "method (CIRCLE)", ...
     pub kind: String,
     pub source: Location,

@@ -19,20 +19,27 @@ const PORT_MARKER: &str = "swank-mcp-port: ";
 /// machine); later starts load cached fasls in about a second.
 pub const START_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Why no image could be launched.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    /// `sbcl` could not be started (not installed or not on `PATH`).
     #[error("cannot run `sbcl` ({0}). Install SBCL first, for example: sudo apt-get install -y sbcl cl-swank")]
     NoSbcl(std::io::Error),
+    /// No `swank-loader.lisp` was found; carries the paths looked at.
     #[error(
         "cannot find swank. Install it (sudo apt-get install -y cl-swank), or point --swank-loader at the \
          swank-loader.lisp of a SLIME checkout or Quicklisp/ELPA install. Looked in: {}",
         .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     NoSwank(Vec<PathBuf>),
+    /// The image ended before announcing its port; carries its exit status (or the pipe that was
+    /// missing) as text.
     #[error("the launched SBCL exited before its swank server started ({0}); its messages are on stderr above")]
     Exited(String),
+    /// The image did not announce its port within [`START_TIMEOUT`].
     #[error("the launched SBCL did not start swank within {0:?}")]
     Timeout(Duration),
+    /// Talking to the image's standard input or output failed.
     #[error("launching SBCL failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -41,8 +48,9 @@ pub enum LaunchError {
 /// kills the process in case it is stuck.
 #[derive(Debug)]
 pub struct LaunchedImage {
+    /// The port its swank server listens on.
     pub port: u16,
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     _child: Child,
     _lifeline: ChildStdin,
 }
@@ -72,6 +80,8 @@ pub fn swank_loader_candidates() -> Vec<PathBuf> {
     candidates
 }
 
+/// The `swank-loader.lisp` to launch with: `explicit` if given (it must be a file), otherwise the
+/// first of [`swank_loader_candidates`] that exists.
 pub fn find_swank_loader(explicit: Option<&Path>) -> Result<PathBuf, LaunchError> {
     if let Some(path) = explicit {
         return if path.is_file() { Ok(path.to_path_buf()) } else { Err(LaunchError::NoSwank(vec![path.to_path_buf()])) };

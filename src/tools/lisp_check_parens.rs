@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
+/// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-check-parens",

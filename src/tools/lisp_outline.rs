@@ -8,6 +8,7 @@ use serde_json::json;
 use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::{line_count, outline, AllowedRoots, Cst};
 
+/// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-outline",

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-status",
         title: "Image status",
@@ -87,7 +87,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// What the helper reports about the image.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct ImageFacts {
+struct ImageFacts {
     pub implementation: String,
     pub version: String,
     pub machine: String,
@@ -106,7 +106,7 @@ pub struct ImageFacts {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Status {
+struct Status {
     pub image: ImageFacts,
     pub server: String,
     pub server_version: Option<String>,

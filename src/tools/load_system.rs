@@ -17,7 +17,7 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-system",
         title: "Load an ASDF system",
@@ -109,7 +109,7 @@ struct Activity {
 /// The helper's answer to `load-system`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct LoadReport {
+struct LoadReport {
     pub system: String,
     /// Whether the call asked for `force`, which the reply does not repeat.
     #[serde(skip)]

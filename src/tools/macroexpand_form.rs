@@ -8,7 +8,7 @@ use super::lisp_reply::{decode, Captured};
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::{Form, Sexp};
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "macroexpand-form",
         title: "Expand a macro",

@@ -15,7 +15,7 @@ pub mod image;
 pub mod launch;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
-pub mod lisp_reply;
+pub(crate) mod lisp_reply;
 pub mod lisp_status;
 pub mod load_system;
 pub mod macroexpand_form;
@@ -44,7 +44,9 @@ pub type ToolResult = Result<ToolOutput, ToolError>;
 
 /// One tool: its definition, the one place its name is written, and how it runs.
 pub struct Tool {
+    /// Builds the tool's `tools/list` entry; a [`Toolbox`] calls it once and keeps the result.
     pub definition: fn() -> ToolDefinition,
+    /// The tool's function, and whether it needs an image.
     pub run: Run,
 }
 
@@ -121,7 +123,7 @@ pub struct Settings {
 /// Everything the tools share: settings, the images they work in, and the directories the
 /// source tools may touch.
 pub struct Toolbox {
-    pub settings: Settings,
+    settings: Settings,
     images: Vec<Arc<Image>>,
     roots: AllowedRoots,
     /// The tools offered, built once: their schemas are too big to rebuild for every call.
@@ -166,6 +168,7 @@ impl Toolbox {
         Ok(Toolbox { settings, images, roots, definitions, runs })
     }
 
+    /// The configured images, the default first.
     pub fn images(&self) -> &[Arc<Image>] {
         &self.images
     }
@@ -217,9 +220,9 @@ impl Toolbox {
 /// progress reports go.
 pub struct ToolContext {
     toolbox: Arc<Toolbox>,
-    pub settings: Settings,
-    pub cancel: CancellationToken,
-    pub progress: Progress,
+    pub(crate) settings: Settings,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) progress: Progress,
 }
 
 impl ToolContext {

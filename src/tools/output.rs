@@ -8,21 +8,29 @@ use serde_json::{json, Value};
 /// before a call), so each tool states them honestly rather than leaving the defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct Annotations {
+    /// True when the tool does not modify its environment (the image or any file).
     pub read_only: bool,
+    /// True when the tool may change or remove what exists rather than only add to it;
+    /// meaningful only when it is not read-only.
     pub destructive: bool,
-    pub idempotent: bool,
+    pub(crate) idempotent: bool,
     /// True when the tool reaches beyond this machine's local state (the Lisp image may be remote
     /// and may do anything, so image tools say yes).
     pub open_world: bool,
 }
 
+/// How a tool describes itself in `tools/list`.
 #[derive(Debug, Clone)]
 pub struct ToolDefinition {
+    /// The name clients call it by, e.g. `evaluate-lisp`.
     pub name: &'static str,
-    pub title: &'static str,
+    pub(crate) title: &'static str,
+    /// What the model reads to decide when and how to use the tool.
     pub description: &'static str,
+    /// JSON Schema of the `arguments` object.
     pub input_schema: Value,
-    pub output_schema: Option<Value>,
+    pub(crate) output_schema: Option<Value>,
+    /// Hints for the client.
     pub annotations: Annotations,
 }
 
@@ -53,7 +61,9 @@ impl ToolDefinition {
 /// and optionally the same facts as structured data.
 #[derive(Debug, Clone)]
 pub struct ToolOutput {
+    /// What the model reads: the reply as the tool's contract writes it.
     pub text: String,
+    /// True when the call failed in a way the model should react to (`isError` in MCP).
     pub is_error: bool,
     /// Already serialised: a tool writes its facts straight from its own types, and the response
     /// carries the text as it is, with no `serde_json::Value` built, copied and dropped between.
@@ -66,15 +76,15 @@ impl ToolOutput {
         Self { text: text.into(), is_error, structured: None }
     }
 
-    pub fn success(text: impl Into<String>) -> Self {
+    pub(crate) fn success(text: impl Into<String>) -> Self {
         Self { text: text.into(), is_error: false, structured: None }
     }
 
-    pub fn error(text: impl Into<String>) -> Self {
+    pub(crate) fn error(text: impl Into<String>) -> Self {
         Self { text: text.into(), is_error: true, structured: None }
     }
 
-    pub fn with_structured(mut self, structured: impl Serialize) -> Self {
+    pub(crate) fn with_structured(mut self, structured: impl Serialize) -> Self {
         // Serialising plain data (string keys, finite numbers) cannot fail.
         self.structured = serde_json::value::to_raw_value(&structured).ok();
         self
@@ -94,7 +104,7 @@ impl ToolOutput {
 pub struct ToolError(pub String);
 
 impl ToolError {
-    pub fn new(text: impl Into<String>) -> Self {
+    pub(crate) fn new(text: impl Into<String>) -> Self {
         ToolError(text.into())
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 /// One report: `progress` increases with every report of a call, as MCP requires.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProgressUpdate {
-    pub progress: u64,
-    pub message: String,
+    pub(crate) progress: u64,
+    pub(crate) message: String,
 }
 
 type Sink = dyn Fn(ProgressUpdate) + Send + Sync;
@@ -27,7 +27,7 @@ impl Progress {
         Self::default()
     }
 
-    pub fn new(sink: impl Fn(ProgressUpdate) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(sink: impl Fn(ProgressUpdate) + Send + Sync + 'static) -> Self {
         Self { sink: Some(Arc::new(sink)), reported: Arc::default() }
     }
 
@@ -36,7 +36,7 @@ impl Progress {
         self.sink.is_some()
     }
 
-    pub fn report(&self, message: impl Into<String>) {
+    pub(crate) fn report(&self, message: impl Into<String>) {
         if let Some(sink) = &self.sink {
             let progress = self.reported.fetch_add(1, Ordering::Relaxed) + 1;
             sink(ProgressUpdate { progress, message: message.into() });

@@ -10,7 +10,7 @@ use crate::swank::Form;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
 
-pub fn definition() -> ToolDefinition {
+fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "xref",
         title: "Cross-references",
@@ -57,7 +57,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct References {
+struct References {
     pub symbol: String,
     pub kind: String,
     pub total: u64,
@@ -67,7 +67,7 @@ pub struct References {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Hit {
+struct Hit {
     /// The function or method.
     pub name: String,
     pub source: Location,
