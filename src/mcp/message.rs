@@ -115,8 +115,10 @@ impl Message {
     pub fn parse(bytes: &[u8]) -> Result<Message, Invalid> {
         let envelope = match serde_json::from_slice::<Envelope>(bytes) {
             Ok(envelope) => envelope,
-            // Valid JSON of another shape is an invalid request, anything else a parse error.
-            Err(e) if e.is_data() => {
+            // Valid JSON of another shape is an invalid request, anything else a parse error. A
+            // line can fail on its shape before the reader reaches its bad syntax (`3 garbage`),
+            // so only a line that reads as JSON in full is the former.
+            Err(e) if e.is_data() && serde_json::from_slice::<IgnoredAny>(bytes).is_ok() => {
                 return Err(Invalid::Request { id: None, problem: "A JSON-RPC message must be an object" })
             }
             Err(e) => return Err(Invalid::Parse(format!("Parse error: {e}"))),
