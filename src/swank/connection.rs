@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use bytes::BytesMut;
 use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use super::codec::{FrameCodec, MAX_PAYLOAD};
+use super::codec::{FrameCodec, FrameError, MAX_PAYLOAD};
 use super::dialect::{Dialect, Protocol, ServerInfo};
 use super::reader::read;
 use super::sexp::{Form, Sexp};
@@ -65,6 +65,15 @@ pub enum ConnectError {
     Timeout(Endpoint, Duration),
     #[error("{endpoint} accepted the connection but did not answer as a swank/slynk server: {reason}")]
     Handshake { endpoint: Endpoint, reason: String },
+    /// The server closed the connection before it answered: it refused this client (a wrong
+    /// secret), or its process is on its way out.
+    #[error("{endpoint} accepted the connection but closed it before answering as a swank/slynk server: {reason}")]
+    Closed {
+        /// Where the server is.
+        endpoint: Endpoint,
+        /// How the connection ended, with a hint about secrets.
+        reason: String,
+    },
 }
 
 /// The Lisp thread a request runs in.
@@ -119,6 +128,9 @@ struct Shared {
     next_id: AtomicI64,
     closed: CancellationToken,
     close_reason: Mutex<Option<String>>,
+    /// Whether this side closed it (set only when it was still open), as opposed to the server
+    /// or a failed read or write.
+    closed_by_client: AtomicBool,
     info: std::sync::OnceLock<ServerInfo>,
 }
 
@@ -141,7 +153,10 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let connection = Self::start(endpoint.clone(), stream);
         if let Some(secret) = &options.secret {
-            connection.shared.send_payload(secret);
+            // Never logged, at any level: logs get pasted into bug reports, and the secret lets
+            // whoever has it run code in the image.
+            connection.shared.write_payload(secret);
+            tracing::debug!(bytes = secret.len(), "secret sent");
         }
         let handshake = async {
             let reply = connection.rex(Dialect::identification_request(), "COMMON-LISP-USER", Thread::New).await;
@@ -151,6 +166,9 @@ impl Connection {
         // nothing at all: bound the wait either way.
         let info = match tokio::time::timeout(options.connect_timeout.max(Duration::from_secs(5)), handshake).await {
             Ok(Ok(info)) => info,
+            Ok(Err(reason)) if connection.is_closed() && !connection.closed_by_client() => {
+                return Err(ConnectError::Closed { endpoint, reason: handshake_hint(reason, options) })
+            }
             Ok(Err(reason)) => return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) }),
             // A server with a secret file that gets a wrong or missing secret neither answers
             // nor closes: its accept thread stops in the debugger with the socket open.
@@ -180,6 +198,7 @@ impl Connection {
             next_id: AtomicI64::new(1),
             closed: CancellationToken::new(),
             close_reason: Mutex::new(None),
+            closed_by_client: AtomicBool::new(false),
             info: std::sync::OnceLock::new(),
         });
         let closed = shared.closed.clone();
@@ -205,7 +224,29 @@ impl Connection {
     }
 
     pub fn close(&self) {
-        self.shared.fail("closed by swank-mcp".into());
+        self.close_because("closed by swank-mcp".into());
+    }
+
+    /// Closes the connection; every request still waiting on it fails at once with `reason`.
+    pub fn close_because(&self, reason: String) {
+        {
+            let mut close_reason = lock(&self.shared.close_reason);
+            if close_reason.is_none() {
+                self.shared.closed_by_client.store(true, Ordering::Relaxed);
+                *close_reason = Some(reason.clone());
+            }
+        }
+        self.shared.fail(reason);
+    }
+
+    /// Whether swank-mcp closed the connection, rather than the server (or a failed read or write).
+    pub fn closed_by_client(&self) -> bool {
+        self.shared.closed_by_client.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when the connection closes, whoever closes it.
+    pub async fn closed(&self) {
+        self.shared.closed.cancelled().await;
     }
 
     /// Requests now waiting for a reply, for status reports.
@@ -305,6 +346,11 @@ impl Shared {
     /// connection; returns whether the payload went out or was queued.
     fn send_payload(&self, payload: &str) -> bool {
         tracing::trace!(message = %truncate_for_log(payload), "send");
+        self.write_payload(payload)
+    }
+
+    /// [`Shared::send_payload`] without the log line, for the secret.
+    fn write_payload(&self, payload: &str) -> bool {
         let mut frame = BytesMut::new();
         let sent = FrameCodec::default()
             .encode(payload, &mut frame)
@@ -346,6 +392,8 @@ async fn read_loop(
         let Some(shared) = shared.upgrade() else { break None };
         match frame {
             None => break Some("the server closed the connection".to_string()),
+            // A reset is how a dying process's socket often ends: a close, not a protocol error.
+            Some(Err(FrameError::Io(e))) if is_reset(&e) => break Some(format!("the server closed the connection ({e})")),
             Some(Err(e)) => break Some(format!("bad frame from the server: {e}")),
             Some(Ok(text)) => match read(&text) {
                 Ok(message) => handle_message(&shared, message),
@@ -359,6 +407,11 @@ async fn read_loop(
         tracing::info!(endpoint = %shared.endpoint, %reason, "connection closed");
         shared.fail(reason);
     }
+}
+
+fn is_reset(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    matches!(error.kind(), ConnectionReset | ConnectionAborted | BrokenPipe)
 }
 
 fn truncate_for_log(text: &str) -> &str {

@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::launch::{self, LaunchedImage};
@@ -37,8 +39,18 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// How long an interrupted evaluation may take to unwind and report before the call gives up on
-/// it. Unwinding is immediate unless the thread is inside foreign code or WITHOUT-INTERRUPTS.
+/// it. Unwinding is immediate unless the thread is inside foreign code or WITHOUT-INTERRUPTS, or
+/// a cleanup form it unwinds through waits for a lock (SBCL's compiler, interrupted while it
+/// waits for the world lock, waits for it again in its cleanup).
 const UNWIND_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a call whose evaluation ended without a value waits for the connection to close,
+/// which is how an exiting image shows itself.
+const EXIT_WINDOW: Duration = Duration::from_secs(1);
+
+/// How long [`Image::connection`] waits for the connection and the helper. It serves `swank-mcp
+/// status`, which has no time limit of its own; a first helper load on a slow machine fits.
+const STANDALONE_LIMIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub struct LaunchSettings {
@@ -74,6 +86,43 @@ pub enum ImageError {
     Helper { endpoint: Endpoint, detail: String },
 }
 
+/// What a connection attempt is doing, for the error of a call whose time limit passes before
+/// the image is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Opening the TCP connection and identifying the server.
+    Connecting,
+    /// Starting a private SBCL (--launch) because nothing answered.
+    Launching,
+    /// Checking which helper revision the image holds, and loading this one if needed.
+    LoadingHelper,
+}
+
+impl Step {
+    fn explain(self, endpoint: &Endpoint, limit: Duration, advice: &str) -> String {
+        let passed = format!("The time limit of {} ms (and {UNWIND_GRACE:?} of grace) passed", limit.as_millis());
+        match self {
+            Step::Connecting => format!(
+                "{passed} while connecting to the Lisp image at {endpoint}; nothing was evaluated. The image has not \
+                 completed swank's connection handshake: check that it runs and is not stopped (in a debugger, or \
+                 suspended), then call again. {advice}"
+            ),
+            Step::Launching => format!(
+                "{passed} while swank-mcp was starting a private SBCL image for {endpoint} (--launch); nothing was \
+                 evaluated. The image goes on starting (its very first start compiles swank, which takes a minute \
+                 or two): call again shortly."
+            ),
+            Step::LoadingHelper => format!(
+                "{passed} while loading swank-mcp's helper into the Lisp image at {endpoint}; nothing was evaluated. \
+                 The image has not answered the load: loading compiles code, which waits for SBCL's world lock, so \
+                 another thread of the image is probably compiling or loading (a quickload, a compile-file) or \
+                 holds sb-kernel::**world-lock**; or the image stopped answering. Call again once it is done; the \
+                 next call starts the load afresh. {advice}"
+            ),
+        }
+    }
+}
+
 /// Why a helper call did not produce a value.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
@@ -81,11 +130,49 @@ pub enum CallError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Rex(#[from] RexError),
+    /// The time limit passed before the image was ready to evaluate anything.
+    #[error("{}", .step.explain(.endpoint, *.limit, .advice))]
+    NotReady {
+        /// Where the connection attempt was.
+        step: Step,
+        /// The image's configured endpoint.
+        endpoint: Endpoint,
+        /// The call's time limit.
+        limit: Duration,
+        /// How to give the call more time.
+        advice: &'static str,
+    },
     #[error(
         "The evaluation was interrupted after {after:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be \
-         running (it may be inside foreign code or WITHOUT-INTERRUPTS).\n{report}"
+         running (it may be inside foreign code or WITHOUT-INTERRUPTS, or wait for a lock while it unwinds).\n{report}"
     )]
     Unresponsive { after: Duration, report: String },
+    /// The connection ended during the call from the image's side: it exited, most likely.
+    #[error(
+        "The call lost the connection to the Lisp image at {endpoint}: {detail}. The image exited (for example the code \
+         called (sb-ext:exit)), crashed, or its swank server was stopped; what it held is gone. {}",
+        if *.relaunch {
+            "The next call starts a new private SBCL image (--launch)."
+        } else {
+            "Start the image (or its swank server) again; the next call reconnects."
+        }
+    )]
+    ImageGone {
+        /// The image's configured endpoint.
+        endpoint: Endpoint,
+        /// How the connection ended.
+        detail: String,
+        /// Whether the next call starts a new image (--launch).
+        relaunch: bool,
+    },
+    /// swank aborted the request without a debugger report: the evaluation's thread was unwound
+    /// from outside the helper, which traps every error itself.
+    #[error(
+        "The evaluation ended without a value: its thread was unwound past swank-mcp's error handling, by ABORT or \
+         another restart that leads out of the call, a THROW to a tag the code did not establish, \
+         SB-THREAD:ABORT-THREAD, or an exit of the image still under way. Its output is lost."
+    )]
+    Unwound,
     #[error("The call was cancelled.")]
     Cancelled,
 }
@@ -101,13 +188,38 @@ pub struct CallLimits {
 }
 
 pub struct Image {
-    settings: ImageSettings,
-    connection: Mutex<Option<Connection>>,
-    launched: Mutex<Option<LaunchedImage>>,
+    settings: Arc<ImageSettings>,
+    connection: std::sync::Mutex<Slot>,
+    /// Set with --launch.
+    launcher: Option<Arc<Launcher>>,
     /// This server's REPL session in the image: its package and `*`, `**`, ... live there,
     /// apart from the user's own REPL.
     session: String,
     next_token: AtomicU64,
+    next_attempt: AtomicU64,
+}
+
+/// The image's connection. Its lock is only ever held for a moment, never across an await.
+enum Slot {
+    Idle,
+    Connecting(Attempt),
+    Ready(Connection),
+}
+
+/// Connecting and loading the helper, shared by the calls that wait for it. It runs only while
+/// some call waits: when the last one gives up (its time limit passed, or it was cancelled) the
+/// attempt is dropped with its connection, so a stalled server or a busy image never leaves a
+/// wait behind, and the next call starts afresh.
+struct Attempt {
+    number: u64,
+    result: Shared<BoxFuture<'static, Result<Connection, ImageError>>>,
+    step: Arc<std::sync::Mutex<Step>>,
+    waiters: usize,
+}
+
+/// Poisoning only means another task panicked while holding the lock; the state stays usable.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Image {
@@ -118,7 +230,22 @@ impl Image {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let ordinal = IMAGES_MADE.fetch_add(1, Ordering::Relaxed);
         let session = format!("{}-{}-{:x}-{ordinal}", settings.name, std::process::id(), nanos);
-        Self { settings, connection: Mutex::new(None), launched: Mutex::new(None), session, next_token: AtomicU64::new(1) }
+        let launcher = settings.launch.clone().map(|launch| {
+            Arc::new(Launcher {
+                settings: launch,
+                host: settings.endpoint.host.clone(),
+                port: settings.endpoint.port,
+                state: std::sync::Mutex::new(LaunchState::default()),
+            })
+        });
+        Self {
+            settings: Arc::new(settings),
+            connection: std::sync::Mutex::new(Slot::Idle),
+            launcher,
+            session,
+            next_token: AtomicU64::new(1),
+            next_attempt: AtomicU64::new(1),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -135,68 +262,89 @@ impl Image {
 
     /// The live connection, if one is open now; never connects.
     pub async fn current_connection(&self) -> Option<Connection> {
-        self.connection.lock().await.as_ref().filter(|c| !c.is_closed()).cloned()
-    }
-
-    /// The connection, made (and the helper loaded) on first use and after a loss. Concurrent
-    /// callers wait for one attempt rather than each opening a connection.
-    pub async fn connection(&self) -> Result<Connection, ImageError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(connection.clone());
+        match &*lock(&self.connection) {
+            Slot::Ready(connection) if !connection.is_closed() => Some(connection.clone()),
+            _ => None,
         }
-        // Boxed: connecting and loading the helper is a big state machine that every call's
-        // future would otherwise carry inline, while it only runs once per connection.
-        let connection = Box::pin(async {
-            let connection = self.connect().await?;
-            load_helper(&connection).await?;
-            Ok::<_, ImageError>(connection)
-        })
-        .await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
     }
 
-    async fn connect(&self) -> Result<Connection, ImageError> {
-        let endpoint = self.launched_endpoint().await.unwrap_or_else(|| self.settings.endpoint.clone());
-        let unreachable = match Connection::connect(endpoint, &self.settings.connect).await {
-            Ok(connection) => return Ok(connection),
-            Err(ConnectError::Refused(endpoint, detail)) => ImageError::Unreachable { endpoint, detail },
-            Err(ConnectError::Timeout(endpoint, after)) => {
-                ImageError::Unreachable { endpoint, detail: format!("no answer within {after:?}") }
+    /// The connection, made (and the helper loaded) if there is none, waiting at most
+    /// [`STANDALONE_LIMIT`] and the grace: for callers with no time limit of their own.
+    pub async fn connection(&self) -> Result<Connection, CallError> {
+        let limits = CallLimits { timeout: STANDALONE_LIMIT, timeout_advice: "", cancel: CancellationToken::new() };
+        self.connection_by(Instant::now() + STANDALONE_LIMIT, &limits).await
+    }
+
+    /// The connection, made (and the helper loaded) on first use and after a loss, unless the
+    /// call is cancelled or its `deadline` and the unwind grace pass. Concurrent callers wait for
+    /// one attempt rather than each opening a connection, each within its own limits.
+    ///
+    /// The grace is the one an interrupted evaluation gets to unwind. It lets a call with a small
+    /// limit on a new connection go ahead (and be interrupted as soon as it starts) rather than
+    /// fail for the helper's load, which takes a second or so.
+    async fn connection_by(&self, deadline: Instant, limits: &CallLimits) -> Result<Connection, CallError> {
+        let (number, result, step) = {
+            let mut slot = lock(&self.connection);
+            match &mut *slot {
+                Slot::Ready(connection) if !connection.is_closed() => return Ok(connection.clone()),
+                Slot::Connecting(attempt) => {
+                    attempt.waiters += 1;
+                    (attempt.number, attempt.result.clone(), attempt.step.clone())
+                }
+                _ => {
+                    let attempt = self.attempt();
+                    let waiting = (attempt.number, attempt.result.clone(), attempt.step.clone());
+                    *slot = Slot::Connecting(attempt);
+                    waiting
+                }
             }
-            Err(e) => return Err(ImageError::Connect(e.to_string())),
         };
-        if self.settings.launch.is_none() {
-            return Err(unreachable);
+        let _waiting = Waiting { image: self, attempt: number };
+        let result = tokio::select! {
+            result = result => result,
+            _ = tokio::time::sleep_until(deadline + UNWIND_GRACE) => {
+                let step = *lock(&step);
+                tracing::debug!(image = %self.settings.name, ?step, "time limit passed before the image was ready");
+                return Err(CallError::NotReady {
+                    step,
+                    endpoint: self.settings.endpoint.clone(),
+                    limit: limits.timeout,
+                    advice: limits.timeout_advice,
+                });
+            }
+            _ = limits.cancel.cancelled() => return Err(CallError::Cancelled),
+        };
+        let mut slot = lock(&self.connection);
+        if matches!(&*slot, Slot::Connecting(attempt) if attempt.number == number) {
+            *slot = match &result {
+                Ok(connection) => Slot::Ready(connection.clone()),
+                Err(_) => Slot::Idle,
+            };
         }
-        let endpoint = self.launch().await?;
-        Connection::connect(endpoint, &self.settings.connect).await.map_err(|e| ImageError::Connect(e.to_string()))
+        Ok(result?)
     }
 
-    async fn launched_endpoint(&self) -> Option<Endpoint> {
-        let launched = self.launched.lock().await;
-        launched.as_ref().map(|image| Endpoint { host: self.settings.endpoint.host.clone(), port: image.port })
-    }
-
-    /// Starts the private image on the configured port (only reached when nothing answers
-    /// there, so the port is free unless something else grabbed it meanwhile).
-    async fn launch(&self) -> Result<Endpoint, ImageError> {
-        let settings = self.settings.launch.as_ref().ok_or_else(|| ImageError::Launch("--launch is off".into()))?;
-        let mut launched = self.launched.lock().await;
-        let loader = launch::find_swank_loader(settings.swank_loader.as_deref()).map_err(|e| ImageError::Launch(e.to_string()))?;
-        tracing::info!(loader = %loader.display(), endpoint = %self.settings.endpoint, "nothing answers; launching SBCL");
-        let image = launch::launch(&loader, &self.settings.endpoint.host, self.settings.endpoint.port)
-            .await
-            .map_err(|e| ImageError::Launch(e.to_string()))?;
-        let endpoint = Endpoint { host: self.settings.endpoint.host.clone(), port: image.port };
-        *launched = Some(image);
-        Ok(endpoint)
+    /// A new connection attempt, which owns what it needs: it outlives the call that starts it
+    /// when other calls wait for it too.
+    fn attempt(&self) -> Attempt {
+        let step = Arc::new(std::sync::Mutex::new(Step::Connecting));
+        let (settings, launcher, progress) = (self.settings.clone(), self.launcher.clone(), step.clone());
+        // Boxed: connecting and loading the helper is a big state machine that runs once per
+        // connection.
+        let result = async move {
+            let connection = connect(&settings, launcher.as_ref(), &progress).await?;
+            *lock(&progress) = Step::LoadingHelper;
+            load_helper(&connection).await?;
+            Ok(connection)
+        }
+        .boxed()
+        .shared();
+        Attempt { number: self.next_attempt.fetch_add(1, Ordering::Relaxed), result, step, waiters: 1 }
     }
 
     /// Whether this server started the image it talks to (and the pid of that process).
     pub async fn launched_pid(&self) -> Option<Option<u32>> {
-        self.launched.lock().await.as_ref().map(|image| image.pid)
+        self.launcher.as_ref().and_then(|launcher| lock(&launcher.state).image.as_ref().map(|image| image.pid))
     }
 
     fn new_token(&self) -> String {
@@ -204,19 +352,21 @@ impl Image {
     }
 
     /// Calls `function` of the helper with `args` plus `:session` and `:token`, in a fresh
-    /// worker thread. On timeout or cancellation the thread is interrupted through the helper
-    /// and unwinds; a timed-out call still returns the helper's report (which names the limit
-    /// and keeps the output so far).
+    /// worker thread. One time limit covers the whole call, connecting and loading the helper
+    /// included. On timeout or cancellation the thread is interrupted through the helper and
+    /// unwinds; a timed-out call still returns the helper's report (which names the limit and
+    /// keeps the output so far).
     pub async fn call_helper(&self, function: &'static str, args: Vec<Form>, limits: &CallLimits) -> Result<Sexp, CallError> {
-        let connection = self.connection().await?;
+        let deadline = Instant::now() + limits.timeout;
+        let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let session = [Form::Keyword("session"), Form::string(self.session.clone()), Form::Keyword("token"), Form::string(token.clone())];
         let form = Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session));
         let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
         tokio::pin!(call);
         let interruption = tokio::select! {
-            reply = &mut call => return Ok(reply?),
-            _ = tokio::time::sleep(limits.timeout) => Interruption::Timeout,
+            reply = &mut call => return self.outcome(&connection, reply).await,
+            _ = tokio::time::sleep_until(deadline) => Interruption::Timeout,
             _ = limits.cancel.cancelled() => Interruption::Cancelled,
         };
         let (kind, reason) = match interruption {
@@ -233,17 +383,185 @@ impl Image {
         tracing::debug!(%token, kind, "interrupting an evaluation");
         let cancel = Form::call(HELPER_PACKAGE, "cancel", [Form::string(token.clone()), Form::Keyword(kind), Form::string(reason)]);
         let canceller = connection.clone();
-        tokio::spawn(async move {
+        // A task of its own, so that the interruption goes out even if this call is dropped; its
+        // answer, or the lack of one, tells whether the connection still works.
+        let interrupting = tokio::spawn(async move {
             if let Err(e) = canceller.rex(cancel, "COMMON-LISP-USER", Thread::New).await {
                 tracing::warn!(error = %e, "could not interrupt the evaluation");
             }
         });
-        match tokio::time::timeout(UNWIND_GRACE, call).await {
-            Ok(_) if interruption == Interruption::Cancelled => Err(CallError::Cancelled),
-            Ok(reply) => Ok(reply?),
-            Err(_) if interruption == Interruption::Cancelled => Err(CallError::Cancelled),
-            Err(_) => Err(CallError::Unresponsive { after: limits.timeout, report: stuck_report(&connection, token).await }),
+        let reply = tokio::time::timeout(UNWIND_GRACE, call).await;
+        if reply.is_err() && !interrupting.is_finished() {
+            // Not even the interruption got an answer: swank's threads for this connection are
+            // gone or a frame never ended. Every later request on it would wait the same way.
+            connection.close_because(format!(
+                "the image stopped answering on it (a request to interrupt an evaluation got no answer within \
+                 {UNWIND_GRACE:?}), so swank-mcp closed it; an evaluation sent on it may still run in the image, \
+                 and the next call opens a new connection"
+            ));
+            tracing::warn!(image = %self.settings.name, "the connection stopped answering; closed it");
+            return Err(match interruption {
+                Interruption::Cancelled => CallError::Cancelled,
+                Interruption::Timeout => CallError::Unresponsive {
+                    after: limits.timeout,
+                    report: format!(
+                        "The image did not answer on this connection within {UNWIND_GRACE:?} either, not even the \
+                         request to interrupt the evaluation, so the connection no longer works (swank's threads \
+                         for it may have died). swank-mcp closed it; the next call opens a new one."
+                    ),
+                },
+            });
         }
+        match (reply, interruption) {
+            (_, Interruption::Cancelled) => Err(CallError::Cancelled),
+            (Ok(reply), Interruption::Timeout) => self.outcome(&connection, reply).await,
+            (Err(_), Interruption::Timeout) => {
+                Err(CallError::Unresponsive { after: limits.timeout, report: stuck_report(&connection, token).await })
+            }
+        }
+    }
+
+    /// What a helper call's reply means for the caller. The helper traps every error and
+    /// debugger entry of its own, so a request that swank aborts without a debugger report had
+    /// its thread unwound from outside: by SB-EXT:EXIT, or by an escape to swank's top level.
+    async fn outcome(&self, connection: &Connection, reply: Result<Sexp, RexError>) -> Result<Sexp, CallError> {
+        match reply {
+            Ok(value) => Ok(value),
+            Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => Err(self.gone(reason)),
+            Err(RexError::Aborted { debugger: None, .. }) => Err(self.unwound_cause(connection).await),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn gone(&self, detail: String) -> CallError {
+        CallError::ImageGone { endpoint: self.settings.endpoint.clone(), detail, relaunch: self.launcher.is_some() }
+    }
+
+    /// Tells an exiting image from one that goes on: an exiting SBCL closes the connection
+    /// within milliseconds. Nothing is asked of the image: a request needs a new thread, which an
+    /// exiting SBCL never makes, and the swank thread waiting to make it would hold the exit up
+    /// for a minute.
+    async fn unwound_cause(&self, connection: &Connection) -> CallError {
+        match tokio::time::timeout(EXIT_WINDOW, connection.closed()).await {
+            Ok(()) if !connection.closed_by_client() => self.gone("the image closed it".into()),
+            _ => CallError::Unwound,
+        }
+    }
+}
+
+/// A call waiting for a connection attempt. When the last one stops waiting before the attempt
+/// is done, the attempt is abandoned.
+struct Waiting<'a> {
+    image: &'a Image,
+    attempt: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.image.connection);
+        let Slot::Connecting(attempt) = &mut *slot else { return };
+        if attempt.number != self.attempt {
+            return;
+        }
+        attempt.waiters -= 1;
+        if attempt.waiters == 0 {
+            tracing::debug!(image = %self.image.settings.name, step = ?*lock(&attempt.step), "abandoning a connection attempt nobody waits for");
+            let abandoned = std::mem::replace(&mut *slot, Slot::Idle);
+            // Dropped outside the lock: dropping the attempt closes its connection.
+            drop(slot);
+            drop(abandoned);
+        }
+    }
+}
+
+/// Connects to the image at the configured endpoint, or to the private image started earlier,
+/// starting one when nothing answers and --launch is on.
+async fn connect(settings: &ImageSettings, launcher: Option<&Arc<Launcher>>, step: &std::sync::Mutex<Step>) -> Result<Connection, ImageError> {
+    let endpoint = launcher.and_then(|launcher| launcher.endpoint()).unwrap_or_else(|| settings.endpoint.clone());
+    let unreachable = match open(endpoint, &settings.connect).await {
+        Ok(connection) => return Ok(connection),
+        Err(ConnectError::Refused(endpoint, detail)) => ImageError::Unreachable { endpoint, detail },
+        Err(ConnectError::Timeout(endpoint, after)) => ImageError::Unreachable { endpoint, detail: format!("no answer within {after:?}") },
+        Err(e) => return Err(ImageError::Connect(e.to_string())),
+    };
+    let Some(launcher) = launcher else { return Err(unreachable) };
+    *lock(step) = Step::Launching;
+    let endpoint = launcher.start().await?;
+    *lock(step) = Step::Connecting;
+    open(endpoint, &settings.connect).await.map_err(|e| ImageError::Connect(e.to_string()))
+}
+
+/// How long to wait before connecting again to a server that closed the connection unanswered.
+const EXITING_PAUSE: Duration = Duration::from_millis(500);
+
+/// Opens a connection, once more after a pause when the server closes it without answering: an
+/// exiting image (right after (sb-ext:exit), say) accepts connections into its listen backlog
+/// and then resets them, and once it is gone its port refuses, which says that no image answers
+/// (and lets --launch start one) where the reset alone looks like a server refusing this client.
+async fn open(endpoint: Endpoint, options: &ConnectOptions) -> Result<Connection, ConnectError> {
+    match Connection::connect(endpoint.clone(), options).await {
+        Err(ConnectError::Closed { .. }) => {
+            tokio::time::sleep(EXITING_PAUSE).await;
+            Connection::connect(endpoint, options).await
+        }
+        connected => connected,
+    }
+}
+
+/// The private image --launch starts. A start runs in a task of its own: a call whose time limit
+/// passes while SBCL starts (its first start compiles swank for a minute) stops waiting, and the
+/// start goes on for the next call.
+struct Launcher {
+    settings: LaunchSettings,
+    host: String,
+    port: u16,
+    state: std::sync::Mutex<LaunchState>,
+}
+
+#[derive(Default)]
+struct LaunchState {
+    image: Option<LaunchedImage>,
+    starting: Option<Shared<BoxFuture<'static, Result<Endpoint, ImageError>>>>,
+}
+
+impl Launcher {
+    fn endpoint(&self) -> Option<Endpoint> {
+        lock(&self.state).image.as_ref().map(|image| Endpoint { host: self.host.clone(), port: image.port })
+    }
+
+    /// Starts the private image on the configured port (only reached when nothing answers
+    /// there, so the port is free unless something else grabbed it meanwhile), or waits for the
+    /// start under way.
+    async fn start(self: &Arc<Self>) -> Result<Endpoint, ImageError> {
+        let starting = {
+            let mut state = lock(&self.state);
+            match &state.starting {
+                Some(starting) => starting.clone(),
+                None => {
+                    let task = tokio::spawn(self.clone().run());
+                    let starting =
+                        async move { task.await.unwrap_or_else(|e| Err(ImageError::Launch(format!("the start failed: {e}")))) }.boxed().shared();
+                    state.starting = Some(starting.clone());
+                    starting
+                }
+            }
+        };
+        starting.await
+    }
+
+    async fn run(self: Arc<Self>) -> Result<Endpoint, ImageError> {
+        let started = async {
+            let loader = launch::find_swank_loader(self.settings.swank_loader.as_deref()).map_err(|e| ImageError::Launch(e.to_string()))?;
+            tracing::info!(loader = %loader.display(), host = %self.host, port = self.port, "nothing answers; launching SBCL");
+            launch::launch(&loader, &self.host, self.port).await.map_err(|e| ImageError::Launch(e.to_string()))
+        }
+        .await;
+        let mut state = lock(&self.state);
+        state.starting = None;
+        let image = started?;
+        let endpoint = Endpoint { host: self.host.clone(), port: image.port };
+        state.image = Some(image);
+        Ok(endpoint)
     }
 }
 
