@@ -194,8 +194,8 @@ fn main() {
     // `cargo bench` passes `--bench`; a bare number sets the iteration count.
     let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let loader = swank_mcp::tools::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
-    let image = runtime.block_on(swank_mcp::tools::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl");
+    let loader = swank_mcp::image::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
+    let image = runtime.block_on(swank_mcp::image::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl");
     let port = image.port;
 
     let mut raw = RawSwank::connect(port);
@@ -209,7 +209,7 @@ fn main() {
     // The same tool in process, without the stdio hops, to split the overhead.
     let toolbox = std::sync::Arc::new(swank_mcp::tools::Toolbox::new(
         swank_mcp::tools::Settings { eval_timeout: Duration::from_secs(30), max_output: 65536 },
-        vec![swank_mcp::tools::ImageSettings {
+        vec![swank_mcp::image::ImageSettings {
             name: "default".into(),
             endpoint: swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port },
             connect: swank_mcp::swank::ConnectOptions {

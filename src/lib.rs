@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod image;
 pub mod mcp;
 pub mod outbox;
 pub mod source;

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
-use swank_mcp::tools::image::LaunchSettings;
-use swank_mcp::tools::{ImageSettings, Settings, ToolSelection, Toolbox};
+use swank_mcp::image::{ImageSettings, LaunchSettings};
+use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
 
 /// The most output a section may keep: four sections of this size still fit one swank frame
 /// (16 MiB) with room for the rest of the reply.

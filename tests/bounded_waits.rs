@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Sexp, Thread};
-use swank_mcp::tools::image::LaunchSettings;
-use swank_mcp::tools::{ImageSettings, Toolbox, ToolOutput};
+use swank_mcp::image::{ImageSettings, LaunchSettings};
+use swank_mcp::tools::{Toolbox, ToolOutput};
 
 /// Seconds a call may run past its time limit while an interrupted evaluation unwinds, or while
 /// connecting and loading the helper; the documented unwind grace.

@@ -456,7 +456,7 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     assert!(output.is_error && output.text.contains("No Lisp image is answering"), "{}", output.text);
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     // A new image on the same port is used without restarting anything.
-    let replacement = swank_mcp::tools::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
+    let replacement = swank_mcp::image::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
     assert_eq!(ok(&tb, "(boundp '*eval-test-generation*)").await, "=> NIL");
     drop(replacement);
 }

@@ -14,7 +14,7 @@ use swank_mcp::tools::{Toolbox, ToolOutput};
 fn toolbox(images: &[(&str, u16)]) -> Arc<Toolbox> {
     let settings = images
         .iter()
-        .map(|(name, port)| swank_mcp::tools::ImageSettings { name: name.to_string(), ..common::image_settings(*port) })
+        .map(|(name, port)| swank_mcp::image::ImageSettings { name: name.to_string(), ..common::image_settings(*port) })
         .collect();
     Arc::new(Toolbox::new(common::settings(), settings, AllowedRoots::new(Vec::new()).unwrap()))
 }

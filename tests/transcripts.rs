@@ -29,9 +29,10 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::codec::FrameCodec;
 use swank_mcp::swank::{read, Dialect, Form, RexError, Sexp, Thread};
-use swank_mcp::tools::{ImageSettings, Toolbox};
+use swank_mcp::image::ImageSettings;
+use swank_mcp::tools::Toolbox;
 
-use swank_mcp::tools::image::HELPER_SOURCE;
+use swank_mcp::image::helper::{BOOTSTRAP_SOURCE, HELPER_SOURCE};
 const FORMAT_VERSION: u32 = 1;
 
 fn transcripts_dir() -> PathBuf {
@@ -172,6 +173,7 @@ fn normalise(payload: &str, session: &str) -> String {
     fn walk(value: Sexp, session: &str) -> Sexp {
         match value {
             Sexp::String(s) if s == HELPER_SOURCE => Sexp::String("<helper-source>".into()),
+            Sexp::String(s) if s == BOOTSTRAP_SOURCE => Sexp::String("<bootstrap-source>".into()),
             Sexp::String(s) if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) => Sexp::String("<helper-digest>".into()),
             Sexp::String(s) => Sexp::String(s.replace(session, "<session>")),
             Sexp::List(items) => Sexp::List(items.into_iter().map(|item| walk(item, session)).collect()),
@@ -185,20 +187,25 @@ fn normalise(payload: &str, session: &str) -> String {
     }
 }
 
-/// The request that loads the helper, whatever its shape: how the client guards and versions the
-/// load is its own business and changes with it; what the replay checks is that the helper is
-/// sent where the recording sent it, and that the client copes with the server's answer.
+/// The requests that load the bootstrap and the helper, whatever their shape: how the client
+/// guards and versions the load is its own business and changes with it; what the replay checks
+/// is that each is sent where the recording sent it, and that the client copes with the server's
+/// answer.
 fn helper_load_as_placeholder(message: Sexp) -> Sexp {
-    fn holds_helper(value: &Sexp) -> bool {
+    fn holds(value: &Sexp, placeholder: &str) -> bool {
         match value {
-            Sexp::String(s) => s == "<helper-source>",
-            Sexp::List(items) => items.iter().any(holds_helper),
+            Sexp::String(s) => s == placeholder,
+            Sexp::List(items) => items.iter().any(|item| holds(item, placeholder)),
             _ => false,
         }
     }
     match message {
-        Sexp::List(mut items) if rex_id(&Sexp::List(items.clone())).is_some() && holds_helper(&items[1]) => {
-            items[1] = Sexp::String("<helper-load>".into());
+        Sexp::List(mut items) if rex_id(&Sexp::List(items.clone())).is_some() => {
+            if holds(&items[1], "<bootstrap-source>") {
+                items[1] = Sexp::String("<bootstrap-load>".into());
+            } else if holds(&items[1], "<helper-source>") {
+                items[1] = Sexp::String("<helper-load>".into());
+            }
             Sexp::List(items)
         }
         other => other,

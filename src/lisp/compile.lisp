@@ -118,10 +118,10 @@ defined or undefined meanwhile, by someone else."
   "True when nothing refers to SYMBOL's definitions: it names nothing and has no properties. (A
 keyword's value is itself, which says nothing.)"
   (not (or (fboundp symbol) (fboundp (list 'setf symbol)) (symbol-plist symbol) (find-class symbol nil)
-           (sb-int:info :type :kind symbol)
+           (internal-call "SB-INT" "INFO" :type :kind symbol)
            (and (not (keywordp symbol))
                 (or (boundp symbol)
-                    (not (eq :unknown (sb-int:info :variable :kind symbol))))))))
+                    (not (eq :unknown (internal-call "SB-INT" "INFO" :variable :kind symbol))))))))
 
 (defun forget-new-symbols ()
   "Uninterns the symbols that reading the code created, so that asking about code never leaves
@@ -505,21 +505,24 @@ the lambda and the path from it to FORM."
 
 (defun call-recording-conditions (compilation function)
   "Calls FUNCTION, recording every compiler condition it causes into COMPILATION."
-  (flet ((record (severity condition) (record-condition compilation severity condition)))
-    (handler-bind ((sb-c:compiler-error
+  (let ((compiler-error (sbcl-internal "SB-C" "COMPILER-ERROR"))
+        (encapsulated (sbcl-internal "SB-INT" "ENCAPSULATED-CONDITION")))
+   (flet ((record (severity condition) (record-condition compilation severity condition)))
+    (handler-bind ((condition
                      (lambda (c)
-                       ;; A stub's refusal is a warning: the code may well be right, but its uses
-                       ;; of the macro were not checked.
-                       (if *refusal*
-                           (record "WARNING" (shiftf *refusal* nil))
-                           (record "ERROR" (sb-int:encapsulated-condition c)))))
+                       (when (typep c compiler-error)
+                         ;; A stub's refusal is a warning: the code may well be right, but its
+                         ;; uses of the macro were not checked.
+                         (if *refusal*
+                             (record "WARNING" (shiftf *refusal* nil))
+                             (record "ERROR" (funcall encapsulated c))))))
                    (sb-ext:compiler-note
                      (lambda (c) (record "NOTE" c)))
                    (warning
                      (lambda (c)
                        (unless (muffled-by-sbcl-p c)
                          (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c)))))
-      (funcall function))))
+      (funcall function)))))
 
 (defun compilation-report (compilation)
   "The plist COMPILE-CODE describes, conditions in the order of the code."

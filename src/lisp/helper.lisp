@@ -1,5 +1,9 @@
-;;;; The swank-mcp helper: the Lisp side of the tools, loaded into the attached image once per
-;;;; connection (and again only when its text changes).
+;;;; The swank-mcp helper: the Lisp side of the tools, put into the attached image by
+;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
+;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
+;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
+;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp and systems.lisp follow, one
+;;;; per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -9,8 +13,11 @@
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
 ;;;;   reason: Slynk's reader rewrites any token containing it.) The one exception is
 ;;;;   FORGET-FINISHED-THREADS, which finds the server's mailbox list by name when it loads.
-;;;; - It is loaded by EVAL of each form, so redefinition must be harmless: DEFCLASS rather than
-;;;;   DEFSTRUCT, DEFVAR for state that must survive a reload.
+;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
+;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
+;;;;   state that must survive a reload.
+;;;; - It names no SBCL internal in its source (see EXISTING-SYMBOLS): one that a future SBCL
+;;;;   drops must fail the tool that needs it, not the helper's load.
 
 (defpackage #:mcp-agent-helper
   (:use #:common-lisp)
@@ -20,14 +27,6 @@
            #:stuck-report))
 
 (in-package #:mcp-agent-helper)
-
-(defvar *version* nil
-  "Set by the client after loading to a digest of this file's text; a different digest means the
-client carries another revision of the helper and reloads it.")
-
-(defvar *load-lock* nil
-  "The mutex a client holds while it checks *VERSION* and loads the helper, so that connections
-arriving together load it once. The client's load request creates it, before this file is read.")
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Capped output capture
@@ -163,8 +162,8 @@ call whose reply never reached the client apart from one that never started.")
 (defun stack-guard-offset ()
   "Byte offset of this thread's control-stack-guard-page-protected flag: the first byte of the
 thread's state word in SBCL's thread structure."
-  (let ((slot (find-symbol "THREAD-STATE-WORD-SLOT" "SB-VM")))
-    (and slot (boundp slot) (* (symbol-value slot) sb-vm:n-word-bytes))))
+  (destructuring-bind (&optional slot word-bytes) (existing-symbols "SB-VM" "THREAD-STATE-WORD-SLOT" "N-WORD-BYTES")
+    (and word-bytes (boundp slot) (boundp word-bytes) (* (symbol-value slot) (symbol-value word-bytes)))))
 
 (defun rearm-stack-guard ()
   "Re-protects this thread's control stack guard page if a stack exhaustion left it disabled.
@@ -173,12 +172,13 @@ unwound by a THROW (as the debugger hook does) skips that, and SBCL 2.2 recycles
 memory with the guard still off, so the next exhaustion in a swank worker kills the whole image
 instead of signalling an error."
   (let ((offset (stack-guard-offset))
-        (reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page")))
-    (when (and offset reset
-               (zerop (sb-sys:sap-ref-8 (sb-thread:current-thread-sap) offset)))
+        (reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page"))
+        (thread-sap (first (existing-symbols "SB-THREAD" "CURRENT-THREAD-SAP"))))
+    (when (and offset reset thread-sap (fboundp thread-sap)
+               (zerop (sb-sys:sap-ref-8 (funcall thread-sap) offset)))
       (sb-alien:alien-funcall
        (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
-       (sb-thread:current-thread-sap)))))
+       (funcall thread-sap)))))
 
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
@@ -267,7 +267,7 @@ yet (it will abort as soon as it does)."
 
 (defun waiting-text (thread)
   "What THREAD waits for, when it waits for a lock or a condition, or NIL."
-  (let ((waiting-for (ignore-errors (sb-thread::thread-waiting-for thread))))
+  (let ((waiting-for (ignore-errors (internal-call "SB-THREAD" "THREAD-WAITING-FOR" thread))))
     (typecase waiting-for
       (null nil)
       (sb-thread:mutex
@@ -319,12 +319,25 @@ holds it. Takes no lock it could wait on for long, since the image may be deadlo
 
 (defun existing-symbols (package-name &rest names)
   "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
-SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids."
+SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids, and
+SB-IMPL:X is a read error once X is no longer external: either way the whole helper would fail
+to load. So this file names no SBCL internal in its source; it finds them here."
   (let ((package (find-package package-name)))
     (and package
          (loop for name in names
                for symbol = (find-symbol name package)
                when symbol collect symbol))))
+
+(defun sbcl-internal (package-name name)
+  "The symbol PACKAGE-NAME:NAME of SBCL's internals, or a failure of the one tool that needs it
+when this SBCL lacks it."
+  (or (first (existing-symbols package-name name))
+      (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
+            (lisp-implementation-version) package-name name)))
+
+(defmacro internal-call (package-name name &rest arguments)
+  "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
+  `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
 
 (defparameter *evaluator-functions*
   (append '(eval)
@@ -381,8 +394,8 @@ symbols of any other SB- package, and the runtime's own frames (named by strings
                  (not (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package)))))))))
 
 (defun frame-name-and-args (frame)
-  (handler-case (sb-debug::frame-call frame :replace-dynamic-extent-objects t)
-    (error () (sb-debug::frame-call frame))))
+  (handler-case (internal-call "SB-DEBUG" "FRAME-CALL" frame :replace-dynamic-extent-objects t)
+    (error () (internal-call "SB-DEBUG" "FRAME-CALL" frame))))
 
 (defun frame-call-of (frame condition)
   "The name and arguments of FRAME's call. SBCL shows a call to an undefined function as
@@ -411,14 +424,16 @@ own frames; drops the signalling machinery above the user's code and the evaluat
   (handler-case
       (let ((frames '())
             (top (if interrupted
-                     (sb-di:top-frame)
-                     (let ((sb-debug:*stack-top-hint* sb-debug:*stack-top-hint*))
-                       (or (sb-debug::resolve-stack-top-hint) (sb-di:top-frame)))))
+                     (internal-call "SB-DI" "TOP-FRAME")
+                     (let ((hint (sbcl-internal "SB-DEBUG" "*STACK-TOP-HINT*")))
+                       (progv (list hint) (list (symbol-value hint))
+                         (or (internal-call "SB-DEBUG" "RESOLVE-STACK-TOP-HINT")
+                             (internal-call "SB-DI" "TOP-FRAME"))))))
             (seen-user-frame nil)
             (reached-helper nil))
         ;; Bounded walk: a control-stack-exhausted error has thousands of frames below, and
         ;; the hook runs on what is left of the stack.
-        (loop for frame = top then (sb-di:frame-down frame)
+        (loop for frame = top then (internal-call "SB-DI" "FRAME-DOWN" frame)
               for walked from 0 below (+ *max-frames* 200)
               while (and frame (< (length frames) (+ *max-frames* 10)))
               do (multiple-value-bind (name args) (frame-call-of frame condition)
@@ -553,25 +568,7 @@ user types them as they like."
         *** ** ** * * (first values)))
 
 ;;; ------------------------------------------------------------------------------------------
-;;; evaluate
-
-(defparameter *max-warnings* 200)
-
-(defun print-value (value limit)
-  "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
-printing is reported in place of the value rather than failing the call."
-  (let ((stream (make-capture limit :bounded nil)))
-    (handler-case
-        (let ((*print-length* 100)
-              (*print-level* 10)
-              (*print-circle* t)
-              (*print-pretty* t)
-              (*print-readably* nil))
-          (prin1 value stream))
-      (error (e)
-        (return-from print-value
-          (list (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e)) 0))))
-    (capture-report stream)))
+;;; Reading user code and running a tool in a call
 
 (define-condition unreadable-code (error)
   ((cause :initarg :cause :reader unreadable-code-cause)
@@ -619,29 +616,6 @@ internal frames."
                                (1 "The form before it was evaluated.")
                                (t (format nil "The ~D forms before it were evaluated." done))))
             :backtrace nil))))
-
-(defun read-and-evaluate (code on-form)
-  "Reads CODE one form at a time, evaluating each before reading the next, so that a form may
-change *PACKAGE* or define the reader macros the next one uses. Returns the last form's values."
-  (let ((eof '#:eof)
-        (values '())
-        (forms-done 0))
-    (with-input-from-string (in code)
-      (loop
-        (let* ((start (or (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
-                                           code :start (file-position in))
-                          (length code)))
-               (form (handler-case (read in nil eof)
-                       ((or reader-error end-of-file) (cause)
-                         (error 'unreadable-code :cause cause :code code :position start
-                                                 :forms-done forms-done)))))
-          (when (eq form eof)
-            (return))
-          (setf - form)
-          (setf values (multiple-value-list (eval form)))
-          (incf forms-done)
-          (funcall on-form form values))))
-    values))
 
 (defun resolve-package (requested session)
   "The package to evaluate in: REQUESTED if given, else the session's. Returns the package (or
@@ -705,74 +679,219 @@ redefinition of a file's macros and functions by loading the fasl just compiled 
 handler muffles them only after every handler of ours has seen them."
   (typep condition sb-ext:*muffled-warnings*))
 
-(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning)
-  "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
-form's values. Returns the outcome, the package in force at the end, and the failed condition."
-  (let ((final-package start-package))
-    (multiple-value-bind (outcome failed-condition)
-        (with-tool-streams (stdout stderr)
-          (let ((*package* start-package))
-            (progv *history-variables* (session-history session)
-              (unwind-protect
-                   (call-trapping-debugger
-                    (lambda ()
-                      (handler-bind ((warning record-warning))
-                        (mapcar (lambda (value) (print-value value max-output))
-                                (read-and-evaluate code #'record-history)))))
-                (setf final-package *package*)
-                (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
-      (values outcome final-package failed-condition))))
+(defun char-at (text i)
+  "The character at I of TEXT, a string or a vector of UTF-8 octets (the scanner only looks at
+ASCII), or NIL past the end."
+  (when (< i (length text))
+    (let ((element (aref text i)))
+      (if (characterp element) element (code-char element)))))
 
-(defun evaluate (code &key package session token (max-output 65536))
-  "Evaluates CODE for the evaluate-lisp tool. Returns a plist: :VALUES, a list of (text dropped);
-:STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
-session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
-:BACKTRACE)."
-  (let* ((*max-output* max-output)
-         (session (find-session session))
-         (stdout (make-capture max-output))
-         (stderr (make-capture max-output))
-         (warnings '())
-         (warning-count 0))
-    (flet ((record-warning (warning)
-             (when (muffled-by-sbcl-p warning)
-               (return-from record-warning))
-             (incf warning-count)
-             (when (<= warning-count *max-warnings*)
-               (push (cons warning (format nil "~A: ~A" (warning-category warning)
-                                           (condition-message warning)))
-                     warnings))
-             (let ((muffle (find-restart 'muffle-warning warning)))
-               (when muffle (invoke-restart muffle)))))
-      (multiple-value-bind (start-package note) (resolve-package package session)
-        (multiple-value-bind (outcome final-package failed-condition)
-            (if start-package
-                (call-registered token
-                                 (lambda (evaluation)
-                                   (declare (ignore evaluation))
-                                   (evaluate-in-session code session start-package max-output
-                                                        stdout stderr #'record-warning)))
-                (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
-                      :message (format nil "The package ~S does not exist." package)
-                      :backtrace nil))
-          (when (and final-package (not (eq final-package start-package)))
-            (setf (session-package-name session) (package-name final-package)))
-          (let ((succeeded (eq (first outcome) :ok)))
-            (list :values (if succeeded (second outcome) nil)
-                  :error (if succeeded nil outcome)
-                  :stdout (capture-report stdout)
-                  :stderr (capture-report stderr)
-                  :warnings (loop for (warning . text) in (reverse warnings)
-                                  unless (redundant-warning-p warning failed-condition)
-                                    collect text)
-                  :warnings-dropped (max 0 (- warning-count *max-warnings*))
-                  :package (session-package-name session)
-                  :notes (if note (list note) nil))))))))
+(defun layout-char-p (c)
+  (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
 
-(defun redundant-warning-p (warning failure)
-  "True for the compiler's \"undefined function: F\" style-warning when the call then failed
-because F is undefined: the error already says so."
-  (and (typep failure 'undefined-function)
-       (typep warning 'style-warning)
-       (typep warning 'simple-condition)
-       (member (cell-error-name failure) (simple-condition-format-arguments warning) :test #'equal)))
+(defun skip-block-comment (text i)
+  "I is just after #|. Returns the position after the matching |#."
+  (let ((depth 1) (end (length text)))
+    (loop while (and (< i end) (plusp depth))
+          do (let ((c (char-at text i)) (next (char-at text (1+ i))))
+               (cond ((and (eql c #\|) (eql next #\#)) (decf depth) (incf i 2))
+                     ((and (eql c #\#) (eql next #\|)) (incf depth) (incf i 2))
+                     (t (incf i)))))
+    (min i end)))
+
+(defun skip-layout (text i)
+  "The position of the next form in TEXT (a string or octets) from I, past whitespace and
+comments."
+  (let ((end (length text)))
+    (loop
+      (let ((c (char-at text i)))
+        (cond ((null c) (return end))
+              ((layout-char-p c) (incf i))
+              ((eql c #\;)
+               (loop do (incf i) until (member (char-at text i) '(nil #\Newline))))
+              ((and (eql c #\#) (eql (char-at text (1+ i)) #\|))
+               (setf i (skip-block-comment text (+ i 2))))
+              (t (return i)))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Running a tool
+
+(define-condition tool-failure (error)
+  ((message :initarg :message :reader tool-failure-message))
+  (:report (lambda (condition stream) (princ (tool-failure-message condition) stream)))
+  (:documentation "A failure the user can act on (no such package, no such class): reported as
+its message alone, without a condition type or backtrace."))
+
+(defun fail (control &rest arguments)
+  (error 'tool-failure :message (apply #'format nil control arguments)))
+
+(defun run-tool (token function &key (stdout (make-broadcast-stream)) (stderr (make-broadcast-stream)))
+  "Calls FUNCTION, which returns the tool's plist, registered under TOKEN (so that a timeout or a
+cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by default output
+goes nowhere: nothing a tool does prints in the user's image). Returns the plist, or
+(:FAILURE message) for a TOOL-FAILURE, or (:ERROR report) for anything else that went wrong."
+  (let ((outcome (call-registered
+                  token
+                  (lambda (evaluation)
+                    (declare (ignore evaluation))
+                    (with-tool-streams (stdout stderr)
+                      (handler-case (call-trapping-debugger function)
+                        (tool-failure (failure)
+                          (list :failure (tool-failure-message failure)))))))))
+    (case (first outcome)
+      (:ok (second outcome))
+      (:failure outcome)
+      ;; A condition report, or the report of a timeout or cancellation.
+      (t (list :error outcome)))))
+
+(defun tool-package (requested session)
+  "The package a tool works in: REQUESTED when given, else the session's current package."
+  (or (resolve-package requested (find-session session))
+      (fail "The package ~S does not exist." requested)))
+
+(defun package-display-name (package)
+  "The shortest of PACKAGE's names (CL-USER rather than COMMON-LISP-USER), for messages."
+  (reduce (lambda (a b) (if (< (length b) (length a)) b a))
+          (package-nicknames package)
+          :initial-value (package-name package)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Symbol names as the user types them
+
+(defun parse-symbol-designator (text)
+  "Splits TEXT, a symbol as one types it (foo, pkg:foo, pkg::foo, :foo, |Mixed Case|, 'foo), into
+its package name (NIL when unqualified) and its symbol name, converting case as the current
+readtable would (:INVERT is taken as :UPCASE). Reads nothing and interns nothing. Returns NIL
+when TEXT is not a symbol name."
+  (let* ((text (string-trim '(#\Space #\Tab #\Newline #\Return) text))
+         (text (cond ((and (> (length text) 2) (string= "#'" text :end2 2)) (subseq text 2))
+                     ((and (> (length text) 1) (char= (char text 0) #\')) (subseq text 1))
+                     (t text)))
+         (convert (ecase (readtable-case *readtable*)
+                    ((:upcase :invert) #'char-upcase)
+                    (:downcase #'char-downcase)
+                    (:preserve #'identity)))
+         (part (make-string-output-stream))
+         (package nil)
+         (after-colons nil)
+         (in-bars nil)
+         (i 0)
+         (end (length text)))
+    (loop while (< i end)
+          do (let ((c (char text i)))
+               (cond (in-bars
+                      (cond ((char= c #\|) (setf in-bars nil))
+                            ((and (char= c #\\) (< (1+ i) end)) (incf i) (write-char (char text i) part))
+                            (t (write-char c part))))
+                     ((char= c #\|) (setf in-bars t))
+                     ((char= c #\\)
+                      (when (= (1+ i) end) (return-from parse-symbol-designator nil))
+                      (incf i)
+                      (write-char (char text i) part))
+                     ((char= c #\:)
+                      (when after-colons (return-from parse-symbol-designator nil))
+                      (let ((prefix (get-output-stream-string part)))
+                        (setf package (if (and (zerop i) (string= prefix "")) "KEYWORD" prefix)
+                              after-colons t)
+                        (when (and (< (1+ i) end) (char= (char text (1+ i)) #\:))
+                          (incf i))))
+                     ((or (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\" #\; #\` #\,))
+                          (and (char= c #\#) (zerop i)))
+                      (return-from parse-symbol-designator nil))
+                     (t (write-char (funcall convert c) part))))
+             (incf i))
+    (let ((name (get-output-stream-string part)))
+      (unless (or in-bars (string= name ""))
+        (values package name)))))
+
+(defun find-named-symbol (text package)
+  "The symbol TEXT names, looked up from PACKAGE (or in the package TEXT names). Returns the
+symbol, whether it exists, its name as parsed, and the package it was looked up in. Fails when
+TEXT is not a symbol name or names a package that does not exist."
+  (multiple-value-bind (package-name name) (parse-symbol-designator text)
+    (unless name
+      (fail "~S is not a symbol name." text))
+    (let ((home (if package-name
+                    (or (find-package package-name)
+                        (fail "The package ~S does not exist." package-name))
+                    package)))
+      (multiple-value-bind (symbol status) (find-symbol name home)
+        (values symbol (and status t) name home)))))
+
+(defun find-existing-symbol (text package)
+  "Like FIND-NAMED-SYMBOL, but fails when there is no such symbol."
+  (multiple-value-bind (symbol found name home) (find-named-symbol text package)
+    (unless found
+      (fail "Symbol ~A not found in package ~A." name (package-display-name home)))
+    symbol))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Printing for the user
+
+(defun print-briefly (object &key (package *package*) (length 10) (level 4) (limit 300))
+  "OBJECT printed readably where possible, on one line, cut to LIMIT characters."
+  (let ((text (handler-case
+                  (let ((*package* package)
+                        (*print-pretty* nil) (*print-readably* nil) (*print-circle* t)
+                        (*print-length* length) (*print-level* level))
+                    (prin1-to-string object))
+                (error () (format nil "#<unprintable ~A>" (safe-princ (type-of object)))))))
+    (if (> (length text) limit)
+        (concatenate 'string (subseq text 0 limit) " ...")
+        text)))
+
+(defun print-form-briefly (form)
+  "FORM on one line, abbreviated, as the compiler and macroexpander reports show it. Printed
+pretty (so that (DEFUN F () ...) keeps its ()), with the line breaks SBCL forces after LET and
+the like folded into spaces."
+  (let* ((text (handler-case (let ((*print-pretty* t) (*print-right-margin* 100000)
+                                   (*print-length* 12) (*print-level* 4) (*print-circle* t)
+                                   (*print-readably* nil) (*print-lines* nil))
+                               (prin1-to-string form))
+                 (error () "#<unprintable form>")))
+         (folded (with-output-to-string (out)
+                   (loop with i = 0
+                         while (< i (length text))
+                         do (let ((c (char text i)))
+                              (if (char= c #\Newline)
+                                  (progn (write-char #\Space out)
+                                         (setf i (or (position #\Space text :start (1+ i) :test-not #'char=)
+                                                     (length text))))
+                                  (progn (write-char c out) (incf i))))))))
+    (if (> (length folded) 200) (concatenate 'string (subseq folded 0 200) " ...") folded)))
+
+(defun name-text (name package)
+  "A symbol or function name as the user would type it from PACKAGE."
+  (print-briefly name :package package :length nil :level nil :limit 1000))
+
+(defun qualified-name (symbol)
+  "SYMBOL with its package prefix whatever the current package: ALEXANDRIA:FLATTEN."
+  (name-text symbol (load-time-value (find-package '#:keyword))))
+
+(defun documentation-text (symbol kind)
+  "The documentation, trimmed, or NIL when there is none or it is blank."
+  (let* ((text (ignore-errors (documentation symbol kind)))
+         (trimmed (and (stringp text) (string-trim '(#\Space #\Newline #\Tab) text))))
+    (and trimmed (plusp (length trimmed)) trimmed)))
+
+(defun lambda-list-text (name lambda-list package)
+  "(NAME . LAMBDA-LIST) as text, with the lambda list's variables shown by name only: their
+package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
+  (labels ((text (x)
+             (cond ((and (symbolp x) x (not (keywordp x))) (symbol-name x))
+                   ((consp x)
+                    (format nil "(~{~A~^ ~}~@[ . ~A~])"
+                            (loop for tail = x then (cdr tail)
+                                  while (consp tail) collect (text (car tail)))
+                            (let ((end (cdr (last x)))) (and end (text end)))))
+                   (t (print-briefly x :package package :limit 100)))))
+    (format nil "(~A~@[ ~A~])" (name-text name package)
+            (and lambda-list (subseq (text lambda-list) 1 (1- (length (text lambda-list))))))))
+
+(defun call-syntax (name package)
+  "How to call the function or macro NAME: (NAME ARG ...)."
+  (let ((lambda-list (handler-case (sb-introspect:function-lambda-list name)
+                       (error () :unknown))))
+    (if (eq lambda-list :unknown)
+        (format nil "(~A ...)" (name-text name package))
+        (lambda-list-text name lambda-list package))))

@@ -1,6 +1,5 @@
 ;;;; The introspection tools: describe-symbol, apropos-search, find-definition, xref, class-info
-;;;; and lisp-status, plus what every tool other than evaluate shares: running under a token,
-;;;; failures the user can act on, and finding the package and symbol a call names.
+;;;; and lisp-status.
 ;;;;
 ;;;; Loaded after helper.lisp, under the same rules. Nothing here reads user text with the Lisp
 ;;;; reader: symbol names are parsed by hand and looked up with FIND-SYMBOL, so asking about a
@@ -10,189 +9,6 @@
 
 (eval-when (:compile-toplevel :load-toplevel :execute)
   (require :sb-introspect))
-
-;;; ------------------------------------------------------------------------------------------
-;;; Running a tool
-
-(define-condition tool-failure (error)
-  ((message :initarg :message :reader tool-failure-message))
-  (:report (lambda (condition stream) (princ (tool-failure-message condition) stream)))
-  (:documentation "A failure the user can act on (no such package, no such class): reported as
-its message alone, without a condition type or backtrace."))
-
-(defun fail (control &rest arguments)
-  (error 'tool-failure :message (apply #'format nil control arguments)))
-
-(defun run-tool (token function &key (stdout (make-broadcast-stream)) (stderr (make-broadcast-stream)))
-  "Calls FUNCTION, which returns the tool's plist, registered under TOKEN (so that a timeout or a
-cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by default output
-goes nowhere: nothing a tool does prints in the user's image). Returns the plist, or
-(:FAILURE message) for a TOOL-FAILURE, or (:ERROR report) for anything else that went wrong."
-  (let ((outcome (call-registered
-                  token
-                  (lambda (evaluation)
-                    (declare (ignore evaluation))
-                    (with-tool-streams (stdout stderr)
-                      (handler-case (call-trapping-debugger function)
-                        (tool-failure (failure)
-                          (list :failure (tool-failure-message failure)))))))))
-    (case (first outcome)
-      (:ok (second outcome))
-      (:failure outcome)
-      ;; A condition report, or the report of a timeout or cancellation.
-      (t (list :error outcome)))))
-
-(defun tool-package (requested session)
-  "The package a tool works in: REQUESTED when given, else the session's current package."
-  (or (resolve-package requested (find-session session))
-      (fail "The package ~S does not exist." requested)))
-
-(defun package-display-name (package)
-  "The shortest of PACKAGE's names (CL-USER rather than COMMON-LISP-USER), for messages."
-  (reduce (lambda (a b) (if (< (length b) (length a)) b a))
-          (package-nicknames package)
-          :initial-value (package-name package)))
-
-;;; ------------------------------------------------------------------------------------------
-;;; Symbol names as the user types them
-
-(defun parse-symbol-designator (text)
-  "Splits TEXT, a symbol as one types it (foo, pkg:foo, pkg::foo, :foo, |Mixed Case|, 'foo), into
-its package name (NIL when unqualified) and its symbol name, converting case as the current
-readtable would (:INVERT is taken as :UPCASE). Reads nothing and interns nothing. Returns NIL
-when TEXT is not a symbol name."
-  (let* ((text (string-trim '(#\Space #\Tab #\Newline #\Return) text))
-         (text (cond ((and (> (length text) 2) (string= "#'" text :end2 2)) (subseq text 2))
-                     ((and (> (length text) 1) (char= (char text 0) #\')) (subseq text 1))
-                     (t text)))
-         (convert (ecase (readtable-case *readtable*)
-                    ((:upcase :invert) #'char-upcase)
-                    (:downcase #'char-downcase)
-                    (:preserve #'identity)))
-         (part (make-string-output-stream))
-         (package nil)
-         (after-colons nil)
-         (in-bars nil)
-         (i 0)
-         (end (length text)))
-    (loop while (< i end)
-          do (let ((c (char text i)))
-               (cond (in-bars
-                      (cond ((char= c #\|) (setf in-bars nil))
-                            ((and (char= c #\\) (< (1+ i) end)) (incf i) (write-char (char text i) part))
-                            (t (write-char c part))))
-                     ((char= c #\|) (setf in-bars t))
-                     ((char= c #\\)
-                      (when (= (1+ i) end) (return-from parse-symbol-designator nil))
-                      (incf i)
-                      (write-char (char text i) part))
-                     ((char= c #\:)
-                      (when after-colons (return-from parse-symbol-designator nil))
-                      (let ((prefix (get-output-stream-string part)))
-                        (setf package (if (and (zerop i) (string= prefix "")) "KEYWORD" prefix)
-                              after-colons t)
-                        (when (and (< (1+ i) end) (char= (char text (1+ i)) #\:))
-                          (incf i))))
-                     ((or (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\" #\; #\` #\,))
-                          (and (char= c #\#) (zerop i)))
-                      (return-from parse-symbol-designator nil))
-                     (t (write-char (funcall convert c) part))))
-             (incf i))
-    (let ((name (get-output-stream-string part)))
-      (unless (or in-bars (string= name ""))
-        (values package name)))))
-
-(defun find-named-symbol (text package)
-  "The symbol TEXT names, looked up from PACKAGE (or in the package TEXT names). Returns the
-symbol, whether it exists, its name as parsed, and the package it was looked up in. Fails when
-TEXT is not a symbol name or names a package that does not exist."
-  (multiple-value-bind (package-name name) (parse-symbol-designator text)
-    (unless name
-      (fail "~S is not a symbol name." text))
-    (let ((home (if package-name
-                    (or (find-package package-name)
-                        (fail "The package ~S does not exist." package-name))
-                    package)))
-      (multiple-value-bind (symbol status) (find-symbol name home)
-        (values symbol (and status t) name home)))))
-
-(defun find-existing-symbol (text package)
-  "Like FIND-NAMED-SYMBOL, but fails when there is no such symbol."
-  (multiple-value-bind (symbol found name home) (find-named-symbol text package)
-    (unless found
-      (fail "Symbol ~A not found in package ~A." name (package-display-name home)))
-    symbol))
-
-;;; ------------------------------------------------------------------------------------------
-;;; Printing for the user
-
-(defun print-briefly (object &key (package *package*) (length 10) (level 4) (limit 300))
-  "OBJECT printed readably where possible, on one line, cut to LIMIT characters."
-  (let ((text (handler-case
-                  (let ((*package* package)
-                        (*print-pretty* nil) (*print-readably* nil) (*print-circle* t)
-                        (*print-length* length) (*print-level* level))
-                    (prin1-to-string object))
-                (error () (format nil "#<unprintable ~A>" (safe-princ (type-of object)))))))
-    (if (> (length text) limit)
-        (concatenate 'string (subseq text 0 limit) " ...")
-        text)))
-
-(defun print-form-briefly (form)
-  "FORM on one line, abbreviated, as the compiler and macroexpander reports show it. Printed
-pretty (so that (DEFUN F () ...) keeps its ()), with the line breaks SBCL forces after LET and
-the like folded into spaces."
-  (let* ((text (handler-case (let ((*print-pretty* t) (*print-right-margin* 100000)
-                                   (*print-length* 12) (*print-level* 4) (*print-circle* t)
-                                   (*print-readably* nil) (*print-lines* nil))
-                               (prin1-to-string form))
-                 (error () "#<unprintable form>")))
-         (folded (with-output-to-string (out)
-                   (loop with i = 0
-                         while (< i (length text))
-                         do (let ((c (char text i)))
-                              (if (char= c #\Newline)
-                                  (progn (write-char #\Space out)
-                                         (setf i (or (position #\Space text :start (1+ i) :test-not #'char=)
-                                                     (length text))))
-                                  (progn (write-char c out) (incf i))))))))
-    (if (> (length folded) 200) (concatenate 'string (subseq folded 0 200) " ...") folded)))
-
-(defun name-text (name package)
-  "A symbol or function name as the user would type it from PACKAGE."
-  (print-briefly name :package package :length nil :level nil :limit 1000))
-
-(defun qualified-name (symbol)
-  "SYMBOL with its package prefix whatever the current package: ALEXANDRIA:FLATTEN."
-  (name-text symbol (load-time-value (find-package '#:keyword))))
-
-(defun documentation-text (symbol kind)
-  "The documentation, trimmed, or NIL when there is none or it is blank."
-  (let* ((text (ignore-errors (documentation symbol kind)))
-         (trimmed (and (stringp text) (string-trim '(#\Space #\Newline #\Tab) text))))
-    (and trimmed (plusp (length trimmed)) trimmed)))
-
-(defun lambda-list-text (name lambda-list package)
-  "(NAME . LAMBDA-LIST) as text, with the lambda list's variables shown by name only: their
-package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
-  (labels ((text (x)
-             (cond ((and (symbolp x) x (not (keywordp x))) (symbol-name x))
-                   ((consp x)
-                    (format nil "(~{~A~^ ~}~@[ . ~A~])"
-                            (loop for tail = x then (cdr tail)
-                                  while (consp tail) collect (text (car tail)))
-                            (let ((end (cdr (last x)))) (and end (text end)))))
-                   (t (print-briefly x :package package :limit 100)))))
-    (format nil "(~A~@[ ~A~])" (name-text name package)
-            (and lambda-list (subseq (text lambda-list) 1 (1- (length (text lambda-list))))))))
-
-(defun call-syntax (name package)
-  "How to call the function or macro NAME: (NAME ARG ...)."
-  (let ((lambda-list (handler-case (sb-introspect:function-lambda-list name)
-                       (error () :unknown))))
-    (if (eq lambda-list :unknown)
-        (format nil "(~A ...)" (name-text name package))
-        (lambda-list-text name lambda-list package))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where definitions are: file, line and column
@@ -213,40 +29,6 @@ package (SB-C::TEST in the lambda list of IF) says nothing to a caller."
         (let ((octets (make-array length :element-type '(unsigned-byte 8))))
           (read-sequence octets in)
           octets)))))
-
-(defun char-at (text i)
-  "The character at I of TEXT, a string or a vector of UTF-8 octets (the scanner only looks at
-ASCII), or NIL past the end."
-  (when (< i (length text))
-    (let ((element (aref text i)))
-      (if (characterp element) element (code-char element)))))
-
-(defun layout-char-p (c)
-  (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
-
-(defun skip-block-comment (text i)
-  "I is just after #|. Returns the position after the matching |#."
-  (let ((depth 1) (end (length text)))
-    (loop while (and (< i end) (plusp depth))
-          do (let ((c (char-at text i)) (next (char-at text (1+ i))))
-               (cond ((and (eql c #\|) (eql next #\#)) (decf depth) (incf i 2))
-                     ((and (eql c #\#) (eql next #\|)) (incf depth) (incf i 2))
-                     (t (incf i)))))
-    (min i end)))
-
-(defun skip-layout (text i)
-  "The position of the next form in TEXT (a string or octets) from I, past whitespace and
-comments."
-  (let ((end (length text)))
-    (loop
-      (let ((c (char-at text i)))
-        (cond ((null c) (return end))
-              ((layout-char-p c) (incf i))
-              ((eql c #\;)
-               (loop do (incf i) until (member (char-at text i) '(nil #\Newline))))
-              ((and (eql c #\#) (eql (char-at text (1+ i)) #\|))
-               (setf i (skip-block-comment text (+ i 2))))
-              (t (return i)))))))
 
 (defun token-end (octets i)
   "The end of the token (symbol or number) starting at I, with | and \\ escapes."
@@ -279,7 +61,7 @@ comments."
   (handler-case
       (let ((*package* (find-package '#:keyword))
             (*read-eval* nil))
-        (sb-int:featurep (read-from-string (sb-ext:octets-to-string octets :start start :end end
+        (internal-call "SB-INT" "FEATUREP" (read-from-string (sb-ext:octets-to-string octets :start start :end end
                                                                            :external-format :utf-8))))
     (error () t)))
 
@@ -428,12 +210,12 @@ file."
 
 (defun variable-kind (symbol)
   "The kind of variable SYMBOL is: :SPECIAL, :CONSTANT, :GLOBAL, :MACRO (a symbol macro) or NIL."
-  (let ((kind (sb-int:info :variable :kind symbol)))
+  (let ((kind (internal-call "SB-INT" "INFO" :variable :kind symbol)))
     (cond ((and (eq kind :unknown) (boundp symbol) (not (keywordp symbol))) :special)
           ((member kind '(:special :constant :global :macro)) kind))))
 
 (defun type-kind (symbol)
-  (let ((kind (sb-int:info :type :kind symbol)))
+  (let ((kind (internal-call "SB-INT" "INFO" :type :kind symbol)))
     (and (member kind '(:primitive :defined :instance)) kind)))
 
 (defun symbol-kinds (symbol)
@@ -471,6 +253,7 @@ it is also accessible in PACKAGE, where it was looked up."
 
 (defun definition-location (symbol type)
   "Where SYMBOL's first definition of TYPE is (see SOURCE-LOCATION), if SBCL knows of one.
+
 (SYMBOL may be a (SETF NAME) function name.)"
   (let ((source (first (ignore-errors (sb-introspect:find-definition-sources-by-name symbol type)))))
     (and source (source-location source symbol))))
@@ -696,7 +479,7 @@ function) calls."
     (remove-duplicates
      (loop for f in functions
            append (loop for callee in (ignore-errors (sb-introspect:find-function-callees f))
-                        collect (cons (sb-kernel:%fun-name callee)
+                        collect (cons (internal-call "SB-KERNEL" "%FUN-NAME" callee)
                                       (ignore-errors (sb-introspect:find-definition-source callee)))))
      :key #'car :test #'equal)))
 
@@ -919,7 +702,7 @@ unexported names of an SB- package, which no user program refers to."
                       :features (mapcar #'qualified-name (remove-if-not (lambda (f) (member f *features*))
                                                                          *notable-features*))
                       :feature-count (length *features*)
-                      :heap-used (sb-kernel:dynamic-usage)
+                      :heap-used (internal-call "SB-KERNEL" "DYNAMIC-USAGE")
                       :heap-size (sb-ext:dynamic-space-size)
                       :asdf (and asdf
                                  (let ((version (find-symbol "ASDF-VERSION" asdf)))

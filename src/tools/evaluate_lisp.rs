@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::image::CallLimits;
+use crate::image::CallLimits;
 use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
 use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;

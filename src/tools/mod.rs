@@ -11,8 +11,6 @@ pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
-pub mod image;
-pub mod launch;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
@@ -34,8 +32,7 @@ use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
 pub use arguments::{ArgumentError, Arguments};
-use image::{CallLimits, Image};
-pub use image::ImageSettings;
+use crate::image::{CallLimits, Image, ImageSettings};
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
 

@@ -133,8 +133,8 @@ impl From<crate::source::EditError> for ToolError {
     }
 }
 
-impl From<super::image::CallError> for ToolError {
-    fn from(error: super::image::CallError) -> Self {
+impl From<crate::image::CallError> for ToolError {
+    fn from(error: crate::image::CallError) -> Self {
         ToolError(error.to_string())
     }
 }

@@ -13,8 +13,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
-use swank_mcp::tools::launch::{self, LaunchedImage};
-use swank_mcp::tools::{ImageSettings, Settings, Toolbox};
+use swank_mcp::image::launch::{self, LaunchedImage};
+use swank_mcp::image::ImageSettings;
+use swank_mcp::tools::{Settings, Toolbox};
 
 pub fn swank_loader() -> PathBuf {
     launch::find_swank_loader(None).expect("swank is installed (apt-get install -y sbcl cl-swank)")

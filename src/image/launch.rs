@@ -6,10 +6,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::process::{Child, ChildStdin, Command};
+
+use super::{lock, ImageError, LaunchSettings};
+use crate::swank::Endpoint;
 
 const LAUNCH_SCRIPT: &str = include_str!("../lisp/launch.lisp");
 /// The line launch.lisp prints once swank listens.
@@ -141,4 +146,71 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
     let pid = child.id();
     tracing::info!(port, ?pid, "launched a private SBCL image");
     Ok(LaunchedImage { port, pid, _child: child, _lifeline: stdin })
+}
+
+/// The private image --launch starts. A start runs in a task of its own: a call whose time limit
+/// passes while SBCL starts (its first start compiles swank for a minute) stops waiting, and the
+/// start goes on for the next call.
+pub(crate) struct Launcher {
+    settings: LaunchSettings,
+    host: String,
+    port: u16,
+    state: std::sync::Mutex<LaunchState>,
+}
+
+#[derive(Default)]
+struct LaunchState {
+    image: Option<LaunchedImage>,
+    starting: Option<Shared<BoxFuture<'static, Result<Endpoint, ImageError>>>>,
+}
+
+impl Launcher {
+    pub(crate) fn new(settings: LaunchSettings, host: String, port: u16) -> Self {
+        Launcher { settings, host, port, state: std::sync::Mutex::new(LaunchState::default()) }
+    }
+
+    /// The pid of the image it started, when it has started one (`None` inside it when the
+    /// process has no pid to report).
+    pub(crate) fn pid(&self) -> Option<Option<u32>> {
+        lock(&self.state).image.as_ref().map(|image| image.pid)
+    }
+
+    pub(crate) fn endpoint(&self) -> Option<Endpoint> {
+        lock(&self.state).image.as_ref().map(|image| Endpoint { host: self.host.clone(), port: image.port })
+    }
+
+    /// Starts the private image on the configured port (only reached when nothing answers
+    /// there, so the port is free unless something else grabbed it meanwhile), or waits for the
+    /// start under way.
+    pub(crate) async fn start(self: &Arc<Self>) -> Result<Endpoint, ImageError> {
+        let starting = {
+            let mut state = lock(&self.state);
+            match &state.starting {
+                Some(starting) => starting.clone(),
+                None => {
+                    let task = tokio::spawn(self.clone().run());
+                    let starting =
+                        async move { task.await.unwrap_or_else(|e| Err(ImageError::Launch(format!("the start failed: {e}")))) }.boxed().shared();
+                    state.starting = Some(starting.clone());
+                    starting
+                }
+            }
+        };
+        starting.await
+    }
+
+    async fn run(self: Arc<Self>) -> Result<Endpoint, ImageError> {
+        let started = async {
+            let loader = find_swank_loader(self.settings.swank_loader.as_deref()).map_err(|e| ImageError::Launch(e.to_string()))?;
+            tracing::info!(loader = %loader.display(), host = %self.host, port = self.port, "nothing answers; launching SBCL");
+            launch(&loader, &self.host, self.port).await.map_err(|e| ImageError::Launch(e.to_string()))
+        }
+        .await;
+        let mut state = lock(&self.state);
+        state.starting = None;
+        let image = started?;
+        let endpoint = Endpoint { host: self.host.clone(), port: image.port };
+        state.image = Some(image);
+        Ok(endpoint)
+    }
 }

@@ -1,4 +1,4 @@
-//! The Lisp images the tools work in: where each one is, its connection (made on first use and
+//! The image layer: the Lisp images the tools work in: where each one is, its connection (made on first use and
 //! remade after a loss), the helper loaded into it, and this server's REPL session there.
 
 use std::path::PathBuf;
@@ -10,33 +10,13 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::launch::{self, LaunchedImage};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
 
-/// The Lisp side of the tools as sent to the image: the helper's files in load order (the digest
-/// covers them all). Public for the replay tests, which recognise it in recorded requests.
-pub const HELPER_SOURCE: &str = concat!(
-    include_str!("../lisp/helper.lisp"),
-    include_str!("../lisp/introspection.lisp"),
-    include_str!("../lisp/compile.lisp"),
-    include_str!("../lisp/systems.lisp"),
-);
-/// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
-pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
+pub mod helper;
+pub mod launch;
 
-/// Identifies this revision of the helper text; an image holding another revision reloads.
-const HELPER_DIGEST: u64 = fnv1a(HELPER_SOURCE.as_bytes());
-
-const fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        hash ^= bytes[i] as u64;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    hash
-}
+use helper::{load_helper, HELPER_PACKAGE};
+use launch::Launcher;
 
 /// How long an interrupted evaluation may take to unwind and report before the call gives up on
 /// it. Unwinding is immediate unless the thread is inside foreign code or WITHOUT-INTERRUPTS, or
@@ -230,14 +210,10 @@ impl Image {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let ordinal = IMAGES_MADE.fetch_add(1, Ordering::Relaxed);
         let session = format!("{}-{}-{:x}-{ordinal}", settings.name, std::process::id(), nanos);
-        let launcher = settings.launch.clone().map(|launch| {
-            Arc::new(Launcher {
-                settings: launch,
-                host: settings.endpoint.host.clone(),
-                port: settings.endpoint.port,
-                state: std::sync::Mutex::new(LaunchState::default()),
-            })
-        });
+        let launcher = settings
+            .launch
+            .clone()
+            .map(|launch| Arc::new(Launcher::new(launch, settings.endpoint.host.clone(), settings.endpoint.port)));
         Self {
             settings: Arc::new(settings),
             connection: std::sync::Mutex::new(Slot::Idle),
@@ -344,7 +320,7 @@ impl Image {
 
     /// Whether this server started the image it talks to (and the pid of that process).
     pub async fn launched_pid(&self) -> Option<Option<u32>> {
-        self.launcher.as_ref().and_then(|launcher| lock(&launcher.state).image.as_ref().map(|image| image.pid))
+        self.launcher.as_ref().and_then(|launcher| launcher.pid())
     }
 
     fn new_token(&self) -> String {
@@ -508,63 +484,6 @@ async fn open(endpoint: Endpoint, options: &ConnectOptions) -> Result<Connection
     }
 }
 
-/// The private image --launch starts. A start runs in a task of its own: a call whose time limit
-/// passes while SBCL starts (its first start compiles swank for a minute) stops waiting, and the
-/// start goes on for the next call.
-struct Launcher {
-    settings: LaunchSettings,
-    host: String,
-    port: u16,
-    state: std::sync::Mutex<LaunchState>,
-}
-
-#[derive(Default)]
-struct LaunchState {
-    image: Option<LaunchedImage>,
-    starting: Option<Shared<BoxFuture<'static, Result<Endpoint, ImageError>>>>,
-}
-
-impl Launcher {
-    fn endpoint(&self) -> Option<Endpoint> {
-        lock(&self.state).image.as_ref().map(|image| Endpoint { host: self.host.clone(), port: image.port })
-    }
-
-    /// Starts the private image on the configured port (only reached when nothing answers
-    /// there, so the port is free unless something else grabbed it meanwhile), or waits for the
-    /// start under way.
-    async fn start(self: &Arc<Self>) -> Result<Endpoint, ImageError> {
-        let starting = {
-            let mut state = lock(&self.state);
-            match &state.starting {
-                Some(starting) => starting.clone(),
-                None => {
-                    let task = tokio::spawn(self.clone().run());
-                    let starting =
-                        async move { task.await.unwrap_or_else(|e| Err(ImageError::Launch(format!("the start failed: {e}")))) }.boxed().shared();
-                    state.starting = Some(starting.clone());
-                    starting
-                }
-            }
-        };
-        starting.await
-    }
-
-    async fn run(self: Arc<Self>) -> Result<Endpoint, ImageError> {
-        let started = async {
-            let loader = launch::find_swank_loader(self.settings.swank_loader.as_deref()).map_err(|e| ImageError::Launch(e.to_string()))?;
-            tracing::info!(loader = %loader.display(), host = %self.host, port = self.port, "nothing answers; launching SBCL");
-            launch::launch(&loader, &self.host, self.port).await.map_err(|e| ImageError::Launch(e.to_string()))
-        }
-        .await;
-        let mut state = lock(&self.state);
-        state.starting = None;
-        let image = started?;
-        let endpoint = Endpoint { host: self.host.clone(), port: image.port };
-        state.image = Some(image);
-        Ok(endpoint)
-    }
-}
-
 /// What the image says of an evaluation that did not unwind: where its thread waits, and which
 /// threads wait for locks held by whom. The question runs in a thread of its own and takes no
 /// lock it could wait on, so it answers even when the image is deadlocked.
@@ -584,99 +503,4 @@ async fn stuck_report(connection: &Connection, token: String) -> String {
 enum Interruption {
     Timeout,
     Cancelled,
-}
-
-/// Loads the helper unless the image already holds this revision. A connection to an image that
-/// has it costs one small request; the source (some 200 KB) crosses the wire only when the image
-/// lacks it. Besides saving the transfer, this keeps it out of swank's event history, which swank
-/// dumps to the image's stderr (often the user's *inferior-lisp* buffer) when a connection breaks.
-async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
-    let digest = format!("{HELPER_DIGEST:016x}");
-    let started = std::time::Instant::now();
-    let helper_error = |detail: String| ImageError::Helper { endpoint: connection.endpoint().clone(), detail };
-    let version_symbol = || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
-    let current_version = || Form::call("cl", "ignore-errors", [Form::call("cl", "symbol-value", [version_symbol()])]);
-    let is_current = |reply: &Sexp| reply.as_str() == Some(digest.as_str());
-    let version = connection.rex(current_version(), "COMMON-LISP-USER", Thread::New).await.map_err(|e| helper_error(e.to_string()))?;
-    if is_current(&version) {
-        tracing::debug!(elapsed = ?started.elapsed(), "helper current");
-        return Ok(());
-    }
-    let quiet = |symbol: &'static str, value: Form| Form::List(vec![Form::Symbol("cl", symbol), value]);
-    let load = Form::call(
-        "cl",
-        "let",
-        [
-            Form::List(vec![
-                quiet("*standard-output*", Form::call("cl", "make-broadcast-stream", [])),
-                quiet("*error-output*", Form::call("cl", "make-broadcast-stream", [])),
-                quiet("*load-verbose*", Form::Nil),
-                quiet("*load-print*", Form::Nil),
-                quiet("*package*", Form::call("cl", "find-package", [Form::string("COMMON-LISP-USER")])),
-                // The standard readtable: the user's may have been changed by their libraries.
-                quiet("*readtable*", Form::call("cl", "copy-readtable", [Form::Nil])),
-            ]),
-            Form::call("cl", "load", [Form::call("cl", "make-string-input-stream", [Form::string(HELPER_SOURCE)])]),
-        ],
-    );
-    // Checked again under the lock: another connection may have loaded it meanwhile.
-    let load_if_needed = Form::call(
-        "cl",
-        "if",
-        [
-            Form::call("cl", "equal", [current_version(), Form::string(digest.clone())]),
-            Form::Keyword("current"),
-            Form::call(
-                "cl",
-                "progn",
-                [load, Form::call("cl", "setf", [Form::call("cl", "symbol-value", [version_symbol()]), Form::string(digest.clone())]), Form::Keyword("loaded")],
-            ),
-        ],
-    );
-    // Connections that arrive together (several servers, or a test suite) would each compile the
-    // helper at once, holding SBCL's compiler lock in turn for seconds. A lock in the helper's
-    // package makes the first one load it and the others find it current.
-    let lock_symbol = || Form::call("cl", "intern", [Form::string("*LOAD-LOCK*"), Form::string("MCP-AGENT-HELPER")]);
-    let request = Form::call(
-        "cl",
-        "progn",
-        [
-            Form::call(
-                "cl",
-                "or",
-                [
-                    Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
-                    // Another connection may create it meanwhile.
-                    Form::call(
-                        "cl",
-                        "ignore-errors",
-                        [Form::call(
-                            "cl",
-                            "make-package",
-                            [Form::string("MCP-AGENT-HELPER"), Form::Keyword("use"), Form::call("cl", "list", [Form::string("COMMON-LISP")])],
-                        )],
-                    ),
-                ],
-            ),
-            Form::call(
-                "cl",
-                "unless",
-                [
-                    Form::call("cl", "boundp", [lock_symbol()]),
-                    Form::call(
-                        "cl",
-                        "setf",
-                        [
-                            Form::call("cl", "symbol-value", [lock_symbol()]),
-                            Form::call("sb-thread", "make-mutex", [Form::Keyword("name"), Form::string("mcp-agent-helper load")]),
-                        ],
-                    ),
-                ],
-            ),
-            Form::call("sb-thread", "with-mutex", [Form::List(vec![Form::call("cl", "symbol-value", [lock_symbol()])]), load_if_needed]),
-        ],
-    );
-    let state = connection.rex(request, "COMMON-LISP-USER", Thread::New).await.map_err(|e| helper_error(e.to_string()))?;
-    tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
-    Ok(())
 }

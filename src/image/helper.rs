@@ -1,0 +1,132 @@
+//! The helper: the Lisp side of the tools, put into each image once per revision.
+//!
+//! A connection first asks the image which revision it holds, with a form SBCL evaluates without
+//! compiling it (so it answers while another thread holds the world lock). When that is not this
+//! revision, it sends the bootstrap (`lisp/bootstrap.lisp`), which loads the helper compiled in
+//! the image machine's cache directory, or asks for the source, compiles it there and loads that;
+//! where the cache cannot be written it loads the source as it is.
+
+use crate::swank::{Connection, Form, Sexp, Thread};
+
+use super::ImageError;
+
+/// The helper's files in load order (the digest covers them all). Public for the replay tests,
+/// which recognise it in recorded requests.
+pub const HELPER_SOURCE: &str = concat!(
+    include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/evaluate.lisp"),
+    include_str!("../lisp/introspection.lisp"),
+    include_str!("../lisp/compile.lisp"),
+    include_str!("../lisp/systems.lisp"),
+);
+
+/// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for
+/// the replay tests, like [`HELPER_SOURCE`].
+pub const BOOTSTRAP_SOURCE: &str = include_str!("../lisp/bootstrap.lisp");
+
+/// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
+pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
+
+/// Identifies this revision of the helper text: an image holding another one loads this one, and
+/// the image's cache keeps a compiled file per revision.
+const HELPER_DIGEST: u64 = fnv1a(HELPER_SOURCE.as_bytes());
+
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
+/// Makes the helper's current revision the one the image holds. A connection to an image that
+/// has it costs one small request; the source (some 200 KB) crosses the wire only when neither the
+/// image nor its cache has this revision. Besides saving the transfer, this keeps it out of
+/// swank's event history, which swank dumps to the image's stderr (often the user's
+/// *inferior-lisp* buffer) when a connection breaks.
+pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
+    let digest = format!("{HELPER_DIGEST:016x}");
+    let started = std::time::Instant::now();
+    let request = |form: Form| async move {
+        connection.rex(form, "COMMON-LISP-USER", Thread::New).await.map_err(|e| ImageError::Helper {
+            endpoint: connection.endpoint().clone(),
+            detail: e.to_string(),
+        })
+    };
+    let version = request(version_question()).await?;
+    if version.as_str() == Some(digest.as_str()) {
+        tracing::debug!(elapsed = ?started.elapsed(), "helper current");
+        return Ok(());
+    }
+    let mut state = request(Form::call("cl", "progn", [load_bootstrap(), ensure_helper(&digest, Form::Nil)])).await?;
+    if state.is_keyword("need-source") {
+        state = request(ensure_helper(&digest, Form::string(HELPER_SOURCE))).await?;
+    }
+    tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
+    match state {
+        Sexp::Keyword(_) if !state.is_keyword("need-source") => Ok(()),
+        other => Err(ImageError::Helper {
+            endpoint: connection.endpoint().clone(),
+            detail: format!("the bootstrap answered {other} where it reports how it loaded the helper"),
+        }),
+    }
+}
+
+/// `*VERSION*` of the helper's package, or nil, asked with nothing SBCL would compile: a macro
+/// such as `ignore-errors` would make it wait for the world lock.
+fn version_question() -> Form {
+    let version_symbol = || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
+    Form::call(
+        "cl",
+        "if",
+        [
+            Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
+            Form::call(
+                "cl",
+                "if",
+                [
+                    Form::call("cl", "boundp", [version_symbol()]),
+                    Form::call("cl", "symbol-value", [version_symbol()]),
+                    Form::Nil,
+                ],
+            ),
+            Form::Nil,
+        ],
+    )
+}
+
+/// Loads the bootstrap quietly, in CL-USER with the standard readtable (the user's may have been
+/// changed by their libraries).
+fn load_bootstrap() -> Form {
+    let binding = |symbol: &'static str, value: Form| Form::List(vec![Form::Symbol("cl", symbol), value]);
+    Form::call(
+        "cl",
+        "let",
+        [
+            Form::List(vec![
+                binding("*standard-output*", Form::call("cl", "make-broadcast-stream", [])),
+                binding("*load-verbose*", Form::Nil),
+                binding("*package*", Form::call("cl", "find-package", [Form::string("COMMON-LISP-USER")])),
+                binding("*readtable*", Form::call("cl", "copy-readtable", [Form::Nil])),
+            ]),
+            Form::call("cl", "load", [Form::call("cl", "make-string-input-stream", [Form::string(BOOTSTRAP_SOURCE)])]),
+        ],
+    )
+}
+
+/// The bootstrap's `ENSURE-HELPER` for this revision, with the source or nil; found by name, since
+/// the request is read before the bootstrap that defines it is loaded.
+fn ensure_helper(digest: &str, source: Form) -> Form {
+    Form::call(
+        "cl",
+        "funcall",
+        [
+            Form::call("cl", "find-symbol", [Form::string("ENSURE-HELPER"), Form::string("MCP-AGENT-HELPER")]),
+            Form::string(digest),
+            source,
+        ],
+    )
+}

@@ -1,0 +1,113 @@
+;;;; Puts the swank-mcp helper into the image. Sent as source when a connection finds the image
+;;;; without the helper's current revision; everything else arrives through ENSURE-HELPER.
+;;;;
+;;;; Compiling the helper's source takes about 600 ms and holds SBCL's world lock all along, so
+;;;; the compiled file is kept in the cache directory of the machine the image runs on, under a
+;;;; name that says which helper revision and which SBCL it is for; later images load it in
+;;;; milliseconds, and without the source crossing the wire. Where the cache cannot be written,
+;;;; the source is loaded as before.
+
+(or (find-package "MCP-AGENT-HELPER")
+    ;; Another connection may create it at the same moment.
+    (ignore-errors (make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP")))
+    (find-package "MCP-AGENT-HELPER"))
+
+(in-package "MCP-AGENT-HELPER")
+
+(defvar *version* nil
+  "A digest of the helper text loaded in this image (nil before the first load).")
+
+(defvar *load-lock* nil
+  "Held while the helper is checked and loaded: connections that arrive together (several
+servers, a test suite) load it once, and the others find it current.")
+
+(sb-ext:compare-and-swap (symbol-value '*load-lock*) nil (sb-thread:make-mutex :name "mcp-agent-helper load"))
+
+(defun non-empty-environment-variable (name)
+  (let ((value (sb-ext:posix-getenv name)))
+    (and value (plusp (length value)) value)))
+
+(defun helper-cache-directory ()
+  "$SWANK_MCP_CACHE_DIR, $XDG_CACHE_HOME/swank-mcp/ or ~/.cache/swank-mcp/, in the image's own
+environment, as a native namestring ending in a slash."
+  (let ((base (or (non-empty-environment-variable "SWANK_MCP_CACHE_DIR")
+                  (let ((cache (or (non-empty-environment-variable "XDG_CACHE_HOME")
+                                   (let ((home (non-empty-environment-variable "HOME")))
+                                     (and home (concatenate 'string (string-right-trim "/" home) "/.cache"))))))
+                    (and cache (concatenate 'string (string-right-trim "/" cache) "/swank-mcp"))))))
+    (and base (concatenate 'string (string-right-trim "/" base) "/"))))
+
+(defun file-name-part (text)
+  (substitute-if #\_ (lambda (char) (not (or (alphanumericp char) (find char ".-")))) text))
+
+(defun helper-fasl (digest)
+  "The compiled helper for DIGEST and this SBCL: a fasl only loads into the version and build
+that wrote it."
+  (let ((directory (helper-cache-directory)))
+    (and directory
+         (sb-ext:parse-native-namestring
+          (format nil "~Ahelper-~A-~A-~A-~A.fasl" directory (file-name-part digest)
+                  (file-name-part (lisp-implementation-type))
+                  (file-name-part (lisp-implementation-version))
+                  (file-name-part (machine-type)))))))
+
+(defun call-quietly (function)
+  "Calls FUNCTION with the standard readtable and CL-USER, printing nothing: the user's REPL (or
+*inferior-lisp* buffer) is no place for the helper's compilation."
+  (let ((*standard-output* (make-broadcast-stream))
+        (*error-output* (make-broadcast-stream))
+        (*load-verbose* nil) (*load-print* nil)
+        (*compile-verbose* nil) (*compile-print* nil)
+        (*package* (find-package "COMMON-LISP-USER"))
+        (*readtable* (copy-readtable nil)))
+    (handler-bind ((warning #'muffle-warning))
+      (funcall function))))
+
+(defun load-cached-helper (digest)
+  "Loads the cached compiled helper for DIGEST if there is one; true when it did. A file that
+does not load (cut short, or written by another build) is deleted so that the source replaces it."
+  (let ((fasl (helper-fasl digest)))
+    (when (and fasl (probe-file fasl))
+      (handler-case (progn (call-quietly (lambda () (load fasl)))
+                           (setf *version* digest)
+                           t)
+        (error ()
+          (ignore-errors (delete-file fasl))
+          nil)))))
+
+(defun compile-helper-into-cache (digest source)
+  "Compiles SOURCE into the cache as DIGEST's fasl, through temporary files renamed into place, so
+that an image reading the cache never sees half a file. Returns true when the fasl is there."
+  (let ((fasl (helper-fasl digest)))
+    (when fasl
+      (let* ((stem (format nil "~A.~36R" (sb-ext:native-namestring fasl) (random (expt 36 8) (make-random-state t))))
+             (source-file (sb-ext:parse-native-namestring (concatenate 'string stem ".lisp")))
+             (compiled (sb-ext:parse-native-namestring (concatenate 'string stem ".fasl-tmp"))))
+        (unwind-protect
+             (handler-case
+                 (progn
+                   (ensure-directories-exist fasl)
+                   (with-open-file (out source-file :direction :output :if-exists :supersede
+                                                    :external-format :utf-8)
+                     (write-string source out))
+                   (call-quietly (lambda ()
+                                   (compile-file source-file :output-file compiled :external-format :utf-8)))
+                   (rename-file compiled fasl)
+                   t)
+               (error () nil))
+          (ignore-errors (delete-file source-file))
+          (ignore-errors (when (probe-file compiled) (delete-file compiled))))))))
+
+(defun ensure-helper (digest source)
+  "Makes the helper whose text has DIGEST current in this image. Returns :CURRENT when it already
+was, :CACHED when its compiled file was loaded, :NEED-SOURCE when SOURCE (nil) is needed to go on,
+:COMPILED when SOURCE was compiled into the cache and loaded, or :SOURCE when it was loaded as
+source because the cache cannot be written."
+  (sb-thread:with-mutex (*load-lock*)
+    (cond ((equal *version* digest) :current)
+          ((load-cached-helper digest) :cached)
+          ((null source) :need-source)
+          ((and (compile-helper-into-cache digest source) (load-cached-helper digest)) :compiled)
+          (t (call-quietly (lambda () (load (make-string-input-stream source))))
+             (setf *version* digest)
+             :source))))

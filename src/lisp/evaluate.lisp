@@ -1,0 +1,119 @@
+;;;; The evaluate-lisp tool: reads and evaluates the user's code form by form in the client's own
+;;;; REPL session, capturing output, warnings and errors.
+;;;;
+;;;; Loaded after helper.lisp, under the same rules.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *max-warnings* 200)
+
+(defun print-value (value limit)
+  "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
+printing is reported in place of the value rather than failing the call."
+  (let ((stream (make-capture limit :bounded nil)))
+    (handler-case
+        (let ((*print-length* 100)
+              (*print-level* 10)
+              (*print-circle* t)
+              (*print-pretty* t)
+              (*print-readably* nil))
+          (prin1 value stream))
+      (error (e)
+        (return-from print-value
+          (list (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e)) 0))))
+    (capture-report stream)))
+
+(defun read-and-evaluate (code on-form)
+  "Reads CODE one form at a time, evaluating each before reading the next, so that a form may
+change *PACKAGE* or define the reader macros the next one uses. Returns the last form's values."
+  (let ((eof '#:eof)
+        (values '())
+        (forms-done 0))
+    (with-input-from-string (in code)
+      (loop
+        (let* ((start (or (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\Page)))
+                                           code :start (file-position in))
+                          (length code)))
+               (form (handler-case (read in nil eof)
+                       ((or reader-error end-of-file) (cause)
+                         (error 'unreadable-code :cause cause :code code :position start
+                                                 :forms-done forms-done)))))
+          (when (eq form eof)
+            (return))
+          (setf - form)
+          (setf values (multiple-value-list (eval form)))
+          (incf forms-done)
+          (funcall on-form form values))))
+    values))
+
+(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning)
+  "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
+form's values. Returns the outcome, the package in force at the end, and the failed condition."
+  (let ((final-package start-package))
+    (multiple-value-bind (outcome failed-condition)
+        (with-tool-streams (stdout stderr)
+          (let ((*package* start-package))
+            (progv *history-variables* (session-history session)
+              (unwind-protect
+                   (call-trapping-debugger
+                    (lambda ()
+                      (handler-bind ((warning record-warning))
+                        (mapcar (lambda (value) (print-value value max-output))
+                                (read-and-evaluate code #'record-history)))))
+                (setf final-package *package*)
+                (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
+      (values outcome final-package failed-condition))))
+
+(defun evaluate (code &key package session token (max-output 65536))
+  "Evaluates CODE for the evaluate-lisp tool. Returns a plist: :VALUES, a list of (text dropped);
+:STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
+session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
+:BACKTRACE)."
+  (let* ((*max-output* max-output)
+         (session (find-session session))
+         (stdout (make-capture max-output))
+         (stderr (make-capture max-output))
+         (warnings '())
+         (warning-count 0))
+    (flet ((record-warning (warning)
+             (when (muffled-by-sbcl-p warning)
+               (return-from record-warning))
+             (incf warning-count)
+             (when (<= warning-count *max-warnings*)
+               (push (cons warning (format nil "~A: ~A" (warning-category warning)
+                                           (condition-message warning)))
+                     warnings))
+             (let ((muffle (find-restart 'muffle-warning warning)))
+               (when muffle (invoke-restart muffle)))))
+      (multiple-value-bind (start-package note) (resolve-package package session)
+        (multiple-value-bind (outcome final-package failed-condition)
+            (if start-package
+                (call-registered token
+                                 (lambda (evaluation)
+                                   (declare (ignore evaluation))
+                                   (evaluate-in-session code session start-package max-output
+                                                        stdout stderr #'record-warning)))
+                (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
+                      :message (format nil "The package ~S does not exist." package)
+                      :backtrace nil))
+          (when (and final-package (not (eq final-package start-package)))
+            (setf (session-package-name session) (package-name final-package)))
+          (let ((succeeded (eq (first outcome) :ok)))
+            (list :values (if succeeded (second outcome) nil)
+                  :error (if succeeded nil outcome)
+                  :stdout (capture-report stdout)
+                  :stderr (capture-report stderr)
+                  :warnings (loop for (warning . text) in (reverse warnings)
+                                  unless (redundant-warning-p warning failed-condition)
+                                    collect text)
+                  :warnings-dropped (max 0 (- warning-count *max-warnings*))
+                  :package (session-package-name session)
+                  :notes (if note (list note) nil))))))))
+
+(defun redundant-warning-p (warning failure)
+  "True for the compiler's \"undefined function: F\" style-warning when the call then failed
+because F is undefined: the error already says so."
+  (and (typep failure 'undefined-function)
+       (typep warning 'style-warning)
+       (typep warning 'simple-condition)
+       (member (cell-error-name failure) (simple-condition-format-arguments warning) :test #'equal)))

@@ -1,0 +1,68 @@
+//! The helper is compiled once into the cache directory of the machine the image runs on and
+//! loaded from there by later images; where that directory cannot be written it is loaded as
+//! source. One test, in a binary of its own: it sets the cache directory in the environment the
+//! images inherit.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use swank_mcp::tools::Toolbox;
+
+async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
+    let call = toolbox.call("evaluate-lisp", Some(json!({ "code": code })), CancellationToken::new());
+    let output = tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists");
+    assert!(!output.is_error, "{code}: {}", output.text);
+    output.text
+}
+
+/// Where the image's helper functions were compiled from: a file for a compiled helper, `NIL` for
+/// source loaded from a string.
+const HELPER_ORIGIN: &str = "(let ((source (sb-introspect:find-definition-source #'mcp-agent-helper:evaluate))) \
+     (and (sb-introspect:definition-source-pathname source) \
+          (namestring (make-pathname :name nil :type nil :defaults (sb-introspect:definition-source-pathname source)))))";
+
+#[tokio::test]
+async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
+    let cache = tempfile::tempdir().unwrap();
+    let directory = cache.path().join("helpers");
+    std::env::set_var("SWANK_MCP_CACHE_DIR", &directory);
+
+    let first = common::private_image().await;
+    let toolbox = common::toolbox(first.port);
+    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    let compiled: Vec<_> = std::fs::read_dir(&directory).expect("the cache directory was made").map(|e| e.unwrap().path()).collect();
+    assert_eq!(compiled.len(), 1, "one compiled helper and no temporary files: {compiled:?}");
+    let fasl = &compiled[0];
+    assert!(fasl.file_name().unwrap().to_string_lossy().ends_with(".fasl"), "{fasl:?}");
+    let written = std::fs::metadata(fasl).unwrap().modified().unwrap();
+    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
+    drop(first);
+
+    // A new image of the same machine loads that file and compiles nothing.
+    let second = common::private_image().await;
+    let toolbox = common::toolbox(second.port);
+    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
+    assert_eq!(std::fs::metadata(fasl).unwrap().modified().unwrap(), written, "the cached file was not written again");
+    drop(second);
+
+    // A file cut short (a disk that filled up) is replaced rather than failing the load.
+    std::fs::write(fasl, b"not a fasl").unwrap();
+    let third = common::private_image().await;
+    let toolbox = common::toolbox(third.port);
+    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert!(std::fs::metadata(fasl).unwrap().len() > 100_000, "compiled again");
+    drop(third);
+
+    // Where the cache cannot be written, the source is loaded as it is.
+    std::env::set_var("SWANK_MCP_CACHE_DIR", "/proc/swank-mcp-cannot-write-here");
+    let fourth = common::private_image().await;
+    let toolbox = common::toolbox(fourth.port);
+    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, "=> NIL");
+}
