@@ -5,6 +5,8 @@
 //!   see the same machine state; p50 and p99 of each and their ratio.
 //! - A 4 MB print through `evaluate-lisp` (just under the bound where the image stops runaway
 //!   output): wall time, bytes of the response, and the server's peak resident memory (VmHWM).
+//! - The first `evaluate-lisp` on a freshly started image: with the helper in the image's cache,
+//!   compiling it into the cache, and loading it as source where there is no writable cache.
 //! - The first comparison again from a Python client (`benches/overhead_client.py`: `os.write` and
 //!   `os.read` on the server's pipes against `socket.sendall` and `recv` on raw swank).
 //!
@@ -190,11 +192,37 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The first `evaluate-lisp` on a freshly started image, through the binary: connecting, loading
+/// the helper (from `cache`, when the image finds it there) and the evaluation. The image is told
+/// its helper cache through the environment it inherits.
+fn first_call(runtime: &tokio::runtime::Runtime, loader: &std::path::Path, cache: &std::path::Path) -> Duration {
+    std::env::set_var("SWANK_MCP_CACHE_DIR", cache);
+    let image = runtime.block_on(swank_mcp::image::launch::launch(loader, "127.0.0.1", 0)).expect("launch sbcl");
+    let mut mcp = McpProcess::start(image.port);
+    let started = Instant::now();
+    let (reply, _) = mcp.evaluate("(+ 1 2)");
+    let elapsed = started.elapsed();
+    assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
+    drop(mcp.stdin);
+    let _ = mcp.child.wait();
+    elapsed
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a bare number sets the iteration count.
     let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let loader = swank_mcp::image::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
+
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let uncached = first_call(&runtime, &loader, cache.path());
+    let cached = first_call(&runtime, &loader, cache.path());
+    let source = first_call(&runtime, &loader, std::path::Path::new("/proc/swank-mcp-cannot-write-here"));
+    println!("first call on a fresh image: {:.0} ms with the helper in its cache, {:.0} ms compiling it into the cache, \
+              {:.0} ms loading it as source (no writable cache)",
+        cached.as_secs_f64() * 1e3, uncached.as_secs_f64() * 1e3, source.as_secs_f64() * 1e3);
+    std::env::remove_var("SWANK_MCP_CACHE_DIR");
+
     let image = runtime.block_on(swank_mcp::image::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl");
     let port = image.port;
 
