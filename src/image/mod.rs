@@ -32,22 +32,33 @@ const EXIT_WINDOW: Duration = Duration::from_secs(1);
 /// status`, which has no time limit of its own; a first helper load on a slow machine fits.
 const STANDALONE_LIMIT: Duration = Duration::from_secs(30);
 
+/// How --launch starts a private SBCL image when nothing answers at the endpoint.
 #[derive(Debug, Clone)]
 pub struct LaunchSettings {
+    /// The `swank-loader.lisp` to load; `None` takes the first of
+    /// [`launch::swank_loader_candidates`] that exists.
     pub swank_loader: Option<PathBuf>,
 }
 
+/// One image to work in, as configured on the command line.
 #[derive(Debug, Clone)]
 pub struct ImageSettings {
+    /// What the tools' `image` argument calls it; also the start of its session's name.
     pub name: String,
+    /// Where its swank or slynk server listens, and where --launch starts one.
     pub endpoint: Endpoint,
+    /// How each connection to it is opened.
     pub connect: ConnectOptions,
     /// Start a private image when nothing answers at the endpoint.
     pub launch: Option<LaunchSettings>,
 }
 
+/// Why an image could not be made ready for calls: connecting to it, starting it (--launch) or
+/// loading the helper into it failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ImageError {
+    /// Nothing answered at the endpoint (the connection was refused or not accepted in time) and
+    /// --launch is off.
     #[error(
         "No Lisp image is answering at {endpoint} ({detail}).\n\
          To attach to your running image, open a swank port in it, for example from the SLIME REPL:\n  \
@@ -57,13 +68,29 @@ pub enum ImageError {
          private SBCL image.",
         port = .endpoint.port
     )]
-    Unreachable { endpoint: Endpoint, detail: String },
+    Unreachable {
+        /// Where the connection was tried.
+        endpoint: Endpoint,
+        /// The system's error, or how long the connection went unaccepted.
+        detail: String,
+    },
+    /// Something answered but the connection failed (the handshake failed, or the server closed
+    /// it), or connecting to the image --launch started failed; carries the [`ConnectError`]'s
+    /// message.
     #[error("{0}")]
     Connect(String),
+    /// --launch could not start an image (no `swank-loader.lisp` found, or SBCL failed to start
+    /// swank); carries why.
     #[error("Could not start a Lisp image: {0}")]
     Launch(String),
+    /// A request that checks or loads the helper failed, or the image answered it unexpectedly.
     #[error("Could not load the swank-mcp helper into the image at {endpoint}: {detail}")]
-    Helper { endpoint: Endpoint, detail: String },
+    Helper {
+        /// Where the connection goes.
+        endpoint: Endpoint,
+        /// What failed.
+        detail: String,
+    },
 }
 
 /// What a connection attempt is doing, for the error of a call whose time limit passes before
@@ -106,8 +133,13 @@ impl Step {
 /// Why a helper call did not produce a value.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
+    /// Connecting to the image, starting it (--launch) or loading the helper failed; nothing was
+    /// evaluated.
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// The request failed in a way the other variants do not cover: swank rejected it or could not
+    /// read it, it was over the protocol's size limit, it was aborted with a debugger report, or
+    /// swank-mcp itself had closed the connection.
     #[error(transparent)]
     Rex(#[from] RexError),
     /// The time limit passed before the image was ready to evaluate anything.
@@ -122,11 +154,19 @@ pub enum CallError {
         /// How to give the call more time.
         advice: &'static str,
     },
+    /// The time limit passed and the evaluation was interrupted, but it did not unwind within the
+    /// grace; or the image did not answer even the interruption, and swank-mcp closed the
+    /// connection.
     #[error(
         "The evaluation was interrupted after {after:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be \
          running (it may be inside foreign code or WITHOUT-INTERRUPTS, or wait for a lock while it unwinds).\n{report}"
     )]
-    Unresponsive { after: Duration, report: String },
+    Unresponsive {
+        /// The call's time limit.
+        after: Duration,
+        /// What the image said about where the thread waits, or why it could not say.
+        report: String,
+    },
     /// The connection ended during the call from the image's side: it exited, most likely.
     #[error(
         "The call lost the connection to the Lisp image at {endpoint}: {detail}. The image exited (for example the code \
@@ -153,6 +193,8 @@ pub enum CallError {
          SB-THREAD:ABORT-THREAD, or an exit of the image still under way. Its output is lost."
     )]
     Unwound,
+    /// The client cancelled the call through [`CallLimits::cancel`]; an evaluation already
+    /// under way was interrupted.
     #[error("The call was cancelled.")]
     Cancelled,
 }
@@ -161,12 +203,18 @@ pub enum CallError {
 /// client's cancellation.
 #[derive(Debug, Clone)]
 pub struct CallLimits {
+    /// The time limit of the whole call, connecting and loading the helper included. When it
+    /// passes the evaluation is interrupted and gets a short grace to unwind.
     pub timeout: Duration,
     /// How to give the call more time, which depends on the tool.
     pub timeout_advice: &'static str,
+    /// Cancelled when the client no longer wants the answer: the evaluation is interrupted and the
+    /// call fails with [`CallError::Cancelled`].
     pub cancel: CancellationToken,
 }
 
+/// One configured Lisp image: its settings, its connection (made on first use and remade after a
+/// loss), the private image --launch started, and this server's REPL session there.
 pub struct Image {
     settings: Arc<ImageSettings>,
     connection: std::sync::Mutex<Slot>,
@@ -203,6 +251,7 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Image {
+    /// Nothing is connected or started until the first call.
     pub fn new(settings: ImageSettings) -> Self {
         // Unique among the servers attached to one image: the pid and the start time tell
         // processes apart, the counter the images of one process (a clock may tick coarsely).
@@ -224,14 +273,18 @@ impl Image {
         }
     }
 
+    /// The name the tools' `image` argument selects it by.
     pub fn name(&self) -> &str {
         &self.settings.name
     }
 
+    /// The configured endpoint; an image --launch starts listens there too.
     pub fn endpoint(&self) -> &Endpoint {
         &self.settings.endpoint
     }
 
+    /// The name of this server's REPL session in the image, which every helper call passes:
+    /// unique among the servers attached to the image.
     pub fn session(&self) -> &str {
         &self.session
     }

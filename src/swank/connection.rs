@@ -32,9 +32,12 @@ use crate::outbox::Outbox;
 /// How long a closing connection keeps trying to write what is still queued.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// Where a swank or slynk server listens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
+    /// A host name or IP address; an IPv6 address goes without brackets (printing adds them).
     pub host: String,
+    /// The TCP port.
     pub port: u16,
 }
 
@@ -48,23 +51,40 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// How [`Connection::connect`] opens a connection.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
+    /// How long the server may take to accept the TCP connection. The handshake after it gets as
+    /// long, but at least 5 seconds.
     pub connect_timeout: Duration,
     /// Sent as the first frame when set: servers with a `~/.slime-secret` or `~/.sly-secret`
     /// drop connections that do not start with it.
     pub secret: Option<String>,
+    /// Which dialect to speak; [`Protocol::Auto`] tells it from the server's answer.
     pub protocol: Protocol,
 }
 
+/// Why [`Connection::connect`] failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConnectError {
+    /// The TCP connection could not be made (refused, or the host could not be resolved or
+    /// reached); carries the endpoint and the system's error.
     #[error("nothing is listening at {0} ({1})")]
     Refused(Endpoint, String),
+    /// The server did not accept the TCP connection within
+    /// [`ConnectOptions::connect_timeout`]; carries the endpoint and that limit.
     #[error("timed out after {1:?} connecting to {0}")]
     Timeout(Endpoint, Duration),
+    /// The server accepted the connection but answered the identification request with an error
+    /// or not as a swank or slynk server, or did not answer in time (as a server with a secret
+    /// file does when the secret is wrong or missing).
     #[error("{endpoint} accepted the connection but did not answer as a swank/slynk server: {reason}")]
-    Handshake { endpoint: Endpoint, reason: String },
+    Handshake {
+        /// Where the server is.
+        endpoint: Endpoint,
+        /// What went wrong, with a hint about secrets when one may be to blame.
+        reason: String,
+    },
     /// The server closed the connection before it answered: it refused this client (a wrong
     /// secret), or its process is on its way out.
     #[error("{endpoint} accepted the connection but closed it before answering as a swank/slynk server: {reason}")]
@@ -89,31 +109,53 @@ pub enum Thread {
 /// say why it was aborted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DebuggerReport {
+    /// The server's id of the thread, as [`Thread::Id`] takes it.
     pub thread: i64,
+    /// The condition's message, as the server printed it.
     pub condition: String,
     /// The `[Condition of type X]` line as the server printed it.
     pub condition_type: String,
+    /// The backtrace's frames as the server printed them, innermost first; only as many as the
+    /// server sends with the report.
     pub frames: Vec<String>,
 }
 
+/// Why a request ([`Connection::rex`]) produced no value.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RexError {
+    /// The server aborted the request: its thread was unwound without a value.
     #[error("request aborted: {}", .debugger.as_ref().map_or(.reason.as_str(), |d| d.condition.as_str()))]
-    Aborted { reason: String, debugger: Option<DebuggerReport> },
+    Aborted {
+        /// The reason the server gave, as it printed it.
+        reason: String,
+        /// What the thread reported when it entered the debugger, when that is why it was
+        /// aborted (this client sends such threads back to their top level at once).
+        debugger: Option<DebuggerReport>,
+    },
+    /// The server rejected the request as an invalid RPC; carries its reason.
     #[error("the server rejected the request: {0}")]
     InvalidRpc(String),
+    /// The server could not read the request (for example it names a symbol that its package
+    /// does not export); carries the reader's message.
     #[error("the server could not read the request: {0}")]
     ReaderError(String),
+    /// The request, of the size in bytes it carries, is over [`MAX_PAYLOAD`]; nothing was sent.
     #[error("request of {0} bytes is over the protocol's limit of {MAX_PAYLOAD} bytes")]
     TooLarge(usize),
+    /// The connection closed before the reply came, or was closed when the request was made.
     #[error("lost the connection to the Lisp image at {endpoint}: {reason}")]
-    ConnectionLost { endpoint: Endpoint, reason: String },
+    ConnectionLost {
+        /// Where the server is.
+        endpoint: Endpoint,
+        /// How the connection ended.
+        reason: String,
+    },
 }
 
 type Reply = Result<Sexp, RexError>;
 
 /// A handle to a live connection. Clones share it; the connection closes when the last handle is
-/// dropped or [`Connection::close`] is called.
+/// dropped or [`Connection::close_because`] is called.
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
@@ -207,24 +249,25 @@ impl Connection {
         Self { shared }
     }
 
+    /// Where the server is.
     pub fn endpoint(&self) -> &Endpoint {
         &self.shared.endpoint
     }
 
+    /// What the server said of itself and its image in the handshake.
     pub fn info(&self) -> &ServerInfo {
         self.shared.info.get().expect("server info is set before the handle is returned")
     }
 
+    /// The dialect spoken: [`ServerInfo::dialect`].
     pub fn dialect(&self) -> Dialect {
         self.info().dialect
     }
 
+    /// Whether the connection has closed, from either side. It stays closed: every request on it
+    /// fails with [`RexError::ConnectionLost`].
     pub fn is_closed(&self) -> bool {
         self.shared.closed.is_cancelled()
-    }
-
-    pub fn close(&self) {
-        self.close_because("closed by swank-mcp".into());
     }
 
     /// Closes the connection; every request still waiting on it fails at once with `reason`.
