@@ -109,7 +109,8 @@ impl McpProcess {
     fn request(&mut self, method: &str, params: Value) -> (Value, usize) {
         let id = self.next_id;
         self.next_id += 1;
-        let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
+        let mut line =
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
         line.push(b'\n');
         self.stdin.write_all(&line).unwrap();
         self.stdin.flush().unwrap();
@@ -146,7 +147,8 @@ impl McpProcess {
         let started = Instant::now();
         for code in codes {
             let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
-                "params": {"name": "evaluate-lisp", "arguments": {"code": code}}})).unwrap();
+                "params": {"name": "evaluate-lisp", "arguments": {"code": code}}}))
+            .unwrap();
             line.push(b'\n');
             self.next_id += 1;
             self.stdin.write_all(&line).unwrap();
@@ -167,7 +169,8 @@ impl McpProcess {
     fn cpu_time(&self) -> Duration {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
         let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
         // SAFETY: sysconf has no preconditions.
         let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
@@ -212,15 +215,20 @@ fn main() {
     // `cargo bench` passes `--bench`; a bare number sets the iteration count.
     let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let loader = swank_mcp::image::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
+    let loader =
+        swank_mcp::image::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
 
     let cache = tempfile::tempdir().expect("a temporary directory");
     let uncached = first_call(&runtime, &loader, cache.path());
     let cached = first_call(&runtime, &loader, cache.path());
     let source = first_call(&runtime, &loader, std::path::Path::new("/proc/swank-mcp-cannot-write-here"));
-    println!("first call on a fresh image: {:.0} ms with the helper in its cache, {:.0} ms compiling it into the cache, \
+    println!(
+        "first call on a fresh image: {:.0} ms with the helper in its cache, {:.0} ms compiling it into the cache, \
               {:.0} ms loading it as source (no writable cache)",
-        cached.as_secs_f64() * 1e3, uncached.as_secs_f64() * 1e3, source.as_secs_f64() * 1e3);
+        cached.as_secs_f64() * 1e3,
+        uncached.as_secs_f64() * 1e3,
+        source.as_secs_f64() * 1e3
+    );
     std::env::remove_var("SWANK_MCP_CACHE_DIR");
 
     let image = runtime.block_on(swank_mcp::image::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl");
@@ -282,10 +290,22 @@ fn main() {
     let (mcp50, mcp99) = (percentile(&mcp_times, 0.5), percentile(&mcp_times, 0.99));
     println!("round trip of (+ 1 2), {iterations} interleaved iterations against one SBCL {port}:");
     println!("  raw swank:eval-and-grab-output   p50 {:8.1} µs   p99 {:8.1} µs", micros(raw50), micros(raw99));
-    println!("  raw mcp-agent-helper:evaluate    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&helper_times, 0.5)), micros(percentile(&helper_times, 0.99)));
-    println!("  evaluate-lisp tool in process    p50 {:8.1} µs   p99 {:8.1} µs", micros(percentile(&tool_times, 0.5)), micros(percentile(&tool_times, 0.99)));
+    println!(
+        "  raw mcp-agent-helper:evaluate    p50 {:8.1} µs   p99 {:8.1} µs",
+        micros(percentile(&helper_times, 0.5)),
+        micros(percentile(&helper_times, 0.99))
+    );
+    println!(
+        "  evaluate-lisp tool in process    p50 {:8.1} µs   p99 {:8.1} µs",
+        micros(percentile(&tool_times, 0.5)),
+        micros(percentile(&tool_times, 0.99))
+    );
     println!("  evaluate-lisp through swank-mcp  p50 {:8.1} µs   p99 {:8.1} µs", micros(mcp50), micros(mcp99));
-    println!("  ratio                            p50 {:8.2}x     p99 {:8.2}x", micros(mcp50) / micros(raw50), micros(mcp99) / micros(raw99));
+    println!(
+        "  ratio                            p50 {:8.2}x     p99 {:8.2}x",
+        micros(mcp50) / micros(raw50),
+        micros(mcp99) / micros(raw99)
+    );
 
     let cpu_before = mcp.cpu_time();
     let started = Instant::now();
@@ -294,34 +314,52 @@ fn main() {
     }
     let elapsed = started.elapsed();
     let cpu = mcp.cpu_time().saturating_sub(cpu_before);
-    println!("throughput: {:.0} sequential calls/s; server CPU {:.1} µs per call",
-        iterations as f64 / elapsed.as_secs_f64(), micros(cpu) / iterations as f64);
+    println!(
+        "throughput: {:.0} sequential calls/s; server CPU {:.1} µs per call",
+        iterations as f64 / elapsed.as_secs_f64(),
+        micros(cpu) / iterations as f64
+    );
 
     let arrivals = mcp.evaluate_concurrently(&["(sleep 0.5)"; 16]);
-    println!("16 concurrent (sleep 0.5): all answered after {:.0} ms", arrivals.iter().max().unwrap().as_secs_f64() * 1e3);
+    println!(
+        "16 concurrent (sleep 0.5): all answered after {:.0} ms",
+        arrivals.iter().max().unwrap().as_secs_f64() * 1e3
+    );
     let idle = {
         let started = Instant::now();
         mcp.evaluate(":quick");
         started.elapsed()
     };
     let arrivals = mcp.evaluate_concurrently(&["(sleep 2)", ":quick"]);
-    println!("a quick call while a 2 s one runs: {:.1} ms (idle: {:.1} ms)",
-        arrivals[1].as_secs_f64() * 1e3, idle.as_secs_f64() * 1e3);
+    println!(
+        "a quick call while a 2 s one runs: {:.1} ms (idle: {:.1} ms)",
+        arrivals[1].as_secs_f64() * 1e3,
+        idle.as_secs_f64() * 1e3
+    );
 
     let rss_before = mcp.peak_rss_kib();
     let started = Instant::now();
     let (reply, bytes) = mcp.evaluate("(dotimes (i 400000) (write-string \"0123456789\"))");
     let elapsed = started.elapsed();
     assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("more characters not shown"));
-    println!("4 MB print: {:.0} ms, response {} bytes, server peak RSS {:.1} MiB (before: {:.1} MiB)",
-        elapsed.as_secs_f64() * 1e3, bytes, mcp.peak_rss_kib() as f64 / 1024.0, rss_before as f64 / 1024.0);
+    println!(
+        "4 MB print: {:.0} ms, response {} bytes, server peak RSS {:.1} MiB (before: {:.1} MiB)",
+        elapsed.as_secs_f64() * 1e3,
+        bytes,
+        mcp.peak_rss_kib() as f64 / 1024.0,
+        rss_before as f64 / 1024.0
+    );
 
     let started = Instant::now();
     let (reply, bytes) = mcp.evaluate("(make-string 5000000 :initial-element #\\x)");
     let elapsed = started.elapsed();
     assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("more characters not shown"));
-    println!("5 MB value:  {:.0} ms, response {} bytes, server peak RSS {:.1} MiB",
-        elapsed.as_secs_f64() * 1e3, bytes, mcp.peak_rss_kib() as f64 / 1024.0);
+    println!(
+        "5 MB value:  {:.0} ms, response {} bytes, server peak RSS {:.1} MiB",
+        elapsed.as_secs_f64() * 1e3,
+        bytes,
+        mcp.peak_rss_kib() as f64 / 1024.0
+    );
     drop(mcp.stdin);
     let _ = mcp.child.wait();
 
@@ -330,7 +368,15 @@ fn main() {
     println!("the same round trips from a Python client (benches/overhead_client.py), {iterations} interleaved:");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/overhead_client.py");
     let python = Command::new("python3")
-        .args([script, "--port", &port.to_string(), "--server", env!("CARGO_BIN_EXE_swank-mcp"), "--calls", &iterations.to_string()])
+        .args([
+            script,
+            "--port",
+            &port.to_string(),
+            "--server",
+            env!("CARGO_BIN_EXE_swank-mcp"),
+            "--calls",
+            &iterations.to_string(),
+        ])
         .status();
     if !python.is_ok_and(|status| status.success()) {
         println!("  (not measured: python3 could not run {script})");

@@ -61,7 +61,8 @@ fn wire(c: &mut Criterion) {
     });
     group.finish();
 
-    let request = Form::call("mcp-agent-helper", "evaluate", [Form::string("(defun f (x) \"doc\" (* x x))\n".repeat(100))]);
+    let request =
+        Form::call("mcp-agent-helper", "evaluate", [Form::string("(defun f (x) \"doc\" (* x x))\n".repeat(100))]);
     let mut group = c.benchmark_group("wire");
     group.throughput(Throughput::Bytes(request.to_wire().len() as u64));
     group.bench_function("print a request", |b| b.iter(|| black_box(&request).to_wire()));

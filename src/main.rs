@@ -12,9 +12,9 @@ use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use swank_mcp::image::{ImageSettings, LaunchSettings};
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
-use swank_mcp::image::{ImageSettings, LaunchSettings};
 use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
 
 /// The most output a section may keep: four sections of this size still fit one swank frame
@@ -138,7 +138,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let duration = match text.parse::<u64>() {
         Ok(seconds) => Duration::from_secs(seconds),
-        Err(_) => humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration such as 30s, 500ms or 2m: {e}"))?,
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|e| format!("{text:?} is not a duration such as 30s, 500ms or 2m: {e}"))?,
     };
     // Past about four months the deadlines built from it overflow.
     if duration.is_zero() || duration > Duration::from_secs(10_000_000) {
@@ -182,7 +183,8 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
             }
         }
     };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read the secret file {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read the secret file {}", path.display()))?;
     tracing::debug!(path = %path.display(), "using a secret file");
     Ok(Some(text.lines().next().unwrap_or_default().to_string()))
 }
@@ -196,7 +198,8 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
     if let Some(twice) = endpoints.iter().enumerate().find(|(i, e)| endpoints[..*i].iter().any(|o| o.name == e.name)) {
         bail!("--connect names the image {:?} twice", twice.1.name);
     }
-    let connect = ConnectOptions { connect_timeout: cli.connect_timeout, secret: read_secret(cli)?, protocol: cli.protocol };
+    let connect =
+        ConnectOptions { connect_timeout: cli.connect_timeout, secret: read_secret(cli)?, protocol: cli.protocol };
     let images = endpoints
         .into_iter()
         .map(|NamedEndpoint { name, endpoint }| {
@@ -238,7 +241,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             serving.await.context("the MCP server failed")?.context("serving MCP on stdio")?;
             // Every response is on stdout before the process ends.
             if let Some(writer) = writer {
-                writer.join().map_err(|_| anyhow::anyhow!("the stdout thread panicked"))?.context("writing to stdout")?;
+                writer
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the stdout thread panicked"))?
+                    .context("writing to stdout")?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -308,7 +314,10 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| "swank_mcp=warn,swank-mcp=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+                .unwrap_or_else(|_| "swank_mcp=warn,swank-mcp=warn".into()),
+        )
         .init();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -336,7 +345,10 @@ mod tests {
     #[test]
     fn connect_takes_name_host_and_port() {
         let named = parse_connect("work=127.0.0.1:4006").unwrap();
-        assert_eq!((named.name.as_str(), named.endpoint.host.as_str(), named.endpoint.port), ("work", "127.0.0.1", 4006));
+        assert_eq!(
+            (named.name.as_str(), named.endpoint.host.as_str(), named.endpoint.port),
+            ("work", "127.0.0.1", 4006)
+        );
         assert_eq!(parse_connect("v6=[::1]:4005").unwrap().endpoint.host, "::1");
         for bad in ["work", "work=host", "=h:1", "a b=h:1", "w=h:port", "w=:4005"] {
             assert!(parse_connect(bad).is_err(), "{bad}");

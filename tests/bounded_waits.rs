@@ -14,17 +14,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use swank_mcp::image::{ImageSettings, LaunchSettings};
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Sexp, Thread};
-use swank_mcp::image::{ImageSettings, LaunchSettings};
-use swank_mcp::tools::{Toolbox, ToolOutput};
+use swank_mcp::tools::{ToolOutput, Toolbox};
 
 /// Seconds a call may run past its time limit while an interrupted evaluation unwinds, or while
 /// connecting and loading the helper; the documented unwind grace.
 const GRACE: u64 = 3;
 
 fn toolbox(images: &[(&str, u16)]) -> Arc<Toolbox> {
-    let settings = images.iter().map(|(name, port)| ImageSettings { name: name.to_string(), ..common::image_settings(*port) }).collect();
+    let settings = images
+        .iter()
+        .map(|(name, port)| ImageSettings { name: name.to_string(), ..common::image_settings(*port) })
+        .collect();
     Arc::new(Toolbox::new(common::settings(), settings, AllowedRoots::new(Vec::new()).unwrap()))
 }
 
@@ -34,7 +37,10 @@ async fn eval(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
 
 /// Runs an evaluation in a task of its own; returns its cancellation and its output with the time
 /// it took.
-fn spawn_eval(toolbox: &Arc<Toolbox>, arguments: Value) -> (CancellationToken, tokio::task::JoinHandle<(ToolOutput, Duration)>) {
+fn spawn_eval(
+    toolbox: &Arc<Toolbox>,
+    arguments: Value,
+) -> (CancellationToken, tokio::task::JoinHandle<(ToolOutput, Duration)>) {
     let (toolbox, cancel) = (toolbox.clone(), CancellationToken::new());
     let token = cancel.clone();
     let call = tokio::spawn(async move {
@@ -56,7 +62,8 @@ async fn read_frame(socket: &mut (impl AsyncReadExt + Unpin)) -> Option<String> 
 
 /// What Debian's swank 2.27 answered to the connection-info request, as recorded, for request `id`.
 fn recorded_connection_info(id: &str) -> String {
-    let transcript = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/transcripts/swank-2.27.jsonl")).unwrap();
+    let transcript =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/transcripts/swank-2.27.jsonl")).unwrap();
     let answer = transcript
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
@@ -114,7 +121,10 @@ async fn a_server_that_stops_answering_after_the_handshake_holds_a_call_no_longe
         "{}",
         output.text
     );
-    assert!(elapsed >= Duration::from_millis(1900 + GRACE * 1000) && elapsed < Duration::from_secs(2 + GRACE + 5), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(1900 + GRACE * 1000) && elapsed < Duration::from_secs(2 + GRACE + 5),
+        "{elapsed:?}"
+    );
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 
     // Two calls wait for the same new attempt, each within its own limits: one ends at its time
@@ -122,7 +132,11 @@ async fn a_server_that_stops_answering_after_the_handshake_holds_a_call_no_longe
     let (cancel, patient) = spawn_eval(&tb, json!({"code": "(+ 1 2)", "image": "stalled", "timeout_ms": 60000}));
     let (_, hasty) = spawn_eval(&tb, json!({"code": "(+ 1 2)", "image": "stalled", "timeout_ms": 1000}));
     let (output, elapsed) = hasty.await.unwrap();
-    assert!(output.text.starts_with("The time limit of 1000 ms (and 3s of grace) passed while loading"), "{}", output.text);
+    assert!(
+        output.text.starts_with("The time limit of 1000 ms (and 3s of grace) passed while loading"),
+        "{}",
+        output.text
+    );
     assert!(elapsed < Duration::from_secs(1 + GRACE + 5), "{elapsed:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!patient.is_finished());
@@ -169,7 +183,11 @@ async fn hold_the_world_lock(connection: &Connection) {
 /// Lets the holder go. A call of functions on constants is evaluated without the compiler, so
 /// this answers while the lock is held.
 async fn release_the_world_lock(connection: &Connection) {
-    let release = Form::call("cl", "set", [Form::call("cl", "find-symbol", [Form::string("*RELEASE*"), Form::string("COMMON-LISP-USER")]), Form::T]);
+    let release = Form::call(
+        "cl",
+        "set",
+        [Form::call("cl", "find-symbol", [Form::string("*RELEASE*"), Form::string("COMMON-LISP-USER")]), Form::T],
+    );
     connection.rex(release, "COMMON-LISP-USER", Thread::New).await.unwrap();
 }
 
@@ -185,7 +203,9 @@ async fn a_world_lock_held_elsewhere_holds_a_call_no_longer_than_its_limit() {
     let output = eval(&tb, json!({"code": "(+ 1 2)", "timeout_ms": 2000})).await;
     assert!(
         output.is_error
-            && output.text.starts_with("The time limit of 2000 ms (and 3s of grace) passed while loading swank-mcp's helper")
+            && output
+                .text
+                .starts_with("The time limit of 2000 ms (and 3s of grace) passed while loading swank-mcp's helper")
             && output.text.contains("world lock"),
         "{}",
         output.text
@@ -216,7 +236,12 @@ async fn a_world_lock_held_elsewhere_holds_a_call_no_longer_than_its_limit() {
     // A new connection meanwhile is ready or says why not, within its limit too.
     let started = Instant::now();
     let output = eval(&common::toolbox(image.port), json!({"code": "(+ 1 2)", "timeout_ms": 2000})).await;
-    assert!(output.text == "=> 3" || output.text.starts_with("The time limit of 2000 ms (and 3s of grace) passed while loading"), "{}", output.text);
+    assert!(
+        output.text == "=> 3"
+            || output.text.starts_with("The time limit of 2000 ms (and 3s of grace) passed while loading"),
+        "{}",
+        output.text
+    );
     assert!(started.elapsed() < Duration::from_secs(2 + GRACE + 5), "{:?}", started.elapsed());
 
     release_the_world_lock(&setup).await;
@@ -238,16 +263,25 @@ async fn a_connection_that_stopped_answering_is_dropped_and_the_next_call_reconn
     // A request still running on the connection when it breaks.
     let (_, pending) = spawn_eval(&tb, json!({"code": "(sleep 20)"}));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let output = eval(&tb, json!({"code": "(sb-thread:terminate-thread (swank::mconn.reader-thread swank::*emacs-connection*))"})).await;
+    let output = eval(
+        &tb,
+        json!({"code": "(sb-thread:terminate-thread (swank::mconn.reader-thread swank::*emacs-connection*))"}),
+    )
+    .await;
     assert!(!output.is_error, "{}", output.text);
 
     // Nothing reads what is sent on the connection any more.
     let started = Instant::now();
     let output = eval(&tb, json!({"code": "(+ 1 1)", "timeout_ms": 500})).await;
-    assert!(output.is_error && output.text.contains("did not unwind") && output.text.contains("swank-mcp closed it"), "{}", output.text);
+    assert!(
+        output.is_error && output.text.contains("did not unwind") && output.text.contains("swank-mcp closed it"),
+        "{}",
+        output.text
+    );
     assert!(started.elapsed() < Duration::from_secs(1 + GRACE + 2), "{:?}", started.elapsed());
     // The pending request fails with it, at once, saying why.
-    let (output, elapsed) = tokio::time::timeout(Duration::from_secs(2), pending).await.expect("the pending call ended").unwrap();
+    let (output, elapsed) =
+        tokio::time::timeout(Duration::from_secs(2), pending).await.expect("the pending call ended").unwrap();
     assert!(output.is_error && output.text.contains("the image stopped answering on it"), "{}", output.text);
     assert!(elapsed < Duration::from_secs(15), "{elapsed:?}");
 
@@ -265,7 +299,10 @@ async fn an_image_that_exits_during_a_call_is_reported_as_gone() {
         let output = eval(&tb, json!({ "code": exit })).await;
         assert!(
             output.is_error
-                && output.text.starts_with(&format!("The call lost the connection to the Lisp image at 127.0.0.1:{}", image.port))
+                && output.text.starts_with(&format!(
+                    "The call lost the connection to the Lisp image at 127.0.0.1:{}",
+                    image.port
+                ))
                 && output.text.contains("The image exited")
                 && output.text.contains("Start the image (or its swank server) again"),
             "{exit}: {}",
@@ -278,13 +315,21 @@ async fn an_image_that_exits_during_a_call_is_reported_as_gone() {
 
 #[tokio::test]
 async fn with_launch_an_image_that_exited_is_started_again() {
-    let settings = ImageSettings { launch: Some(LaunchSettings { swank_loader: None }), ..common::image_settings(common::dead_port()) };
+    let settings = ImageSettings {
+        launch: Some(LaunchSettings { swank_loader: None }),
+        ..common::image_settings(common::dead_port())
+    };
     let tb = Arc::new(Toolbox::new(common::settings(), vec![settings], AllowedRoots::new(Vec::new()).unwrap()));
     let pid = "(sb-posix:getpid)";
     let first = eval(&tb, json!({ "code": pid })).await.text;
     assert!(first.starts_with("=> "), "{first}");
     let output = eval(&tb, json!({"code": "(sb-ext:exit)"})).await;
-    assert!(output.text.contains("The call lost the connection") && output.text.contains("The next call starts a new private SBCL image"), "{}", output.text);
+    assert!(
+        output.text.contains("The call lost the connection")
+            && output.text.contains("The next call starts a new private SBCL image"),
+        "{}",
+        output.text
+    );
     let second = eval(&tb, json!({ "code": pid })).await.text;
     assert!(second.starts_with("=> ") && second != first, "{first} then {second}");
 }
@@ -294,7 +339,11 @@ async fn an_evaluation_unwound_past_the_helper_says_so_and_the_image_carries_on(
     let tb = common::toolbox(common::shared_image_port());
     for code in ["(invoke-restart (find-restart 'abort))", "(sb-thread:abort-thread)"] {
         let output = eval(&tb, json!({ "code": code })).await;
-        assert!(output.is_error && output.text.starts_with("The evaluation ended without a value"), "{code}: {}", output.text);
+        assert!(
+            output.is_error && output.text.starts_with("The evaluation ended without a value"),
+            "{code}: {}",
+            output.text
+        );
         assert_eq!(eval(&tb, json!({"code": "(+ 1 2)"})).await.text, "=> 3");
     }
 }

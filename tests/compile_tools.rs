@@ -67,7 +67,8 @@ async fn compile_form_contract_examples() {
          in form: (DEFUN DOUBLE (X) (* X 2))\n  at: line 1, column 1\n  severity: ERROR\n\nCompiled 1 form, with errors"
     );
     eval(&tb, "(defpackage :compile-test-plain (:use :cl))").await;
-    let output = call(&tb, "compile-form", json!({"code": "(defun double (x) (* x 2))", "package": "COMPILE-TEST-PLAIN"})).await;
+    let output =
+        call(&tb, "compile-form", json!({"code": "(defun double (x) (* x 2))", "package": "COMPILE-TEST-PLAIN"})).await;
     assert!(!output.is_error);
     assert_eq!(output.text, "Compilation successful\nWarnings: 0\nErrors: 0\n\nCompiled 1 form successfully");
 
@@ -93,7 +94,11 @@ async fn compile_form_contract_examples() {
          at: line 1, column 20\n  severity: WARNING\n\nCompiled 1 form successfully"
     );
     let output = compile(&tb, "(defun bad-add (x) (+ x \"string\"))").await;
-    assert!(output.text.contains("WARNING: Constant \"string\" conflicts with its asserted type NUMBER."), "{}", output.text);
+    assert!(
+        output.text.contains("WARNING: Constant \"string\" conflicts with its asserted type NUMBER."),
+        "{}",
+        output.text
+    );
 
     let output = compile(&tb, "(defun incomplete (x)").await;
     assert!(output.is_error);
@@ -134,7 +139,11 @@ async fn compiling_runs_defines_and_interns_nothing() {
     let output = call(&tb, "compile-form", json!({"code": code, "package": "COMPILE-TEST-STATE"})).await;
     assert!(!output.is_error, "{}", output.text);
     // Nothing printed, in the image or in the result: load-time-value was compiled as code, not run.
-    assert!(!output.text.contains("[stdout]") && !output.text.contains("EXECUTED") && !output.text.contains(":LTV"), "{}", output.text);
+    assert!(
+        !output.text.contains("[stdout]") && !output.text.contains("EXECUTED") && !output.text.contains(":LTV"),
+        "{}",
+        output.text
+    );
     assert!(output.text.ends_with("Compiled 8 forms successfully"), "{}", output.text);
     let state = eval(
         &tb,
@@ -164,7 +173,11 @@ async fn compiling_a_defun_does_not_make_its_name_defined() {
     // A function compile-form compiled is still undefined for the next check.
     compile(&tb, "(defun compile-test-phantom () 1)").await;
     let output = compile(&tb, "(defun compile-test-caller () (compile-test-phantom))").await;
-    assert!(output.text.contains("STYLE-WARNING: undefined function: COMMON-LISP-USER::COMPILE-TEST-PHANTOM"), "{}", output.text);
+    assert!(
+        output.text.contains("STYLE-WARNING: undefined function: COMMON-LISP-USER::COMPILE-TEST-PHANTOM"),
+        "{}",
+        output.text
+    );
 }
 
 #[tokio::test]
@@ -241,7 +254,10 @@ async fn macroexpand_form_contract_examples() {
     );
     // SBCL's PUSH binds the item first, so that it is evaluated before the place.
     let output = expand(&tb, json!({"form": "(push item list)", "full": true})).await;
-    assert_eq!(output.text, "Expansion of (PUSH ITEM LIST):\n\n(let* ((#:item item))\n  (setq list (cons #:item list)))");
+    assert_eq!(
+        output.text,
+        "Expansion of (PUSH ITEM LIST):\n\n(let* ((#:item item))\n  (setq list (cons #:item list)))"
+    );
     let output = expand(&tb, json!({"form": "(loop for i from 1 to 10 collect (* i i))"})).await;
     let text = without_gensym_counters(&output.text);
     assert!(
@@ -284,19 +300,29 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
     assert!(expansion.contains("(if (oddp x)"), "{expansion}");
     // A symbol macro is a macro call too.
     eval(&tb, "(define-symbol-macro macroexpand-test-sm (car *macroexpand-test-list*))").await;
-    assert_eq!(expand(&tb, json!({"form": "macroexpand-test-sm"})).await.text, "Expansion of MACROEXPAND-TEST-SM:\n\n(car *macroexpand-test-list*)");
+    assert_eq!(
+        expand(&tb, json!({"form": "macroexpand-test-sm"})).await.text,
+        "Expansion of MACROEXPAND-TEST-SM:\n\n(car *macroexpand-test-list*)"
+    );
 }
 
 #[tokio::test]
 async fn macroexpand_form_reads_in_the_given_package_and_interns_nothing() {
     let tb = common::toolbox(common::shared_image_port());
     eval(&tb, "(defpackage :macroexpand-test-pkg (:use :cl)) (in-package :macroexpand-test-pkg) (defmacro local-twice (x) `(list ,x ,x)) (in-package :cl-user)").await;
-    let output = expand(&tb, json!({"form": "(local-twice (macroexpand-test-fresh-symbol))", "package": "macroexpand-test-pkg"})).await;
+    let output = expand(
+        &tb,
+        json!({"form": "(local-twice (macroexpand-test-fresh-symbol))", "package": "macroexpand-test-pkg"}),
+    )
+    .await;
     assert_eq!(
         output.text,
         "Expansion of (LOCAL-TWICE (MACROEXPAND-TEST-FRESH-SYMBOL)):\n\n(list (macroexpand-test-fresh-symbol) (macroexpand-test-fresh-symbol))"
     );
-    assert_eq!(eval(&tb, "(find-symbol \"MACROEXPAND-TEST-FRESH-SYMBOL\" :macroexpand-test-pkg)").await, "=> NIL\n=> NIL");
+    assert_eq!(
+        eval(&tb, "(find-symbol \"MACROEXPAND-TEST-FRESH-SYMBOL\" :macroexpand-test-pkg)").await,
+        "=> NIL\n=> NIL"
+    );
     let output = expand(&tb, json!({"form": "(when a b) (extra)"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "Error reading form: expected one form, but more follows at line 1, column 12");

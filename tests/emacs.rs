@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const INSTALL_HINT: &str = "these tests need Emacs and SLIME: sudo apt-get install -y emacs-nox slime (or bash .ci/deps)";
+const INSTALL_HINT: &str =
+    "these tests need Emacs and SLIME: sudo apt-get install -y emacs-nox slime (or bash .ci/deps)";
 
 fn elisp_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat")
@@ -43,7 +44,10 @@ fn emacs(dir: &Path, args: &[&str], envs: &[(&str, &str)], limit: Duration) -> O
         if started.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("emacs {args:?} did not finish within {limit:?}:\n{}", String::from_utf8_lossy(&stderr.join().unwrap()));
+            panic!(
+                "emacs {args:?} did not finish within {limit:?}:\n{}",
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -64,7 +68,17 @@ fn the_package_byte_compiles_without_warnings_and_passes_checkdoc() {
     }
     let output = emacs(
         dir.path(),
-        &["-Q", "-L", ".", "--eval", "(setq byte-compile-error-on-warn t)", "-f", "batch-byte-compile", "swank-mcp.el", "swank-mcp-tests.el"],
+        &[
+            "-Q",
+            "-L",
+            ".",
+            "--eval",
+            "(setq byte-compile-error-on-warn t)",
+            "-f",
+            "batch-byte-compile",
+            "swank-mcp.el",
+            "swank-mcp-tests.el",
+        ],
         &[],
         Duration::from_secs(60),
     );

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use swank_mcp::tools::{Toolbox, ToolOutput};
+use swank_mcp::tools::{ToolOutput, Toolbox};
 
 async fn eval(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
     let call = toolbox.call("evaluate-lisp", Some(arguments), CancellationToken::new());
@@ -51,7 +51,10 @@ async fn contract_examples() {
     let first = common::private_image().await;
     let output = eval_code(&common::toolbox(first.port), "(foo 42)").await;
     assert!(output.is_error);
-    assert_eq!(output.text, "[ERROR] UNDEFINED-FUNCTION\nThe function COMMON-LISP-USER::FOO is undefined.\n\n[Backtrace]\n0: (FOO 42)");
+    assert_eq!(
+        output.text,
+        "[ERROR] UNDEFINED-FUNCTION\nThe function COMMON-LISP-USER::FOO is undefined.\n\n[Backtrace]\n0: (FOO 42)"
+    );
     // Defining FOO again in the other image would add SBCL's "redefining FOO" style-warning.
     assert_eq!(eval_code(&common::toolbox(first.port), "(defun foo (x) (* x 2))\n(foo 21)").await.text, "=> 42");
     let image = common::private_image().await;
@@ -122,7 +125,10 @@ async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
     assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\"");
     assert_eq!(eval_code(&tb, "'sym").await.structured_value().unwrap()["package"], "EVAL-TEST-PKG");
     // An explicit package applies to one call only.
-    assert_eq!(eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text, "=> \"COMMON-LISP-USER\"");
+    assert_eq!(
+        eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text,
+        "=> \"COMMON-LISP-USER\""
+    );
     assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\"");
     // Another session (another server attached to the same image) has its own package.
     let other = common::toolbox(common::shared_image_port());
@@ -136,12 +142,19 @@ async fn warnings_sbcl_muffles_are_not_reported() {
     let tb = common::toolbox(common::shared_image_port());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("muffled.lisp");
-    std::fs::write(&path, "(defmacro eval-test-muffled-m (x) x)\n(defun eval-test-muffled-f () (eval-test-muffled-m 1))\n").unwrap();
+    std::fs::write(
+        &path,
+        "(defmacro eval-test-muffled-m (x) x)\n(defun eval-test-muffled-f () (eval-test-muffled-m 1))\n",
+    )
+    .unwrap();
     let text = ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
     assert!(!text.contains("[warnings]") && text.ends_with("=> T"), "{text}");
     // A real redefinition, from somewhere else, is still reported.
     let text = ok(&tb, "(defmacro eval-test-muffled-m (x) (list 'quote x))").await;
-    assert!(text.starts_with("[warnings]\nSTYLE-WARNING: redefining COMMON-LISP-USER::EVAL-TEST-MUFFLED-M in DEFMACRO"), "{text}");
+    assert!(
+        text.starts_with("[warnings]\nSTYLE-WARNING: redefining COMMON-LISP-USER::EVAL-TEST-MUFFLED-M in DEFMACRO"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -197,7 +210,13 @@ async fn bad_arguments_are_tool_errors() {
 #[tokio::test]
 async fn interactive_input_gets_end_of_file_instead_of_hanging() {
     let tb = common::toolbox(common::shared_image_port());
-    for code in ["(read-line)", "(y-or-n-p \"Really?\")", "(read *query-io*)", "(read-char *debug-io*)", "(read-line *terminal-io*)"] {
+    for code in [
+        "(read-line)",
+        "(y-or-n-p \"Really?\")",
+        "(read *query-io*)",
+        "(read-char *debug-io*)",
+        "(read-line *terminal-io*)",
+    ] {
         let started = Instant::now();
         let output = eval_code(&tb, code).await;
         assert!(output.is_error, "{code}: {}", output.text);
@@ -213,7 +232,11 @@ async fn the_debugger_never_keeps_a_thread() {
     let image = common::private_image().await;
     let tb = common::toolbox(image.port);
     let baseline = thread_count(&tb).await;
-    for code in ["(break \"stop here\")", "(invoke-debugger (make-condition 'simple-error :format-control \"direct\"))", "(cerror \"go on\" \"needs a choice\")"] {
+    for code in [
+        "(break \"stop here\")",
+        "(invoke-debugger (make-condition 'simple-error :format-control \"direct\"))",
+        "(cerror \"go on\" \"needs a choice\")",
+    ] {
         let output = eval_code(&tb, code).await;
         assert!(output.is_error, "{code}");
         assert!(output.text.starts_with("[ERROR] "), "{code}: {}", output.text);
@@ -230,7 +253,11 @@ async fn output_before_an_error_is_kept() {
     assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nbottom reached\n\n[Backtrace]\n0: (EVAL-TEST-FAIL 0)\n1: (EVAL-TEST-FAIL 1)\n2: (EVAL-TEST-FAIL 2)"), "{}", output.text);
     assert!(output.text.ends_with("[stdout]\n:BEFORE"), "{}", output.text);
     // Neither the helper's frames nor swank's leak into the backtrace.
-    assert!(!output.text.contains("MCP-AGENT-HELPER") && !output.text.to_uppercase().contains("SWANK"), "{}", output.text);
+    assert!(
+        !output.text.contains("MCP-AGENT-HELPER") && !output.text.to_uppercase().contains("SWANK"),
+        "{}",
+        output.text
+    );
 }
 
 #[tokio::test]
@@ -244,7 +271,11 @@ async fn errors_while_printing_a_value_are_reported_in_place() {
     )
     .await;
     assert!(!output.is_error, "{}", output.text);
-    assert!(output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this>\n=> 2"), "{}", output.text);
+    assert!(
+        output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this>\n=> 2"),
+        "{}",
+        output.text
+    );
 }
 
 #[tokio::test]
@@ -257,7 +288,13 @@ async fn unreadable_code_says_where() {
         "[ERROR] END-OF-FILE\nThe code ends inside a form: the form at line 2, column 3 is not closed.\nThe form before it was evaluated.\n\n[stdout]\n:FIRST"
     );
     let output = eval_code(&tb, "(list 1))").await;
-    assert!(output.text.starts_with("[ERROR] READER-ERROR\nunmatched close parenthesis (reading the form at line 1, column 9)"), "{}", output.text);
+    assert!(
+        output
+            .text
+            .starts_with("[ERROR] READER-ERROR\nunmatched close parenthesis (reading the form at line 1, column 9)"),
+        "{}",
+        output.text
+    );
     let output = eval_code(&tb, "(no-such-package-xyz::f)").await;
     assert!(output.text.contains("NO-SUCH-PACKAGE-XYZ"), "{}", output.text);
 }
@@ -278,7 +315,8 @@ async fn deep_recursion_is_an_error_and_the_image_lives() {
     // SBCL leaves disabled after a non-local exit (without that the second exhaustion is fatal).
     for _ in 0..3 {
         let started = Instant::now();
-        let output = eval(&tb, json!({"code": "(labels ((deep (n) (1+ (deep n)))) (deep 1))", "timeout_ms": 20000})).await;
+        let output =
+            eval(&tb, json!({"code": "(labels ((deep (n) (1+ (deep n)))) (deep 1))", "timeout_ms": 20000})).await;
         assert!(output.text.starts_with("[ERROR] STORAGE-CONDITION"), "{}", output.text);
         assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     }
@@ -295,9 +333,19 @@ async fn unicode_round_trips() {
 #[tokio::test]
 async fn big_output_is_cut_inside_the_image() {
     let tb = common::toolbox(common::shared_image_port());
-    let output = eval_code(&tb, "(progn (dotimes (i 400000) (write-string \"0123456789\")) (make-string 5000000 :initial-element #\\x))").await;
+    let output = eval_code(
+        &tb,
+        "(progn (dotimes (i 400000) (write-string \"0123456789\")) (make-string 5000000 :initial-element #\\x))",
+    )
+    .await;
     assert!(!output.is_error);
-    assert!(output.text.contains("[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"), "{}", &output.text[output.text.len() - 300..]);
+    assert!(
+        output
+            .text
+            .contains("[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"),
+        "{}",
+        &output.text[output.text.len() - 300..]
+    );
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
     let structured = output.structured_value().unwrap();
     assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
@@ -326,7 +374,10 @@ async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
     assert!(output.text.len() < 3 * 65536, "{} characters", output.text.len());
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
     // The image lives, and the same list prints with *PRINT-CIRCLE*.
-    assert_eq!(ok(&tb, "(let ((l (list 1 2))) (setf (cdr (last l)) l) (let ((*print-circle* t)) (prin1-to-string l)))").await, "=> \"#1=(1 2 . #1#)\"");
+    assert_eq!(
+        ok(&tb, "(let ((l (list 1 2))) (setf (cdr (last l)) l) (let ((*print-circle* t)) (prin1-to-string l)))").await,
+        "=> \"#1=(1 2 . #1#)\""
+    );
     drop(image);
 }
 
@@ -336,7 +387,9 @@ async fn a_huge_error_message_is_cut_to_max_output() {
     let output = eval_code(&tb, "(error (make-string 3000000 :initial-element #\\x))").await;
     assert!(output.is_error);
     assert!(
-        output.text.contains("\n[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output)]"),
+        output.text.contains(
+            "\n[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output)]"
+        ),
         "{}",
         &output.text[output.text.len().saturating_sub(1000)..]
     );
@@ -354,10 +407,16 @@ async fn a_timeout_interrupts_the_evaluation_and_keeps_its_output() {
     let tb = common::toolbox(image.port);
     let baseline = thread_count(&tb).await;
     let started = Instant::now();
-    let output = eval(&tb, json!({"code": "(progn (print :started) (finish-output) (sleep 60) :never)", "timeout_ms": 500})).await;
+    let output =
+        eval(&tb, json!({"code": "(progn (print :started) (finish-output) (sleep 60) :never)", "timeout_ms": 500}))
+            .await;
     assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     assert!(output.is_error);
-    assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT\nEvaluation exceeded the time limit of 500 ms"), "{}", output.text);
+    assert!(
+        output.text.starts_with("[ERROR] EVALUATION-TIMEOUT\nEvaluation exceeded the time limit of 500 ms"),
+        "{}",
+        output.text
+    );
     assert!(output.text.contains("(SLEEP 60)"), "the backtrace shows where it was: {}", output.text);
     assert!(output.text.ends_with("[stdout]\n:STARTED"), "{}", output.text);
     assert_eq!(output.structured_value().unwrap()["error"]["kind"], "timeout");
@@ -445,7 +504,11 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
         // The bound; the failures come from the socket closing, a few milliseconds here.
         assert!(killed.elapsed() < Duration::from_secs(1), "took {:?}", killed.elapsed());
         assert!(output.is_error);
-        assert!(output.text.contains(&format!("lost the connection to the Lisp image at 127.0.0.1:{port}")), "{}", output.text);
+        assert!(
+            output.text.contains(&format!("lost the connection to the Lisp image at 127.0.0.1:{port}")),
+            "{}",
+            output.text
+        );
     }
     // Once the port refuses connections (the process may take a moment to die), calls fail fast.
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && killed.elapsed() < Duration::from_secs(5) {

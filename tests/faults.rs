@@ -13,14 +13,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Thread};
-use swank_mcp::tools::{Toolbox, ToolOutput};
+use swank_mcp::tools::{ToolOutput, Toolbox};
 
 async fn eval(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
     toolbox.call("evaluate-lisp", Some(arguments), CancellationToken::new()).await.unwrap()
 }
 
 async fn threads(toolbox: &Arc<Toolbox>) -> i64 {
-    eval(toolbox, json!({"code": "(length (sb-thread:list-all-threads))"})).await.text.trim_start_matches("=> ").parse().unwrap()
+    eval(toolbox, json!({"code": "(length (sb-thread:list-all-threads))"}))
+        .await
+        .text
+        .trim_start_matches("=> ")
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -68,7 +73,8 @@ async fn hostile_lisp_gets_a_clear_error_and_the_image_lives() {
     .await;
     assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT"), "{}", &output.text[..output.text.len().min(300)]);
     // An allocation larger than the heap.
-    let output = eval(&tb, json!({"code": "(length (make-array (expt 10 11) :element-type '(unsigned-byte 64)))"})).await;
+    let output =
+        eval(&tb, json!({"code": "(length (make-array (expt 10 11) :element-type '(unsigned-byte 64)))"})).await;
     assert!(output.is_error && output.text.starts_with("[ERROR] STORAGE-CONDITION"), "{}", output.text);
     // Circular and deeply nested data print within the limits.
     let output = eval(&tb, json!({"code": "(let ((l (list 1))) (setf (cdr l) l) (vector l l))"})).await;
@@ -134,14 +140,19 @@ async fn a_broken_peer_is_a_clear_error() {
     ] {
         let port = peer_sending(bytes).await;
         let started = Instant::now();
-        let error = Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options).await.err().expect("refused");
+        let error =
+            Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options).await.err().expect("refused");
         let message = error.to_string();
         assert!(message.contains(expected) && message.contains(&format!("127.0.0.1:{port}")), "{bytes:?}: {message}");
         assert!(started.elapsed() < Duration::from_secs(8));
     }
     // The client itself refuses to send a frame over the limit.
-    let connection = Connection::connect(Endpoint { host: "127.0.0.1".into(), port: common::shared_image_port() }, &options).await.unwrap();
-    let error = connection.rex(Form::string("x".repeat(0x100_0000)), "COMMON-LISP-USER", Thread::New).await.unwrap_err();
+    let connection =
+        Connection::connect(Endpoint { host: "127.0.0.1".into(), port: common::shared_image_port() }, &options)
+            .await
+            .unwrap();
+    let error =
+        connection.rex(Form::string("x".repeat(0x100_0000)), "COMMON-LISP-USER", Thread::New).await.unwrap_err();
     assert!(error.to_string().contains("over the protocol's limit"), "{error}");
 }
 
@@ -165,7 +176,15 @@ async fn hostile_mcp_input_gets_the_right_answer_and_the_server_carries_on() {
         assert_eq!(client.receive().await["error"]["code"], -32700);
     }
     // Ids of every JSON type: strings and integers are echoed, the rest are invalid requests.
-    for (id, valid) in [(json!(7), true), (json!("seven"), true), (json!(1.5), false), (json!(true), false), (json!([1]), false), (json!({"a": 1}), false), (Value::Null, false)] {
+    for (id, valid) in [
+        (json!(7), true),
+        (json!("seven"), true),
+        (json!(1.5), false),
+        (json!(true), false),
+        (json!([1]), false),
+        (json!({"a": 1}), false),
+        (Value::Null, false),
+    ] {
         client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).await;
         let reply = client.receive().await;
         if valid {
@@ -188,7 +207,8 @@ async fn hostile_mcp_input_gets_the_right_answer_and_the_server_carries_on() {
             let reply = client.call_tool(name, json!({ argument.clone(): wrong })).await;
             assert!(common::is_error(&reply), "{name}.{argument}: {reply}");
             let text = common::text(&reply);
-            let required: Vec<&str> = tool["inputSchema"]["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let required: Vec<&str> =
+                tool["inputSchema"]["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
             assert!(
                 text.contains(&format!("`{argument}`")) || required.iter().any(|r| text.contains(r)),
                 "{name}.{argument}: {text}"

@@ -15,7 +15,10 @@ use swank_mcp::tools::Toolbox;
 
 async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
     let call = toolbox.call("evaluate-lisp", Some(json!({ "code": code })), CancellationToken::new());
-    let output = tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists");
+    let output = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("answers within 60 s")
+        .expect("the tool exists");
     assert!(!output.is_error, "{code}: {}", output.text);
     output.text
 }
@@ -35,7 +38,8 @@ async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
     let first = common::private_image().await;
     let toolbox = common::toolbox(first.port);
     assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
-    let compiled: Vec<_> = std::fs::read_dir(&directory).expect("the cache directory was made").map(|e| e.unwrap().path()).collect();
+    let compiled: Vec<_> =
+        std::fs::read_dir(&directory).expect("the cache directory was made").map(|e| e.unwrap().path()).collect();
     assert_eq!(compiled.len(), 1, "one compiled helper and no temporary files: {compiled:?}");
     let fasl = &compiled[0];
     assert!(fasl.file_name().unwrap().to_string_lossy().ends_with(".fasl"), "{fasl:?}");

@@ -146,7 +146,9 @@ async fn class_info_handles_every_kind_of_class() {
     };
     let text = info("waiting").await;
     assert!(
-        text.contains("Class Precedence List: unknown\n  (not finalized: superclass NOT-DEFINED-YET is not defined yet)"),
+        text.contains(
+            "Class Precedence List: unknown\n  (not finalized: superclass NOT-DEFINED-YET is not defined yet)"
+        ),
         "{text}"
     );
     assert!(text.contains("  A\n    Initarg: :A\n    Reader: WAITING-A\n    Writer: SET-WAITING-A"), "{text}");
@@ -155,7 +157,12 @@ async fn class_info_handles_every_kind_of_class() {
     assert!(text.contains("Direct Subclasses:\n  - WAITING"), "{text}");
     let text = info("point").await;
     assert!(text.contains("Metaclass: STRUCTURE-CLASS"), "{text}");
-    assert!(text.contains("  X\n    Type: FIXNUM\n    Initform: 0\n    Accessor: PT-X\n\n  Y\n    Initform: 0\n    Reader: PT-Y"), "{text}");
+    assert!(
+        text.contains(
+            "  X\n    Type: FIXNUM\n    Initform: 0\n    Accessor: PT-X\n\n  Y\n    Initform: 0\n    Reader: PT-Y"
+        ),
+        "{text}"
+    );
     let text = info("oops").await;
     assert!(text.contains("Class Precedence List:\n  OOPS → ERROR → SERIOUS-CONDITION → CONDITION → T"), "{text}");
     assert!(text.contains("  DETAIL\n    Initarg: :DETAIL\n    Reader: OOPS-DETAIL"), "{text}");
@@ -190,11 +197,22 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
     );
     // The symbol as one would type it: quoted, escaped, qualified.
     for spelling in ["'target", "|TARGET|", "introspect-test::target", "#'Target"] {
-        assert!(describe(spelling).await.starts_with("INTROSPECT-TEST::TARGET (internal in INTROSPECT-TEST)\n\nFunction:"), "{spelling}");
+        assert!(
+            describe(spelling).await.starts_with("INTROSPECT-TEST::TARGET (internal in INTROSPECT-TEST)\n\nFunction:"),
+            "{spelling}"
+        );
     }
-    assert_eq!(describe("twice").await, format!("INTROSPECT-TEST::TWICE (internal in INTROSPECT-TEST)\n\nMacro: (TWICE FORM)\n  Source: {path}:15:1"));
+    assert_eq!(
+        describe("twice").await,
+        format!("INTROSPECT-TEST::TWICE (internal in INTROSPECT-TEST)\n\nMacro: (TWICE FORM)\n  Source: {path}:15:1")
+    );
     let text = describe("introspect-test:shape").await;
-    assert!(text.starts_with("INTROSPECT-TEST:SHAPE (external in INTROSPECT-TEST)\n\nClass: SHAPE, metaclass STANDARD-CLASS"), "{text}");
+    assert!(
+        text.starts_with(
+            "INTROSPECT-TEST:SHAPE (external in INTROSPECT-TEST)\n\nClass: SHAPE, metaclass STANDARD-CLASS"
+        ),
+        "{text}"
+    );
     assert!(text.ends_with(&format!("Source: {path}:19:1")), "{text}");
     // Definitions made by evaluation have no file.
     eval(&tb, "(defun describe-test-repl (a &key (b 2)) \"From the REPL.\" (list a b))").await;
@@ -207,7 +225,10 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
     let text = ok(&tb, "describe-symbol", json!({"symbol": "if"})).await;
     assert!(text.starts_with("COMMON-LISP:IF (external in COMMON-LISP, accessible in COMMON-LISP-USER)\n\nSpecial operator: (IF TEST THEN &OPTIONAL ELSE)"), "{text}");
     let output = call(&tb, "describe-symbol", json!({"symbol": "describe-test-nowhere"})).await;
-    assert_eq!((output.is_error, output.text.as_str()), (true, "Symbol DESCRIBE-TEST-NOWHERE not found in package CL-USER."));
+    assert_eq!(
+        (output.is_error, output.text.as_str()),
+        (true, "Symbol DESCRIBE-TEST-NOWHERE not found in package CL-USER.")
+    );
     eval(&tb, "(intern \"DESCRIBE-TEST-BARE\")").await;
     let text = ok(&tb, "describe-symbol", json!({"symbol": "describe-test-bare"})).await;
     assert_eq!(text, "COMMON-LISP-USER::DESCRIBE-TEST-BARE (internal in COMMON-LISP-USER) names nothing: no function, macro, variable, class or type.");
@@ -231,8 +252,12 @@ async fn find_definition_gives_file_line_and_column() {
         ok(&tb, "find-definition", json!({"symbol": "introspect-test::reads-count"})).await,
         format!("INTROSPECT-TEST::READS-COUNT: 1 definition\n  function  {path}:24:23")
     );
-    let structured = call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured_value().unwrap();
-    assert_eq!(structured["definitions"], json!([{"kind": "function", "file": path, "line": 7, "column": 1, "note": null}]));
+    let structured =
+        call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured_value().unwrap();
+    assert_eq!(
+        structured["definitions"],
+        json!([{"kind": "function", "file": path, "line": 7, "column": 1, "note": null}])
+    );
     eval(&tb, "(defun find-definition-test-repl () 1)").await;
     assert_eq!(
         ok(&tb, "find-definition", json!({"symbol": "find-definition-test-repl"})).await,
@@ -269,10 +294,22 @@ async fn xref_lists_every_kind_of_reference() {
         xref("target", "calls").await,
         format!("Who calls INTROSPECT-TEST::TARGET: 2 functions\n  CALLER-1    {path}:11:1\n  USES-MACRO  {path}:17:1")
     );
-    assert_eq!(xref("caller-1", "callees").await, format!("What INTROSPECT-TEST::CALLER-1 calls: 1 function\n  TARGET  {path}:7:1"));
-    assert_eq!(xref("*count*", "references").await, format!("Who references INTROSPECT-TEST::*COUNT*: 1 function\n  READS-COUNT  {path}:24:23"));
-    assert_eq!(xref("*count*", "binds").await, format!("Who binds INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1"));
-    assert_eq!(xref("*count*", "sets").await, format!("Who sets INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1"));
+    assert_eq!(
+        xref("caller-1", "callees").await,
+        format!("What INTROSPECT-TEST::CALLER-1 calls: 1 function\n  TARGET  {path}:7:1")
+    );
+    assert_eq!(
+        xref("*count*", "references").await,
+        format!("Who references INTROSPECT-TEST::*COUNT*: 1 function\n  READS-COUNT  {path}:24:23")
+    );
+    assert_eq!(
+        xref("*count*", "binds").await,
+        format!("Who binds INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1")
+    );
+    assert_eq!(
+        xref("*count*", "sets").await,
+        format!("Who sets INTROSPECT-TEST::*COUNT*: 1 function\n  CALLER-1  {path}:11:1")
+    );
     assert_eq!(
         xref("twice", "macroexpands").await,
         format!("Who uses the macro INTROSPECT-TEST::TWICE: 1 function\n  USES-MACRO  {path}:17:1")
@@ -287,10 +324,16 @@ async fn xref_lists_every_kind_of_reference() {
     // Calls from code evaluated at the REPL are recorded too.
     eval(&tb, "(defun xref-test-repl-caller () (introspect-test::target 3))").await;
     let text = ok(&tb, "xref", json!({"symbol": "introspect-test::target", "kind": "calls"})).await;
-    assert!(text.ends_with("\n  COMMON-LISP-USER::XREF-TEST-REPL-CALLER  defined at the REPL, no source file"), "{text}");
+    assert!(
+        text.ends_with("\n  COMMON-LISP-USER::XREF-TEST-REPL-CALLER  defined at the REPL, no source file"),
+        "{text}"
+    );
     let output = call(&tb, "xref", json!({"symbol": "target", "kind": "callers", "package": "introspect-test"})).await;
     assert!(output.is_error);
-    assert_eq!(output.text, "Unknown xref kind \"callers\": use calls, callees, references, binds, sets, macroexpands, specializes.");
+    assert_eq!(
+        output.text,
+        "Unknown xref kind \"callers\": use calls, callees, references, binds, sets, macroexpands, specializes."
+    );
     let output = call(&tb, "xref", json!({"symbol": "*count*", "kind": "callees", "package": "introspect-test"})).await;
     assert_eq!(output.text, "*COUNT* is not a function.");
     // Big answers are capped, and the helper's own functions are not listed.
@@ -317,7 +360,11 @@ async fn apropos_search_finds_symbols_and_says_what_they_name() {
     // Exact matches first.
     let (count, rest) = output.text.split_once(' ').unwrap();
     assert!(count.parse::<u64>().unwrap() > 50, "{}", output.text);
-    assert!(rest.starts_with("symbols match \"hash-table\" in any package:\n  COMMON-LISP:HASH-TABLE  "), "{}", output.text);
+    assert!(
+        rest.starts_with("symbols match \"hash-table\" in any package:\n  COMMON-LISP:HASH-TABLE  "),
+        "{}",
+        output.text
+    );
     assert!(output.text.contains("\n  ... and "), "{}", output.text);
     let structured = output.structured_value().unwrap();
     assert_eq!(structured["matches"].as_array().unwrap().len(), 50);

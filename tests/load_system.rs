@@ -44,17 +44,29 @@ async fn loads_alexandria_from_debian() {
     let output = call(&tb, "load-system", json!({"system": "alexandria"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(output.text.starts_with("Loaded system \"alexandria\" in "), "{}", output.text);
-    assert!(output.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")), "{}", output.text);
+    assert!(
+        output.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")),
+        "{}",
+        output.text
+    );
     assert_eq!(eval(&tb, "(alexandria:flatten '((1 (2)) 3))").await, "=> (1 2 3)");
     let structured = output.structured_value().unwrap();
     assert_eq!((structured["loaded"].clone(), structured["was_loaded"].clone()), (json!(true), json!(false)));
     let again = call(&tb, "load-system", json!({"system": "alexandria"})).await;
-    assert!(again.text.starts_with("System \"alexandria\" was already loaded; ASDF reloaded what had changed, in "), "{}", again.text);
+    assert!(
+        again.text.starts_with("System \"alexandria\" was already loaded; ASDF reloaded what had changed, in "),
+        "{}",
+        again.text
+    );
     let forced = call(&tb, "load-system", json!({"system": "alexandria", "force": true})).await;
     assert!(forced.text.starts_with("Recompiled and reloaded system \"alexandria\" in "), "{}", forced.text);
     // Compiling then loading each file redefines what compiling defined; SBCL muffles that, and
     // so does the count (the first load above compiled only when the fasl cache was cold).
-    assert!(forced.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")), "{}", forced.text);
+    assert!(
+        forced.text.lines().nth(1).is_some_and(|counts| counts.starts_with("0 warnings, 0 style-warnings, ")),
+        "{}",
+        forced.text
+    );
     // The image can introspect what it loaded.
     let found = call(&tb, "find-definition", json!({"symbol": "alexandria:flatten"})).await;
     assert!(found.text.contains("/usr/share/common-lisp/source/alexandria/"), "{}", found.text);
@@ -66,7 +78,13 @@ async fn a_missing_system_is_an_error_naming_it() {
     let tb = common::toolbox(common::shared_image_port());
     let output = call(&tb, "load-system", json!({"system": "load-test-no-such-system"})).await;
     assert!(output.is_error);
-    assert!(output.text.starts_with("System \"load-test-no-such-system\" was not found. ASDF looks for load-test-no-such-system.asd"), "{}", output.text);
+    assert!(
+        output.text.starts_with(
+            "System \"load-test-no-such-system\" was not found. ASDF looks for load-test-no-such-system.asd"
+        ),
+        "{}",
+        output.text
+    );
     let output = call(&tb, "load-system", json!({"force": true})).await;
     assert!(output.is_error && output.text.contains("Missing required argument `system`"), "{}", output.text);
 }
@@ -100,16 +118,28 @@ async fn warnings_are_summarised_and_failures_keep_them() {
     assert!(output.is_error, "{}", output.text);
     assert!(output.text.starts_with("[ERROR] "), "{}", output.text);
     assert!(output.text.contains("Loading system \"load-test-broken\" failed after "), "{}", output.text);
-    assert!(output.text.contains("[warnings]\nWARNING: Constant \"two\" conflicts with its asserted type NUMBER."), "{}", output.text);
+    assert!(
+        output.text.contains("[warnings]\nWARNING: Constant \"two\" conflicts with its asserted type NUMBER."),
+        "{}",
+        output.text
+    );
     // ASDF's own frames are no backtrace worth reading.
     assert!(!output.text.contains("[Backtrace]"), "{}", output.text);
     assert_eq!(output.structured_value().unwrap()["loaded"], false);
     // An error in the system's code while it loads keeps the frames that show where.
-    let asd = write_system(dir.path(), "load-test-failing", "(defun load-test-fails () (error \"failing on purpose\"))\n(load-test-fails)\n");
+    let asd = write_system(
+        dir.path(),
+        "load-test-failing",
+        "(defun load-test-fails () (error \"failing on purpose\"))\n(load-test-fails)\n",
+    );
     register(&tb, &asd).await;
     let output = call(&tb, "load-system", json!({"system": "load-test-failing"})).await;
     assert!(output.is_error);
-    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nfailing on purpose\n\n[Backtrace]\n0: (LOAD-TEST-FAILS)\n"), "{}", output.text);
+    assert!(
+        output.text.starts_with("[ERROR] SIMPLE-ERROR\nfailing on purpose\n\n[Backtrace]\n0: (LOAD-TEST-FAILS)\n"),
+        "{}",
+        output.text
+    );
     assert!(!output.text.contains("ASDF/"), "{}", output.text);
 }
 
@@ -143,7 +173,10 @@ async fn long_loads_send_progress_notifications() {
         assert_eq!(update["progress"], json!(i + 1));
     }
     let message = progress[0]["message"].as_str().unwrap();
-    assert!(message.starts_with("Loading load-test-slow (1 s): loading ") && message.contains("load-test-slow"), "{message}");
+    assert!(
+        message.starts_with("Loading load-test-slow (1 s): loading ") && message.contains("load-test-slow"),
+        "{message}"
+    );
     // Without a token there are none: the next message is the answer (McpClient checks).
     let reply = client.call_tool("load-system", json!({"system": "load-test-slow", "force": true})).await;
     assert!(text(&reply).starts_with("Recompiled and reloaded system \"load-test-slow\""), "{reply}");

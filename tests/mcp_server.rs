@@ -10,8 +10,19 @@ use serde_json::{json, Value};
 #[tokio::test]
 async fn initialize_negotiates_the_protocol_version() {
     let mut client = McpClient::for_port(common::dead_port()).await;
-    for (asked, answered) in [("2024-11-05", "2024-11-05"), ("2025-03-26", "2025-03-26"), ("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("1999-01-01", "2025-11-25")] {
-        let reply = client.request("initialize", json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+    for (asked, answered) in [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("1999-01-01", "2025-11-25"),
+    ] {
+        let reply = client
+            .request(
+                "initialize",
+                json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+            )
+            .await;
         let result = &reply["result"];
         assert_eq!(result["protocolVersion"], answered);
         assert_eq!(result["serverInfo"]["name"], "swank-mcp");
@@ -41,7 +52,12 @@ async fn tools_are_listed_with_schemas_and_annotations_without_an_image() {
 #[tokio::test]
 async fn old_protocol_versions_get_no_structured_output() {
     let mut client = McpClient::for_port(common::shared_image_port()).await;
-    client.request("initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+    client
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
     let tools = client.request("tools/list", json!({})).await;
     assert!(tools["result"]["tools"][0].get("outputSchema").is_none());
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
@@ -83,7 +99,11 @@ async fn unusual_spellings_of_a_tool_call_get_the_same_answer() {
     }
     client.send_raw(br#"{"jsonrpc":"2.0","id":106,"method":"tools/call","params":{"arguments":{"code":"1"}}}"#).await;
     assert_eq!(client.receive().await["error"]["code"], -32602);
-    client.send_raw(br#"{"jsonrpc":"2.0","id":107,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":null}}"#).await;
+    client
+        .send_raw(
+            br#"{"jsonrpc":"2.0","id":107,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":null}}"#,
+        )
+        .await;
     let reply = client.receive().await;
     assert_eq!(reply["result"]["isError"], true, "{reply}");
     assert!(text(&reply).contains("Missing required argument `code`"), "{reply}");
@@ -108,7 +128,10 @@ async fn protocol_errors_get_the_right_codes_and_the_server_carries_on() {
     assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), Value::Null));
     assert_eq!(client.request("no/such/method", json!({})).await["error"]["code"], -32601);
     assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32601);
-    assert_eq!(client.request("tools/call", json!({"name": "no-such-tool", "arguments": {}})).await["error"]["code"], -32602);
+    assert_eq!(
+        client.request("tools/call", json!({"name": "no-such-tool", "arguments": {}})).await["error"]["code"],
+        -32602
+    );
     assert_eq!(client.request("tools/call", json!({"arguments": {}})).await["error"]["code"], -32602);
     // Bad argument values are tool errors the model can act on, not protocol errors.
     let reply = client.call_tool("evaluate-lisp", json!({"code": ["not", "a", "string"]})).await;
@@ -198,12 +221,18 @@ async fn cancellation_interrupts_the_call_and_sends_no_response() {
 async fn the_server_exits_when_stdin_closes_and_stdout_carries_only_json() {
     let mut client = McpClient::for_port(common::shared_image_port()).await;
     client.initialize().await;
-    let reply = client.call_tool("evaluate-lisp", json!({"code": "(progn (print :to-stdout) (format *error-output* \"to stderr\") 1)"})).await;
+    let reply = client
+        .call_tool(
+            "evaluate-lisp",
+            json!({"code": "(progn (print :to-stdout) (format *error-output* \"to stderr\") 1)"}),
+        )
+        .await;
     assert!(text(&reply).contains(":TO-STDOUT"));
     client.close_stdin();
     let rest = client.remaining_lines().await;
     assert!(rest.iter().all(|line| serde_json::from_str::<Value>(line).is_ok()), "{rest:?}");
-    let status = tokio::time::timeout(Duration::from_secs(10), client.child.wait()).await.expect("exits within 10 s").unwrap();
+    let status =
+        tokio::time::timeout(Duration::from_secs(10), client.child.wait()).await.expect("exits within 10 s").unwrap();
     assert!(status.success(), "{status}");
 }
 
@@ -212,7 +241,10 @@ async fn stdin_closing_mid_evaluation_interrupts_it_and_exits() {
     let image = common::private_image().await;
     let observer = common::toolbox(image.port);
     let threads = || async {
-        let output = observer.call("evaluate-lisp", Some(json!({"code": "(length (sb-thread:list-all-threads))"})), Default::default()).await.unwrap();
+        let output = observer
+            .call("evaluate-lisp", Some(json!({"code": "(length (sb-thread:list-all-threads))"})), Default::default())
+            .await
+            .unwrap();
         output.text.trim_start_matches("=> ").parse::<i64>().unwrap()
     };
     let baseline = threads().await;
@@ -238,7 +270,10 @@ async fn stdin_closing_mid_evaluation_interrupts_it_and_exits() {
 async fn cli_eval_prints_the_text_and_sets_the_exit_code() {
     let port = common::shared_image_port().to_string();
     let run = |code: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port, "eval", code]).output().unwrap()
+        std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+            .args(["--port", &port, "eval", code])
+            .output()
+            .unwrap()
     };
     let output = run("(floor 17 5)");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "=> 3\n=> 2\n");
@@ -246,7 +281,8 @@ async fn cli_eval_prints_the_text_and_sets_the_exit_code() {
     let output = run("(car 42)");
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("[ERROR] TYPE-ERROR"));
     assert_eq!(output.status.code(), Some(1));
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port, "status"]).output().unwrap();
+    let status =
+        std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port, "status"]).output().unwrap();
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("connected to SBCL") && said.contains("swank"), "{said}");
 }
@@ -295,10 +331,23 @@ async fn image_tools_are_listed_with_honest_annotations() {
     let reply = client.request("tools/list", json!({})).await;
     let tools = reply["result"]["tools"].as_array().unwrap();
     let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name} listed")).clone();
-    for name in ["compile-form", "macroexpand-form", "class-info", "describe-symbol", "apropos-search", "find-definition", "xref", "lisp-status"] {
+    for name in [
+        "compile-form",
+        "macroexpand-form",
+        "class-info",
+        "describe-symbol",
+        "apropos-search",
+        "find-definition",
+        "xref",
+        "lisp-status",
+    ] {
         let annotations = &tool(name)["annotations"];
         assert_eq!(
-            (annotations["readOnlyHint"].clone(), annotations["destructiveHint"].clone(), annotations["idempotentHint"].clone()),
+            (
+                annotations["readOnlyHint"].clone(),
+                annotations["destructiveHint"].clone(),
+                annotations["idempotentHint"].clone()
+            ),
             (json!(true), json!(false), json!(true)),
             "{name}"
         );
@@ -326,7 +375,10 @@ async fn read_only_and_tools_choose_what_is_offered() {
     for hidden in ["evaluate-lisp", "load-system", "edit-lisp-form"] {
         assert!(!offered.iter().any(|n| n == hidden), "{hidden} offered: {offered:?}");
     }
-    assert!(offered.iter().any(|n| n == "describe-symbol") && offered.iter().any(|n| n == "lisp-outline"), "{offered:?}");
+    assert!(
+        offered.iter().any(|n| n == "describe-symbol") && offered.iter().any(|n| n == "lisp-outline"),
+        "{offered:?}"
+    );
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(defvar *read-only-test* 1)"})).await;
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
 
@@ -335,7 +387,10 @@ async fn read_only_and_tools_choose_what_is_offered() {
     assert_eq!(names(&client.request("tools/list", json!({})).await), ["evaluate-lisp", "lisp-status"]);
     assert_eq!(text(&client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await), "=> 3");
 
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--tools", "evaluate-lisp,no-such-tool"]).output().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--tools", "evaluate-lisp,no-such-tool"])
+        .output()
+        .unwrap();
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && said.contains("no-such-tool") && said.contains("lisp-outline"), "{said}");
 }
@@ -368,7 +423,10 @@ async fn requests_before_initialize_are_refused_and_notifications_ignored() {
         )
         .await;
     let initialized = client.receive().await;
-    assert_eq!((initialized["id"].clone(), initialized["result"]["protocolVersion"].clone()), (json!("init"), json!("2025-06-18")));
+    assert_eq!(
+        (initialized["id"].clone(), initialized["result"]["protocolVersion"].clone()),
+        (json!("init"), json!("2025-06-18"))
+    );
     let listed = client.receive().await;
     assert_eq!(listed["id"], "list");
     assert!(!listed["result"]["tools"].as_array().unwrap().is_empty(), "{listed}");
@@ -379,7 +437,11 @@ async fn invalid_messages_get_invalid_request_and_the_server_carries_on() {
     let mut client = McpClient::for_port(common::dead_port()).await;
     client.send_raw(b"{}").await;
     let reply = client.receive().await;
-    assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), Value::Null), "before initialize: {reply}");
+    assert_eq!(
+        (reply["error"]["code"].clone(), reply["id"].clone()),
+        (json!(-32600), Value::Null),
+        "before initialize: {reply}"
+    );
     client.initialize().await;
     let invalid: [(&[u8], Value); 14] = [
         (b"{}", Value::Null),
@@ -450,7 +512,8 @@ fn a_client_that_stops_reading_stalls_the_server_instead_of_growing_it() {
         // Ends by closing stdin, after which the server answers what it has read and exits.
         move || {
             for id in 1..=PINGS {
-                writeln!(stdin, r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#).expect("the server reads its stdin");
+                writeln!(stdin, r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)
+                    .expect("the server reads its stdin");
                 written.store(id, Ordering::Relaxed);
             }
         }
@@ -479,7 +542,11 @@ fn a_client_that_stops_reading_stalls_the_server_instead_of_growing_it() {
         for line in BufReader::new(stdout).lines() {
             let reply: Value = serde_json::from_str(&line.unwrap()).unwrap();
             received += 1;
-            assert_eq!((reply["id"].clone(), reply["result"].clone()), (json!(received), json!({})), "responses in order");
+            assert_eq!(
+                (reply["id"].clone(), reply["result"].clone()),
+                (json!(received), json!({})),
+                "responses in order"
+            );
             if received % 10_000 == 0 {
                 peak = peak.max(rss_kib());
             }
@@ -497,7 +564,10 @@ fn a_client_that_stops_reading_stalls_the_server_instead_of_growing_it() {
     writer.join().unwrap();
     assert!(child.wait().unwrap().success());
     let peak = peak.max(peak_while_reading);
-    eprintln!("peak VmRSS {peak} KiB; the writer stalled after {stalled_at:?} of {PINGS} pings; {:?} in all", started.elapsed());
+    eprintln!(
+        "peak VmRSS {peak} KiB; the writer stalled after {stalled_at:?} of {PINGS} pings; {:?} in all",
+        started.elapsed()
+    );
     assert_eq!(received, PINGS);
     assert!(stalled_at.is_some(), "the server read all {PINGS} pings while no response was read");
     assert!(peak < RSS_LIMIT_KIB, "peak VmRSS {peak} KiB");

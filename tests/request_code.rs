@@ -16,7 +16,10 @@ use swank_mcp::tools::{ToolOutput, Toolbox};
 
 /// Lisp that creates `marker` when it runs.
 fn touch(marker: &Path) -> String {
-    format!("(with-open-file (s {:?} :direction :output :if-exists :supersede) (print :ran s))", marker.display().to_string())
+    format!(
+        "(with-open-file (s {:?} :direction :output :if-exists :supersede) (print :ran s))",
+        marker.display().to_string()
+    )
 }
 
 /// The attempts: a name and code that would create the marker at compile or expansion time.
@@ -84,7 +87,8 @@ async fn under_read_only_no_request_code_runs_and_nothing_stays_defined() {
         let text = common::text(&reply);
         assert!(!marker.exists(), "compile-form ran the code of {name}: {text}");
         assert!(text.starts_with("Compilation"), "{name}: a compilation report, not a failure of the call: {text}");
-        let reply = client.call_tool("macroexpand-form", json!({"form": code, "package": "RC-TEST", "full": true})).await;
+        let reply =
+            client.call_tool("macroexpand-form", json!({"form": code, "package": "RC-TEST", "full": true})).await;
         assert!(!marker.exists(), "macroexpand-form ran the code of {name}: {}", common::text(&reply));
         let reply = client.call_tool("macroexpand-form", json!({"form": code, "package": "RC-TEST"})).await;
         assert!(!marker.exists(), "macroexpand-form (one step) ran the code of {name}: {}", common::text(&reply));
@@ -113,15 +117,30 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
     assert!(output.text.contains("at: line 3, column 5"), "placed at the use: {}", output.text);
     // Fully expanded, the use is an error (nothing to show), and the definitions the user wrote
     // are shown as written when nothing uses them.
-    let output = call(&toolbox, "macroexpand-form", json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (twice 1))", "full": true})).await;
+    let output = call(
+        &toolbox,
+        "macroexpand-form",
+        json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (twice 1))", "full": true}),
+    )
+    .await;
     assert!(output.is_error);
-    assert!(output.text.contains("(TWICE 1) was not expanded: TWICE is a macro that this code itself defines"), "{}", output.text);
-    let output = call(&toolbox, "macroexpand-form", json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (push 1 z))", "full": true})).await;
+    assert!(
+        output.text.contains("(TWICE 1) was not expanded: TWICE is a macro that this code itself defines"),
+        "{}",
+        output.text
+    );
+    let output = call(
+        &toolbox,
+        "macroexpand-form",
+        json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (push 1 z))", "full": true}),
+    )
+    .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(output.text.contains("(macrolet ((twice (y)\n"), "{}", output.text);
     assert!(output.text.contains("(setq z (cons 1 z))"), "{}", output.text);
     // The image's own macros still expand, local macros they write included.
-    let output = call(&toolbox, "macroexpand-form", json!({"form": "(rc-image-macrolet 1 2)", "package": "RC-TEST"})).await;
+    let output =
+        call(&toolbox, "macroexpand-form", json!({"form": "(rc-image-macrolet 1 2)", "package": "RC-TEST"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(output.text.contains("(macrolet ((inner ()\n"), "{}", output.text);
 }

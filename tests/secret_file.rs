@@ -10,21 +10,35 @@ use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Sex
 const SECRET: &str = "correct horse battery staple";
 
 fn options(secret: Option<&str>) -> ConnectOptions {
-    ConnectOptions { connect_timeout: Duration::from_secs(5), secret: secret.map(str::to_string), protocol: Protocol::Auto }
+    ConnectOptions {
+        connect_timeout: Duration::from_secs(5),
+        secret: secret.map(str::to_string),
+        protocol: Protocol::Auto,
+    }
 }
 
 fn swank_mcp(home: &std::path::Path, args: &[&str]) -> (String, bool) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).env("HOME", home).args(args).output().unwrap();
-    (format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)), output.status.success())
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).env("HOME", home).args(args).output().unwrap();
+    (
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),
+        output.status.success(),
+    )
 }
 
 /// Points the image's home directory at `home`: swank reads ~/.slime-secret at every accept, and
 /// SBCL's home directory follows $HOME.
 async fn move_home(endpoint: &Endpoint, home: &std::path::Path) {
     let connection = Connection::connect(endpoint.clone(), &options(None)).await.unwrap();
-    let set_home =
-        Form::call("sb-posix", "setenv", [Form::string("HOME"), Form::string(home.join("").to_str().unwrap()), Form::Integer(1)]);
-    connection.rex(Form::call("cl", "require", [Form::Keyword("sb-posix")]), "COMMON-LISP-USER", Thread::New).await.unwrap();
+    let set_home = Form::call(
+        "sb-posix",
+        "setenv",
+        [Form::string("HOME"), Form::string(home.join("").to_str().unwrap()), Form::Integer(1)],
+    );
+    connection
+        .rex(Form::call("cl", "require", [Form::Keyword("sb-posix")]), "COMMON-LISP-USER", Thread::New)
+        .await
+        .unwrap();
     connection.rex(set_home, "COMMON-LISP-USER", Thread::New).await.unwrap();
 }
 
@@ -36,8 +50,11 @@ async fn the_secret_is_sent_first_and_its_absence_is_explained() {
     std::fs::write(home.path().join(".slime-secret"), format!("{SECRET}\nsecond line is not part of it\n")).unwrap();
     move_home(&endpoint, home.path()).await;
 
-    let with_secret = Connection::connect(endpoint.clone(), &options(Some(SECRET))).await.expect("the right secret is accepted");
-    let reply = with_secret.rex(Form::call("cl", "+", [Form::Integer(1), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New).await;
+    let with_secret =
+        Connection::connect(endpoint.clone(), &options(Some(SECRET))).await.expect("the right secret is accepted");
+    let reply = with_secret
+        .rex(Form::call("cl", "+", [Form::Integer(1), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New)
+        .await;
     assert_eq!(reply.unwrap(), Sexp::Integer(3));
 
     // The binary finds the secret in $HOME by itself, and takes --secret-file.
@@ -47,7 +64,8 @@ async fn the_secret_is_sent_first_and_its_absence_is_explained() {
     let file = home.path().join("other-secret");
     std::fs::write(&file, SECRET).unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
-    let (said, ok) = swank_mcp(elsewhere.path(), &["--port", &port, "--secret-file", file.to_str().unwrap(), "eval", "(+ 3 3)"]);
+    let (said, ok) =
+        swank_mcp(elsewhere.path(), &["--port", &port, "--secret-file", file.to_str().unwrap(), "eval", "(+ 3 3)"]);
     assert!(ok && said == "=> 6\n", "{said}");
 
     // Last, because a connection without the secret leaves swank's accept thread in the debugger

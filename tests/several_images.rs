@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::McpClient;
 use serde_json::json;
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::{Toolbox, ToolOutput};
+use swank_mcp::tools::{ToolOutput, Toolbox};
 
 fn toolbox(images: &[(&str, u16)]) -> Arc<Toolbox> {
     let settings = images
@@ -38,7 +38,10 @@ async fn calls_go_to_the_image_they_name() {
     assert_eq!(eval(&tb, Some("first"), "(boundp '*which*)").await.text, "=> NIL");
     let status = tb.call("lisp-status", Some(json!({"image": "second"})), Default::default()).await.unwrap();
     assert!(
-        status.text.contains(&format!("Images: first at 127.0.0.1:{} (default); second at 127.0.0.1:{} (this one)", a.port, b.port)),
+        status.text.contains(&format!(
+            "Images: first at 127.0.0.1:{} (default); second at 127.0.0.1:{} (this one)",
+            a.port, b.port
+        )),
         "{}",
         status.text
     );
@@ -80,7 +83,10 @@ async fn the_binary_offers_the_images_by_name() {
     let pid_two = common::text(&reply).to_string();
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(sb-posix:getpid)"})).await;
     assert_ne!(common::text(&reply), pid_two, "the default is the first image");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--connect", &first, "--connect", &second, "status"]).output().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--connect", &first, "--connect", &second, "status"])
+        .output()
+        .unwrap();
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("one: connected") && said.contains("two: connected"), "{said}");
 }

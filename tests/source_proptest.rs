@@ -87,7 +87,11 @@ fn form() -> impl Strategy<Value = String> {
                 format!("({body})")
             }),
             prop::collection::vec(inner.clone(), 0..4).prop_map(|items| format!("#({})", items.join(" "))),
-            (prop::sample::select(vec!["'", "`", ",", ",@", "#'", "#.", "#1=", "#2A", "#p", "#S", "#C"]), separator(), inner.clone())
+            (
+                prop::sample::select(vec!["'", "`", ",", ",@", "#'", "#.", "#1=", "#2A", "#p", "#S", "#C"]),
+                separator(),
+                inner.clone()
+            )
                 .prop_map(|(prefix, sep, item)| format!("{prefix}{sep}{item}")),
             (prop::sample::select(vec!["#+sbcl", "#-(or ccl ecl)", "#+(and)"]), separator(), inner)
                 .prop_map(|(condition, sep, item)| format!("{condition}{sep}{item}")),

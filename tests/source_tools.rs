@@ -129,7 +129,12 @@ fn insert_before_goes_above_the_attached_comments_and_insert_after_below() {
     let original = fixture("shapes.lisp");
     let file = project.file("shapes.lisp", &original);
     let text = project.edit_ok(&file, "defmethod", "area (circle)", "insert_before", "(defun helper () 1)");
-    assert!(text.starts_with("Inserted 1 form before `defmethod area (circle)` (lines 30-31) in shapes.lisp, now at line 28."), "{text}");
+    assert!(
+        text.starts_with(
+            "Inserted 1 form before `defmethod area (circle)` (lines 30-31) in shapes.lisp, now at line 28."
+        ),
+        "{text}"
+    );
     let expected = original.replacen(";; Circles are round.", "(defun helper () 1)\n\n;; Circles are round.", 1);
     assert_eq!(project.read("shapes.lisp"), expected);
 
@@ -138,7 +143,8 @@ fn insert_before_goes_above_the_attached_comments_and_insert_after_below() {
 
     project.edit_ok(&file, "defmethod", "draw (circle t)", "insert_after", "(defun c () 3)");
     let expected = project.read("shapes.lisp");
-    assert!(expected.contains("(radius shape))) ; the #\\( in a string\n\n(defun c () 3)\n\n(defmethod draw ((shape rectangle)"));
+    assert!(expected
+        .contains("(radius shape))) ; the #\\( in a string\n\n(defun c () 3)\n\n(defmethod draw ((shape rectangle)"));
 }
 
 #[test]
@@ -192,7 +198,11 @@ fn forms_behind_reader_conditionals_keep_their_conditional() {
     }));
     assert!(!output.is_error, "{}", output.text);
     assert!(output.text.starts_with("Replaced `#+sbcl defun gc-shapes` (lines 67-69)"), "{}", output.text);
-    let expected = original.replacen("#+sbcl\n(defun gc-shapes ()\n  (sb-ext:gc :full t))", "#+sbcl\n(defun gc-shapes () (sb-ext:gc))", 1);
+    let expected = original.replacen(
+        "#+sbcl\n(defun gc-shapes ()\n  (sb-ext:gc :full t))",
+        "#+sbcl\n(defun gc-shapes () (sb-ext:gc))",
+        1,
+    );
     assert_eq!(project.read("shapes.lisp"), expected);
 
     let error = project.edit_err(
@@ -207,7 +217,9 @@ fn forms_behind_reader_conditionals_keep_their_conditional() {
                                      "operation": "replace", "content": "(defun platform () :x)", "index": 1}));
     let text = output.text;
     assert!(text.starts_with("Replaced `#+(and sbcl (not win32)) defun platform`"), "{text}");
-    assert!(project.read("reader.lisp").contains("#+(and sbcl (not win32))\n;; A comment between the conditional and its form.\n(defun platform () :x)\n"));
+    assert!(project.read("reader.lisp").contains(
+        "#+(and sbcl (not win32))\n;; A comment between the conditional and its form.\n(defun platform () :x)\n"
+    ));
 }
 
 #[test]
@@ -288,7 +300,9 @@ fn ambiguous_matches_are_listed_and_index_picks_one() {
     with_index["index"] = json!(1);
     let output = project.edit(with_index);
     assert!(!output.is_error, "{}", output.text);
-    assert!(project.read("shapes.lisp").contains("(defmethod draw ((shape circle) s) s) ; the #\\( in a string\n\n(defmethod draw ((shape rectangle)"));
+    assert!(project.read("shapes.lisp").contains(
+        "(defmethod draw ((shape circle) s) s) ; the #\\( in a string\n\n(defmethod draw ((shape rectangle)"
+    ));
 }
 
 #[test]
@@ -307,7 +321,12 @@ fn misses_come_with_hints() {
     assert!(error.contains("Similar names:\n  lines 59-65: defun scale\n"), "{error}");
 
     let error = attempt("defun", "area");
-    assert!(error.contains("Same name, other operator:\n  lines 23-24: defgeneric area\n  lines 30-31: defmethod area (circle)\n"), "{error}");
+    assert!(
+        error.contains(
+            "Same name, other operator:\n  lines 23-24: defgeneric area\n  lines 30-31: defmethod area (circle)\n"
+        ),
+        "{error}"
+    );
 
     let error = attempt("defmethod", "area (square)");
     assert!(error.contains("These methods have that name"), "{error}");
@@ -335,7 +354,10 @@ fn bad_content_leaves_the_file_alone() {
     assert!(error.contains("end of file inside a string"), "{error}");
     assert!(error.contains("opened at line 2, column 3"), "{error}");
     let error = attempt("(defun scale (x)\n  (* x 2)");
-    assert!(error.contains("missing `)` at line 2, column 10; it was opened at line 1, column 1: `(defun scale (x)`"), "{error}");
+    assert!(
+        error.contains("missing `)` at line 2, column 10; it was opened at line 1, column 1: `(defun scale (x)`"),
+        "{error}"
+    );
     let error = attempt("  ; only a comment\n");
     assert!(error.contains("holds no form"), "{error}");
 }
@@ -349,7 +371,10 @@ fn content_that_would_run_into_its_neighbours_is_refused() {
         json!({"file_path": file, "form_type": "defun", "form_name": "f", "operation": "replace",
                "content": "(defun f () 1) ; the comment would swallow g"}),
     );
-    assert!(error.starts_with("The edit would not read back as the intended forms (1 top-level forms instead of 2)"), "{error}");
+    assert!(
+        error.starts_with("The edit would not read back as the intended forms (1 top-level forms instead of 2)"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -407,9 +432,7 @@ fn files_outside_the_roots_are_refused() {
     let project = Project::new();
     let outside = project.dir.path().join("outside/secret.lisp");
     fs::write(&outside, "(defun secret () 1)\n").expect("write");
-    let request = |path: &Path| {
-        json!({"file_path": path, "form_type": "defun", "form_name": "secret", "operation": "replace", "content": "(x)"})
-    };
+    let request = |path: &Path| json!({"file_path": path, "form_type": "defun", "form_name": "secret", "operation": "replace", "content": "(x)"});
     for path in [outside.clone(), project.path("../outside/secret.lisp")] {
         let output = project.edit(request(&path));
         assert!(output.is_error);
@@ -482,7 +505,8 @@ fn a_file_changed_between_read_and_write_is_not_overwritten() {
 fn bad_arguments_are_explained() {
     let project = Project::new();
     let file = project.file("a.lisp", "(defun f () 1)\n");
-    let base = json!({"file_path": file, "form_type": "defun", "form_name": "f", "operation": "replace", "content": "(x)"});
+    let base =
+        json!({"file_path": file, "form_type": "defun", "form_name": "f", "operation": "replace", "content": "(x)"});
     let with = |key: &str, value: Value| {
         let mut request = base.clone();
         request[key] = value;
@@ -523,7 +547,11 @@ fn check_parens_reports_the_problem_and_its_opener() {
     assert_eq!(structured["problem"]["opener"], json!({"line": 1, "column": 1, "text": "(defun f (x)"}));
 
     let output = check(json!({"code": "(a))"}));
-    assert!(output.text.starts_with("Not balanced: The code: unmatched close parenthesis at line 1, column 4."), "{}", output.text);
+    assert!(
+        output.text.starts_with("Not balanced: The code: unmatched close parenthesis at line 1, column 4."),
+        "{}",
+        output.text
+    );
 
     let file = project.file("reader.lisp", fixture("reader.lisp"));
     let output = check(json!({"file_path": file}));
@@ -570,13 +598,13 @@ fn definitions_describe_the_tools_honestly() {
     assert_eq!(edit.name, "edit-lisp-form");
     assert!(edit.description.contains("Prefer this over rewriting whole files"));
     assert!(edit.annotations.destructive && !edit.annotations.read_only && !edit.annotations.open_world);
-    assert_eq!(
-        edit.input_schema["required"],
-        json!(["file_path", "form_type", "form_name", "operation", "content"])
-    );
+    assert_eq!(edit.input_schema["required"], json!(["file_path", "form_type", "form_name", "operation", "content"]));
     assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
     assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
-    assert!(edit.input_schema["properties"]["file_path"]["description"].as_str().unwrap_or_default().contains("relative to"));
+    assert!(edit.input_schema["properties"]["file_path"]["description"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("relative to"));
 
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);

@@ -33,10 +33,13 @@ async fn identifies_the_server() {
 #[tokio::test]
 async fn evaluates_and_reads_the_reply() {
     let connection = connect(common::shared_image_port()).await;
-    let reply = connection.rex(Form::call("cl", "+", [Form::Integer(1), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New).await;
+    let reply = connection
+        .rex(Form::call("cl", "+", [Form::Integer(1), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New)
+        .await;
     assert_eq!(reply.unwrap(), Sexp::Integer(3));
     let text = "λ \"quoted\" \\ back\nslash 🎉";
-    let reply = connection.rex(Form::call("cl", "identity", [Form::string(text)]), "COMMON-LISP-USER", Thread::New).await;
+    let reply =
+        connection.rex(Form::call("cl", "identity", [Form::string(text)]), "COMMON-LISP-USER", Thread::New).await;
     assert_eq!(reply.unwrap(), Sexp::String(text.into()));
 }
 
@@ -51,7 +54,10 @@ async fn requests_run_concurrently_and_replies_find_their_callers() {
             let form = Form::call(
                 "cl",
                 "progn",
-                [Form::call("cl", "sleep", [Form::call("cl", "/", [Form::Integer(8 - i), Form::Integer(16)])]), Form::Integer(i)],
+                [
+                    Form::call("cl", "sleep", [Form::call("cl", "/", [Form::Integer(8 - i), Form::Integer(16)])]),
+                    Form::Integer(i),
+                ],
             );
             connection.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap()
         }
@@ -88,9 +94,14 @@ async fn a_thread_in_the_debugger_is_unwound_and_its_request_reports_why() {
 async fn a_request_the_server_cannot_read_fails_alone() {
     let connection = connect(common::shared_image_port()).await;
     let reply = connection.rex(Form::call("swank", "no-such-function-here", []), "COMMON-LISP-USER", Thread::New).await;
-    assert!(matches!(&reply, Err(RexError::ReaderError(message)) if message.contains("NO-SUCH-FUNCTION-HERE")), "{reply:?}");
+    assert!(
+        matches!(&reply, Err(RexError::ReaderError(message)) if message.contains("NO-SUCH-FUNCTION-HERE")),
+        "{reply:?}"
+    );
     // The connection is still good.
-    let reply = connection.rex(Form::call("cl", "+", [Form::Integer(2), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New).await;
+    let reply = connection
+        .rex(Form::call("cl", "+", [Form::Integer(2), Form::Integer(2)]), "COMMON-LISP-USER", Thread::New)
+        .await;
     assert_eq!(reply.unwrap(), Sexp::Integer(4));
 }
 
@@ -101,7 +112,9 @@ async fn pending_requests_fail_at_once_when_the_image_dies() {
     let connection = connect(port).await;
     let pending = {
         let connection = connection.clone();
-        tokio::spawn(async move { connection.rex(Form::call("cl", "sleep", [Form::Integer(30)]), "COMMON-LISP-USER", Thread::New).await })
+        tokio::spawn(async move {
+            connection.rex(Form::call("cl", "sleep", [Form::Integer(30)]), "COMMON-LISP-USER", Thread::New).await
+        })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = Instant::now();
@@ -130,7 +143,11 @@ const IMAGE_STATE: &str = "(cl:list cl:*package* cl:*readtable* cl:*print-case* 
      (cl:length cl:*features*) (cl:length (cl:list-all-packages)))";
 
 async fn image_state(connection: &Connection) -> String {
-    let form = Form::call("cl", "prin1-to-string", [Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(IMAGE_STATE)])])]);
+    let form = Form::call(
+        "cl",
+        "prin1-to-string",
+        [Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(IMAGE_STATE)])])],
+    );
     connection.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap().as_str().unwrap().to_string()
 }
 
@@ -158,25 +175,50 @@ async fn the_helper_is_loaded_once_and_reloaded_when_its_version_differs() {
     let version = || {
         let connection = connection.clone();
         async move {
-            let form = Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])]);
+            let form = Form::call(
+                "cl",
+                "symbol-value",
+                [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])],
+            );
             connection.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap()
         }
     };
     let eval = |port| async move {
-        common::toolbox(port).call("evaluate-lisp", Some(serde_json::json!({"code": "(+ 20 22)"})), Default::default()).await.unwrap().text
+        common::toolbox(port)
+            .call("evaluate-lisp", Some(serde_json::json!({"code": "(+ 20 22)"})), Default::default())
+            .await
+            .unwrap()
+            .text
     };
     assert_eq!(eval(image.port).await, "=> 42");
     let loaded = version().await;
     assert!(matches!(&loaded, Sexp::String(v) if v.len() == 16), "{loaded}");
     // A new connection with the same revision does not reload: a DEFPARAMETER of the helper keeps
     // the value set after loading.
-    let max_frames = || Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*MAX-FRAMES*"), Form::string("MCP-AGENT-HELPER")])]);
+    let max_frames = || {
+        Form::call(
+            "cl",
+            "symbol-value",
+            [Form::call("cl", "find-symbol", [Form::string("*MAX-FRAMES*"), Form::string("MCP-AGENT-HELPER")])],
+        )
+    };
     let set_max_frames = Form::call("cl", "setf", [max_frames(), Form::Integer(99)]);
     connection.rex(set_max_frames, "COMMON-LISP-USER", Thread::New).await.unwrap();
     assert_eq!(eval(image.port).await, "=> 42");
     assert_eq!(connection.rex(max_frames(), "COMMON-LISP-USER", Thread::New).await.unwrap(), Sexp::Integer(99));
     // Another revision in the image (as an older swank-mcp would leave) is replaced.
-    let stale = Form::call("cl", "setf", [Form::call("cl", "symbol-value", [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])]), Form::string("stale")]);
+    let stale = Form::call(
+        "cl",
+        "setf",
+        [
+            Form::call(
+                "cl",
+                "symbol-value",
+                [Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")])],
+            ),
+            Form::string("stale"),
+        ],
+    );
     connection.rex(stale, "COMMON-LISP-USER", Thread::New).await.unwrap();
     assert_eq!(eval(image.port).await, "=> 42");
     assert_eq!(version().await, loaded);

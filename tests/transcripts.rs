@@ -26,10 +26,10 @@ use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use swank_mcp::image::ImageSettings;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::codec::FrameCodec;
 use swank_mcp::swank::{read, Dialect, Form, RexError, Sexp, Thread};
-use swank_mcp::image::ImageSettings;
 use swank_mcp::tools::Toolbox;
 
 use swank_mcp::image::helper::{BOOTSTRAP_SOURCE, HELPER_SOURCE};
@@ -71,10 +71,12 @@ enum Record {
 fn load(path: &Path) -> (Header, Vec<Record>) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut lines = text.lines().enumerate();
-    let header: Header = serde_json::from_str(lines.next().expect("a header line").1).expect("the first line is the header");
+    let header: Header =
+        serde_json::from_str(lines.next().expect("a header line").1).expect("the first line is the header");
     assert_eq!(header.transcript, FORMAT_VERSION, "{}: unknown transcript format", path.display());
-    let records =
-        lines.map(|(n, line)| serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), n + 1))).collect();
+    let records = lines
+        .map(|(n, line)| serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), n + 1)))
+        .collect();
     (header, records)
 }
 
@@ -89,7 +91,9 @@ async fn scenario(toolbox: &Arc<Toolbox>, steps: &Mutex<Vec<Record>>) {
     };
     let evaluate = |arguments: Value| {
         let toolbox = toolbox.clone();
-        async move { toolbox.call("evaluate-lisp", Some(arguments), Default::default()).await.expect("evaluate-lisp exists") }
+        async move {
+            toolbox.call("evaluate-lisp", Some(arguments), Default::default()).await.expect("evaluate-lisp exists")
+        }
     };
 
     // Connect: identification, then the helper load.
@@ -109,7 +113,9 @@ async fn scenario(toolbox: &Arc<Toolbox>, steps: &Mutex<Vec<Record>>) {
 
     let output = evaluate(json!({"code": "(progn (format t \"hello from ~a~%\" (lisp-implementation-type)) (format *error-output* \"to stderr~%\") (values 42 :answer))"})).await;
     assert!(
-        !output.is_error && output.text.contains("[stdout]\nhello from SBCL") && output.text.contains("=> 42\n=> :ANSWER"),
+        !output.is_error
+            && output.text.contains("[stdout]\nhello from SBCL")
+            && output.text.contains("=> 42\n=> :ANSWER"),
         "{}",
         output.text
     );
@@ -130,12 +136,24 @@ async fn scenario(toolbox: &Arc<Toolbox>, steps: &Mutex<Vec<Record>>) {
     assert!(report.condition_type.contains("SIMPLE-ERROR") && !report.frames.is_empty(), "{report:?}");
     step(
         "debugger",
-        format!("{} {} ({} frames, first {:?})", report.condition, report.condition_type, report.frames.len(), report.frames[0]),
+        format!(
+            "{} {} ({} frames, first {:?})",
+            report.condition,
+            report.condition_type,
+            report.frames.len(),
+            report.frames[0]
+        ),
     );
 
     // A timeout interrupts the evaluation through the helper and keeps its output.
-    let output = evaluate(json!({"code": "(progn (format t \"before~%\") (finish-output) (sleep 10))", "timeout_ms": 500})).await;
-    assert!(output.is_error && output.text.starts_with("[ERROR] EVALUATION-TIMEOUT") && output.text.contains("before"), "{}", output.text);
+    let output =
+        evaluate(json!({"code": "(progn (format t \"before~%\") (finish-output) (sleep 10))", "timeout_ms": 500}))
+            .await;
+    assert!(
+        output.is_error && output.text.starts_with("[ERROR] EVALUATION-TIMEOUT") && output.text.contains("before"),
+        "{}",
+        output.text
+    );
     step("timeout", output.text);
 
     let unreadable = Form::call("mcp-no-such-package", "f", []);
@@ -174,7 +192,9 @@ fn normalise(payload: &str, session: &str) -> String {
         match value {
             Sexp::String(s) if s == HELPER_SOURCE => Sexp::String("<helper-source>".into()),
             Sexp::String(s) if s == BOOTSTRAP_SOURCE => Sexp::String("<bootstrap-source>".into()),
-            Sexp::String(s) if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) => Sexp::String("<helper-digest>".into()),
+            Sexp::String(s) if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Sexp::String("<helper-digest>".into())
+            }
             Sexp::String(s) => Sexp::String(s.replace(session, "<session>")),
             Sexp::List(items) => Sexp::List(items.into_iter().map(|item| walk(item, session)).collect()),
             other => other,
@@ -230,7 +250,9 @@ fn without_rex_id(message: &Sexp) -> Sexp {
 /// Checks one frame the client sent against the recorded (normalised) one, learning the id
 /// mapping from requests.
 fn check_request(recorded: &str, live: &str, ids: &mut HashMap<i64, i64>) -> Result<(), String> {
-    let (Ok(expected), Ok(got)) = (read(recorded).map(helper_load_as_placeholder), read(live).map(helper_load_as_placeholder)) else {
+    let (Ok(expected), Ok(got)) =
+        (read(recorded).map(helper_load_as_placeholder), read(live).map(helper_load_as_placeholder))
+    else {
         return if recorded == live { Ok(()) } else { Err(format!("expected {recorded}\n   got {live}")) };
     };
     if without_rex_id(&expected) != without_rex_id(&got) {
@@ -292,15 +314,23 @@ async fn fake_server(listener: TcpListener, records: Vec<Record>, session: Strin
         match record {
             Record::Step { .. } => {}
             Record::Frame { dir: Dir::S2c, payload } => {
-                outgoing.send(map_reply(payload, &ids).as_str()).await.map_err(|e| format!("line {line}: cannot send: {e}"))?;
+                outgoing
+                    .send(map_reply(payload, &ids).as_str())
+                    .await
+                    .map_err(|e| format!("line {line}: cannot send: {e}"))?;
             }
             Record::Frame { dir: Dir::C2s, payload } => {
                 let frame = match tokio::time::timeout(Duration::from_secs(15), incoming.next()).await {
-                    Err(_) => return Err(format!("line {line}: the client sent nothing within 15 s; expected {payload}")),
-                    Ok(None) => return Err(format!("line {line}: the client closed the connection; expected {payload}")),
+                    Err(_) => {
+                        return Err(format!("line {line}: the client sent nothing within 15 s; expected {payload}"))
+                    }
+                    Ok(None) => {
+                        return Err(format!("line {line}: the client closed the connection; expected {payload}"))
+                    }
                     Ok(Some(frame)) => frame.map_err(|e| format!("line {line}: {e}"))?,
                 };
-                check_request(payload, &normalise(&frame, &session), &mut ids).map_err(|e| format!("line {line}: {e}"))?;
+                check_request(payload, &normalise(&frame, &session), &mut ids)
+                    .map_err(|e| format!("line {line}: {e}"))?;
             }
         }
     }
@@ -384,18 +414,30 @@ fn every_transcript_is_replayed() {
 #[test]
 fn request_ids_are_mapped_both_ways() {
     let mut ids = HashMap::new();
-    check_request("(:emacs-rex (cl:list) \"CL-USER\" t 4)", "(:emacs-rex (cl:list) \"CL-USER\" t 9)", &mut ids).unwrap();
+    check_request("(:emacs-rex (cl:list) \"CL-USER\" t 4)", "(:emacs-rex (cl:list) \"CL-USER\" t 9)", &mut ids)
+        .unwrap();
     assert_eq!(map_reply("(:return (:ok nil) 4)", &ids), "(:return (:ok nil) 9)");
-    assert_eq!(map_reply("(:debug 3 1 (\"x\" \"y\" nil) nil nil (4))", &ids), "(:debug 3 1 (\"x\" \"y\" nil) nil nil (9))");
+    assert_eq!(
+        map_reply("(:debug 3 1 (\"x\" \"y\" nil) nil nil (4))", &ids),
+        "(:debug 3 1 (\"x\" \"y\" nil) nil nil (9))"
+    );
     assert_eq!(map_reply("(:return (:ok nil) 5)", &ids), "(:return (:ok nil) 5)");
-    assert!(check_request("(:emacs-rex (cl:list) \"CL-USER\" t 4)", "(:emacs-rex (cl:car) \"CL-USER\" t 4)", &mut ids).is_err());
+    assert!(check_request("(:emacs-rex (cl:list) \"CL-USER\" t 4)", "(:emacs-rex (cl:car) \"CL-USER\" t 4)", &mut ids)
+        .is_err());
     assert!(check_request("(:emacs-pong 1 2)", "(:emacs-pong 1 3)", &mut ids).is_err());
 }
 
 #[test]
 fn normalising_hides_the_session_and_the_helper() {
-    let load = Form::call("cl", "list", [Form::string(HELPER_SOURCE), Form::string("0123456789abcdef"), Form::string("s-1-ff-3")]);
-    assert_eq!(normalise(&load.to_wire(), "s-1-ff"), "(cl:list \"<helper-source>\" \"<helper-digest>\" \"<session>-3\")");
+    let load = Form::call(
+        "cl",
+        "list",
+        [Form::string(HELPER_SOURCE), Form::string("0123456789abcdef"), Form::string("s-1-ff-3")],
+    );
+    assert_eq!(
+        normalise(&load.to_wire(), "s-1-ff"),
+        "(cl:list \"<helper-source>\" \"<helper-digest>\" \"<session>-3\")"
+    );
     assert_eq!(normalise("not a form)", "s"), "not a form)");
 }
 

@@ -51,10 +51,10 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
     let digest = format!("{HELPER_DIGEST:016x}");
     let started = std::time::Instant::now();
     let request = |form: Form| async move {
-        connection.rex(form, "COMMON-LISP-USER", Thread::New).await.map_err(|e| ImageError::Helper {
-            endpoint: connection.endpoint().clone(),
-            detail: e.to_string(),
-        })
+        connection
+            .rex(form, "COMMON-LISP-USER", Thread::New)
+            .await
+            .map_err(|e| ImageError::Helper { endpoint: connection.endpoint().clone(), detail: e.to_string() })
     };
     let version = request(version_question()).await?;
     if version.as_str() == Some(digest.as_str()) {
@@ -78,7 +78,8 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
 /// `*VERSION*` of the helper's package, or nil, asked with nothing SBCL would compile: a macro
 /// such as `ignore-errors` would make it wait for the world lock.
 fn version_question() -> Form {
-    let version_symbol = || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
+    let version_symbol =
+        || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
     Form::call(
         "cl",
         "if",

@@ -9,8 +9,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::{lock, ImageError, LaunchSettings};
@@ -89,7 +89,11 @@ pub fn swank_loader_candidates() -> Vec<PathBuf> {
 /// first of [`swank_loader_candidates`] that exists.
 pub fn find_swank_loader(explicit: Option<&Path>) -> Result<PathBuf, LaunchError> {
     if let Some(path) = explicit {
-        return if path.is_file() { Ok(path.to_path_buf()) } else { Err(LaunchError::NoSwank(vec![path.to_path_buf()])) };
+        return if path.is_file() {
+            Ok(path.to_path_buf())
+        } else {
+            Err(LaunchError::NoSwank(vec![path.to_path_buf()]))
+        };
     }
     let candidates = swank_loader_candidates();
     candidates.iter().find(|p| p.is_file()).cloned().ok_or(LaunchError::NoSwank(candidates))
@@ -189,8 +193,11 @@ impl Launcher {
                 Some(starting) => starting.clone(),
                 None => {
                     let task = tokio::spawn(self.clone().run());
-                    let starting =
-                        async move { task.await.unwrap_or_else(|e| Err(ImageError::Launch(format!("the start failed: {e}")))) }.boxed().shared();
+                    let starting = async move {
+                        task.await.unwrap_or_else(|e| Err(ImageError::Launch(format!("the start failed: {e}"))))
+                    }
+                    .boxed()
+                    .shared();
                     state.starting = Some(starting.clone());
                     starting
                 }

@@ -385,11 +385,21 @@ impl Image {
     /// included. On timeout or cancellation the thread is interrupted through the helper and
     /// unwinds; a timed-out call still returns the helper's report (which names the limit and
     /// keeps the output so far).
-    pub async fn call_helper(&self, function: &'static str, args: Vec<Form>, limits: &CallLimits) -> Result<Sexp, CallError> {
+    pub async fn call_helper(
+        &self,
+        function: &'static str,
+        args: Vec<Form>,
+        limits: &CallLimits,
+    ) -> Result<Sexp, CallError> {
         let deadline = Instant::now() + limits.timeout;
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
-        let session = [Form::Keyword("session"), Form::string(self.session.clone()), Form::Keyword("token"), Form::string(token.clone())];
+        let session = [
+            Form::Keyword("session"),
+            Form::string(self.session.clone()),
+            Form::Keyword("token"),
+            Form::string(token.clone()),
+        ];
         let form = Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session));
         let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
         tokio::pin!(call);
@@ -410,7 +420,11 @@ impl Image {
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),
         };
         tracing::debug!(%token, kind, "interrupting an evaluation");
-        let cancel = Form::call(HELPER_PACKAGE, "cancel", [Form::string(token.clone()), Form::Keyword(kind), Form::string(reason)]);
+        let cancel = Form::call(
+            HELPER_PACKAGE,
+            "cancel",
+            [Form::string(token.clone()), Form::Keyword(kind), Form::string(reason)],
+        );
         let canceller = connection.clone();
         // A task of its own, so that the interruption goes out even if this call is dropped; its
         // answer, or the lack of one, tells whether the connection still works.
@@ -505,12 +519,18 @@ impl Drop for Waiting<'_> {
 
 /// Connects to the image at the configured endpoint, or to the private image started earlier,
 /// starting one when nothing answers and --launch is on.
-async fn connect(settings: &ImageSettings, launcher: Option<&Arc<Launcher>>, step: &std::sync::Mutex<Step>) -> Result<Connection, ImageError> {
+async fn connect(
+    settings: &ImageSettings,
+    launcher: Option<&Arc<Launcher>>,
+    step: &std::sync::Mutex<Step>,
+) -> Result<Connection, ImageError> {
     let endpoint = launcher.and_then(|launcher| launcher.endpoint()).unwrap_or_else(|| settings.endpoint.clone());
     let unreachable = match open(endpoint, &settings.connect).await {
         Ok(connection) => return Ok(connection),
         Err(ConnectError::Refused(endpoint, detail)) => ImageError::Unreachable { endpoint, detail },
-        Err(ConnectError::Timeout(endpoint, after)) => ImageError::Unreachable { endpoint, detail: format!("no answer within {after:?}") },
+        Err(ConnectError::Timeout(endpoint, after)) => {
+            ImageError::Unreachable { endpoint, detail: format!("no answer within {after:?}") }
+        }
         Err(e) => return Err(ImageError::Connect(e.to_string())),
     };
     let Some(launcher) = launcher else { return Err(unreachable) };
@@ -541,13 +561,18 @@ async fn open(endpoint: Endpoint, options: &ConnectOptions) -> Result<Connection
 /// threads wait for locks held by whom. The question runs in a thread of its own and takes no
 /// lock it could wait on, so it answers even when the image is deadlocked.
 async fn stuck_report(connection: &Connection, token: String) -> String {
-    let request = connection.rex(Form::call(HELPER_PACKAGE, "stuck-report", [Form::string(token)]), "COMMON-LISP-USER", Thread::New);
+    let request = connection.rex(
+        Form::call(HELPER_PACKAGE, "stuck-report", [Form::string(token)]),
+        "COMMON-LISP-USER",
+        Thread::New,
+    );
     let report = match tokio::time::timeout(UNWIND_GRACE, request).await {
         Ok(Ok(report)) => report.as_str().map(str::to_string),
         Ok(Err(e)) => Some(format!("Asking the image what the thread does failed: {e}")),
         Err(_) => None,
     };
-    let report = report.unwrap_or_else(|| format!("The image did not say what the thread does within {UNWIND_GRACE:?} either."));
+    let report =
+        report.unwrap_or_else(|| format!("The image did not say what the thread does within {UNWIND_GRACE:?} either."));
     tracing::warn!(%report, "an interrupted evaluation did not unwind");
     report
 }

@@ -105,7 +105,9 @@ impl Line {
         match serde_json::from_slice::<Vec<&RawValue>>(bytes) {
             Err(e) => Line::Single(Err(Invalid::Parse(format!("Parse error: {e}")))),
             Ok(batch) if batch.is_empty() => Line::Single(Err(Invalid::Request { id: None, problem: "Empty batch" })),
-            Ok(batch) => Line::Batch(batch.into_iter().map(|message| Message::parse(message.get().as_bytes())).collect()),
+            Ok(batch) => {
+                Line::Batch(batch.into_iter().map(|message| Message::parse(message.get().as_bytes())).collect())
+            }
         }
     }
 }
@@ -147,7 +149,10 @@ impl Envelope {
         }
         let id = match self.id {
             None => None,
-            Some(id) => Some(RequestId::new(id).ok_or(Invalid::Request { id: None, problem: "The id must be a string or an integer" })?),
+            Some(id) => Some(
+                RequestId::new(id)
+                    .ok_or(Invalid::Request { id: None, problem: "The id must be a string or an integer" })?,
+            ),
         };
         let invalid = |problem| Invalid::Request { id: id.clone(), problem };
         if self.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
@@ -251,18 +256,28 @@ mod tests {
 
     #[test]
     fn requests_notifications_and_responses_are_told_apart() {
-        let Ok(Message::Request(request)) = parse(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#) else {
+        let Ok(Message::Request(request)) =
+            parse(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#)
+        else {
             panic!("a request")
         };
         assert_eq!((request.id, request.method.as_str()), (RequestId(7.into()), "tools/call"));
-        assert!(matches!(parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Message::Notification(_))));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification(_))
+        ));
         assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response)));
-        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#), Ok(Message::Response)));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#),
+            Ok(Message::Response)
+        ));
     }
 
     #[test]
     fn the_last_of_duplicate_members_counts_and_unknown_ones_are_ignored() {
-        let Ok(Message::Request(request)) = parse(r#"{"id":1,"method":"ping","method":"tools\/call","jsonrpc":"2.0","extra":[1]}"#) else {
+        let Ok(Message::Request(request)) =
+            parse(r#"{"id":1,"method":"ping","method":"tools\/call","jsonrpc":"2.0","extra":[1]}"#)
+        else {
             panic!("a request")
         };
         assert_eq!(request.method, "tools/call");
@@ -271,19 +286,31 @@ mod tests {
     #[test]
     fn mistakes_get_the_answer_json_rpc_asks_for() {
         assert!(matches!(parse("{not json").err(), Some(Invalid::Parse(_))));
-        assert_eq!(parse("42").err(), Some(Invalid::Request { id: None, problem: "A JSON-RPC message must be an object" }));
+        assert_eq!(
+            parse("42").err(),
+            Some(Invalid::Request { id: None, problem: "A JSON-RPC message must be an object" })
+        );
         assert_eq!(parse("{}").err(), Some(Invalid::Request { id: None, problem: JSON_RPC_2_ONLY }));
         assert_eq!(
             parse(r#"{"jsonrpc":"2.0","id":3}"#).err(),
-            Some(Invalid::Request { id: Some(RequestId(3.into())), problem: "Missing \"method\": requests and notifications need one" })
+            Some(Invalid::Request {
+                id: Some(RequestId(3.into())),
+                problem: "Missing \"method\": requests and notifications need one"
+            })
         );
         assert_eq!(
             parse(r#"{"jsonrpc":"2.0","id":{"an":"object"},"method":"ping"}"#).err(),
             Some(Invalid::Request { id: None, problem: "The id must be a string or an integer" })
         );
-        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":[1]}"#).err(), Some(Invalid::PositionalParams { id: RequestId(4.into()) }));
+        assert_eq!(
+            parse(r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":[1]}"#).err(),
+            Some(Invalid::PositionalParams { id: RequestId(4.into()) })
+        );
         assert_eq!(parse(r#"{"jsonrpc":"2.0","method":"ping","params":[1]}"#).err(), Some(Invalid::Unanswerable));
-        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":5,"result":1,"error":{}}"#).err(), Some(Invalid::Request { id: Some(_), .. })));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":5,"result":1,"error":{}}"#).err(),
+            Some(Invalid::Request { id: Some(_), .. })
+        ));
     }
 
     #[test]
@@ -292,17 +319,23 @@ mod tests {
         struct Call {
             name: String,
         }
-        let Ok(Message::Request(request)) = parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e"}}"#) else {
+        let Ok(Message::Request(request)) =
+            parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e"}}"#)
+        else {
             panic!("a request")
         };
         assert_eq!(request.params.read::<Call>().unwrap().name, "e");
-        let Ok(Message::Request(request)) = parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#) else { panic!("a request") };
+        let Ok(Message::Request(request)) = parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#) else {
+            panic!("a request")
+        };
         assert!(request.params.read::<serde_json::Map<String, Value>>().unwrap().is_empty());
     }
 
     #[test]
     fn batches_are_read_element_by_element() {
-        let Line::Batch(batch) = Line::parse(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#) else { panic!("a batch") };
+        let Line::Batch(batch) = Line::parse(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#) else {
+            panic!("a batch")
+        };
         assert!(matches!(batch[0], Ok(Message::Request(_))));
         assert!(matches!(batch[1], Err(Invalid::Request { id: None, .. })));
         assert!(matches!(Line::parse(b"[]"), Line::Single(Err(Invalid::Request { problem: "Empty batch", .. }))));

@@ -19,10 +19,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::Outbox;
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
 use super::transport::{Line as Received, LineCodec};
-use crate::tools::{Progress, Toolbox, ToolOutput};
+use crate::outbox::Outbox;
+use crate::tools::{Progress, ToolOutput, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -114,7 +114,9 @@ where
             Received::TooLong(length) => server.send(error_response(
                 Value::Null,
                 INVALID_REQUEST,
-                &format!("Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."),
+                &format!(
+                    "Message of {length} bytes or more is over the limit of {MAX_LINE_BYTES} bytes; it was skipped."
+                ),
             )),
             Received::Message(bytes) => server.dispatch(&bytes, &mut calls).await,
         }
@@ -244,7 +246,9 @@ fn invalid_response(invalid: Invalid) -> Option<Response> {
     match invalid {
         Invalid::Parse(message) => Some(error_response(Value::Null, PARSE_ERROR, &message)),
         // JSON-RPC 2.0 gives it the message's id when that can be read, and null otherwise.
-        Invalid::Request { id, problem } => Some(error_response(id.map_or(Value::Null, |id| id.0), INVALID_REQUEST, problem)),
+        Invalid::Request { id, problem } => {
+            Some(error_response(id.map_or(Value::Null, |id| id.0), INVALID_REQUEST, problem))
+        }
         Invalid::PositionalParams { id } => Some(error_response(id.0, INVALID_PARAMS, "\"params\" must be an object")),
         Invalid::Unanswerable => None,
     }
@@ -334,7 +338,8 @@ impl Server {
         let method = request.method.as_str();
         match method {
             "initialize" => {
-                let params = request.params.read().map_err(|e| (INVALID_PARAMS, format!("Invalid initialize params: {e}")))?;
+                let params =
+                    request.params.read().map_err(|e| (INVALID_PARAMS, format!("Invalid initialize params: {e}")))?;
                 Ok(Some(ResultBody::Json(self.initialize(params))))
             }
             "ping" => Ok(Some(ResultBody::Json(json!({})))),
@@ -351,7 +356,10 @@ impl Server {
             }
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {
-                    (INVALID_PARAMS, format!("tools/call needs a \"name\" string and optional \"arguments\" object: {e}"))
+                    (
+                        INVALID_PARAMS,
+                        format!("tools/call needs a \"name\" string and optional \"arguments\" object: {e}"),
+                    )
                 })?;
                 let progress_token = params.meta.and_then(|meta| meta.progress_token);
                 self.call_tool(&request.id, &params.name, params.arguments, progress_token).await

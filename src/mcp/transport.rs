@@ -125,7 +125,11 @@ mod tests {
         for chunk in [1, 3, 100] {
             assert_eq!(
                 lines(b"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":3}", 100, chunk),
-                vec![Line::Message(b"{\"a\":1}".to_vec()), Line::Message(b"{\"b\":2}".to_vec()), Line::Message(b"{\"c\":3}".to_vec())]
+                vec![
+                    Line::Message(b"{\"a\":1}".to_vec()),
+                    Line::Message(b"{\"b\":2}".to_vec()),
+                    Line::Message(b"{\"c\":3}".to_vec())
+                ]
             );
         }
     }

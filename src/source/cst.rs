@@ -590,10 +590,7 @@ impl<'a> Builder<'a> {
                 if self.open_lists > 1 {
                     hint.push(format!("{} lists are still open", self.open_lists));
                     if let Some(outer) = self.stack.first() {
-                        hint.push(format!(
-                            "the outermost starts at {}",
-                            Location::of(self.source, outer.start)
-                        ));
+                        hint.push(format!("the outermost starts at {}", Location::of(self.source, outer.start)));
                     }
                 }
                 if let Some(nested) = self.first_nested_line_opener {

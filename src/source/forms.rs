@@ -123,7 +123,8 @@ pub(crate) enum Specializer {
 
 impl Specializer {
     fn same_as(&self, other: &Specializer) -> bool {
-        let is_t = |s: &Specializer| matches!(s, Specializer::Unspecialized) || matches!(s, Specializer::Class(c) if c == "t");
+        let is_t =
+            |s: &Specializer| matches!(s, Specializer::Unspecialized) || matches!(s, Specializer::Class(c) if c == "t");
         self == other || (is_t(self) && is_t(other))
     }
 }
@@ -148,8 +149,11 @@ impl MethodSignature {
     /// `:around (circle t)`: the part of a `form_name` after the method name.
     fn shown(&self, cst: &Cst) -> String {
         let mut parts: Vec<String> = self.qualifier_nodes.iter().map(|&id| compact(cst, id, false)).collect();
-        let params: Vec<String> =
-            self.params.iter().map(|p| p.written.map_or_else(|| "t".to_string(), |id| compact(cst, id, false))).collect();
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| p.written.map_or_else(|| "t".to_string(), |id| compact(cst, id, false)))
+            .collect();
         parts.push(format!("({})", params.join(" ")));
         parts.join(" ")
     }
@@ -177,11 +181,9 @@ fn qualifier_key(cst: &Cst, id: NodeId) -> String {
 
 fn read_param(cst: &Cst, id: NodeId) -> Param {
     match cst.kind(id) {
-        NodeKind::Token => Param {
-            var: Some(read_symbol(cst.text(id)).key),
-            specializer: Specializer::Unspecialized,
-            written: None,
-        },
+        NodeKind::Token => {
+            Param { var: Some(read_symbol(cst.text(id)).key), specializer: Specializer::Unspecialized, written: None }
+        }
         NodeKind::List => {
             let mut parts = cst.elements(id);
             let var = parts.next().and_then(|v| designator(cst, v));
@@ -326,14 +328,12 @@ pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
     let lines = LineIndex::new(cst.source());
     top_forms(cst)
         .iter()
-        .map(|form| {
-            OutlineEntry {
-                lines: lines.lines(cst.span(form.item)),
-                conditions: form.conditions_shown(cst).trim_end().to_string(),
-                operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
-                name: form.form_name(cst),
-                description: form.describe(cst),
-            }
+        .map(|form| OutlineEntry {
+            lines: lines.lines(cst.span(form.item)),
+            conditions: form.conditions_shown(cst).trim_end().to_string(),
+            operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
+            name: form.form_name(cst),
+            description: form.describe(cst),
         })
         .collect()
 }
@@ -442,8 +442,7 @@ impl Query {
                 "`form_type` must be the operator symbol of the form, such as `defun` or `defmethod`; got `{form_type}`."
             ));
         }
-        let cst = Cst::parse(form_name.as_bytes())
-            .map_err(|e| format!("`form_name` is not readable Lisp: {e}."))?;
+        let cst = Cst::parse(form_name.as_bytes()).map_err(|e| format!("`form_name` is not readable Lisp: {e}."))?;
         let parts: Vec<NodeId> = cst.top_level_forms().collect();
         let name = parts.first().and_then(|&id| read_name(&cst, id)).ok_or_else(|| {
             format!("`form_name` must start with the name the form defines, such as `foo`, `(setf foo)`, `#:foo` or `\"FOO\"`; got `{form_name}`.")

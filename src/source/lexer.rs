@@ -177,8 +177,7 @@ fn multiple_escape(input: Input) -> LexResult<Input> {
 }
 
 fn token_part(input: Input) -> LexResult<Input> {
-    nom::branch::alt((take_while1(is_plain_constituent), single_escape, multiple_escape))
-        .parse_complete(input)
+    nom::branch::alt((take_while1(is_plain_constituent), single_escape, multiple_escape)).parse_complete(input)
 }
 
 /// A token: constituents and escapes up to whitespace or a terminating macro character.
@@ -257,9 +256,7 @@ fn dispatch(input: Input) -> LexResult<Lexeme> {
         // A dispatch character this reader does not know (a custom reader macro, or `#<`): keep
         // the text as an opaque atom. A terminating character or whitespace is left for the
         // next lexeme, so `#"..."` or `#)` cannot swallow a delimiter.
-        b if is_whitespace(b) || is_terminating_macro(b) => {
-            Ok((after_digits, Lexeme::Atom(NodeKind::UnknownDispatch)))
-        }
+        b if is_whitespace(b) || is_terminating_macro(b) => Ok((after_digits, Lexeme::Atom(NodeKind::UnknownDispatch))),
         _ => atom_with_rest(NodeKind::UnknownDispatch),
     }
 }

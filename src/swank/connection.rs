@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use futures::StreamExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use bytes::BytesMut;
 use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
@@ -211,7 +211,9 @@ impl Connection {
             Ok(Err(reason)) if connection.is_closed() && !connection.closed_by_client() => {
                 return Err(ConnectError::Closed { endpoint, reason: handshake_hint(reason, options) })
             }
-            Ok(Err(reason)) => return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) }),
+            Ok(Err(reason)) => {
+                return Err(ConnectError::Handshake { endpoint, reason: handshake_hint(reason, options) })
+            }
             // A server with a secret file that gets a wrong or missing secret neither answers
             // nor closes: its accept thread stops in the debugger with the socket open.
             Err(_) => {
@@ -307,7 +309,8 @@ impl Connection {
             Thread::Id(tid) => Form::Integer(tid),
         };
         let message =
-            Form::List(vec![Form::Keyword("emacs-rex"), form, Form::string(package), thread_form, Form::Integer(id)]).to_wire();
+            Form::List(vec![Form::Keyword("emacs-rex"), form, Form::string(package), thread_form, Form::Integer(id)])
+                .to_wire();
         if message.len() > MAX_PAYLOAD {
             return Err(RexError::TooLarge(message.len()));
         }
@@ -436,13 +439,17 @@ async fn read_loop(
         match frame {
             None => break Some("the server closed the connection".to_string()),
             // A reset is how a dying process's socket often ends: a close, not a protocol error.
-            Some(Err(FrameError::Io(e))) if is_reset(&e) => break Some(format!("the server closed the connection ({e})")),
+            Some(Err(FrameError::Io(e))) if is_reset(&e) => {
+                break Some(format!("the server closed the connection ({e})"))
+            }
             Some(Err(e)) => break Some(format!("bad frame from the server: {e}")),
             Some(Ok(text)) => match read(&text) {
                 Ok(message) => handle_message(&shared, message),
                 // One unreadable message must not take the connection down; it is logged so
                 // that a reader gap shows up in bug reports.
-                Err(e) => tracing::warn!(error = %e, message = %truncate_for_log(&text), "unreadable message from the server"),
+                Err(e) => {
+                    tracing::warn!(error = %e, message = %truncate_for_log(&text), "unreadable message from the server")
+                }
             },
         }
     };
@@ -470,7 +477,9 @@ fn truncate_for_log(text: &str) -> &str {
 fn handle_message(shared: &Shared, message: Sexp) {
     // Replies are taken apart by value: their payload goes to the caller without a copy.
     let message = match message {
-        Sexp::List(items) if items.first().is_some_and(|head| head.is_keyword("return")) => return handle_return(shared, items),
+        Sexp::List(items) if items.first().is_some_and(|head| head.is_keyword("return")) => {
+            return handle_return(shared, items)
+        }
         other => other,
     };
     let Some(items) = message.as_list() else {
@@ -516,13 +525,23 @@ fn handle_message(shared: &Shared, message: Sexp) {
         // `nil` is what Emacs answers when the user presses C-g.
         "Y-OR-N-P" | "READ-FROM-MINIBUFFER" => {
             if let (Some(thread), Some(tag)) = (int(0), int(1)) {
-                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
+                answer(Form::List(vec![
+                    Form::Keyword("emacs-return"),
+                    Form::Integer(thread),
+                    Form::Integer(tag),
+                    Form::Nil,
+                ]));
             }
         }
         // SLIME 2.32's `inspect-in-emacs :wait t` waits for Emacs to close the inspector.
         "INSPECT" => {
             if let (Some(thread), Some(tag)) = (int(1), int(2)) {
-                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), Form::Nil]));
+                answer(Form::List(vec![
+                    Form::Keyword("emacs-return"),
+                    Form::Integer(thread),
+                    Form::Integer(tag),
+                    Form::Nil,
+                ]));
             }
         }
         "EVAL" | "ED-RPC" => {
@@ -532,7 +551,12 @@ fn handle_message(shared: &Shared, message: Sexp) {
                     Form::string("swank-mcp"),
                     Form::string("there is no Emacs on this connection to evaluate in"),
                 ]);
-                answer(Form::List(vec![Form::Keyword("emacs-return"), Form::Integer(thread), Form::Integer(tag), refusal]));
+                answer(Form::List(vec![
+                    Form::Keyword("emacs-return"),
+                    Form::Integer(thread),
+                    Form::Integer(tag),
+                    refusal,
+                ]));
             }
         }
         "INVALID-RPC" => {
@@ -551,9 +575,10 @@ fn handle_message(shared: &Shared, message: Sexp) {
                 None => tracing::warn!(%reason, packet = %truncate_for_log(packet), "server could not read a message"),
             }
         }
-        "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE" | "NEW-PACKAGE"
-        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "EVAL-NO-WAIT"
-        | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT" | "WRITE-IMAGE" => {
+        "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE"
+        | "NEW-PACKAGE" | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED"
+        | "EVAL-NO-WAIT" | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT"
+        | "WRITE-IMAGE" => {
             tracing::trace!(event = %kind, "informational event");
         }
         other => tracing::debug!(event = %other, "unknown event ignored"),
@@ -568,10 +593,13 @@ fn handle_return(shared: &Shared, items: Vec<Sexp>) {
         return;
     };
     let reply = match result {
-        Sexp::List(parts) if parts.first().is_some_and(|k| k.is_keyword("ok")) => Ok(parts.into_iter().nth(1).unwrap_or(Sexp::Nil)),
+        Sexp::List(parts) if parts.first().is_some_and(|k| k.is_keyword("ok")) => {
+            Ok(parts.into_iter().nth(1).unwrap_or(Sexp::Nil))
+        }
         result => {
             let parts = result.as_list().unwrap_or_default();
-            let reason = parts.get(1).map(|r| r.as_str().map_or_else(|| r.to_string(), str::to_string)).unwrap_or_default();
+            let reason =
+                parts.get(1).map(|r| r.as_str().map_or_else(|| r.to_string(), str::to_string)).unwrap_or_default();
             let debugger = lock(&shared.debugger_reports).remove(&id);
             Err(RexError::Aborted { reason, debugger })
         }
@@ -594,9 +622,11 @@ fn handle_debug(shared: &Shared, args: &[Sexp]) {
         .iter()
         .filter_map(|frame| frame.as_list()?.get(1)?.as_str().map(str::to_string))
         .collect();
-    let report = DebuggerReport { thread, condition: text_at(0), condition_type: text_at(1).trim().to_string(), frames };
+    let report =
+        DebuggerReport { thread, condition: text_at(0), condition_type: text_at(1).trim().to_string(), frames };
     tracing::debug!(thread, condition = %report.condition, "thread entered the debugger; unwinding it");
-    let waiting: Vec<i64> = args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
+    let waiting: Vec<i64> =
+        args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
     {
         let mut reports = lock(&shared.debugger_reports);
         for id in waiting {

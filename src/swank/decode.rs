@@ -178,7 +178,9 @@ impl<'de> de::Deserializer<'de> for SexpDeserializer<'de> {
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
         let items = plist_pairs(self.0)?;
-        if let Some(missing) = fields.iter().find(|field| !items.chunks(2).any(|pair| key_name(&pair[0]).as_deref() == Some(**field))) {
+        if let Some(missing) =
+            fields.iter().find(|field| !items.chunks(2).any(|pair| key_name(&pair[0]).as_deref() == Some(**field)))
+        {
             return Err(de::Error::custom(format_args!("the reply has no :{missing}")));
         }
         visitor.visit_map(Pairs { items: items.chunks(2), value: None })
@@ -245,7 +247,8 @@ impl<'de> MapAccess<'de> for Pairs<'de> {
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, DecodeError> {
-        let (key, value) = self.value.take().ok_or_else(|| de::Error::custom("a value was asked for before its key"))?;
+        let (key, value) =
+            self.value.take().ok_or_else(|| de::Error::custom("a value was asked for before its key"))?;
         seed.deserialize(SexpDeserializer(value)).map_err(|e| e.within(format!(":{key}")))
     }
 }
@@ -305,8 +308,10 @@ mod tests {
                 captured: ("out".into(), 7),
             }
         );
-        let empty: Report =
-            decode("(:forms-compiled 0 :conditions nil :read-error \"eof\" :kind :error :success nil :captured (\"\" 0))").unwrap();
+        let empty: Report = decode(
+            "(:forms-compiled 0 :conditions nil :read-error \"eof\" :kind :error :success nil :captured (\"\" 0))",
+        )
+        .unwrap();
         assert_eq!((empty.conditions.len(), empty.read_error.as_deref(), empty.success), (0, Some("eof"), false));
     }
 
@@ -322,9 +327,18 @@ mod tests {
 
     #[test]
     fn a_value_of_the_wrong_shape_is_an_error_that_says_what_was_found() {
-        assert_eq!(decode::<Condition>("(:severity 3 :line nil)").unwrap_err(), ":severity: expected a string, found 3");
-        assert_eq!(decode::<Condition>("(:severity \"x\" :line -1)").unwrap_err(), ":line: expected a non-negative integer, found -1");
-        assert_eq!(decode::<Condition>("(\"not\" \"a plist\")").unwrap_err(), "expected a property list, found (\"not\" \"a plist\")");
+        assert_eq!(
+            decode::<Condition>("(:severity 3 :line nil)").unwrap_err(),
+            ":severity: expected a string, found 3"
+        );
+        assert_eq!(
+            decode::<Condition>("(:severity \"x\" :line -1)").unwrap_err(),
+            ":line: expected a non-negative integer, found -1"
+        );
+        assert_eq!(
+            decode::<Condition>("(\"not\" \"a plist\")").unwrap_err(),
+            "expected a property list, found (\"not\" \"a plist\")"
+        );
         assert!(decode::<Report>(
             "(:forms-compiled 1 :conditions nil :read-error nil :kind :other :success t :captured (\"\" 0))"
         )

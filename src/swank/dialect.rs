@@ -44,7 +44,11 @@ impl Dialect {
                 Form::call(
                     "cl",
                     "package-name",
-                    [Form::call("cl", "symbol-package", [Form::call("cl", "quote", [Form::Symbol("swank", "connection-info")])])],
+                    [Form::call(
+                        "cl",
+                        "symbol-package",
+                        [Form::call("cl", "quote", [Form::Symbol("swank", "connection-info")])],
+                    )],
                 ),
             ],
         )

@@ -229,7 +229,8 @@ const PLAIN_CONSTITUENT: [bool; 256] = {
     let mut b = 0;
     while b < 256 {
         let byte = b as u8;
-        table[b] = byte.is_ascii_graphic() && !matches!(byte, b'(' | b')' | b'"' | b'\'' | b';' | b'`' | b',' | b'\\' | b'|');
+        table[b] =
+            byte.is_ascii_graphic() && !matches!(byte, b'(' | b')' | b'"' | b'\'' | b';' | b'`' | b',' | b'\\' | b'|');
         b += 1;
     }
     table
@@ -519,7 +520,10 @@ mod tests {
         let values = ok[1].as_list().unwrap();
         assert_eq!(values[0], Sexp::String("a\"b".into()));
         assert_eq!(values[1], sym("Mixed Case"));
-        assert_eq!(values[2], Sexp::Symbol { package: Some("SWANK-IO-PACKAGE".into()), name: "FOO".into(), internal: true });
+        assert_eq!(
+            values[2],
+            Sexp::Symbol { package: Some("SWANK-IO-PACKAGE".into()), name: "FOO".into(), internal: true }
+        );
         assert_eq!(values[3], Sexp::Symbol { package: Some(String::new()), name: "G123".into(), internal: false });
         assert_eq!(values[4], Sexp::Character("a".into()));
         assert_eq!(values[5], Sexp::Character("Space".into()));
@@ -544,7 +548,10 @@ mod tests {
     fn escaped_colons_and_bars_stay_in_names() {
         assert_eq!(read("|a:b|").unwrap(), sym("a:b"));
         assert_eq!(read("a\\:b").unwrap(), sym("A:B"));
-        assert_eq!(read("|x|::|y z|").unwrap(), Sexp::Symbol { package: Some("x".into()), name: "y z".into(), internal: true });
+        assert_eq!(
+            read("|x|::|y z|").unwrap(),
+            Sexp::Symbol { package: Some("x".into()), name: "y z".into(), internal: true }
+        );
         assert_eq!(read(":|Key|").unwrap(), Sexp::Keyword("Key".into()));
         assert_eq!(read("|NIL|").unwrap(), sym("NIL"));
         assert_eq!(read("()").unwrap(), Sexp::Nil);
@@ -556,7 +563,11 @@ mod tests {
     fn an_empty_package_name_reads_as_uninterned_and_prints_back() {
         for (text, name) in [("||::<", "<"), ("||::foo", "FOO"), ("||:foo", "FOO"), ("#:foo", "FOO")] {
             let value = read(text).unwrap();
-            assert_eq!(value, Sexp::Symbol { package: Some(String::new()), name: name.into(), internal: false }, "{text}");
+            assert_eq!(
+                value,
+                Sexp::Symbol { package: Some(String::new()), name: name.into(), internal: false },
+                "{text}"
+            );
             assert_eq!(read(&value.to_string()).unwrap(), value, "{text}");
         }
     }
@@ -594,8 +605,13 @@ mod tests {
             let text = format!(":{}", keyword.to_ascii_lowercase());
             assert!(matches!(read(&text).unwrap(), Sexp::Keyword(Cow::Borrowed(name)) if name == keyword), "{text}");
         }
-        assert!(matches!(read(":warnings-droppedx").unwrap(), Sexp::Keyword(Cow::Owned(name)) if name == "WARNINGS-DROPPEDX"));
-        assert_eq!(read(":A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS").unwrap(), Sexp::Keyword("A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS".into()));
+        assert!(
+            matches!(read(":warnings-droppedx").unwrap(), Sexp::Keyword(Cow::Owned(name)) if name == "WARNINGS-DROPPEDX")
+        );
+        assert_eq!(
+            read(":A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS").unwrap(),
+            Sexp::Keyword("A-KEYWORD-LONGER-THAN-THE-BUFFER-HOLDS".into())
+        );
         assert_eq!(read(":|ok|").unwrap(), Sexp::Keyword("ok".into()));
     }
 

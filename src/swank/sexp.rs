@@ -85,10 +85,7 @@ impl Sexp {
 
     /// Looks up `key` (typed as `"version"`) in a property list `(:k1 v1 :k2 v2 ...)`.
     pub fn plist_get(&self, key: &str) -> Option<&Sexp> {
-        self.as_list()?
-            .chunks(2)
-            .find(|pair| pair[0].is_keyword(key))
-            .and_then(|pair| pair.get(1))
+        self.as_list()?.chunks(2).find(|pair| pair[0].is_keyword(key)).and_then(|pair| pair.get(1))
     }
 
     /// A plist value that must be a string, or `None`.
@@ -282,10 +279,7 @@ impl Form {
 /// Static names are ours; a name that would need escaping would close a Slynk connection, so it
 /// is a programming error caught by the tests that print every form we build.
 fn push_static_name(out: &mut String, name: &str) {
-    debug_assert!(
-        is_plain_symbol_name(&name.to_ascii_uppercase()),
-        "symbol name {name:?} cannot be sent unescaped"
-    );
+    debug_assert!(is_plain_symbol_name(&name.to_ascii_uppercase()), "symbol name {name:?} cannot be sent unescaped");
     if name.bytes().any(|b| b.is_ascii_uppercase()) {
         out.push_str(&name.to_ascii_lowercase());
     } else {
@@ -306,7 +300,8 @@ mod tests {
     use proptest::prelude::*;
 
     const PACKAGES: &[&str] = &["swank", "slynk", "cl", "swank-repl", "mcp-agent-helper"];
-    const NAMES: &[&str] = &["connection-info", "list", "*print-case*", "eval-and-grab-output", "1+", "throw-to-toplevel"];
+    const NAMES: &[&str] =
+        &["connection-info", "list", "*print-case*", "eval-and-grab-output", "1+", "throw-to-toplevel"];
 
     fn form() -> impl Strategy<Value = Form> {
         let leaf = prop_oneof![
@@ -337,7 +332,10 @@ mod tests {
                 proptest::collection::vec(inner.clone(), 1..6).prop_map(Sexp::List),
                 proptest::collection::vec(inner.clone(), 0..6).prop_map(Sexp::Vector),
                 (proptest::collection::vec(inner.clone(), 1..4), inner)
-                    .prop_filter("a dotted tail is an atom", |(_, t)| !matches!(t, Sexp::Nil | Sexp::List(_) | Sexp::Dotted(..)))
+                    .prop_filter("a dotted tail is an atom", |(_, t)| !matches!(
+                        t,
+                        Sexp::Nil | Sexp::List(_) | Sexp::Dotted(..)
+                    ))
                     .prop_map(|(items, tail)| Sexp::Dotted(items, Box::new(tail))),
             ]
         })

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
@@ -126,8 +126,8 @@ impl Matches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolError;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     fn found(reply: &str) -> Result<Matches, ToolError> {
         decode("apropos-search", &read(reply).unwrap())
@@ -149,8 +149,16 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found("(:total 0 :matches nil)").unwrap_err();
-        assert!(error.0.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"), "{}", error.0);
+        assert!(
+            error.0.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"),
+            "{}",
+            error.0
+        );
         let error = found("(:total 1 :unnamed 0 :matches ((\"CL:CAR\")))").unwrap_err();
-        assert!(error.0.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"), "{}", error.0);
+        assert!(
+            error.0.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"),
+            "{}",
+            error.0
+        );
     }
 }

@@ -21,18 +21,13 @@ impl Arguments {
         match value {
             None | Some(Value::Null) => Ok(Self(Map::new())),
             Some(Value::Object(map)) => Ok(Self(map)),
-            Some(other) => Err(ArgumentError(format!(
-                "`arguments` must be a JSON object, got {}.",
-                describe(&other)
-            ))),
+            Some(other) => Err(ArgumentError(format!("`arguments` must be a JSON object, got {}.", describe(&other)))),
         }
     }
 
     pub(crate) fn required_str(&self, name: &str) -> Result<&str, ArgumentError> {
         match self.0.get(name) {
-            None | Some(Value::Null) => Err(ArgumentError(format!(
-                "Missing required argument `{name}` (a string)."
-            ))),
+            None | Some(Value::Null) => Err(ArgumentError(format!("Missing required argument `{name}` (a string)."))),
             Some(Value::String(s)) => Ok(s),
             Some(other) => Err(wrong_type(name, "a string", other)),
         }
@@ -63,9 +58,9 @@ impl Arguments {
         };
         let expected = format!("an integer from 0 to {max}");
         let number = match value {
-            Value::Number(n) => n
-                .as_u64()
-                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64)),
+            Value::Number(n) => {
+                n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+            }
             _ => None,
         };
         match number {
@@ -109,10 +104,7 @@ mod tests {
     #[test]
     fn wrong_types_name_the_argument_and_the_value() {
         let a = args(json!({"code": 5, "flag": "yes", "n": -1}));
-        assert_eq!(
-            a.required_str("code").unwrap_err().0,
-            "Argument `code` must be a string, got number 5."
-        );
+        assert_eq!(a.required_str("code").unwrap_err().0, "Argument `code` must be a string, got number 5.");
         assert!(a.optional_bool("flag").unwrap_err().0.contains("true or false"));
         assert!(a.optional_u64("n", 10).unwrap_err().0.contains("from 0 to 10"));
         assert!(a.required_str("missing").unwrap_err().0.contains("Missing required"));

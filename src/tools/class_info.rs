@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
@@ -66,7 +66,8 @@ fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![Form::string(args.required_str("class")?), Form::Keyword("package"), super::package_argument(args)?];
+    let request =
+        vec![Form::string(args.required_str("class")?), Form::Keyword("package"), super::package_argument(args)?];
     let class = decode::<ClassInfo>("class-info", &context.call_helper(args, "class-info", request).await?)?;
     Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }
@@ -119,7 +120,10 @@ impl ClassInfo {
         ];
         sections.push(match (&self.precedence, &self.not_finalized) {
             (Some(precedence), _) => format!("Class Precedence List:\n  {}", precedence.join(" → ")),
-            (None, why) => format!("Class Precedence List: unknown\n  ({})", why.as_deref().unwrap_or("the class is not finalized")),
+            (None, why) => format!(
+                "Class Precedence List: unknown\n  ({})",
+                why.as_deref().unwrap_or("the class is not finalized")
+            ),
         });
         if self.direct_slots.is_empty() {
             let mut section = "Direct Slots: (none)".to_string();
@@ -236,9 +240,17 @@ mod tests {
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
-        let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(":initform \"0\" ", "")).unwrap()).unwrap_err();
-        assert!(error.0.contains("reply to class-info is not what this server expects (:direct-slots 1: the reply has no :initform)"), "{}", error.0);
-        let error = decode::<ClassInfo>("class-info", &read(&PERSON.replace(" :slot-sources nil", "")).unwrap()).unwrap_err();
+        let error =
+            decode::<ClassInfo>("class-info", &read(&PERSON.replace(":initform \"0\" ", "")).unwrap()).unwrap_err();
+        assert!(
+            error.0.contains(
+                "reply to class-info is not what this server expects (:direct-slots 1: the reply has no :initform)"
+            ),
+            "{}",
+            error.0
+        );
+        let error =
+            decode::<ClassInfo>("class-info", &read(&PERSON.replace(" :slot-sources nil", "")).unwrap()).unwrap_err();
         assert!(error.0.contains("(the reply has no :slot-sources)"), "{}", error.0);
     }
 

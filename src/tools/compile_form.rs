@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, section_body, Captured};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
@@ -251,8 +251,13 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = |reply: &str| decode::<CompileReport>("compile-code", &read(reply).unwrap()).unwrap_err().0;
-        let text = error("(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil :read-error nil)");
-        assert!(text.contains("reply to compile-code is not what this server expects (the reply has no :stdout)"), "{text}");
+        let text = error(
+            "(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions nil :read-error nil)",
+        );
+        assert!(
+            text.contains("reply to compile-code is not what this server expects (the reply has no :stdout)"),
+            "{text}"
+        );
         let text = error(
             "(:forms-compiled 1 :warnings 0 :errors 0 :style-warnings 0 :notes 0 :conditions ((:message \"m\" :form nil :line nil :column nil)) \
              :read-error (:message \"m\" :line 1 :column 1) :stdout (\"\" 0))",

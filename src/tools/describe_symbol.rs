@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, Location};
-use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -114,8 +114,8 @@ impl Description {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolError;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
          ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
@@ -132,14 +132,21 @@ mod tests {
             describe(AREA).unwrap().render(),
             "SHAPES::AREA (external in SHAPES)\n\nGeneric function: (AREA SHAPE)\n  The area.\n  Methods (1):\n    (AREA (CIRCLE))\n  Source: /src/shapes.lisp:8:1"
         );
-        let nothing = describe("(:symbol \"CL-USER::X\" :status \"internal in COMMON-LISP-USER\" :entries nil)").unwrap();
+        let nothing =
+            describe("(:symbol \"CL-USER::X\" :status \"internal in COMMON-LISP-USER\" :entries nil)").unwrap();
         assert!(nothing.render().ends_with("names nothing: no function, macro, variable, class or type."));
     }
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = describe(&AREA.replace(":details (\"Methods (1):\" \"  (AREA (CIRCLE))\") ", "")).unwrap_err();
-        assert!(error.0.contains("reply to describe-symbol is not what this server expects (:entries 0: the reply has no :details)"), "{}", error.0);
+        assert!(
+            error.0.contains(
+                "reply to describe-symbol is not what this server expects (:entries 0: the reply has no :details)"
+            ),
+            "{}",
+            error.0
+        );
         let error = describe(&AREA.replace(" :origin nil", "")).unwrap_err();
         assert!(error.0.contains("(:entries 0 :source: the reply has no :origin)"), "{}", error.0);
     }

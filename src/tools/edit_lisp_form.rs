@@ -14,7 +14,8 @@ pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
-        description: "Structurally edit one top-level form (defun, defmacro, defvar, defclass, defmethod, defpackage, ...) \
+        description:
+            "Structurally edit one top-level form (defun, defmacro, defvar, defclass, defmethod, defpackage, ...) \
 of a Common Lisp source file: replace it, or insert new forms just before or after it. The form is found by its \
 operator and name, not by line numbers; only its bytes change, so comments, indentation and every other form stay \
 exactly as they were, and `content` that does not read as complete Lisp forms is rejected without touching the file. \
@@ -26,37 +27,37 @@ to see the file's forms and their names. Returns a unified diff of the change; `
                 "file_path": {
                     "type": "string",
                     "description": "The Lisp source file to edit: absolute, or relative to the server's first --root \
-directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root."
                 },
                 "form_type": {
                     "type": "string",
                     "description": "The form's operator, e.g. \"defun\", \"defmacro\", \"defvar\", \"defclass\", \
-\"defmethod\", \"defpackage\", \"asdf:defsystem\". Case and package prefix do not matter."
+        \"defmethod\", \"defpackage\", \"asdf:defsystem\". Case and package prefix do not matter."
                 },
                 "form_name": {
                     "type": "string",
                     "description": "The name the form defines: \"foo\", \"(setf foo)\", a package or system name as \
-\"my-pkg\", \":my-pkg\", \"#:my-pkg\" or \"\\\"MY-PKG\\\"\". For defmethod: \"name [qualifiers] (specializers)\", \
-e.g. \"draw ((s circle))\", \"draw (circle)\", \"area :around (shape)\", \"print-object (my-class t)\", \
-\"handle ((eql :quit))\"; a bare name matches all its methods. `lisp-outline` shows each form's name in this form."
+        \"my-pkg\", \":my-pkg\", \"#:my-pkg\" or \"\\\"MY-PKG\\\"\". For defmethod: \"name [qualifiers] (specializers)\", \
+        e.g. \"draw ((s circle))\", \"draw (circle)\", \"area :around (shape)\", \"print-object (my-class t)\", \
+        \"handle ((eql :quit))\"; a bare name matches all its methods. `lisp-outline` shows each form's name in this form."
                 },
                 "operation": {
                     "type": "string",
                     "enum": Operation::NAMES,
                     "description": "replace: swap the form for `content`. insert_before: put `content` above the \
-form and above the comment lines directly attached to it. insert_after: put `content` below the form. Inserted \
-forms are separated by one blank line."
+        form and above the comment lines directly attached to it. insert_after: put `content` below the form. Inserted \
+        forms are separated by one blank line."
                 },
                 "content": {
                     "type": "string",
                     "description": "Complete Lisp code: one or more whole top-level forms, with their own comments \
-if wanted. It is read before the file is touched; line endings are converted to the file's."
+        if wanted. It is read before the file is touched; line endings are converted to the file's."
                 },
                 "index": {
                     "type": "integer",
                     "minimum": 1,
                     "description": "When several forms match, which one: its 1-based position among the matches in \
-file order. The error for an ambiguous match lists them."
+        file order. The error for an ambiguous match lists them."
                 },
                 "dry_run": {
                     "type": "boolean",
@@ -110,11 +111,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let path = roots.check(Path::new(file_path))?;
     let shown = roots.display(&path);
     let prepared = prepare_edit(&path, &shown, &request)?;
-    let report = if dry_run {
-        prepared.report().clone()
-    } else {
-        prepared.commit()?
-    };
+    let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
     } else {

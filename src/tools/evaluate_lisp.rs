@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::image::CallLimits;
 use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use crate::image::CallLimits;
 use crate::swank::Form;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
@@ -214,7 +214,12 @@ mod tests {
         assert_eq!(render(&reply("((\"42\" 0))", "(\"\nHELLO \" 0)", empty, "nil")), "[stdout]\nHELLO\n\n=> 42");
         assert_eq!(render(&reply("((\"3\" 0) (\"2\" 0))", empty, empty, "nil")), "=> 3\n=> 2");
         assert_eq!(
-            render(&reply("((\"FOO\" 0))", empty, empty, "(\"STYLE-WARNING: The variable X is defined but never used.\")")),
+            render(&reply(
+                "((\"FOO\" 0))",
+                empty,
+                empty,
+                "(\"STYLE-WARNING: The variable X is defined but never used.\")"
+            )),
             "[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n\n=> FOO"
         );
         assert_eq!(
@@ -248,9 +253,16 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let full = reply("nil", "(\"\" 0)", "(\"\" 0)", "nil");
-        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap()).unwrap_err();
-        assert!(error.0.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"), "{}", error.0);
-        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap()).unwrap_err();
+        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap())
+            .unwrap_err();
+        assert!(
+            error.0.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"),
+            "{}",
+            error.0
+        );
+        let error =
+            decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
+                .unwrap_err();
         assert!(error.0.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.0);
     }
 }

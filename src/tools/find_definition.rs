@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
-use super::{symbol_request, Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -69,7 +69,9 @@ impl Definitions {
         if self.definitions.is_empty() {
             return match self.names.as_slice() {
                 [] => format!("{} has no definitions: it names nothing.", self.symbol),
-                names => format!("{} names a {}, but SBCL recorded no source for it.", self.symbol, names.join(" and a ")),
+                names => {
+                    format!("{} names a {}, but SBCL recorded no source for it.", self.symbol, names.join(" and a "))
+                }
             };
         }
         format!(
@@ -88,8 +90,8 @@ impl Definitions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolError;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :definitions \
          ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
@@ -110,7 +112,11 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found(&AREA.replace(":names (\"generic function\") ", "")).unwrap_err();
-        assert!(error.0.contains("reply to find-definition is not what this server expects (the reply has no :names)"), "{}", error.0);
+        assert!(
+            error.0.contains("reply to find-definition is not what this server expects (the reply has no :names)"),
+            "{}",
+            error.0
+        );
         let error = found(&AREA.replace(":line 3 ", "")).unwrap_err();
         assert!(error.0.contains("(:definitions 0 :source: the reply has no :line)"), "{}", error.0);
     }

@@ -13,7 +13,8 @@ pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-check-parens",
         title: "Check Lisp parentheses",
-        description: "Check that Common Lisp source reads as complete forms: balanced parentheses, terminated strings, \
+        description:
+            "Check that Common Lisp source reads as complete forms: balanced parentheses, terminated strings, \
 `|...|` symbols and `#|...|#` comments. Give either `file_path` or `code`. On a problem it reports the line and column \
 where the reader failed and of the opener that was left open, with a hint where a missing `)` most likely belongs. Use \
 it before compiling or loading hand-edited code, and to locate the damage when a file no longer reads.",
@@ -23,7 +24,7 @@ it before compiling or loading hand-edited code, and to locate the damage when a
                 "file_path": {
                     "type": "string",
                     "description": "A Lisp source file to check: absolute, or relative to the server's first --root \
-directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root."
                 },
                 "code": {
                     "type": "string",

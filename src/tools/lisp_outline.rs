@@ -22,7 +22,7 @@ itself: read it before editing to find a definition, then pass its operator and 
                 "file_path": {
                     "type": "string",
                     "description": "The Lisp source file: absolute, or relative to the server's first --root \
-directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root."
                 }
             },
             "required": ["file_path"],
@@ -71,7 +71,13 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let mut text = format!("{}: {} top-level form{plural}, {lines} lines\n", file.shown, entries.len());
     let ranges: Vec<String> = entries
         .iter()
-        .map(|e| if e.lines.first == e.lines.last { e.lines.first.to_string() } else { format!("{}-{}", e.lines.first, e.lines.last) })
+        .map(|e| {
+            if e.lines.first == e.lines.last {
+                e.lines.first.to_string()
+            } else {
+                format!("{}-{}", e.lines.first, e.lines.last)
+            }
+        })
         .collect();
     let width = ranges.iter().map(String::len).max().unwrap_or(0);
     for (entry, range) in entries.iter().zip(&ranges) {

@@ -262,23 +262,36 @@ mod tests {
 
     #[test]
     fn failures_become_error_outputs() {
-        let failure = check_failure(&read("(:failure \"Class FOO not found in package CL-USER\")").unwrap()).unwrap_err();
+        let failure =
+            check_failure(&read("(:failure \"Class FOO not found in package CL-USER\")").unwrap()).unwrap_err();
         assert_eq!(failure.0, "Class FOO not found in package CL-USER");
-        let error =
-            check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil))").unwrap()).unwrap_err();
+        let error = check_failure(
+            &read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil))").unwrap(),
+        )
+        .unwrap_err();
         assert_eq!(error.0, "[ERROR] TYPE-ERROR\nbad");
         assert!(check_failure(&read("(:error nil :value 1)").unwrap()).is_ok());
     }
 
     #[test]
     fn a_reply_of_another_shape_is_an_error_that_names_the_key() {
-        let error = check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil))").unwrap()).unwrap_err();
-        assert!(error.0.contains("error report is not what this server expects (:error: the reply has no :message)"), "{error}");
+        let error =
+            check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil))").unwrap())
+                .unwrap_err();
+        assert!(
+            error.0.contains("error report is not what this server expects (:error: the reply has no :message)"),
+            "{error}"
+        );
         let error = check_failure(&read("(:failure nil)").unwrap()).unwrap_err();
         assert!(error.0.contains("(:failure: expected a string, found nil)"), "{error}");
-        let error = decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap()).unwrap_err();
+        let error =
+            decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap())
+                .unwrap_err();
         assert!(error.0.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{error}");
-        let kind = from_sexp::<ErrorReport>(&read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil)").unwrap()).unwrap_err();
+        let kind = from_sexp::<ErrorReport>(
+            &read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil)").unwrap(),
+        )
+        .unwrap_err();
         assert!(kind.to_string().starts_with(":kind: unknown variant `warning`"), "{kind}");
     }
 
@@ -286,7 +299,10 @@ mod tests {
     fn locations_read_like_compiler_messages() {
         let location = |text: &str| from_sexp::<Location>(&read(text).unwrap()).unwrap().to_string();
         assert_eq!(location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :origin nil)"), "/src/a.lisp:7:1");
-        assert_eq!(location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :origin nil)"), "/src/a.lisp (file not found)");
+        assert_eq!(
+            location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :origin nil)"),
+            "/src/a.lisp (file not found)"
+        );
         assert_eq!(
             location("(:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\")"),
             "defined at the REPL, no source file"

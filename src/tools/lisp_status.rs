@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -78,7 +78,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         in_flight: connection.pending_count() as u64,
         images: match context.toolbox.images() {
             [_] => Vec::new(),
-            all => all.iter().map(|i| (i.name().to_string(), i.endpoint().to_string(), Arc::ptr_eq(i, &image))).collect(),
+            all => {
+                all.iter().map(|i| (i.name().to_string(), i.endpoint().to_string(), Arc::ptr_eq(i, &image))).collect()
+            }
         },
     };
     Ok(ToolOutput::success(status.render()).with_structured(status.structured()))
@@ -130,11 +132,13 @@ impl Status {
         let image = &self.image;
         let attachment = if self.launched { "launched by swank-mcp" } else { "attached" };
         let pid = self.pid.map_or_else(String::new, |pid| format!(", pid {pid}"));
-        let others = if image.tool_calls > 0 { format!(" ({} tool calls running in the image)", image.tool_calls) } else { String::new() };
-        let extras = [
-            image.asdf.as_ref().map(|v| format!("ASDF {v}")),
-            image.quicklisp.then(|| "Quicklisp".to_string()),
-        ];
+        let others = if image.tool_calls > 0 {
+            format!(" ({} tool calls running in the image)", image.tool_calls)
+        } else {
+            String::new()
+        };
+        let extras =
+            [image.asdf.as_ref().map(|v| format!("ASDF {v}")), image.quicklisp.then(|| "Quicklisp".to_string())];
         let libraries: Vec<String> = extras.into_iter().flatten().collect();
         let mut lines = vec![
             format!("Lisp: {} {} ({}, {})", image.implementation, image.version, image.machine, image.software),
@@ -159,7 +163,8 @@ impl Status {
                 .iter()
                 .enumerate()
                 .map(|(i, (name, endpoint, this))| {
-                    let notes: Vec<&str> = [(i == 0).then_some("default"), this.then_some("this one")].into_iter().flatten().collect();
+                    let notes: Vec<&str> =
+                        [(i == 0).then_some("default"), this.then_some("this one")].into_iter().flatten().collect();
                     let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
                     format!("{name} at {endpoint}{notes}")
                 })
@@ -234,6 +239,10 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = decode::<ImageFacts>("status", &read(&FACTS.replace(" :tool-calls 0", "")).unwrap()).unwrap_err();
-        assert!(error.0.contains("reply to status is not what this server expects (the reply has no :tool-calls)"), "{}", error.0);
+        assert!(
+            error.0.contains("reply to status is not what this server expects (the reply has no :tool-calls)"),
+            "{}",
+            error.0
+        );
     }
 }

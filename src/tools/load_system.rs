@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::{from_sexp, Form};
 
 /// Compiling a large system for the first time takes minutes; the server's evaluation time limit
@@ -135,7 +135,10 @@ impl LoadReport {
             (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
             (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
-            (None, true, false) => format!("System {:?} was already loaded; ASDF reloaded what had changed, in {seconds:.2} s.", self.system),
+            (None, true, false) => format!(
+                "System {:?} was already loaded; ASDF reloaded what had changed, in {seconds:.2} s.",
+                self.system
+            ),
         };
         sections.push(format!(
             "{verdict}\n{}, {}, {}.",
@@ -188,10 +191,11 @@ impl LoadReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolError;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
-    const ALEXANDRIA: &str = "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
+    const ALEXANDRIA: &str =
+        "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
          :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
 
     fn report(reply: &str) -> Result<LoadReport, ToolError> {
@@ -215,13 +219,24 @@ mod tests {
         .unwrap()
         .into_output(65536);
         assert!(output.is_error);
-        assert!(output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."), "{}", output.text);
+        assert!(
+            output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."),
+            "{}",
+            output.text
+        );
     }
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = report(&ALEXANDRIA.replace(" :load-error nil", "")).unwrap_err();
-        assert!(error.0.contains("reply to load-system is not what this server expects (the reply has no :load-error)"), "{}", error.0);
-        assert_eq!(from_sexp::<Activity>(&read("(:activity \"compiling /a.lisp\")").unwrap()).unwrap().activity.as_deref(), Some("compiling /a.lisp"));
+        assert!(
+            error.0.contains("reply to load-system is not what this server expects (the reply has no :load-error)"),
+            "{}",
+            error.0
+        );
+        assert_eq!(
+            from_sexp::<Activity>(&read("(:activity \"compiling /a.lisp\")").unwrap()).unwrap().activity.as_deref(),
+            Some("compiling /a.lisp")
+        );
     }
 }

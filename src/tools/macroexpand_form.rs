@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::{Form, Sexp};
 
 fn definition() -> ToolDefinition {
@@ -97,7 +97,8 @@ fn render(reply: &Sexp, max_output: usize) -> ToolResult {
     if !expanded {
         text.push_str("\n\n(Form is not a macro call)");
     }
-    Ok(ToolOutput::success(text).with_structured(json!({"form": form, "expansion": expansion.text, "expanded": expanded})))
+    Ok(ToolOutput::success(text)
+        .with_structured(json!({"form": form, "expansion": expansion.text, "expanded": expanded})))
 }
 
 #[cfg(test)]
@@ -111,8 +112,14 @@ mod tests {
 
     #[test]
     fn expansions_and_non_macros_read_as_the_contract_shows() {
-        assert_eq!(text("(:form \"(+ 1 2)\" :expansion (\"(+ 1 2)\" 0) :expanded nil)").text, "Expansion of (+ 1 2):\n\n(+ 1 2)\n\n(Form is not a macro call)");
-        assert_eq!(text("(:form \"(PUSH X L)\" :expansion (\"(setq l (cons x l))\" 0) :expanded t)").text, "Expansion of (PUSH X L):\n\n(setq l (cons x l))");
+        assert_eq!(
+            text("(:form \"(+ 1 2)\" :expansion (\"(+ 1 2)\" 0) :expanded nil)").text,
+            "Expansion of (+ 1 2):\n\n(+ 1 2)\n\n(Form is not a macro call)"
+        );
+        assert_eq!(
+            text("(:form \"(PUSH X L)\" :expansion (\"(setq l (cons x l))\" 0) :expanded t)").text,
+            "Expansion of (PUSH X L):\n\n(setq l (cons x l))"
+        );
         let failed = text("(:read-error \"end of file on #<STRING-INPUT-STREAM>\")");
         assert!(failed.is_error);
         assert_eq!(failed.text, "Error reading form: end of file on #<STRING-INPUT-STREAM>");
@@ -121,7 +128,14 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let failed = text("(:form \"(+ 1 2)\" :expansion (\"(+ 1 2)\" 0))");
-        assert!(failed.is_error && failed.text.contains("reply to expand-form is not what this server expects (the reply has no :expanded)"), "{}", failed.text);
+        assert!(
+            failed.is_error
+                && failed
+                    .text
+                    .contains("reply to expand-form is not what this server expects (the reply has no :expanded)"),
+            "{}",
+            failed.text
+        );
         assert!(text("(:read-error nil)").text.contains("(:read-error: expected a string, found nil)"));
     }
 }

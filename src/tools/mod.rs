@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
-pub use arguments::{ArgumentError, Arguments};
 use crate::image::{CallLimits, Image, ImageSettings};
+pub use arguments::{ArgumentError, Arguments};
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
 
@@ -149,7 +149,9 @@ impl Toolbox {
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
     pub fn select(self, selection: &ToolSelection) -> Result<Self, String> {
-        if let Some(unknown) = selection.only.iter().find(|name| !self.definitions.iter().any(|d| d.name == name.as_str())) {
+        if let Some(unknown) =
+            selection.only.iter().find(|name| !self.definitions.iter().any(|d| d.name == name.as_str()))
+        {
             let known: Vec<&str> = self.definitions.iter().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
         }
@@ -176,7 +178,12 @@ impl Toolbox {
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
-    pub async fn call(self: &Arc<Self>, name: &str, arguments: Option<Value>, cancel: CancellationToken) -> Option<ToolOutput> {
+    pub async fn call(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: Option<Value>,
+        cancel: CancellationToken,
+    ) -> Option<ToolOutput> {
         self.call_with_progress(name, arguments, cancel, Progress::none()).await
     }
 
@@ -238,7 +245,12 @@ impl ToolContext {
     /// Calls `function` of the helper in the image `args` names, within the server's evaluation
     /// time limit and with this call's cancellation, and checks the reply: a failure the helper
     /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
-    pub async fn call_helper(&self, args: &Arguments, function: &'static str, request: Vec<Form>) -> Result<Sexp, ToolError> {
+    pub async fn call_helper(
+        &self,
+        args: &Arguments,
+        function: &'static str,
+        request: Vec<Form>,
+    ) -> Result<Sexp, ToolError> {
         let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
         self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
     }

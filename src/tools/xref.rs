@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
-use super::{Annotations, Arguments, ToolContext, Run, Tool, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
@@ -95,7 +95,8 @@ impl References {
                  compiled before SBCL kept them leave none.)"
             );
         }
-        let mut text = format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.labelled()));
+        let mut text =
+            format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.labelled()));
         let rest = self.total.saturating_sub(self.hits.len() as u64);
         if rest > 0 {
             text.push_str(&format!("\n  ... and {rest} more"));
@@ -111,8 +112,8 @@ impl References {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolError;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
          ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))))";
@@ -123,7 +124,10 @@ mod tests {
 
     #[test]
     fn hits_are_listed_with_the_rest_counted() {
-        assert_eq!(found(CALLS).unwrap().render(), "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more");
+        assert_eq!(
+            found(CALLS).unwrap().render(),
+            "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more"
+        );
         let none = found("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap();
         assert!(none.render().starts_with("Who sets P::X: none recorded."));
     }
@@ -131,7 +135,11 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let error = found(&CALLS.replace(":total 3 ", "")).unwrap_err();
-        assert!(error.0.contains("reply to xref is not what this server expects (the reply has no :total)"), "{}", error.0);
+        assert!(
+            error.0.contains("reply to xref is not what this server expects (the reply has no :total)"),
+            "{}",
+            error.0
+        );
         let error = found(&CALLS.replace(":name \"CALLER\" ", "")).unwrap_err();
         assert!(error.0.contains("(:hits 0: the reply has no :name)"), "{}", error.0);
     }

@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use swank_mcp::source::AllowedRoots;
-use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::image::launch::{self, LaunchedImage};
 use swank_mcp::image::ImageSettings;
+use swank_mcp::source::AllowedRoots;
+use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::{Settings, Toolbox};
 
 pub fn swank_loader() -> PathBuf {
