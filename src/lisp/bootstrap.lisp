@@ -80,7 +80,11 @@ does not load (cut short, or written by another build) is deleted so that the so
 that an image reading the cache never sees half a file. Returns true when the fasl is there."
   (let ((fasl (helper-fasl digest)))
     (when fasl
-      (let* ((stem (format nil "~A.~36R" (sb-ext:native-namestring fasl) (random (expt 36 8) (make-random-state t))))
+      ;; Unique per process: images started together seed the same random state.
+      (let* ((getpid (find-symbol "UNIX-GETPID" "SB-UNIX"))
+             (stem (format nil "~A.~D.~36R" (sb-ext:native-namestring fasl)
+                           (if (and getpid (fboundp getpid)) (funcall getpid) 0)
+                           (random (expt 36 8) (make-random-state t))))
              (source-file (sb-ext:parse-native-namestring (concatenate 'string stem ".lisp")))
              (compiled (sb-ext:parse-native-namestring (concatenate 'string stem ".fasl-tmp"))))
         (unwind-protect

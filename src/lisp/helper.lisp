@@ -29,6 +29,31 @@
 (in-package #:mcp-agent-helper)
 
 ;;; ------------------------------------------------------------------------------------------
+;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)
+
+(defun existing-symbols (package-name &rest names)
+  "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
+SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids, and
+SB-IMPL:X is a read error once X is no longer external: either way the whole helper would fail
+to load. So this file names no SBCL internal in its source; it finds them here."
+  (let ((package (find-package package-name)))
+    (and package
+         (loop for name in names
+               for symbol = (find-symbol name package)
+               when symbol collect symbol))))
+
+(defun sbcl-internal (package-name name)
+  "The symbol PACKAGE-NAME:NAME of SBCL's internals, or a failure of the one tool that needs it
+when this SBCL lacks it."
+  (or (first (existing-symbols package-name name))
+      (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
+            (lisp-implementation-version) package-name name)))
+
+(defmacro internal-call (package-name name &rest arguments)
+  "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
+  `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
+
+;;; ------------------------------------------------------------------------------------------
 ;;; Capped output capture
 ;;;
 ;;; Output is cut inside the image so that a 20 MB print never crosses the wire (a swank frame
@@ -316,28 +341,6 @@ holds it. Takes no lock it could wait on for long, since the image may be deadlo
 
 (defparameter *max-frames* 20)
 (defparameter *max-frame-length* 400)
-
-(defun existing-symbols (package-name &rest names)
-  "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
-SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids, and
-SB-IMPL:X is a read error once X is no longer external: either way the whole helper would fail
-to load. So this file names no SBCL internal in its source; it finds them here."
-  (let ((package (find-package package-name)))
-    (and package
-         (loop for name in names
-               for symbol = (find-symbol name package)
-               when symbol collect symbol))))
-
-(defun sbcl-internal (package-name name)
-  "The symbol PACKAGE-NAME:NAME of SBCL's internals, or a failure of the one tool that needs it
-when this SBCL lacks it."
-  (or (first (existing-symbols package-name name))
-      (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
-            (lisp-implementation-version) package-name name)))
-
-(defmacro internal-call (package-name name &rest arguments)
-  "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
-  `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
 
 (defparameter *evaluator-functions*
   (append '(eval)
