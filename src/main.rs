@@ -233,19 +233,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let toolbox = toolbox(&cli)?;
     match cli.command {
         None | Some(Command::Serve) => {
-            let (stdout, writer) = swank_mcp::mcp::stdio::stdout();
+            let stdin = swank_mcp::mcp::stdio::stdin()?;
+            let stdout = swank_mcp::mcp::stdio::stdout()?;
             // A task of its own rather than the future `block_on` drives: the runtime polls that
             // one only after a trip through its I/O driver, a system call on the path of every
             // response.
-            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox, swank_mcp::mcp::stdio::stdin(), stdout));
+            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox, stdin, stdout));
             serving.await.context("the MCP server failed")?.context("serving MCP on stdio")?;
-            // Every response is on stdout before the process ends.
-            if let Some(writer) = writer {
-                writer
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("the stdout thread panicked"))?
-                    .context("writing to stdout")?;
-            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Eval { code, package, image }) => {

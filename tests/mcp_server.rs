@@ -572,3 +572,25 @@ fn a_client_that_stops_reading_stalls_the_server_instead_of_growing_it() {
     assert!(stalled_at.is_some(), "the server read all {PINGS} pings while no response was read");
     assert!(peak < RSS_LIMIT_KIB, "peak VmRSS {peak} KiB");
 }
+
+#[test]
+fn a_file_on_stdin_is_refused_with_what_to_do_instead() {
+    let directory = tempfile::tempdir().unwrap();
+    let requests = directory.path().join("requests.jsonl");
+    std::fs::write(&requests, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &common::dead_port().to_string()])
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .output()
+        .expect("swank-mcp runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "nothing but protocol messages on stdout");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "standard input is a file: swank-mcp speaks MCP with the client that starts it, over pipes. Configure it in \
+             an MCP client (see the README), pipe requests in (`cat requests.jsonl | swank-mcp`)"
+        ),
+        "{stderr}"
+    );
+}
