@@ -7,27 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use swank_mcp::tools::{ToolOutput, Toolbox};
 
-async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
-    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists")
-}
-
 async fn compile(toolbox: &Arc<Toolbox>, code: &str) -> ToolOutput {
-    call(toolbox, "compile-form", json!({ "code": code })).await
-}
-
-async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
-    assert!(!output.is_error, "{code}: {}", output.text);
-    output.text
+    common::call(toolbox, "compile-form", json!({ "code": code })).await
 }
 
 async fn expand(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
-    call(toolbox, "macroexpand-form", arguments).await
+    common::call(toolbox, "macroexpand-form", arguments).await
 }
 
 /// Gensym counters differ from run to run: `#:g113` reads `#:g`.
@@ -66,9 +54,13 @@ async fn compile_form_contract_examples() {
          ERROR: Lock on package SB-ALIEN violated when proclaiming DOUBLE as a function while in package COMMON-LISP-USER.\n  \
          in form: (DEFUN DOUBLE (X) (* X 2))\n  at: line 1, column 1\n  severity: ERROR\n\nCompiled 1 form, with errors"
     );
-    eval(&tb, "(defpackage :compile-test-plain (:use :cl))").await;
-    let output =
-        call(&tb, "compile-form", json!({"code": "(defun double (x) (* x 2))", "package": "COMPILE-TEST-PLAIN"})).await;
+    common::eval_ok(&tb, "(defpackage :compile-test-plain (:use :cl))").await;
+    let output = common::call(
+        &tb,
+        "compile-form",
+        json!({"code": "(defun double (x) (* x 2))", "package": "COMPILE-TEST-PLAIN"}),
+    )
+    .await;
     assert!(!output.is_error);
     assert_eq!(output.text, "Compilation successful\nWarnings: 0\nErrors: 0\n\nCompiled 1 form successfully");
 
@@ -125,9 +117,9 @@ async fn compile_form_contract_examples() {
 #[tokio::test]
 async fn compiling_runs_defines_and_interns_nothing() {
     let tb = common::toolbox(common::shared_image_port());
-    eval(&tb, "(defpackage :compile-test-state (:use :cl))").await;
+    common::eval_ok(&tb, "(defpackage :compile-test-state (:use :cl))").await;
     let count = "(let ((n 0)) (do-symbols (s :compile-test-state) (when (eq (symbol-package s) (find-package :compile-test-state)) (incf n))) n)";
-    let before = eval(&tb, count).await;
+    let before = common::eval_ok(&tb, count).await;
     let code = "(defun test () (print 'executed))\n\
                 (defvar *compile-test-v* (print 1))\n\
                 (defmacro compile-test-m (x) `(list ,x))\n\
@@ -136,7 +128,7 @@ async fn compiling_runs_defines_and_interns_nothing() {
                 (defpackage :compile-test-never)\n\
                 (defun compile-test-ltv () (load-time-value (progn (print :ltv) 1)))\n\
                 (print :toplevel)";
-    let output = call(&tb, "compile-form", json!({"code": code, "package": "COMPILE-TEST-STATE"})).await;
+    let output = common::call(&tb, "compile-form", json!({"code": code, "package": "COMPILE-TEST-STATE"})).await;
     assert!(!output.is_error, "{}", output.text);
     // Nothing printed, in the image or in the result: load-time-value was compiled as code, not run.
     assert!(
@@ -145,7 +137,7 @@ async fn compiling_runs_defines_and_interns_nothing() {
         output.text
     );
     assert!(output.text.ends_with("Compiled 8 forms successfully"), "{}", output.text);
-    let state = eval(
+    let state = common::eval_ok(
         &tb,
         "(list (find-package \"COMPILE-TEST-NEVER\") (find-class (find-symbol \"COMPILE-TEST-CLASS\" :compile-test-state) nil) \
          (find-symbol \"TEST\" :compile-test-state) (find-symbol \"*COMPILE-TEST-V*\" :compile-test-state) \
@@ -153,7 +145,7 @@ async fn compiling_runs_defines_and_interns_nothing() {
     )
     .await;
     assert_eq!(state, "=> (NIL NIL NIL NIL NIL NIL)");
-    assert_eq!(eval(&tb, count).await, before, "no symbol was left interned");
+    assert_eq!(common::eval_ok(&tb, count).await, before, "no symbol was left interned");
     // #. cannot run code either.
     let output = compile(&tb, "(list #.(progn (print :read-eval) 1))").await;
     assert!(output.is_error);
@@ -164,12 +156,12 @@ async fn compiling_runs_defines_and_interns_nothing() {
 async fn compiling_a_defun_does_not_make_its_name_defined() {
     let tb = common::toolbox(common::shared_image_port());
     // A function the user really has keeps its definition and its signature.
-    eval(&tb, "(defun compile-test-existing (a) a)").await;
+    common::eval_ok(&tb, "(defun compile-test-existing (a) a)").await;
     let output = compile(&tb, "(defun compile-test-existing (a b) (list a b))").await;
     assert!(!output.is_error, "{}", output.text);
     let output = compile(&tb, "(defun compile-test-user () (compile-test-existing 1))").await;
     assert_eq!(output.text, "Compilation successful\nWarnings: 0\nErrors: 0\n\nCompiled 1 form successfully");
-    assert_eq!(eval(&tb, "(compile-test-existing 7)").await, "=> 7");
+    assert_eq!(common::eval_ok(&tb, "(compile-test-existing 7)").await, "=> 7");
     // A function compile-form compiled is still undefined for the next check.
     compile(&tb, "(defun compile-test-phantom () 1)").await;
     let output = compile(&tb, "(defun compile-test-caller () (compile-test-phantom))").await;
@@ -183,7 +175,7 @@ async fn compiling_a_defun_does_not_make_its_name_defined() {
 #[tokio::test]
 async fn earlier_forms_shape_later_ones_as_in_a_file() {
     let tb = common::toolbox(common::shared_image_port());
-    eval(&tb, "(defpackage :compile-test-other (:use :cl))").await;
+    common::eval_ok(&tb, "(defpackage :compile-test-other (:use :cl))").await;
     // A macro defined earlier in the code is known to later forms, though never run (its uses
     // get a warning that says why); a function defined earlier is known to later calls;
     // IN-PACKAGE switches the package the rest is read in.
@@ -232,10 +224,10 @@ async fn conditions_are_placed_at_their_subform() {
 #[tokio::test]
 async fn compile_form_rejects_unknown_packages_and_bad_arguments() {
     let tb = common::toolbox(common::shared_image_port());
-    let output = call(&tb, "compile-form", json!({"code": "1", "package": "COMPILE-TEST-NOPE"})).await;
+    let output = common::call(&tb, "compile-form", json!({"code": "1", "package": "COMPILE-TEST-NOPE"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "The package \"COMPILE-TEST-NOPE\" does not exist.");
-    let output = call(&tb, "compile-form", json!({})).await;
+    let output = common::call(&tb, "compile-form", json!({})).await;
     assert!(output.is_error && output.text.contains("Missing required argument `code`"), "{}", output.text);
     let output = compile(&tb, "(compile-test-nope::f)").await;
     assert!(output.text.contains("Package COMPILE-TEST-NOPE does not exist."), "{}", output.text);
@@ -299,7 +291,7 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
     }
     assert!(expansion.contains("(if (oddp x)"), "{expansion}");
     // A symbol macro is a macro call too.
-    eval(&tb, "(define-symbol-macro macroexpand-test-sm (car *macroexpand-test-list*))").await;
+    common::eval_ok(&tb, "(define-symbol-macro macroexpand-test-sm (car *macroexpand-test-list*))").await;
     assert_eq!(
         expand(&tb, json!({"form": "macroexpand-test-sm"})).await.text,
         "Expansion of MACROEXPAND-TEST-SM:\n\n(car *macroexpand-test-list*)"
@@ -309,7 +301,7 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
 #[tokio::test]
 async fn macroexpand_form_reads_in_the_given_package_and_interns_nothing() {
     let tb = common::toolbox(common::shared_image_port());
-    eval(&tb, "(defpackage :macroexpand-test-pkg (:use :cl)) (in-package :macroexpand-test-pkg) (defmacro local-twice (x) `(list ,x ,x)) (in-package :cl-user)").await;
+    common::eval_ok(&tb, "(defpackage :macroexpand-test-pkg (:use :cl)) (in-package :macroexpand-test-pkg) (defmacro local-twice (x) `(list ,x ,x)) (in-package :cl-user)").await;
     let output = expand(
         &tb,
         json!({"form": "(local-twice (macroexpand-test-fresh-symbol))", "package": "macroexpand-test-pkg"}),
@@ -320,7 +312,7 @@ async fn macroexpand_form_reads_in_the_given_package_and_interns_nothing() {
         "Expansion of (LOCAL-TWICE (MACROEXPAND-TEST-FRESH-SYMBOL)):\n\n(list (macroexpand-test-fresh-symbol) (macroexpand-test-fresh-symbol))"
     );
     assert_eq!(
-        eval(&tb, "(find-symbol \"MACROEXPAND-TEST-FRESH-SYMBOL\" :macroexpand-test-pkg)").await,
+        common::eval_ok(&tb, "(find-symbol \"MACROEXPAND-TEST-FRESH-SYMBOL\" :macroexpand-test-pkg)").await,
         "=> NIL\n=> NIL"
     );
     let output = expand(&tb, json!({"form": "(when a b) (extra)"})).await;
@@ -341,7 +333,7 @@ async fn a_timeout_interrupts_compilation_and_still_leaves_nothing_behind() {
     let started = std::time::Instant::now();
     // The image's own macro runs while the form compiles, and takes too long. (A macro of the
     // code itself would never run.)
-    eval(&common::toolbox(port), "(defmacro compile-test-slow () (sleep 10) 1)").await;
+    common::eval_ok(&common::toolbox(port), "(defmacro compile-test-slow () (sleep 10) 1)").await;
     let output = compile(&impatient, "(defun compile-test-waits () (compile-test-slow))").await;
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert!(output.is_error);
@@ -354,5 +346,5 @@ async fn a_timeout_interrupts_compilation_and_still_leaves_nothing_behind() {
         output.text
     );
     let tb = common::toolbox(port);
-    assert_eq!(eval(&tb, "(find-symbol \"COMPILE-TEST-WAITS\")").await, "=> NIL\n=> NIL");
+    assert_eq!(common::eval_ok(&tb, "(find-symbol \"COMPILE-TEST-WAITS\")").await, "=> NIL\n=> NIL");
 }

@@ -6,22 +6,8 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
-
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use swank_mcp::tools::Toolbox;
-
-async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    let call = toolbox.call("evaluate-lisp", Some(json!({ "code": code })), CancellationToken::new());
-    let output = tokio::time::timeout(Duration::from_secs(60), call)
-        .await
-        .expect("answers within 60 s")
-        .expect("the tool exists");
-    assert!(!output.is_error, "{code}: {}", output.text);
-    output.text
-}
 
 /// Where the image's helper functions were compiled from: a file for a compiled helper, `NIL` for
 /// source loaded from a string.
@@ -37,22 +23,22 @@ async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
 
     let first = common::private_image().await;
     let toolbox = common::toolbox(first.port);
-    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
     let compiled: Vec<_> =
         std::fs::read_dir(&directory).expect("the cache directory was made").map(|e| e.unwrap().path()).collect();
     assert_eq!(compiled.len(), 1, "one compiled helper and no temporary files: {compiled:?}");
     let fasl = &compiled[0];
     assert!(fasl.file_name().unwrap().to_string_lossy().ends_with(".fasl"), "{fasl:?}");
     let written = std::fs::metadata(fasl).unwrap().modified().unwrap();
-    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
+    assert_eq!(common::eval_ok(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
     assert_compiles_without_undefined_names(&toolbox).await;
     drop(first);
 
     // A new image of the same machine loads that file and compiles nothing.
     let second = common::private_image().await;
     let toolbox = common::toolbox(second.port);
-    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
-    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
+    assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(common::eval_ok(&toolbox, HELPER_ORIGIN).await, format!("=> {:?}", format!("{}/", directory.display())));
     assert_eq!(std::fs::metadata(fasl).unwrap().modified().unwrap(), written, "the cached file was not written again");
     drop(second);
 
@@ -60,7 +46,7 @@ async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
     std::fs::write(fasl, b"not a fasl").unwrap();
     let third = common::private_image().await;
     let toolbox = common::toolbox(third.port);
-    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
     assert!(std::fs::metadata(fasl).unwrap().len() > 100_000, "compiled again");
     drop(third);
 
@@ -68,8 +54,8 @@ async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
     std::env::set_var("SWANK_MCP_CACHE_DIR", "/proc/swank-mcp-cannot-write-here");
     let fourth = common::private_image().await;
     let toolbox = common::toolbox(fourth.port);
-    assert_eq!(eval(&toolbox, "(+ 1 2)").await, "=> 3");
-    assert_eq!(eval(&toolbox, HELPER_ORIGIN).await, "=> NIL");
+    assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert_eq!(common::eval_ok(&toolbox, HELPER_ORIGIN).await, "=> NIL");
 }
 
 /// Compiling the helper's files as one file (as the cache does) warns of nothing undefined: a
@@ -88,5 +74,5 @@ async fn assert_compiles_without_undefined_names(toolbox: &Arc<Toolbox>) {
         source.display().to_string(),
         directory.path().join("helper.fasl").display().to_string()
     );
-    assert_eq!(eval(toolbox, &code).await, "=> NIL");
+    assert_eq!(common::eval_ok(toolbox, &code).await, "=> NIL");
 }

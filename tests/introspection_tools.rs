@@ -8,23 +8,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
-use swank_mcp::tools::{ToolOutput, Toolbox};
-
-async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
-    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists")
-}
-
-async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
-    assert!(!output.is_error, "{code}: {}", output.text);
-    output.text
-}
+use swank_mcp::tools::Toolbox;
 
 async fn ok(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> String {
-    let output = call(toolbox, tool, arguments.clone()).await;
+    let output = common::call(toolbox, tool, arguments.clone()).await;
     assert!(!output.is_error, "{tool} {arguments}: {}", output.text);
     output.text
 }
@@ -70,7 +58,7 @@ async fn loaded_source(toolbox: &Arc<Toolbox>) -> PathBuf {
         .clone();
     LOADED
         .get_or_init(|| async {
-            eval(toolbox, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+            common::eval_ok(toolbox, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
         })
         .await;
     path
@@ -82,7 +70,7 @@ async fn class_info_contract_examples() {
     // their own keeps those names to this test.
     let image = common::private_image().await;
     let tb = common::toolbox(image.port);
-    eval(
+    common::eval_ok(
         &tb,
         "(defpackage :my-app (:use :cl)) (in-package :my-app) \
          (defclass person () ((name :initarg :name :accessor person-name) (age :initarg :age :initform 0 :accessor person-age))) \
@@ -114,15 +102,16 @@ async fn class_info_contract_examples() {
          Direct Subclasses:\n  - BIGNUM\n  - FIXNUM\n\nClass Precedence List:\n  INTEGER → RATIONAL → REAL → NUMBER → T\n\n\
          Direct Slots: (none)\n  (Built-in classes typically have no inspectable slots)"
     );
-    let output = call(&tb, "class-info", json!({"class": "nonexistent-class"})).await;
+    let output = common::call(&tb, "class-info", json!({"class": "nonexistent-class"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "Class NONEXISTENT-CLASS not found in package CL-USER");
     // Asking interned nothing.
-    assert_eq!(eval(&tb, "(find-symbol \"NONEXISTENT-CLASS\")").await, "=> NIL\n=> NIL");
-    let output = call(&tb, "class-info", json!({"class": "person-name", "package": "MY-APP"})).await;
+    assert_eq!(common::eval_ok(&tb, "(find-symbol \"NONEXISTENT-CLASS\")").await, "=> NIL\n=> NIL");
+    let output = common::call(&tb, "class-info", json!({"class": "person-name", "package": "MY-APP"})).await;
     assert!(output.is_error);
     assert_eq!(output.text, "PERSON-NAME is not a class");
-    let structured = call(&tb, "class-info", json!({"class": "my-app::person"})).await.structured_value().unwrap();
+    let structured =
+        common::call(&tb, "class-info", json!({"class": "my-app::person"})).await.structured_value().unwrap();
     assert_eq!(structured["precedence_list"], json!(["PERSON", "STANDARD-OBJECT", "T"]));
     assert_eq!(structured["direct_slots"][1]["initform"], "0");
     drop(image);
@@ -131,7 +120,7 @@ async fn class_info_contract_examples() {
 #[tokio::test]
 async fn class_info_handles_every_kind_of_class() {
     let tb = common::toolbox(common::shared_image_port());
-    eval(
+    common::eval_ok(
         &tb,
         "(defpackage :class-info-test (:use :cl)) (in-package :class-info-test) \
          (defclass waiting (not-defined-yet) ((a :initarg :a :reader waiting-a :writer set-waiting-a))) \
@@ -168,7 +157,7 @@ async fn class_info_handles_every_kind_of_class() {
     assert!(text.contains("  DETAIL\n    Initarg: :DETAIL\n    Reader: OOPS-DETAIL"), "{text}");
     let text = info("counter").await;
     assert!(text.contains("  TOTAL\n    Allocation: :CLASS\n    Initform: 0\n    Accessor: COUNTER-TOTAL"), "{text}");
-    let output = call(&tb, "class-info", json!({"class": "x", "package": "CLASS-INFO-NOPE"})).await;
+    let output = common::call(&tb, "class-info", json!({"class": "x", "package": "CLASS-INFO-NOPE"})).await;
     assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"CLASS-INFO-NOPE\" does not exist."));
 }
 
@@ -215,7 +204,7 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
     );
     assert!(text.ends_with(&format!("Source: {path}:19:1")), "{text}");
     // Definitions made by evaluation have no file.
-    eval(&tb, "(defun describe-test-repl (a &key (b 2)) \"From the REPL.\" (list a b))").await;
+    common::eval_ok(&tb, "(defun describe-test-repl (a &key (b 2)) \"From the REPL.\" (list a b))").await;
     assert_eq!(
         ok(&tb, "describe-symbol", json!({"symbol": "describe-test-repl"})).await,
         "COMMON-LISP-USER::DESCRIBE-TEST-REPL (internal in COMMON-LISP-USER)\n\nFunction: (DESCRIBE-TEST-REPL A &KEY (B 2))\n  From the REPL.\n  \
@@ -224,15 +213,15 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
     // Lambda-list variables are shown by name, whatever their package.
     let text = ok(&tb, "describe-symbol", json!({"symbol": "if"})).await;
     assert!(text.starts_with("COMMON-LISP:IF (external in COMMON-LISP, accessible in COMMON-LISP-USER)\n\nSpecial operator: (IF TEST THEN &OPTIONAL ELSE)"), "{text}");
-    let output = call(&tb, "describe-symbol", json!({"symbol": "describe-test-nowhere"})).await;
+    let output = common::call(&tb, "describe-symbol", json!({"symbol": "describe-test-nowhere"})).await;
     assert_eq!(
         (output.is_error, output.text.as_str()),
         (true, "Symbol DESCRIBE-TEST-NOWHERE not found in package CL-USER.")
     );
-    eval(&tb, "(intern \"DESCRIBE-TEST-BARE\")").await;
+    common::eval_ok(&tb, "(intern \"DESCRIBE-TEST-BARE\")").await;
     let text = ok(&tb, "describe-symbol", json!({"symbol": "describe-test-bare"})).await;
     assert_eq!(text, "COMMON-LISP-USER::DESCRIBE-TEST-BARE (internal in COMMON-LISP-USER) names nothing: no function, macro, variable, class or type.");
-    let output = call(&tb, "describe-symbol", json!({"symbol": "(not a symbol"})).await;
+    let output = common::call(&tb, "describe-symbol", json!({"symbol": "(not a symbol"})).await;
     assert_eq!(output.text, "\"(not a symbol\" is not a symbol name.");
 }
 
@@ -252,13 +241,15 @@ async fn find_definition_gives_file_line_and_column() {
         ok(&tb, "find-definition", json!({"symbol": "introspect-test::reads-count"})).await,
         format!("INTROSPECT-TEST::READS-COUNT: 1 definition\n  function  {path}:24:23")
     );
-    let structured =
-        call(&tb, "find-definition", json!({"symbol": "introspect-test::target"})).await.structured_value().unwrap();
+    let structured = common::call(&tb, "find-definition", json!({"symbol": "introspect-test::target"}))
+        .await
+        .structured_value()
+        .unwrap();
     assert_eq!(
         structured["definitions"],
         json!([{"kind": "function", "file": path, "line": 7, "column": 1, "note": null}])
     );
-    eval(&tb, "(defun find-definition-test-repl () 1)").await;
+    common::eval_ok(&tb, "(defun find-definition-test-repl () 1)").await;
     assert_eq!(
         ok(&tb, "find-definition", json!({"symbol": "find-definition-test-repl"})).await,
         "COMMON-LISP-USER::FIND-DEFINITION-TEST-REPL: 1 definition\n  function  defined at the REPL, no source file"
@@ -274,7 +265,7 @@ async fn a_changed_file_is_noted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("changing.lisp");
     std::fs::write(&path, "(defun find-definition-test-changing () 1)\n").unwrap();
-    eval(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
     // File times have a resolution of a second here.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     std::fs::write(&path, "\n\n(defun find-definition-test-changing () 2)\n").unwrap();
@@ -322,22 +313,24 @@ async fn xref_lists_every_kind_of_reference() {
         )
     );
     // Calls from code evaluated at the REPL are recorded too.
-    eval(&tb, "(defun xref-test-repl-caller () (introspect-test::target 3))").await;
+    common::eval_ok(&tb, "(defun xref-test-repl-caller () (introspect-test::target 3))").await;
     let text = ok(&tb, "xref", json!({"symbol": "introspect-test::target", "kind": "calls"})).await;
     assert!(
         text.ends_with("\n  COMMON-LISP-USER::XREF-TEST-REPL-CALLER  defined at the REPL, no source file"),
         "{text}"
     );
-    let output = call(&tb, "xref", json!({"symbol": "target", "kind": "callers", "package": "introspect-test"})).await;
+    let output =
+        common::call(&tb, "xref", json!({"symbol": "target", "kind": "callers", "package": "introspect-test"})).await;
     assert!(output.is_error);
     assert_eq!(
         output.text,
         "Unknown xref kind \"callers\": use calls, callees, references, binds, sets, macroexpands, specializes."
     );
-    let output = call(&tb, "xref", json!({"symbol": "*count*", "kind": "callees", "package": "introspect-test"})).await;
+    let output =
+        common::call(&tb, "xref", json!({"symbol": "*count*", "kind": "callees", "package": "introspect-test"})).await;
     assert_eq!(output.text, "*COUNT* is not a function.");
     // Big answers are capped, and the helper's own functions are not listed.
-    let output = call(&tb, "xref", json!({"symbol": "car", "kind": "calls"})).await;
+    let output = common::call(&tb, "xref", json!({"symbol": "car", "kind": "calls"})).await;
     let structured = output.structured_value().unwrap();
     assert!(structured["total"].as_u64().unwrap() > 1000, "{structured}");
     assert_eq!(structured["hits"].as_array().unwrap().len(), 100);
@@ -356,7 +349,7 @@ async fn apropos_search_finds_symbols_and_says_what_they_name() {
         ok(&tb, "apropos-search", json!({"query": "a", "package": "introspect-test", "external_only": true})).await,
         "2 symbols match \"a\" in introspect-test:\n  INTROSPECT-TEST:AREA   generic function\n  INTROSPECT-TEST:SHAPE  class"
     );
-    let output = call(&tb, "apropos-search", json!({"query": "hash-table"})).await;
+    let output = common::call(&tb, "apropos-search", json!({"query": "hash-table"})).await;
     // Exact matches first.
     let (count, rest) = output.text.split_once(' ').unwrap();
     assert!(count.parse::<u64>().unwrap() > 50, "{}", output.text);
@@ -368,7 +361,7 @@ async fn apropos_search_finds_symbols_and_says_what_they_name() {
     assert!(output.text.contains("\n  ... and "), "{}", output.text);
     let structured = output.structured_value().unwrap();
     assert_eq!(structured["matches"].as_array().unwrap().len(), 50);
-    let output = call(&tb, "apropos-search", json!({"query": "x", "package": "APROPOS-NOPE"})).await;
+    let output = common::call(&tb, "apropos-search", json!({"query": "x", "package": "APROPOS-NOPE"})).await;
     assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"APROPOS-NOPE\" does not exist."));
     assert_eq!(
         ok(&tb, "apropos-search", json!({"query": "apropos-test-matches-nothing-at-all"})).await,
@@ -380,8 +373,8 @@ async fn apropos_search_finds_symbols_and_says_what_they_name() {
 async fn lisp_status_describes_the_image_and_the_connection() {
     let port = common::shared_image_port();
     let tb = common::toolbox(port);
-    eval(&tb, "(defpackage :status-test (:use :cl)) (in-package :status-test)").await;
-    let output = call(&tb, "lisp-status", json!({})).await;
+    common::eval_ok(&tb, "(defpackage :status-test (:use :cl)) (in-package :status-test)").await;
+    let output = common::call(&tb, "lisp-status", json!({})).await;
     assert!(!output.is_error, "{}", output.text);
     let lines: Vec<&str> = output.text.lines().collect();
     assert!(lines[0].starts_with("Lisp: SBCL 2.2.9"), "{}", output.text);
@@ -395,6 +388,6 @@ async fn lisp_status_describes_the_image_and_the_connection() {
     assert_eq!(structured["server"], "swank");
     assert_eq!(structured["launched"], false);
     assert!(structured["threads"].as_u64().unwrap() >= 2);
-    let pid = eval(&tb, "(sb-posix:getpid)").await;
+    let pid = common::eval_ok(&tb, "(sb-posix:getpid)").await;
     assert_eq!(format!("=> {}", structured["pid"]), pid);
 }

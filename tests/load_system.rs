@@ -7,21 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+use serde_json::json;
 
 use common::{is_error, text, McpClient};
 use swank_mcp::tools::{ToolOutput, Toolbox};
 
-async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
-    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(300), call).await.expect("answers within 300 s").expect("the tool exists")
-}
-
-async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
-    assert!(!output.is_error, "{code}: {}", output.text);
-    output.text
+async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: serde_json::Value) -> ToolOutput {
+    common::call_within(toolbox, tool, arguments, Duration::from_secs(300)).await
 }
 
 /// Writes an ASDF system NAME of one file holding `source` into `dir`; returns its .asd file.
@@ -33,7 +25,7 @@ fn write_system(dir: &Path, name: &str, source: &str) -> PathBuf {
 }
 
 async fn register(toolbox: &Arc<Toolbox>, asd: &Path) {
-    eval(toolbox, &format!("(require :asdf) (asdf:load-asd {:?})", asd.display().to_string())).await;
+    common::eval_ok(toolbox, &format!("(require :asdf) (asdf:load-asd {:?})", asd.display().to_string())).await;
 }
 
 #[tokio::test]
@@ -49,7 +41,7 @@ async fn loads_alexandria_from_debian() {
         "{}",
         output.text
     );
-    assert_eq!(eval(&tb, "(alexandria:flatten '((1 (2)) 3))").await, "=> (1 2 3)");
+    assert_eq!(common::eval_ok(&tb, "(alexandria:flatten '((1 (2)) 3))").await, "=> (1 2 3)");
     let structured = output.structured_value().unwrap();
     assert_eq!((structured["loaded"].clone(), structured["was_loaded"].clone()), (json!(true), json!(false)));
     let again = call(&tb, "load-system", json!({"system": "alexandria"})).await;

@@ -7,12 +7,10 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-use swank_mcp::tools::{ToolOutput, Toolbox};
+use swank_mcp::tools::Toolbox;
 
 /// Lisp that creates `marker` when it runs.
 fn touch(marker: &Path) -> String {
@@ -51,21 +49,10 @@ const DEFINED: &str = "(let ((found '())) \
          (push s found))) \
      (sort (mapcar #'symbol-name found) #'string<))";
 
-async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: serde_json::Value) -> ToolOutput {
-    let call = toolbox.call(tool, Some(arguments), CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(60), call).await.expect("answers within 60 s").expect("the tool exists")
-}
-
-async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
-    assert!(!output.is_error, "{code}: {}", output.text);
-    output.text
-}
-
 /// A package for the attempts, with one macro of the image's own that puts its argument into a
 /// MACROLET definition, as some library macros do.
 async fn prepare(toolbox: &Arc<Toolbox>) {
-    eval(
+    common::eval_ok(
         toolbox,
         "(defpackage :rc-test (:use :cl)) \
          (defmacro rc-test::rc-image-macrolet (&body body) `(macrolet ((rc-test::inner () ,@body)) (rc-test::inner)))",
@@ -93,7 +80,11 @@ async fn under_read_only_no_request_code_runs_and_nothing_stays_defined() {
         let reply = client.call_tool("macroexpand-form", json!({"form": code, "package": "RC-TEST"})).await;
         assert!(!marker.exists(), "macroexpand-form (one step) ran the code of {name}: {}", common::text(&reply));
     }
-    assert_eq!(eval(&toolbox, DEFINED).await, "=> (\"RC-IMAGE-MACROLET\")", "only the image's own macro is defined");
+    assert_eq!(
+        common::eval_ok(&toolbox, DEFINED).await,
+        "=> (\"RC-IMAGE-MACROLET\")",
+        "only the image's own macro is defined"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +94,7 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
     let directory = tempfile::tempdir().unwrap();
     let marker = directory.path().join("ran");
     let code = format!("(defun rc-f (x)\n  (macrolet ((twice (y) {} `(list ,y ,y)))\n    (twice x)))", touch(&marker));
-    let output = call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
+    let output = common::call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
     assert!(!marker.exists());
     assert!(!output.is_error, "the code may be right; only the macro's uses went unchecked: {}", output.text);
     assert!(
@@ -117,7 +108,7 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
     assert!(output.text.contains("at: line 3, column 5"), "placed at the use: {}", output.text);
     // Fully expanded, the use is an error (nothing to show), and the definitions the user wrote
     // are shown as written when nothing uses them.
-    let output = call(
+    let output = common::call(
         &toolbox,
         "macroexpand-form",
         json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (twice 1))", "full": true}),
@@ -129,7 +120,7 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
         "{}",
         output.text
     );
-    let output = call(
+    let output = common::call(
         &toolbox,
         "macroexpand-form",
         json!({"form": "(macrolet ((twice (y) `(list ,y ,y))) (push 1 z))", "full": true}),
@@ -140,7 +131,8 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
     assert!(output.text.contains("(setq z (cons 1 z))"), "{}", output.text);
     // The image's own macros still expand, local macros they write included.
     let output =
-        call(&toolbox, "macroexpand-form", json!({"form": "(rc-image-macrolet 1 2)", "package": "RC-TEST"})).await;
+        common::call(&toolbox, "macroexpand-form", json!({"form": "(rc-image-macrolet 1 2)", "package": "RC-TEST"}))
+            .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(output.text.contains("(macrolet ((inner ()\n"), "{}", output.text);
 }
@@ -152,8 +144,8 @@ async fn without_read_only_compile_form_runs_nothing_and_leaves_nothing_defined(
     let directory = tempfile::tempdir().unwrap();
     let marker = directory.path().join("ran");
     for (name, code) in attempts(&marker) {
-        let output = call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
+        let output = common::call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
         assert!(!marker.exists(), "compile-form ran the code of {name}: {}", output.text);
     }
-    assert_eq!(eval(&toolbox, DEFINED).await, "=> (\"RC-IMAGE-MACROLET\")");
+    assert_eq!(common::eval_ok(&toolbox, DEFINED).await, "=> (\"RC-IMAGE-MACROLET\")");
 }

@@ -164,3 +164,29 @@ pub fn text(reply: &Value) -> &str {
 pub fn is_error(reply: &Value) -> bool {
     reply["result"]["isError"].as_bool().unwrap_or_else(|| panic!("no isError in {reply}"))
 }
+
+/// Calls `tool` in process, as the server would, within `limit`.
+pub async fn call_within(
+    toolbox: &Arc<Toolbox>,
+    tool: &str,
+    arguments: Value,
+    limit: Duration,
+) -> swank_mcp::tools::ToolOutput {
+    let call = toolbox.call(tool, Some(arguments), tokio_util::sync::CancellationToken::new());
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| panic!("answers within {limit:?}"))
+        .expect("the tool exists")
+}
+
+/// [`call_within`] a minute.
+pub async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> swank_mcp::tools::ToolOutput {
+    call_within(toolbox, tool, arguments, Duration::from_secs(60)).await
+}
+
+/// The text of a successful `evaluate-lisp` of `code`.
+pub async fn eval_ok(toolbox: &Arc<Toolbox>, code: &str) -> String {
+    let output = call(toolbox, "evaluate-lisp", json!({ "code": code })).await;
+    assert!(!output.is_error, "{code}: {}", output.text);
+    output.text
+}
