@@ -69,7 +69,9 @@ async fn requests_run_concurrently_and_replies_find_their_callers() {
 
 #[tokio::test]
 async fn a_thread_in_the_debugger_is_unwound_and_its_request_reports_why() {
-    let connection = connect(common::shared_image_port()).await;
+    // Counts threads, so it needs an image no other test uses at the same time.
+    let image = common::private_image().await;
+    let connection = connect(image.port).await;
     let before = thread_count(&connection).await;
     let reply = connection
         .rex(Form::call("cl", "error", [Form::string("boom ~a"), Form::Integer(7)]), "COMMON-LISP-USER", Thread::New)
