@@ -284,7 +284,7 @@ async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
                     connection.dialect().name(),
                     info.version.as_deref().unwrap_or("?"),
                     info.style.as_deref().map(|s| format!(":{s} style")).unwrap_or_default(),
-                    match image.launched_pid().await {
+                    match image.launched_pid() {
                         Some(_) => ", launched by swank-mcp for this command",
                         None => "",
                     }

@@ -494,7 +494,7 @@ async fn record() {
         }
     });
     tokio::time::timeout(Duration::from_secs(120), scenario(&toolbox, &log)).await.expect("the scenario finishes");
-    let info = toolbox.images()[0].current_connection().await.expect("still connected").info().clone();
+    let info = toolbox.images()[0].current_connection().expect("still connected").info().clone();
     // Late replies (the unwound debugger request, the cancel request) still arrive.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let header = Header {

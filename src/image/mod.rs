@@ -290,7 +290,7 @@ impl Image {
     }
 
     /// The live connection, if one is open now; never connects.
-    pub async fn current_connection(&self) -> Option<Connection> {
+    pub fn current_connection(&self) -> Option<Connection> {
         match &*lock(&self.connection) {
             Slot::Ready(connection) if !connection.is_closed() => Some(connection.clone()),
             _ => None,
@@ -372,7 +372,7 @@ impl Image {
     }
 
     /// Whether this server started the image it talks to (and the pid of that process).
-    pub async fn launched_pid(&self) -> Option<Option<u32>> {
+    pub fn launched_pid(&self) -> Option<Option<u32>> {
         self.launcher.as_ref().and_then(|launcher| launcher.pid())
     }
 

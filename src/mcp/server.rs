@@ -351,7 +351,7 @@ impl Server {
             )),
             "tools/list" => {
                 let structured = self.structured_output();
-                let tools: Vec<Value> = self.toolbox.definitions().iter().map(|d| d.to_json(structured)).collect();
+                let tools: Vec<Value> = self.toolbox.definitions().map(|d| d.to_json(structured)).collect();
                 Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
             }
             "tools/call" => {

@@ -59,13 +59,13 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let image = context.image(args)?;
     let facts = decode::<ImageFacts>("status", &context.call_helper(args, "status", Vec::new()).await?)?;
-    let Some(connection) = image.current_connection().await else {
+    let Some(connection) = image.current_connection() else {
         return Err(ToolError::new(
             "The connection to the image closed while its status was read; call lisp-status again to reconnect.",
         ));
     };
     let info = connection.info();
-    let launched = image.launched_pid().await;
+    let launched = image.launched_pid();
     let status = Status {
         image: facts,
         server: info.dialect.name().to_string(),

@@ -123,10 +123,9 @@ pub struct Toolbox {
     settings: Settings,
     images: Vec<Arc<Image>>,
     roots: AllowedRoots,
-    /// The tools offered, built once: their schemas are too big to rebuild for every call.
-    definitions: Vec<ToolDefinition>,
-    /// How each offered tool runs, in the order of `definitions`.
-    runs: Vec<&'static Run>,
+    /// The tools offered and how each runs; the definitions are built once, since their schemas
+    /// are too big to rebuild for every call.
+    offered: Vec<(ToolDefinition, &'static Run)>,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -143,28 +142,21 @@ impl Toolbox {
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
         let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
-        let (definitions, runs) = all_tools(&images).into_iter().unzip();
-        Self { settings, images, roots, definitions, runs }
+        let offered = all_tools(&images);
+        Self { settings, images, roots, offered }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
-    pub fn select(self, selection: &ToolSelection) -> Result<Self, String> {
-        if let Some(unknown) =
-            selection.only.iter().find(|name| !self.definitions.iter().any(|d| d.name == name.as_str()))
-        {
-            let known: Vec<&str> = self.definitions.iter().map(|d| d.name).collect();
+    pub fn select(mut self, selection: &ToolSelection) -> Result<Self, String> {
+        if let Some(unknown) = selection.only.iter().find(|name| !self.definitions().any(|d| d.name == name.as_str())) {
+            let known: Vec<&str> = self.definitions().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
         }
-        let Toolbox { settings, images, roots, definitions, runs } = self;
-        let (definitions, runs) = definitions
-            .into_iter()
-            .zip(runs)
-            .filter(|(d, _)| {
-                (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
-                    && (!selection.read_only || d.annotations.read_only)
-            })
-            .unzip();
-        Ok(Toolbox { settings, images, roots, definitions, runs })
+        self.offered.retain(|(d, _)| {
+            (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
+                && (!selection.read_only || d.annotations.read_only)
+        });
+        Ok(self)
     }
 
     /// The configured images, the default first.
@@ -173,8 +165,8 @@ impl Toolbox {
     }
 
     /// The tools this server offers.
-    pub fn definitions(&self) -> &[ToolDefinition] {
-        &self.definitions
+    pub fn definitions(&self) -> impl Iterator<Item = &ToolDefinition> {
+        self.offered.iter().map(|(definition, _)| definition)
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
@@ -196,7 +188,7 @@ impl Toolbox {
         progress: Progress,
     ) -> Option<ToolOutput> {
         // A tool left out by --tools or --read-only does not exist for the client.
-        let run = *self.definitions.iter().position(|d| d.name == name).map(|i| &self.runs[i])?;
+        let run = self.offered.iter().find(|(d, _)| d.name == name).map(|(_, run)| *run)?;
         let args = match Arguments::from_value(arguments) {
             Ok(args) => args,
             Err(e) => return Some(ToolError::from(e).into()),
