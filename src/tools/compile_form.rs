@@ -13,7 +13,9 @@ fn definition() -> ToolDefinition {
         name: "compile-form",
         title: "Compile without running",
         description: "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and \
-            other issues that only appear at compile time. Useful for checking code correctness before evaluation.",
+            other issues that only appear at compile time. Useful for checking code correctness before evaluation. \
+            Nothing is defined in the image. A macro the code itself defines (DEFMACRO, MACROLET) is never run: each \
+            use of it gets a WARNING instead of being expanded.",
         input_schema: json!({
             "type": "object",
             "required": ["code"],

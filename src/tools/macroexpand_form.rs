@@ -13,7 +13,8 @@ fn definition() -> ToolDefinition {
         name: "macroexpand-form",
         title: "Expand a macro",
         description: "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, \
-            LOOP, or WITH-* generate.",
+            LOOP, or WITH-* generate. The image's own macros expand; a local macro the form itself defines \
+            (MACROLET) is never run, and a use of it is an error.",
         input_schema: json!({
             "type": "object",
             "required": ["form"],
