@@ -59,7 +59,7 @@ impl Pipe {
             match stat.st_mode & libc::S_IFMT {
                 libc::S_IFIFO | libc::S_IFSOCK => {}
                 // Never made non-blocking: the flag would be shared with the shell.
-                libc::S_IFCHR => return Err(refused("a terminal")),
+                libc::S_IFCHR if libc::isatty(fd) == 1 => return Err(refused("a terminal")),
                 libc::S_IFREG => return Err(refused("a file")),
                 _ => return Err(refused("neither a pipe nor a socket")),
             }
