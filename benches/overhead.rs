@@ -91,8 +91,18 @@ struct McpProcess {
 
 impl McpProcess {
     fn start(port: u16) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
-            .args(["--port", &port.to_string()])
+        Self::start_command(Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port.to_string()]))
+    }
+
+    /// This bench itself as the [`relay`] to the image on `port`.
+    fn start_relay(port: u16) -> Self {
+        Self::start_command(
+            Command::new(std::env::current_exe().expect("the bench's own path")).args(["--relay", &port.to_string()]),
+        )
+    }
+
+    fn start_command(command: &mut Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -211,7 +221,37 @@ fn first_call(runtime: &tokio::runtime::Runtime, loader: &std::path::Path, cache
     elapsed
 }
 
+/// The least that any MCP server in front of swank must do for a call, and nothing more: read the
+/// request line and parse its JSON, send the helper's evaluate request that evaluate-lisp sends,
+/// read frames until its `:return`, and write the reply's text back as a JSON-RPC response. A
+/// blocking loop on one thread, with no tool layer, no typed reply and no concurrency. Its cost
+/// over raw swank is the floor of the extra process hop on this machine, which the server's
+/// ratio is read against.
+fn relay(port: u16) {
+    let mut swank = RawSwank::connect(port);
+    let mut output = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let request: Value = serde_json::from_str(&line.expect("a request line")).expect("JSON");
+        let result = match request["params"]["arguments"]["code"].as_str() {
+            Some(code) => json!({"content": [{"type": "text", "text": swank.helper_evaluate(code)}]}),
+            None => json!({}),
+        };
+        let mut response =
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": request["id"], "result": result})).unwrap();
+        response.push(b'\n');
+        output.write_all(&response).unwrap();
+        output.flush().unwrap();
+    }
+}
+
+/// The start of the helper's reply to `(+ 1 2)` as the relay's JSON response carries it.
+const RELAYED_THREE: &str = r#"(:return (:ok (:values ((\"3\" 0))"#;
+
 fn main() {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("--relay") {
+        return relay(args.next().and_then(|port| port.parse().ok()).expect("--relay PORT"));
+    }
     // `cargo bench` passes `--bench`; a bare number sets the iteration count.
     let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -236,15 +276,22 @@ fn main() {
 
     let mut raw = RawSwank::connect(port);
     let mut mcp = McpProcess::start(port);
+    let mut relay = McpProcess::start_relay(port);
     // Warm up both paths (the first MCP call connects and loads the helper).
     for _ in 0..50 {
         raw.eval_and_grab_output("(+ 1 2)");
         let (reply, _) = mcp.evaluate("(+ 1 2)");
         assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
+        let response = relay.evaluate_raw("(+ 1 2)");
+        assert!(response.contains(RELAYED_THREE), "{response}");
     }
     // The same tool in process, without the stdio hops, to split the overhead.
     let toolbox = std::sync::Arc::new(swank_mcp::tools::Toolbox::new(
-        swank_mcp::tools::Settings { eval_timeout: Duration::from_secs(30), max_output: 65536 },
+        swank_mcp::tools::Settings {
+            eval_timeout: Duration::from_secs(30),
+            max_output: 65536,
+            debug_timeout: Duration::from_secs(600),
+        },
         vec![swank_mcp::image::ImageSettings {
             name: "default".into(),
             endpoint: swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port },
@@ -265,6 +312,7 @@ fn main() {
     let mut mcp_times = Vec::with_capacity(iterations);
     let mut tool_times = Vec::with_capacity(iterations);
     let mut helper_times = Vec::with_capacity(iterations);
+    let mut relay_times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
         raw.eval_and_grab_output("(+ 1 2)");
@@ -281,7 +329,13 @@ fn main() {
         let started = Instant::now();
         in_process("(+ 1 2)");
         tool_times.push(started.elapsed());
+        let started = Instant::now();
+        let response = relay.evaluate_raw("(+ 1 2)");
+        relay_times.push(started.elapsed());
+        assert!(response.contains(RELAYED_THREE), "{response}");
     }
+    drop(relay);
+    relay_times.sort();
     tool_times.sort();
     helper_times.sort();
     raw_times.sort();
@@ -305,6 +359,13 @@ fn main() {
         "  ratio                            p50 {:8.2}x     p99 {:8.2}x",
         micros(mcp50) / micros(raw50),
         micros(mcp99) / micros(raw99)
+    );
+    let (relay50, relay99) = (percentile(&relay_times, 0.5), percentile(&relay_times, 0.99));
+    println!(
+        "  floor: a minimal relay process   p50 {:8.1} µs   p99 {:8.1} µs   ratio p50 {:.2}x",
+        micros(relay50),
+        micros(relay99),
+        micros(relay50) / micros(raw50)
     );
 
     let cpu_before = mcp.cpu_time();
@@ -376,6 +437,8 @@ fn main() {
             env!("CARGO_BIN_EXE_swank-mcp"),
             "--calls",
             &iterations.to_string(),
+            "--relay",
+            &std::env::current_exe().expect("the bench's own path").to_string_lossy(),
         ])
         .status();
     if !python.is_ok_and(|status| status.success()) {

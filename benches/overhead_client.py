@@ -2,9 +2,11 @@
 Python with the plainest calls there are (os.write and os.read on the server's pipes against
 socket.sendall and recv on raw swank), interleaved against one image.
 
-Run by `cargo bench --bench overhead`, which starts the image and passes its port and the
-swank-mcp binary; it prints one line per measurement. Standalone:
-    python3 benches/overhead_client.py --port 4005 --server target/release/swank-mcp [--calls 600]
+Run by `cargo bench --bench overhead`, which starts the image and passes its port, the
+swank-mcp binary and the bench's own binary, which serves as the minimal relay (the floor of the
+extra process hop); it prints one line per measurement. Standalone:
+    python3 benches/overhead_client.py --port 4005 --server target/release/swank-mcp [--calls 600] \
+        [--relay target/release/deps/overhead-HASH]
 """
 
 import argparse
@@ -15,6 +17,8 @@ import subprocess
 import time
 
 CODE = "(+ 1 2)"
+# The start of the helper's reply to CODE, which the relay passes on as its text.
+RELAYED_THREE = '(:return (:ok (:values (("3" 0))'
 
 
 def percentile(sorted_times, p):
@@ -50,8 +54,8 @@ class RawSwank:
 
 
 class Server:
-    def __init__(self, binary, port):
-        self.process = subprocess.Popen([binary, "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def __init__(self, command):
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.stdin = self.process.stdin.fileno()
         self.stdout = self.process.stdout.fileno()
         self.next_id = 1
@@ -93,13 +97,17 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--server", required=True)
     parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--relay", help="the overhead bench's binary, run as the minimal relay")
     args = parser.parse_args()
     raw = RawSwank(args.port)
-    server = Server(args.server, args.port)
+    server = Server([args.server, "--port", str(args.port)])
+    relay = Server([args.relay, "--relay", str(args.port)]) if args.relay else None
     for _ in range(50):
         raw.eval_and_grab_output(CODE)
         assert json.loads(server.evaluate(CODE))["result"]["content"][0]["text"] == "=> 3"
-    raw_times, mcp_times = [], []
+        if relay:
+            assert json.loads(relay.evaluate(CODE))["result"]["content"][0]["text"].startswith(RELAYED_THREE)
+    raw_times, mcp_times, relay_times = [], [], []
     for _ in range(args.calls):
         started = time.perf_counter()
         raw.eval_and_grab_output(CODE)
@@ -108,6 +116,11 @@ def main():
         reply = server.evaluate(CODE)
         mcp_times.append(time.perf_counter() - started)
         assert json.loads(reply)["result"]["content"][0]["text"] == "=> 3", reply
+        if relay:
+            started = time.perf_counter()
+            reply = relay.evaluate(CODE)
+            relay_times.append(time.perf_counter() - started)
+            assert json.loads(reply)["result"]["content"][0]["text"].startswith(RELAYED_THREE), reply
     server.close()
     raw_times.sort()
     mcp_times.sort()
@@ -116,6 +129,12 @@ def main():
     print(f"  raw swank:eval-and-grab-output   p50 {raw50 * 1e6:8.1f} µs   p99 {raw99 * 1e6:8.1f} µs")
     print(f"  evaluate-lisp through swank-mcp  p50 {mcp50 * 1e6:8.1f} µs   p99 {mcp99 * 1e6:8.1f} µs")
     print(f"  ratio                            p50 {mcp50 / raw50:8.2f}x     p99 {mcp99 / raw99:8.2f}x")
+    if relay:
+        relay.close()
+        relay_times.sort()
+        relay50, relay99 = percentile(relay_times, 0.5), percentile(relay_times, 0.99)
+        print(f"  floor: a minimal relay process   p50 {relay50 * 1e6:8.1f} µs   p99 {relay99 * 1e6:8.1f} µs"
+              f"   ratio p50 {relay50 / raw50:.2f}x")
 
 
 if __name__ == "__main__":

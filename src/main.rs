@@ -51,6 +51,11 @@ struct Cli {
     #[arg(long, default_value = "30s", value_parser = parse_duration, global = true)]
     eval_timeout: Duration,
 
+    /// How long an evaluation stopped in the debugger (evaluate-lisp with debug) waits for the
+    /// debugger tool before it is aborted, e.g. 10m, 90s.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, global = true)]
+    debug_timeout: Duration,
+
     /// Characters kept of each output section; the image cuts the rest before sending.
     #[arg(long, default_value_t = 65536, value_parser = parse_max_output, global = true)]
     max_output: usize,
@@ -218,7 +223,8 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
             }
         })
         .collect();
-    let settings = Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output };
+    let settings =
+        Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output, debug_timeout: cli.debug_timeout };
     let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
     let selection = ToolSelection { only: cli.tools.clone(), read_only: cli.read_only };
     let toolbox = Toolbox::new(settings, images, roots).select(&selection).map_err(anyhow::Error::msg)?;
@@ -238,8 +244,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // A task of its own rather than the future `block_on` drives: the runtime polls that
             // one only after a trip through its I/O driver, a system call on the path of every
             // response.
-            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox, stdin, stdout));
-            serving.await.context("the MCP server failed")?.context("serving MCP on stdio")?;
+            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox.clone(), stdin, stdout));
+            let served = serving.await.context("the MCP server failed");
+            toolbox.abort_debugger_sessions().await;
+            served?.context("serving MCP on stdio")?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Eval { code, package, image }) => {

@@ -156,6 +156,34 @@ async fn scenario(toolbox: &Arc<Toolbox>, steps: &Mutex<Vec<Record>>) {
     );
     step("timeout", output.text);
 
+    // With debug, an error stops in the server's debugger (its :debug event goes to the waiting
+    // call, not to throw-to-toplevel); the debugger tool's requests run in the stopped thread, and
+    // a restart invoked with an argument resumes the evaluation, whose value comes back.
+    let stopped = evaluate(json!({
+        "code": "(restart-case (error \"stop ~a\" 8) (use-value (v) :report \"Use a value\" (* v 2)))",
+        "debug": true
+    }))
+    .await;
+    assert!(
+        stopped.text.starts_with("[DEBUGGER D") && stopped.text.contains("\n[Restarts]\n0: [USE-VALUE] Use a value"),
+        "{}",
+        stopped.text
+    );
+    let session = stopped.structured_value().unwrap()["debugger_session"].as_str().unwrap().to_string();
+    // Session numbers count this process's sessions: the replay runs beside other tests.
+    step("debugger stop", stopped.text.replace(&session, "D<n>"));
+    let debugger = |arguments: Value| {
+        let toolbox = toolbox.clone();
+        async move { toolbox.call("debugger", Some(arguments), Default::default()).await.expect("debugger exists") }
+    };
+    let frames = debugger(json!({"session": session, "action": "backtrace", "end": 2})).await;
+    assert!(!frames.is_error && frames.text.contains("[Backtrace]\n0: "), "{}", frames.text);
+    step("debugger backtrace", frames.text.replace(&session, "D<n>"));
+    let resumed =
+        debugger(json!({"session": session, "action": "invoke_restart", "restart": 0, "arguments": ["21"]})).await;
+    assert_eq!(resumed.text, "=> 42");
+    step("debugger restart", resumed.text);
+
     let unreadable = Form::call("mcp-no-such-package", "f", []);
     let reply = connection.rex(unreadable, "COMMON-LISP-USER", Thread::New).await;
     let Err(RexError::ReaderError(message)) = &reply else { panic!("expected a reader error, got {reply:?}") };

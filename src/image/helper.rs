@@ -15,6 +15,7 @@ use super::ImageError;
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
     include_str!("../lisp/evaluate.lisp"),
+    include_str!("../lisp/debugger.lisp"),
     include_str!("../lisp/introspection.lisp"),
     include_str!("../lisp/compile.lisp"),
     include_str!("../lisp/systems.lisp"),

@@ -1,6 +1,7 @@
 //! The image layer: the Lisp images the tools work in: where each one is, its connection (made on first use and
 //! remade after a loss), the helper loaded into it, and this server's REPL session there.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Form, RexError, Sexp, Thread};
+use crate::swank::{
+    ConnectError, ConnectOptions, Connection, DebuggableRex, Endpoint, Form, RexError, RexEvent, Sexp, Thread,
+};
 
 pub mod helper;
 pub mod launch;
@@ -225,6 +228,58 @@ pub struct Image {
     session: String,
     next_token: AtomicU64,
     next_attempt: AtomicU64,
+    /// Evaluations stopped in the debugger, by session number.
+    debugger_sessions: std::sync::Mutex<HashMap<u64, SessionSlot>>,
+}
+
+/// An evaluation stopped in an image's debugger, kept for the debugger tool as session `D<number>`.
+pub struct DebuggerSession {
+    /// The session's number, unique in this server.
+    pub number: u64,
+    /// The server's id of the thread waiting in the debugger.
+    pub thread: i64,
+    /// `TYPE: message` of the condition it stopped with, for lisp-status.
+    pub condition: String,
+    /// When it stopped.
+    pub since: std::time::Instant,
+    /// The evaluation, to follow when the debugger tool moves it on.
+    pub evaluation: Evaluating,
+}
+
+enum SessionSlot {
+    Waiting(DebuggerSession),
+    /// A debugger call is acting on it.
+    Busy,
+}
+
+/// Why [`Image::take_debugger_session`] gave no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionUnavailable {
+    /// No such session: it never existed, or its evaluation has ended.
+    Unknown,
+    /// Another debugger call is acting on it.
+    Busy,
+}
+
+/// A stopped evaluation as lisp-status lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DebuggerSessionSummary {
+    /// `D<number>`'s number.
+    pub number: u64,
+    /// The server's id of the waiting thread.
+    pub thread: i64,
+    /// `TYPE: message`.
+    pub condition: String,
+    /// How long it has waited.
+    pub age: Duration,
+    /// Whether a debugger call is acting on it now.
+    pub busy: bool,
+}
+
+/// The number of the next debugger session, unique among all images of this server.
+pub fn next_debugger_session_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The image's connection. Its lock is only ever held for a moment, never across an await.
@@ -270,6 +325,7 @@ impl Image {
             session,
             next_token: AtomicU64::new(1),
             next_attempt: AtomicU64::new(1),
+            debugger_sessions: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -371,6 +427,90 @@ impl Image {
         Attempt { number: self.next_attempt.fetch_add(1, Ordering::Relaxed), result, step, waiters: 1 }
     }
 
+    /// Keeps a stopped evaluation for the debugger tool (releasing it if a call was acting on it).
+    pub fn keep_debugger_session(&self, session: DebuggerSession) {
+        lock(&self.debugger_sessions).insert(session.number, SessionSlot::Waiting(session));
+    }
+
+    /// Takes session `number` for one debugger call, which must give it back with
+    /// [`Image::keep_debugger_session`] or end it with [`Image::end_debugger_session`].
+    pub fn take_debugger_session(&self, number: u64) -> Result<DebuggerSession, SessionUnavailable> {
+        let mut sessions = lock(&self.debugger_sessions);
+        match sessions.insert(number, SessionSlot::Busy) {
+            Some(SessionSlot::Waiting(mut session)) => {
+                if session.evaluation.has_ended() {
+                    sessions.remove(&number);
+                    return Err(SessionUnavailable::Unknown);
+                }
+                Ok(session)
+            }
+            Some(SessionSlot::Busy) => Err(SessionUnavailable::Busy),
+            None => {
+                sessions.remove(&number);
+                Err(SessionUnavailable::Unknown)
+            }
+        }
+    }
+
+    /// Forgets session `number`: its evaluation has returned or was lost.
+    pub fn end_debugger_session(&self, number: u64) {
+        lock(&self.debugger_sessions).remove(&number);
+    }
+
+    /// The evaluations stopped in the debugger, oldest first; forgets those that have ended (an
+    /// evaluation left waiting is aborted from the image's side after --debug-timeout).
+    pub fn debugger_sessions(&self) -> Vec<DebuggerSessionSummary> {
+        let mut sessions = lock(&self.debugger_sessions);
+        sessions.retain(|_, slot| match slot {
+            SessionSlot::Waiting(session) => !session.evaluation.has_ended(),
+            SessionSlot::Busy => true,
+        });
+        let mut summaries: Vec<DebuggerSessionSummary> = sessions
+            .iter()
+            .map(|(&number, slot)| match slot {
+                SessionSlot::Waiting(session) => DebuggerSessionSummary {
+                    number,
+                    thread: session.thread,
+                    condition: session.condition.clone(),
+                    age: session.since.elapsed(),
+                    busy: false,
+                },
+                SessionSlot::Busy => DebuggerSessionSummary {
+                    number,
+                    thread: 0,
+                    condition: String::new(),
+                    age: Duration::ZERO,
+                    busy: true,
+                },
+            })
+            .collect();
+        summaries.sort_by_key(|summary| summary.number);
+        summaries
+    }
+
+    /// Aborts every evaluation waiting in the debugger, for a server that exits: none is left
+    /// waiting for a client that is gone. Waits a moment for each to unwind.
+    pub async fn abort_debugger_sessions(&self) {
+        let sessions: Vec<DebuggerSession> = lock(&self.debugger_sessions)
+            .drain()
+            .filter_map(|(_, slot)| match slot {
+                SessionSlot::Waiting(session) => Some(session),
+                SessionSlot::Busy => None,
+            })
+            .collect();
+        for mut session in sessions {
+            let abort = Form::call(HELPER_PACKAGE, "debugger-abort", []);
+            let request = session.evaluation.connection.rex(abort, "COMMON-LISP-USER", Thread::Id(session.thread));
+            let unwound = async {
+                let _ = request.await;
+                while !matches!(session.evaluation.rex.next().await, RexEvent::Returned(_)) {}
+            };
+            if tokio::time::timeout(UNWIND_GRACE, unwound).await.is_err() {
+                tracing::warn!(session = session.number, "a debugger session did not unwind when aborted");
+            }
+        }
+    }
+
     /// Whether this server started the image it talks to (and the pid of that process).
     pub fn launched_pid(&self) -> Option<Option<u32>> {
         self.launcher.as_ref().and_then(|launcher| launcher.pid())
@@ -394,17 +534,103 @@ impl Image {
         let deadline = Instant::now() + limits.timeout;
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
+        let form = self.helper_form(function, args, &token);
+        let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
+        self.supervise(&connection, &token, deadline, limits, call).await
+    }
+
+    /// [`Image::call_helper`] for a call whose thread may stop in the image's debugger and wait
+    /// there for the debugger tool (evaluate-lisp with `debug`): returns when it does.
+    pub async fn call_helper_debuggable(
+        &self,
+        function: &'static str,
+        args: Vec<Form>,
+        limits: &CallLimits,
+    ) -> Result<Evaluation, CallError> {
+        let deadline = Instant::now() + limits.timeout;
+        let connection = self.connection_by(deadline, limits).await?;
+        let token = self.new_token();
+        let form = self.helper_form(function, args, &token);
+        let rex = connection.rex_debuggable(form, "COMMON-LISP-USER")?;
+        self.follow(Evaluating { connection, token, rex }, deadline, limits).await
+    }
+
+    /// Waits for what an evaluation does next, within `deadline`: it returns, or stops in the
+    /// debugger. Interrupted on timeout or cancellation as [`Image::call_helper`] is.
+    pub async fn follow(
+        &self,
+        mut evaluation: Evaluating,
+        deadline: Instant,
+        limits: &CallLimits,
+    ) -> Result<Evaluation, CallError> {
+        let rex = &mut evaluation.rex;
+        let next = async {
+            let mut resumed = false;
+            loop {
+                match rex.next().await {
+                    RexEvent::Entered { thread, level } => return Ok(Next::Stopped { thread, level, resumed }),
+                    RexEvent::Left { .. } => resumed = true,
+                    RexEvent::Returned(reply) => return reply.map(Next::Returned),
+                }
+            }
+        };
+        let next = self.supervise(&evaluation.connection, &evaluation.token, deadline, limits, next).await?;
+        Ok(match next {
+            Next::Returned(value) => Evaluation::Returned(value),
+            Next::Stopped { thread, level, resumed } => Evaluation::Stopped { evaluation, thread, level, resumed },
+        })
+    }
+
+    /// Calls `function` of the helper in `thread`, a thread stopped in the debugger by the
+    /// evaluation `stopped`, within the call's limits; on timeout or cancellation that evaluation
+    /// is interrupted (a request to a stopped thread runs inside it). `None` when control left
+    /// the debugger instead of returning (a restart was invoked): follow the evaluation then.
+    pub async fn call_in_debugger(
+        &self,
+        stopped: &Evaluating,
+        thread: i64,
+        function: &'static str,
+        args: Vec<Form>,
+        deadline: Instant,
+        limits: &CallLimits,
+    ) -> Result<Option<Sexp>, CallError> {
+        let form = Form::call(HELPER_PACKAGE, function, args);
+        let request = stopped.connection.rex(form, "COMMON-LISP-USER", Thread::Id(thread));
+        let call = async {
+            match request.await {
+                // Unwound without entering the debugger itself: control went back into the
+                // stopped evaluation.
+                Err(RexError::Aborted { debugger: None, .. }) => Ok(None),
+                reply => reply.map(Some),
+            }
+        };
+        self.supervise(&stopped.connection, &stopped.token, deadline, limits, call).await
+    }
+
+    fn helper_form(&self, function: &'static str, args: Vec<Form>, token: &str) -> Form {
         let session = [
             Form::Keyword("session"),
             Form::string(self.session.clone()),
             Form::Keyword("token"),
-            Form::string(token.clone()),
+            Form::string(token.to_string()),
         ];
-        let form = Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session));
-        let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
+        Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session))
+    }
+
+    /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`
+    /// or the client's cancellation; then interrupts the evaluation through the helper and gives
+    /// it a grace to unwind and report.
+    async fn supervise<T>(
+        &self,
+        connection: &Connection,
+        token: &str,
+        deadline: Instant,
+        limits: &CallLimits,
+        call: impl std::future::Future<Output = Result<T, RexError>>,
+    ) -> Result<T, CallError> {
         tokio::pin!(call);
         let interruption = tokio::select! {
-            reply = &mut call => return self.outcome(&connection, reply).await,
+            reply = &mut call => return self.outcome(connection, reply).await,
             _ = tokio::time::sleep_until(deadline) => Interruption::Timeout,
             _ = limits.cancel.cancelled() => Interruption::Cancelled,
         };
@@ -423,7 +649,7 @@ impl Image {
         let cancel = Form::call(
             HELPER_PACKAGE,
             "cancel",
-            [Form::string(token.clone()), Form::Keyword(kind), Form::string(reason)],
+            [Form::string(token.to_string()), Form::Keyword(kind), Form::string(reason)],
         );
         let canceller = connection.clone();
         // A task of its own, so that the interruption goes out even if this call is dropped; its
@@ -457,17 +683,18 @@ impl Image {
         }
         match (reply, interruption) {
             (_, Interruption::Cancelled) => Err(CallError::Cancelled),
-            (Ok(reply), Interruption::Timeout) => self.outcome(&connection, reply).await,
-            (Err(_), Interruption::Timeout) => {
-                Err(CallError::Unresponsive { after: limits.timeout, report: stuck_report(&connection, token).await })
-            }
+            (Ok(reply), Interruption::Timeout) => self.outcome(connection, reply).await,
+            (Err(_), Interruption::Timeout) => Err(CallError::Unresponsive {
+                after: limits.timeout,
+                report: stuck_report(connection, token.to_string()).await,
+            }),
         }
     }
 
     /// What a helper call's reply means for the caller. The helper traps every error and
     /// debugger entry of its own, so a request that swank aborts without a debugger report had
     /// its thread unwound from outside: by SB-EXT:EXIT, or by an escape to swank's top level.
-    async fn outcome(&self, connection: &Connection, reply: Result<Sexp, RexError>) -> Result<Sexp, CallError> {
+    async fn outcome<T>(&self, connection: &Connection, reply: Result<T, RexError>) -> Result<T, CallError> {
         match reply {
             Ok(value) => Ok(value),
             Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => Err(self.gone(reason)),
@@ -575,6 +802,52 @@ async fn stuck_report(connection: &Connection, token: String) -> String {
         report.unwrap_or_else(|| format!("The image did not say what the thread does within {UNWIND_GRACE:?} either."));
     tracing::warn!(%report, "an interrupted evaluation did not unwind");
     report
+}
+
+/// An evaluation sent by [`Image::call_helper_debuggable`] and not yet returned: what it takes to
+/// follow it and to interrupt it.
+pub struct Evaluating {
+    connection: Connection,
+    /// The helper's token for it, which `cancel` takes.
+    token: String,
+    rex: DebuggableRex,
+}
+
+impl Evaluating {
+    /// Whether it has returned (or its connection was lost) since it was last followed, taking
+    /// what happened to it meanwhile: an evaluation stopped in the debugger is aborted from the
+    /// image's side after --debug-timeout.
+    pub fn has_ended(&mut self) -> bool {
+        while let Some(event) = self.rex.try_next() {
+            if matches!(event, RexEvent::Returned(_)) {
+                return true;
+            }
+        }
+        self.connection.is_closed()
+    }
+}
+
+/// What a debuggable evaluation did.
+pub enum Evaluation {
+    /// It returned this reply.
+    Returned(Sexp),
+    /// Its thread stopped in the image's debugger and waits there.
+    Stopped {
+        /// The evaluation, to follow again once the debugger tool moves it on.
+        evaluation: Evaluating,
+        /// The server's id of the waiting thread, where requests to the debugger go.
+        thread: i64,
+        /// The debugger's level.
+        level: i64,
+        /// Whether it left the debugger since it was last followed, so that this is a new stop
+        /// rather than the same one announced again.
+        resumed: bool,
+    },
+}
+
+enum Next {
+    Returned(Sexp),
+    Stopped { thread: i64, level: i64, resumed: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,9 +46,10 @@ change *PACKAGE* or define the reader macros the next one uses. Returns the last
           (funcall on-form form values))))
     values))
 
-(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning)
+(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning debug)
   "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
-form's values. Returns the outcome, the package in force at the end, and the failed condition."
+form's values; with DEBUG, an error enters the server's debugger (see PARK). Returns the outcome,
+the package in force at the end, and the failed condition."
   (let ((final-package start-package))
     (multiple-value-bind (outcome failed-condition)
         (with-tool-streams (stdout stderr)
@@ -59,17 +60,20 @@ form's values. Returns the outcome, the package in force at the end, and the fai
                     (lambda ()
                       (handler-bind ((warning record-warning))
                         (mapcar (lambda (value) (print-value value max-output))
-                                (read-and-evaluate code #'record-history)))))
+                                (read-and-evaluate code #'record-history))))
+                    :debug debug)
                 (setf final-package *package*)
                 (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
       (values outcome final-package failed-condition))))
 
-(defun evaluate (code &key package session token (max-output 65536))
-  "Evaluates CODE for the evaluate-lisp tool. Returns a plist: :VALUES, a list of (text dropped);
+(defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*))
+  "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
+for DEBUG-TIMEOUT seconds at most. Returns a plist: :VALUES, a list of (text dropped);
 :STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
 session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
 :BACKTRACE)."
   (let* ((*max-output* max-output)
+         (*debug-timeout* debug-timeout)
          (session (find-session session))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
@@ -92,10 +96,10 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                                  (lambda (evaluation)
                                    (declare (ignore evaluation))
                                    (evaluate-in-session code session start-package max-output
-                                                        stdout stderr #'record-warning)))
+                                                        stdout stderr #'record-warning debug)))
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (format nil "The package ~S does not exist." package)
-                      :backtrace nil))
+                      :backtrace nil :restarts nil))
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
           (let ((succeeded (eq (first outcome) :ok)))
@@ -104,11 +108,22 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                   :stdout (capture-report stdout)
                   :stderr (capture-report stderr)
                   :warnings (loop for (warning . text) in (reverse warnings)
-                                  unless (redundant-warning-p warning failed-condition)
+                                  unless (or (redundant-warning-p warning failed-condition)
+                                             (defined-since-p warning))
                                     collect text)
                   :warnings-dropped (max 0 (- warning-count *max-warnings*))
                   :package (session-package-name session)
                   :notes (if note (list note) nil))))))))
+
+(defun defined-since-p (warning)
+  "True for the compiler's \"undefined function: F\" style-warning when F is defined by the end
+of the evaluation: by a later form of the same code, or while it waited in the debugger."
+  (and (typep warning 'style-warning)
+       (typep warning 'simple-condition)
+       (let ((arguments (simple-condition-format-arguments warning)))
+         (and (eq (first arguments) :function)
+              (typep (second arguments) '(or symbol (cons (eql setf))))
+              (fboundp (second arguments))))))
 
 (defun redundant-warning-p (warning failure)
   "True for the compiler's \"undefined function: F\" style-warning when the call then failed

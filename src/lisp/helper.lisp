@@ -2,8 +2,8 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp and systems.lisp follow, one
-;;;; per purpose, in that order.
+;;;; the printers; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp and systems.lisp
+;;;; follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -11,8 +11,8 @@
 ;;;;   outside the dynamic extent of a call).
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
-;;;;   reason: Slynk's reader rewrites any token containing it.) The one exception is
-;;;;   FORGET-FINISHED-THREADS, which finds the server's mailbox list by name when it loads.
+;;;;   reason: Slynk's reader rewrites any token containing it.) The exceptions find the server's
+;;;;   parts by name: FORGET-FINISHED-THREADS its mailbox list, the debugger tool its backend.
 ;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
 ;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
 ;;;;   state that must survive a reload.
@@ -24,7 +24,9 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report))
+           #:stuck-report
+           #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
+           #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort))
 
 (in-package #:mcp-agent-helper)
 
@@ -190,25 +192,36 @@ thread's state word in SBCL's thread structure."
   (destructuring-bind (&optional slot word-bytes) (existing-symbols "SB-VM" "THREAD-STATE-WORD-SLOT" "N-WORD-BYTES")
     (and word-bytes (boundp slot) (boundp word-bytes) (* (symbol-value slot) (symbol-value word-bytes)))))
 
+(defun current-thread-sap-function ()
+  (let ((name (first (existing-symbols "SB-THREAD" "CURRENT-THREAD-SAP"))))
+    (and name (fboundp name) (fdefinition name))))
+
 (defun rearm-stack-guard ()
   "Re-protects this thread's control stack guard page if a stack exhaustion left it disabled.
 SBCL re-protects it only when the stack grows back through the page next to it; an exhaustion
 unwound by a THROW (as the debugger hook does) skips that, and SBCL 2.2 recycles the thread's
 memory with the guard still off, so the next exhaustion in a swank worker kills the whole image
 instead of signalling an error."
-  (let ((offset (stack-guard-offset))
-        (reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page"))
-        (thread-sap (first (existing-symbols "SB-THREAD" "CURRENT-THREAD-SAP"))))
-    (when (and offset reset thread-sap (fboundp thread-sap)
-               (zerop (sb-sys:sap-ref-8 (funcall thread-sap) offset)))
-      (sb-alien:alien-funcall
-       (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
-       (funcall thread-sap)))))
+  ;; Runs after every call: the lookups by name are done once, when the helper loads, and the
+  ;; runtime's function is looked up only in the rare case that the guard is off. Its address is
+  ;; never kept, since a saved and restarted image may have the runtime elsewhere.
+  (let ((offset (load-time-value (stack-guard-offset)))
+        (thread-sap (load-time-value (current-thread-sap-function))))
+    (when (and offset thread-sap (zerop (sb-sys:sap-ref-8 (funcall thread-sap) offset)))
+      (let ((reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page")))
+        (when reset
+          (sb-alien:alien-funcall
+           (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
+           (funcall thread-sap)))))))
+
+(defvar *evaluation* nil
+  "The EVALUATION the current thread runs for a tool call, if any.")
 
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
 or, when the evaluation is aborted, the report it was aborted with."
   (let* ((evaluation (make-instance 'evaluation))
+         (*evaluation* evaluation)
          (early nil))
     (sb-thread:with-mutex (*registry-lock*)
       (setf early (gethash token *early-cancellations*))
@@ -280,12 +293,16 @@ yet (it will abort as soon as it does)."
     ;; Interrupted outside the lock: every call takes it to register, so a target thread slow to
     ;; take the interruption must never hold up the rest of the image.
     (when evaluation
-      (sb-thread:interrupt-thread
-       (evaluation-thread evaluation)
-       (lambda ()
-         (when (eq (evaluation-state evaluation) :running)
-           (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t))))))
+      (interrupt-evaluation evaluation kind reason)
       t)))
+
+(defun interrupt-evaluation (evaluation kind reason)
+  "Makes EVALUATION's thread unwind it with a report of KIND and REASON, unless it is done."
+  (sb-thread:interrupt-thread
+   (evaluation-thread evaluation)
+   (lambda ()
+     (when (eq (evaluation-state evaluation) :running)
+       (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t)))))))
 
 (defun thread-text (thread)
   (format nil "~S" (sb-thread:thread-name thread)))
@@ -331,10 +348,14 @@ holds it. Takes no lock it could wait on for long, since the image may be deadlo
 
 (defun interruption-report (kind reason backtrace)
   (list :kind kind
-        :type (if (eq kind :timeout) "EVALUATION-TIMEOUT" "EVALUATION-CANCELLED")
+        :type (ecase kind
+                (:timeout "EVALUATION-TIMEOUT")
+                (:cancelled "EVALUATION-CANCELLED")
+                (:aborted "EVALUATION-ABORTED"))
         :class nil
         :message reason
-        :backtrace backtrace))
+        :backtrace backtrace
+        :restarts nil))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Backtraces
@@ -525,7 +546,9 @@ SIMPLE-WARNING class that merely carries a format string."
 (defvar *tool-input* nil
   "The empty input stream a tool call reads from, to recognise its end of file in reports.")
 
-(defun condition-report (kind condition backtrace)
+(defun condition-report (kind condition backtrace &optional restarts)
+  "The report of CONDITION: its type and message, BACKTRACE (printed frames) and RESTARTS (the
+restart objects it offered, innermost first)."
   (let ((message (condition-message condition)))
     (when (and (typep condition 'end-of-file) *tool-input*
                (let ((stream (stream-error-stream condition)))
@@ -539,7 +562,24 @@ SIMPLE-WARNING class that merely carries a format string."
           :type (standard-condition-name condition)
           :class (exact-condition-name condition)
           :message message
-          :backtrace backtrace)))
+          :backtrace backtrace
+          :restarts (restart-reports restarts))))
+
+(defvar *outer-restarts* '()
+  "The restarts in force where the current evaluation began: the server's, not the code's.")
+
+(defun evaluation-restarts (condition)
+  "The restarts that the evaluated code, or SBCL on its behalf, offers for CONDITION, innermost
+first: those a programmer chooses from in the debugger. The server's own (back to its top level)
+are left out: the debugger tool's abort is the way out."
+  (remove-if (lambda (restart) (member restart *outer-restarts*)) (compute-restarts condition)))
+
+(defun restart-reports (restarts)
+  "Each restart as (NAME REPORT), as SLDB lists them; NAME is \"\" for an anonymous restart."
+  (loop for restart in restarts
+        collect (list (let ((name (restart-name restart))) (if name (symbol-name name) ""))
+                      (handler-case (let ((*print-pretty* nil) (*print-readably* nil)) (princ-to-string restart))
+                        (error () "(its report failed)")))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Sessions: the REPL state of one client, kept apart from the user's own REPL
@@ -618,7 +658,8 @@ internal frames."
                                (0 nil)
                                (1 "The form before it was evaluated.")
                                (t (format nil "The ~D forms before it were evaluated." done))))
-            :backtrace nil))))
+            :backtrace nil
+            :restarts nil))))
 
 (defun resolve-package (requested session)
   "The package to evaluate in: REQUESTED if given, else the session's. Returns the package (or
@@ -629,6 +670,9 @@ NIL when REQUESTED does not exist) and a note for the user, if any."
                    (format nil "The session package ~A no longer exists; evaluating in COMMON-LISP-USER."
                            (session-package-name session))))))
 
+(defvar *tool-output* nil
+  "The current tool call's output captures, (stdout . stderr).")
+
 (defmacro with-tool-streams ((stdout stderr) &body body)
   "Binds the standard streams for a tool call: output into the captures, and every input stream
 at end of file, so that READ-LINE, Y-OR-N-P or a debugger prompt fail at once instead of waiting
@@ -637,6 +681,7 @@ for a user who cannot answer (or, in an Emacs-hosted image, stealing the user's 
     `(let* ((,input (make-string-input-stream ""))
             (,null-output (make-broadcast-stream))
             (*tool-input* ,input)
+            (*tool-output* (cons ,stdout ,stderr))
             (*standard-output* ,stdout)
             (*error-output* ,stderr)
             (*trace-output* ,stderr)
@@ -646,12 +691,54 @@ for a user who cannot answer (or, in an Emacs-hosted image, stealing the user's 
             (*debug-io* (make-two-way-stream ,input ,null-output)))
        ,@body)))
 
-(defun call-trapping-debugger (function)
+(defvar *parked* nil
+  "While an evaluation waits in the server's debugger for the agent: the PARKED it waits with.")
+
+(defclass parked ()
+  ((condition :initarg :condition :reader parked-condition)
+   (restarts :initarg :restarts :reader parked-restarts)
+   (package :initarg :package :reader parked-package)
+   (stdout :initarg :stdout :reader parked-stdout)
+   (stderr :initarg :stderr :reader parked-stderr)))
+
+(defparameter *debug-timeout* 600
+  "Seconds a parked evaluation waits for the agent before it is aborted.")
+
+(defun park (condition server-hook)
+  "Enters the server's debugger (SLDB's protocol) with CONDITION, as an unhandled error in
+SLIME's REPL does: the thread waits there for the debugger tool's requests, which run in this
+dynamic extent and find the evaluation in *PARKED*. Returns only if the server's debugger does."
+  (let* ((evaluation *evaluation*)
+         (*parked* (make-instance 'parked :condition condition
+                                          :restarts (evaluation-restarts condition)
+                                          :package *package*
+                                          :stdout (car *tool-output*)
+                                          :stderr (cdr *tool-output*)))
+         ;; Aborted from the image's side too, so that a server that dies (or a client that never
+         ;; comes back) cannot leave the thread waiting forever.
+         (timer (and evaluation
+                     (sb-ext:make-timer
+                      (lambda ()
+                        (interrupt-evaluation
+                         evaluation :timeout
+                         (format nil "The evaluation waited in the debugger for ~:D seconds without an action and ~
+                                      was aborted (--debug-timeout)." *debug-timeout*)))
+                      :thread t :name "swank-mcp debugger timeout"))))
+    (when timer
+      (sb-ext:schedule-timer timer *debug-timeout*))
+    (unwind-protect (funcall server-hook condition server-hook)
+      (when timer
+        (sb-ext:unschedule-timer timer)))))
+
+(defun call-trapping-debugger (function &key debug)
   "Calls FUNCTION. Anything that would enter the debugger (an unhandled error, BREAK,
 INVOKE-DEBUGGER) is turned into a report, taken while the failing frames are still on the stack,
-and unwound: nobody can drive a debugger through MCP, and a thread parked in one is a leak.
-Returns (:OK . values) or the report, and as a second value the condition that failed."
-  (let ((tag (list 'debugger)))
+and unwound, so that no thread is left in a debugger nobody drives. With DEBUG, it enters the
+server's debugger instead (see PARK), and is unwound only when that returns. Returns (:OK .
+values) or the report, and as a second value the condition that failed."
+  (let ((tag (list 'debugger))
+        (server-hook (and debug (or *debugger-hook* sb-ext:*invoke-debugger-hook*)))
+        (*outer-restarts* (compute-restarts)))
     (multiple-value-bind (outcome failed-condition)
            (catch tag
              (let* ((hook (lambda (condition hook)
@@ -665,9 +752,12 @@ Returns (:OK . values) or the report, and as a second value the condition that f
                          ;; Unwind first; describe the condition once there is room again.
                          (throw tag condition))
                        (t
+                        (when server-hook
+                          (park condition server-hook))
                         (throw tag (values (condition-report (if (typep condition 'error) :error :debugger)
                                                              condition
-                                                             (backtrace-lines condition))
+                                                             (backtrace-lines condition)
+                                                             (evaluation-restarts condition))
                                            condition))))))
                     (sb-ext:*invoke-debugger-hook* hook)
                     (*debugger-hook* hook))

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures::StreamExt;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
@@ -154,6 +154,77 @@ pub enum RexError {
 
 type Reply = Result<Sexp, RexError>;
 
+/// What happens to a request sent with [`Connection::rex_debuggable`].
+#[derive(Debug)]
+pub enum RexEvent {
+    /// Its thread entered the server's debugger and waits there for requests sent to `thread`.
+    Entered {
+        /// The server's id of the thread, as [`Thread::Id`] takes it.
+        thread: i64,
+        /// The debugger's level: 1 for the first error, more for errors inside the debugger.
+        level: i64,
+    },
+    /// Its thread left the debugger's `level` (a restart was invoked, or the thread unwound).
+    Left {
+        /// The level left.
+        level: i64,
+    },
+    /// The request's reply: it is done.
+    Returned(Reply),
+}
+
+/// Who waits for a request's reply.
+enum Waiter {
+    /// The caller of [`Connection::rex`]: the reply only; a debugger entry is unwound at once.
+    Reply(oneshot::Sender<Reply>),
+    /// The holder of a [`DebuggableRex`]: debugger entries and exits too.
+    Debuggable(mpsc::UnboundedSender<RexEvent>),
+}
+
+impl Waiter {
+    fn complete(self, reply: Reply) {
+        match self {
+            Waiter::Reply(sender) => {
+                let _ = sender.send(reply);
+            }
+            Waiter::Debuggable(sender) => {
+                let _ = sender.send(RexEvent::Returned(reply));
+            }
+        }
+    }
+}
+
+/// A request whose thread may stop in the server's debugger and wait there, from
+/// [`Connection::rex_debuggable`]. Dropping it stops listening; it does not touch the thread.
+pub struct DebuggableRex {
+    shared: Arc<Shared>,
+    id: i64,
+    events: mpsc::UnboundedReceiver<RexEvent>,
+}
+
+impl DebuggableRex {
+    /// The next thing that happens to the request. After [`RexEvent::Returned`] there is nothing
+    /// more; a lost connection is a `Returned` with its error.
+    pub async fn next(&mut self) -> RexEvent {
+        match self.events.recv().await {
+            Some(event) => event,
+            None => RexEvent::Returned(Err(self.shared.lost())),
+        }
+    }
+
+    /// What has already happened to the request and not been taken yet, without waiting.
+    pub fn try_next(&mut self) -> Option<RexEvent> {
+        self.events.try_recv().ok()
+    }
+}
+
+impl Drop for DebuggableRex {
+    fn drop(&mut self) {
+        lock(&self.shared.pending).remove(&self.id);
+        lock(&self.shared.debugging_threads).retain(|_, id| *id != self.id);
+    }
+}
+
 /// A handle to a live connection. Clones share it; the connection closes when the last handle is
 /// dropped or [`Connection::close_because`] is called.
 #[derive(Clone)]
@@ -164,7 +235,10 @@ pub struct Connection {
 struct Shared {
     endpoint: Endpoint,
     outgoing: Arc<Outbox>,
-    pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
+    pending: Mutex<HashMap<i64, Waiter>>,
+    /// Threads in the debugger on behalf of a [`DebuggableRex`], with its request id: where their
+    /// `:debug-return` goes.
+    debugging_threads: Mutex<HashMap<i64, i64>>,
     /// Debugger reports waiting for the `:return (:abort ...)` of the request they belong to.
     debugger_reports: Mutex<HashMap<i64, DebuggerReport>>,
     next_id: AtomicI64,
@@ -238,6 +312,7 @@ impl Connection {
             endpoint,
             outgoing: outgoing.clone(),
             pending: Mutex::new(HashMap::new()),
+            debugging_threads: Mutex::new(HashMap::new()),
             debugger_reports: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(1),
             closed: CancellationToken::new(),
@@ -303,26 +378,21 @@ impl Connection {
     /// Dropping the returned future forgets the request; its reply, if one comes, is discarded.
     pub async fn rex(&self, form: Form, package: &str, thread: Thread) -> Reply {
         let shared = &self.shared;
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let thread_form = match thread {
-            Thread::New => Form::T,
-            Thread::Id(tid) => Form::Integer(tid),
-        };
-        let message =
-            Form::List(vec![Form::Keyword("emacs-rex"), form, Form::string(package), thread_form, Form::Integer(id)])
-                .to_wire();
-        if message.len() > MAX_PAYLOAD {
-            return Err(RexError::TooLarge(message.len()));
-        }
         let (reply_tx, reply_rx) = oneshot::channel();
-        lock(&shared.pending).insert(id, reply_tx);
+        let id = shared.send_request(form, package, thread, Waiter::Reply(reply_tx))?;
         let _forget_on_drop = PendingGuard { shared, id };
-        if shared.closed.is_cancelled() || !shared.send_payload(&message) {
-            return Err(shared.lost());
-        }
         tracing::trace!(id, "request sent");
         // The reader drains every pending request when the connection ends, so this resolves.
         reply_rx.await.unwrap_or_else(|_| Err(shared.lost()))
+    }
+
+    /// Sends `form` to run in a new thread that, should it enter the server's debugger, waits
+    /// there: the debugger entry is reported as a [`RexEvent`] instead of being unwound, and the
+    /// thread takes requests sent to it with [`Thread::Id`] until a restart moves it on.
+    pub fn rex_debuggable(&self, form: Form, package: &str) -> Result<DebuggableRex, RexError> {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let id = self.shared.send_request(form, package, Thread::New, Waiter::Debuggable(events_tx))?;
+        Ok(DebuggableRex { shared: self.shared.clone(), id, events })
     }
 }
 
@@ -360,6 +430,35 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Registers `waiter` under a fresh id and sends the request; returns the id.
+    fn send_request(&self, form: Form, package: &str, thread: Thread, waiter: Waiter) -> Result<i64, RexError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let thread_form = match thread {
+            Thread::New => Form::T,
+            Thread::Id(tid) => Form::Integer(tid),
+        };
+        let message =
+            Form::List(vec![Form::Keyword("emacs-rex"), form, Form::string(package), thread_form, Form::Integer(id)])
+                .to_wire();
+        if message.len() > MAX_PAYLOAD {
+            return Err(RexError::TooLarge(message.len()));
+        }
+        lock(&self.pending).insert(id, waiter);
+        if self.closed.is_cancelled() || !self.send_payload(&message) {
+            lock(&self.pending).remove(&id);
+            return Err(self.lost());
+        }
+        Ok(id)
+    }
+
+    /// Where the events of request `id` go, if a [`DebuggableRex`] waits for it.
+    fn debuggable_events(&self, id: i64) -> Option<mpsc::UnboundedSender<RexEvent>> {
+        match lock(&self.pending).get(&id) {
+            Some(Waiter::Debuggable(events)) => Some(events.clone()),
+            _ => None,
+        }
+    }
+
     fn lost(&self) -> RexError {
         let reason = lock(&self.close_reason).clone().unwrap_or_else(|| "connection closed".into());
         RexError::ConnectionLost { endpoint: self.endpoint.clone(), reason }
@@ -371,14 +470,16 @@ impl Shared {
         self.closed.cancel();
         let pending: Vec<_> = lock(&self.pending).drain().collect();
         for (_, waiter) in pending {
-            let _ = waiter.send(Err(self.lost()));
+            waiter.complete(Err(self.lost()));
         }
     }
 
     fn complete(&self, id: i64, reply: Reply) {
-        match lock(&self.pending).remove(&id) {
+        let waiter = lock(&self.pending).remove(&id);
+        match waiter {
             Some(waiter) => {
-                let _ = waiter.send(reply);
+                lock(&self.debugging_threads).retain(|_, waiting| *waiting != id);
+                waiter.complete(reply);
             }
             None => tracing::debug!(id, "reply for a request nobody waits for"),
         }
@@ -575,10 +676,17 @@ fn handle_message(shared: &Shared, message: Sexp) {
                 None => tracing::warn!(%reason, packet = %truncate_for_log(packet), "server could not read a message"),
             }
         }
-        "DEBUG-ACTIVATE" | "DEBUG-RETURN" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE"
-        | "NEW-PACKAGE" | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED"
-        | "EVAL-NO-WAIT" | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT"
-        | "WRITE-IMAGE" => {
+        "DEBUG-RETURN" => {
+            if let (Some(thread), Some(level)) = (int(0), int(1)) {
+                let id = lock(&shared.debugging_threads).get(&thread).copied();
+                if let Some(events) = id.and_then(|id| shared.debuggable_events(id)) {
+                    let _ = events.send(RexEvent::Left { level });
+                }
+            }
+        }
+        "DEBUG-ACTIVATE" | "DEBUG-CONDITION" | "NEW-FEATURES" | "INDENTATION-UPDATE" | "NEW-PACKAGE"
+        | "BACKGROUND-MESSAGE" | "PRESENTATION-START" | "PRESENTATION-END" | "CHANNEL-SEND" | "ED" | "EVAL-NO-WAIT"
+        | "ED-RPC-NO-WAIT" | "READ-ABORTED" | "TEST-DELAY" | "INVALID-CHANNEL" | "NEW-REPL-OUTPUT" | "WRITE-IMAGE" => {
             tracing::trace!(event = %kind, "informational event");
         }
         other => tracing::debug!(event = %other, "unknown event ignored"),
@@ -608,11 +716,22 @@ fn handle_return(shared: &Shared, items: Vec<Sexp>) {
 }
 
 /// `(:debug THREAD LEVEL (MESSAGE TYPE EXTRAS) RESTARTS FRAMES PENDING-IDS)`: a request's
-/// thread entered the debugger. Nobody can drive a debugger through MCP, so the condition is
-/// recorded for the request and the thread is sent back to its top level at once; its request
-/// then returns `:abort` and carries the report.
+/// thread entered the debugger. When the innermost request it runs is a [`DebuggableRex`]'s, that
+/// one is told and the thread waits. Otherwise nobody is there to drive the debugger, so the
+/// condition is recorded for the request and the thread is sent back to its top level at once;
+/// its request then returns `:abort` and carries the report.
 fn handle_debug(shared: &Shared, args: &[Sexp]) {
     let Some(thread) = args.first().and_then(Sexp::as_i64) else { return };
+    let level = args.get(1).and_then(Sexp::as_i64).unwrap_or(1);
+    // Innermost first, as swank keeps its pending continuations.
+    let waiting: Vec<i64> =
+        args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
+    if let Some((id, events)) = waiting.first().and_then(|&id| Some((id, shared.debuggable_events(id)?))) {
+        tracing::debug!(thread, level, id, "thread entered the debugger; it waits there");
+        lock(&shared.debugging_threads).insert(thread, id);
+        let _ = events.send(RexEvent::Entered { thread, level });
+        return;
+    }
     let condition = args.get(2).and_then(Sexp::as_list).unwrap_or_default();
     let text_at = |i: usize| condition.get(i).and_then(Sexp::as_str).unwrap_or_default().to_string();
     let frames = args
@@ -625,8 +744,6 @@ fn handle_debug(shared: &Shared, args: &[Sexp]) {
     let report =
         DebuggerReport { thread, condition: text_at(0), condition_type: text_at(1).trim().to_string(), frames };
     tracing::debug!(thread, condition = %report.condition, "thread entered the debugger; unwinding it");
-    let waiting: Vec<i64> =
-        args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
     {
         let mut reports = lock(&shared.debugger_reports);
         for id in waiting {
@@ -634,11 +751,14 @@ fn handle_debug(shared: &Shared, args: &[Sexp]) {
         }
     }
     let dialect = shared.info.get().map_or(Dialect::Swank, |info| info.dialect);
+    // A thread already in the debugger below this level waits there for a DebuggableRex: only
+    // this level is left. Otherwise the whole request is unwound.
+    let unwind = if level > 1 { dialect.debugger_abort_function() } else { "throw-to-toplevel" };
     // The reply to this request is itself an :abort that nobody waits for.
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     shared.send(Form::List(vec![
         Form::Keyword("emacs-rex"),
-        Form::call(dialect.package(), "throw-to-toplevel", []),
+        Form::call(dialect.package(), unwind, []),
         Form::string("COMMON-LISP-USER"),
         Form::Integer(thread),
         Form::Integer(id),

@@ -23,6 +23,14 @@ impl Dialect {
         }
     }
 
+    /// The RPC that leaves the innermost level of the server's debugger for the one below it.
+    pub fn debugger_abort_function(self) -> &'static str {
+        match self {
+            Dialect::Swank => "sldb-abort",
+            Dialect::Slynk => "sly-db-abort",
+        }
+    }
+
     /// The server's name for people: `swank` or `slynk`.
     pub fn name(self) -> &'static str {
         match self {

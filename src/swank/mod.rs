@@ -9,7 +9,9 @@ pub mod dialect;
 pub mod reader;
 pub mod sexp;
 
-pub use connection::{ConnectError, ConnectOptions, Connection, DebuggerReport, Endpoint, RexError, Thread};
+pub use connection::{
+    ConnectError, ConnectOptions, Connection, DebuggableRex, DebuggerReport, Endpoint, RexError, RexEvent, Thread,
+};
 pub use decode::{from_sexp, DecodeError};
 pub use dialect::{Dialect, Protocol, ServerInfo};
 pub use reader::{read, ReadError};

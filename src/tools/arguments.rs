@@ -68,6 +68,40 @@ impl Arguments {
             _ => Err(wrong_type(name, &expected, value)),
         }
     }
+
+    /// A list of strings; absent means none.
+    pub(crate) fn optional_str_list(&self, name: &str) -> Result<Vec<&str>, ArgumentError> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+                Ok(items.iter().filter_map(Value::as_str).collect())
+            }
+            Some(other) => Err(wrong_type(name, "an array of strings", other)),
+        }
+    }
+
+    /// A number from 0 to `max`, or a name.
+    pub(crate) fn optional_number_or_name(
+        &self,
+        name: &str,
+        max: u64,
+    ) -> Result<Option<NumberOrName<'_>>, ArgumentError> {
+        match self.0.get(name) {
+            Some(Value::String(text)) => Ok(Some(NumberOrName::Name(text))),
+            Some(Value::Number(_)) => Ok(self.optional_u64(name, max)?.map(NumberOrName::Number)),
+            None | Some(Value::Null) => Ok(None),
+            Some(other) => Err(wrong_type(name, &format!("an integer from 0 to {max} or a name"), other)),
+        }
+    }
+}
+
+/// An argument that takes a number or a name, such as a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumberOrName<'a> {
+    /// Given as a number.
+    Number(u64),
+    /// Given as a string.
+    Name(&'a str),
 }
 
 fn wrong_type(name: &str, expected: &str, got: &Value) -> ArgumentError {

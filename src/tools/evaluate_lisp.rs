@@ -6,9 +6,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::debugger;
 use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::image::CallLimits;
+use crate::image::{next_debugger_session_number, CallLimits};
 use crate::swank::Form;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
@@ -23,7 +24,11 @@ fn definition() -> ToolDefinition {
             calls. Forms are read and evaluated one at a time, so (defpackage ...) (in-package ...) (defun ...) works in \
             one call; the session's package (changed by IN-PACKAGE) persists. Returns [stdout], [stderr], [warnings] \
             sections and one '=> value' line per value of the last form; errors come back as [ERROR] TYPE with the \
-            message and a backtrace, and the image is never left in the debugger. Interactive input (READ-LINE, \
+            message, a backtrace and the restarts it offered, and the evaluation is unwound. With debug: true, an \
+            unhandled error (or BREAK) stops the evaluation in the debugger instead: the call returns at once with a \
+            session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
+            locals, evaluate in a frame, redefine the broken function and restart its frame, or invoke a restart \
+            such as USE-VALUE); use it when the failing state is worth keeping. Interactive input (READ-LINE, \
             Y-OR-N-P) gets end of file.",
         input_schema: json!({
             "type": "object",
@@ -42,6 +47,10 @@ fn definition() -> ToolDefinition {
                     "minimum": 1,
                     "maximum": MAX_TIMEOUT_MS,
                     "description": "Interrupt the evaluation after this many milliseconds (default: the server's --eval-timeout, 30 s)."
+                },
+                "debug": {
+                    "type": "boolean",
+                    "description": "Stop in the debugger on an unhandled error instead of unwinding, and return a debugger session for the debugger tool (default false)."
                 }
             }
         }),
@@ -54,14 +63,20 @@ fn definition() -> ToolDefinition {
                 "stderr": {"type": "string"},
                 "warnings": {"type": "array", "items": {"type": "string"}},
                 "package": {"type": "string", "description": "The session's package after the call."},
+                "debugger_session": {"type": "string", "description": "With debug: the id of the debugger session the evaluation waits in."},
+                "frames": {"type": "array", "description": "With debug: the top frames of the stopped evaluation."},
                 "error": {
                     "type": ["object", "null"],
                     "properties": {
-                        "kind": {"type": "string", "enum": ["error", "debugger", "read", "timeout", "cancelled"]},
+                        "kind": {"type": "string", "enum": ["error", "debugger", "read", "timeout", "cancelled", "aborted"]},
                         "type": {"type": "string"},
                         "condition_class": {"type": ["string", "null"]},
                         "message": {"type": "string"},
-                        "backtrace": {"type": "array", "items": {"type": "string"}}
+                        "backtrace": {"type": "array", "items": {"type": "string"}},
+                        "restarts": {
+                            "type": "array",
+                            "items": {"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}}}
+                        }
                     }
                 }
             }
@@ -77,27 +92,44 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
     let package = args.optional_str("package")?;
     let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
+    let debug = args.optional_bool("debug")?.unwrap_or(false);
     let image = context.image(args)?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    let request = vec![
+    let mut request = vec![
         Form::string(code),
         Form::Keyword("package"),
         package.map_or(Form::Nil, Form::string),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
+    if debug {
+        request.extend([
+            Form::Keyword("debug"),
+            Form::T,
+            Form::Keyword("debug-timeout"),
+            Form::Integer(context.settings.debug_timeout.as_secs().max(1) as i64),
+        ]);
+        let deadline = tokio::time::Instant::now() + limits.timeout;
+        let next = image.call_helper_debuggable("evaluate", request, &limits).await;
+        let number = next_debugger_session_number();
+        return debugger::outcome(context, &image, number, next, &limits, deadline).await;
+    }
     let reply = image.call_helper("evaluate", request, &limits).await?;
     Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
 }
 
+/// After the restarts of an error the evaluation was unwound from.
+const UNWOUND_RESTARTS_NOTE: &str =
+    "\n(Not taken: the evaluation was unwound. To choose one, evaluate with debug: true.)";
+
 /// The helper's answer to `evaluate`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-struct EvaluationReply {
+pub(crate) struct EvaluationReply {
     pub values: Vec<Captured>,
     pub stdout: Captured,
     pub stderr: Captured,
@@ -114,7 +146,11 @@ impl EvaluationReply {
     pub fn render(&self, max_output: usize) -> String {
         let mut sections = Vec::new();
         if let Some(error) = &self.error {
-            sections.push(error.render());
+            let mut block = error.render();
+            if !error.restarts.is_empty() {
+                block.push_str(UNWOUND_RESTARTS_NOTE);
+            }
+            sections.push(block);
         }
         for (title, captured) in [("[stdout]", &self.stdout), ("[stderr]", &self.stderr)] {
             if !section_body(&captured.text).is_empty() || captured.dropped > 0 {
@@ -239,7 +275,7 @@ mod tests {
     fn errors_come_first_and_keep_earlier_output() {
         let text = render(
             "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
-             :backtrace nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
+             :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
              :package \"COMMON-LISP-USER\" :notes nil)",
         );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");

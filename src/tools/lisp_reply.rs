@@ -81,6 +81,8 @@ pub enum ErrorKind {
     Read,
     Timeout,
     Cancelled,
+    /// The debugger tool's `abort`.
+    Aborted,
 }
 
 /// An error the helper caught: a condition, a read failure, a timeout or a cancellation.
@@ -95,23 +97,61 @@ pub struct ErrorReport {
     pub class: Option<String>,
     pub message: String,
     pub backtrace: Vec<String>,
+    /// The restarts the condition offered, innermost first.
+    pub restarts: Vec<Restart>,
+}
+
+/// A restart as SLDB lists it: `(name report)`; the name is empty for an anonymous restart.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(from = "(String, String)")]
+pub struct Restart {
+    pub name: String,
+    #[serde(rename = "description")]
+    pub report: String,
+}
+
+impl From<(String, String)> for Restart {
+    fn from((name, report): (String, String)) -> Self {
+        Restart { name, report }
+    }
+}
+
+impl fmt::Display for Restart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.name.is_empty() {
+            write!(f, "{}", self.report)
+        } else {
+            write!(f, "[{}] {}", self.name, self.report)
+        }
+    }
+}
+
+/// The `[Restarts]` section: one numbered line per restart, as the debugger tool numbers them.
+pub fn restarts_section(restarts: &[Restart]) -> String {
+    let mut text = String::from("[Restarts]");
+    for (i, restart) in restarts.iter().enumerate() {
+        text.push_str(&format!("\n{i}: {restart}"));
+    }
+    text
 }
 
 impl ErrorReport {
-    /// The contract's error block: `[ERROR] TYPE`, the message, and a numbered `[Backtrace]`
-    /// when there are frames to show.
+    /// The contract's error block: `[ERROR] TYPE`, the message, a numbered `[Backtrace]` when
+    /// there are frames to show, and the `[Restarts]` the condition offered.
     pub fn render(&self) -> String {
         let mut text = format!("[ERROR] {}\n{}", self.type_name, self.message.trim_end());
         if self.kind == ErrorKind::Debugger {
-            text.push_str(
-                "\n(The code entered the debugger; it was unwound, since a debugger cannot be driven through MCP.)",
-            );
+            text.push_str("\n(The code entered the debugger; it was unwound.)");
         }
         if !self.backtrace.is_empty() {
             text.push_str("\n\n[Backtrace]");
             for (i, frame) in self.backtrace.iter().enumerate() {
                 text.push_str(&format!("\n{i}: {frame}"));
             }
+        }
+        if !self.restarts.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&restarts_section(&self.restarts));
         }
         text
     }
@@ -123,6 +163,7 @@ impl ErrorReport {
             "condition_class": self.class,
             "message": self.message,
             "backtrace": self.backtrace,
+            "restarts": self.restarts,
         })
     }
 }
@@ -249,12 +290,12 @@ mod tests {
     #[test]
     fn error_blocks_follow_the_contract() {
         let report: ErrorReport = from_sexp(
-            &read("(:kind :error :type \"DIVISION-BY-ZERO\" :class \"COMMON-LISP:DIVISION-BY-ZERO\" :message \"arithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\" :backtrace (\"(/ 1 0)\"))").unwrap(),
+            &read("(:kind :error :type \"DIVISION-BY-ZERO\" :class \"COMMON-LISP:DIVISION-BY-ZERO\" :message \"arithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\" :backtrace (\"(/ 1 0)\") :restarts ((\"ABORT\" \"Give up\")))").unwrap(),
         )
         .unwrap();
         assert_eq!(
             report.render(),
-            "[ERROR] DIVISION-BY-ZERO\narithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\n\n[Backtrace]\n0: (/ 1 0)"
+            "[ERROR] DIVISION-BY-ZERO\narithmetic error DIVISION-BY-ZERO signalled\nOperation was (/ 1 0).\n\n[Backtrace]\n0: (/ 1 0)\n\n[Restarts]\n0: [ABORT] Give up"
         );
         assert_eq!(report.to_json()["kind"], "error");
         assert_eq!(from_sexp::<Option<ErrorReport>>(&Sexp::Nil), Ok(None));
@@ -266,7 +307,10 @@ mod tests {
             check_failure(&read("(:failure \"Class FOO not found in package CL-USER\")").unwrap()).unwrap_err();
         assert_eq!(failure.0, "Class FOO not found in package CL-USER");
         let error = check_failure(
-            &read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil))").unwrap(),
+            &read(
+                "(:error (:kind :error :type \"TYPE-ERROR\" :class nil :message \"bad\" :backtrace nil :restarts nil))",
+            )
+            .unwrap(),
         )
         .unwrap_err();
         assert_eq!(error.0, "[ERROR] TYPE-ERROR\nbad");
@@ -275,9 +319,10 @@ mod tests {
 
     #[test]
     fn a_reply_of_another_shape_is_an_error_that_names_the_key() {
-        let error =
-            check_failure(&read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil))").unwrap())
-                .unwrap_err();
+        let error = check_failure(
+            &read("(:error (:kind :error :type \"TYPE-ERROR\" :class nil :backtrace nil :restarts nil))").unwrap(),
+        )
+        .unwrap_err();
         assert!(
             error.0.contains("error report is not what this server expects (:error: the reply has no :message)"),
             "{error}"
@@ -289,7 +334,7 @@ mod tests {
                 .unwrap_err();
         assert!(error.0.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{error}");
         let kind = from_sexp::<ErrorReport>(
-            &read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil)").unwrap(),
+            &read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil :restarts nil)").unwrap(),
         )
         .unwrap_err();
         assert!(kind.to_string().starts_with(":kind: unknown variant `warning`"), "{kind}");

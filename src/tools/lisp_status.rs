@@ -2,12 +2,14 @@
 //! session's package, threads, evaluations in flight, memory and features.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::image::DebuggerSessionSummary;
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -15,7 +17,8 @@ fn definition() -> ToolDefinition {
         title: "Image status",
         description: "Show what swank-mcp is attached to: Lisp implementation and version, swank/slynk server and \
             version, connection (host:port, attached or launched, pid), this session's current package, thread \
-            count, evaluations in flight, heap use, and a summary of *features*. Connects if not connected yet.",
+            count, evaluations in flight, evaluations waiting in the debugger (session, thread, condition, age), \
+            heap use, and a summary of *features*. Connects if not connected yet.",
         input_schema: json!({"type": "object", "properties": {}}),
         output_schema: Some(json!({
             "type": "object",
@@ -35,6 +38,11 @@ fn definition() -> ToolDefinition {
                 "package": {"type": "string"},
                 "threads": {"type": "integer"},
                 "in_flight": {"type": "integer", "description": "This server's requests waiting for the image."},
+                "debugger_sessions": {
+                    "type": "array",
+                    "description": "Evaluations waiting in the debugger for the debugger tool.",
+                    "items": {"type": "object", "properties": {"session": {"type": "string"}, "thread": {"type": "integer"}, "condition": {"type": "string"}, "age_seconds": {"type": "integer"}, "busy": {"type": "boolean"}}}
+                },
                 "tool_calls_in_image": {"type": "integer", "description": "Tool calls running in the image, from any swank-mcp session."},
                 "heap_used": {"type": "integer"},
                 "heap_size": {"type": "integer"},
@@ -76,6 +84,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         pid: launched.flatten().map(i64::from).or(info.pid),
         session: image.session().to_string(),
         in_flight: connection.pending_count() as u64,
+        debugger_sessions: image.debugger_sessions(),
         images: match context.toolbox.images() {
             [_] => Vec::new(),
             all => {
@@ -119,6 +128,8 @@ struct Status {
     pub session: String,
     /// This server's requests waiting on the connection (not counting the status call).
     pub in_flight: u64,
+    /// Evaluations stopped in the debugger.
+    pub debugger_sessions: Vec<DebuggerSessionSummary>,
     /// Every image this server is configured for, when there are several: (name, endpoint, this one).
     pub images: Vec<(String, String, bool)>,
 }
@@ -157,6 +168,19 @@ impl Status {
         if !libraries.is_empty() {
             lines.push(format!("Loaded: {}", libraries.join(", ")));
         }
+        for session in &self.debugger_sessions {
+            lines.push(if session.busy {
+                format!("Debugger session D{}: a debugger call is acting on it", session.number)
+            } else {
+                format!(
+                    "Debugger session D{}: thread {}, {}, waiting {}",
+                    session.number,
+                    session.thread,
+                    session.condition,
+                    humantime::format_duration(Duration::from_secs(session.age.as_secs()))
+                )
+            });
+        }
         if !self.images.is_empty() {
             let images: Vec<String> = self
                 .images
@@ -192,6 +216,7 @@ impl Status {
             "package": image.package,
             "threads": image.threads,
             "in_flight": self.in_flight,
+            "debugger_sessions": self.debugger_sessions.iter().map(|s| json!({"session": format!("D{}", s.number), "thread": s.thread, "condition": s.condition, "age_seconds": s.age.as_secs(), "busy": s.busy})).collect::<Vec<_>>(),
             "tool_calls_in_image": image.tool_calls,
             "heap_used": image.heap_used,
             "heap_size": image.heap_size,
@@ -226,13 +251,21 @@ mod tests {
             pid: Some(1234),
             session: "default-1".into(),
             in_flight: 0,
+            debugger_sessions: vec![DebuggerSessionSummary {
+                number: 2,
+                thread: 17,
+                condition: "SIMPLE-ERROR: disk full".into(),
+                age: Duration::from_millis(95_500),
+                busy: false,
+            }],
             images: Vec::new(),
         };
         assert_eq!(
             status.render(),
             "Lisp: SBCL 2.2.9.debian (X86-64, Linux 6.1)\nServer: swank 2.27, communication style spawn\n\
              Connection: 127.0.0.1:4005 (attached, pid 1234)\nSession package: COMMON-LISP-USER\nThreads: 4\n\
-             Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\nFeatures (60): :X86-64 :SB-THREAD ..."
+             Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\n\
+             Debugger session D2: thread 17, SIMPLE-ERROR: disk full, waiting 1m 35s\nFeatures (60): :X86-64 :SB-THREAD ..."
         );
     }
 

@@ -214,7 +214,7 @@ mod tests {
     fn a_failed_load_leads_with_the_error() {
         let output = report(
             "(:system \"bad\" :was-loaded nil :milliseconds 10 :warnings nil :warning-count 0 :style-warning-count 0 :note-count 0 \
-             :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil))",
+             :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil :restarts nil))",
         )
         .unwrap()
         .into_output(65536);

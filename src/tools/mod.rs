@@ -7,6 +7,7 @@ pub mod apropos_search;
 pub mod arguments;
 pub mod class_info;
 pub mod compile_form;
+pub mod debugger;
 pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
@@ -56,8 +57,9 @@ pub enum Run {
 }
 
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
-static TOOLS: [Tool; 13] = [
+static TOOLS: [Tool; 14] = [
     evaluate_lisp::TOOL,
+    debugger::TOOL,
     compile_form::TOOL,
     macroexpand_form::TOOL,
     class_info::TOOL,
@@ -115,6 +117,8 @@ pub struct Settings {
     pub eval_timeout: Duration,
     /// Characters kept of each output section; the image cuts the rest.
     pub max_output: usize,
+    /// How long an evaluation stopped in the debugger waits for the debugger tool.
+    pub debug_timeout: Duration,
 }
 
 /// Everything the tools share: settings, the images they work in, and the directories the
@@ -162,6 +166,13 @@ impl Toolbox {
     /// The configured images, the default first.
     pub fn images(&self) -> &[Arc<Image>] {
         &self.images
+    }
+
+    /// Aborts the evaluations stopped in the debugger of every image, for a server that exits.
+    pub async fn abort_debugger_sessions(&self) {
+        for image in &self.images {
+            image.abort_debugger_sessions().await;
+        }
     }
 
     /// The tools this server offers.
@@ -222,6 +233,11 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
+    /// Every configured image, the default first.
+    pub fn images(&self) -> &[Arc<Image>] {
+        &self.toolbox.images
+    }
+
     /// The image named by the optional `image` argument, or the default image.
     pub fn image(&self, args: &Arguments) -> Result<Arc<Image>, ToolError> {
         let images = &self.toolbox.images;

@@ -1,0 +1,208 @@
+;;;; The debugger tool: requests that run in a thread parked in the server's debugger (see PARK in
+;;;; helper.lisp), sent by the Rust side to that thread as SLIME sends SLDB's requests. They run
+;;;; inside the parked evaluation's dynamic extent, so *PARKED* and *EVALUATION* are the ones it
+;;;; parked with, and frame numbers are the server's debugger's (frame 0 is where the condition
+;;;; was signalled).
+;;;;
+;;;; Frames are reached through the server's backend (SWANK/BACKEND or SLYNK-BACKEND), found by
+;;;; name like the mailbox list: it knows the debugger's stack top, and how to evaluate in, restart
+;;;; and return from a frame of this SBCL. Loaded after helper.lisp, under the same rules.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *max-local-length* 300
+  "Characters of a local's printed value shown in a frame's description.")
+
+(defun backend-function (name)
+  "The server backend's function NAME, or a failure naming what is missing."
+  (loop for package-name in '("SWANK/BACKEND" "SWANK-BACKEND" "SLYNK-BACKEND")
+        for package = (find-package package-name)
+        for symbol = (and package (find-symbol name package))
+        when (and symbol (fboundp symbol))
+          return (fdefinition symbol)
+        finally (fail "The swank or slynk server in this image has no ~A, which the debugger tool needs." name)))
+
+(defun debugger-command (function)
+  "Runs FUNCTION for a debugger request. Errors inside it are reported, never debugged: a
+nested error never parks a second level. Returns its plist, (:FAILURE message) or (:ERROR report)."
+  (if (null *parked*)
+      (list :failure "This thread is not waiting in swank-mcp's debugger.")
+      (let ((outcome (handler-case (call-trapping-debugger function)
+                       (tool-failure (failure)
+                         (list :failure (tool-failure-message failure))))))
+        (case (first outcome)
+          (:ok (second outcome))
+          (:failure outcome)
+          (t (list :error outcome))))))
+
+(defun read-forms (code)
+  "The forms of CODE, read in the package the evaluation was in when it stopped."
+  (let ((*package* (parked-package *parked*))
+        (eof '#:eof))
+    (with-input-from-string (in code)
+      (loop for form = (read in nil eof)
+            until (eq form eof)
+            collect form))))
+
+(defun frame-call (frame)
+  "FRAME's call as text, its symbols printed as seen from the package the evaluation was in, and
+the function's name."
+  (multiple-value-bind (name args) (frame-call-of frame (parked-condition *parked*))
+    (values (let ((*package* (parked-package *parked*))) (print-frame name args)) name)))
+
+(defun debugger-frames (start end)
+  "Frames START to END (exclusive) as (index call), down to the evaluated code: the helper's and
+the evaluator's frames below it are left out, as in every backtrace this helper prints."
+  (let ((frames '())
+        (seen-user-frame nil))
+    (loop for frame in (funcall (backend-function "COMPUTE-BACKTRACE") start end)
+          for index from start
+          do (multiple-value-bind (text name) (frame-call frame)
+               (cond ((own-frame-p name)
+                      (when seen-user-frame (loop-finish)))
+                     (t
+                      (unless (implementation-internal-p name)
+                        (setf seen-user-frame t))
+                      (push (list index text name) frames)))))
+    (loop while (and frames (member (frame-function-symbol (third (first frames))) *evaluator-functions*))
+          do (pop frames))
+    (nreverse (mapcar (lambda (frame) (subseq frame 0 2)) frames))))
+
+(defun debugger-report (&key (start 0) (end *max-frames*))
+  "What the evaluation stopped with: the condition with its restarts, frames START to END, and the
+output so far."
+  (debugger-command
+   (lambda ()
+     (let ((condition (parked-condition *parked*)))
+       (list :condition (condition-report (if (typep condition 'error) :error :debugger)
+                                          condition nil (parked-restarts *parked*))
+             :frames (debugger-frames start (max start (min end (+ start 1000))))
+             :stdout (captured-so-far (parked-stdout *parked*))
+             :stderr (captured-so-far (parked-stderr *parked*)))))))
+
+(defun captured-so-far (stream)
+  (if (typep stream 'capture-stream) (capture-report stream) (list "" 0)))
+
+(defun file-line-and-column (file position)
+  "The line and column (both from 1) of the 1-based character POSITION in FILE, or NIL."
+  (ignore-errors
+   (with-open-file (in file :external-format :utf-8 :element-type 'character)
+     (let ((line 1) (column 1))
+       (loop repeat (1- position)
+             for char = (read-char in nil nil)
+             while char
+             do (if (char= char #\Newline)
+                    (setf line (1+ line) column 1)
+                    (incf column)))
+       (list line column)))))
+
+(defun location-text (location)
+  "A swank source location as file:line:column, or what there is instead."
+  (flet ((part (key) (rest (assoc key (rest location)))))
+    (cond ((and (consp location) (eq (first location) :error))
+           (format nil "unknown (~A)" (second location)))
+          ((not (and (consp location) (eq (first location) :location)))
+           "unknown")
+          ((part :file)
+           (let* ((file (first (part :file)))
+                  (position (first (part :position)))
+                  (line-and-column (and (integerp position) (file-line-and-column file position))))
+             (if line-and-column
+                 (format nil "~A:~{~D:~D~}" file line-and-column)
+                 file)))
+          ((part :buffer) (format nil "Emacs buffer ~A" (first (part :buffer))))
+          ((part :source-form) "no file (evaluated, not loaded from a file)")
+          (t "unknown"))))
+
+(defun location-source (location)
+  "The source text a swank location carries: the snippet at a file position, or the whole form
+of code that was evaluated rather than loaded from a file."
+  (flet ((part (key) (first (rest (assoc key (rest location))))))
+    (let ((text (and (consp location) (eq (first location) :location)
+                     (or (part :source-form) (part :snippet)))))
+      (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
+
+(defun debugger-frame (index)
+  "Frame INDEX: its call, its locals printed within the print limits, and where its code is."
+  (debugger-command
+   (lambda ()
+     (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index)))))
+       (unless frame
+         (fail "There is no frame ~D; the backtrace action lists them." index))
+       (let ((location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
+         (list :call (frame-call frame)
+               :locals (loop for local in (funcall (backend-function "FRAME-LOCALS") index)
+                             collect (list (let ((*package* (parked-package *parked*)))
+                                             (prin1-to-string (getf local :name)))
+                                           (destructuring-bind (text dropped)
+                                               (print-value (getf local :value) *max-local-length*)
+                                             (if (plusp dropped) (concatenate 'string text " ...") text))))
+               :location (location-text location)
+               :source (location-source location)))))))
+
+(defun debugger-eval-in-frame (code index)
+  "Evaluates the forms of CODE in frame INDEX, with its locals in scope; returns the last form's
+printed values and what it printed."
+  (debugger-command
+   (lambda ()
+     (let ((stdout (make-capture *max-output*))
+           (eval-in-frame (backend-function "EVAL-IN-FRAME"))
+           (values '()))
+       (let ((*standard-output* stdout))
+         (dolist (form (read-forms code))
+           (setf values (multiple-value-list (funcall eval-in-frame form index)))))
+       (list :values (mapcar (lambda (value) (print-value value *max-output*)) values)
+             :stdout (capture-report stdout))))))
+
+(defun find-parked-restart (designator)
+  "The parked evaluation's restart numbered DESIGNATOR, or named it (a string, any case)."
+  (let* ((restarts (parked-restarts *parked*))
+         (restart (if (integerp designator)
+                      (and (< -1 designator (length restarts)) (nth designator restarts))
+                      (find designator restarts
+                            :key (lambda (r) (if (restart-name r) (symbol-name (restart-name r)) ""))
+                            :test #'string-equal))))
+    (cond ((null restart)
+           (fail "There is no restart ~A. The restarts are:~%~{~A~^~%~}" designator
+                 (loop for (name report) in (restart-reports restarts)
+                       for i from 0
+                       collect (format nil "~D: [~A] ~A" i name report))))
+          ((not (member restart (compute-restarts (parked-condition *parked*))))
+           (fail "The restart ~A is no longer active." designator))
+          (t restart))))
+
+(defun debugger-invoke-restart (designator &optional arguments)
+  "Invokes the restart DESIGNATOR (a number or a name) with the values of ARGUMENTS, forms as
+strings evaluated in order. Returns only when the restart does."
+  (debugger-command
+   (lambda ()
+     (let* ((restart (find-parked-restart designator))
+            (values (loop for text in arguments
+                          append (mapcar #'eval (read-forms text)))))
+       (apply #'invoke-restart restart values)
+       (list :returned t)))))
+
+(defun debugger-restart-frame (index)
+  "Restarts frame INDEX: its function is called again with the same arguments."
+  (debugger-command
+   (lambda ()
+     (funcall (backend-function "RESTART-FRAME") index)
+     (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
+            information: (declaim (optimize (debug 2))) and recompile)." index))))
+
+(defun debugger-return-from-frame (index code)
+  "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
+  (debugger-command
+   (lambda ()
+     (let* ((forms (read-forms code))
+            (form (if (rest forms) `(progn ,@forms) (first forms)))
+            (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
+       (fail "Could not return from frame ~D: ~A" index outcome)))))
+
+(defun debugger-abort ()
+  "Unwinds the parked evaluation; its call reports that it was aborted."
+  (debugger-command
+   (lambda ()
+     (abort-evaluation *evaluation*
+                       (interruption-report :aborted "The evaluation was aborted from the debugger." nil))
+     (fail "The evaluation could not be aborted: it has already finished."))))

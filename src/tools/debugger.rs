@@ -1,0 +1,451 @@
+//! `debugger`: acts on an evaluation stopped in the image's debugger (evaluate-lisp with
+//! `debug: true`), as SLDB does for a human: frames, locals, evaluation in a frame, restarts.
+//!
+//! The stopped thread waits in the swank or slynk server's own debugger loop, so each action is a
+//! helper request sent to that thread: it runs inside the stopped evaluation, where the frames
+//! are. An action that moves the evaluation on (a restart, returning from or restarting a frame,
+//! abort) is followed until the evaluation returns or stops again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arguments::NumberOrName;
+use super::evaluate_lisp::EvaluationReply;
+use super::lisp_reply::{check_failure, decode, restarts_section, section_body, Captured, ErrorReport};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::image::{
+    next_debugger_session_number, CallLimits, DebuggerSession, Evaluating, Evaluation, Image, SessionUnavailable,
+};
+use crate::swank::{Form, Sexp};
+
+/// A day, as evaluate-lisp's limit.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+/// Frames shown when an evaluation stops, and by `backtrace` without `end`.
+const FRAMES_SHOWN: u64 = 20;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "debugger",
+        title: "Debugger",
+        description: "Act on an evaluation stopped in the debugger: evaluate-lisp with debug: true stops on an \
+            unhandled error (or BREAK) instead of unwinding and returns a session id (D1, D2, ...) with the condition, \
+            the restarts and the top frames; the evaluation's thread waits, with all its state, until you act. \
+            Actions: backtrace (frames start..end), frame (one frame's locals and source location), eval_in_frame \
+            (code run with the frame's locals in scope), invoke_restart (restart by number or name, with arguments, \
+            e.g. use-value with [\"42\"]), return_from_frame (the frame returns the value of code), restart_frame (the \
+            frame's function is called again, e.g. after you redefined it), abort. Actions that move the evaluation on \
+            return what it finally returns (value, output, or its error), or a new session id if it stops again. A \
+            session nobody acts on is aborted after the server's --debug-timeout (default 10 minutes). Frame numbers \
+            are those the backtrace shows.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["session", "action"],
+            "properties": {
+                "session": {"type": "string", "description": "The session id evaluate-lisp returned, e.g. \"D1\"."},
+                "action": {
+                    "type": "string",
+                    "enum": ["backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame",
+                             "restart_frame", "abort"]
+                },
+                "frame": {"type": "integer", "minimum": 0, "description": "Frame number, for frame, eval_in_frame, return_from_frame and restart_frame."},
+                "start": {"type": "integer", "minimum": 0, "description": "backtrace: first frame (default 0)."},
+                "end": {"type": "integer", "minimum": 0, "description": "backtrace: frame after the last (default start + 20)."},
+                "code": {"type": "string", "description": "eval_in_frame: forms to evaluate in the frame; return_from_frame: the form whose values the frame returns. Read in the package the evaluation was in."},
+                "restart": {"type": ["integer", "string"], "description": "invoke_restart: the restart's number as listed, or its name (e.g. \"USE-VALUE\")."},
+                "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: Lisp forms, evaluated, whose values are the restart's arguments (default none)."},
+                "timeout_ms": {
+                    "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
+                    "description": "Time limit of this action, including the evaluation it resumes (default: the server's --eval-timeout, 30 s). When it passes, the evaluation is interrupted and unwinds."
+                }
+            }
+        }),
+        output_schema: None,
+        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let number = session_number(args.required_str("session")?)?;
+    let action = Action::read(args)?;
+    let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
+    let limits = CallLimits {
+        timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
+        timeout_advice: "Pass a larger timeout_ms if it needs longer.",
+        cancel: context.cancel.clone(),
+    };
+    let (image, session) = take_session(context, number)?;
+    let deadline = Instant::now() + limits.timeout;
+    let (function, request) = action.request();
+    let reply = image.call_in_debugger(&session.evaluation, session.thread, function, request, deadline, &limits).await;
+    match reply {
+        Ok(Some(reply)) => {
+            image.keep_debugger_session(session);
+            check_failure(&reply)?;
+            action.render(number, &reply)
+        }
+        // Control left the debugger: the evaluation goes on from where the action sent it.
+        Ok(None) => {
+            let DebuggerSession { number, evaluation, .. } = session;
+            let next = image.follow(evaluation, deadline, &limits).await;
+            outcome(context, &image, number, next, &limits, deadline).await
+        }
+        Err(e) => {
+            let mut session = session;
+            if session.evaluation.has_ended() {
+                image.end_debugger_session(number);
+            } else {
+                image.keep_debugger_session(session);
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Reads `D1` (or `1`) as session number 1.
+fn session_number(text: &str) -> Result<u64, ToolError> {
+    let digits = text.trim().trim_start_matches(['D', 'd']);
+    digits.parse().map_err(|_| {
+        ToolError::new(format!(
+            "`session` must be a debugger session id such as \"D1\", as evaluate-lisp returns it; got {text:?}."
+        ))
+    })
+}
+
+fn take_session(context: &ToolContext, number: u64) -> Result<(Arc<Image>, DebuggerSession), ToolError> {
+    let mut busy = false;
+    for image in context.images() {
+        match image.take_debugger_session(number) {
+            Ok(session) => return Ok((image.clone(), session)),
+            Err(SessionUnavailable::Busy) => busy = true,
+            Err(SessionUnavailable::Unknown) => {}
+        }
+    }
+    Err(ToolError::new(if busy {
+        format!("Debugger session D{number} is busy with another debugger call; wait for it to finish.")
+    } else {
+        format!(
+            "There is no debugger session D{number}: its evaluation has ended (a restart or abort moved it on, or it \
+             waited longer than --debug-timeout), or it never existed. lisp-status lists the sessions waiting."
+        )
+    }))
+}
+
+/// One debugger action and its arguments.
+enum Action<'a> {
+    Backtrace { start: u64, end: u64 },
+    Frame { frame: u64 },
+    EvalInFrame { frame: u64, code: &'a str },
+    InvokeRestart { restart: NumberOrName<'a>, arguments: Vec<&'a str> },
+    ReturnFromFrame { frame: u64, code: &'a str },
+    RestartFrame { frame: u64 },
+    Abort,
+}
+
+impl<'a> Action<'a> {
+    fn read(args: &'a Arguments) -> Result<Self, ToolError> {
+        let frame = || -> Result<u64, ToolError> {
+            args.optional_u64("frame", u32::MAX as u64)?
+                .ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
+        };
+        Ok(match args.required_str("action")? {
+            "backtrace" => {
+                let start = args.optional_u64("start", u32::MAX as u64)?.unwrap_or(0);
+                let end = args.optional_u64("end", u32::MAX as u64)?.unwrap_or(start + FRAMES_SHOWN);
+                Action::Backtrace { start, end }
+            }
+            "frame" => Action::Frame { frame: frame()? },
+            "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: args.required_str("code")? },
+            "invoke_restart" => Action::InvokeRestart {
+                restart: args.optional_number_or_name("restart", u32::MAX as u64)?.ok_or_else(|| {
+                    ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
+                })?,
+                arguments: args.optional_str_list("arguments")?,
+            },
+            "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: args.required_str("code")? },
+            "restart_frame" => Action::RestartFrame { frame: frame()? },
+            "abort" => Action::Abort,
+            other => {
+                return Err(ToolError::new(format!(
+                    "Unknown action {other:?}; the actions are backtrace, frame, eval_in_frame, invoke_restart, \
+                     return_from_frame, restart_frame and abort."
+                )))
+            }
+        })
+    }
+
+    /// The helper function that does it in the stopped thread, and its arguments.
+    fn request(&self) -> (&'static str, Vec<Form>) {
+        let integer = |n: u64| Form::Integer(n as i64);
+        match self {
+            Action::Backtrace { start, end } => {
+                ("debugger-report", vec![Form::Keyword("start"), integer(*start), Form::Keyword("end"), integer(*end)])
+            }
+            Action::Frame { frame } => ("debugger-frame", vec![integer(*frame)]),
+            Action::EvalInFrame { frame, code } => {
+                ("debugger-eval-in-frame", vec![Form::string(*code), integer(*frame)])
+            }
+            Action::InvokeRestart { restart, arguments } => (
+                "debugger-invoke-restart",
+                vec![
+                    match restart {
+                        NumberOrName::Number(n) => integer(*n),
+                        NumberOrName::Name(name) => Form::string(*name),
+                    },
+                    Form::call("cl", "list", arguments.iter().map(|text| Form::string(*text))),
+                ],
+            ),
+            Action::ReturnFromFrame { frame, code } => {
+                ("debugger-return-from-frame", vec![integer(*frame), Form::string(*code)])
+            }
+            Action::RestartFrame { frame } => ("debugger-restart-frame", vec![integer(*frame)]),
+            Action::Abort => ("debugger-abort", vec![]),
+        }
+    }
+
+    /// The reply of an action that left the evaluation where it was.
+    fn render(&self, number: u64, reply: &Sexp) -> ToolResult {
+        let waiting = format!("(Session D{number} still waits in the debugger.)");
+        match self {
+            Action::Backtrace { .. } => {
+                let report = decode::<StopReport>("debugger-report", reply)?;
+                let frames = if report.frames.is_empty() {
+                    "[Backtrace]\n(no frames in that range)".to_string()
+                } else {
+                    frames_section(&report.frames)
+                };
+                Ok(ToolOutput::success(format!(
+                    "[DEBUGGER D{number}] {}\n\n{frames}\n\n{waiting}",
+                    report.condition.type_name
+                )))
+            }
+            Action::Frame { frame } => {
+                let facts = decode::<FrameFacts>("debugger-frame", reply)?;
+                let mut text = format!("[Frame {frame}] {}\nSource: {}", facts.call, facts.location);
+                if let Some(source) = facts.source.filter(|source| !source.is_empty()) {
+                    text.push_str(&format!("\n{source}"));
+                }
+                text.push_str("\n\n[Locals]");
+                if facts.locals.is_empty() {
+                    text.push_str("\n(none known: the frame's function may have been compiled with low debug)");
+                }
+                for (name, value) in &facts.locals {
+                    text.push_str(&format!("\n{name} = {value}"));
+                }
+                Ok(ToolOutput::success(format!("{text}\n\n{waiting}")))
+            }
+            Action::EvalInFrame { .. } => {
+                let result = decode::<FrameEvaluation>("debugger-eval-in-frame", reply)?;
+                let mut sections = Vec::new();
+                if !result.stdout.is_empty() {
+                    sections.push(format!("[stdout]\n{}", section_body(&result.stdout.text)));
+                }
+                sections.push(if result.values.is_empty() {
+                    "; No values".to_string()
+                } else {
+                    result.values.iter().map(|value| format!("=> {}", value.text)).collect::<Vec<_>>().join("\n")
+                });
+                sections.push(waiting);
+                Ok(ToolOutput::success(sections.join("\n\n")))
+            }
+            // These return only when they could not do what they were asked, which the helper
+            // reports as a failure; a plain reply means the restart returned normally.
+            Action::InvokeRestart { .. } | Action::ReturnFromFrame { .. } | Action::RestartFrame { .. } => {
+                Ok(ToolOutput::success(format!("The restart returned without moving the evaluation on. {waiting}")))
+            }
+            Action::Abort => Ok(ToolOutput::error(format!("The evaluation could not be aborted. {waiting}"))),
+        }
+    }
+}
+
+/// What follows an action that moved the evaluation on, or an evaluate-lisp call with `debug`:
+/// the evaluation's final reply, or the report of where it stopped.
+pub(crate) async fn outcome(
+    context: &ToolContext,
+    image: &Arc<Image>,
+    number: u64,
+    next: Result<Evaluation, crate::image::CallError>,
+    limits: &CallLimits,
+    deadline: Instant,
+) -> ToolResult {
+    match next {
+        Ok(Evaluation::Returned(reply)) => {
+            image.end_debugger_session(number);
+            Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
+        }
+        Ok(Evaluation::Stopped { evaluation, thread, resumed, .. }) => {
+            let number = if resumed {
+                image.end_debugger_session(number);
+                next_debugger_session_number()
+            } else {
+                number
+            };
+            stopped(context, image, number, evaluation, thread, limits, deadline).await
+        }
+        Err(e) => {
+            image.end_debugger_session(number);
+            Err(e.into())
+        }
+    }
+}
+
+/// Reports an evaluation stopped in the debugger as session `number`, and keeps it.
+pub(crate) async fn stopped(
+    context: &ToolContext,
+    image: &Arc<Image>,
+    number: u64,
+    evaluation: Evaluating,
+    thread: i64,
+    limits: &CallLimits,
+    deadline: Instant,
+) -> ToolResult {
+    let request =
+        vec![Form::Keyword("start"), Form::Integer(0), Form::Keyword("end"), Form::Integer(FRAMES_SHOWN as i64)];
+    // The report is asked for within the call's grace, even when its time limit has passed.
+    let deadline = deadline.max(Instant::now() + Duration::from_secs(5));
+    let reply = image.call_in_debugger(&evaluation, thread, "debugger-report", request, deadline, limits).await?;
+    let Some(reply) = reply else {
+        return Err(ToolError::new("The evaluation left the debugger before it could be described."));
+    };
+    check_failure(&reply)?;
+    let report = decode::<StopReport>("debugger-report", &reply)?;
+    let condition = format!("{}: {}", report.condition.type_name, first_line(&report.condition.message));
+    image.keep_debugger_session(DebuggerSession {
+        number,
+        thread,
+        condition,
+        since: std::time::Instant::now(),
+        evaluation,
+    });
+    Ok(report.into_output(number, context.settings.max_output, context.settings.debug_timeout))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The helper's `debugger-report`: why the evaluation stopped, its frames and its output so far.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct StopReport {
+    condition: ErrorReport,
+    frames: Vec<(u64, String)>,
+    stdout: Captured,
+    stderr: Captured,
+}
+
+impl StopReport {
+    fn into_output(self, number: u64, max_output: usize, debug_timeout: Duration) -> ToolOutput {
+        let mut sections =
+            vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
+        if !self.condition.restarts.is_empty() {
+            sections.push(restarts_section(&self.condition.restarts));
+        }
+        if !self.frames.is_empty() {
+            sections.push(frames_section(&self.frames));
+        }
+        for (title, captured) in [("[stdout]", &self.stdout), ("[stderr]", &self.stderr)] {
+            if !captured.is_empty() {
+                let mut section = format!("{title}\n{}", section_body(&captured.text));
+                if let Some(note) = captured.cut_note(max_output) {
+                    section.push('\n');
+                    section.push_str(&note);
+                }
+                sections.push(section);
+            }
+        }
+        let example = match self.condition.restarts.first() {
+            Some(_) => format!("{{\"session\": \"D{number}\", \"action\": \"invoke_restart\", \"restart\": 0}}"),
+            None => format!("{{\"session\": \"D{number}\", \"action\": \"abort\"}}"),
+        };
+        sections.push(format!(
+            "The evaluation waits in the debugger as session D{number}; it is aborted if nothing is done within {}. \
+             Act on it with the debugger tool, e.g. {example}.",
+            humantime::format_duration(debug_timeout)
+        ));
+        let structured = json!({
+            "values": [],
+            "stdout": self.stdout.text,
+            "stderr": self.stderr.text,
+            "warnings": [],
+            "package": "",
+            "error": self.condition.to_json(),
+            "debugger_session": format!("D{number}"),
+            "frames": self.frames.iter().map(|(index, call)| json!({"frame": index, "call": call})).collect::<Vec<_>>(),
+        });
+        ToolOutput::error(sections.join("\n\n")).with_structured(structured)
+    }
+}
+
+fn frames_section(frames: &[(u64, String)]) -> String {
+    let mut text = String::from("[Backtrace]");
+    for (index, call) in frames {
+        text.push_str(&format!("\n{index}: {call}"));
+    }
+    text
+}
+
+/// The helper's `debugger-frame`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FrameFacts {
+    call: String,
+    locals: Vec<(String, String)>,
+    location: String,
+    source: Option<String>,
+}
+
+/// The helper's `debugger-eval-in-frame`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FrameEvaluation {
+    values: Vec<Captured>,
+    stdout: Captured,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn session_ids_are_read_with_or_without_the_d() {
+        assert_eq!(session_number("D12").unwrap(), 12);
+        assert_eq!(session_number("3").unwrap(), 3);
+        assert!(session_number("X1").unwrap_err().0.contains("such as \"D1\""));
+    }
+
+    #[test]
+    fn a_stop_report_lists_the_restarts_frames_and_how_to_go_on() {
+        let reply = read(
+            "(:condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
+             :backtrace nil :restarts ((\"RETRY-WRITE\" \"Retry the write\") (\"\" \"Anonymous\"))) \
+             :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :stdout (\"saving\" 0) :stderr (\"\" 0))",
+        )
+        .unwrap();
+        let output =
+            decode::<StopReport>("debugger-report", &reply).unwrap().into_output(4, 65536, Duration::from_secs(600));
+        assert!(output.is_error);
+        assert_eq!(
+            output.text,
+            "[DEBUGGER D4] SIMPLE-ERROR\ndisk full\n\n[Restarts]\n0: [RETRY-WRITE] Retry the write\n1: Anonymous\n\n\
+             [Backtrace]\n0: (ERROR \"disk full\")\n1: (SAVE 3)\n\n[stdout]\nsaving\n\n\
+             The evaluation waits in the debugger as session D4; it is aborted if nothing is done within 10m. Act on \
+             it with the debugger tool, e.g. {\"session\": \"D4\", \"action\": \"invoke_restart\", \"restart\": 0}."
+        );
+        assert_eq!(output.structured_value().unwrap()["debugger_session"], "D4");
+    }
+
+    #[test]
+    fn a_reply_without_a_key_is_an_error_naming_it() {
+        let reply = read("(:call \"(F)\" :locals nil :location \"x.lisp:1:1\")").unwrap();
+        let error = decode::<FrameFacts>("debugger-frame", &reply).unwrap_err();
+        assert!(error.0.contains("(the reply has no :source)"), "{}", error.0);
+    }
+}

@@ -1,0 +1,240 @@
+//! The debugger for agents against real SBCL + swank: restarts shown on every error, evaluations
+//! stopped in the debugger with `debug: true`, and the debugger tool's actions on them.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use swank_mcp::source::AllowedRoots;
+use swank_mcp::tools::{ToolOutput, Toolbox};
+
+use common::{call, eval_ok};
+
+/// Evaluates `code` with `debug: true` and returns the reply, which must be a stop.
+async fn stop(toolbox: &Arc<Toolbox>, code: &str) -> (String, ToolOutput) {
+    let output = call(toolbox, "evaluate-lisp", json!({"code": code, "debug": true})).await;
+    assert!(output.text.starts_with("[DEBUGGER D"), "{code}: {}", output.text);
+    assert!(output.is_error);
+    let session = output.structured_value().unwrap()["debugger_session"].as_str().unwrap().to_string();
+    (session, output)
+}
+
+async fn debugger(toolbox: &Arc<Toolbox>, arguments: Value) -> ToolOutput {
+    call(toolbox, "debugger", arguments).await
+}
+
+/// The number of the first frame whose call starts with `call`, as the stop report lists it.
+fn frame_of(output: &ToolOutput, call: &str) -> u64 {
+    let frames = output.structured_value().unwrap()["frames"].clone();
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|frame| frame["call"].as_str().unwrap().starts_with(call))
+        .unwrap_or_else(|| panic!("no frame {call} in {}", output.text))["frame"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn thread_count(toolbox: &Arc<Toolbox>) -> usize {
+    eval_ok(toolbox, "(length (sb-thread:list-all-threads))").await.trim_start_matches("=> ").parse().unwrap()
+}
+
+/// Waits until the image's thread count is `expected` (swank's worker threads take a moment to
+/// finish after they answer).
+async fn settle_thread_count(toolbox: &Arc<Toolbox>, expected: usize) {
+    let mut last = 0;
+    for _ in 0..50 {
+        last = thread_count(toolbox).await;
+        if last == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the image has {last} threads, not {expected}");
+}
+
+const RESTART_CASE: &str = "(restart-case (error \"disk full on /dev/sda\")
+  (retry-write () :report \"Retry the write\" :retried)
+  (use-another-disk (disk) :report \"Use another disk\" (list :wrote-to disk)))";
+
+#[tokio::test]
+async fn restarts_are_listed_when_the_evaluation_is_unwound() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": RESTART_CASE})).await;
+    assert!(output.is_error);
+    assert!(
+        output.text.contains(
+            "[Restarts]\n0: [RETRY-WRITE] Retry the write\n1: [USE-ANOTHER-DISK] Use another disk\n(Not taken: the evaluation was unwound. To choose one, evaluate with debug: true.)"
+        ),
+        "{}",
+        output.text
+    );
+    let restarts = &output.structured_value().unwrap()["error"]["restarts"];
+    assert_eq!(restarts[0], json!({"name": "RETRY-WRITE", "description": "Retry the write"}));
+}
+
+#[tokio::test]
+async fn a_restart_invoked_with_an_argument_resumes_the_evaluation() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (session, output) = stop(&toolbox, &format!("(progn (princ \"saving\") {RESTART_CASE})")).await;
+    assert!(output.text.contains("disk full on /dev/sda"), "{}", output.text);
+    assert!(output.text.contains("\n\n[Restarts]\n0: [RETRY-WRITE] Retry the write\n1: [USE-ANOTHER-DISK]"));
+    assert!(output.text.contains("\n\n[stdout]\nsaving"), "{}", output.text);
+    let resumed = debugger(
+        &toolbox,
+        json!({"session": session, "action": "invoke_restart", "restart": "use-another-disk", "arguments": ["\"/dev/sdb\""]}),
+    )
+    .await;
+    assert!(!resumed.is_error, "{}", resumed.text);
+    assert_eq!(resumed.text, "[stdout]\nsaving\n\n=> (:WROTE-TO \"/dev/sdb\")");
+    let gone = debugger(&toolbox, json!({"session": session, "action": "backtrace"})).await;
+    assert!(gone.text.starts_with(&format!("There is no debugger session {session}")), "{}", gone.text);
+}
+
+#[tokio::test]
+async fn use_value_on_an_undefined_function_after_defining_it() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (session, output) = stop(&toolbox, "(+ 1 (debugger-test-missing 2))").await;
+    assert!(output.text.contains("[DEBUGGER D") && output.text.contains("UNDEFINED-FUNCTION"), "{}", output.text);
+    assert!(output.text.contains("[USE-VALUE]"), "{}", output.text);
+    eval_ok(&toolbox, "(defun debugger-test-missing (x) (* x 10))").await;
+    let resumed = debugger(
+        &toolbox,
+        json!({"session": session, "action": "invoke_restart", "restart": "USE-VALUE", "arguments": ["#'debugger-test-missing"]}),
+    )
+    .await;
+    assert_eq!(resumed.text, "=> 21");
+}
+
+#[tokio::test]
+async fn a_frame_shows_its_locals_and_code_evaluated_in_it_sees_them() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(
+        &toolbox,
+        "(defun debugger-test-scale (x) (declare (optimize (debug 2))) (let ((y (* x 2))) (error \"boom ~a\" y) y))",
+    )
+    .await;
+    let (session, output) = stop(&toolbox, "(debugger-test-scale 21)").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-SCALE 21)");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(!facts.is_error, "{}", facts.text);
+    assert!(facts.text.starts_with(&format!("[Frame {frame}] (DEBUGGER-TEST-SCALE 21)")), "{}", facts.text);
+    assert!(facts.text.contains("\nSource: no file (evaluated, not loaded from a file)\n"), "{}", facts.text);
+    assert!(facts.text.contains("\n[Locals]\nX = 21"), "{}", facts.text);
+    let value = debugger(
+        &toolbox,
+        json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(princ :hi) (* x 3)"}),
+    )
+    .await;
+    assert_eq!(value.text, format!("[stdout]\nHI\n\n=> 63\n\n(Session {session} still waits in the debugger.)"));
+    let nested = debugger(
+        &toolbox,
+        json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(error \"inner\")"}),
+    )
+    .await;
+    assert!(nested.is_error && nested.text.starts_with("[ERROR] SIMPLE-ERROR\ninner"), "{}", nested.text);
+    let still = debugger(&toolbox, json!({"session": session, "action": "backtrace", "start": 0, "end": 3})).await;
+    assert!(
+        still.text.starts_with(&format!("[DEBUGGER {session}] SIMPLE-ERROR\n\n[Backtrace]\n0: ")),
+        "{}",
+        still.text
+    );
+    let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
+}
+
+#[tokio::test]
+async fn return_from_frame_makes_the_outer_evaluation_return_the_value() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(&toolbox, "(defun debugger-test-fails (x) (declare (optimize (debug 3))) (error \"failed on ~a\" x))")
+        .await;
+    let (session, output) = stop(&toolbox, "(+ 1 (debugger-test-fails 5))").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-FAILS 5)");
+    let returned =
+        debugger(&toolbox, json!({"session": session, "action": "return_from_frame", "frame": frame, "code": "41"}))
+            .await;
+    assert_eq!(returned.text, "=> 42");
+}
+
+#[tokio::test]
+async fn restart_frame_calls_the_redefined_function_again() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(&toolbox, "(defun debugger-test-flaky (n) (declare (optimize (debug 3))) (error \"not fixed: ~a\" n))")
+        .await;
+    let (session, output) = stop(&toolbox, "(list (debugger-test-flaky 7))").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-FLAKY 7)");
+    eval_ok(&toolbox, "(defun debugger-test-flaky (n) (* n 6))").await;
+    let restarted = debugger(&toolbox, json!({"session": session, "action": "restart_frame", "frame": frame})).await;
+    assert_eq!(restarted.text, "=> (42)");
+}
+
+#[tokio::test]
+async fn a_second_error_after_a_restart_is_a_new_session() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (first, _) =
+        stop(&toolbox, "(progn (restart-case (error \"first\") (continue () :report \"Go on\")) (error \"second\"))")
+            .await;
+    let again = debugger(&toolbox, json!({"session": first, "action": "invoke_restart", "restart": 0})).await;
+    assert!(again.text.starts_with("[DEBUGGER D") && again.text.contains("\nsecond"), "{}", again.text);
+    let second = again.structured_value().unwrap()["debugger_session"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    let listed = call(&toolbox, "lisp-status", json!({})).await;
+    assert!(listed.text.contains(&format!("Debugger session {second}: thread ")), "{}", listed.text);
+    assert!(listed.text.contains("SIMPLE-ERROR: second, waiting"), "{}", listed.text);
+    debugger(&toolbox, json!({"session": second, "action": "abort"})).await;
+}
+
+#[tokio::test]
+async fn abort_and_the_timeout_leave_no_thread_behind() {
+    let image = common::private_image().await;
+    let settings = swank_mcp::tools::Settings { debug_timeout: Duration::from_secs(2), ..common::settings() };
+    let toolbox = Arc::new(Toolbox::new(
+        settings,
+        vec![common::image_settings(image.port)],
+        AllowedRoots::new(Vec::new()).unwrap(),
+    ));
+    let before = thread_count(&toolbox).await;
+    let (session, _) = stop(&toolbox, "(error \"left alone\")").await;
+    let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
+    settle_thread_count(&toolbox, before).await;
+
+    let (session, output) = stop(&toolbox, "(error \"forgotten\")").await;
+    assert!(output.text.contains("it is aborted if nothing is done within 2s"), "{}", output.text);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let gone = debugger(&toolbox, json!({"session": session, "action": "backtrace"})).await;
+    assert!(gone.text.starts_with(&format!("There is no debugger session {session}")), "{}", gone.text);
+    settle_thread_count(&toolbox, before).await;
+}
+
+/// The README's worked example: an error with restarts, the function fixed, the write retried.
+#[tokio::test]
+async fn the_readme_example_retries_after_the_fix() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(
+        &toolbox,
+        "(defpackage :debugger-readme (:use :cl)) (in-package :debugger-readme)
+         (defun write-block (n disk)
+           (restart-case (error \"disk full on ~a\" disk)
+             (retry-write () :report \"Retry the write\" (write-block n disk))
+             (use-another-disk (other) :report \"Use another disk\" (write-block n other))))
+         (defun save-report (n) (write-block n \"/dev/sda\") :saved)",
+    )
+    .await;
+    let (session, output) = stop(&toolbox, "(save-report 3)").await;
+    let expected = format!(
+        "[DEBUGGER {session}] SIMPLE-ERROR\ndisk full on /dev/sda\n\n[Restarts]\n0: [RETRY-WRITE] Retry the write\n\
+         1: [USE-ANOTHER-DISK] Use another disk\n\n[Backtrace]\n0: (WRITE-BLOCK 3 \"/dev/sda\")\n1: (SAVE-REPORT 3)\n\n\
+         The evaluation waits in the debugger as session {session}; it is aborted if nothing is done within 10m. Act \
+         on it with the debugger tool, e.g. {{\"session\": \"{session}\", \"action\": \"invoke_restart\", \"restart\": 0}}."
+    );
+    assert_eq!(output.text, expected);
+    eval_ok(&toolbox, "(defun write-block (n disk) (declare (ignore disk)) n)").await;
+    let retried =
+        debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "retry-write"})).await;
+    assert_eq!(retried.text, "=> :SAVED");
+    eval_ok(&toolbox, "(in-package :cl-user)").await;
+}
