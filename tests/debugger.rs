@@ -238,3 +238,39 @@ async fn the_readme_example_retries_after_the_fix() {
     assert_eq!(retried.text, "=> :SAVED");
     eval_ok(&toolbox, "(in-package :cl-user)").await;
 }
+
+/// The backtrace names where the error happened: the implementation's frame that signalled when a
+/// tail call left no frame of the user's function that called it, and a runaway recursion's
+/// frames folded rather than nothing.
+#[tokio::test]
+async fn the_backtrace_names_where_the_error_happened() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(
+        &toolbox,
+        "(defun debugger-test-inner (x) (/ 10 x)) (defun debugger-test-outer (x) (1+ (debugger-test-inner x)))",
+    )
+    .await;
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": "(debugger-test-outer 0)"})).await;
+    assert!(
+        output.text.contains("[Backtrace]\n0: (SB-KERNEL::INTEGER-/-INTEGER 10 0)\n1: (DEBUGGER-TEST-OUTER 0)"),
+        "{}",
+        output.text
+    );
+    eval_ok(&toolbox, "(defun debugger-test-fact (n) (if (= n 0) 1 (* n (debugger-test-fact (1- n)))))").await;
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": "(debugger-test-fact 10000000)"})).await;
+    assert!(output.text.starts_with("[ERROR] STORAGE-CONDITION"), "{}", output.text);
+    let folded =
+        output.text.split("[Backtrace]\n0: DEBUGGER-TEST-FACT x ").nth(1).unwrap_or_else(|| panic!("{}", output.text));
+    let count: u64 = folded.split_whitespace().next().unwrap().replace(',', "").parse().unwrap();
+    assert!(count > 1000, "{}", output.text);
+}
+
+/// An error the compiler finds in a form is flagged among the warnings, as an ERROR.
+#[tokio::test]
+async fn compile_time_errors_are_flagged() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let output =
+        call(&toolbox, "evaluate-lisp", json!({"code": "(defun debugger-test-bad () (return-from nope 1))"})).await;
+    assert!(output.text.contains("[warnings]\nERROR: return for unknown block: NOPE\n"), "{}", output.text);
+    assert_eq!(output.text.matches("ERROR: return for unknown block").count(), 1, "{}", output.text);
+}

@@ -58,7 +58,10 @@ the package in force at the end, and the failed condition."
               (unwind-protect
                    (call-trapping-debugger
                     (lambda ()
-                      (handler-bind ((warning record-warning))
+                      (handler-bind ((warning record-warning)
+                                     (condition (lambda (condition)
+                                                  (when (compile-time-error-p condition)
+                                                    (funcall record-warning condition)))))
                         (mapcar (lambda (value) (print-value value max-output))
                                 (read-and-evaluate code #'record-history))))
                     :debug debug)
@@ -80,11 +83,15 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
          (warnings '())
          (warning-count 0))
     (flet ((record-warning (warning)
-             (when (muffled-by-sbcl-p warning)
+             (when (or (muffled-by-sbcl-p warning)
+                       ;; SBCL signals a compile-time error again at each level of the compiler
+                       ;; that passes it on: it is recorded once.
+                       (member warning warnings :key #'car))
                (return-from record-warning))
              (incf warning-count)
              (when (<= warning-count *max-warnings*)
-               (push (cons warning (format nil "~A: ~A" (warning-category warning)
+               (push (cons warning (format nil "~A: ~A"
+                                           (if (compile-time-error-p warning) "ERROR" (warning-category warning))
                                            (condition-message warning)))
                      warnings))
              (let ((muffle (find-restart 'muffle-warning warning)))
@@ -114,6 +121,12 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                   :warnings-dropped (max 0 (- warning-count *max-warnings*))
                   :package (session-package-name session)
                   :notes (if note (list note) nil))))))))
+
+(defun compile-time-error-p (condition)
+  "True for an error the compiler found in a form (SB-C:COMPILER-ERROR), such as a RETURN-FROM an
+unknown block: SBCL reports it, compiles the form to signal it when run, and goes on."
+  (let ((class (load-time-value (first (existing-symbols "SB-C" "COMPILER-ERROR")))))
+    (and class (typep condition class))))
 
 (defun defined-since-p (warning)
   "True for the compiler's \"undefined function: F\" style-warning when F is defined by the end

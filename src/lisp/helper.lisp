@@ -417,6 +417,10 @@ symbols of any other SB- package, and the runtime's own frames (named by strings
              (or (member (package-name package) *implementation-packages* :test #'string=)
                  (not (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package)))))))))
 
+(defun standard-function-name-p (name)
+  (let ((symbol (frame-function-symbol name)))
+    (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:common-lisp))))))
+
 (defun frame-name-and-args (frame)
   (handler-case (internal-call "SB-DEBUG" "FRAME-CALL" frame :replace-dynamic-extent-objects t)
     (error () (internal-call "SB-DEBUG" "FRAME-CALL" frame))))
@@ -454,7 +458,11 @@ own frames; drops the signalling machinery above the user's code and the evaluat
                          (or (internal-call "SB-DEBUG" "RESOLVE-STACK-TOP-HINT")
                              (internal-call "SB-DI" "TOP-FRAME"))))))
             (seen-user-frame nil)
-            (reached-helper nil))
+            (reached-helper nil)
+            ;; The implementation's frame nearest the user's code: the one that signalled, such
+            ;; as SB-KERNEL::INTEGER-/-INTEGER under (/ 10 X), which a tail call may have left as
+            ;; the only trace of the user's function that called it.
+            (signalling nil))
         ;; Bounded walk: a control-stack-exhausted error has thousands of frames below, and
         ;; the hook runs on what is left of the stack.
         (loop for frame = top then (internal-call "SB-DI" "FRAME-DOWN" frame)
@@ -469,8 +477,13 @@ own frames; drops the signalling machinery above the user's code and the evaluat
                                (member (frame-function-symbol name) *interruption-functions*))
                           ;; Everything above the interruption belongs to it: start afresh.
                           (setf frames '()))
-                         ((and (not seen-user-frame) (implementation-internal-p name)))
+                         ((and (not seen-user-frame) (implementation-internal-p name))
+                          (setf signalling (cons name args)))
                          (t
+                          ;; Below a standard function's own frame, (/ 1 0) say, the
+                          ;; implementation's frame adds nothing.
+                          (unless (or seen-user-frame (null signalling) (standard-function-name-p name))
+                            (push signalling frames))
                           (setf seen-user-frame t)
                           (push (cons name args) frames)))))
         (when reached-helper
@@ -749,8 +762,9 @@ values) or the report, and as a second value the condition that failed."
                        ((typep condition 'storage-condition)
                          ;; The stack (or heap) is nearly gone: SBCL leaves only a small margin
                          ;; below the guard page, and overrunning it kills the whole image.
-                         ;; Unwind first; describe the condition once there is room again.
-                         (throw tag condition))
+                         ;; Only the frames' names are taken here (a walk that conses a little and
+                         ;; uses no stack); they are printed once the stack has been unwound.
+                         (throw tag (values condition (ignore-errors (stack-function-names)))))
                        (t
                         (when server-hook
                           (park condition server-hook))
@@ -763,8 +777,40 @@ values) or the report, and as a second value the condition that failed."
                     (*debugger-hook* hook))
                (cons :ok (multiple-value-list (funcall function)))))
       (if (typep outcome 'condition)
-          (values (condition-report :error outcome nil) outcome)
+          (values (condition-report :error outcome (folded-backtrace failed-condition)) outcome)
           (values outcome failed-condition)))))
+
+(defparameter *max-stack-walk* 200000
+  "Frames walked after a stack exhaustion: more than a default control stack holds.")
+
+(defun stack-function-names ()
+  "The names of the functions of the current stack's frames, innermost first."
+  (loop for frame = (internal-call "SB-DI" "TOP-FRAME") then (internal-call "SB-DI" "FRAME-DOWN" frame)
+        repeat *max-stack-walk*
+        while frame
+        collect (internal-call "SB-DI" "DEBUG-FUN-NAME" (internal-call "SB-DI" "FRAME-DEBUG-FUN" frame))))
+
+(defun folded-backtrace (names)
+  "NAMES (innermost first, from STACK-FUNCTION-NAMES) as backtrace lines, the user's part only, each
+run of one function folded into one line: FACT x 9,870."
+  (let* ((trampoline (position-if #'stringp names :end (min 20 (length names)) :from-end t))
+         ;; Above the runtime's signal trampoline is the error's own machinery.
+         (below-signal (if trampoline (nthcdr (1+ trampoline) names) names))
+         (user (member-if (lambda (name) (not (or (own-frame-p name) (implementation-internal-p name))))
+                          below-signal))
+         (user (subseq user 0 (position-if #'own-frame-p user)))
+         (user (reverse (member-if-not (lambda (name) (member (frame-function-symbol name) *evaluator-functions*))
+                                       (reverse user))))
+         (runs '()))
+    (dolist (name user)
+      (if (and runs (equal (car (first runs)) name))
+          (incf (cdr (first runs)))
+          (push (cons name 1) runs)))
+    (loop for (name . count) in (nreverse runs)
+          for i below *max-frames*
+          collect (let ((text (handler-case (let ((*print-pretty* nil)) (prin1-to-string name))
+                                (error () "(unprintable)"))))
+                    (if (> count 1) (format nil "~A x ~:D" text count) text)))))
 
 (defun muffled-by-sbcl-p (condition)
   "True for a warning SBCL itself never prints (SB-EXT:*MUFFLED-WARNINGS*), such as the

@@ -51,9 +51,11 @@ const INSTRUCTIONS: &str = "\
 swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the same image \
 the user works in from Emacs. Definitions you make there are the user's definitions too.
 - evaluate-lisp runs code in your own REPL session (its package and *, ** persist between calls; the \
-user's REPL is not affected). Forms are evaluated one at a time. Errors return [ERROR] TYPE, the message \
-and a backtrace; the image is never left in the debugger. Long evaluations are interrupted after \
-timeout_ms. Interactive input is not available.
+user's REPL is not affected). Forms are evaluated one at a time. Errors return [ERROR] TYPE, the message, \
+a backtrace and the restarts offered, and are unwound. Pass debug: true when the failing state is worth \
+keeping (a long computation, a restart you want to choose): the evaluation then stops in the debugger and \
+the debugger tool inspects frames and locals, evaluates in a frame, or resumes it with a restart after you \
+fix the code. Long evaluations are interrupted after timeout_ms. Interactive input is not available.
 - compile-form checks code (warnings, type errors, undefined functions, with line and column) without \
 running or defining anything; macroexpand-form shows what a macro generates.
 - To find your way around code you did not write: describe-symbol, apropos-search, find-definition \
