@@ -232,6 +232,58 @@ user: the image may be waiting for it."
                              (lambda () (string-match-p "global-output-marker" (swank-mcp-tests--repl-text))))
       (should-not (string-match-p "agent-output-marker" (swank-mcp-tests--repl-text))))))
 
+;;;; The agent's debugger and the user's
+
+(defun swank-mcp-tests--debugger-buffers ()
+  "The user's debugger buffers (SLDB or SLY-DB) now open."
+  (cl-remove-if-not (lambda (buffer)
+                      (memq (buffer-local-value 'major-mode buffer) '(sldb-mode sly-db-mode)))
+                    (buffer-list)))
+
+(defun swank-mcp-tests--send (process id method params)
+  "Send the JSON-RPC request ID, METHOD with PARAMS to the MCP server PROCESS."
+  (process-send-string process (concat (json-encode `((jsonrpc . "2.0") (id . ,id) (method . ,method)
+                                                      (params . ,params)))
+                                       "\n")))
+
+(ert-deftest swank-mcp-the-agents-debugger-stays-out-of-the-users-emacs ()
+  (swank-mcp-tests--with-port
+    (let* ((port (swank-mcp-start))
+           (program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set")))
+           (said "")
+           (server (make-process :name "swank-mcp-server" :noquery t :connection-type 'pipe
+                                 :command (list program "--port" (number-to-string port))
+                                 :stderr (get-buffer-create "*swank-mcp-stderr*")
+                                 :filter (lambda (_process text) (setq said (concat said text))))))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--send server 1 "initialize"
+                                   `((protocolVersion . "2025-06-18") (capabilities . ,(make-hash-table))
+                                     (clientInfo . ((name . "ert") (version . "0")))))
+            (swank-mcp-tests--send server 2 "tools/call"
+                                   '((name . "evaluate-lisp")
+                                     (arguments . ((code . "(error \"agent-stop-marker\")") (debug . t)))))
+            (swank-mcp-tests--wait "the agent's evaluation to stop in the debugger"
+                                   (lambda () (string-match "\\[DEBUGGER \\(D[0-9]+\\)\\]" said)))
+            (let ((session (match-string 1 said)))
+              ;; The stop went to the agent's connection: the user's Emacs shows nothing.
+              (accept-process-output nil 0.5)
+              (should-not (swank-mcp-tests--debugger-buffers))
+              ;; An error of the user's own still reaches the user's debugger.
+              (funcall (intern (format "%s-eval-async" swank-mcp-tests--backend)) '(cl:error "user-error-marker"))
+              (let ((debugger (car (swank-mcp-tests--wait "the user's debugger" #'swank-mcp-tests--debugger-buffers))))
+                (with-current-buffer debugger
+                  (should (string-match-p "user-error-marker" (buffer-string)))
+                  (call-interactively (intern (if (eq swank-mcp-tests--backend 'sly) "sly-db-quit" "sldb-quit")))))
+              (swank-mcp-tests--wait "the user's debugger to close"
+                                     (lambda () (null (swank-mcp-tests--debugger-buffers))))
+              (swank-mcp-tests--send server 3 "tools/call"
+                                     `((name . "debugger") (arguments . ((session . ,session) (action . "abort")))))
+              (swank-mcp-tests--wait "the agent's evaluation to be aborted"
+                                     (lambda () (string-match-p "EVALUATION-ABORTED" said)))))
+        (process-send-eof server)
+        (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p server))) 30)))))
+
 (provide 'swank-mcp-tests)
 
 ;;; swank-mcp-tests.el ends here
