@@ -5,7 +5,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult,
+};
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
@@ -29,7 +31,8 @@ it before compiling or loading hand-edited code, and to locate the damage when a
                 "code": {
                     "type": "string",
                     "description": "Lisp text to check instead of a file; lines and columns then count within it."
-                }
+                },
+                "large_file": large_file_schema()
             },
             "additionalProperties": false
         }),
@@ -73,7 +76,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
             return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            let file = roots.read(Path::new(file_path))?;
+            let file = roots.read(Path::new(file_path), read_limit(args)?)?;
             (format!("`{}`", file.shown), file.bytes)
         }
         (None, Some(code)) => ("The code".to_string(), code.as_bytes().to_vec()),

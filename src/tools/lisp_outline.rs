@@ -5,7 +5,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult,
+};
 use crate::source::{line_count, outline, AllowedRoots, Cst};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
@@ -23,7 +25,8 @@ itself: read it before editing to find a definition, then pass its operator and 
                     "type": "string",
                     "description": "The Lisp source file: absolute, or relative to the server's first --root \
         directory (by default its working directory). It must lie under an allowed root."
-                }
+                },
+                "large_file": large_file_schema()
             },
             "required": ["file_path"],
             "additionalProperties": false
@@ -58,7 +61,7 @@ itself: read it before editing to find a definition, then pass its operator and 
 pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    let file = roots.read(Path::new(args.required_str("file_path")?))?;
+    let file = roots.read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     let cst = Cst::parse(&file.bytes).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
