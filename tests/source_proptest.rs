@@ -8,6 +8,8 @@ use swank_mcp::source::{outline, prepare_edit, AllowedRoots, Cst, EditRequest, O
 
 /// Checks everything that must hold for any input, parsed or not.
 fn check_any(input: &[u8]) -> Result<(), TestCaseError> {
+    // The check that keeps no tree decides exactly as the parse, with the same error.
+    prop_assert_eq!(Cst::check(input), Cst::parse(input).map(|cst| cst.top_level_forms().count()));
     match Cst::parse(input) {
         Ok(cst) => {
             prop_assert_eq!(cst.print(), input);

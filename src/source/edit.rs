@@ -194,6 +194,7 @@ pub fn prepare_edit(
 
     let snapshot = roots.snapshot(path, limit)?;
     let shown_path = snapshot.shown.as_str();
+    let _permit = super::permit::parse_permit(snapshot.bytes.len());
     let old = &snapshot.bytes;
     let cst = Cst::parse(old).map_err(|e| EditError::FileSyntax { path: shown_path.into(), error: Box::new(e) })?;
     let lines = LineIndex::new(old);

@@ -28,6 +28,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
