@@ -391,3 +391,34 @@ async fn lisp_status_describes_the_image_and_the_connection() {
     let pid = common::eval_ok(&tb, "(sb-posix:getpid)").await;
     assert_eq!(format!("=> {}", structured["pid"]), pid);
 }
+
+#[tokio::test]
+async fn find_definition_pages_a_generic_function_of_many_methods() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many-methods.lisp");
+    let mut source = String::from(
+        "(defpackage :find-definition-many (:use :cl))\n(in-package :find-definition-many)\n(defgeneric m (x))\n",
+    );
+    for i in 0..2500 {
+        source.push_str(&format!("(defmethod m ((x (eql {i}))) {i})\n"));
+    }
+    std::fs::write(&path, source).unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    let first = common::call(&tb, "find-definition", json!({"symbol": "find-definition-many::m"})).await;
+    assert!(!first.is_error, "{}", first.text);
+    assert!(first.text.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 1 to 2000\n"), "{}", &first.text[..100]);
+    assert!(
+        first.text.ends_with("\n... 501 more; use `offset: 2000` for the next page."),
+        "{}",
+        &first.text[first.text.len() - 100..]
+    );
+    assert_eq!(first.text.lines().count(), 2002);
+    let structured = first.structured_value().unwrap();
+    assert_eq!((structured["total"].as_u64(), structured["next_offset"].as_u64()), (Some(2501), Some(2000)));
+    let next = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 2000})).await;
+    assert!(next.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 2001 to 2501\n"), "{}", &next[..100]);
+    assert_eq!(next.lines().count(), 502);
+    let page = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 10, "limit": 3})).await;
+    assert_eq!(page.lines().count(), 5, "{page}");
+}

@@ -4,10 +4,12 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use swank_mcp::source::{outline, prepare_edit, Cst, EditRequest, Operation};
+use swank_mcp::source::{outline, prepare_edit, AllowedRoots, Cst, EditRequest, Operation};
 
 /// Checks everything that must hold for any input, parsed or not.
 fn check_any(input: &[u8]) -> Result<(), TestCaseError> {
+    // The check that keeps no tree decides exactly as the parse, with the same error.
+    prop_assert_eq!(Cst::check(input), Cst::parse(input).map(|cst| cst.top_level_forms().count()));
     match Cst::parse(input) {
         Ok(cst) => {
             prop_assert_eq!(cst.print(), input);
@@ -140,9 +142,9 @@ proptest! {
         operation in prop::sample::select(vec![Operation::Replace, Operation::InsertBefore, Operation::InsertAfter]),
         index in prop::option::of(0usize..4),
     ) {
-        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source/shapes.lisp");
+        let roots = AllowedRoots::new(vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source")]).expect("roots");
         let request = EditRequest { form_type: &form_type, form_name: &form_name, operation, content: &content, index };
-        if let Ok(prepared) = prepare_edit(&file, "shapes.lisp", &request) {
+        if let Ok(prepared) = prepare_edit(&roots, Path::new("shapes.lisp"), None, &request) {
             prop_assert!(Cst::parse(prepared.new_text()).is_ok());
             prop_assert!(prepared.report().diff.starts_with("--- a/shapes.lisp\n"));
         }

@@ -488,7 +488,7 @@ fn a_file_changed_between_read_and_write_is_not_overwritten() {
         content: "(defun scale (s f) s)",
         index: None,
     };
-    let prepared = prepare_edit(Path::new(&file), "shapes.lisp", &request).expect("prepared");
+    let prepared = prepare_edit(&project.roots, Path::new(&file), None, &request).expect("prepared");
     // Same length and the same mtime: only the content comparison can notice.
     let meanwhile = fixture("shapes.lisp").replacen("circle", "CIRCLE", 1);
     fs::write(&file, &meanwhile).expect("write");

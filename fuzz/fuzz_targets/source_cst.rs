@@ -8,6 +8,8 @@ use libfuzzer_sys::fuzz_target;
 use swank_mcp::source::{outline, Cst, NodeId, NodeKind};
 
 fuzz_target!(|input: &[u8]| {
+    // The check that keeps no tree decides exactly as the parse, with the same error.
+    assert_eq!(Cst::check(input), Cst::parse(input).map(|cst| cst.top_level_forms().count()));
     match Cst::parse(input) {
         Ok(cst) => {
             assert_eq!(cst.print(), input);

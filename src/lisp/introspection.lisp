@@ -432,27 +432,32 @@ many matching symbols name nothing (not listed)."
         (format nil "~A ~A" label (name-text description package))
         label)))
 
-(defun find-definition (name &key package session token)
-  "Plist: :SYMBOL; :NAMES, what the symbol names; :DEFINITIONS, each (:KIND label :SOURCE
-location), the location a plist as SOURCE-LOCATION gives it."
+(defun find-definition (name &key package session token (offset 0) (limit most-positive-fixnum))
+  "Plist: :SYMBOL; :NAMES, what the symbol names; :TOTAL, how many definitions it has;
+:DEFINITIONS, each (:KIND label :SOURCE location) from the OFFSETth on, at most LIMIT, the
+location a plist as SOURCE-LOCATION gives it. Only those are located in their files, so a symbol
+with a great many definitions (a generic function of 400,000 methods) costs a page's worth."
   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
                      (symbol (find-existing-symbol name lookup-package))
                      (package (or (symbol-package symbol) lookup-package))
                      (*file-octets* (make-hash-table :test 'equal))
-                     (seen '())
-                     (definitions '()))
+                     (seen (make-hash-table :test 'equal))
+                     (found '()))
+                ;; The same definition can come back under two kinds (a generic function as a
+                ;; function too): one entry per label and place, decided without reading files.
                 (flet ((add (kind name source)
-                         (let ((location (source-location source name))
-                               (label (definition-label kind source package)))
-                           (unless (member (cons label location) seen :test #'equal)
-                             (push (cons label location) seen)
-                             (push (list :kind (if (consp name)
-                                                   (format nil "~A ~A" label (name-text name package))
-                                                   label)
-                                         :source location)
-                                   definitions)))))
+                         (let ((key (list (second (assoc kind *definition-kinds*))
+                                          (let ((accessor (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+                                            (and (eq kind :method) accessor (fboundp accessor) (funcall accessor source)))
+                                          (consp name)
+                                          (ignore-errors (namestring (sb-introspect:definition-source-pathname source)))
+                                          (sb-introspect:definition-source-form-path source)
+                                          (sb-introspect:definition-source-character-offset source))))
+                           (unless (gethash key seen)
+                             (setf (gethash key seen) t)
+                             (push (list kind name source) found)))))
                   (loop for (kind) in *definition-kinds*
                         do (dolist (source (ignore-errors (sb-introspect:find-definition-sources-by-name symbol kind)))
                              (add kind symbol source)))
@@ -460,9 +465,18 @@ location), the location a plist as SOURCE-LOCATION gives it."
                     (dolist (source (ignore-errors (sb-introspect:find-definition-sources-by-name
                                                     (list 'setf symbol) :function)))
                       (add :function (list 'setf symbol) source))))
+                (setf found (nreverse found))
                 (list :symbol (qualified-name symbol)
                       :names (symbol-kinds symbol)
-                      :definitions (nreverse definitions))))))
+                      :total (length found)
+                      :definitions
+                      (loop for (kind name source) in (nthcdr offset found)
+                            repeat limit
+                            collect (let ((label (definition-label kind source package)))
+                                      (list :kind (if (consp name)
+                                                      (format nil "~A ~A" label (name-text name package))
+                                                      label)
+                                            :source (source-location source name)))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; xref

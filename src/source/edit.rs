@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::cst::{line_start_before, Cst, LineIndex, LineRange, NodeKind, ParseError, BOM};
 use super::diff::unified_diff;
-use super::files::{Snapshot, WriteError};
+use super::files::{AllowedRoots, PathError, Snapshot, WriteError};
 use super::find::find_target;
 use super::forms::{top_forms, Query, TopForm};
 use super::lexer::is_whitespace;
@@ -73,14 +73,9 @@ pub enum EditError {
     /// `content` holds no form.
     #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
     EmptyContent,
-    /// The file could not be read.
-    #[error("Cannot read `{path}`: {source}.")]
-    Read {
-        /// The file as messages name it.
-        path: String,
-        /// Why reading failed.
-        source: io::Error,
-    },
+    /// The path cannot be used or the file could not be read.
+    #[error(transparent)]
+    Path(#[from] PathError),
     /// The file does not read as Lisp, so it has no forms to find.
     #[error("`{path}` does not read as Lisp, so it cannot be edited structurally: {error}. Fix that first (`lisp-check-parens` shows where); the file was not touched.")]
     FileSyntax {
@@ -110,6 +105,9 @@ pub enum EditError {
     /// The file changed on disk between reading and writing.
     #[error("file changed while editing; nothing written. Read it again and retry.")]
     Changed,
+    /// The file may not be replaced (read-only, or another user's); the message says why.
+    #[error("{0}")]
+    NotWritable(String),
     /// Writing the edited file failed; the original is left as it was.
     #[error("Cannot write `{path}`: {source}; nothing written.")]
     Write {
@@ -144,6 +142,11 @@ pub struct PreparedEdit {
 }
 
 impl PreparedEdit {
+    /// The file as messages name it: relative to its root when possible.
+    pub fn shown(&self) -> &str {
+        &self.snapshot.shown
+    }
+
     /// What the edit will do, as the reply describes it.
     pub fn report(&self) -> &EditReport {
         &self.report
@@ -163,6 +166,7 @@ impl PreparedEdit {
         match self.snapshot.write_atomically(&self.new_bytes) {
             Ok(()) => Ok(self.report),
             Err(WriteError::Changed) => Err(EditError::Changed),
+            Err(WriteError::Refused(reason)) => Err(EditError::NotWritable(reason)),
             Err(WriteError::Io(source)) => {
                 Err(EditError::Write { path: self.snapshot.path.display().to_string(), source })
             }
@@ -170,9 +174,15 @@ impl PreparedEdit {
     }
 }
 
-/// Reads `path` once and computes the edit; `shown_path` names the file in messages and the diff.
-/// `content` is checked before the file is even read.
-pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Result<PreparedEdit, EditError> {
+/// Opens `path` beneath one of `roots`, reads it once and computes the edit. `content` is
+/// checked before the file is even opened.
+/// A file larger than `limit`'s bytes is refused with its advice.
+pub fn prepare_edit(
+    roots: &AllowedRoots,
+    path: &Path,
+    limit: Option<(u64, &'static str)>,
+    request: &EditRequest,
+) -> Result<PreparedEdit, EditError> {
     let query = Query::parse(request.form_type, request.form_name).map_err(EditError::Query)?;
     let content_forms = Cst::parse(request.content.as_bytes())
         .map_err(|e| EditError::ContentSyntax(Box::new(e)))?
@@ -182,7 +192,9 @@ pub fn prepare_edit(path: &Path, shown_path: &str, request: &EditRequest) -> Res
         return Err(EditError::EmptyContent);
     }
 
-    let snapshot = Snapshot::read(path).map_err(|source| EditError::Read { path: shown_path.into(), source })?;
+    let snapshot = roots.snapshot(path, limit)?;
+    let shown_path = snapshot.shown.as_str();
+    let _permit = super::permit::parse_permit(snapshot.bytes.len());
     let old = &snapshot.bytes;
     let cst = Cst::parse(old).map_err(|e| EditError::FileSyntax { path: shown_path.into(), error: Box::new(e) })?;
     let lines = LineIndex::new(old);

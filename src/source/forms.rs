@@ -325,9 +325,16 @@ pub struct OutlineEntry {
 
 /// The file's top-level forms, in order.
 pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
+    outline_page(cst, 0, usize::MAX).1
+}
+
+/// How many top-level forms `cst` has, and the outline entries of at most `limit` of them from
+/// the `offset`th (0-based) on: only those are described, however long the file.
+pub fn outline_page(cst: &Cst, offset: usize, limit: usize) -> (usize, Vec<OutlineEntry>) {
     let lines = LineIndex::new(cst.source());
-    top_forms(cst)
-        .iter()
+    let forms = top_forms(cst);
+    let page = forms.iter().skip(offset).take(limit);
+    let entries = page
         .map(|form| OutlineEntry {
             lines: lines.lines(cst.span(form.item)),
             conditions: form.conditions_shown(cst).trim_end().to_string(),
@@ -335,7 +342,8 @@ pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
             name: form.form_name(cst),
             description: form.describe(cst),
         })
-        .collect()
+        .collect();
+    (forms.len(), entries)
 }
 
 fn shorten(text: &str, max_chars: usize) -> String {

@@ -9,9 +9,11 @@ mod files;
 mod find;
 mod forms;
 mod lexer;
+mod permit;
 
 pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
 pub use diff::unified_diff;
 pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};
-pub use forms::{outline, OutlineEntry};
+pub use forms::{outline, outline_page, OutlineEntry};
+pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

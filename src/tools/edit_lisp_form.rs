@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult,
+};
 use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, Operation};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
@@ -63,7 +65,8 @@ to see the file's forms and their names. Returns a unified diff of the change; `
                     "type": "boolean",
                     "default": false,
                     "description": "Only return the diff; write nothing."
-                }
+                },
+                "large_file": large_file_schema()
             },
             "required": ["file_path", "form_type", "form_name", "operation", "content"],
             "additionalProperties": false
@@ -108,9 +111,8 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     };
     let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
 
-    let path = roots.check(Path::new(file_path))?;
-    let shown = roots.display(&path);
-    let prepared = prepare_edit(&path, &shown, &request)?;
+    let prepared = prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?;
+    let shown = prepared.shown().to_string();
     let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))

@@ -5,7 +5,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
+};
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
@@ -29,7 +32,8 @@ it before compiling or loading hand-edited code, and to locate the damage when a
                 "code": {
                     "type": "string",
                     "description": "Lisp text to check instead of a file; lines and columns then count within it."
-                }
+                },
+                "large_file": large_file_schema()
             },
             "additionalProperties": false
         }),
@@ -67,21 +71,23 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    let file;
     let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
         (Some(_), Some(_)) => return Err(ToolError::new("Pass either `file_path` or `code`, not both.")),
         (None, None) => {
             return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            let file = roots.read(Path::new(file_path))?;
-            (format!("`{}`", file.shown), file.bytes)
+            file = roots.read(Path::new(file_path), read_limit(args)?)?;
+            (format!("`{}`", file.shown), file.bytes.as_slice())
         }
-        (None, Some(code)) => ("The code".to_string(), code.as_bytes().to_vec()),
+        (None, Some(code)) => ("The code".to_string(), code.as_bytes()),
     };
-    let lines = line_count(&bytes);
-    Ok(match Cst::parse(&bytes) {
-        Ok(cst) => {
-            let forms = cst.top_level_forms().count();
+    let lines = line_count(bytes);
+    // No tree is kept: the check's memory is in proportion to the largest top-level form.
+    let _permit = parse_permit(bytes.len());
+    Ok(match Cst::check(bytes) {
+        Ok(forms) => {
             let plural = if forms == 1 { "" } else { "s" };
             ToolOutput::success(format!(
                 "Balanced: {subject} reads as {forms} complete top-level form{plural} ({lines} lines)."

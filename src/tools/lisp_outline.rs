@@ -5,8 +5,11 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::source::{line_count, outline, AllowedRoots, Cst};
+use super::{
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
+};
+use crate::source::{line_count, outline_page, AllowedRoots, Cst};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -23,7 +26,21 @@ itself: read it before editing to find a definition, then pass its operator and 
                     "type": "string",
                     "description": "The Lisp source file: absolute, or relative to the server's first --root \
         directory (by default its working directory). It must lie under an allowed root."
-                }
+                },
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "How many forms to skip: the outline of a long file comes in pages, and its last line says which `offset` gives the next one."
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_ENTRIES,
+                    "default": MAX_ENTRIES,
+                    "description": "At most this many forms in the reply."
+                },
+                "large_file": large_file_schema()
             },
             "required": ["file_path"],
             "additionalProperties": false
@@ -33,6 +50,9 @@ itself: read it before editing to find a definition, then pass its operator and 
             "properties": {
                 "file": {"type": "string"},
                 "lines": {"type": "integer"},
+                "total_forms": {"type": "integer", "description": "Top-level forms in the whole file."},
+                "offset": {"type": "integer", "description": "How many forms this page skipped."},
+                "next_offset": {"type": ["integer", "null"], "description": "The `offset` of the next page, or null after the last."},
                 "forms": {
                     "type": "array",
                     "items": {
@@ -48,7 +68,7 @@ itself: read it before editing to find a definition, then pass its operator and 
                     }
                 }
             },
-            "required": ["file", "lines", "forms"]
+            "required": ["file", "lines", "total_forms", "offset", "next_offset", "forms"]
         })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
@@ -57,18 +77,37 @@ itself: read it before editing to find a definition, then pass its operator and 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
+/// The most outline entries one reply holds: 2,000 lines of about 40 characters.
+pub const MAX_ENTRIES: u64 = 2_000;
+
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    let file = roots.read(Path::new(args.required_str("file_path")?))?;
+    let file_path = args.required_str("file_path")?;
+    let offset = args.optional_u64("offset", u64::from(u32::MAX))?.unwrap_or(0) as usize;
+    let limit = match args.optional_u64("limit", MAX_ENTRIES)? {
+        Some(0) => return Err(ToolError::new(format!("Argument `limit` must be from 1 to {MAX_ENTRIES}."))),
+        limit => limit.unwrap_or(MAX_ENTRIES) as usize,
+    };
+    let file = roots.read(Path::new(file_path), read_limit(args)?)?;
+    let _permit = parse_permit(file.bytes.len());
     let cst = Cst::parse(&file.bytes).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
             file.shown
         ))
     })?;
-    let entries = outline(&cst);
+    let (total, entries) = outline_page(&cst, offset, limit);
     let lines = line_count(&file.bytes);
-    let plural = if entries.len() == 1 { "" } else { "s" };
-    let mut text = format!("{}: {} top-level form{plural}, {lines} lines\n", file.shown, entries.len());
+    let plural = if total == 1 { "" } else { "s" };
+    let mut text = format!("{}: {total} top-level form{plural}, {lines} lines\n", file.shown);
+    let shown_to = offset.saturating_add(entries.len());
+    let next_offset = (shown_to < total).then_some(shown_to);
+    if offset > 0 || next_offset.is_some() {
+        if entries.is_empty() {
+            text.push_str(&format!("(no forms from offset {offset}: the file has {total})\n"));
+        } else {
+            text.push_str(&format!("forms {} to {shown_to}:\n", offset + 1));
+        }
+    }
     let ranges: Vec<String> = entries
         .iter()
         .map(|e| {
@@ -84,6 +123,9 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
         let conditions = if entry.conditions.is_empty() { String::new() } else { format!("{} ", entry.conditions) };
         text.push_str(&format!("{range:<width$}  {conditions}{}\n", entry.description));
     }
+    if let Some(next) = next_offset {
+        text.push_str(&format!("... {} more; use `offset: {next}` for the next page.\n", total - next));
+    }
     let forms: Vec<_> = entries
         .iter()
         .map(|e| {
@@ -96,6 +138,12 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
             })
         })
         .collect();
-    Ok(ToolOutput::success(text.trim_end().to_string())
-        .with_structured(json!({"file": file.shown, "lines": lines, "forms": forms})))
+    Ok(ToolOutput::success(text.trim_end().to_string()).with_structured(json!({
+        "file": file.shown,
+        "lines": lines,
+        "total_forms": total,
+        "offset": offset,
+        "next_offset": next_offset,
+        "forms": forms,
+    })))
 }

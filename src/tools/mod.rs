@@ -29,6 +29,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
@@ -36,6 +37,30 @@ use crate::image::{CallLimits, Image, ImageSettings};
 pub use arguments::{ArgumentError, Arguments};
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
+
+/// Files larger than this are read by the source tools only when asked with `large_file`.
+pub const LARGE_FILE: u64 = 64 * 1024 * 1024;
+
+/// The size limit a source tool reads `file_path` with: [`LARGE_FILE`], unless `large_file` is true.
+pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>, ToolError> {
+    Ok(if args.optional_bool("large_file")?.unwrap_or(false) {
+        None
+    } else {
+        Some((
+            LARGE_FILE,
+            "Pass `large_file: true` to read it anyway; that takes time and memory in proportion to its size.",
+        ))
+    })
+}
+
+/// The `large_file` argument's schema, shared by the source tools.
+pub(crate) fn large_file_schema() -> Value {
+    serde_json::json!({
+        "type": "boolean",
+        "default": false,
+        "description": "Read the file even if it is larger than 64 MiB (67,108,864 bytes); without it such a file is refused with its size."
+    })
+}
 
 /// What a tool's function gives back.
 pub type ToolResult = Result<ToolOutput, ToolError>;
