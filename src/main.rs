@@ -72,7 +72,7 @@ struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
 
-    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, load-system, edit-lisp-form).
+    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, load-system, edit-lisp-form, undo).
     #[arg(long, global = true)]
     read_only: bool,
 

@@ -2,8 +2,8 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp and systems.lisp follow, one
-;;;; per purpose, in that order.
+;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp, systems.lisp and undo.lisp
+;;;; follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -24,7 +24,7 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report))
+           #:stuck-report #:undo-journal))
 
 (in-package #:mcp-agent-helper)
 
@@ -205,11 +205,16 @@ instead of signalling an error."
        (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
        (funcall thread-sap)))))
 
+(defvar *agent-call* nil
+  "The token of the tool call running in this thread, while it runs: what the undo journal
+(undo.lisp) journals is what is defined while this is bound.")
+
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
 or, when the evaluation is aborted, the report it was aborted with."
   (let* ((evaluation (make-instance 'evaluation))
-         (early nil))
+         (early nil)
+         (*agent-call* token))
     (sb-thread:with-mutex (*registry-lock*)
       (setf early (gethash token *early-cancellations*))
       (remhash token *early-cancellations*)

@@ -19,6 +19,7 @@ pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
 pub mod progress;
+pub mod undo;
 pub mod xref;
 
 use std::sync::Arc;
@@ -56,7 +57,7 @@ pub enum Run {
 }
 
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
-static TOOLS: [Tool; 13] = [
+static TOOLS: [Tool; 14] = [
     evaluate_lisp::TOOL,
     compile_form::TOOL,
     macroexpand_form::TOOL,
@@ -70,6 +71,7 @@ static TOOLS: [Tool; 13] = [
     edit_lisp_form::TOOL,
     lisp_check_parens::TOOL,
     lisp_outline::TOOL,
+    undo::TOOL,
 ];
 
 /// Every tool's definition and how it runs, with an `image` argument offered in the image tools'
