@@ -8,7 +8,8 @@
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
 ;;;;   no *FEATURES* push, no changes to the readtable, the printer or the debugger hooks
-;;;;   outside the dynamic extent of a call).
+;;;;   outside the dynamic extent of a call). The one exception is the undo journal's hooks on
+;;;;   definitions (undo.lisp), installed once and inert outside tool calls.
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
 ;;;;   reason: Slynk's reader rewrites any token containing it.) The one exception is
@@ -208,6 +209,11 @@ instead of signalling an error."
 (defvar *agent-call* nil
   "The token of the tool call running in this thread, while it runs: what the undo journal
 (undo.lisp) journals is what is defined while this is bound.")
+
+(defvar *journal-additions* t
+  "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
+class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
+push the replacements out of the bounded journal.")
 
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns

@@ -29,6 +29,9 @@
 (defparameter *journal-limit* 500
   "Entries kept; the oldest go first. Each holds on to the function it replaced.")
 
+(defparameter *journal-shown* 100
+  "The newest entries the undo tool lists: more is more than a reader takes in.")
+
 (defclass journal-entry ()
   ((number :initarg :number :reader entry-number)
    (time :initform (get-universal-time) :reader entry-time)
@@ -43,15 +46,17 @@
    (restored :initform nil :accessor entry-restored)))
 
 (defun journal (kind name &key previous detail)
-  "Adds an entry for NAME, whose definition of KIND an agent's call is about to replace."
-  (let ((source (and previous (ignore-errors (sb-introspect:find-definition-source previous)))))
-    (sb-thread:with-mutex (*journal-lock*)
-      (push (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
-                                          :previous previous :source source :detail detail)
-            *journal*)
-      (incf *next-journal-number*)
-      (when (> (length *journal*) *journal-limit*)
-        (setf *journal* (subseq *journal* 0 *journal-limit*))))))
+  "Adds an entry for NAME, whose definition of KIND an agent's call is about to make: a
+replacement of PREVIOUS, or an addition (PREVIOUS nil, and every method and class)."
+  (when (or *journal-additions* (and previous (member kind '(:function :macro))))
+    (let ((source (and previous (ignore-errors (sb-introspect:find-definition-source previous)))))
+      (sb-thread:with-mutex (*journal-lock*)
+        (push (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
+                                            :previous previous :source source :detail detail)
+              *journal*)
+        (incf *next-journal-number*)
+        (when (> (length *journal*) *journal-limit*)
+          (setf *journal* (subseq *journal* 0 *journal-limit*)))))))
 
 (defun journaled-function-name-p (name)
   "Global function names an agent writes: a symbol or (SETF symbol); not the internal names SBCL
@@ -193,7 +198,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
 with them, restores those entries, or every entry from SINCE on, newest first. Returns a plist:
 :ENTRIES, the journal oldest first (see ENTRY-PLIST); :RESTORED, (:NUMBER :NAME :KIND :NOW) for
 each entry restored, :NOW where the name's definition is now or NIL; :SKIPPED, (:NUMBER :NAME
-:REASON) for the named entries that were not restored; :LIMIT, the journal's size."
+:REASON) for the named entries that were not restored; :LIMIT, the journal's size. :ENTRIES has
+the newest *JOURNAL-SHOWN* entries only; :OLDER counts the others."
   (declare (ignore session))
   (run-tool token
             (lambda ()
@@ -226,7 +232,8 @@ each entry restored, :NOW where the name's definition is now or NIL; :SKIPPED, (
                              (push (list :number (entry-number entry) :name (entry-name-text entry)
                                          :kind (kind-text entry) :now (current-location entry))
                                    restored)))))
-                (list :entries (mapcar #'entry-plist (reverse journal))
+                (list :entries (mapcar #'entry-plist (reverse (subseq journal 0 (min (length journal) *journal-shown*))))
+                      :older (max 0 (- (length journal) *journal-shown*))
                       :restored (sort restored #'> :key (lambda (r) (getf r :number)))
                       :skipped (sort skipped #'< :key (lambda (s) (getf s :number)))
                       :limit *journal-limit*)))))

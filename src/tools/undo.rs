@@ -19,7 +19,7 @@ fn definition() -> ToolDefinition {
             (evaluate-lisp, load-system) made in the image. The image keeps a journal (its last 500 entries, across \
             swank-mcp restarts) of each definition such a call replaced or added, with the previous definition and \
             where its source was. The user's own definitions from Emacs are not journaled. Without arguments: lists \
-            the journal, numbered, oldest first. With `entries` (numbers) or `since` (a number, meaning that entry \
+            the journal's newest 100 entries, numbered, oldest first. With `entries` (numbers) or `since` (a number, meaning that entry \
             and every later one): restores those entries, newest first, so that each function behaves as before and \
             find-definition points where it did; a name that was not defined before is made undefined again. \
             Methods and classes agents defined are listed but cannot be restored automatically; an entry is \
@@ -33,7 +33,7 @@ fn definition() -> ToolDefinition {
         }),
         output_schema: Some(json!({
             "type": "object",
-            "required": ["entries", "restored", "skipped"],
+            "required": ["entries", "restored", "skipped", "older"],
             "properties": {
                 "entries": {
                     "type": "array",
@@ -52,6 +52,7 @@ fn definition() -> ToolDefinition {
                         }
                     }
                 },
+                "older": {"type": "integer", "description": "Entries older than those listed (only the newest 100 are listed)."},
                 "restored": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "now": {"type": ["object", "null"]}}}},
                 "skipped": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}}}}
             }
@@ -92,6 +93,8 @@ struct Journal {
     skipped: Vec<Skipped>,
     /// How many entries the image keeps.
     limit: u64,
+    /// Entries older than those listed, which the image keeps but does not list.
+    older: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -175,8 +178,13 @@ impl Journal {
             );
         } else {
             let lines: Vec<String> = self.entries.iter().map(Entry::render).collect();
+            let older = match self.older {
+                0 => String::new(),
+                n => format!("; {} older not listed", count(n as usize)),
+            };
             sections.push(format!(
-                "Journal ({}, oldest first; the image keeps the last {}). Restore with entries=[N, ...] or since=N:\n{}",
+                "Journal ({}, oldest first{older}; the image keeps the last {}). Restore with entries=[N, ...] or \
+                 since=N:\n{}",
                 count(self.entries.len()),
                 self.limit,
                 lines.join("\n")
@@ -188,6 +196,7 @@ impl Journal {
     fn structured(&self) -> Value {
         let location = |l: &Option<Location>| l.as_ref().map(Location::to_json);
         json!({
+            "older": self.older,
             "entries": self.entries.iter().map(|e| json!({
                 "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail,
                 "restorable": e.restorable, "restored": e.restored, "previous": location(&e.previous),
@@ -217,7 +226,7 @@ mod tests {
          :restorable nil :restored nil :previous nil)) \
         :restored ((:number 1 :name \"CL-USER::F\" :kind \"function\" :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil))) \
         :skipped ((:number 2 :name \"CL-USER::AREA\" :kind \"method\" :reason \"methods cannot be restored automatically\")) \
-        :limit 500)";
+        :limit 500 :older 0)";
 
     #[test]
     fn journal_renders_restorations_then_entries() {
