@@ -63,6 +63,7 @@ running or defining anything; macroexpand-form shows what a macro generates.
 (file:line), xref (callers, callees, references, methods of a class), class-info. None of them changes \
 the image.
 - load-system loads an ASDF system; lisp-status says what you are attached to.
+- undo lists the functions and macros your calls replaced (the image journals them) and puts them back.
 - Prefer small, incremental evaluations; inspect before you redefine, since the image may hold the \
 user's state.";
 
