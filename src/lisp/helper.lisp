@@ -2,8 +2,8 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp, systems.lisp and undo.lisp
-;;;; follow, one per purpose, in that order.
+;;;; the printers; evaluate.lisp, introspection.lisp, compile.lisp, systems.lisp, undo.lisp and
+;;;; activity.lisp follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -25,7 +25,9 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report #:undo-journal))
+           #:stuck-report #:undo-journal
+           #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
+           #:answer-approval #:leave-approval-mode))
 
 (in-package #:mcp-agent-helper)
 
@@ -226,12 +228,17 @@ or, when the evaluation is aborted, the report it was aborted with."
       (remhash token *early-cancellations*)
       (unless early
         (setf (gethash token *running*) evaluation)))
+    ;; For the Emacs activity feed (activity.lisp); nothing unless an Emacs watches.
+    (note-call-start token)
     (unwind-protect
-         (catch (evaluation-tag evaluation)
-           (when early
-             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
-           (multiple-value-prog1 (funcall function evaluation)
-             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
+         (let ((outcome (multiple-value-list
+                         (catch (evaluation-tag evaluation)
+                           (when early
+                             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
+                           (multiple-value-prog1 (funcall function evaluation)
+                             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done)))))))
+           (note-call-end token (first outcome))
+           (values-list outcome))
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
         (remhash token *running*)

@@ -1,6 +1,7 @@
 //! `--confirm`: tool calls that wait for the human's yes before they run, asked through MCP
 //! elicitation (`elicitation/create`, protocol 2025-06-18 and later) when the client declared
-//! that capability, and refused with an error that says how to approve otherwise.
+//! that capability, else in the image's Emacs when it is in `swank-mcp-approval-mode`, and
+//! refused with an error that says how to approve otherwise.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::client_requests::{ClientRequests, RequestFailed};
+use crate::tools::image_approval::EmacsVerdict;
 use crate::tools::{ToolOutput, Toolbox};
 
 /// Stands for every offered tool that is not read-only in `--confirm`.
@@ -71,7 +73,7 @@ pub enum Verdict {
     Cancelled,
 }
 
-/// The error for a client that cannot be asked.
+/// The error for a call that nobody can be asked about.
 pub fn cannot_ask(tool: &str, version: &str) -> ToolOutput {
     let why = if version < ELICITATION_SINCE {
         format!("it speaks MCP {version}, and asking the user (elicitation) needs {ELICITATION_SINCE} or later")
@@ -80,9 +82,41 @@ pub fn cannot_ask(tool: &str, version: &str) -> ToolOutput {
     };
     ToolOutput::error(format!(
         "{tool} was not run: this swank-mcp runs with --confirm, so {tool} needs the user's approval, and this MCP \
-         client cannot ask for it ({why}). Nothing changed. To approve calls, use a client that supports MCP \
-         elicitation; or the user can restart swank-mcp without {tool} in --confirm."
+         client cannot ask for it ({why}), nor is the image's Emacs in swank-mcp-approval-mode. Nothing changed. To \
+         approve calls, the user can turn on M-x swank-mcp-approval-mode in the Emacs attached to the image \
+         (elisp-compat/swank-mcp.el), or use an MCP client that supports elicitation, or restart swank-mcp \
+         without {tool} in --confirm."
     ))
+}
+
+/// Asks the user's Emacs, through the image, whether `tool` may run with `arguments`.
+pub async fn ask_emacs(
+    toolbox: &Arc<Toolbox>,
+    tool: &str,
+    arguments: &Option<Value>,
+    version: &str,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Verdict {
+    let shown = match what_it_does(toolbox, tool, arguments, cancel).await {
+        Ok(shown) => shown,
+        Err(refused) => return Verdict::Refused(refused),
+    };
+    match toolbox.ask_emacs(arguments, tool, shown, limit, cancel.clone()).await {
+        _ if cancel.is_cancelled() => Verdict::Cancelled,
+        Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
+        Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
+        Ok(EmacsVerdict::No) => Verdict::Refused(declined(tool)),
+        Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, version)),
+        Err(error) => Verdict::Refused(ToolOutput::error(format!(
+            "{tool} was not run: asking for approval in Emacs failed. {}",
+            error.0
+        ))),
+    }
+}
+
+fn declined(tool: &str) -> ToolOutput {
+    ToolOutput::error(format!("{tool} was declined by the user; it did not run and nothing changed."))
 }
 
 #[derive(Deserialize)]

@@ -508,11 +508,13 @@ impl Server {
             return Ok(());
         }
         let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if version.as_str() < ELICITATION_SINCE || !self.elicitation.load(Ordering::Acquire) {
-            return Err(super::approval::cannot_ask(name, &version));
-        }
         let limit = self.options.confirm.timeout;
-        match super::approval::ask(&self.requests, &self.toolbox, name, arguments, limit, cancel).await {
+        let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
+            super::approval::ask(&self.requests, &self.toolbox, name, arguments, limit, cancel).await
+        } else {
+            super::approval::ask_emacs(&self.toolbox, name, arguments, &version, limit, cancel).await
+        };
+        match verdict {
             Verdict::Approved { for_session } => {
                 if for_session {
                     self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());

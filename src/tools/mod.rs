@@ -11,6 +11,7 @@ pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
+pub mod image_approval;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
