@@ -13,6 +13,9 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use swank_mcp::image::{ImageSettings, LaunchSettings};
+use swank_mcp::mcp::approval::ConfirmPolicy;
+use swank_mcp::mcp::audit::AuditLog;
+use swank_mcp::mcp::ServeOptions;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
@@ -77,13 +80,30 @@ struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
 
-    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, load-system, edit-lisp-form).
+    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, load-system, edit-lisp-form, undo).
     #[arg(long, global = true)]
     read_only: bool,
 
     /// Offer only these tools, comma-separated (for example evaluate-lisp,describe-symbol).
     #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
     tools: Vec<String>,
+
+    /// Tools whose calls wait for the user's approval before they run, comma-separated; `mutating` means every
+    /// tool that is not read-only. Asked through MCP elicitation when the client supports it; refused otherwise.
+    #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
+    confirm: Vec<String>,
+
+    /// How long a call waits for the user's approval (--confirm) before it is refused.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, global = true)]
+    confirm_timeout: Duration,
+
+    /// Append one JSON line per tool call (time, client, tool, arguments, outcome, duration) to FILE.
+    #[arg(long, value_name = "FILE", global = true)]
+    audit_log: Option<PathBuf>,
+
+    /// Size past which the audit log is renamed to FILE.1 and a new one started, e.g. 10M, 512K.
+    #[arg(long, default_value = "10M", value_parser = parse_size, global = true)]
+    audit_log_max_size: u64,
 
     /// swank-loader.lisp to use with --launch (default: Debian's cl-swank, Quicklisp or ELPA installs).
     #[arg(long, global = true)]
@@ -151,6 +171,27 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is out of range: give more than 0 and less than 115 days"));
     }
     Ok(duration)
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    let usage = || format!("{text:?} is not a size such as 10M, 512K or 1048576");
+    let (digits, unit) = match text.trim().char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.trim().split_at(i),
+        None => (text.trim(), ""),
+    };
+    let scale: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => return Err(usage()),
+    };
+    let n: u64 = digits.parse().map_err(|_| usage())?;
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be more than 0".into()),
+        Some(size) => Ok(size),
+        None => Err(usage()),
+    }
 }
 
 fn parse_max_output(text: &str) -> Result<usize, String> {
@@ -231,6 +272,18 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
     Ok(Arc::new(toolbox))
 }
 
+fn serve_options(cli: &Cli, toolbox: &Toolbox) -> anyhow::Result<ServeOptions> {
+    let confirm = ConfirmPolicy::new(&cli.confirm, toolbox, cli.confirm_timeout).map_err(anyhow::Error::msg)?;
+    let audit = match &cli.audit_log {
+        Some(path) => Some(
+            AuditLog::open(path, cli.audit_log_max_size)
+                .with_context(|| format!("cannot open the audit log {}", path.display()))?,
+        ),
+        None => None,
+    };
+    Ok(ServeOptions { confirm, audit })
+}
+
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
@@ -244,7 +297,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // A task of its own rather than the future `block_on` drives: the runtime polls that
             // one only after a trip through its I/O driver, a system call on the path of every
             // response.
-            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox.clone(), stdin, stdout));
+            let options = serve_options(&cli, &toolbox)?;
+            let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
             served?.context("serving MCP on stdio")?;
@@ -354,6 +408,16 @@ mod tests {
         assert_eq!(parse_connect("v6=[::1]:4005").unwrap().endpoint.host, "::1");
         for bad in ["work", "work=host", "=h:1", "a b=h:1", "w=h:port", "w=:4005"] {
             assert!(parse_connect(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_units() {
+        assert_eq!(parse_size("10M").unwrap(), 10 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        for bad in ["0", "10X", "M", "-1", "99999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
 

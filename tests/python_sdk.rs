@@ -12,20 +12,31 @@ const INSTALL_HINT: &str = "this test needs Python 3 with the MCP SDK: pip insta
 
 #[test]
 fn the_python_sdk_talks_to_the_binary() {
+    let port = common::shared_image_port().to_string();
+    run_script("sdk_e2e.py", &[env!("CARGO_BIN_EXE_swank-mcp"), &port]);
+}
+
+/// `--confirm` with the SDK answering `elicitation/create` (declining, then accepting), and the
+/// audit log those calls leave.
+#[test]
+fn the_python_sdk_approves_and_declines_calls() {
+    let port = common::shared_image_port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    run_script("sdk_approval.py", &[env!("CARGO_BIN_EXE_swank-mcp"), &port, audit.to_str().unwrap()]);
+}
+
+/// Runs `tests/python/SCRIPT` with `args`; it must succeed.
+fn run_script(script: &str, args: &[&str]) {
     let probe = Command::new("python3").args(["-c", "import mcp"]).output();
     match probe {
         Ok(output) if output.status.success() => {}
         Ok(output) => panic!("{INSTALL_HINT}\n{}", String::from_utf8_lossy(&output.stderr)),
         Err(e) => panic!("cannot run python3 ({e}); {INSTALL_HINT}"),
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sdk_e2e.py");
-    let port = common::shared_image_port().to_string();
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .args([env!("CARGO_BIN_EXE_swank-mcp"), &port])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("python3 starts");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(script);
+    let mut child =
+        Command::new("python3").arg(&script).args(args).stdin(Stdio::null()).spawn().expect("python3 starts");
     // The script bounds each client at 60 s; this bounds the interpreter itself.
     let started = Instant::now();
     let status = loop {

@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         let params = match &message {
             Message::Request(request) => &request.params,
             Message::Notification(notification) => &notification.params,
-            Message::Response => continue,
+            Message::Response(_) => continue,
         };
         if let Err(error) = params.read::<serde_json::Map<String, serde_json::Value>>() {
             assert!(!error.is_eof(), "params taken as a whole value end early: {error}");

@@ -19,6 +19,8 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/introspection.lisp"),
     include_str!("../lisp/compile.lisp"),
     include_str!("../lisp/systems.lisp"),
+    include_str!("../lisp/undo.lisp"),
+    include_str!("../lisp/activity.lisp"),
 );
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for

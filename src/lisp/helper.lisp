@@ -2,13 +2,14 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp and systems.lisp
-;;;; follow, one per purpose, in that order.
+;;;; the printers; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp,
+;;;; undo.lisp and activity.lisp follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
 ;;;;   no *FEATURES* push, no changes to the readtable, the printer or the debugger hooks
-;;;;   outside the dynamic extent of a call).
+;;;;   outside the dynamic extent of a call). The one exception is the undo journal's hooks on
+;;;;   definitions (undo.lisp), installed once and inert outside tool calls.
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
 ;;;;   reason: Slynk's reader rewrites any token containing it.) The exceptions find the server's
@@ -24,9 +25,11 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report
+           #:stuck-report #:undo-journal
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
-           #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort))
+           #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
+           #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
+           #:answer-approval #:leave-approval-mode))
 
 (in-package #:mcp-agent-helper)
 
@@ -217,23 +220,38 @@ instead of signalling an error."
 (defvar *evaluation* nil
   "The EVALUATION the current thread runs for a tool call, if any.")
 
+(defvar *agent-call* nil
+  "The token of the tool call running in this thread, while it runs: what the undo journal
+(undo.lisp) journals is what is defined while this is bound.")
+
+(defvar *journal-additions* t
+  "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
+class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
+push the replacements out of the bounded journal.")
+
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
 or, when the evaluation is aborted, the report it was aborted with."
   (let* ((evaluation (make-instance 'evaluation))
          (*evaluation* evaluation)
-         (early nil))
+         (early nil)
+         (*agent-call* token))
     (sb-thread:with-mutex (*registry-lock*)
       (setf early (gethash token *early-cancellations*))
       (remhash token *early-cancellations*)
       (unless early
         (setf (gethash token *running*) evaluation)))
+    ;; For the Emacs activity feed (activity.lisp); nothing unless an Emacs watches.
+    (note-call-start token)
     (unwind-protect
-         (catch (evaluation-tag evaluation)
-           (when early
-             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
-           (multiple-value-prog1 (funcall function evaluation)
-             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
+         (let ((outcome (multiple-value-list
+                         (catch (evaluation-tag evaluation)
+                           (when early
+                             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
+                           (multiple-value-prog1 (funcall function evaluation)
+                             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done)))))))
+           (note-call-end token (first outcome))
+           (values-list outcome))
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
         (remhash token *running*)

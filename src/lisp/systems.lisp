@@ -109,7 +109,7 @@ failed (its output and warnings are kept)."
                     (setf was-loaded (and (funcall (asdf-function "COMPONENT-LOADED-P") found) t)))
                   (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
                   (unwind-protect
-                       (let ((*compile-verbose* nil) (*compile-print* nil)
+                       (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
                              (*load-verbose* nil) (*load-print* nil))
                          (handler-bind ((warning #'record)
                                         (sb-ext:compiler-note #'record))

@@ -17,9 +17,27 @@ pub enum Message {
     Request(Request),
     /// A call that expects no response.
     Notification(Notification),
-    /// A well-formed response to a request of ours. This server sends none, so nothing waits for
-    /// one; it is read only to tell it from a mistake.
-    Response,
+    /// A well-formed response to a request of ours (see [`super::client_requests`]).
+    Response(Reply),
+}
+
+/// The client's response to a request this server sent.
+#[derive(Debug)]
+pub struct Reply {
+    /// The id of the request it answers; `None` for an error response with a null id, which
+    /// answers a request whose id the client could not read.
+    pub id: Option<RequestId>,
+    /// The `result`, still raw, or the `error`.
+    pub outcome: Result<Box<RawValue>, ReplyError>,
+}
+
+/// A JSON-RPC error object in a client's response.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ReplyError {
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// The client's description of the error.
+    pub message: String,
 }
 
 /// A message with an id: the client waits for a response carrying that id.
@@ -138,13 +156,13 @@ struct Envelope {
     id: Option<Value>,
     method: Option<Value>,
     params: Option<Box<RawValue>>,
-    result: bool,
+    result: Option<Box<RawValue>>,
     error: Option<Value>,
 }
 
 impl Envelope {
     fn into_message(self) -> Result<Message, Invalid> {
-        if self.method.is_none() && (self.result || self.error.is_some()) {
+        if self.method.is_none() && (self.result.is_some() || self.error.is_some()) {
             return self.into_response();
         }
         let id = match self.id {
@@ -188,15 +206,18 @@ impl Envelope {
         if self.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return invalid(JSON_RPC_2_ONLY);
         }
-        match (self.result, &self.error) {
-            (true, Some(_)) => invalid("A response has a \"result\" or an \"error\", not both"),
-            (true, None) if readable_id.is_some() => Ok(Message::Response),
+        match (self.result, self.error) {
+            (Some(_), Some(_)) => invalid("A response has a \"result\" or an \"error\", not both"),
+            (Some(result), None) if readable_id.is_some() => {
+                Ok(Message::Response(Reply { id: readable_id, outcome: Ok(result) }))
+            }
             // An error answering a message whose id could not be read has a null id.
-            (false, Some(error)) if readable_id.is_some() || self.id == Some(Value::Null) => {
-                if error.get("code").is_some_and(Value::is_i64) && error.get("message").is_some_and(Value::is_string) {
-                    Ok(Message::Response)
-                } else {
-                    invalid("An error response's \"error\" needs an integer \"code\" and a string \"message\"")
+            (None, Some(error)) if readable_id.is_some() || self.id == Some(Value::Null) => {
+                match serde_json::from_value::<ReplyError>(error) {
+                    Ok(error) => Ok(Message::Response(Reply { id: readable_id, outcome: Err(error) })),
+                    Err(_) => {
+                        invalid("An error response's \"error\" needs an integer \"code\" and a string \"message\"")
+                    }
                 }
             }
             _ => invalid("A response needs the id of the request it answers, a string or an integer"),
@@ -227,10 +248,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "id" => envelope.id = Some(members.next_value()?),
                 "method" => envelope.method = Some(members.next_value()?),
                 "params" => envelope.params = Some(members.next_value()?),
-                "result" => {
-                    members.next_value::<IgnoredAny>()?;
-                    envelope.result = true;
-                }
+                "result" => envelope.result = Some(members.next_value()?),
                 "error" => envelope.error = Some(members.next_value()?),
                 _ => {
                     members.next_value::<IgnoredAny>()?;
@@ -266,11 +284,16 @@ mod tests {
             parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
             Ok(Message::Notification(_))
         ));
-        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response)));
-        assert!(matches!(
-            parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#),
-            Ok(Message::Response)
-        ));
+        let Ok(Message::Response(reply)) = parse(r#"{"jsonrpc":"2.0","id":"a","result":{"action":"accept"}}"#) else {
+            panic!("a response")
+        };
+        assert_eq!(reply.id, Some(RequestId("a".into())));
+        assert_eq!(reply.outcome.unwrap().get(), r#"{"action":"accept"}"#);
+        let Ok(Message::Response(reply)) = parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#)
+        else {
+            panic!("a response")
+        };
+        assert_eq!((reply.id, reply.outcome.unwrap_err()), (None, ReplyError { code: 1, message: "m".into() }));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The MCP layer: newline-delimited JSON-RPC 2.0 on stdio, the lifecycle, `tools/list`,
 //! `tools/call` and cancellation. It knows tools only through [`crate::tools::Toolbox`].
 
+pub mod approval;
+pub mod audit;
+pub mod client_requests;
 pub mod message;
 pub mod server;
 pub mod stdio;
 pub mod transport;
 
-pub use server::serve;
+pub use server::{serve, serve_with, ServeOptions};

@@ -3,7 +3,7 @@
 //! owns dispatch and runs every tool call concurrently beside it, so that a slow evaluation never
 //! delays a quick one; responses go out through an [`Outbox`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -19,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{ConfirmPolicy, Verdict, ELICITATION_SINCE};
+use super::audit::{AuditLog, Entry as AuditEntry, Outcome as AuditOutcome};
+use super::client_requests::ClientRequests;
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
 use super::transport::{Line as Received, LineCodec};
 use crate::outbox::Outbox;
@@ -62,6 +65,7 @@ running or defining anything; macroexpand-form shows what a macro generates.
 (file:line), xref (callers, callees, references, methods of a class), class-info. None of them changes \
 the image.
 - load-system loads an ASDF system; lisp-status says what you are attached to.
+- undo lists the functions and macros your calls replaced (the image journals them) and puts them back.
 - Prefer small, incremental evaluations; inspect before you redefine, since the image may hold the \
 user's state.";
 
@@ -76,10 +80,37 @@ struct Server {
     /// lets clients send requests once they have the response, and several do so without
     /// waiting to send the notification first.
     initialized: AtomicBool,
+    /// Requests of ours to the client waiting for its answers.
+    requests: ClientRequests,
+    options: ServeOptions,
+    /// The client declared the elicitation capability in `initialize`.
+    elicitation: AtomicBool,
+    /// `clientInfo.name` from `initialize`, for the audit log.
+    client_name: Mutex<String>,
+    /// Tools the human allowed for the rest of the session when asked to approve a call.
+    allowed_for_session: Mutex<HashSet<String>>,
+}
+
+/// What a server does besides running tools: approvals (`--confirm`) and the audit log.
+#[derive(Default)]
+pub struct ServeOptions {
+    /// Which calls wait for the human's approval.
+    pub confirm: ConfirmPolicy,
+    /// Where each call is recorded, if anywhere.
+    pub audit: Option<AuditLog>,
 }
 
 /// Serves MCP on `input`/`output` until `input` ends.
 pub async fn serve<R, W>(toolbox: Arc<Toolbox>, input: R, output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with(toolbox, ServeOptions::default(), input, output).await
+}
+
+/// [`serve`] with approvals and an audit log.
+pub async fn serve_with<R, W>(toolbox: Arc<Toolbox>, options: ServeOptions, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -91,10 +122,15 @@ where
     });
     let server = Arc::new(Server {
         toolbox,
+        requests: ClientRequests::new(outgoing.clone()),
         outgoing,
         in_flight: Mutex::new(HashMap::new()),
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
         initialized: AtomicBool::new(false),
+        options,
+        elicitation: AtomicBool::new(false),
+        client_name: Mutex::new("unknown client".to_string()),
+        allowed_for_session: Mutex::new(HashSet::new()),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -124,6 +160,8 @@ where
         }
     }
     tracing::debug!("input closed; cancelling {} running call(s)", calls.len());
+    // Nothing can answer a request of ours any more.
+    server.requests.close();
     for token in server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).values() {
         token.cancel();
     }
@@ -288,8 +326,10 @@ impl Server {
     async fn answer(self: &Arc<Self>, message: Result<Message, Invalid>) -> Option<Response> {
         match message {
             Err(invalid) => invalid_response(invalid),
-            // A response to a request of ours; this server sends none, so nothing waits for it.
-            Ok(Message::Response) => None,
+            Ok(Message::Response(reply)) => {
+                self.requests.answer(reply);
+                None
+            }
             Ok(Message::Notification(notification)) => {
                 self.notification(notification);
                 None
@@ -379,7 +419,10 @@ impl Server {
         self.initialized.store(true, Ordering::Release);
         let client = params.client_info.and_then(|info| info.name);
         let client = client.as_deref().unwrap_or("unknown client");
-        tracing::info!(client, requested, version, "initialize");
+        *self.client_name.lock().unwrap_or_else(|e| e.into_inner()) = client.to_string();
+        let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation")).is_some_and(Value::is_object);
+        self.elicitation.store(elicitation, Ordering::Release);
+        tracing::info!(client, requested, version, elicitation, "initialize");
         json!({
             "protocolVersion": version,
             "capabilities": { "tools": { "listChanged": false } },
@@ -414,10 +457,36 @@ impl Server {
         let cancel = CancellationToken::new();
         let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
-        let progress = self.progress_for(progress_token);
-        let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
+        let (output, approved, arguments) = match self.approval(name, &arguments, &cancel).await {
+            Ok(()) => {
+                let progress = self.progress_for(progress_token);
+                // The arguments are kept for the audit log only when there is one.
+                let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
+                let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
+                (output, true, kept)
+            }
+            Err(refused) => (Some(refused), false, arguments),
+        };
         drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
+        if let Some(audit) = &self.options.audit {
+            let outcome = match &output {
+                None => AuditOutcome::UnknownTool,
+                Some(_) if cancel.is_cancelled() => AuditOutcome::Cancelled,
+                Some(_) if !approved => AuditOutcome::NotApproved,
+                Some(output) if output.is_error => AuditOutcome::Error,
+                Some(_) => AuditOutcome::Ok,
+            };
+            audit.record(&AuditEntry {
+                time: AuditEntry::now(),
+                client: &self.client_name.lock().unwrap_or_else(|e| e.into_inner()),
+                tool: name,
+                arguments: &arguments,
+                outcome,
+                summary: output.as_ref().map_or_else(String::new, |o| AuditEntry::summarize(&o.text)),
+                duration_ms: AuditEntry::millis(started.elapsed()),
+            });
+        }
         let Some(output) = output else {
             return Err((INVALID_PARAMS, format!("Unknown tool: {name}")));
         };
@@ -426,12 +495,46 @@ impl Server {
         }
         Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
     }
+
+    /// Waits for the human's approval of a call `--confirm` names; the output to return instead
+    /// of running it when there is none.
+    async fn approval(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: &Option<Value>,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolOutput> {
+        if !self.options.confirm.requires(name)
+            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+        {
+            return Ok(());
+        }
+        let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let limit = self.options.confirm.timeout;
+        let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
+            super::approval::ask(&self.requests, &self.toolbox, name, arguments, limit, cancel).await
+        } else {
+            super::approval::ask_emacs(&self.toolbox, name, arguments, &version, limit, cancel).await
+        };
+        match verdict {
+            Verdict::Approved { for_session } => {
+                if for_session {
+                    self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+                }
+                Ok(())
+            }
+            Verdict::Refused(output) => Err(output),
+            Verdict::Cancelled => Err(ToolOutput::error(format!("{name} was not run: the client cancelled the call."))),
+        }
+    }
 }
 
 #[derive(Deserialize)]
 struct InitializeParams {
     #[serde(rename = "protocolVersion", default)]
     protocol_version: Option<String>,
+    #[serde(default)]
+    capabilities: Option<Value>,
     #[serde(rename = "clientInfo", default)]
     client_info: Option<ClientInfo>,
 }

@@ -69,6 +69,26 @@ impl Arguments {
         }
     }
 
+    /// A list of integers from 0 to `max`, or `None` when absent; an empty list
+    /// counts as absent.
+    pub fn optional_u64_list(&self, name: &str, max: u64) -> Result<Option<Vec<u64>>, ArgumentError> {
+        let items = match self.0.get(name) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Array(items)) => items,
+            Some(other) => return Err(wrong_type(name, &format!("a list of integers from 0 to {max}"), other)),
+        };
+        let mut numbers = Vec::with_capacity(items.len());
+        for item in items {
+            let single = Arguments(Map::from_iter([(name.to_string(), item.clone())]));
+            match single.optional_u64(name, max) {
+                Ok(Some(n)) => numbers.push(n),
+                _ => {
+                    return Err(wrong_type(name, &format!("a list of integers from 0 to {max}"), &items.clone().into()))
+                }
+            }
+        }
+        Ok((!numbers.is_empty()).then_some(numbers))
+    }
     /// A list of strings; absent means none.
     pub(crate) fn optional_str_list(&self, name: &str) -> Result<Vec<&str>, ArgumentError> {
         match self.0.get(name) {
@@ -149,6 +169,16 @@ mod tests {
         let a = args(json!({"n": 5.0, "m": 5.5}));
         assert_eq!(a.optional_u64("n", 10).unwrap(), Some(5));
         assert!(a.optional_u64("m", 10).is_err());
+    }
+
+    #[test]
+    fn integer_lists_are_read_whole_or_refused() {
+        let a = args(json!({"ok": [3, 1.0], "empty": [], "bad": [1, "2"], "scalar": 4}));
+        assert_eq!(a.optional_u64_list("ok", 10).unwrap(), Some(vec![3, 1]));
+        assert_eq!(a.optional_u64_list("empty", 10).unwrap(), None);
+        assert_eq!(a.optional_u64_list("absent", 10).unwrap(), None);
+        assert!(a.optional_u64_list("bad", 10).unwrap_err().0.contains("a list of integers"));
+        assert!(a.optional_u64_list("scalar", 10).unwrap_err().0.contains("got number 4"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
+pub mod image_approval;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
@@ -20,6 +21,7 @@ pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
 pub mod progress;
+pub mod undo;
 pub mod xref;
 
 use std::sync::Arc;
@@ -82,7 +84,7 @@ pub enum Run {
 }
 
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
-static TOOLS: [Tool; 14] = [
+static TOOLS: &[Tool] = &[
     evaluate_lisp::TOOL,
     debugger::TOOL,
     compile_form::TOOL,
@@ -97,6 +99,7 @@ static TOOLS: [Tool; 14] = [
     edit_lisp_form::TOOL,
     lisp_check_parens::TOOL,
     lisp_outline::TOOL,
+    undo::TOOL,
 ];
 
 /// Every tool's definition and how it runs, with an `image` argument offered in the image tools'
