@@ -72,13 +72,16 @@ pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file;
+    // Read before `file_path` and `code` are checked, so that a bad value is named even when the
+    // call has neither.
+    let limit = read_limit(args)?;
     let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
         (Some(_), Some(_)) => return Err(ToolError::new("Pass either `file_path` or `code`, not both.")),
         (None, None) => {
             return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            file = roots.read(Path::new(file_path), read_limit(args)?)?;
+            file = roots.read(Path::new(file_path), limit)?;
             (format!("`{}`", file.shown), file.bytes.as_slice())
         }
         (None, Some(code)) => ("The code".to_string(), code.as_bytes()),
