@@ -71,6 +71,7 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    let limit = read_limit(args)?;
     let file;
     let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
         (Some(_), Some(_)) => return Err(ToolError::new("Pass either `file_path` or `code`, not both.")),
@@ -78,7 +79,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
             return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            file = roots.read(Path::new(file_path), read_limit(args)?)?;
+            file = roots.read(Path::new(file_path), limit)?;
             (format!("`{}`", file.shown), file.bytes.as_slice())
         }
         (None, Some(code)) => ("The code".to_string(), code.as_bytes()),
