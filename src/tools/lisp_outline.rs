@@ -9,7 +9,7 @@ use super::{
     large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
     ToolOutput, ToolResult,
 };
-use crate::source::{line_count, outline_page, AllowedRoots, Cst};
+use crate::source::{line_count, outline_page_of, AllowedRoots};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -89,13 +89,13 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     };
     let file = roots.read(Path::new(file_path), read_limit(args)?)?;
     let _permit = parse_permit(file.bytes.len());
-    let cst = Cst::parse(&file.bytes).map_err(|e| {
+    // No tree of the whole file: only the page's forms are parsed.
+    let (total, entries) = outline_page_of(&file.bytes, offset, limit).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
             file.shown
         ))
     })?;
-    let (total, entries) = outline_page(&cst, offset, limit);
     let lines = line_count(&file.bytes);
     let plural = if total == 1 { "" } else { "s" };
     let mut text = format!("{}: {total} top-level form{plural}, {lines} lines\n", file.shown);
