@@ -18,7 +18,8 @@ pub fn definition() -> ToolDefinition {
         title: "Outline a Lisp file",
         description: "List the top-level forms of a Common Lisp source file, one line each: line range, reader \
 conditional if any, operator and name (for methods with qualifiers and specializers). Much shorter than the file \
-itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`.",
+itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`. A long \
+file comes in pages of up to 2,000 forms; the last line of a page gives the `offset` of the next.",
         input_schema: json!({
             "type": "object",
             "properties": {
