@@ -594,3 +594,37 @@ fn a_file_on_stdin_is_refused_with_what_to_do_instead() {
         "{stderr}"
     );
 }
+
+/// On a warm cache (the shared image has compiled swank by now), `--launch eval` prints the
+/// value and at most one line on stderr: swank's warnings and banner go to the launch log. A
+/// start that fails names that log.
+#[tokio::test]
+async fn launch_is_quiet_and_names_its_log_when_it_fails() {
+    common::shared_image_port();
+    let port = common::dead_port().to_string();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--launch", "--port", &port, "eval", "(+ 1 2)"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout, "=> 3\n");
+    assert!(stderr.lines().count() <= 1, "stderr:\n{stderr}");
+    assert!(!stderr.contains("EMACS-INSPECT") && !stderr.contains("Swank started"), "stderr:\n{stderr}");
+    let log = swank_mcp::image::launch::log_path().expect("a cache directory");
+    let logged = std::fs::read_to_string(&log).expect("the launch log");
+    assert!(logged.contains("Swank started at port"), "{}", log.display());
+
+    let dir = tempfile::tempdir().unwrap();
+    let loader = dir.path().join("swank-loader.lisp");
+    std::fs::write(&loader, "(error \"this loader is broken\")\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--launch", "--port", &port, "--swank-loader", loader.to_str().unwrap(), "eval", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text.contains(&format!("its messages are in {}", log.display())), "{text}");
+    let logged = std::fs::read_to_string(&log).expect("the launch log");
+    assert!(logged.contains("this loader is broken"), "{}", log.display());
+}

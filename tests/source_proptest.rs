@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use swank_mcp::source::{outline, prepare_edit, AllowedRoots, Cst, EditRequest, Operation};
+use swank_mcp::source::{outline, outline_page_of, prepare_edit, AllowedRoots, Cst, EditRequest, Operation};
 
 /// Checks everything that must hold for any input, parsed or not.
 fn check_any(input: &[u8]) -> Result<(), TestCaseError> {
@@ -20,7 +20,8 @@ fn check_any(input: &[u8]) -> Result<(), TestCaseError> {
                 at = cst.span(id).end;
             }
             prop_assert_eq!(at, input.len());
-            let _ = outline(&cst);
+            // The outline without the whole tree is the outline of the tree.
+            prop_assert_eq!(outline_page_of(input, 0, usize::MAX), Ok((cst.top_level_forms().count(), outline(&cst))));
         }
         Err(error) => {
             prop_assert!(error.at.offset <= input.len());

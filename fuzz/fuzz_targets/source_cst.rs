@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use swank_mcp::source::{outline, Cst, NodeId, NodeKind};
+use swank_mcp::source::{outline, outline_page_of, Cst, NodeId, NodeKind};
 
 fuzz_target!(|input: &[u8]| {
     // The check that keeps no tree decides exactly as the parse, with the same error.
@@ -19,7 +19,8 @@ fuzz_target!(|input: &[u8]| {
                 let leaves: Vec<u8> = cst.leaves(id).flat_map(|leaf| cst.text(leaf)).copied().collect();
                 assert_eq!(leaves, cst.text(id));
             }
-            let _ = outline(&cst);
+            // The outline without the whole tree is the outline of the tree.
+            assert_eq!(outline_page_of(input, 0, usize::MAX), Ok((cst.top_level_forms().count(), outline(&cst))));
         }
         Err(error) => {
             assert!(error.at.offset <= input.len());

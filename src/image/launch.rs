@@ -19,6 +19,32 @@ use crate::swank::Endpoint;
 const LAUNCH_SCRIPT: &str = include_str!("../lisp/launch.lisp");
 /// The line launch.lisp prints once swank listens.
 const PORT_MARKER: &str = "swank-mcp-port: ";
+/// The line launch.lisp prints before swank-loader compiles swank (a first start).
+const COMPILING_MARKER: &str = "swank-mcp-compiling";
+
+/// The log file a private image's output goes to: `swank-mcp/launch.log` under the user's cache
+/// directory (`~/.cache` on Linux).
+pub fn log_path() -> Option<PathBuf> {
+    dirs::cache_dir().map(|dir| dir.join("swank-mcp").join("launch.log"))
+}
+
+/// A log larger than this is moved to `launch.log.old` when the next image starts.
+const LOG_ROTATE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Opens the launch log for appending (several images may share it) with a header for this
+/// start; `None` if it cannot be, and then the image's output goes to our stderr as before.
+fn open_log(loader: &Path) -> Option<(PathBuf, std::fs::File)> {
+    use std::io::Write;
+    let path = log_path()?;
+    std::fs::create_dir_all(path.parent()?).ok()?;
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES) {
+        let _ = std::fs::rename(&path, path.with_extension("log.old"));
+    }
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    writeln!(file, "\n=== {now}: swank-mcp (pid {}) starts sbcl with {}", std::process::id(), loader.display()).ok()?;
+    Some((path, file))
+}
 
 /// How long a first start may take: the first load compiles swank (tens of seconds on a small
 /// machine); later starts load cached fasls in about a second.
@@ -38,12 +64,12 @@ pub enum LaunchError {
     )]
     NoSwank(Vec<PathBuf>),
     /// The image ended before announcing its port; carries its exit status (or the pipe that was
-    /// missing) as text.
-    #[error("the launched SBCL exited before its swank server started ({0}); its messages are on stderr above")]
-    Exited(String),
-    /// The image did not announce its port within [`START_TIMEOUT`].
-    #[error("the launched SBCL did not start swank within {0:?}")]
-    Timeout(Duration),
+    /// missing) and where its messages are, as text.
+    #[error("the launched SBCL exited before its swank server started ({0}); {1}")]
+    Exited(String, String),
+    /// The image did not announce its port within [`START_TIMEOUT`]; carries where its messages are.
+    #[error("the launched SBCL did not start swank within {0:?}; {1}")]
+    Timeout(Duration, String),
     /// Talking to the image's standard input or output failed.
     #[error("launching SBCL failed: {0}")]
     Io(#[from] std::io::Error),
@@ -100,8 +126,19 @@ pub fn find_swank_loader(explicit: Option<&Path>) -> Result<PathBuf, LaunchError
 }
 
 /// Starts `sbcl` with swank listening on `interface:port` (port 0 picks a free one) and waits
-/// until the server is up.
+/// until the server is up. The image's output (swank's compile log on a first start, its
+/// warnings, anything its threads print) goes to the log file [`log_path`], not to the terminal;
+/// a failure to start names that file. On a first start, which compiles swank, one line on
+/// stderr says that it takes a minute.
 pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<LaunchedImage, LaunchError> {
+    let log = open_log(loader);
+    let (stderr, messages) = match &log {
+        Some((path, file)) => (Stdio::from(file.try_clone()?), format!("its messages are in {}", path.display())),
+        // The image's own diagnostics go where ours go; never to our stdout, which belongs to
+        // the MCP protocol.
+        None => (Stdio::inherit(), "its messages are on stderr above".to_string()),
+    };
+    let mut log_file = log.map(|(_, file)| file);
     let mut child = Command::new("sbcl")
         .arg("--noinform")
         .env("SWANK_MCP_LOADER", loader)
@@ -109,16 +146,15 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
         .env("SWANK_MCP_INTERFACE", interface)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        // The image's own diagnostics go where ours go; never to our stdout, which belongs to
-        // the MCP protocol.
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .map_err(LaunchError::NoSbcl)?;
-    let mut stdin = child.stdin.take().ok_or_else(|| LaunchError::Exited("no stdin pipe".into()))?;
+    let exited = |what: &str| LaunchError::Exited(what.to_string(), messages.clone());
+    let mut stdin = child.stdin.take().ok_or_else(|| exited("no stdin pipe"))?;
     stdin.write_all(LAUNCH_SCRIPT.as_bytes()).await?;
     stdin.flush().await?;
-    let stdout = child.stdout.take().ok_or_else(|| LaunchError::Exited("no stdout pipe".into()))?;
+    let stdout = child.stdout.take().ok_or_else(|| exited("no stdout pipe"))?;
     let mut lines = BufReader::new(stdout).lines();
     let wait_for_port = async {
         while let Some(line) = lines.next_line().await? {
@@ -127,16 +163,20 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
             if let Some(port) = announced {
                 return Ok(Some(port));
             }
-            tracing::debug!(target: "sbcl", "{line}");
+            if line.contains(COMPILING_MARKER) {
+                eprintln!("swank-mcp: compiling swank for this SBCL, once; this takes about a minute");
+                continue;
+            }
+            log_line(&mut log_file, &line).await;
         }
         Ok::<_, std::io::Error>(None)
     };
     let port = match tokio::time::timeout(START_TIMEOUT, wait_for_port).await {
-        Err(_) => return Err(LaunchError::Timeout(START_TIMEOUT)),
+        Err(_) => return Err(LaunchError::Timeout(START_TIMEOUT, messages)),
         Ok(Err(e)) => return Err(e.into()),
         Ok(Ok(None)) => {
             let status = child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
-            return Err(LaunchError::Exited(status));
+            return Err(LaunchError::Exited(status, messages));
         }
         Ok(Ok(Some(port))) => port,
     };
@@ -144,12 +184,24 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
     // the log, so that it can never block on a full pipe.
     tokio::spawn(async move {
         while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "sbcl", "{line}");
+            log_line(&mut log_file, &line).await;
         }
     });
     let pid = child.id();
     tracing::info!(port, ?pid, "launched a private SBCL image");
     Ok(LaunchedImage { port, pid, _child: child, _lifeline: stdin })
+}
+
+/// A line of the image's standard output, to the log file if there is one, else to our log.
+/// A line to a local file: short enough not to hold up the runtime.
+async fn log_line(file: &mut Option<std::fs::File>, line: &str) {
+    match file {
+        Some(file) => {
+            use std::io::Write;
+            let _ = writeln!(file, "{line}");
+        }
+        None => tracing::debug!(target: "sbcl", "{line}"),
+    }
 }
 
 /// The private image --launch starts. A start runs in a task of its own: a call whose time limit
@@ -210,6 +262,8 @@ impl Launcher {
         let started = async {
             let loader = find_swank_loader(self.settings.swank_loader.as_deref()).map_err(|e| ImageError::Launch(e.to_string()))?;
             tracing::info!(loader = %loader.display(), host = %self.host, port = self.port, "nothing answers; launching SBCL");
+            // The one line the terminal shows for a start (two on the first, which compiles swank).
+            eprintln!("swank-mcp: starting a private SBCL image with swank on {}:{}", self.host, self.port);
             launch(&loader, &self.host, self.port).await.map_err(|e| ImageError::Launch(e.to_string()))
         }
         .await;

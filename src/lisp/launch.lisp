@@ -20,10 +20,29 @@
   (finish-output *error-output*)
   (sb-ext:exit :code 1 :abort t))
 
+(defun swank-fasls-missing-p ()
+  "Whether swank-loader will compile swank (its first start here): true when the fasl of one of
+its core files is missing. Asks swank-loader's internals, so anything unexpected there counts as
+not knowing, which says nothing."
+  (ignore-errors
+   (let ((package (find-package '#:swank-loader)))
+     (flet ((internal (name) (find-symbol name package)))
+       (let ((files (symbol-value (internal "*SWANK-FILES*")))
+             (source (symbol-value (internal "*SOURCE-DIRECTORY*")))
+             (fasl (symbol-value (internal "*FASL-DIRECTORY*"))))
+         (some (lambda (source-file)
+                 (not (probe-file (funcall (internal "BINARY-PATHNAME") source-file fasl))))
+               (funcall (internal "SRC-FILES") files source)))))))
+
 (handler-case
-    ;; Compiling swank the first time prints pages of notes; they belong on stderr.
+    ;; Compiling swank the first time prints pages of notes; they belong on stderr, which the
+    ;; launcher sends to its log file.
     (let ((*standard-output* *error-output*))
       (load (env "SWANK_MCP_LOADER"))
+      (when (swank-fasls-missing-p)
+        ;; The launcher tells the user that this start takes a minute.
+        (format sb-sys:*stdout* "~&swank-mcp-compiling~%")
+        (finish-output sb-sys:*stdout*))
       (funcall (read-from-string "swank-loader:init")))
   (error (e) (fail "loading swank" e)))
 

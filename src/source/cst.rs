@@ -171,6 +171,18 @@ impl<'a> Cst<'a> {
         Ok(builder.top_forms)
     }
 
+    /// [`Cst::check`], giving the span of each top-level form (a reader conditional with the
+    /// form it guards) instead of their count: 8 bytes a form.
+    pub(crate) fn top_level_spans(source: &[u8]) -> Result<Vec<(u32, u32)>, ParseError> {
+        if source.len() > MAX_SOURCE_LEN {
+            return Err(Cst::parse(source).err().unwrap_or_else(|| unreachable!("too large to parse")));
+        }
+        let mut builder = Builder::new(source, false);
+        builder.spans = Some(Vec::new());
+        builder.scan()?;
+        Ok(builder.spans.unwrap_or_default())
+    }
+
     /// The text the tree was parsed from.
     pub fn source(&self) -> &'a [u8] {
         self.source
@@ -431,6 +443,8 @@ struct Builder<'a> {
     keep: bool,
     /// Top-level forms completed.
     top_forms: usize,
+    /// Their spans, when asked for ([`Cst::top_level_spans`]).
+    spans: Option<Vec<(u32, u32)>>,
 }
 
 impl<'a> Builder<'a> {
@@ -451,6 +465,7 @@ impl<'a> Builder<'a> {
             last_top_level: None,
             keep,
             top_forms: 0,
+            spans: None,
         }
     }
 
@@ -556,6 +571,9 @@ impl<'a> Builder<'a> {
                     self.last_top_level = Some(self.nodes[id.index()].start as usize..end);
                     self.first_nested_line_opener = None;
                     self.top_forms += 1;
+                    if let Some(spans) = &mut self.spans {
+                        spans.push((self.nodes[id.index()].start, end as u32));
+                    }
                     if !self.keep {
                         // Nothing refers to the finished form any more.
                         self.nodes.clear();

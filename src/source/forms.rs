@@ -5,7 +5,7 @@
 //! prefixes and escapes are dropped and case is folded, so `CL:DEFUN`, `defun` and `|defun|` are
 //! the same operator.
 
-use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind};
+use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind, ParseError};
 
 /// The name part of a symbol token, read with the reader's escape rules, case-folded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,6 +326,42 @@ pub struct OutlineEntry {
 /// The file's top-level forms, in order.
 pub fn outline(cst: &Cst) -> Vec<OutlineEntry> {
     outline_page(cst, 0, usize::MAX).1
+}
+
+/// [`outline_page`] of a whole text without its tree: one pass keeps only the span of each
+/// top-level form, and only the forms of the page are parsed, each on its own. Memory is in
+/// proportion to the number of lines and forms, not to the nodes of the text. A text that does
+/// not read gives the same error as [`Cst::parse`].
+pub fn outline_page_of(source: &[u8], offset: usize, limit: usize) -> Result<(usize, Vec<OutlineEntry>), ParseError> {
+    let spans = Cst::top_level_spans(source)?;
+    let lines = LineIndex::new(source);
+    let mut entries = Vec::new();
+    let page = spans.iter().enumerate().skip(offset).take(limit);
+    for (i, &(start, end)) in page {
+        let (start, end) = (start as usize, end as usize);
+        // A top-level form reads the same on its own, with the blank space and comments up to
+        // the next form: the reader carries nothing from one top-level form to the next, and
+        // the text after it decides where its last token ends just as in the whole file.
+        let next = spans.get(i + 1).map_or(source.len(), |&(next, _)| next as usize);
+        let alone = Cst::parse(&source[start..next]).ok();
+        let form = alone.as_ref().and_then(|cst| top_forms(cst).into_iter().next().map(|form| (cst, form)));
+        match form {
+            Some((cst, form)) if cst.span(form.item) == (0..end - start) => {
+                entries.push(OutlineEntry {
+                    lines: lines.lines(start..end),
+                    conditions: form.conditions_shown(cst).trim_end().to_string(),
+                    operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
+                    name: form.form_name(cst),
+                    description: form.describe(cst),
+                });
+            }
+            // Not so after all: an unknown `#` dispatch can read differently at the end of the
+            // text (`#\`##`, `#""(`); never in real code, but then the whole tree, as
+            // outline_page does.
+            _ => return Ok(outline_page(&Cst::parse(source)?, offset, limit)),
+        }
+    }
+    Ok((spans.len(), entries))
 }
 
 /// How many top-level forms `cst` has, and the outline entries of at most `limit` of them from

@@ -15,5 +15,5 @@ pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Op
 pub use diff::unified_diff;
 pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};
-pub use forms::{outline, outline_page, OutlineEntry};
+pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

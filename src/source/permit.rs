@@ -38,3 +38,33 @@ impl Drop for ParsePermit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn no_more_than_two_large_parses_run_at_once() {
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (running, most) = (running.clone(), most.clone());
+                std::thread::spawn(move || {
+                    let _permit = parse_permit(LARGE_PARSE);
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        // Small inputs never wait.
+        let _small = [parse_permit(LARGE_PARSE - 1), parse_permit(0), parse_permit(10)];
+        for thread in threads {
+            thread.join().expect("thread");
+        }
+        assert_eq!(most.load(Ordering::SeqCst), MAX_LARGE_PARSES);
+    }
+}

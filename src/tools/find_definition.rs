@@ -16,7 +16,8 @@ fn definition() -> ToolDefinition {
         description: "Find where a symbol is defined in the running image: every definition (function, macro, generic \
             function and each method, variable, class, structure, condition, type, setf function, ...) with its file, \
             line and column, or \"defined at the REPL, no source file\" for definitions made by evaluation. Notes when \
-            the file changed since it was compiled.",
+            the file changed since it was compiled. Up to 2,000 definitions a reply; the last line gives the `offset` \
+            of the next page.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],

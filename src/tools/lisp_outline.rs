@@ -9,7 +9,7 @@ use super::{
     large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
     ToolOutput, ToolResult,
 };
-use crate::source::{line_count, outline_page, AllowedRoots, Cst};
+use crate::source::{line_count, outline_page_of, AllowedRoots};
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -18,7 +18,8 @@ pub fn definition() -> ToolDefinition {
         title: "Outline a Lisp file",
         description: "List the top-level forms of a Common Lisp source file, one line each: line range, reader \
 conditional if any, operator and name (for methods with qualifiers and specializers). Much shorter than the file \
-itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`.",
+itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`. A long \
+file comes in pages of up to 2,000 forms; the last line of a page gives the `offset` of the next.",
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -89,13 +90,13 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     };
     let file = roots.read(Path::new(file_path), read_limit(args)?)?;
     let _permit = parse_permit(file.bytes.len());
-    let cst = Cst::parse(&file.bytes).map_err(|e| {
+    // No tree of the whole file: only the page's forms are parsed.
+    let (total, entries) = outline_page_of(&file.bytes, offset, limit).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
             file.shown
         ))
     })?;
-    let (total, entries) = outline_page(&cst, offset, limit);
     let lines = line_count(&file.bytes);
     let plural = if total == 1 { "" } else { "s" };
     let mut text = format!("{}: {total} top-level form{plural}, {lines} lines\n", file.shown);
