@@ -71,7 +71,6 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    let limit = read_limit(args)?;
     let file;
     // Read before `file_path` and `code` are checked, so that a bad value is named even when the
     // call has neither.
