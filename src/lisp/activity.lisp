@@ -94,13 +94,14 @@ EVAL, so the evaluator's frame holds the form, (MCP-AGENT-HELPER:EVALUATE \"code
               (setf *activity* (subseq *activity* 0 *activity-limit*)))))))))
 
 (defun outcome-line (outcome)
-  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK . values)
-or (:OK plist), (:FAILURE message), or an error report."
+  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK values)
+for evaluate-lisp, each value (text dropped); (:OK plist) for the other tools; (:FAILURE
+message); or an error report."
   (flet ((one-line (text)
            (let ((line (substitute #\Space #\Newline (string-trim '(#\Space #\Newline) text))))
              (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line))))
     (cond ((and (consp outcome) (eq (first outcome) :ok))
-           (let ((values (rest outcome)))
+           (let ((values (second outcome)))
              (cond ((null values) "no values")
                    ;; evaluate-lisp's values, each (text dropped).
                    ((and (consp (first values)) (stringp (first (first values))))
