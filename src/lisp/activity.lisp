@@ -116,8 +116,8 @@ message); or an error report."
           (t "done"))))
 
 (defun note-call-end (token outcome)
-  "Records how the call under TOKEN ended, if its start was recorded."
-  (when *activity*
+  "Records how the call under TOKEN ended, if its start was recorded and an Emacs still watches."
+  (when (and *activity* (activity-watched-p))
     (sb-thread:with-mutex (*activity-lock*)
       (let ((record (find token *activity* :key #'record-token :test #'equal)))
         (when (and record (null (record-milliseconds record)))
