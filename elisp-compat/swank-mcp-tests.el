@@ -284,6 +284,150 @@ user: the image may be waiting for it."
         (process-send-eof server)
         (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p server))) 30)))))
 
+;;;; Keeping the human in charge
+
+(defun swank-mcp-tests--mcp-start (port &rest args)
+  "Start the swank-mcp binary serving MCP for PORT with ARGS; return the process.
+What it writes collects in the process buffer, one JSON message a line."
+  (let ((program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set (cargo test --test emacs sets it)"))))
+    (make-process :name "swank-mcp-server" :buffer (generate-new-buffer " *swank-mcp-server*") :noquery t
+                  :connection-type 'pipe
+                  :command (append (list program "--port" (number-to-string port)) args)
+                  :stderr (get-buffer-create "*swank-mcp-stderr*")
+                  :sentinel #'ignore)))
+
+(defun swank-mcp-tests--mcp-send (process message)
+  "Send MESSAGE, an alist, to PROCESS as one JSON line."
+  (process-send-string process (concat (json-encode message) "\n")))
+
+(defun swank-mcp-tests--mcp-response (process id &optional seconds)
+  "The response of PROCESS to request ID, waiting at most SECONDS (default 30)."
+  (swank-mcp-tests--wait
+   (format "the response to request %s" id)
+   (lambda ()
+     (with-current-buffer (process-buffer process)
+       (cl-loop for line in (split-string (buffer-string) "\n" t)
+                for message = (let ((json-object-type 'alist) (json-array-type 'list) (json-key-type 'symbol))
+                                (json-read-from-string line))
+                when (equal (alist-get 'id message) id) return message)))
+   seconds))
+
+(defun swank-mcp-tests--mcp-initialize (process)
+  "Initialize the MCP session with PROCESS as a client that cannot elicit."
+  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . 1) (method . "initialize")
+                                       (params . ((protocolVersion . "2025-06-18")
+                                                  (capabilities . ,(make-hash-table))
+                                                  (clientInfo . ((name . "ert") (version . "0")))))))
+  (swank-mcp-tests--mcp-response process 1)
+  (swank-mcp-tests--mcp-send process '((jsonrpc . "2.0") (method . "notifications/initialized"))))
+
+(defun swank-mcp-tests--mcp-call (process id tool arguments)
+  "Send PROCESS the call of TOOL with ARGUMENTS (an alist) as request ID."
+  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . ,id) (method . "tools/call")
+                                       (params . ((name . ,tool) (arguments . ,arguments))))))
+
+(defun swank-mcp-tests--result-text (response)
+  "The text of the tools/call RESPONSE."
+  (alist-get 'text (car (alist-get 'content (alist-get 'result response)))))
+
+(defun swank-mcp-tests--image-value (name)
+  "The value of CL-USER's variable NAME (a string) in the image, or :unbound."
+  (swank-mcp-tests--eval `(cl:let ((symbol (cl:find-symbol ,name "COMMON-LISP-USER")))
+                            (cl:if (cl:and symbol (cl:boundp symbol)) (cl:symbol-value symbol) :unbound))))
+
+(ert-deftest swank-mcp-approval-mode-waits-for-the-users-answer ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start))
+          (server nil))
+      (swank-mcp-approval-mode 1)
+      (unwind-protect
+          (progn
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
+            (swank-mcp-tests--mcp-initialize server)
+            ;; n: declined, and nothing changed in the image.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :first)")))
+            (let ((buffer (swank-mcp-tests--wait "the approval buffer"
+                                                 (lambda () (get-buffer swank-mcp--approval-buffer-name)))))
+              (with-current-buffer buffer
+                (should (string-match-p "asks to run evaluate-lisp" (buffer-string)))
+                (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
+                (swank-mcp-decline)))
+            (let ((response (swank-mcp-tests--mcp-response server 2)))
+              (should (eq (alist-get 'isError (alist-get 'result response)) t))
+              (should (string-match-p "declined by the user" (swank-mcp-tests--result-text response))))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :unbound))
+            ;; y: it runs.
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :second)")))
+            (with-current-buffer (swank-mcp-tests--wait
+                                  "the second approval"
+                                  (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+                                               (and buffer (with-current-buffer buffer
+                                                             (string-match-p ":second" (buffer-string)))
+                                                    buffer))))
+              (swank-mcp-approve))
+            (let ((response (swank-mcp-tests--mcp-response server 3)))
+              (should (eq (alist-get 'isError (alist-get 'result response)) :json-false)))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :second))
+            (should-not (get-buffer swank-mcp--approval-buffer-name))
+            (should-not (string-match-p "swank-mcp-approval" (swank-mcp-tests--repl-text))))
+        (swank-mcp-approval-mode -1)
+        (when server (delete-process server))))))
+
+(ert-deftest swank-mcp-without-approval-mode-a-confirmed-call-is-refused ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start))
+          (server nil))
+      (unwind-protect
+          (progn
+            (swank-mcp-approval-mode -1)
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
+            (swank-mcp-tests--mcp-initialize server)
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-refused* t)")))
+            (let ((text (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+              (should (string-match-p "swank-mcp-approval-mode" text)))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-REFUSED*") :unbound)))
+        (when server (delete-process server))))))
+
+(ert-deftest swank-mcp-activity-shows-agent-calls-within-a-second ()
+  (swank-mcp-tests--with-port
+    (let* ((port (swank-mcp-start))
+           (buffer (swank-mcp-activity)))
+      (unwind-protect
+          (progn
+            ;; The first poll tells the image that Emacs watches.
+            (swank-mcp-tests--wait "the first poll"
+                                   (lambda () (with-current-buffer buffer
+                                                (and (not swank-mcp--activity-polling)
+                                                     (swank-mcp-tests--eval
+                                                      '(cl:let ((s (cl:and (cl:find-package "MCP-AGENT-HELPER")
+                                                                         (cl:find-symbol "*ACTIVITY-WATCHED-UNTIL*"
+                                                                                         "MCP-AGENT-HELPER"))))
+                                                         (cl:and s (cl:boundp s) (cl:> (cl:symbol-value s) 0))))))))
+            ;; Each `eval' below is a server of its own: the feed outlives them.
+            (dolist (marker '("first-activity-marker" "second-activity-marker"))
+              (let ((result (swank-mcp-tests--run port "eval" (format "(list :%s (+ 1 2))" marker))))
+                (should (eql (car result) 0))
+                (swank-mcp-tests--wait
+                 (format "%s in the activity buffer" marker)
+                 (lambda () (with-current-buffer buffer
+                              (string-match-p (format "(list :%s (\\+ 1 2))\n +=> (:%s 3)" marker (upcase marker))
+                                              (buffer-string))))
+                 1)))
+            (with-current-buffer buffer
+              (should (string-match-p "evaluate-lisp  (default-[0-9]+" (buffer-string)))
+              (should (string-match-p "=> (:SECOND-ACTIVITY-MARKER 3)\n\\'" (buffer-string)))
+              (goto-char (point-max))
+              (forward-line -1)
+              (swank-mcp-activity-show-reply)
+              (with-current-buffer "*swank-mcp reply*"
+                (should (string-match-p ":SECOND-ACTIVITY-MARKER" (buffer-string)))))
+            (should-not (string-match-p "activity-marker" (swank-mcp-tests--repl-text))))
+        (kill-buffer buffer))
+      ;; Closed: the image records nothing any more.
+      (swank-mcp-tests--wait "the image to stop recording"
+                             (lambda () (swank-mcp-tests--eval
+                                         '(cl:not (cl:funcall (cl:find-symbol "ACTIVITY-WATCHED-P" "MCP-AGENT-HELPER")))))))))
+
 (provide 'swank-mcp-tests)
 
 ;;; swank-mcp-tests.el ends here

@@ -26,6 +26,17 @@
 ;;   M-x swank-mcp-status    say which ports are open, in which images
 ;;   M-x swank-mcp-stop      close the port of the current connection
 ;;
+;; Keeping the human in charge of what the agent does in the image:
+;;
+;;   M-x swank-mcp-activity  a buffer (one per connection) showing each tool
+;;                           call the agents make in this image as it happens;
+;;                           RET shows a call's full reply
+;;   M-x swank-mcp-approval-mode
+;;                           calls that swank-mcp runs with --confirm wait for
+;;                           your y (run), n (decline) or a (run, and allow the
+;;                           tool for the rest of the agent's session), shown
+;;                           with their code or diff
+;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
 ;; comes back to the agent and does not appear in your REPL.
@@ -38,6 +49,7 @@
 
 (require 'cl-lib)
 (require 'json)
+(require 'subr-x)
 
 (defgroup swank-mcp nil
   "Open a swank or slynk port in the current Lisp image for swank-mcp."
@@ -71,10 +83,14 @@ Give an absolute file name when it is not on the clients' PATH."
 ;; SLIME and SLY are both optional: only the one the user runs is loaded.
 (declare-function slime-current-connection "ext:slime" ())
 (declare-function slime-eval "ext:slime" (sexp &optional package))
+(declare-function slime-eval-async "ext:slime" (sexp &optional cont package))
 (declare-function slime-connection-name "ext:slime" (&optional process))
 (declare-function slime-pid "ext:slime" (&optional process))
 (declare-function sly-current-connection "ext:sly" ())
 (declare-function sly-eval "ext:sly" (sexp &optional package cancel-on-input cancel-on-input-retval))
+(declare-function sly-eval-async "ext:sly" (sexp &optional cont package env))
+(defvar slime-net-processes)
+(defvar sly-net-processes)
 (declare-function sly-connection-name "ext:sly" (&optional process))
 (declare-function sly-pid "ext:sly" (&optional process))
 
@@ -84,6 +100,8 @@ Give an absolute file name when it is not on the clients' PATH."
   name                 ; "SLIME" or "SLY"
   current-connection   ; function returning the current connection or nil
   eval                 ; function evaluating a form in the dispatching connection
+  eval-async           ; the same, calling a continuation with the value
+  connections          ; variable listing the open connections
   dispatching-variable ; variable that selects the connection `eval' uses
   connection-name      ; function of a connection
   pid                  ; function of a connection
@@ -96,6 +114,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :name "SLIME"
    :current-connection #'slime-current-connection
    :eval #'slime-eval
+   :eval-async #'slime-eval-async
+   :connections 'slime-net-processes
    :dispatching-variable 'slime-dispatching-connection
    :connection-name #'slime-connection-name
    :pid #'slime-pid
@@ -108,6 +128,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :name "SLY"
    :current-connection #'sly-current-connection
    :eval #'sly-eval
+   :eval-async #'sly-eval-async
+   :connections 'sly-net-processes
    :dispatching-variable 'sly-dispatching-connection
    :connection-name #'sly-connection-name
    :pid #'sly-pid
@@ -267,6 +289,363 @@ Return a list of (PORT . DESCRIPTION), one per open port."
     (goto-char (point-min))
     (when display
       (display-buffer (current-buffer)))))
+
+;;;; Keeping the human in charge: the activity feed and approvals
+;;
+;; Both poll the image, through the helper swank-mcp loads into it (package
+;; MCP-AGENT-HELPER, src/lisp/activity.lisp), only while the activity buffer
+;; is open or approval mode is on; the image records nothing otherwise.  Each
+;; poll is an asynchronous request: Emacs never waits for the image, and
+;; nothing is written to the REPL buffer.
+
+(defcustom swank-mcp-poll-interval 0.5
+  "Seconds between two polls of the image by the activity buffer and approval mode."
+  :type 'number
+  :group 'swank-mcp)
+
+(defun swank-mcp--helper-call (function &rest arguments)
+  "Return a form to call the helper's FUNCTION (a string) with ARGUMENTS.
+It is nil there until an agent's swank-mcp has loaded the helper."
+  ;; Not named `function': Emacs would print (function X) as #'X.
+  `(cl:let ((helper (cl:and (cl:find-package "MCP-AGENT-HELPER")
+                            (cl:find-symbol ,function "MCP-AGENT-HELPER"))))
+     (cl:if (cl:and helper (cl:fboundp helper))
+            (cl:funcall helper ,@arguments)
+            cl:nil)))
+
+(defun swank-mcp--poll-form (lease-variable function &rest arguments)
+  "Return a form to renew LEASE-VARIABLE, then call FUNCTION with ARGUMENTS.
+LEASE-VARIABLE and FUNCTION are strings naming symbols of the helper's
+package.  The lease says that Emacs watches for the next five seconds.  It
+is renewed even before an agent's swank-mcp has loaded the helper (the
+package is made for it then), so that the image records from the helper's
+first call on."
+  `(cl:let ((package (cl:or (cl:find-package "MCP-AGENT-HELPER")
+                            (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP")))))
+     (cl:setf (cl:symbol-value (cl:intern ,lease-variable package))
+              (cl:+ (cl:get-internal-real-time) (cl:* 5 cl:internal-time-units-per-second)))
+     ,(apply #'swank-mcp--helper-call function arguments)))
+
+(defun swank-mcp--poll-buffer ()
+  "The buffer the asynchronous requests are made from.
+SLIME and SLY call a request's continuation in the buffer it was made from,
+which must outlive the request."
+  (get-buffer-create " *swank-mcp polls*"))
+
+(defun swank-mcp--eval-async (connection backend form continuation)
+  "Evaluate FORM through BACKEND in CONNECTION's image, asynchronously.
+CONTINUATION is called with the value."
+  (with-current-buffer (swank-mcp--poll-buffer)
+    (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
+      (funcall (swank-mcp--backend-eval-async backend) form continuation))))
+
+(defun swank-mcp--fontify (text mode)
+  "TEXT with the faces MODE's font lock gives it."
+  (with-temp-buffer
+    (insert text)
+    (delay-mode-hooks (funcall mode))
+    (font-lock-ensure)
+    (buffer-string)))
+
+(defun swank-mcp--fontify-shown (text)
+  "TEXT fontified as a diff when it is one, else as Lisp."
+  (if (string-match-p "^@@ " text)
+      (swank-mcp--fontify text 'diff-mode)
+    (swank-mcp--fontify text 'lisp-mode)))
+
+;;;;; The activity buffer
+
+(defvar-local swank-mcp--activity-connection nil
+  "The connection whose image this activity buffer shows.")
+(defvar-local swank-mcp--activity-backend nil
+  "The backend of `swank-mcp--activity-connection'.")
+(defvar-local swank-mcp--activity-version 0
+  "The image's activity version the buffer shows.")
+(defvar-local swank-mcp--activity-polling nil
+  "Non-nil while a poll waits for the image's answer.")
+(defvar-local swank-mcp--activity-timer nil
+  "The timer that polls the image.")
+(defvar-local swank-mcp--activity-entries nil
+  "The calls shown: a hash table of call id -> (START . END) markers.")
+
+(defvar swank-mcp-activity-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'swank-mcp-activity-show-reply)
+    map)
+  "Keymap of `swank-mcp-activity-mode'.")
+
+(define-derived-mode swank-mcp-activity-mode special-mode "swank-mcp activity"
+  "The tool calls agents make in a Lisp image, newest at the bottom.
+\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the full reply of the call at
+point."
+  (setq truncate-lines t)
+  (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
+
+;;;###autoload
+(defun swank-mcp-activity ()
+  "Show each tool call of agents in the current connection's image, as it happens.
+The buffer is one per connection; the image records calls only while it is
+open."
+  (interactive)
+  (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
+               (name (format "*swank-mcp activity: %s*"
+                             (funcall (swank-mcp--backend-connection-name backend) connection)))
+               (buffer (get-buffer name)))
+    (unless buffer
+      (setq buffer (get-buffer-create name))
+      (with-current-buffer buffer
+        (swank-mcp-activity-mode)
+        (setq swank-mcp--activity-connection connection
+              swank-mcp--activity-backend backend
+              swank-mcp--activity-entries (make-hash-table :test 'equal))
+        (let ((inhibit-read-only t))
+          (insert (propertize (format "Tool calls of agents in the image of the %s; RET shows a reply.\n"
+                                      (swank-mcp--describe-connection connection backend))
+                              'face 'shadow)))
+        (setq swank-mcp--activity-timer
+              (run-at-time 0 swank-mcp-poll-interval #'swank-mcp--activity-poll buffer))))
+    (when (called-interactively-p 'any)
+      (display-buffer buffer))
+    buffer))
+
+(defun swank-mcp--activity-poll (buffer)
+  "Ask the image of activity BUFFER for what changed since the last poll."
+  (if (not (buffer-live-p buffer))
+      nil
+    (with-current-buffer buffer
+      (cond ((not (process-live-p swank-mcp--activity-connection))
+             (swank-mcp--activity-stop)
+             (let ((inhibit-read-only t))
+               (goto-char (point-max))
+               (insert (propertize "The connection closed.\n" 'face 'shadow))))
+            (swank-mcp--activity-polling nil)
+            (t
+             (setq swank-mcp--activity-polling t)
+             (swank-mcp--eval-async
+              swank-mcp--activity-connection swank-mcp--activity-backend
+              (swank-mcp--poll-form "*ACTIVITY-WATCHED-UNTIL*" "ACTIVITY-SINCE" swank-mcp--activity-version)
+              (lambda (answer)
+                (when (buffer-live-p buffer)
+                  (with-current-buffer buffer
+                    (setq swank-mcp--activity-polling nil)
+                    (when answer
+                      (setq swank-mcp--activity-version (car answer))
+                      (mapc #'swank-mcp--activity-show (cadr answer))))))))))))
+
+(defun swank-mcp--activity-stop ()
+  "Stop polling, and tell the image to stop recording."
+  (when (timerp swank-mcp--activity-timer)
+    (cancel-timer swank-mcp--activity-timer)
+    (setq swank-mcp--activity-timer nil)
+    (when (process-live-p swank-mcp--activity-connection)
+      (ignore-errors
+        (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
+                               (swank-mcp--helper-call "STOP-WATCHING-ACTIVITY") #'ignore)))))
+
+(defun swank-mcp--activity-text (call)
+  "The lines that show CALL, a plist from the image's ACTIVITY-SINCE."
+  (let* ((milliseconds (plist-get call :milliseconds))
+         (input (string-trim (or (plist-get call :input) "")))
+         (input-lines (split-string input "\n"))
+         (shown (mapconcat (lambda (line) (concat "    " line))
+                           (if (> (length input-lines) 12)
+                               (append (cl-subseq input-lines 0 12) (list "..."))
+                             input-lines)
+                           "\n")))
+    (propertize
+     (concat (propertize (plist-get call :time) 'face 'shadow) "  "
+             (propertize (plist-get call :tool) 'face 'font-lock-function-name-face)
+             (propertize (format "  (%s%s)" (plist-get call :session)
+                                 (if (plist-get call :package) (format ", in %s" (plist-get call :package)) ""))
+                         'face 'shadow)
+             (if milliseconds (format "  %d ms" milliseconds) (propertize "  running" 'face 'warning))
+             "\n"
+             (if (string-empty-p input) "" (concat (swank-mcp--fontify shown 'lisp-mode) "\n"))
+             (if milliseconds
+                 (let ((outcome (or (plist-get call :outcome) "")))
+                   (concat "    " (propertize outcome 'face (if (string-match-p "\\`\\(\\[ERROR\\]\\|failed\\)" outcome)
+                                                                'error
+                                                              'success))
+                           "\n"))
+               ""))
+     'swank-mcp-reply (plist-get call :reply))))
+
+(defun swank-mcp--activity-show (call)
+  "Show CALL, replacing its lines when they are shown already."
+  (let* ((inhibit-read-only t)
+         (id (plist-get call :id))
+         (shown (gethash id swank-mcp--activity-entries))
+         (at-end (= (point) (point-max)))
+         (windows (cl-remove-if-not (lambda (window) (= (window-point window) (point-max)))
+                                    (get-buffer-window-list (current-buffer) nil t))))
+    (save-excursion
+      (if shown
+          (progn (goto-char (car shown))
+                 (delete-region (car shown) (cdr shown)))
+        (goto-char (point-max)))
+      (let ((start (point-marker)))
+        (insert (swank-mcp--activity-text call))
+        (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries)))
+    ;; Newest at the bottom: whoever was at the end follows it.
+    (when at-end (goto-char (point-max)))
+    (dolist (window windows)
+      (set-window-point window (point-max)))))
+
+(defun swank-mcp-activity-show-reply ()
+  "Show the full reply of the call at point."
+  (interactive)
+  (let ((reply (get-text-property (point) 'swank-mcp-reply)))
+    (unless reply
+      (user-error "No finished call here"))
+    (with-current-buffer (get-buffer-create "*swank-mcp reply*")
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (swank-mcp--fontify reply 'lisp-mode)))
+      (special-mode)
+      (goto-char (point-min))
+      (display-buffer (current-buffer)))))
+
+;;;;; Approval mode
+
+(defconst swank-mcp--approval-buffer-name "*swank-mcp approval*"
+  "The buffer that shows a call waiting for approval.")
+
+(defvar swank-mcp--approval-timer nil
+  "The timer that polls the images while `swank-mcp-approval-mode' is on.")
+
+(defvar swank-mcp--approvals nil
+  "Calls waiting for approval: a list of (CONNECTION BACKEND PLIST), oldest first.")
+
+(defvar swank-mcp--approval-polling nil
+  "The connections with a poll waiting for the image's answer.")
+
+(defvar-local swank-mcp--approval-shown nil
+  "The approval the approval buffer shows: (CONNECTION BACKEND PLIST).")
+
+(defvar swank-mcp-approval-buffer-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map "y" #'swank-mcp-approve)
+    (define-key map "n" #'swank-mcp-decline)
+    (define-key map "a" #'swank-mcp-approve-for-session)
+    map)
+  "Keymap of `swank-mcp-approval-buffer-mode'.")
+
+(define-derived-mode swank-mcp-approval-buffer-mode special-mode "swank-mcp approval"
+  "A tool call that waits for your approval.
+\\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] runs it, \\[swank-mcp-decline] declines it,
+\\[swank-mcp-approve-for-session] runs it and allows the tool for the agent's session.")
+
+;;;###autoload
+(define-minor-mode swank-mcp-approval-mode
+  "Approve in Emacs the tool calls swank-mcp runs with --confirm.
+While it is on, every image Emacs is connected to (SLIME and SLY) is asked
+for calls waiting for approval; each is shown with its code or diff in the
+buffer *swank-mcp approval*, where y runs it, n declines it and a runs it and
+allows the tool for the rest of the agent's session."
+  :global t
+  :group 'swank-mcp
+  (when (timerp swank-mcp--approval-timer)
+    (cancel-timer swank-mcp--approval-timer)
+    (setq swank-mcp--approval-timer nil))
+  (if swank-mcp-approval-mode
+      (setq swank-mcp--approval-timer (run-at-time 0 swank-mcp-poll-interval #'swank-mcp--approval-poll))
+    (pcase-dolist (`(,connection . ,backend) (swank-mcp--connections))
+      (ignore-errors
+        (swank-mcp--eval-async connection backend (swank-mcp--helper-call "LEAVE-APPROVAL-MODE") #'ignore)))
+    (setq swank-mcp--approvals nil
+          swank-mcp--approval-polling nil)))
+
+(defun swank-mcp--connections ()
+  "Every open connection, as (CONNECTION . BACKEND)."
+  (cl-loop for backend in (list swank-mcp--slime swank-mcp--sly)
+           for variable = (swank-mcp--backend-connections backend)
+           when (boundp variable)
+           append (cl-loop for connection in (symbol-value variable)
+                           when (process-live-p connection)
+                           collect (cons connection backend))))
+
+(defun swank-mcp--approval-poll ()
+  "Ask every connected image for the approvals waiting."
+  (pcase-dolist (`(,connection . ,backend) (swank-mcp--connections))
+    (unless (memq connection swank-mcp--approval-polling)
+      (push connection swank-mcp--approval-polling)
+      (swank-mcp--eval-async
+       connection backend (swank-mcp--poll-form "*APPROVER-UNTIL*" "PENDING-APPROVALS")
+       (lambda (pending)
+         (setq swank-mcp--approval-polling (delq connection swank-mcp--approval-polling))
+         (when swank-mcp-approval-mode
+           (swank-mcp--approval-update connection backend pending)))))))
+
+(defun swank-mcp--approval-update (connection backend pending)
+  "Note the approvals PENDING in CONNECTION's image and show the first.
+BACKEND says how to reach the image."
+  (setq swank-mcp--approvals
+        (append (cl-remove-if (lambda (approval)
+                                (and (eq (car approval) connection)
+                                     (not (cl-find (plist-get (nth 2 approval) :id) pending
+                                                   :key (lambda (p) (plist-get p :id))))))
+                              swank-mcp--approvals)
+                (cl-loop for plist in pending
+                         unless (cl-find-if (lambda (approval)
+                                              (and (eq (car approval) connection)
+                                                   (eql (plist-get (nth 2 approval) :id) (plist-get plist :id))))
+                                            swank-mcp--approvals)
+                         collect (list connection backend plist))))
+  (swank-mcp--approval-show))
+
+(defun swank-mcp--approval-show ()
+  "Show the oldest approval waiting, or close the buffer when none is."
+  (let ((buffer (get-buffer swank-mcp--approval-buffer-name))
+        (next (car swank-mcp--approvals)))
+    (cond ((and (null next) buffer)
+           (quit-windows-on buffer)
+           (kill-buffer buffer))
+          ((and next (not (and buffer (equal (buffer-local-value 'swank-mcp--approval-shown buffer) next))))
+           (with-current-buffer (get-buffer-create swank-mcp--approval-buffer-name)
+             (swank-mcp-approval-buffer-mode)
+             (setq swank-mcp--approval-shown next)
+             (let ((inhibit-read-only t)
+                   (plist (nth 2 next)))
+               (erase-buffer)
+               (insert (propertize (format "The agent (session %s) asks to run %s.\n"
+                                           (plist-get plist :session) (plist-get plist :tool))
+                                   'face 'bold)
+                       (substitute-command-keys
+                        "\\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] run it, \
+\\[swank-mcp-decline] decline it, \\[swank-mcp-approve-for-session] run it and allow the tool for the session.\n\n")
+                       (swank-mcp--fontify-shown (plist-get plist :text))
+                       "\n"))
+             (goto-char (point-min))
+             (display-buffer (current-buffer)))))))
+
+(defun swank-mcp--answer (verdict)
+  "Answer the approval shown in the current buffer with VERDICT."
+  (let ((shown swank-mcp--approval-shown))
+    (unless shown
+      (user-error "No call waits for approval here"))
+    (pcase-let ((`(,connection ,backend ,plist) shown))
+      (setq swank-mcp--approvals (delete shown swank-mcp--approvals))
+      (swank-mcp--eval-async connection backend
+                             (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)
+                             #'ignore)
+      (message "swank-mcp: %s %s" (plist-get plist :tool)
+               (pcase verdict (:yes "approved") (:no "declined") (:always "approved for the session")))
+      (swank-mcp--approval-show))))
+
+(defun swank-mcp-approve ()
+  "Run the call shown."
+  (interactive)
+  (swank-mcp--answer :yes))
+
+(defun swank-mcp-decline ()
+  "Decline the call shown: it does not run."
+  (interactive)
+  (swank-mcp--answer :no))
+
+(defun swank-mcp-approve-for-session ()
+  "Run the call shown, and allow its tool for the rest of the agent's session."
+  (interactive)
+  (swank-mcp--answer :always))
 
 (provide 'swank-mcp)
 

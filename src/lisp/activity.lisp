@@ -94,13 +94,14 @@ EVAL, so the evaluator's frame holds the form, (MCP-AGENT-HELPER:EVALUATE \"code
               (setf *activity* (subseq *activity* 0 *activity-limit*)))))))))
 
 (defun outcome-line (outcome)
-  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK . values)
-or (:OK plist), (:FAILURE message), or an error report."
+  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK values)
+for evaluate-lisp, each value (text dropped); (:OK plist) for the other tools; (:FAILURE
+message); or an error report."
   (flet ((one-line (text)
            (let ((line (substitute #\Space #\Newline (string-trim '(#\Space #\Newline) text))))
              (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line))))
     (cond ((and (consp outcome) (eq (first outcome) :ok))
-           (let ((values (rest outcome)))
+           (let ((values (second outcome)))
              (cond ((null values) "no values")
                    ;; evaluate-lisp's values, each (text dropped).
                    ((and (consp (first values)) (stringp (first (first values))))
@@ -115,8 +116,8 @@ or (:OK plist), (:FAILURE message), or an error report."
           (t "done"))))
 
 (defun note-call-end (token outcome)
-  "Records how the call under TOKEN ended, if its start was recorded."
-  (when *activity*
+  "Records how the call under TOKEN ended, if its start was recorded and an Emacs still watches."
+  (when (and *activity* (activity-watched-p))
     (sb-thread:with-mutex (*activity-lock*)
       (let ((record (find token *activity* :key #'record-token :test #'equal)))
         (when (and record (null (record-milliseconds record)))
