@@ -291,6 +291,7 @@ fn main() {
             eval_timeout: Duration::from_secs(30),
             max_output: 65536,
             debug_timeout: Duration::from_secs(600),
+            allow_exit: false,
         },
         vec![swank_mcp::image::ImageSettings {
             name: "default".into(),

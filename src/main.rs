@@ -59,6 +59,11 @@ struct Cli {
     #[arg(long, default_value = "10m", value_parser = parse_duration, global = true)]
     debug_timeout: Duration,
 
+    /// Let an evaluation end an image that swank-mcp did not start ((sb-ext:exit), (uiop:quit));
+    /// without it such a call fails with EXIT-REFUSED and the image keeps running.
+    #[arg(long, global = true)]
+    allow_exit: bool,
+
     /// Characters kept of each output section; the image cuts the rest before sending.
     #[arg(long, default_value_t = 65536, value_parser = parse_max_output, global = true)]
     max_output: usize,
@@ -264,8 +269,12 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
             }
         })
         .collect();
-    let settings =
-        Settings { eval_timeout: cli.eval_timeout, max_output: cli.max_output, debug_timeout: cli.debug_timeout };
+    let settings = Settings {
+        eval_timeout: cli.eval_timeout,
+        max_output: cli.max_output,
+        debug_timeout: cli.debug_timeout,
+        allow_exit: cli.allow_exit,
+    };
     let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
     let selection = ToolSelection { only: cli.tools.clone(), read_only: cli.read_only };
     let toolbox = Toolbox::new(settings, images, roots).select(&selection).map_err(anyhow::Error::msg)?;

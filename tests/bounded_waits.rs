@@ -294,8 +294,21 @@ async fn a_connection_that_stopped_answering_is_dropped_and_the_next_call_reconn
 async fn an_image_that_exits_during_a_call_is_reported_as_gone() {
     for exit in ["(sb-ext:exit)", "(sb-ext:exit :abort t)"] {
         let image = common::private_image().await;
+        // The user's image: the exit is refused and the image goes on.
         let tb = common::toolbox(image.port);
+        let refused = eval(&tb, json!({ "code": exit })).await;
+        assert!(
+            refused.is_error && refused.text.starts_with("[ERROR] MCP-AGENT-HELPER::EXIT-REFUSED\n(SB-EXT:EXIT"),
+            "{exit}: {}",
+            refused.text
+        );
         assert_eq!(eval(&tb, json!({"code": "(+ 1 2)"})).await.text, "=> 3");
+        let settings = swank_mcp::tools::Settings { allow_exit: true, ..common::settings() };
+        let tb = Arc::new(Toolbox::new(
+            settings,
+            vec![common::image_settings(image.port)],
+            AllowedRoots::new(Vec::new()).unwrap(),
+        ));
         let output = eval(&tb, json!({ "code": exit })).await;
         assert!(
             output.is_error

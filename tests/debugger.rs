@@ -274,3 +274,19 @@ async fn compile_time_errors_are_flagged() {
     assert!(output.text.contains("[warnings]\nERROR: return for unknown block: NOPE\n"), "{}", output.text);
     assert_eq!(output.text.matches("ERROR: return for unknown block").count(), 1, "{}", output.text);
 }
+
+/// An agent cannot end an image swank-mcp did not start, whichever way it asks.
+#[tokio::test]
+async fn exits_are_refused_in_the_users_image() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    for code in ["(sb-ext:exit :code 3)", "(sb-ext:quit)", "(require :asdf) (uiop:quit 3)"] {
+        let output = call(&toolbox, "evaluate-lisp", json!({ "code": code })).await;
+        assert!(
+            output.text.starts_with("[ERROR] MCP-AGENT-HELPER::EXIT-REFUSED\n(SB-EXT:EXIT"),
+            "{code}: {}",
+            output.text
+        );
+        assert!(output.text.contains("--allow-exit"), "{}", output.text);
+    }
+    assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+}

@@ -7,6 +7,9 @@
 
 (defparameter *max-warnings* 200)
 
+(defvar *exit-allowed* nil
+  "True while a tool call that may end the image runs (see INSTALL-EXIT-GUARD).")
+
 (defun print-value (value limit)
   "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
 printing is reported in place of the value rather than failing the call."
@@ -69,14 +72,16 @@ the package in force at the end, and the failed condition."
                 (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
       (values outcome final-package failed-condition))))
 
-(defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*))
+(defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
+                           allow-exit)
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
-for DEBUG-TIMEOUT seconds at most. Returns a plist: :VALUES, a list of (text dropped);
+for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image. Returns a plist: :VALUES, a list of (text dropped);
 :STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
 session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
 :BACKTRACE)."
   (let* ((*max-output* max-output)
          (*debug-timeout* debug-timeout)
+         (*exit-allowed* allow-exit)
          (session (find-session session))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
@@ -145,3 +150,33 @@ because F is undefined: the error already says so."
        (typep warning 'style-warning)
        (typep warning 'simple-condition)
        (member (cell-error-name failure) (simple-condition-format-arguments warning) :test #'equal)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; An agent cannot end the user's image by accident
+;;;
+;;; SB-EXT:EXIT (which UIOP:QUIT and SB-EXT:QUIT call) is encapsulated, like the undo journal's
+;;; definers: inside an agent's tool call it signals EXIT-REFUSED unless the call allows exits
+;;; (the server started the image, or runs with --allow-exit). A catch cannot stop an exit instead:
+;;; from a worker thread SBCL tells the main thread to exit before it unwinds the caller.
+
+(define-condition exit-refused (error)
+  ((arguments :initarg :arguments :reader exit-refused-arguments))
+  (:report (lambda (condition stream)
+             (format stream "~A was refused: this image is not swank-mcp's to end (it did not start it), and ~
+                             ending it would lose the state of whoever works in it. Start swank-mcp with ~
+                             --allow-exit to let an evaluation end the image."
+                     (let ((*package* (find-package '#:keyword)))
+                       (prin1-to-string (cons 'sb-ext:exit (exit-refused-arguments condition))))))))
+
+(defun refuse-agent-exit (exit &rest arguments)
+  (if (and *agent-call* (not *exit-allowed*))
+      (error 'exit-refused :arguments arguments)
+      (apply exit arguments)))
+
+(defun install-exit-guard ()
+  "Puts the exit guard into the image once; a reload finds it there."
+  (when (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
+    (unless (internal-call "SB-INT" "ENCAPSULATED-P" 'sb-ext:exit 'mcp-agent-exit-guard)
+      (internal-call "SB-INT" "ENCAPSULATE" 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit))))
+
+(install-exit-guard)

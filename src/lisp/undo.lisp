@@ -11,8 +11,8 @@
 ;;;; SBCL tells about a function's replacement through SB-INT:*SETF-FDEFINITION-HOOK*, called
 ;;;; before the change. DEFMACRO, DEFMETHOD and DEFCLASS do not go through it, so their loaders
 ;;;; (SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS) are encapsulated. These are
-;;;; the helper's only changes that outlast a call; each costs the image's own definitions one
-;;;; special-variable test when no agent call runs.
+;;;; with the exit guard (evaluate.lisp), the helper's only changes that outlast a call; each costs
+;;;; the image's own definitions one special-variable test when no agent call runs.
 ;;;;
 ;;;; Loaded after systems.lisp, under the rules of helper.lisp.
 

@@ -29,7 +29,8 @@ fn definition() -> ToolDefinition {
             session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
             locals, evaluate in a frame, redefine the broken function and restart its frame, or invoke a restart \
             such as USE-VALUE); use it when the failing state is worth keeping. Interactive input (READ-LINE, \
-            Y-OR-N-P) gets end of file.",
+            Y-OR-N-P) gets end of file. (sb-ext:exit) and (uiop:quit) fail with EXIT-REFUSED in an image swank-mcp \
+            did not start, unless the server runs with --allow-exit.",
         input_schema: json!({
             "type": "object",
             "required": ["code"],
@@ -105,6 +106,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         package.map_or(Form::Nil, Form::string),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
+        Form::Keyword("allow-exit"),
+        if context.settings.allow_exit || image.launched_pid().is_some() { Form::T } else { Form::Nil },
     ];
     if debug {
         request.extend([

@@ -147,6 +147,8 @@ pub struct Settings {
     pub max_output: usize,
     /// How long an evaluation stopped in the debugger waits for the debugger tool.
     pub debug_timeout: Duration,
+    /// Whether an evaluation may end an image this server did not start (`--allow-exit`).
+    pub allow_exit: bool,
 }
 
 /// Everything the tools share: settings, the images they work in, and the directories the

@@ -48,7 +48,12 @@ pub fn shared_image_port() -> u16 {
 }
 
 pub fn settings() -> Settings {
-    Settings { eval_timeout: Duration::from_secs(30), max_output: 65536, debug_timeout: Duration::from_secs(600) }
+    Settings {
+        eval_timeout: Duration::from_secs(30),
+        max_output: 65536,
+        debug_timeout: Duration::from_secs(600),
+        allow_exit: false,
+    }
 }
 
 pub fn image_settings(port: u16) -> ImageSettings {
