@@ -344,7 +344,11 @@ async fn with_launch_an_image_that_exited_is_started_again() {
         output.text
     );
     let second = eval(&tb, json!({ "code": pid })).await.text;
-    assert!(second.starts_with("=> ") && second != first, "{first} then {second}");
+    let fresh = "[notes]\nThe private SBCL image swank-mcp had started ended (exit code 0); this call ran in a fresh \
+                 image that swank-mcp started in its place. Everything defined or loaded in the earlier image is gone.\n\n=> ";
+    assert!(second.starts_with(fresh) && second[fresh.len()..] != first[3..], "{first} then {second}");
+    let third = eval(&tb, json!({ "code": pid })).await.text;
+    assert_eq!(third, format!("=> {}", &second[fresh.len()..]), "the note is said once");
 }
 
 #[tokio::test]

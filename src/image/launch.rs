@@ -82,8 +82,20 @@ pub struct LaunchedImage {
     /// The port its swank server listens on.
     pub port: u16,
     pub(crate) pid: Option<u32>,
-    _child: Child,
+    child: Child,
     _lifeline: ChildStdin,
+}
+
+impl LaunchedImage {
+    /// How the process ended, once it has: "exit code 3", "signal 9".
+    fn ended(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok().flatten()?;
+        Some(match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => status.to_string(),
+        })
+    }
 }
 
 /// The places swank is installed by Debian's `cl-swank`, Quicklisp and Emacs package managers,
@@ -189,7 +201,7 @@ pub async fn launch(loader: &Path, interface: &str, port: u16) -> Result<Launche
     });
     let pid = child.id();
     tracing::info!(port, ?pid, "launched a private SBCL image");
-    Ok(LaunchedImage { port, pid, _child: child, _lifeline: stdin })
+    Ok(LaunchedImage { port, pid, child, _lifeline: stdin })
 }
 
 /// A line of the image's standard output, to the log file if there is one, else to our log.
@@ -218,6 +230,8 @@ pub(crate) struct Launcher {
 struct LaunchState {
     image: Option<LaunchedImage>,
     starting: Option<Shared<BoxFuture<'static, Result<Endpoint, ImageError>>>>,
+    /// Set when an image replaced one that had ended, until the next reply says so.
+    replaced: Option<String>,
 }
 
 impl Launcher {
@@ -229,6 +243,12 @@ impl Launcher {
     /// process has no pid to report).
     pub(crate) fn pid(&self) -> Option<Option<u32>> {
         lock(&self.state).image.as_ref().map(|image| image.pid)
+    }
+
+    /// What the next reply must say when the image it started had ended and a new one was
+    /// started in its place; taken once.
+    pub(crate) fn take_replacement_note(&self) -> Option<String> {
+        lock(&self.state).replaced.take()
     }
 
     pub(crate) fn endpoint(&self) -> Option<Endpoint> {
@@ -271,7 +291,13 @@ impl Launcher {
         state.starting = None;
         let image = started?;
         let endpoint = Endpoint { host: self.host.clone(), port: image.port };
-        state.image = Some(image);
+        if let Some(mut previous) = state.image.replace(image) {
+            let ended = previous.ended().map_or_else(String::new, |how| format!(" ({how})"));
+            state.replaced = Some(format!(
+                "[notes]\nThe private SBCL image swank-mcp had started ended{ended}; this call ran in a fresh image \
+                 that swank-mcp started in its place. Everything defined or loaded in the earlier image is gone."
+            ));
+        }
         Ok(endpoint)
     }
 }

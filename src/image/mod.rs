@@ -511,6 +511,12 @@ impl Image {
         }
     }
 
+    /// When the image --launch started had ended and a new one runs in its place, what the next
+    /// reply must say of it; taken once.
+    pub fn take_replacement_note(&self) -> Option<String> {
+        self.launcher.as_ref().and_then(|launcher| launcher.take_replacement_note())
+    }
+
     /// Whether this server started the image it talks to (and the pid of that process).
     pub fn launched_pid(&self) -> Option<Option<u32>> {
         self.launcher.as_ref().and_then(|launcher| launcher.pid())

@@ -246,7 +246,19 @@ impl Toolbox {
             }
             Run::Image(tool) => {
                 let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
-                tool(&context, &args).await
+                let result = tool(&context, &args).await;
+                // A fresh image in place of one that ended is news the agent must not miss: its
+                // earlier definitions are gone.
+                match context.image(&args).ok().and_then(|image| image.take_replacement_note()) {
+                    Some(note) => match result {
+                        Ok(mut output) => {
+                            output.text = format!("{note}\n\n{}", output.text);
+                            Ok(output)
+                        }
+                        Err(error) => Err(ToolError::new(format!("{note}\n\n{}", error.0))),
+                    },
+                    None => result,
+                }
             }
         };
         Some(result.unwrap_or_else(ToolOutput::from))
