@@ -2,8 +2,7 @@
 
 Interleaves rounds of `evaluate-lisp "(+ 1 2)"` through the swank-mcp binary with the feed closed
 (no Emacs watching: the image records nothing) and open (the watch lease that an open
-*swank-mcp activity* buffer renews, set here over a raw swank connection), against one image; and
-times the helper's CALL-REGISTERED in the image alone, closed and open. Reuses the clients of
+*swank-mcp activity* buffer renews, set here over a raw swank connection), against one image. Reuses the clients of
 benches/overhead_client.py. Standalone, like that script:
     python3 benches/activity_cost.py --port 4005 --server target/release/swank-mcp [--calls 1000]
 """
@@ -20,9 +19,6 @@ import time  # noqa: E402
 
 OPEN = "(setf mcp-agent-helper::*activity-watched-until* (+ (get-internal-real-time) (* 3600 internal-time-units-per-second)))"
 CLOSED = "(setf mcp-agent-helper::*activity-watched-until* 0)"
-IN_IMAGE = ("(let ((start (get-internal-real-time)))"
-            " (dotimes (i 100000) (mcp-agent-helper::call-registered \"activity-bench\" (lambda (e) e)))"
-            " (/ (- (get-internal-real-time) start) (/ internal-time-units-per-second 1000000) 100000.0))")
 
 
 def main():
@@ -45,10 +41,6 @@ def main():
                 reply = server.evaluate(CODE)
                 times[state].append(time.perf_counter() - started)
                 assert json.loads(reply)["result"]["content"][0]["text"] == "=> 3", reply
-    in_image = {}
-    for state in ("closed", "open"):
-        raw.eval_and_grab_output(OPEN if state == "open" else CLOSED)
-        in_image[state] = raw.eval_and_grab_output(IN_IMAGE)
     raw.eval_and_grab_output(CLOSED)
     server.close()
     closed50 = percentile(sorted(times["closed"]), 0.5)
@@ -57,7 +49,6 @@ def main():
         p50, p99 = percentile(ordered, 0.5), percentile(ordered, 0.99)
         print(f"  evaluate-lisp, feed {state:6}  p50 {p50 * 1e6:8.1f} µs   p99 {p99 * 1e6:8.1f} µs   "
               f"p50 vs closed {p50 / closed50:5.3f}x")
-        print(f"  CALL-REGISTERED in the image, feed {state}: {in_image[state]}")
 
 
 if __name__ == "__main__":
