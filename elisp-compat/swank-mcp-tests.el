@@ -428,6 +428,27 @@ What it writes collects in the process buffer, one JSON message a line."
                              (lambda () (swank-mcp-tests--eval
                                          '(cl:not (cl:funcall (cl:find-symbol "ACTIVITY-WATCHED-P" "MCP-AGENT-HELPER")))))))))
 
+(ert-deftest swank-mcp-undo-puts-back-what-the-agent-replaced ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      ;; The user's definition, from Emacs; the agent's replacement, through the binary.
+      (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "interactive-eval")
+                               "(defun swank-mcp-undo-subject () :users)"))
+      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-undo-subject () :agents)"))))
+      (let ((buffer (swank-mcp-undo)))
+        (unwind-protect
+            (with-current-buffer buffer
+              (goto-char (point-max))
+              (should (re-search-backward "^ *[0-9]+ .*function +COMMON-LISP-USER::SWANK-MCP-UNDO-SUBJECT" nil t))
+              (swank-mcp-undo-restore)
+              (let ((output-and-value (swank-mcp-tests--eval
+                                       `(,(swank-mcp-tests--server-function "eval-and-grab-output")
+                                         "(swank-mcp-undo-subject)"))))
+                (should (equal (car (split-string (cadr output-and-value))) ":USERS")))
+              (goto-char (point-max))
+              (should (re-search-backward "SWANK-MCP-UNDO-SUBJECT.*(restored)" nil t)))
+          (kill-buffer buffer))))))
+
 (provide 'swank-mcp-tests)
 
 ;;; swank-mcp-tests.el ends here

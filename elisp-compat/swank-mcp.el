@@ -505,6 +505,116 @@ open."
       (goto-char (point-min))
       (display-buffer (current-buffer)))))
 
+;;;;; Undo
+
+(defvar-local swank-mcp--undo-connection nil
+  "The connection whose image's journal this undo buffer shows.")
+(defvar-local swank-mcp--undo-backend nil
+  "The backend of `swank-mcp--undo-connection'.")
+
+(defvar swank-mcp-undo-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "r") #'swank-mcp-undo-restore)
+    (define-key map (kbd "R") #'swank-mcp-undo-restore-since)
+    (define-key map (kbd "g") #'swank-mcp-undo-refresh)
+    map)
+  "Keymap of `swank-mcp-undo-mode'.")
+
+(define-derived-mode swank-mcp-undo-mode special-mode "swank-mcp undo"
+  "The definitions agents' calls replaced in a Lisp image, oldest first.
+\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] puts back the definition of the entry at point,
+\\[swank-mcp-undo-restore-since] every entry from the one at point on, newest first;
+\\[swank-mcp-undo-refresh] reads the journal again."
+  (setq truncate-lines t))
+
+;;;###autoload
+(defun swank-mcp-undo ()
+  "List what agents replaced in the current image, to restore it.
+The journal of the functions and macros their calls replaced lives in the
+image.  Restoring an entry puts back the definition it replaced, so the
+function behaves as before and \\[xref-find-definitions] finds it where it
+was.  Methods and classes are listed only."
+  (interactive)
+  (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
+               (buffer (get-buffer-create
+                        (format "*swank-mcp undo: %s*"
+                                (funcall (swank-mcp--backend-connection-name backend) connection)))))
+    (with-current-buffer buffer
+      (swank-mcp-undo-mode)
+      (setq swank-mcp--undo-connection connection
+            swank-mcp--undo-backend backend)
+      (swank-mcp-undo-refresh))
+    (when (called-interactively-p 'any)
+      (pop-to-buffer buffer))
+    buffer))
+
+(defun swank-mcp--undo-call (&rest arguments)
+  "Call the image's undo journal with ARGUMENTS; return its plist.
+Signal a `user-error' with the image's message when it reports a failure."
+  (let ((reply (swank-mcp--eval swank-mcp--undo-connection swank-mcp--undo-backend
+                                (apply #'swank-mcp--helper-call "UNDO-JOURNAL" arguments))))
+    (cond ((null reply) (user-error "No agent has worked in this image yet: there is nothing to undo"))
+          ((plist-get reply :failure) (user-error "%s" (plist-get reply :failure)))
+          ((plist-get reply :error) (user-error "%s" (plist-get (plist-get reply :error) :message)))
+          (t reply))))
+
+(defun swank-mcp-undo-refresh ()
+  "Read the image's journal again."
+  (interactive)
+  (let ((reply (swank-mcp--undo-call))
+        (line (line-number-at-pos))
+        (inhibit-read-only t))
+    (erase-buffer)
+    (insert (propertize (format "Definitions agents replaced in the image of the %s.\n"
+                                (swank-mcp--describe-connection swank-mcp--undo-connection
+                                                                swank-mcp--undo-backend))
+                        'face 'shadow)
+            (propertize "r restores the entry at point, R every entry from it on, g reads the journal again.\n"
+                        'face 'shadow))
+    (when (> (plist-get reply :older) 0)
+      (insert (propertize (format "(%d older entries not shown)\n" (plist-get reply :older)) 'face 'shadow)))
+    (dolist (entry (plist-get reply :entries))
+      (let ((restorable (plist-get entry :restorable))
+            (restored (plist-get entry :restored)))
+        (insert (propertize
+                 (format "%4d  %s  %-14s %s%s%s\n"
+                         (plist-get entry :number) (plist-get entry :time) (plist-get entry :kind)
+                         (propertize (plist-get entry :name) 'face 'font-lock-function-name-face)
+                         (if (plist-get entry :detail) (format "  %s" (plist-get entry :detail)) "")
+                         (cond (restored (propertize "  (restored)" 'face 'shadow))
+                               ((not restorable) (propertize "  (cannot be restored automatically)" 'face 'shadow))
+                               (t "")))
+                 'swank-mcp-entry (plist-get entry :number)))))
+    (goto-char (point-min))
+    (forward-line (1- line))))
+
+(defun swank-mcp--undo-entry-at-point ()
+  "The journal number of the entry at point."
+  (or (get-text-property (line-beginning-position) 'swank-mcp-entry)
+      (user-error "No journal entry on this line")))
+
+(defun swank-mcp--undo-report (reply)
+  "Say what REPLY restored and skipped."
+  (message "%s" (string-join
+                 (append (mapcar (lambda (r) (format "Restored %d %s" (plist-get r :number) (plist-get r :name)))
+                                 (plist-get reply :restored))
+                         (mapcar (lambda (s) (format "Skipped %d %s: %s" (plist-get s :number) (plist-get s :name)
+                                                     (plist-get s :reason)))
+                                 (plist-get reply :skipped)))
+                 "; ")))
+
+(defun swank-mcp-undo-restore ()
+  "Put back the definition the entry at point replaced."
+  (interactive)
+  (swank-mcp--undo-report (swank-mcp--undo-call :entries `'(,(swank-mcp--undo-entry-at-point))))
+  (swank-mcp-undo-refresh))
+
+(defun swank-mcp-undo-restore-since ()
+  "Put back every entry from the one at point on, newest first."
+  (interactive)
+  (swank-mcp--undo-report (swank-mcp--undo-call :since (swank-mcp--undo-entry-at-point)))
+  (swank-mcp-undo-refresh))
+
 ;;;;; Approval mode
 
 (defconst swank-mcp--approval-buffer-name "*swank-mcp approval*"
