@@ -106,9 +106,11 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         package.map_or(Form::Nil, Form::string),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
-        Form::Keyword("allow-exit"),
-        if context.settings.allow_exit || image.launched_pid().is_some() { Form::T } else { Form::Nil },
     ];
+    // Sent only when true: the helper refuses by default.
+    if context.settings.allow_exit || image.launched_pid().is_some() {
+        request.extend([Form::Keyword("allow-exit"), Form::T]);
+    }
     if debug {
         request.extend([
             Form::Keyword("debug"),
