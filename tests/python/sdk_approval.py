@@ -18,6 +18,8 @@ import sys
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
+from sdk_checks import check, text_of
+
 
 def server(binary: str, port: str, audit_log: str) -> StdioServerParameters:
     env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
@@ -26,16 +28,6 @@ def server(binary: str, port: str, audit_log: str) -> StdioServerParameters:
         args=["--port", port, "--confirm", "evaluate-lisp", "--audit-log", audit_log],
         env=env,
     )
-
-
-def check(condition: bool, what: str, detail: object = "") -> None:
-    if not condition:
-        raise AssertionError(f"{what}: {detail}")
-    print(f"ok: {what}")
-
-
-def text_of(result) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
 
 
 class Human:

@@ -15,6 +15,8 @@ import sys
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from sdk_checks import check, text_of
+
 # Ours: the negotiated revision must be one swank-mcp implements.
 SUPPORTED_VERSIONS = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
 TOOLS = {"evaluate-lisp", "edit-lisp-form", "lisp-check-parens", "lisp-outline"}
@@ -24,16 +26,6 @@ def server(binary: str, port: str) -> StdioServerParameters:
     # The SDK gives the child an allow-listed environment; say what it needs.
     env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
     return StdioServerParameters(command=binary, args=["--port", port], env=env)
-
-
-def check(condition: bool, what: str, detail: object = "") -> None:
-    if not condition:
-        raise AssertionError(f"{what}: {detail}")
-    print(f"ok: {what}")
-
-
-def text_of(result) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
 
 
 async def with_client_session(params: StdioServerParameters) -> None:
