@@ -89,19 +89,17 @@ pub fn cannot_ask(tool: &str, version: &str) -> ToolOutput {
     ))
 }
 
-/// Asks the user's Emacs, through the image, whether `tool` may run with `arguments`.
+/// Asks the user's Emacs, through the image, whether `tool` may run with `arguments`, showing
+/// `shown` (from [`what_it_does`]).
 pub async fn ask_emacs(
     toolbox: &Arc<Toolbox>,
     tool: &str,
     arguments: &Option<Value>,
+    shown: String,
     version: &str,
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
-    let shown = match what_it_does(toolbox, tool, arguments, cancel).await {
-        Ok(shown) => shown,
-        Err(refused) => return Verdict::Refused(refused),
-    };
     match toolbox.ask_emacs(arguments, tool, shown, limit, cancel.clone()).await {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
@@ -126,20 +124,15 @@ struct ElicitResult {
     content: Option<Value>,
 }
 
-/// Asks the human, through the client, whether `tool` may run with `arguments`, waiting at
-/// most `limit` and until `cancel`.
+/// Asks the human, through the client, whether `tool` may run, showing `shown` (from
+/// [`what_it_does`]), waiting at most `limit` and until `cancel`.
 pub async fn ask(
     requests: &ClientRequests,
-    toolbox: &Arc<Toolbox>,
     tool: &str,
-    arguments: &Option<Value>,
+    shown: &str,
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
-    let shown = match what_it_does(toolbox, tool, arguments, cancel).await {
-        Ok(shown) => shown,
-        Err(refused) => return Verdict::Refused(refused),
-    };
     let params = json!({
         "message": format!("The agent asks to run {tool}.\n\n{shown}\n\nAllow it?"),
         "requestedSchema": {
@@ -181,9 +174,7 @@ pub async fn ask(
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         },
-        Ok(result) if result.action == "decline" => Verdict::Refused(ToolOutput::error(format!(
-            "{tool} was declined by the user; it did not run and nothing changed."
-        ))),
+        Ok(result) if result.action == "decline" => Verdict::Refused(declined(tool)),
         Ok(result) if result.action == "cancel" => {
             not_run("the user dismissed the approval request without answering.".to_string())
         }
@@ -193,7 +184,7 @@ pub async fn ask(
 
 /// What the human is shown: the code of an evaluation, the diff an edit would make, or the
 /// arguments of any other call. An edit that cannot be made is refused here, unasked.
-async fn what_it_does(
+pub async fn what_it_does(
     toolbox: &Arc<Toolbox>,
     tool: &str,
     arguments: &Option<Value>,

@@ -511,10 +511,11 @@ impl Server {
         }
         let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let limit = self.options.confirm.timeout;
+        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel).await?;
         let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
-            super::approval::ask(&self.requests, &self.toolbox, name, arguments, limit, cancel).await
+            super::approval::ask(&self.requests, name, &shown, limit, cancel).await
         } else {
-            super::approval::ask_emacs(&self.toolbox, name, arguments, &version, limit, cancel).await
+            super::approval::ask_emacs(&self.toolbox, name, arguments, shown, &version, limit, cancel).await
         };
         match verdict {
             Verdict::Approved { for_session } => {
