@@ -220,7 +220,8 @@ impl DebuggableRex {
 
 impl Drop for DebuggableRex {
     fn drop(&mut self) {
-        lock(&self.shared.pending).remove(&self.id);
+        self.shared.forget(self.id);
+        // Only a debuggable request's threads are in this map.
         lock(&self.shared.debugging_threads).retain(|_, id| *id != self.id);
     }
 }
@@ -403,8 +404,7 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        lock(&self.shared.pending).remove(&self.id);
-        lock(&self.shared.debugger_reports).remove(&self.id);
+        self.shared.forget(self.id);
     }
 }
 
@@ -451,6 +451,12 @@ impl Shared {
         Ok(id)
     }
 
+    /// Drops what is kept for request `id`, whose caller stopped waiting.
+    fn forget(&self, id: i64) {
+        lock(&self.pending).remove(&id);
+        lock(&self.debugger_reports).remove(&id);
+    }
+
     /// Where the events of request `id` go, if a [`DebuggableRex`] waits for it.
     fn debuggable_events(&self, id: i64) -> Option<mpsc::UnboundedSender<RexEvent>> {
         match lock(&self.pending).get(&id) {
@@ -478,7 +484,11 @@ impl Shared {
         let waiter = lock(&self.pending).remove(&id);
         match waiter {
             Some(waiter) => {
-                lock(&self.debugging_threads).retain(|_, waiting| *waiting != id);
+                // Only a debuggable request's threads are in this map: a plain reply, the
+                // common case, takes no second lock.
+                if matches!(waiter, Waiter::Debuggable(_)) {
+                    lock(&self.debugging_threads).retain(|_, waiting| *waiting != id);
+                }
                 waiter.complete(reply);
             }
             None => tracing::debug!(id, "reply for a request nobody waits for"),
