@@ -64,7 +64,7 @@ the evaluator's frames below it are left out, as in every backtrace this helper 
                       (unless (implementation-internal-p name)
                         (setf seen-user-frame t))
                       (push (list index text name) frames)))))
-    (loop while (and frames (member (frame-function-symbol (third (first frames))) *evaluator-functions*))
+    (loop while (and frames (evaluator-frame-p (third (first frames))))
           do (pop frames))
     (nreverse (mapcar (lambda (frame) (subseq frame 0 2)) frames))))
 

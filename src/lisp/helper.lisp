@@ -404,6 +404,10 @@ enclosing function of a local function such as (FLET F :IN PARENT) or (LAMBDA ()
            (cond ((and in (symbolp (second in))) (second in))
                  ((symbolp (second name)) (second name)))))))
 
+(defun evaluator-frame-p (name)
+  "True for a frame, named NAME, of the evaluator under the user's code (see *EVALUATOR-FUNCTIONS*)."
+  (member (frame-function-symbol name) *evaluator-functions*))
+
 (defun server-package-p (package)
   (let ((name (package-name package)))
     (or (eql 0 (search "SWANK" name)) (eql 0 (search "SLYNK" name)))))
@@ -505,7 +509,7 @@ own frames; drops the signalling machinery above the user's code and the evaluat
                           (setf seen-user-frame t)
                           (push (cons name args) frames)))))
         (when reached-helper
-          (loop while (and frames (member (frame-function-symbol (car (first frames))) *evaluator-functions*))
+          (loop while (and frames (evaluator-frame-p (car (first frames))))
                 do (pop frames)))
         (let ((calls (nreverse frames)))
           (loop for (name . args) in calls
@@ -817,8 +821,7 @@ run of one function folded into one line: FACT x 9,870."
          (user (member-if (lambda (name) (not (or (own-frame-p name) (implementation-internal-p name))))
                           below-signal))
          (user (subseq user 0 (position-if #'own-frame-p user)))
-         (user (reverse (member-if-not (lambda (name) (member (frame-function-symbol name) *evaluator-functions*))
-                                       (reverse user))))
+         (user (reverse (member-if-not #'evaluator-frame-p (reverse user))))
          (runs '()))
     (dolist (name user)
       (if (and runs (equal (car (first runs)) name))
