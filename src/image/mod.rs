@@ -546,14 +546,15 @@ impl Image {
     }
 
     /// [`Image::call_helper`] for a call whose thread may stop in the image's debugger and wait
-    /// there for the debugger tool (evaluate-lisp with `debug`): returns when it does.
+    /// there for the debugger tool (evaluate-lisp with `debug`): returns when it does. The time
+    /// limit is the caller's `deadline`, which goes on to cover describing where it stopped.
     pub async fn call_helper_debuggable(
         &self,
         function: &'static str,
         args: Vec<Form>,
+        deadline: Instant,
         limits: &CallLimits,
     ) -> Result<Evaluation, CallError> {
-        let deadline = Instant::now() + limits.timeout;
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let form = self.helper_form(function, args, &token);
@@ -574,7 +575,7 @@ impl Image {
             let mut resumed = false;
             loop {
                 match rex.next().await {
-                    RexEvent::Entered { thread, level } => return Ok(Next::Stopped { thread, level, resumed }),
+                    RexEvent::Entered { thread, .. } => return Ok(Next::Stopped { thread, resumed }),
                     RexEvent::Left { .. } => resumed = true,
                     RexEvent::Returned(reply) => return reply.map(Next::Returned),
                 }
@@ -583,7 +584,7 @@ impl Image {
         let next = self.supervise(&evaluation.connection, &evaluation.token, deadline, limits, next).await?;
         Ok(match next {
             Next::Returned(value) => Evaluation::Returned(value),
-            Next::Stopped { thread, level, resumed } => Evaluation::Stopped { evaluation, thread, level, resumed },
+            Next::Stopped { thread, resumed } => Evaluation::Stopped { evaluation, thread, resumed },
         })
     }
 
@@ -843,8 +844,6 @@ pub enum Evaluation {
         evaluation: Evaluating,
         /// The server's id of the waiting thread, where requests to the debugger go.
         thread: i64,
-        /// The debugger's level.
-        level: i64,
         /// Whether it left the debugger since it was last followed, so that this is a new stop
         /// rather than the same one announced again.
         resumed: bool,
@@ -853,7 +852,7 @@ pub enum Evaluation {
 
 enum Next {
     Returned(Sexp),
-    Stopped { thread: i64, level: i64, resumed: bool },
+    Stopped { thread: i64, resumed: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

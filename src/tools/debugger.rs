@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::arguments::NumberOrName;
 use super::evaluate_lisp::EvaluationReply;
-use super::lisp_reply::{check_failure, decode, restarts_section, section_body, Captured, ErrorReport};
+use super::lisp_reply::{check_failure, decode, restarts_section, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{
     next_debugger_session_number, CallLimits, DebuggerSession, Evaluating, Evaluation, Image, SessionUnavailable,
@@ -88,13 +88,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Ok(Some(reply)) => {
             image.keep_debugger_session(session);
             check_failure(&reply)?;
-            action.render(number, &reply)
+            action.render(number, &reply, context.settings.max_output)
         }
         // Control left the debugger: the evaluation goes on from where the action sent it.
         Ok(None) => {
             let DebuggerSession { number, evaluation, .. } = session;
             let next = image.follow(evaluation, deadline, &limits).await;
-            outcome(context, &image, number, next, &limits, deadline).await
+            outcome(context, &image, Some(number), next, &limits, deadline).await
         }
         Err(e) => {
             let mut session = session;
@@ -210,7 +210,7 @@ impl<'a> Action<'a> {
     }
 
     /// The reply of an action that left the evaluation where it was.
-    fn render(&self, number: u64, reply: &Sexp) -> ToolResult {
+    fn render(&self, number: u64, reply: &Sexp, max_output: usize) -> ToolResult {
         let waiting = format!("(Session D{number} still waits in the debugger.)");
         match self {
             Action::Backtrace { .. } => {
@@ -242,14 +242,11 @@ impl<'a> Action<'a> {
             }
             Action::EvalInFrame { .. } => {
                 let result = decode::<FrameEvaluation>("debugger-eval-in-frame", reply)?;
-                let mut sections = Vec::new();
-                if !result.stdout.is_empty() {
-                    sections.push(format!("[stdout]\n{}", section_body(&result.stdout.text)));
-                }
+                let mut sections: Vec<String> = result.stdout.section("[stdout]", max_output).into_iter().collect();
                 sections.push(if result.values.is_empty() {
                     "; No values".to_string()
                 } else {
-                    result.values.iter().map(|value| format!("=> {}", value.text)).collect::<Vec<_>>().join("\n")
+                    result.values.iter().map(|value| value.value_line(max_output)).collect::<Vec<_>>().join("\n")
                 });
                 sections.push(waiting);
                 Ok(ToolOutput::success(sections.join("\n\n")))
@@ -264,34 +261,33 @@ impl<'a> Action<'a> {
     }
 }
 
-/// What follows an action that moved the evaluation on, or an evaluate-lisp call with `debug`:
-/// the evaluation's final reply, or the report of where it stopped.
+/// What follows an action that moved the evaluation of debugger session `session` on, or an
+/// evaluate-lisp call with `debug` (no session yet): the evaluation's final reply, or the report
+/// of where it stopped, as the same session when it never left the debugger, else as a new one.
 pub(crate) async fn outcome(
     context: &ToolContext,
     image: &Arc<Image>,
-    number: u64,
+    session: Option<u64>,
     next: Result<Evaluation, crate::image::CallError>,
     limits: &CallLimits,
     deadline: Instant,
 ) -> ToolResult {
+    let kept = match &next {
+        Ok(Evaluation::Stopped { resumed: false, .. }) => session,
+        _ => None,
+    };
+    if let (Some(number), None) = (session, kept) {
+        image.end_debugger_session(number);
+    }
     match next {
         Ok(Evaluation::Returned(reply)) => {
-            image.end_debugger_session(number);
             Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
         }
-        Ok(Evaluation::Stopped { evaluation, thread, resumed, .. }) => {
-            let number = if resumed {
-                image.end_debugger_session(number);
-                next_debugger_session_number()
-            } else {
-                number
-            };
+        Ok(Evaluation::Stopped { evaluation, thread, .. }) => {
+            let number = kept.unwrap_or_else(next_debugger_session_number);
             stopped(context, image, number, evaluation, thread, limits, deadline).await
         }
-        Err(e) => {
-            image.end_debugger_session(number);
-            Err(e.into())
-        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -350,16 +346,8 @@ impl StopReport {
         if !self.frames.is_empty() {
             sections.push(frames_section(&self.frames));
         }
-        for (title, captured) in [("[stdout]", &self.stdout), ("[stderr]", &self.stderr)] {
-            if !captured.is_empty() {
-                let mut section = format!("{title}\n{}", section_body(&captured.text));
-                if let Some(note) = captured.cut_note(max_output) {
-                    section.push('\n');
-                    section.push_str(&note);
-                }
-                sections.push(section);
-            }
-        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
+        sections.extend(self.stderr.section("[stderr]", max_output));
         let example = match self.condition.restarts.first() {
             Some(_) => format!("{{\"session\": \"D{number}\", \"action\": \"invoke_restart\", \"restart\": 0}}"),
             None => format!("{{\"session\": \"D{number}\", \"action\": \"abort\"}}"),

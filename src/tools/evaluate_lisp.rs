@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::debugger;
-use super::lisp_reply::{decode, section_body, Captured, ErrorReport};
+use super::lisp_reply::{decode, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::image::{next_debugger_session_number, CallLimits};
+use crate::image::CallLimits;
 use crate::swank::Form;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
@@ -119,9 +119,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             Form::Integer(context.settings.debug_timeout.as_secs().max(1) as i64),
         ]);
         let deadline = tokio::time::Instant::now() + limits.timeout;
-        let next = image.call_helper_debuggable("evaluate", request, &limits).await;
-        let number = next_debugger_session_number();
-        return debugger::outcome(context, &image, number, next, &limits, deadline).await;
+        let next = image.call_helper_debuggable("evaluate", request, deadline, &limits).await;
+        return debugger::outcome(context, &image, None, next, &limits, deadline).await;
     }
     let reply = image.call_helper("evaluate", request, &limits).await?;
     Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
@@ -157,16 +156,8 @@ impl EvaluationReply {
             }
             sections.push(block);
         }
-        for (title, captured) in [("[stdout]", &self.stdout), ("[stderr]", &self.stderr)] {
-            if !section_body(&captured.text).is_empty() || captured.dropped > 0 {
-                let mut section = format!("{title}\n{}", section_body(&captured.text));
-                if let Some(note) = captured.cut_note(max_output) {
-                    section.push('\n');
-                    section.push_str(&note);
-                }
-                sections.push(section);
-            }
-        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
+        sections.extend(self.stderr.section("[stderr]", max_output));
         if !self.warnings.is_empty() {
             let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
             if self.warnings_dropped > 0 {
@@ -181,14 +172,7 @@ impl EvaluationReply {
             if self.values.is_empty() {
                 sections.push("; No values".to_string());
             } else {
-                let lines: Vec<String> = self
-                    .values
-                    .iter()
-                    .map(|value| match value.cut_note(max_output) {
-                        Some(note) => format!("=> {}\n{note}", value.text),
-                        None => format!("=> {}", value.text),
-                    })
-                    .collect();
+                let lines: Vec<String> = self.values.iter().map(|value| value.value_line(max_output)).collect();
                 sections.push(lines.join("\n"));
             }
         }

@@ -47,6 +47,27 @@ impl Captured {
         self.text.is_empty() && self.dropped == 0
     }
 
+    /// The section titled `title` (`[stdout]`, say) that shows this text, with the note of how
+    /// much was cut; none when there is nothing to show.
+    pub fn section(&self, title: &str, limit: usize) -> Option<String> {
+        let body = section_body(&self.text);
+        if body.is_empty() && self.dropped == 0 {
+            return None;
+        }
+        Some(match self.cut_note(limit) {
+            Some(note) => format!("{title}\n{body}\n{note}"),
+            None => format!("{title}\n{body}"),
+        })
+    }
+
+    /// This text as a printed value: `=> text`, and the note of how much was cut.
+    pub fn value_line(&self, limit: usize) -> String {
+        match self.cut_note(limit) {
+            Some(note) => format!("=> {}\n{note}", self.text),
+            None => format!("=> {}", self.text),
+        }
+    }
+
     /// The note that says how much the image cut, if it cut anything.
     pub fn cut_note(&self, limit: usize) -> Option<String> {
         (self.dropped > 0).then(|| {
