@@ -94,7 +94,11 @@ async fn class_info_contract_examples() {
         "Class: FLYING-CAR\n  Metaclass: STANDARD-CLASS\n  Package: VEHICLES\n\nDirect Superclasses:\n  - CAR\n  - AIRCRAFT\n\n\
          Direct Subclasses: (none)\n\nClass Precedence List:\n  FLYING-CAR → CAR → AIRCRAFT → VEHICLE → STANDARD-OBJECT → T\n\n\
          Direct Slots (1):\n  VTOL-CAPABLE\n    Type: BOOLEAN\n    Initarg: :VTOL-CAPABLE\n    Initform: T\n    \
-         Accessor: FLYING-CAR-VTOL-CAPABLE\n\nAll Slots (inherited included): 8\n  (includes slots from CAR and AIRCRAFT)"
+         Accessor: FLYING-CAR-VTOL-CAPABLE\n\nAll Slots (inherited included): 8\n  (includes slots from CAR and AIRCRAFT)\n\n\
+         Inherited Slots (7):\n  DOORS (from CAR)\n    Initarg: :DOORS\n  FUEL (from CAR)\n    Initarg: :FUEL\n  \
+         SEATS (from CAR)\n    Initarg: :SEATS\n  WINGSPAN (from AIRCRAFT)\n    Initarg: :WINGSPAN\n  \
+         CEILING (from AIRCRAFT)\n    Initarg: :CEILING\n  NAME (from VEHICLE)\n    Initarg: :NAME\n  \
+         MAX-SPEED (from VEHICLE)\n    Initarg: :MAX-SPEED"
     );
     assert_eq!(
         ok(&tb, "class-info", json!({"class": "integer", "package": "CL"})).await,
@@ -126,7 +130,10 @@ async fn class_info_handles_every_kind_of_class() {
          (defclass waiting (not-defined-yet) ((a :initarg :a :reader waiting-a :writer set-waiting-a))) \
          (defstruct (point (:conc-name pt-)) (x 0 :type fixnum) (y 0 :read-only t)) \
          (define-condition oops (error) ((detail :initarg :detail :reader oops-detail))) \
-         (defclass counter () ((total :allocation :class :initform 0 :accessor counter-total)))",
+         (defclass counter () ((total :allocation :class :initform 0 :accessor counter-total)) \
+           (:documentation \"Counts things.
+Shared by every instance.\")) \
+         (defclass tally (counter) ((total :initform 1) (label :initarg :label)))",
     )
     .await;
     let info = |class: &'static str| {
@@ -157,6 +164,19 @@ async fn class_info_handles_every_kind_of_class() {
     assert!(text.contains("  DETAIL\n    Initarg: :DETAIL\n    Reader: OOPS-DETAIL"), "{text}");
     let text = info("counter").await;
     assert!(text.contains("  TOTAL\n    Allocation: :CLASS\n    Initform: 0\n    Accessor: COUNTER-TOTAL"), "{text}");
+    assert!(
+        text.contains("  Package: CLASS-INFO-TEST\n  Documentation: Counts things.\n    Shared by every instance.\n\n"),
+        "{text}"
+    );
+    // A slot the subclass redefines is its own, not inherited.
+    let text = info("tally").await;
+    assert!(!text.contains("Inherited Slots"), "{text}");
+    let structured = common::call(&tb, "class-info", json!({"class": "oops", "package": "class-info-test"}))
+        .await
+        .structured_value()
+        .unwrap();
+    assert_eq!(structured["documentation"], Value::Null);
+    assert_eq!(structured["inherited_slots"], json!([]));
     let output = common::call(&tb, "class-info", json!({"class": "x", "package": "CLASS-INFO-NOPE"})).await;
     assert_eq!((output.is_error, output.text.as_str()), (true, "The package \"CLASS-INFO-NOPE\" does not exist."));
 }
@@ -177,7 +197,16 @@ async fn describe_symbol_says_what_a_symbol_names_and_where() {
         describe("area").await,
         format!(
             "INTROSPECT-TEST:AREA (external in INTROSPECT-TEST)\n\nGeneric function: (AREA SHAPE)\n  The area of SHAPE.\n  Methods (2):\n    \
-             (AREA (SHAPE))\n    (AREA :AROUND (SHAPE))\n  Source: {path}:20:1"
+             (AREA (SHAPE))  {path}:21:1\n    (AREA :AROUND (SHAPE))  {path}:23:1\n  Source: {path}:20:1"
+        )
+    );
+    // A reader made by DEFCLASS has no source of its own: the DEFCLASS is where it is defined.
+    assert_eq!(
+        describe("shape-name").await,
+        format!(
+            "INTROSPECT-TEST::SHAPE-NAME (internal in INTROSPECT-TEST)\n\nGeneric function: (SHAPE-NAME OBJECT)\n  \
+             Methods (1):\n    (SHAPE-NAME (SHAPE))  {path}:19:1\n  \
+             Source: {path}:19:1 (a slot accessor made by the DEFCLASS of SHAPE)"
         )
     );
     assert_eq!(
@@ -421,4 +450,84 @@ async fn find_definition_pages_a_generic_function_of_many_methods() {
     assert_eq!(next.lines().count(), 502);
     let page = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 10, "limit": 3})).await;
     assert_eq!(page.lines().count(), 5, "{page}");
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_exist_gets_the_near_names_that_do() {
+    let tb = common::toolbox(common::shared_image_port());
+    common::eval_ok(
+        &tb,
+        "(defpackage :near-names-test (:use :cl) (:export #:item-price #:item #:*stock-level*)) \
+         (in-package :near-names-test) \
+         (defclass item () ((price :initarg :price :accessor item-price))) \
+         (defvar *stock-level* 3) \
+         (in-package :cl-user)",
+    )
+    .await;
+    let error = |tool: &'static str, arguments: Value| {
+        let tb = tb.clone();
+        async move {
+            let output = common::call(&tb, tool, arguments).await;
+            assert!(output.is_error, "{tool}: {}", output.text);
+            output.text
+        }
+    };
+    // A letter off, in the package it was looked up in.
+    assert_eq!(
+        error("describe-symbol", json!({"symbol": "near-names-test:item-prise"})).await,
+        "Symbol ITEM-PRISE not found in package NEAR-NAMES-TEST. Did you mean NEAR-NAMES-TEST:ITEM-PRICE?"
+    );
+    // The right name in the wrong package.
+    let text = error("describe-symbol", json!({"symbol": "item-price"})).await;
+    assert!(text.starts_with("Symbol ITEM-PRICE not found in package CL-USER. Did you mean "), "{text}");
+    assert!(text.contains("NEAR-NAMES-TEST:ITEM-PRICE"), "{text}");
+    assert_eq!(
+        error("class-info", json!({"class": "itm", "package": "near-names-test"})).await,
+        "Class ITM not found in package NEAR-NAMES-TEST. Did you mean NEAR-NAMES-TEST:ITEM?"
+    );
+    assert_eq!(
+        error("describe-symbol", json!({"symbol": "x", "package": "near-names-tset"})).await,
+        "The package \"near-names-tset\" does not exist. Did you mean NEAR-NAMES-TEST?"
+    );
+    // A package as Lisp code writes it.
+    for package in [":near-names-test", "#:near-names-test", "\"near-names-test\"", "NEAR-NAMES-TEST"] {
+        let text = ok(&tb, "describe-symbol", json!({"symbol": "item-price", "package": package})).await;
+        assert!(text.starts_with("NEAR-NAMES-TEST:ITEM-PRICE (external in NEAR-NAMES-TEST)"), "{package}: {text}");
+    }
+    // In evaluated code: an undefined function, an unbound variable, the reader's missing symbol
+    // and package.
+    let text = error("evaluate-lisp", json!({"code": "(near-names-test::item-prise 1)"})).await;
+    assert!(
+        text.contains(
+            "The function NEAR-NAMES-TEST::ITEM-PRISE is undefined. Did you mean NEAR-NAMES-TEST:ITEM-PRICE?\n"
+        ),
+        "{text}"
+    );
+    let text = error("evaluate-lisp", json!({"code": "near-names-test::*stock-levle*"})).await;
+    assert!(
+        text.contains(
+            "The variable NEAR-NAMES-TEST::*STOCK-LEVLE* is unbound. Did you mean NEAR-NAMES-TEST:*STOCK-LEVEL*?"
+        ),
+        "{text}"
+    );
+    let text = error("evaluate-lisp", json!({"code": "near-names-test:item-prise"})).await;
+    assert!(text.contains("Did you mean NEAR-NAMES-TEST:ITEM-PRICE? (reading the form at line 1, column 1)"), "{text}");
+    let text = error("evaluate-lisp", json!({"code": "(near-names-tset::f)"})).await;
+    assert!(text.contains("Package NEAR-NAMES-TSET does not exist. Did you mean NEAR-NAMES-TEST?"), "{text}");
+    // The contract's undefined function has no near name: its text is unchanged.
+    let text = error("evaluate-lisp", json!({"code": "(foo 42)"})).await;
+    assert!(
+        text.starts_with("[ERROR] UNDEFINED-FUNCTION\nThe function COMMON-LISP-USER::FOO is undefined.\n\n"),
+        "{text}"
+    );
+    let text = error("load-system", json!({"system": "alexandira"})).await;
+    assert!(text.ends_with("Did you mean alexandria?"), "{text}");
+    // The setf accessor of a class is described with its method.
+    let text = ok(&tb, "describe-symbol", json!({"symbol": "near-names-test:item-price"})).await;
+    assert!(
+        text.contains(
+            "Setf generic function: ((SETF ITEM-PRICE) NEW-VALUE OBJECT)\n  Methods (1):\n    ((SETF ITEM-PRICE) (T ITEM))\n"
+        ),
+        "{text}"
+    );
 }

@@ -14,6 +14,7 @@ use super::ImageError;
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/names.lisp"),
     include_str!("../lisp/evaluate.lisp"),
     include_str!("../lisp/debugger.lisp"),
     include_str!("../lisp/introspection.lisp"),

@@ -110,7 +110,7 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                                    (evaluate-in-session code session start-package max-output
                                                         stdout stderr #'record-warning debug)))
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
-                      :message (format nil "The package ~S does not exist." package)
+                      :message (missing-package-message package)
                       :backtrace nil :restarts nil))
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))

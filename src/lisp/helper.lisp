@@ -596,7 +596,7 @@ restart objects it offered, innermost first)."
     (list :kind kind
           :type (standard-condition-name condition)
           :class (exact-condition-name condition)
-          :message message
+          :message (concatenate 'string message (unknown-name-hint condition))
           :backtrace backtrace
           :restarts (restart-reports restarts))))
 
@@ -635,9 +635,17 @@ are left out: the debugger tool's abort is the way out."
       (setf (gethash id *sessions*) (make-instance 'session))))
 
 (defun find-package-loosely (name)
-  "FIND-PACKAGE, then again with the name upcased: package names are usually upper case but the
-user types them as they like."
-  (or (find-package name) (find-package (string-upcase name))))
+  "The package NAME names, written as the user likes: INVENTORY, inventory, :inventory, #:inventory
+or \"inventory\" (package names are usually upper case; the prefixes and quotes are how Lisp
+code writes a package designator)."
+  (let* ((trimmed (string-trim '(#\Space #\Tab #\Newline #\Return) name))
+         (bare (cond ((and (> (length trimmed) 2) (string= "#:" trimmed :end2 2)) (subseq trimmed 2))
+                     ((and (> (length trimmed) 1) (char= #\: (char trimmed 0))) (subseq trimmed 1))
+                     ((and (> (length trimmed) 2) (char= #\" (char trimmed 0))
+                           (char= #\" (char trimmed (1- (length trimmed)))))
+                      (subseq trimmed 1 (1- (length trimmed))))
+                     (t trimmed))))
+    (or (find-package name) (find-package bare) (find-package (string-upcase bare)))))
 
 (defun record-history (form values)
   "Updates the REPL variables as the standard REPL does after evaluating FORM."
@@ -687,8 +695,8 @@ internal frames."
                              (if (typep cause 'end-of-file)
                                  (format nil "The code ends inside a form: the form at line ~D, column ~D is not closed."
                                          line column)
-                                 (format nil "~A (reading the form at line ~D, column ~D)"
-                                         (reader-error-text cause) line column))
+                                 (format nil "~A~A (reading the form at line ~D, column ~D)"
+                                         (reader-error-text cause) (unknown-name-hint cause) line column))
                              (case done
                                (0 nil)
                                (1 "The form before it was evaluated.")
@@ -907,7 +915,7 @@ goes nowhere: nothing a tool does prints in the user's image). Returns the plist
 (defun tool-package (requested session)
   "The package a tool works in: REQUESTED when given, else the session's current package."
   (or (resolve-package requested (find-session session))
-      (fail "The package ~S does not exist." requested)))
+      (fail-missing-package requested)))
 
 (defun package-display-name (package)
   "The shortest of PACKAGE's names (CL-USER rather than COMMON-LISP-USER), for messages."
@@ -973,16 +981,18 @@ TEXT is not a symbol name or names a package that does not exist."
       (fail "~S is not a symbol name." text))
     (let ((home (if package-name
                     (or (find-package package-name)
-                        (fail "The package ~S does not exist." package-name))
+                        (fail-missing-package package-name))
                     package)))
       (multiple-value-bind (symbol status) (find-symbol name home)
         (values symbol (and status t) name home)))))
 
 (defun find-existing-symbol (text package)
-  "Like FIND-NAMED-SYMBOL, but fails when there is no such symbol."
+  "Like FIND-NAMED-SYMBOL, but fails when there is no such symbol, offering the near names that
+name something."
   (multiple-value-bind (symbol found name home) (find-named-symbol text package)
     (unless found
-      (fail "Symbol ~A not found in package ~A." name (package-display-name home)))
+      (fail "Symbol ~A not found in package ~A.~A" name (package-display-name home)
+            (missing-symbol-hint name home)))
     symbol))
 
 ;;; ------------------------------------------------------------------------------------------

@@ -272,25 +272,86 @@ it is also accessible in PACKAGE, where it was looked up."
                        (list specializers))
                package)))
 
-(defun function-entry (symbol package)
-  (let* ((function (fdefinition symbol))
-         (kind (cond ((special-operator-p symbol) "Special operator")
-                     ((macro-function symbol) "Macro")
-                     ((typep function 'generic-function) "Generic function")
-                     (t "Function")))
-         (details (when (typep function 'generic-function)
-                    (let ((methods (sb-mop:generic-function-methods function)))
-                      (cons (format nil "Methods (~D):" (length methods))
-                            (sort (mapcar (lambda (m) (concatenate 'string "  " (method-text m package)))
-                                          methods)
-                                  #'string<))))))
-    (list :kind kind
-          :summary (call-syntax symbol package)
-          :documentation (documentation-text symbol 'function)
-          :details details
-          :source (definition-location symbol (cond ((macro-function symbol) :macro)
-                                                ((typep function 'generic-function) :generic-function)
-                                                (t :function))))))
+(defparameter *max-methods-listed* 30
+  "Methods describe-symbol lists of one generic function; find-definition pages through them all.")
+
+(defun method-location (method)
+  "Where METHOD was defined, as a location plist with a file, or NIL when SBCL knows no file."
+  (let ((source (ignore-errors (sb-introspect:find-definition-source method))))
+    (and source
+         (sb-introspect:definition-source-pathname source)
+         (source-location source (sb-mop:generic-function-name (sb-mop:method-generic-function method))))))
+
+(defun location-text (location)
+  "FILE:LINE:COLUMN of a location plist with a file."
+  (format nil "~A~@[:~D~]~@[:~D~]" (getf location :file) (getf location :line) (getf location :column)))
+
+(defun sbcl-source-file-p (file)
+  "True for a file of SBCL's own sources (its contribs, ASDF among them, included)."
+  (let ((root (ignore-errors
+               (let ((sources (translate-logical-pathname "SYS:SRC;")))
+                 (namestring (make-pathname :directory (butlast (pathname-directory sources))
+                                            :name nil :type nil :defaults sources))))))
+    (and root (eql 0 (search root file)))))
+
+(defun method-lines (function package)
+  "\"Methods (N):\" and a line per method, with where it is defined: the user's methods first
+(PRINT-OBJECT has some 180 of SBCL's), each group sorted; at most *MAX-METHODS-LISTED* lines."
+  (let* ((methods (sb-mop:generic-function-methods function))
+         (lines (mapcar #'cdr
+                        (sort (mapcar (lambda (method)
+                                        (let ((location (method-location method)))
+                                          (cons (if (and location (sbcl-source-file-p (getf location :file))) 1 0)
+                                                (format nil "  ~A~@[  ~A~]" (method-text method package)
+                                                        (and location (location-text location))))))
+                                      methods)
+                              (lambda (a b)
+                                (or (< (car a) (car b))
+                                    (and (= (car a) (car b)) (string< (cdr a) (cdr b))))))))
+         (shown (subseq lines 0 (min *max-methods-listed* (length lines)))))
+    (append (list (format nil "Methods (~D):" (length methods)))
+            shown
+            (when (> (length lines) (length shown))
+              (list (format nil "  (~D more: find-definition lists them all)" (- (length lines) (length shown))))))))
+
+(defun accessor-method-class (method)
+  "The class whose DEFCLASS made METHOD, a slot reader or writer."
+  (let ((specializers (sb-mop:method-specializers method)))
+    (if (typep method 'sb-mop:standard-writer-method) (second specializers) (first specializers))))
+
+(defun generic-function-location (function name package)
+  "Where the generic function NAME is defined. A generic function made by DEFCLASS (a slot
+accessor) or by a DEFMETHOD without a DEFGENERIC has no source of its own: then where the
+DEFCLASS, or its earliest method, is."
+  (let ((own (definition-location name :generic-function)))
+    (if (getf own :file)
+        own
+        (let* ((methods (reverse (sb-mop:generic-function-methods function)))
+               (method (find-if #'method-location methods))
+               (location (and method (method-location method))))
+          (cond ((null location) own)
+                (t (setf (getf location :note)
+                         (if (typep method 'sb-mop:standard-accessor-method)
+                             (format nil "a slot accessor made by the DEFCLASS of ~A"
+                                     (name-text (class-name (accessor-method-class method)) package))
+                             "no DEFGENERIC: where its first method is"))
+                   location))))))
+
+(defun function-entry (name package)
+  "The entry of the function NAME, a symbol or (SETF symbol)."
+  (let* ((setf-name (consp name))
+         (function (fdefinition name))
+         (generic (typep function 'generic-function))
+         (macro (and (not setf-name) (macro-function name))))
+    (list :kind (cond ((and (not setf-name) (special-operator-p name)) "Special operator")
+                      (macro "Macro")
+                      (generic (if setf-name "Setf generic function" "Generic function"))
+                      (t (if setf-name "Setf function" "Function")))
+          :summary (call-syntax name package)
+          :documentation (documentation-text name 'function)
+          :details (and generic (method-lines function package))
+          :source (cond (generic (generic-function-location function name package))
+                        (t (definition-location name (if macro :macro :function)))))))
 
 (defun variable-entry (symbol package)
   (let ((kind (variable-kind symbol)))
@@ -351,12 +412,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
                 (when (fboundp symbol)
                   (push (function-entry symbol package) entries))
                 (when (fboundp (list 'setf symbol))
-                  (push (list :kind "Setf function"
-                              :summary (call-syntax (list 'setf symbol) package)
-                              :documentation (documentation-text (list 'setf symbol) 'function)
-                              :details nil
-                              :source (definition-location (list 'setf symbol) :function))
-                        entries))
+                  (push (function-entry (list 'setf symbol) package) entries))
                 (when (and (variable-kind symbol) (not (keywordp symbol)))
                   (push (variable-entry symbol package) entries))
                 (cond ((find-class symbol nil) (push (class-entry symbol package) entries))
@@ -385,7 +441,7 @@ many matching symbols name nothing (not listed)."
             (lambda ()
               (let* ((scope (and package
                                  (or (find-package-loosely package)
-                                     (fail "The package ~S does not exist." package))))
+                                     (fail-missing-package package))))
                      (own (load-time-value (find-package '#:mcp-agent-helper)))
                      (query-upcase (string-upcase query))
                      (named '())
@@ -597,7 +653,8 @@ description: structure slots have no readers in the MOP."
                                  (funcall dsd-accessor dsd)
                                  (funcall dsd-read-only dsd))))))))
 
-(defun slot-plist (slot package structure-accessors)
+(defun slot-plist (slot package structure-accessors &optional from)
+  "SLOT as class-info shows it; FROM names the superclass an inherited slot comes from."
   (let* ((name (sb-mop:slot-definition-name slot))
          (readers (sb-mop:slot-definition-readers slot))
          (writers (sb-mop:slot-definition-writers slot))
@@ -623,7 +680,25 @@ description: structure slots have no readers in the MOP."
                                (print-form-briefly (sb-mop:slot-definition-initform slot))))
               :accessors (names accessors)
               :readers (names readers)
-              :writers (names writers))))))
+              :writers (names writers)
+              :from from)))))
+
+(defun inherited-slot-plists (class package)
+  "The slots CLASS has from its superclasses, nearest superclass first, each as SLOT-PLIST shows
+the direct slot that defines it, with :FROM naming that superclass."
+  (let ((own (mapcar #'sb-mop:slot-definition-name (sb-mop:class-direct-slots class)))
+        (effective (mapcar #'sb-mop:slot-definition-name (sb-mop:class-slots class)))
+        (plists '()))
+    (dolist (superclass (rest (sb-mop:class-precedence-list class)))
+      (let ((structure-accessors (and (typep superclass 'structure-class)
+                                      (structure-slot-accessors superclass))))
+        (dolist (slot (sb-mop:class-direct-slots superclass))
+          (let ((name (sb-mop:slot-definition-name slot)))
+            (when (and (member name effective) (not (member name own)))
+              (push name own)
+              (push (slot-plist slot package structure-accessors (name-text (class-name superclass) package))
+                    plists))))))
+    (nreverse plists)))
 
 (defun finalize-if-possible (class package)
   "Finalizes CLASS (as its first MAKE-INSTANCE would) so that its precedence list and slots are
@@ -660,11 +735,15 @@ unexported names of an SB- package, which no user program refers to."
               (let* ((lookup-package (tool-package package session)))
                 (multiple-value-bind (symbol found parsed-name home) (find-named-symbol name lookup-package)
                   (unless found
-                    (fail "Class ~A not found in package ~A" parsed-name (package-display-name home)))
+                    (fail "Class ~A not found in package ~A~A" parsed-name (package-display-name home)
+                          (sentence-hint (missing-symbol-hint parsed-name home #'names-class-p))))
                   (let ((class (find-class symbol nil))
                         (package (or (symbol-package symbol) lookup-package)))
                     (unless class
-                      (fail "~A is not a class" (name-text symbol lookup-package)))
+                      (fail "~A is not a class~A" (name-text symbol lookup-package)
+                            (sentence-hint (missing-symbol-hint (symbol-name symbol)
+                                                                (or (symbol-package symbol) lookup-package)
+                                                                #'names-class-p))))
                     (multiple-value-bind (finalized why) (finalize-if-possible class package)
                       (let* ((*package* package)
                              (names (lambda (classes) (mapcar (lambda (c) (name-text (class-name c) package)) classes)))
@@ -680,7 +759,9 @@ unexported names of an SB- package, which no user program refers to."
                                                (funcall names (remove-if-not #'shown-in-precedence-p
                                                                              (sb-mop:class-precedence-list class))))
                               :not-finalized why
+                              :documentation (documentation-text class t)
                               :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
+                              :inherited-slots (and finalized (inherited-slot-plists class package))
                               :slot-count (and finalized (length (sb-mop:class-slots class)))
                               :slot-sources (and finalized
                                                  (funcall names

@@ -104,8 +104,8 @@ failed (its output and warnings are kept)."
                       (fail "System ~S was not found. ASDF looks for ~A.asd in its source registry (by default ~
                              ~~/common-lisp/, ~~/.local/share/common-lisp/source/ and /usr/share/common-lisp/), ~
                              and in the directories listed in ASDF:*CENTRAL-REGISTRY*; add the system's ~
-                             directory to one of them, or load its .asd file with ASDF:LOAD-ASD."
-                            system (string-downcase system)))
+                             directory to one of them, or load its .asd file with ASDF:LOAD-ASD.~A"
+                            system (string-downcase system) (did-you-mean (systems-near system))))
                     (setf was-loaded (and (funcall (asdf-function "COMPONENT-LOADED-P") found) t)))
                   (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
                   (unwind-protect

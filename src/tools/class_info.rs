@@ -13,7 +13,9 @@ fn definition() -> ToolDefinition {
         name: "class-info",
         title: "Describe a class",
         description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
-            metaclass. Works with any class in the running image.",
+            metaclass. Works with any class in the running image. Also shows the class's documentation and every \
+            inherited slot with the superclass it comes from. `class` may be pkg:name; a class that does not exist is \
+            an error that offers up to five near class names.",
         input_schema: json!({
             "type": "object",
             "required": ["class"],
@@ -55,6 +57,8 @@ fn definition() -> ToolDefinition {
                         }
                     }
                 },
+                "documentation": {"type": ["string", "null"]},
+                "inherited_slots": {"type": "array", "description": "Slots from superclasses, nearest first, each with `from`, the superclass that defines it.", "items": {"type": "object"}},
                 "slot_count": {"type": ["integer", "null"], "description": "All slots, inherited ones included."}
             }
         })),
@@ -86,6 +90,8 @@ struct Slot {
     pub accessors: Vec<String>,
     pub readers: Vec<String>,
     pub writers: Vec<String>,
+    /// The superclass an inherited slot comes from; `None` for a direct slot.
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -100,7 +106,10 @@ struct ClassInfo {
     /// `None` when the class is not finalized and cannot be yet.
     pub precedence: Option<Vec<String>>,
     pub not_finalized: Option<String>,
+    pub documentation: Option<String>,
     pub direct_slots: Vec<Slot>,
+    /// Slots from superclasses, nearest superclass first; empty when the class is not finalized.
+    pub inherited_slots: Vec<Slot>,
     pub slot_count: Option<u64>,
     /// Direct superclasses that bring slots.
     pub slot_sources: Vec<String>,
@@ -112,6 +121,13 @@ impl ClassInfo {
         let mut header = format!("Class: {}\n  Metaclass: {}", self.name, self.metaclass);
         if let Some(package) = &self.package {
             header.push_str(&format!("\n  Package: {package}"));
+        }
+        if let Some(documentation) = &self.documentation {
+            let mut lines = documentation.lines();
+            header.push_str(&format!("\n  Documentation: {}", lines.next().unwrap_or_default()));
+            for line in lines {
+                header.push_str(&format!("\n    {line}").trim_end());
+            }
         }
         let mut sections = vec![
             header,
@@ -143,6 +159,11 @@ impl ClassInfo {
             }
             sections.push(section);
         }
+        // Beyond the contract (issue 13): which class each inherited slot comes from, and its options.
+        if !self.inherited_slots.is_empty() {
+            let slots: Vec<String> = self.inherited_slots.iter().map(render_slot).collect();
+            sections.push(format!("Inherited Slots ({}):\n{}", self.inherited_slots.len(), slots.join("\n")));
+        }
         sections.join("\n\n")
     }
 
@@ -155,17 +176,26 @@ impl ClassInfo {
             "subclasses": self.subclasses,
             "precedence_list": self.precedence,
             "not_finalized": self.not_finalized,
-            "direct_slots": self.direct_slots.iter().map(|s| json!({
-                "name": s.name,
-                "type": s.type_name,
-                "allocation": s.allocation,
-                "initargs": s.initargs,
-                "initform": s.initform,
-                "accessors": s.accessors,
-                "readers": s.readers,
-                "writers": s.writers,
-            })).collect::<Vec<_>>(),
+            "documentation": self.documentation,
+            "direct_slots": self.direct_slots.iter().map(Slot::to_json).collect::<Vec<_>>(),
+            "inherited_slots": self.inherited_slots.iter().map(Slot::to_json).collect::<Vec<_>>(),
             "slot_count": self.slot_count,
+        })
+    }
+}
+
+impl Slot {
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "type": self.type_name,
+            "allocation": self.allocation,
+            "initargs": self.initargs,
+            "initform": self.initform,
+            "accessors": self.accessors,
+            "readers": self.readers,
+            "writers": self.writers,
+            "from": self.from,
         })
     }
 }
@@ -189,7 +219,10 @@ fn join_names(names: &[String]) -> String {
 }
 
 fn render_slot(slot: &Slot) -> String {
-    let mut lines = vec![format!("  {}", slot.name)];
+    let mut lines = vec![match &slot.from {
+        Some(class) => format!("  {} (from {class})", slot.name),
+        None => format!("  {}", slot.name),
+    }];
     let mut add = |label: &str, value: &str| lines.push(format!("    {label}: {value}"));
     if let Some(type_name) = &slot.type_name {
         add("Type", type_name);
@@ -223,10 +256,10 @@ mod tests {
     const PERSON: &str = "(:name \"PERSON\" :package \"MY-APP\" :metaclass \"STANDARD-CLASS\" :built-in nil \
          :superclasses (\"STANDARD-OBJECT\") :subclasses nil :precedence (\"PERSON\" \"STANDARD-OBJECT\" \"T\") :not-finalized nil \
          :direct-slots ((:name \"NAME\" :type nil :allocation nil :initargs (\":NAME\") :initform nil \
-                         :accessors (\"PERSON-NAME\") :readers nil :writers nil) \
+                         :accessors (\"PERSON-NAME\") :readers nil :writers nil :from nil) \
                         (:name \"AGE\" :type nil :allocation nil :initargs (\":AGE\") :initform \"0\" \
-                         :accessors (\"PERSON-AGE\") :readers nil :writers nil)) \
-         :slot-count 2 :slot-sources nil)";
+                         :accessors (\"PERSON-AGE\") :readers nil :writers nil :from nil)) \
+         :documentation nil :inherited-slots nil :slot-count 2 :slot-sources nil)";
 
     #[test]
     fn the_contract_sections_render_in_order() {

@@ -14,7 +14,10 @@ fn definition() -> ToolDefinition {
         title: "Describe a symbol",
         description: "Say what a symbol names in the running image: function, macro, generic function (with its \
             methods), special operator, variable (with its value), constant, class or type; with the call syntax, \
-            documentation and source file of each. Nothing is evaluated or interned.",
+            documentation and source file of each. A generic function (and a setf generic function) lists its \
+            methods with where each is defined, the user's first, at most 30; a slot accessor's source is its \
+            DEFCLASS. Nothing is evaluated or interned. A symbol or package that does not exist is an error that \
+            offers up to five near names (the same name in other packages first).",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],
