@@ -126,7 +126,7 @@ impl ClassInfo {
             let mut lines = documentation.lines();
             header.push_str(&format!("\n  Documentation: {}", lines.next().unwrap_or_default()));
             for line in lines {
-                header.push_str(&format!("\n    {line}").trim_end());
+                header.push_str(format!("\n    {line}").trim_end());
             }
         }
         let mut sections = vec![
