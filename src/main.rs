@@ -297,6 +297,18 @@ fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Keeps a timer due within [`ARMED_PERIOD`] for as long as the server runs. Every tool call waits
+/// on a deadline (30 s by default); when it is the earliest timer, registering it makes tokio's
+/// time driver wake its own thread (an eventfd write and one more `epoll_wait`, on the path of
+/// every call) to shorten the current sleep. With this timer always earlier, a call's deadline
+/// never is, at the price of a wakeup every ten seconds.
+async fn keep_time_driver_armed() {
+    const ARMED_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(ARMED_PERIOD).await;
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let toolbox = toolbox(&cli)?;
     match cli.command {
@@ -307,6 +319,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // one only after a trip through its I/O driver, a system call on the path of every
             // response.
             let options = serve_options(&cli, &toolbox)?;
+            tokio::spawn(keep_time_driver_armed());
             let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
