@@ -336,15 +336,16 @@ async fn with_launch_an_image_that_exited_is_started_again() {
     let pid = "(sb-posix:getpid)";
     let first = eval(&tb, json!({ "code": pid })).await.text;
     assert!(first.starts_with("=> "), "{first}");
-    let output = eval(&tb, json!({"code": "(sb-ext:exit)"})).await;
+    let output = eval(&tb, json!({"code": "(sb-ext:exit :code 3)"})).await;
     assert!(
         output.text.contains("The call lost the connection")
+            && output.text.contains("the private SBCL image swank-mcp had started ended (exit code 3)")
             && output.text.contains("The next call starts a new private SBCL image"),
         "{}",
         output.text
     );
     let second = eval(&tb, json!({ "code": pid })).await.text;
-    let fresh = "[notes]\nThe private SBCL image swank-mcp had started ended (exit code 0); this call ran in a fresh \
+    let fresh = "[notes]\nThe private SBCL image swank-mcp had started ended (exit code 3); this call ran in a fresh \
                  image that swank-mcp started in its place. Everything defined or loaded in the earlier image is gone.\n\n=> ";
     assert!(second.starts_with(fresh) && second[fresh.len()..] != first[3..], "{first} then {second}");
     let third = eval(&tb, json!({ "code": pid })).await.text;

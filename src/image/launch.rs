@@ -251,6 +251,19 @@ impl Launcher {
         lock(&self.state).replaced.take()
     }
 
+    /// How the image it started ended, waiting up to `within` for it to end: a call that lost its
+    /// connection because the image exits says so with the exit code, not only the next reply.
+    pub(crate) async fn ended_within(&self, within: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let ended = lock(&self.state).image.as_mut()?.ended();
+            if ended.is_some() || tokio::time::Instant::now() >= deadline {
+                return ended;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub(crate) fn endpoint(&self) -> Option<Endpoint> {
         lock(&self.state).image.as_ref().map(|image| Endpoint { host: self.host.clone(), port: image.port })
     }

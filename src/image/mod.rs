@@ -704,13 +704,23 @@ impl Image {
     async fn outcome<T>(&self, connection: &Connection, reply: Result<T, RexError>) -> Result<T, CallError> {
         match reply {
             Ok(value) => Ok(value),
-            Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => Err(self.gone(reason)),
+            Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => {
+                Err(self.gone(reason).await)
+            }
             Err(RexError::Aborted { debugger: None, .. }) => Err(self.unwound_cause(connection).await),
             Err(e) => Err(e.into()),
         }
     }
 
-    fn gone(&self, detail: String) -> CallError {
+    async fn gone(&self, detail: String) -> CallError {
+        let ended = match &self.launcher {
+            Some(launcher) => launcher.ended_within(EXIT_WINDOW).await,
+            None => None,
+        };
+        let detail = match ended {
+            Some(how) => format!("{detail}; the private SBCL image swank-mcp had started ended ({how})"),
+            None => detail,
+        };
         CallError::ImageGone { endpoint: self.settings.endpoint.clone(), detail, relaunch: self.launcher.is_some() }
     }
 
@@ -720,7 +730,7 @@ impl Image {
     /// for a minute.
     async fn unwound_cause(&self, connection: &Connection) -> CallError {
         match tokio::time::timeout(EXIT_WINDOW, connection.closed()).await {
-            Ok(()) if !connection.closed_by_client() => self.gone("the image closed it".into()),
+            Ok(()) if !connection.closed_by_client() => self.gone("the image closed it".into()).await,
             _ => CallError::Unwound,
         }
     }
