@@ -29,13 +29,15 @@ fn quoted_text(code: &str) -> String {
 struct RawSwank {
     stream: TcpStream,
     next_id: u64,
+    /// The helper's worker thread that [`RawSwank::helper_evaluate`] sends to, once started.
+    worker: Option<String>,
 }
 
 impl RawSwank {
     fn connect(port: u16) -> Self {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to swank");
         stream.set_nodelay(true).unwrap();
-        RawSwank { stream, next_id: 1 }
+        RawSwank { stream, next_id: 1, worker: None }
     }
 
     fn send(&mut self, payload: &str) {
@@ -58,20 +60,39 @@ impl RawSwank {
         self.rex(&format!("(swank:eval-and-grab-output \"{escaped}\")"))
     }
 
-    /// The request evaluate-lisp makes, sent by this minimal client: the Lisp side of the tool's
-    /// cost without the Rust side.
+    /// The request evaluate-lisp makes, sent by this minimal client to a worker thread of the
+    /// helper's, as evaluate-lisp sends it: the Lisp side of the tool's cost without the Rust side.
+    /// The helper must be loaded (by a swank-mcp call) before the first.
     fn helper_evaluate(&mut self, code: &str) -> String {
         let escaped = quoted_text(code);
+        let worker = match &self.worker {
+            Some(worker) => worker.clone(),
+            None => {
+                let reply = self.rex_in("(mcp-agent-helper:start-worker)", "t");
+                let id = reply.strip_prefix("(:return (:ok ").and_then(|rest| rest.split(')').next());
+                let worker = id.filter(|id| id.parse::<i64>().is_ok()).expect("a worker thread id").to_string();
+                self.worker = Some(worker.clone());
+                worker
+            }
+        };
         let token = self.next_id;
-        self.rex(&format!(
-            "(mcp-agent-helper:evaluate \"{escaped}\" :package nil :max-output 65536 :session \"bench-raw\" :token \"bench-raw-{token}\")"
-        ))
+        self.rex_in(
+            &format!(
+                "(mcp-agent-helper:evaluate \"{escaped}\" :package nil :max-output 65536 :session \"bench-raw\" :token \"bench-raw-{token}\")"
+            ),
+            &worker,
+        )
     }
 
     fn rex(&mut self, form: &str) -> String {
+        self.rex_in(form, "t")
+    }
+
+    /// Sends `form` to run in `thread`, `t` for a new one.
+    fn rex_in(&mut self, form: &str, thread: &str) -> String {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&format!("(:emacs-rex {form} \"COMMON-LISP-USER\" t {id})"));
+        self.send(&format!("(:emacs-rex {form} \"COMMON-LISP-USER\" {thread} {id})"));
         let suffix = format!(" {id})");
         loop {
             let message = self.receive();
@@ -222,8 +243,8 @@ fn first_call(runtime: &tokio::runtime::Runtime, loader: &std::path::Path, cache
 }
 
 /// The least that any MCP server in front of swank must do for a call, and nothing more: read the
-/// request line and parse its JSON, send the helper's evaluate request that evaluate-lisp sends,
-/// read frames until its `:return`, and write the reply's text back as a JSON-RPC response. A
+/// request line and parse its JSON, send the helper's evaluate request that evaluate-lisp sends
+/// (to a worker thread, as evaluate-lisp does), read frames until its `:return`, and write the reply's text back as a JSON-RPC response. A
 /// blocking loop on one thread, with no tool layer, no typed reply and no concurrency. Its cost
 /// over raw swank is the floor of the extra process hop on this machine, which the server's
 /// ratio is read against.
@@ -309,6 +330,7 @@ fn main() {
         runtime.block_on(toolbox.call("evaluate-lisp", Some(json!({"code": code})), Default::default())).unwrap()
     };
     in_process("(+ 1 2)");
+    raw.helper_evaluate("(+ 1 2)");
     let mut raw_times = Vec::with_capacity(iterations);
     let mut mcp_times = Vec::with_capacity(iterations);
     let mut tool_times = Vec::with_capacity(iterations);
@@ -329,6 +351,7 @@ fn main() {
         assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
         let started = Instant::now();
         in_process("(+ 1 2)");
+        raw.helper_evaluate("(+ 1 2)");
         tool_times.push(started.elapsed());
         let started = Instant::now();
         let response = relay.evaluate_raw("(+ 1 2)");

@@ -22,6 +22,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/systems.lisp"),
     include_str!("../lisp/undo.lisp"),
     include_str!("../lisp/activity.lisp"),
+    include_str!("../lisp/workers.lisp"),
 );
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for
@@ -76,6 +77,20 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
             endpoint: connection.endpoint().clone(),
             detail: format!("the bootstrap answered {other} where it reports how it loaded the helper"),
         }),
+    }
+}
+
+/// Asks the helper for a worker thread serving this connection's requests and lends it to later
+/// calls ([`Connection::rex_on_worker`]). A server that cannot keep one answers nil; calls then
+/// run in a thread each, as without workers.
+pub(crate) async fn start_worker(connection: &Connection) {
+    let request = Form::call(HELPER_PACKAGE, "start-worker", []);
+    match connection.rex(request, "COMMON-LISP-USER", Thread::New).await {
+        Ok(reply) => match reply.as_i64() {
+            Some(thread) => connection.add_worker(thread),
+            None => tracing::debug!(%reply, "the server keeps no worker threads"),
+        },
+        Err(e) => tracing::debug!(error = %e, "starting a worker thread failed"),
     }
 }
 

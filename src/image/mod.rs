@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use crate::swank::{
 pub mod helper;
 pub mod launch;
 
-use helper::{load_helper, HELPER_PACKAGE};
+use helper::{load_helper, start_worker, HELPER_PACKAGE};
 use launch::Launcher;
 
 /// How long an interrupted evaluation may take to unwind and report before the call gives up on
@@ -230,7 +230,13 @@ pub struct Image {
     next_attempt: AtomicU64,
     /// Evaluations stopped in the debugger, by session number.
     debugger_sessions: std::sync::Mutex<HashMap<u64, SessionSlot>>,
+    /// Worker threads being started (see [`Image::keep_workers`]).
+    worker_starts: Arc<AtomicUsize>,
 }
+
+/// Worker threads kept in the image per connection: each serves one call at a time, sparing it
+/// the thread the server would spawn; calls beyond them run in new threads as before.
+const MAX_WORKERS: usize = 4;
 
 /// An evaluation stopped in an image's debugger, kept for the debugger tool as session `D<number>`.
 pub struct DebuggerSession {
@@ -326,6 +332,7 @@ impl Image {
             next_token: AtomicU64::new(1),
             next_attempt: AtomicU64::new(1),
             debugger_sessions: std::sync::Mutex::new(HashMap::new()),
+            worker_starts: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -541,8 +548,24 @@ impl Image {
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let form = self.helper_form(function, args, &token);
-        let call = connection.rex(form, "COMMON-LISP-USER", Thread::New);
+        self.keep_workers(&connection);
+        let call = connection.rex_on_worker(form, "COMMON-LISP-USER");
         self.supervise(&connection, &token, deadline, limits, call).await
+    }
+
+    /// Starts one more worker thread in the background when none is idle, up to [`MAX_WORKERS`]:
+    /// this call goes to a new thread, later ones to the worker.
+    fn keep_workers(&self, connection: &Connection) {
+        let starting = &self.worker_starts;
+        if connection.has_idle_worker() || connection.worker_count() + starting.load(Ordering::Relaxed) >= MAX_WORKERS {
+            return;
+        }
+        starting.fetch_add(1, Ordering::Relaxed);
+        let (connection, starting) = (connection.clone(), starting.clone());
+        tokio::spawn(async move {
+            start_worker(&connection).await;
+            starting.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// [`Image::call_helper`] for a call whose thread may stop in the image's debugger and wait

@@ -2,8 +2,9 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp,
-;;;; undo.lisp and activity.lisp follow, one per purpose, in that order.
+;;;; the printers; names.lisp, evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp,
+;;;; systems.lisp, undo.lisp, activity.lisp and workers.lisp follow, one per purpose, in that
+;;;; order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -13,7 +14,8 @@
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
 ;;;;   reason: Slynk's reader rewrites any token containing it.) The exceptions find the server's
-;;;;   parts by name: FORGET-FINISHED-THREADS its mailbox list, the debugger tool its backend.
+;;;;   parts by name: FORGET-FINISHED-THREADS its mailbox list, the debugger tool its backend,
+;;;;   START-WORKER (workers.lisp) its request loop.
 ;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
 ;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
 ;;;;   state that must survive a reload.
@@ -29,7 +31,7 @@
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
-           #:answer-approval #:leave-approval-mode))
+           #:answer-approval #:leave-approval-mode #:start-worker))
 
 (in-package #:mcp-agent-helper)
 
@@ -236,6 +238,7 @@ or, when the evaluation is aborted, the report it was aborted with."
          (*evaluation* evaluation)
          (early nil)
          (*agent-call* token))
+    (reset-send-counter)
     (sb-thread:with-mutex (*registry-lock*)
       (setf early (gethash token *early-cancellations*))
       (remhash token *early-cancellations*)

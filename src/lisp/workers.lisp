@@ -1,0 +1,95 @@
+;;;; Worker threads: a few threads per connection that serve the client's requests one after
+;;;; another, as swank's REPL thread serves SLIME's. A request sent with thread T makes the server
+;;;; spawn a thread for it, which is most of what a small call costs; one sent to a worker's id
+;;;; goes to that thread's mailbox instead. The client lends each worker to one call at a time and
+;;;; sends to a new thread when none is idle.
+;;;;
+;;;; The server's functions are found by name, in SWANK or SLYNK: a server that lacks one makes
+;;;; START-WORKER fail, and the client goes on spawning a thread per call.
+
+(in-package #:mcp-agent-helper)
+
+(defvar *workers-lock* (sb-thread:make-mutex :name "swank-mcp workers"))
+
+(defvar *workers* '()
+  "(connection . thread) for every worker thread alive.")
+
+(defun current-server ()
+  "The package of the server (SWANK or SLYNK) whose request this thread runs, and its connection."
+  (dolist (name '("SWANK" "SLYNK") (values nil nil))
+    (let* ((package (find-package name))
+           (symbol (and package (find-symbol "*EMACS-CONNECTION*" package))))
+      (when (and symbol (boundp symbol) (symbol-value symbol))
+        (return (values package (symbol-value symbol)))))))
+
+(defun server-function (package name)
+  (let ((symbol (find-symbol name package)))
+    (and symbol (fboundp symbol) (fdefinition symbol))))
+
+(defun forget-thread-id (thread)
+  "Removes THREAD from the server backend's id table, so that a request still sent to its id is
+answered \"thread not found\" (and the client sends it to a new thread) rather than queued for a
+thread that will never read it."
+  (loop for package-name in '("SWANK/SBCL" "SLYNK-SBCL")
+        for package = (find-package package-name)
+        for table = (and package (find-symbol "*THREAD-ID-MAP*" package))
+        for lock = (and package (find-symbol "*THREAD-ID-MAP-LOCK*" package))
+        when (and table lock (boundp table) (boundp lock)
+                  (hash-table-p (symbol-value table)) (typep (symbol-value lock) 'sb-thread:mutex))
+          do (sb-thread:with-mutex ((symbol-value lock))
+               (let ((map (symbol-value table)))
+                 (loop for id being the hash-keys of map using (hash-value pointer)
+                       when (eq thread (ignore-errors (sb-ext:weak-pointer-value pointer)))
+                         do (remhash id map))))))
+
+(defun end-workers (connection)
+  "On the server's *CONNECTION-CLOSED-HOOK*: ends CONNECTION's workers, which wait for requests
+that can no longer come."
+  (let ((threads (sb-thread:with-mutex (*workers-lock*)
+                   (loop for entry in *workers*
+                         when (eq (car entry) connection) collect (cdr entry) into ending
+                           else collect entry into staying
+                         finally (setf *workers* staying)
+                                 (return ending)))))
+    (dolist (thread threads)
+      (ignore-errors (sb-thread:terminate-thread thread)))))
+
+(defun start-worker ()
+  "Starts a worker thread for the connection of this request. Returns the id the server knows it
+by, which the client sends requests to in place of T, or NIL when the server lacks what a worker
+needs (the client then goes on spawning a thread per call)."
+  (multiple-value-bind (server connection) (current-server)
+    (let ((handle-requests (and server (server-function server "HANDLE-REQUESTS")))
+          (thread-id (and server (server-function server "THREAD-ID")))
+          (closed-hook (and server (find-symbol "*CONNECTION-CLOSED-HOOK*" server)))
+          (bindings (and server (find-symbol "*DEFAULT-WORKER-THREAD-BINDINGS*" server))))
+      (unless (and handle-requests thread-id closed-hook (boundp closed-hook))
+        (return-from start-worker nil))
+      (let* ((worker-bindings (and bindings (boundp bindings) (symbol-value bindings)))
+             (thread (sb-thread:make-thread
+                      (lambda ()
+                        (unwind-protect
+                             ;; As the server binds them for a thread it spawns for a request.
+                             (progv (mapcar #'car worker-bindings) (mapcar #'cdr worker-bindings)
+                               (funcall handle-requests connection))
+                          (sb-thread:with-mutex (*workers-lock*)
+                            (setf *workers* (remove sb-thread:*current-thread* *workers* :key #'cdr)))
+                          (forget-thread-id sb-thread:*current-thread*)))
+                      :name "swank-mcp worker")))
+        (sb-thread:with-mutex (*workers-lock*)
+          (pushnew 'end-workers (symbol-value closed-hook))
+          (push (cons connection thread) *workers*))
+        (funcall thread-id thread)))))
+
+(defun send-counter-symbol ()
+  (dolist (name '("SWANK" "SLYNK"))
+    (let ((symbol (and (find-package name) (find-symbol "*SEND-COUNTER*" name))))
+      (when symbol (return symbol)))))
+
+(defun reset-send-counter ()
+  "Starts this call's count of messages afresh. The server makes a thread that sent 100 messages
+wait for a ping's answer; a worker serves one call after another, and only a call's own messages
+should count, as they do in a thread spawned for it."
+  (let ((symbol (load-time-value (send-counter-symbol))))
+    (when (and symbol (boundp symbol))
+      (setf (symbol-value symbol) 0))))
