@@ -64,8 +64,9 @@ struct Cli {
     #[arg(long, global = true)]
     allow_exit: bool,
 
-    /// Characters kept of each output section; the image cuts the rest before sending.
-    #[arg(long, default_value_t = 65536, value_parser = parse_max_output, global = true)]
+    /// Characters shown of each output section and printed value; the image keeps the rest (up to
+    /// 64 times this) behind a handle that the inspect tool reads in slices.
+    #[arg(long, default_value_t = 16000, value_parser = parse_max_output, global = true)]
     max_output: usize,
 
     /// How long to wait for the server to accept a connection.
@@ -310,6 +311,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
+            toolbox.end_sessions().await;
             served?.context("serving MCP on stdio")?;
             Ok(ExitCode::SUCCESS)
         }

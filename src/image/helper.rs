@@ -14,6 +14,7 @@ use super::ImageError;
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/handles.lisp"),
     include_str!("../lisp/evaluate.lisp"),
     include_str!("../lisp/debugger.lisp"),
     include_str!("../lisp/introspection.lisp"),
@@ -21,6 +22,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/systems.lisp"),
     include_str!("../lisp/undo.lisp"),
     include_str!("../lisp/activity.lisp"),
+    include_str!("../lisp/inspect.lisp"),
 );
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for
