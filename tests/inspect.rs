@@ -170,7 +170,7 @@ async fn cut_output_is_kept_behind_a_handle_and_read_back_whole() {
     assert!(note.contains("; the value is @"), "{note}");
     let (printed, offset) = note_target(note).unwrap();
     let (rest, _) = read_rest(&toolbox, &printed, offset).await;
-    assert!(rest.ends_with("\") ...)") && rest.contains("(199") && !rest.contains("(200"), "printed with *PRINT-LENGTH* 200: {rest}");
+    assert!(rest.ends_with("\")\n ...)") && rest.contains("(199") && !rest.contains("(200"), "printed with *PRINT-LENGTH* 200: {rest}");
 
     let output = call(
         &toolbox,
