@@ -302,6 +302,26 @@ mod tests {
     }
 
     #[test]
+    fn values_end_with_their_handles_and_cut_ones_name_where_the_rest_is() {
+        let empty = "(\"\" 0)";
+        assert_eq!(
+            render(&reply("((\"#<ITEM {1001}>\" 0 nil 0 \"@3\") (\"2\" 0 nil 0 nil))", empty, empty, "nil")),
+            "=> #<ITEM {1001}> @3\n=> 2"
+        );
+        assert_eq!(
+            render(&reply("((\"(1 2\" 90 \"@5\" 4 \"@4\"))", "(\"ab\" 7 \"@6\" 2)", empty, "nil")),
+            "[stdout]\nab\n[... 7 more characters not shown: the limit is 65,536 per section (--max-output); inspect @6 \
+             with offset 2 for the rest]\n\n=> (1 2\n[... 90 more characters not shown: the limit is 65,536 per section \
+             (--max-output); inspect @5 with offset 4 for the rest; the value is @4]"
+        );
+        assert_eq!(
+            render(&reply("((\"\\\"abc\" 9 \"@4\" 3 \"@4\"))", empty, empty, "nil")),
+            "=> \"abc\n[... 9 more characters not shown: the limit is 65,536 per section (--max-output); inspect @4 \
+             with offset 3 for the rest]"
+        );
+    }
+
+    #[test]
     fn no_values_is_said() {
         assert_eq!(render(&reply("nil", "(\"\" 0)", "(\"\" 0)", "nil")), "; No values");
     }
@@ -319,6 +339,10 @@ mod tests {
         let error =
             decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
                 .unwrap_err();
-        assert!(error.0.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.0);
+        assert!(
+            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle]]))"),
+            "{}",
+            error.0
+        );
     }
 }
