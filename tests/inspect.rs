@@ -158,19 +158,26 @@ async fn cut_output_is_kept_behind_a_handle_and_read_back_whole() {
     let expected: String = (0..20000).map(|i| format!("line {i}\n")).collect();
     assert!(text.starts_with("[stdout]\nline 0\nline 1\n"), "{}", &text[..100]);
     let note = text.lines().find(|line| line.starts_with("[... ")).unwrap();
-    assert!(note.contains("more characters not shown: the limit is 16,000 per section (--max-output); inspect @"), "{note}");
+    assert!(
+        note.contains("more characters not shown: the limit is 16,000 per section (--max-output); inspect @"),
+        "{note}"
+    );
     let (handle, offset) = note_target(note).unwrap();
     assert_eq!(offset, 16000);
     let (rest, _) = read_rest(&toolbox, &handle, offset).await;
     assert_eq!(rest, expected[16000..]);
 
     // A cut value's note names the handle of its whole printed text and the value's own.
-    let text = eval_ok(&toolbox, "(loop for i below 5000 collect (list i (make-string 100 :initial-element #\\x)))").await;
+    let text =
+        eval_ok(&toolbox, "(loop for i below 5000 collect (list i (make-string 100 :initial-element #\\x)))").await;
     let note = text.lines().find(|line| line.starts_with("[... ")).unwrap();
     assert!(note.contains("; the value is @"), "{note}");
     let (printed, offset) = note_target(note).unwrap();
     let (rest, _) = read_rest(&toolbox, &printed, offset).await;
-    assert!(rest.ends_with("\")\n ...)") && rest.contains("(199") && !rest.contains("(200"), "printed with *PRINT-LENGTH* 200: {rest}");
+    assert!(
+        rest.ends_with("\")\n ...)") && rest.contains("(199") && !rest.contains("(200"),
+        "printed with *PRINT-LENGTH* 200: {rest}"
+    );
 
     let output = call(
         &toolbox,
@@ -186,7 +193,11 @@ async fn inspect_explains_bad_handles_and_arguments() {
     let toolbox = common::toolbox(common::shared_image_port());
     let output = call(&toolbox, "inspect", json!({"handle": "@999999"})).await;
     assert!(output.is_error);
-    assert!(output.text.starts_with("There is no handle @999999 yet in this session: the newest is @"), "{}", output.text);
+    assert!(
+        output.text.starts_with("There is no handle @999999 yet in this session: the newest is @"),
+        "{}",
+        output.text
+    );
     let output = call(&toolbox, "inspect", json!({"handle": "three"})).await;
     assert!(output.text.contains("\"three\" is not a handle"), "{}", output.text);
     let output = call(&toolbox, "inspect", json!({})).await;

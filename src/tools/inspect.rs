@@ -55,16 +55,15 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if limit == Some(0) {
         return Err(ToolError::new("`limit` must be at least 1."));
     }
-    let target = match (handle, code) {
-        (Some(handle), None) => [Form::Keyword("handle"), Form::string(handle)],
-        (None, Some(code)) => [Form::Keyword("code"), Form::string(code)],
-        (Some(_), Some(_)) => return Err(ToolError::new("Give either `handle` or `code`, not both.")),
-        (None, None) => {
-            return Err(ToolError::new(
+    let target =
+        match (handle, code) {
+            (Some(handle), None) => [Form::Keyword("handle"), Form::string(handle)],
+            (None, Some(code)) => [Form::Keyword("code"), Form::string(code)],
+            (Some(_), Some(_)) => return Err(ToolError::new("Give either `handle` or `code`, not both.")),
+            (None, None) => return Err(ToolError::new(
                 "Give `handle` (such as \"@3\", from an earlier evaluate-lisp or inspect reply) or `code` to evaluate.",
-            ))
-        }
-    };
+            )),
+        };
     let max_text = context.settings.max_output as u64;
     let mut request: Vec<Form> = target.into();
     request.extend([

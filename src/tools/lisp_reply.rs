@@ -110,7 +110,9 @@ impl Captured {
                     "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output); \
                      inspect {handle} with offset {offset} for the rest]"
                 ),
-                None => format!("[... {dropped} more characters not shown: the limit is {limit} per section (--max-output)]"),
+                None => format!(
+                    "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output)]"
+                ),
             }
         })
     }
