@@ -50,6 +50,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let handle = args.optional_str("handle")?;
     let code = args.optional_str("code")?;
+    let package = super::package_argument(args)?;
     let offset = args.optional_u64("offset", MAX_OFFSET)?.unwrap_or(0);
     let limit = args.optional_u64("limit", MAX_OFFSET)?;
     if limit == Some(0) {
@@ -68,7 +69,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let mut request: Vec<Form> = target.into();
     request.extend([
         Form::Keyword("package"),
-        super::package_argument(args)?,
+        package,
         Form::Keyword("offset"),
         Form::Integer(offset as i64),
         Form::Keyword("limit"),
