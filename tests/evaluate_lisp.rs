@@ -128,19 +128,18 @@ async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
     let tb = common::toolbox(common::shared_image_port());
     let text = ok(&tb, "(defpackage :eval-test-pkg (:use :cl)) (in-package :eval-test-pkg) (defun where () (package-name *package*)) (where)").await;
     assert_eq!(text, "=> \"EVAL-TEST-PKG\" @1");
-    // The session stays in the package IN-PACKAGE chose.
-    // The same string, so the same handle.
+    // The session stays in the package IN-PACKAGE chose. (The same string, so the same handle.)
     assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\" @1");
     assert_eq!(eval_code(&tb, "'sym").await.structured_value().unwrap()["package"], "EVAL-TEST-PKG");
     // An explicit package applies to one call only.
     assert_eq!(
         eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text,
-        "=> \"COMMON-LISP-USER\""
+        "=> \"COMMON-LISP-USER\" @2"
     );
-    assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\"");
+    assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\" @1");
     // Another session (another server attached to the same image) has its own package.
     let other = common::toolbox(common::shared_image_port());
-    assert_eq!(ok(&other, "(package-name *package*)").await, "=> \"COMMON-LISP-USER\"");
+    assert_eq!(ok(&other, "(package-name *package*)").await, "=> \"COMMON-LISP-USER\" @1");
 }
 
 #[tokio::test]
