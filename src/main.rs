@@ -333,6 +333,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .call(evaluate, Some(arguments), CancellationToken::new())
                 .await
                 .with_context(|| format!("{evaluate} is not offered here (see --read-only and --tools)"))?;
+            // A one-shot session: nothing of it is of use once this command has printed.
+            toolbox.end_sessions().await;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", output.text)?;
             Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })

@@ -133,6 +133,10 @@ impl Page {
                 }
                 let end = self.offset + self.parts.len() as u64;
                 out.push_str(&format!("\n\n{} ({}", self.section, group_thousands(self.total)));
+                if self.offset >= self.total {
+                    out.push_str(&format!("; offset {} is past the last, {})", self.offset, self.total - 1));
+                    return out;
+                }
                 if self.offset > 0 || end < self.total {
                     out.push_str(&format!(", showing {}-{}", self.offset, end.saturating_sub(1)));
                 }
@@ -159,10 +163,17 @@ impl Page {
 
     fn render_text(&self, name: &str, text: &str) -> String {
         let total = group_thousands(self.total);
+        let kind = if self.type_name == "TEXT" { "text" } else { "string" };
+        if self.offset >= self.total && self.total > 0 {
+            return format!(
+                "{name}{kind} of {total} characters; offset {} is past the last, {}",
+                self.offset,
+                self.total - 1
+            );
+        }
         let end = self.offset + text.chars().count() as u64;
         let mut out = format!(
-            "{name}{} of {total} characters, characters {}-{}:\n{text}",
-            if self.type_name == "TEXT" { "text" } else { "string" },
+            "{name}{kind} of {total} characters, characters {}-{}:\n{text}",
             self.offset,
             end.saturating_sub(1)
         );
@@ -212,6 +223,16 @@ mod tests {
             "@3 #<HASH-TABLE :TEST EQL :COUNT 3>\nType: HASH-TABLE\nTest: EQL\n\nEntries (key = value) (3, showing 0-1):\n  \
              :A = (1 2) @4\n  \"k\" @5 = 3\n[... 1 more; inspect @3 with offset 2 for the next]"
         );
+    }
+
+    #[test]
+    fn an_offset_past_the_end_says_so() {
+        let text = page(
+            "(:handle \"@3\" :printed \"(1 2)\" :type \"CONS\" :facts nil :section \"Elements\" :parts nil \
+             :offset 5 :total 2 :text nil :lost 0)",
+        )
+        .render();
+        assert_eq!(text, "@3 (1 2)\nType: CONS\n\nElements (2; offset 5 is past the last, 1)");
     }
 
     #[test]
