@@ -229,6 +229,20 @@ async fn the_bound_releases_the_oldest_handles_first() {
         let page = inspect(&toolbox, json!({"handle": kept})).await;
         assert!(page.contains("Elements (1)"), "{page}");
     }
+
+    // Kept text has a bound of its own: a second cut output of 50,000 characters releases the first.
+    let toolbox = toolbox_with_default_limit(image.port);
+    eval_ok(&toolbox, "(setf mcp-agent-helper::*max-kept-characters* 60000)").await;
+    let mut cut = Vec::new();
+    for _ in 0..2 {
+        let text = eval_ok(&toolbox, "(write-string (make-string 50000 :initial-element #\\y))").await;
+        let note = text.lines().find(|line| line.starts_with("[... ")).unwrap();
+        cut.push(note_target(note).unwrap().0);
+    }
+    let output = call(&toolbox, "inspect", json!({"handle": cut[0], "offset": 16000})).await;
+    assert!(output.text.contains("was released"), "{}", output.text);
+    let page = inspect(&toolbox, json!({"handle": cut[1], "offset": 49990})).await;
+    assert!(page.ends_with("characters 49990-49999:\nyyyyyyyyyy"), "{page}");
 }
 
 /// The handles every session of the image at `port` keeps, asked through a session of its own.
