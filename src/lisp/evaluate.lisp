@@ -30,15 +30,18 @@ the call."
           (prin1 value stream))
       (error (e)
         (return-from print-value
-          (list (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e))
-                0 nil 0 handle))))
+          (list* (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e))
+                 0 (and handle (list nil 0 handle))))))
     (let ((report (capture-report stream)))
       (destructuring-bind (text dropped &optional more (offset 0)) report
         (when (and (stringp value) (plusp dropped) handle)
           ;; A string's rest is read from the string itself, from the character after the last
           ;; one shown.
           (setf more handle offset (printed-string-characters text)))
-        (list text dropped more offset handle)))))
+        ;; As short as it can be: most values are small and have no handle.
+        (cond (handle (list text dropped more offset handle))
+              (more (list text dropped more offset))
+              (t (list text dropped)))))))
 
 (defun printed-string-characters (printed)
   "How many characters of a string PRINTED, the start of its printed form, shows."
@@ -101,11 +104,11 @@ the package in force at the end, and the failed condition."
                            allow-exit (print-length *default-print-length*) (print-level *default-print-level*))
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
 for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image; values are printed with
-PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped more offset
-handle), MORE the handle of the text cut from OFFSET on; :STDOUT and :STDERR, each (text dropped
-[more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
-session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
-:BACKTRACE)."
+PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped [more offset
+[handle]]), MORE the handle of the text cut from OFFSET on (or NIL) and HANDLE the value's own;
+:STDOUT and :STDERR, each (text dropped [more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED;
+:PACKAGE, the session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS
+:MESSAGE :BACKTRACE)."
   (let* ((*max-output* max-output)
          (*handles* (session-handles session))
          (*debug-timeout* debug-timeout)
