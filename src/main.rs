@@ -64,8 +64,9 @@ struct Cli {
     #[arg(long, global = true)]
     allow_exit: bool,
 
-    /// Characters kept of each output section; the image cuts the rest before sending.
-    #[arg(long, default_value_t = 65536, value_parser = parse_max_output, global = true)]
+    /// Characters shown of each output section and printed value; the image keeps the rest (up to
+    /// 64 times this) behind a handle that the inspect tool reads in slices.
+    #[arg(long, default_value_t = 16000, value_parser = parse_max_output, global = true)]
     max_output: usize,
 
     /// How long to wait for the server to accept a connection.
@@ -323,6 +324,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
+            toolbox.end_sessions().await;
             served?.context("serving MCP on stdio")?;
             Ok(ExitCode::SUCCESS)
         }
@@ -344,6 +346,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .call(evaluate, Some(arguments), CancellationToken::new())
                 .await
                 .with_context(|| format!("{evaluate} is not offered here (see --read-only and --tools)"))?;
+            // A one-shot session: nothing of it is of use once this command has printed.
+            toolbox.end_sessions().await;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", output.text)?;
             Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })

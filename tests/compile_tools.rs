@@ -144,7 +144,7 @@ async fn compiling_runs_defines_and_interns_nothing() {
          (find-symbol \"COMPILE-TEST-LTV\" :compile-test-state) (find-symbol \"COMPILE-TEST-NEVER\" :keyword))",
     )
     .await;
-    assert_eq!(state, "=> (NIL NIL NIL NIL NIL NIL)");
+    assert!(state.starts_with("=> (NIL NIL NIL NIL NIL NIL) @"), "{state}");
     assert_eq!(common::eval_ok(&tb, count).await, before, "no symbol was left interned");
     // #. cannot run code either.
     let output = compile(&tb, "(list #.(progn (print :read-eval) 1))").await;

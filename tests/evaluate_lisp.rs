@@ -75,11 +75,12 @@ async fn contract_examples() {
         expect("(car 42)", "[ERROR] TYPE-ERROR\nThe value 42 is not of type LIST when binding LIST\n\n[Backtrace]\n0: (CAR 42)", true),
         expect("(+ 1 2)", "=> 3", false),
         expect("(+ 1 2 3)", "=> 6", false),
-        expect("(mapcar #'1+ '(1 2 3))", "=> (2 3 4)", false),
+        // A value that is not a number, character or symbol ends with its handle for inspect.
+        expect("(mapcar #'1+ '(1 2 3))", "=> (2 3 4) @1", false),
         expect("(progn (print 'hello) 42)", "[stdout]\nHELLO\n\n=> 42", false),
         expect("(floor 17 5)", "=> 3\n=> 2", false),
         expect("(defun foo () (let ((x 10))))", "[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n\n=> FOO", false),
-        expect("(let ((x (list 1 2 3))) (setf (cdddr x) x) x)", "=> #1=(1 2 3 . #1#)", false),
+        expect("(let ((x (list 1 2 3))) (setf (cdddr x) x) x)", "=> #1=(1 2 3 . #1#) @2", false),
         expect(
             "(progn (format t \"Output~%\") (format *error-output* \"Error~%\") 42)",
             "[stdout]\nOutput\n\n[stderr]\nError\n\n=> 42",
@@ -99,10 +100,11 @@ async fn contract_examples() {
         assert_eq!(output.text, text, "for {code}");
         assert_eq!(output.is_error, is_error, "isError for {code}");
     }
-    // Truncation at 100 elements: SBCL prints the first 100 and then "...".
-    let text = ok(&tb, "(make-list 200)").await;
-    assert!(text.starts_with("=> (NIL NIL") && text.ends_with(" NIL ...)"), "{text}");
-    assert_eq!(text.matches("NIL").count(), 100);
+    // Truncation at 200 elements (the contract's 100 before handles): SBCL prints the first 200
+    // and then "...".
+    let text = ok(&tb, "(make-list 300)").await;
+    assert!(text.starts_with("=> (NIL NIL") && text.ends_with(" NIL ...) @3"), "{text}");
+    assert_eq!(text.matches("NIL").count(), 200);
 }
 
 #[tokio::test]
@@ -125,19 +127,19 @@ async fn structured_content_mirrors_the_text() {
 async fn forms_are_evaluated_one_at_a_time_and_the_package_persists() {
     let tb = common::toolbox(common::shared_image_port());
     let text = ok(&tb, "(defpackage :eval-test-pkg (:use :cl)) (in-package :eval-test-pkg) (defun where () (package-name *package*)) (where)").await;
-    assert_eq!(text, "=> \"EVAL-TEST-PKG\"");
-    // The session stays in the package IN-PACKAGE chose.
-    assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\"");
+    assert_eq!(text, "=> \"EVAL-TEST-PKG\" @1");
+    // The session stays in the package IN-PACKAGE chose. (The same string, so the same handle.)
+    assert_eq!(ok(&tb, "(where)").await, "=> \"EVAL-TEST-PKG\" @1");
     assert_eq!(eval_code(&tb, "'sym").await.structured_value().unwrap()["package"], "EVAL-TEST-PKG");
     // An explicit package applies to one call only.
     assert_eq!(
         eval(&tb, json!({"code": "(package-name *package*)", "package": "cl-user"})).await.text,
-        "=> \"COMMON-LISP-USER\""
+        "=> \"COMMON-LISP-USER\" @2"
     );
-    assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\"");
+    assert_eq!(ok(&tb, "(package-name *package*)").await, "=> \"EVAL-TEST-PKG\" @1");
     // Another session (another server attached to the same image) has its own package.
     let other = common::toolbox(common::shared_image_port());
-    assert_eq!(ok(&other, "(package-name *package*)").await, "=> \"COMMON-LISP-USER\"");
+    assert_eq!(ok(&other, "(package-name *package*)").await, "=> \"COMMON-LISP-USER\" @1");
 }
 
 #[tokio::test]
@@ -183,7 +185,7 @@ async fn repl_variables_belong_to_the_session() {
     let tb = common::toolbox(common::shared_image_port());
     ok(&tb, "(+ 40 2)").await;
     ok(&tb, "(list :second)").await;
-    assert_eq!(ok(&tb, "(list * ** +)").await, "=> ((:SECOND) 42 (LIST :SECOND))");
+    assert_eq!(ok(&tb, "(list * ** +)").await, "=> ((:SECOND) 42 (LIST :SECOND)) @2");
     let other = common::toolbox(common::shared_image_port());
     assert_eq!(ok(&other, "*").await, "=> NIL");
 }
@@ -277,7 +279,7 @@ async fn errors_while_printing_a_value_are_reported_in_place() {
     .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this>\n=> 2"),
+        output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this> @1\n=> 2"),
         "{}",
         output.text
     );
@@ -332,7 +334,7 @@ async fn deep_recursion_is_an_error_and_the_image_lives() {
 async fn unicode_round_trips() {
     let tb = common::toolbox(common::shared_image_port());
     let output = eval_code(&tb, "(progn (format t \"λ → 🎉~%\") \"ünïcödé ✓\")").await;
-    assert_eq!(output.text, "[stdout]\nλ → 🎉\n\n=> \"ünïcödé ✓\"");
+    assert_eq!(output.text, "[stdout]\nλ → 🎉\n\n=> \"ünïcödé ✓\" @1");
 }
 
 #[tokio::test]
@@ -345,9 +347,9 @@ async fn big_output_is_cut_inside_the_image() {
     .await;
     assert!(!output.is_error);
     assert!(
-        output
-            .text
-            .contains("[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output)]"),
+        output.text.contains(
+            "[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output); inspect @"
+        ),
         "{}",
         &output.text[output.text.len() - 300..]
     );
@@ -381,7 +383,8 @@ async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
     // The image lives, and the same list prints with *PRINT-CIRCLE*.
     assert_eq!(
         ok(&tb, "(let ((l (list 1 2))) (setf (cdr (last l)) l) (let ((*print-circle* t)) (prin1-to-string l)))").await,
-        "=> \"#1=(1 2 . #1#)\""
+        "=> \"#1=(1 2 . #1#)\" @2",
+        "@1 is the cut output of the evaluation that was stopped"
     );
     drop(image);
 }

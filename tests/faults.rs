@@ -78,7 +78,7 @@ async fn hostile_lisp_gets_a_clear_error_and_the_image_lives() {
     assert!(output.is_error && output.text.starts_with("[ERROR] STORAGE-CONDITION"), "{}", output.text);
     // Circular and deeply nested data print within the limits.
     let output = eval(&tb, json!({"code": "(let ((l (list 1))) (setf (cdr l) l) (vector l l))"})).await;
-    assert_eq!(output.text, "=> #(#1=(1 . #1#) #1#)");
+    assert_eq!(common::without_handle(&output.text), "=> #(#1=(1 . #1#) #1#)");
     let output = eval(&tb, json!({"code": "(let ((x nil)) (dotimes (i 10000) (setf x (list x))) x)"})).await;
     assert!(!output.is_error && output.text.contains('#'), "{}", output.text);
     assert_eq!(eval(&tb, json!({"code": "(+ 1 1)"})).await.text, "=> 2");

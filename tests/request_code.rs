@@ -81,7 +81,7 @@ async fn under_read_only_no_request_code_runs_and_nothing_stays_defined() {
         assert!(!marker.exists(), "macroexpand-form (one step) ran the code of {name}: {}", common::text(&reply));
     }
     assert_eq!(
-        common::eval_ok(&toolbox, DEFINED).await,
+        common::without_handle(&common::eval_ok(&toolbox, DEFINED).await),
         "=> (\"RC-IMAGE-MACROLET\")",
         "only the image's own macro is defined"
     );
@@ -147,5 +147,5 @@ async fn without_read_only_compile_form_runs_nothing_and_leaves_nothing_defined(
         let output = common::call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
         assert!(!marker.exists(), "compile-form ran the code of {name}: {}", output.text);
     }
-    assert_eq!(common::eval_ok(&toolbox, DEFINED).await, "=> (\"RC-IMAGE-MACROLET\")");
+    assert_eq!(common::without_handle(&common::eval_ok(&toolbox, DEFINED).await), "=> (\"RC-IMAGE-MACROLET\")");
 }

@@ -15,6 +15,7 @@ use super::ImageError;
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
     include_str!("../lisp/names.lisp"),
+    include_str!("../lisp/handles.lisp"),
     include_str!("../lisp/evaluate.lisp"),
     include_str!("../lisp/debugger.lisp"),
     include_str!("../lisp/introspection.lisp"),
@@ -22,6 +23,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/systems.lisp"),
     include_str!("../lisp/undo.lisp"),
     include_str!("../lisp/activity.lisp"),
+    include_str!("../lisp/inspect.lisp"),
     include_str!("../lisp/workers.lisp"),
 );
 

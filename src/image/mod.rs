@@ -518,6 +518,20 @@ impl Image {
         }
     }
 
+    /// Ends this server's session in the image, for a server that exits: its REPL state and the
+    /// handles it holds (which keep the objects they name alive) are released. Only over the
+    /// connection that is open: an image this server is not connected to has nothing of it
+    /// worth a reconnection (the image releases a closed connection's handles itself).
+    pub async fn end_session(&self) {
+        if self.current_connection().is_none() {
+            return;
+        }
+        let limits = CallLimits { timeout: UNWIND_GRACE, timeout_advice: "", cancel: CancellationToken::new() };
+        if let Err(error) = self.call_helper("end-session", Vec::new(), &limits).await {
+            tracing::warn!(%error, "the session in the image could not be ended");
+        }
+    }
+
     /// When the image --launch started had ended and a new one runs in its place, what the next
     /// reply must say of it; taken once.
     pub fn take_replacement_note(&self) -> Option<String> {

@@ -572,7 +572,8 @@ plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CO
 (:SEVERITY :MESSAGE :FORM :LINE :COLUMN); :READ-ERROR, NIL or (:MESSAGE :LINE :COLUMN
 :UNCLOSED); :STDOUT, what macros printed while expanding, as (text dropped)."
   (let ((stdout (make-capture max-output))
-        (*max-output* max-output))
+        (*max-output* max-output)
+        (*handles* (session-handles session)))
     (let ((result (run-tool token
                             (lambda () (compile-forms code (tool-package package session)))
                             :stdout stdout)))
@@ -656,7 +657,8 @@ the user would type it, and its message; the macro's internals are no backtrace 
   "Expands the form TEXT for the macroexpand-form tool: one step (MACROEXPAND-1), or every macro
 anywhere in it when FULL. Returns (:FORM header-text :EXPANSION (text dropped) :EXPANDED bool),
 (:READ-ERROR message), or (:ERROR report) when the macro signalled."
-  (let ((*max-output* max-output))
+  (let ((*max-output* max-output)
+        (*handles* (session-handles session)))
    (run-tool token
             (lambda ()
               (let ((package (tool-package package session)))

@@ -134,8 +134,11 @@ of code that was evaluated rather than loaded from a file."
                :locals (loop for local in (funcall (backend-function "FRAME-LOCALS") index)
                              collect (list (let ((*package* (parked-package *parked*)))
                                              (prin1-to-string (getf local :name)))
-                                           (destructuring-bind (text dropped)
-                                               (print-value (getf local :value) *max-local-length*)
+                                           ;; No handle: the locals' lines do not show one.
+                                           (destructuring-bind (text dropped &rest more)
+                                               (let ((*handles* nil))
+                                                 (print-value (getf local :value) *max-local-length*))
+                                             (declare (ignore more))
                                              (if (plusp dropped) (concatenate 'string text " ...") text))))
                :location (location-text location)
                :source (location-source location)))))))

@@ -10,21 +10,47 @@
 (defvar *exit-allowed* nil
   "True while a tool call that may end the image runs (see INSTALL-EXIT-GUARD).")
 
-(defun print-value (value limit)
-  "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters. An error while
-printing is reported in place of the value rather than failing the call."
-  (let ((stream (make-capture limit :bounded nil)))
+(defparameter *default-print-length* 200)
+(defparameter *default-print-level* 10)
+
+(defun print-value (value limit &key (length *default-print-length*) (level *default-print-level*))
+  "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters, with its handle (see
+VALUE-HANDLE). When the text is cut, the rest is behind a handle: a string's own, or one of the
+whole printed text. An error while printing is reported in place of the value rather than failing
+the call."
+  (let ((stream (make-capture limit :bounded nil
+                               :keep (if (stringp value) limit (* *runaway-output-factor* (max limit 1024)))))
+        (handle (value-handle value)))
     (handler-case
-        (let ((*print-length* 100)
-              (*print-level* 10)
+        (let ((*print-length* length)
+              (*print-level* level)
               (*print-circle* t)
               (*print-pretty* t)
               (*print-readably* nil))
           (prin1 value stream))
       (error (e)
         (return-from print-value
-          (list (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e)) 0))))
-    (capture-report stream)))
+          (list* (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e))
+                 0 (and handle (list nil 0 handle))))))
+    (let ((report (capture-report stream)))
+      (destructuring-bind (text dropped &optional more (offset 0)) report
+        (when (and (stringp value) (plusp dropped) handle)
+          ;; A string's rest is read from the string itself, from the character after the last
+          ;; one shown.
+          (setf more handle offset (printed-string-characters text)))
+        ;; As short as it can be: most values are small and have no handle.
+        (cond (handle (list text dropped more offset handle))
+              (more (list text dropped more offset))
+              (t (list text dropped)))))))
+
+(defun printed-string-characters (printed)
+  "How many characters of a string PRINTED, the start of its printed form, shows."
+  (loop with i = 1
+        with count = 0
+        while (< i (length printed))
+        do (if (char= (char printed i) #\\) (incf i 2) (incf i))
+           (incf count)
+        finally (return count)))
 
 (defun read-and-evaluate (code on-form)
   "Reads CODE one form at a time, evaluating each before reading the next, so that a form may
@@ -49,7 +75,8 @@ change *PACKAGE* or define the reader macros the next one uses. Returns the last
           (funcall on-form form values))))
     values))
 
-(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning debug)
+(defun evaluate-in-session (code session start-package max-output stdout stderr record-warning debug
+                            print-length print-level)
   "Reads and evaluates CODE in START-PACKAGE with the session's REPL variables, printing the last
 form's values; with DEBUG, an error enters the server's debugger (see PARK). Returns the outcome,
 the package in force at the end, and the failed condition."
@@ -65,7 +92,8 @@ the package in force at the end, and the failed condition."
                                      (condition (lambda (condition)
                                                   (when (compile-time-error-p condition)
                                                     (funcall record-warning condition)))))
-                        (mapcar (lambda (value) (print-value value max-output))
+                        (mapcar (lambda (value) (print-value value max-output :length print-length
+                                                                                  :level print-level))
                                 (read-and-evaluate code #'record-history))))
                     :debug debug)
                 (setf final-package *package*)
@@ -73,13 +101,16 @@ the package in force at the end, and the failed condition."
       (values outcome final-package failed-condition))))
 
 (defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
-                           allow-exit)
+                           allow-exit (print-length *default-print-length*) (print-level *default-print-level*))
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
-for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image. Returns a plist: :VALUES, a list of (text dropped);
-:STDOUT and :STDERR, each (text dropped); :WARNINGS, texts, and :WARNINGS-DROPPED; :PACKAGE, the
-session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS :MESSAGE
-:BACKTRACE)."
+for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image; values are printed with
+PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped [more offset
+[handle]]), MORE the handle of the text cut from OFFSET on (or NIL) and HANDLE the value's own;
+:STDOUT and :STDERR, each (text dropped [more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED;
+:PACKAGE, the session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS
+:MESSAGE :BACKTRACE)."
   (let* ((*max-output* max-output)
+         (*handles* (session-handles session))
          (*debug-timeout* debug-timeout)
          (*exit-allowed* allow-exit)
          (session (find-session session))
@@ -108,7 +139,8 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                                  (lambda (evaluation)
                                    (declare (ignore evaluation))
                                    (evaluate-in-session code session start-package max-output
-                                                        stdout stderr #'record-warning debug)))
+                                                        stdout stderr #'record-warning debug
+                                                        print-length print-level)))
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (missing-package-message package)
                       :backtrace nil :restarts nil))

@@ -2,9 +2,9 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; names.lisp, evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp,
-;;;; systems.lisp, undo.lisp, activity.lisp and workers.lisp follow, one per purpose, in that
-;;;; order.
+;;;; the printers; names.lisp, handles.lisp, evaluate.lisp, debugger.lisp, introspection.lisp,
+;;;; compile.lisp, systems.lisp, undo.lisp, activity.lisp, inspect.lisp and workers.lisp follow,
+;;;; one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -31,7 +31,8 @@
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
-           #:answer-approval #:leave-approval-mode #:start-worker))
+           #:answer-approval #:leave-approval-mode
+           #:inspect-value #:end-session #:handle-count #:start-worker))
 
 (in-package #:mcp-agent-helper)
 
@@ -78,6 +79,10 @@ messages are cut to it too.")
   "A capture stops the evaluation once this many times its limit has been written: far more
 than anybody reads, far less than endless printing needs to exhaust the heap.")
 
+(defparameter *max-kept-output* 4000000
+  "The most characters a capture keeps, shown or not (see MAKE-CAPTURE): with the default
+--max-output, everything written before the runaway bound stops the writer.")
+
 (define-condition output-limit-exceeded (error)
   ((limit :initarg :limit :reader output-limit)
    (bound :initarg :bound :reader output-bound))
@@ -93,30 +98,43 @@ than anybody reads, far less than endless printing needs to exhaust the heap.")
 (defclass capture-stream (sb-gray:fundamental-character-output-stream)
   ((buffer :initform (make-array 256 :element-type 'character :adjustable t :fill-pointer 0)
            :reader capture-buffer)
+   ;; The characters shown in the reply.
    (limit :initarg :limit :reader capture-limit)
-   (dropped :initform 0 :accessor capture-dropped)
+   ;; The characters kept, at least LIMIT: what is kept past LIMIT is read back in slices
+   ;; through a handle (see CAPTURE-REPORT).
+   (keep :initarg :keep :reader capture-keep)
+   ;; Characters written past KEEP, counted only.
+   (lost :initform 0 :accessor capture-lost)
    (bound :initarg :bound :reader capture-bound)
    ;; Tracked over everything written, kept or not, so FRESH-LINE and the pretty printer
    ;; behave as on an uncapped stream.
    (column :initform 0 :accessor capture-column)))
 
-(defun make-capture (limit &key (bounded t))
-  "A capture of LIMIT characters. BOUNDED, it stops whatever writes too much past them; a value
-is printed unbounded, since the printer's limits apply and a big string is no runaway."
-  (make-instance 'capture-stream
-                 :limit limit
-                 :bound (and bounded (* *runaway-output-factor* (max limit 1024)))))
+(defun make-capture (limit &key (bounded t) keep)
+  "A capture that shows LIMIT characters and keeps KEEP (by default, as many as it may take
+before it stops the writer; LIMIT when unbounded). BOUNDED, it stops whatever writes too much
+past them; a value is printed unbounded, since the printer's limits apply and a big string is no
+runaway."
+  (let ((bound (and bounded (* *runaway-output-factor* (max limit 1024)))))
+    (make-instance 'capture-stream
+                   :limit limit
+                   :keep (max limit (min *max-kept-output* (or keep bound limit)))
+                   :bound bound)))
+
+(defun capture-dropped (stream)
+  "The characters written but not shown."
+  (max 0 (- (+ (fill-pointer (capture-buffer stream)) (capture-lost stream)) (capture-limit stream))))
 
 (defun check-capture-bound (stream)
   (when (and (capture-bound stream)
-             (> (+ (fill-pointer (capture-buffer stream)) (capture-dropped stream)) (capture-bound stream)))
+             (> (+ (fill-pointer (capture-buffer stream)) (capture-lost stream)) (capture-bound stream)))
     (error 'output-limit-exceeded :limit (capture-limit stream) :bound (capture-bound stream))))
 
 (defmethod sb-gray:stream-write-char ((stream capture-stream) char)
   (let ((buffer (capture-buffer stream)))
-    (if (< (fill-pointer buffer) (capture-limit stream))
+    (if (< (fill-pointer buffer) (capture-keep stream))
         (vector-push-extend char buffer)
-        (progn (incf (capture-dropped stream))
+        (progn (incf (capture-lost stream))
                (check-capture-bound stream))))
   (setf (capture-column stream) (if (char= char #\Newline) 0 (1+ (capture-column stream))))
   char)
@@ -124,7 +142,7 @@ is printed unbounded, since the printer's limits apply and a big string is no ru
 (defmethod sb-gray:stream-write-string ((stream capture-stream) string &optional (start 0) end)
   (let* ((end (or end (length string)))
          (buffer (capture-buffer stream))
-         (room (max 0 (- (capture-limit stream) (fill-pointer buffer))))
+         (room (max 0 (- (capture-keep stream) (fill-pointer buffer))))
          (kept-end (min end (+ start room)))
          (newline (position #\Newline string :start start :end end :from-end t)))
     (when (> kept-end start)
@@ -135,7 +153,7 @@ is printed unbounded, since the printer's limits apply and a big string is no ru
                 (slot-value stream 'buffer) buffer))
         (setf (fill-pointer buffer) needed)
         (replace buffer string :start1 old :start2 start :end2 kept-end)))
-    (incf (capture-dropped stream) (- end kept-end))
+    (incf (capture-lost stream) (- end kept-end))
     (setf (capture-column stream)
           (if newline (- end newline 1) (+ (capture-column stream) (- end start))))
     (check-capture-bound stream)
@@ -148,11 +166,22 @@ is printed unbounded, since the printer's limits apply and a big string is no ru
   (zerop (capture-column stream)))
 
 (defun capture-text (stream)
-  (coerce (capture-buffer stream) 'simple-string))
+  "The text shown: the first LIMIT characters."
+  (let ((buffer (capture-buffer stream)))
+    (subseq buffer 0 (min (fill-pointer buffer) (capture-limit stream)))))
 
 (defun capture-report (stream)
-  "The captured text and how many characters were cut."
-  (list (capture-text stream) (capture-dropped stream)))
+  "The text shown and how many characters were cut; when some were cut and the call keeps
+handles (see HANDLES.LISP), also the handle of all the text kept and the offset where the rest
+begins there."
+  (let* ((text (capture-text stream))
+         (dropped (capture-dropped stream))
+         (handle (and (plusp dropped)
+                      (> (fill-pointer (capture-buffer stream)) (length text))
+                      (text-handle (coerce (capture-buffer stream) 'simple-string) (capture-lost stream)))))
+    (if handle
+        (list text dropped handle (length text))
+        (list text dropped))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread

@@ -76,6 +76,7 @@ it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) a
 failed (its output and warnings are kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
+        (*handles* (session-handles session))
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (flet ((record (condition)

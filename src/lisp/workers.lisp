@@ -14,14 +14,6 @@
 (defvar *workers* '()
   "(connection . thread) for every worker thread alive.")
 
-(defun current-server ()
-  "The package of the server (SWANK or SLYNK) whose request this thread runs, and its connection."
-  (dolist (name '("SWANK" "SLYNK") (values nil nil))
-    (let* ((package (find-package name))
-           (symbol (and package (find-symbol "*EMACS-CONNECTION*" package))))
-      (when (and symbol (boundp symbol) (symbol-value symbol))
-        (return (values package (symbol-value symbol)))))))
-
 (defun server-function (package name)
   (let ((symbol (find-symbol name package)))
     (and symbol (fboundp symbol) (fdefinition symbol))))
@@ -54,6 +46,8 @@ that can no longer come."
     (dolist (thread threads)
       (ignore-errors (sb-thread:terminate-thread thread)))))
 
+(add-connection-closed-hook 'end-workers)
+
 (defun start-worker ()
   "Starts a worker thread for the connection of this request. Returns the id the server knows it
 by, which the client sends requests to in place of T, or NIL when the server lacks what a worker
@@ -63,7 +57,9 @@ needs (the client then goes on spawning a thread per call)."
           (thread-id (and server (server-function server "THREAD-ID")))
           (closed-hook (and server (find-symbol "*CONNECTION-CLOSED-HOOK*" server)))
           (bindings (and server (find-symbol "*DEFAULT-WORKER-THREAD-BINDINGS*" server))))
-      (unless (and handle-requests thread-id closed-hook (boundp closed-hook))
+      ;; Without the hook, nothing would end the workers of a closed connection.
+      (unless (and handle-requests thread-id closed-hook (boundp closed-hook)
+                   (member 'end-workers (symbol-value closed-hook)))
         (return-from start-worker nil))
       (let* ((worker-bindings (and bindings (boundp bindings) (symbol-value bindings)))
              (thread (sb-thread:make-thread
@@ -77,7 +73,6 @@ needs (the client then goes on spawning a thread per call)."
                           (forget-thread-id sb-thread:*current-thread*)))
                       :name "swank-mcp worker")))
         (sb-thread:with-mutex (*workers-lock*)
-          (pushnew 'end-workers (symbol-value closed-hook))
           (push (cons connection thread) *workers*))
         (funcall thread-id thread)))))
 

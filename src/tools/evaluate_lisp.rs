@@ -16,6 +16,10 @@ use crate::swank::Form;
 /// the number is a mistake when exceeded.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
+/// Larger print limits than these print more than any reply shows.
+const MAX_PRINT_LENGTH: u64 = 1_000_000;
+const MAX_PRINT_LEVEL: u64 = 10_000;
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
@@ -23,7 +27,11 @@ fn definition() -> ToolDefinition {
         description: "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across \
             calls. Forms are read and evaluated one at a time, so (defpackage ...) (in-package ...) (defun ...) works in \
             one call; the session's package (changed by IN-PACKAGE) persists. Returns [stdout], [stderr], [warnings] \
-            sections and one '=> value' line per value of the last form; errors come back as [ERROR] TYPE with the \
+            sections and one '=> value' line per value of the last form, printed with *PRINT-LENGTH* 200 and \
+            *PRINT-LEVEL* 10 unless print_length/print_level say otherwise; a value other than a number, character \
+            or symbol ends with its handle (=> #<ITEM {1004A1B2C3}> @3), which the inspect tool takes. Each section \
+            shows at most the server's --max-output characters (default 16,000); the note under a cut one names \
+            a handle and offset from which inspect reads the rest. Errors come back as [ERROR] TYPE with the \
             message, a backtrace and the restarts it offered, and the evaluation is unwound. With debug: true, an \
             unhandled error (or BREAK) stops the evaluation in the debugger instead: the call returns at once with a \
             session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
@@ -49,6 +57,18 @@ fn definition() -> ToolDefinition {
                     "maximum": MAX_TIMEOUT_MS,
                     "description": "Interrupt the evaluation after this many milliseconds (default: the server's --eval-timeout, 30 s)."
                 },
+                "print_length": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_PRINT_LENGTH,
+                    "description": "*PRINT-LENGTH* for printing the values: elements shown of each list or vector (default 200)."
+                },
+                "print_level": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_PRINT_LEVEL,
+                    "description": "*PRINT-LEVEL* for printing the values: levels of nesting shown (default 10)."
+                },
                 "debug": {
                     "type": "boolean",
                     "description": "Stop in the debugger on an unhandled error instead of unwinding, and return a debugger session for the debugger tool (default false)."
@@ -60,6 +80,7 @@ fn definition() -> ToolDefinition {
             "required": ["values", "stdout", "stderr", "warnings", "package", "error"],
             "properties": {
                 "values": {"type": "array", "items": {"type": "string"}, "description": "The printed values of the last form."},
+                "handles": {"type": "array", "items": {"type": ["string", "null"]}, "description": "Each value's handle for inspect (@3), null for a number, character or symbol."},
                 "stdout": {"type": "string"},
                 "stderr": {"type": "string"},
                 "warnings": {"type": "array", "items": {"type": "string"}},
@@ -94,6 +115,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let package = args.optional_str("package")?;
     let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
     let debug = args.optional_bool("debug")?.unwrap_or(false);
+    let print_length = args.optional_u64("print_length", MAX_PRINT_LENGTH)?;
+    let print_level = args.optional_u64("print_level", MAX_PRINT_LEVEL)?;
     let image = context.image(args)?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
@@ -107,6 +130,12 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
+    // Sent only when given, like the flags below: a request without them is the same as before.
+    for (key, limit) in [("print-length", print_length), ("print-level", print_level)] {
+        if let Some(limit) = limit {
+            request.extend([Form::Keyword(key), Form::Integer(limit as i64)]);
+        }
+    }
     // Sent only when true: the helper refuses by default.
     if context.settings.allow_exit || image.launched_pid().is_some() {
         request.extend([Form::Keyword("allow-exit"), Form::T]);
@@ -183,6 +212,7 @@ impl EvaluationReply {
     pub fn structured(&self) -> impl Serialize + '_ {
         StructuredEvaluation {
             values: &self.values,
+            handles: self.values.iter().map(|value| value.handle.as_deref()).collect(),
             stdout: &self.stdout.text,
             stderr: &self.stderr.text,
             warnings: &self.warnings,
@@ -204,6 +234,7 @@ impl EvaluationReply {
 struct StructuredEvaluation<'a> {
     #[serde(serialize_with = "texts")]
     values: &'a [Captured],
+    handles: Vec<Option<&'a str>>,
     stdout: &'a str,
     stderr: &'a str,
     warnings: &'a [String],
@@ -271,6 +302,26 @@ mod tests {
     }
 
     #[test]
+    fn values_end_with_their_handles_and_cut_ones_name_where_the_rest_is() {
+        let empty = "(\"\" 0)";
+        assert_eq!(
+            render(&reply("((\"#<ITEM {1001}>\" 0 nil 0 \"@3\") (\"2\" 0 nil 0 nil))", empty, empty, "nil")),
+            "=> #<ITEM {1001}> @3\n=> 2"
+        );
+        assert_eq!(
+            render(&reply("((\"(1 2\" 90 \"@5\" 4 \"@4\"))", "(\"ab\" 7 \"@6\" 2)", empty, "nil")),
+            "[stdout]\nab\n[... 7 more characters not shown: the limit is 65,536 per section (--max-output); inspect @6 \
+             with offset 2 for the rest]\n\n=> (1 2\n[... 90 more characters not shown: the limit is 65,536 per section \
+             (--max-output); inspect @5 with offset 4 for the rest; the value is @4]"
+        );
+        assert_eq!(
+            render(&reply("((\"\\\"abc\" 9 \"@4\" 3 \"@4\"))", empty, empty, "nil")),
+            "=> \"abc\n[... 9 more characters not shown: the limit is 65,536 per section (--max-output); inspect @4 \
+             with offset 3 for the rest]"
+        );
+    }
+
+    #[test]
     fn no_values_is_said() {
         assert_eq!(render(&reply("nil", "(\"\" 0)", "(\"\" 0)", "nil")), "; No values");
     }
@@ -288,6 +339,10 @@ mod tests {
         let error =
             decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
                 .unwrap_err();
-        assert!(error.0.contains("(:stdout: expected a list of 2, found (\"\"))"), "{}", error.0);
+        assert!(
+            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle]]))"),
+            "{}",
+            error.0
+        );
     }
 }

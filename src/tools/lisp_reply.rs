@@ -27,18 +27,45 @@ fn unexpected_reply(what: &str, error: DecodeError) -> ToolError {
     ))
 }
 
-/// Text captured in the image, cut there to the output limit: `(text dropped)` in a reply.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(from = "(String, u64)")]
+/// Text captured in the image, cut there to the output limit: `(text dropped)` in a reply, or
+/// `(text dropped more offset)` when the image keeps the whole text behind handle `more`, or
+/// `(text dropped more offset handle)` for a printed value with a handle of its own.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Captured {
     pub text: String,
     /// Characters the image dropped past the limit.
     pub dropped: u64,
+    /// The handle of the whole text, and the offset in it where the cut part begins.
+    pub more: Option<(String, u64)>,
+    /// For a printed value: the value's own handle (`@3`), which `inspect` takes.
+    pub handle: Option<String>,
 }
 
 impl From<(String, u64)> for Captured {
     fn from((text, dropped): (String, u64)) -> Self {
-        Captured { text, dropped }
+        Captured { text, dropped, more: None, handle: None }
+    }
+}
+
+impl<'de> Deserialize<'de> for Captured {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Parts;
+        impl<'de> serde::de::Visitor<'de> for Parts {
+            type Value = Captured;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("(text dropped [more offset [handle]])")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Captured, A::Error> {
+                use serde::de::Error;
+                let text: String = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(0, &self))?;
+                let dropped: u64 = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(1, &self))?;
+                let more: Option<String> = seq.next_element()?.flatten();
+                let offset: u64 = seq.next_element()?.unwrap_or(0);
+                let handle: Option<String> = seq.next_element()?.flatten();
+                Ok(Captured { text, dropped, more: more.map(|more| (more, offset)), handle })
+            }
+        }
+        deserializer.deserialize_seq(Parts)
     }
 }
 
@@ -60,22 +87,33 @@ impl Captured {
         })
     }
 
-    /// This text as a printed value: `=> text`, and the note of how much was cut.
+    /// This text as a printed value: `=> text`, its handle, and the note of how much was cut.
     pub fn value_line(&self, limit: usize) -> String {
-        match self.cut_note(limit) {
-            Some(note) => format!("=> {}\n{note}", self.text),
-            None => format!("=> {}", self.text),
+        match (self.cut_note(limit), &self.handle) {
+            // A cut string's rest is read through its own handle, which the note names.
+            (Some(note), Some(handle)) if self.more.as_ref().map(|(more, _)| more) != Some(handle) => {
+                format!("=> {}\n{}; the value is {handle}]", self.text, note.trim_end_matches(']'))
+            }
+            (Some(note), _) => format!("=> {}\n{note}", self.text),
+            (None, Some(handle)) => format!("=> {} {handle}", self.text),
+            (None, None) => format!("=> {}", self.text),
         }
     }
 
-    /// The note that says how much the image cut, if it cut anything.
+    /// The note that says how much the image cut, if it cut anything, and where to read the rest.
     pub fn cut_note(&self, limit: usize) -> Option<String> {
         (self.dropped > 0).then(|| {
-            format!(
-                "[... {} more characters not shown: the limit is {} per section (--max-output)]",
-                group_thousands(self.dropped),
-                group_thousands(limit as u64)
-            )
+            let dropped = group_thousands(self.dropped);
+            let limit = group_thousands(limit as u64);
+            match &self.more {
+                Some((handle, offset)) => format!(
+                    "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output); \
+                     inspect {handle} with offset {offset} for the rest]"
+                ),
+                None => format!(
+                    "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output)]"
+                ),
+            }
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
 pub mod image_approval;
+pub mod inspect;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
@@ -86,6 +87,7 @@ pub enum Run {
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
 static TOOLS: &[Tool] = &[
     evaluate_lisp::TOOL,
+    inspect::TOOL,
     debugger::TOOL,
     compile_form::TOOL,
     macroexpand_form::TOOL,
@@ -202,6 +204,13 @@ impl Toolbox {
     pub async fn abort_debugger_sessions(&self) {
         for image in &self.images {
             image.abort_debugger_sessions().await;
+        }
+    }
+
+    /// Ends this server's session in every image it is connected to, for a server that exits.
+    pub async fn end_sessions(&self) {
+        for image in &self.images {
+            image.end_session().await;
         }
     }
 

@@ -195,3 +195,12 @@ pub async fn eval_ok(toolbox: &Arc<Toolbox>, code: &str) -> String {
     assert!(!output.is_error, "{code}: {}", output.text);
     output.text
 }
+
+/// A value line without the handle that ends it (`=> (1 2) @3` is `=> (1 2)`), for tests about
+/// the printed value alone.
+pub fn without_handle(line: &str) -> &str {
+    match line.rsplit_once(" @") {
+        Some((value, handle)) if !handle.is_empty() && handle.bytes().all(|b| b.is_ascii_digit()) => value,
+        _ => line,
+    }
+}

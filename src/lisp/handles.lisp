@@ -1,0 +1,179 @@
+;;;; Handles: @N names for the values a session's agent has seen (every evaluate-lisp value,
+;;;; every part the inspect tool shows) and for the whole text of output cut in a reply, so that
+;;;; the agent can walk into an object or read the rest of a text in slices.
+;;;;
+;;;; A handle keeps its object alive, so each session's handles are bounded (*MAX-HANDLES*, and
+;;;; *MAX-KEPT-CHARACTERS* of kept text), the oldest released first, and all of them released
+;;;; when the session ends (END-SESSION, which the server calls when it exits) or its connection
+;;;; closes (the server's connection-closed hook).
+;;;;
+;;;; Loaded after helper.lisp, under the same rules.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *max-handles* 1000
+  "Handles a session keeps; past that the oldest are released.")
+
+(defparameter *max-kept-characters* 8000000
+  "Characters of cut output a session keeps behind handles; past that the oldest are released.")
+
+(defclass kept-text ()
+  ((text :initarg :text :reader kept-text)
+   (lost :initarg :lost :reader kept-text-lost
+         :documentation "Characters written after the kept ones, which the image did not keep."))
+  (:documentation "The whole text of an output section or a printed value that a reply cut."))
+
+(defclass handle-table ()
+  ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper handles") :reader handle-table-lock)
+   (next :initform 1 :accessor handle-table-next)
+   (oldest :initform 1 :accessor handle-table-oldest)
+   (objects :initform (make-hash-table) :reader handle-table-objects
+            :documentation "Number -> object.")
+   (numbers :initform (make-hash-table :test 'eq) :reader handle-table-numbers
+            :documentation "Object -> number, so that an object seen again keeps its handle.")
+   (characters :initform 0 :accessor handle-table-characters)
+   (connection :initform nil :accessor handle-table-connection
+               :documentation "The server connection the session last called through.")))
+
+(defvar *session-handles* (make-hash-table :test 'equal :synchronized t)
+  "Session name -> its HANDLE-TABLE.")
+
+(defvar *handles* nil
+  "The HANDLE-TABLE of the session the current call serves, while a call that hands out handles
+runs; NIL elsewhere, where no handle is made.")
+
+(defun current-server ()
+  "The package of the server (SWANK or SLYNK) whose request this thread runs, and the connection
+the request came through; NIL when the thread runs none."
+  (loop for package-name in '("SWANK" "SLYNK")
+        for symbol = (first (existing-symbols package-name "*EMACS-CONNECTION*"))
+        when (and symbol (boundp symbol) (symbol-value symbol))
+          return (values (symbol-package symbol) (symbol-value symbol))))
+
+(defun server-connection ()
+  "The swank or slynk connection the current request came through, or NIL."
+  (nth-value 1 (current-server)))
+
+(defun session-handles (session)
+  "The handle table of SESSION (its name), made on first use; it notes the connection in use."
+  (let ((table (or (gethash session *session-handles*)
+                   (sb-ext:with-locked-hash-table (*session-handles*)
+                     (or (gethash session *session-handles*)
+                         (setf (gethash session *session-handles*) (make-instance 'handle-table)))))))
+    (setf (handle-table-connection table) (server-connection))
+    table))
+
+(defun handle-name (number)
+  (format nil "@~D" number))
+
+(defun release-oldest (table)
+  "Releases TABLE's oldest handles while it is over its bounds. Called with its lock held."
+  ;; The newest handle stays whatever its size: it is the one the reply names.
+  (loop while (and (< (handle-table-oldest table) (1- (handle-table-next table)))
+                   (or (> (hash-table-count (handle-table-objects table)) *max-handles*)
+                       (> (handle-table-characters table) *max-kept-characters*)))
+        do (let* ((number (handle-table-oldest table))
+                  (object (gethash number (handle-table-objects table))))
+             (incf (handle-table-oldest table))
+             (when (remhash number (handle-table-objects table))
+               (if (typep object 'kept-text)
+                   (decf (handle-table-characters table) (length (kept-text object)))
+                   (remhash object (handle-table-numbers table)))))))
+
+(defun add-handle (table object)
+  "A new handle of OBJECT in TABLE. Called with its lock held."
+  (let ((number (handle-table-next table)))
+    (incf (handle-table-next table))
+    (setf (gethash number (handle-table-objects table)) object)
+    (if (typep object 'kept-text)
+        (incf (handle-table-characters table) (length (kept-text object)))
+        (setf (gethash object (handle-table-numbers table)) number))
+    (release-oldest table)
+    (handle-name number)))
+
+(defun self-evident-p (object)
+  "True for a value its printed text says all about: a number, a character or a symbol. Such a
+value gets no handle (the agent types it again instead)."
+  (typep object '(or number character symbol)))
+
+(defun value-handle (object)
+  "The handle of OBJECT in the current session (the same one each time it is seen), or NIL when
+the call keeps no handles or OBJECT is self-evident."
+  (let ((table *handles*))
+    (when (and table (not (self-evident-p object)))
+      (sb-thread:with-mutex ((handle-table-lock table))
+        (let ((number (gethash object (handle-table-numbers table))))
+          (if number (handle-name number) (add-handle table object)))))))
+
+(defun text-handle (text lost)
+  "A handle of TEXT, the kept part of a text that a reply cut (LOST characters after it were not
+kept), or NIL when the call keeps no handles."
+  (let ((table *handles*))
+    (when table
+      (sb-thread:with-mutex ((handle-table-lock table))
+        (add-handle table (make-instance 'kept-text :text text :lost lost))))))
+
+(defun handle-object (name)
+  "The object the handle NAME (\"@3\", or \"3\") stands for in the current session, or a failure
+saying why there is none."
+  (let* ((table *handles*)
+         (digits (string-left-trim "@" (string-trim " " name)))
+         (number (and (plusp (length digits)) (every #'digit-char-p digits) (parse-integer digits))))
+    (unless number
+      (fail "~S is not a handle: handles are written @ and a number, like @3, as replies show them." name))
+    (sb-thread:with-mutex ((handle-table-lock table))
+      (multiple-value-bind (object found) (gethash number (handle-table-objects table))
+        (cond (found object)
+              ((>= number (handle-table-next table))
+               (fail "There is no handle @~D yet in this session: the newest is @~D." number
+                     (1- (handle-table-next table))))
+              (t
+               (fail "Handle @~D was released: a session keeps its newest ~:D handles and ~:D characters of ~
+                      cut output, releasing the oldest first. Evaluate the value again to get a new one."
+                     number *max-handles* *max-kept-characters*)))))))
+
+(defun handle-count (&optional session)
+  "Handles kept by SESSION (its name), or by every session: for tests and the curious."
+  (if session
+      (let ((table (gethash session *session-handles*)))
+        (if table (hash-table-count (handle-table-objects table)) 0))
+      (let ((count 0))
+        (maphash (lambda (name table)
+                   (declare (ignore name))
+                   (incf count (hash-table-count (handle-table-objects table))))
+                 *session-handles*)
+        count)))
+
+(defmacro with-session-handles ((session) &body body)
+  "Runs BODY with *HANDLES* bound to the handle table of SESSION (its name)."
+  `(let ((*handles* (session-handles ,session)))
+     ,@body))
+
+(defun end-session (&key session token)
+  "Forgets SESSION: its REPL state and its handles, releasing the objects they kept. The server
+calls this when it exits."
+  (declare (ignore token))
+  (remhash session *session-handles*)
+  (remhash session *sessions*)
+  (list :ended t))
+
+(defun release-handles-of-connection (connection)
+  "The server's connection-closed hook: a session whose connection closed has lost its client,
+which had the only use for its handles. (Its REPL state stays for a server that reconnects.)"
+  (ignore-errors
+   (let ((ended '()))
+     (maphash (lambda (name table)
+                (when (eq (handle-table-connection table) connection)
+                  (push name ended)))
+              *session-handles*)
+     (dolist (name ended)
+       (remhash name *session-handles*)))))
+
+(defun add-connection-closed-hook (function-name)
+  "Adds FUNCTION-NAME (called with the connection) to the servers' connection-closed hooks, once."
+  (loop for package-name in '("SWANK" "SLYNK")
+        for symbol = (first (existing-symbols package-name "*CONNECTION-CLOSED-HOOK*"))
+        when (and symbol (boundp symbol) (listp (symbol-value symbol)))
+          do (pushnew function-name (symbol-value symbol))))
+
+(add-connection-closed-hook 'release-handles-of-connection)

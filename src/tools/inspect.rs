@@ -1,0 +1,256 @@
+//! `inspect`: what SLIME's inspector shows of a value (its type, slots, elements, hash-table
+//! entries, function and class facts), paged, each part with a handle to walk into; and the text
+//! behind a handle (a string, or output a reply cut) read in slices.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::lisp_reply::{decode, group_thousands};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::swank::Form;
+
+/// Parts shown per page when the call gives no limit.
+const DEFAULT_PARTS: u64 = 50;
+const MAX_PARTS: u64 = 1000;
+/// Far past any string or kept text (a swank frame holds 16 MiB).
+const MAX_OFFSET: u64 = 1 << 40;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "inspect",
+        title: "Inspect a value",
+        description: "Show a Lisp value as SLIME's inspector does: its type, then its slots (objects, structures, \
+            conditions), elements (lists, vectors, arrays), entries (hash tables), methods (generic functions), \
+            lambda list, documentation and source (functions), superclasses and slots with the class each comes from \
+            (classes), bindings (symbols). Give `handle` (@3, as evaluate-lisp values and earlier inspect parts show \
+            it) or `code` to evaluate now. Parts are paged (`offset`, `limit`, default 50); each part that is not a \
+            number, character or symbol has a handle of its own to inspect next. For a string, or the handle a cut \
+            output's note names, `offset` and `limit` count characters (default limit: --max-output) and the text \
+            itself is shown. Handles belong to this session: the newest 1,000 are kept (and 8,000,000 characters of \
+            cut output), the oldest released first, and all are released when the server exits or its connection \
+            to the image closes.",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "handle": {"type": "string", "description": "A handle from an earlier reply, such as \"@3\"."},
+                "code": {"type": "string", "description": "Code to evaluate instead; its first value is inspected (and gets a handle)."},
+                "package": {"type": "string", "description": "Package to read `code` in (default: the session's package)."},
+                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "description": "First part (or character, for a text) to show (default 0)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET, "description": "Parts to show (default 50, at most 1,000), or characters of a text (default and at most --max-output)."}
+            }
+        }),
+        output_schema: None,
+        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let handle = args.optional_str("handle")?;
+    let code = args.optional_str("code")?;
+    let package = super::package_argument(args)?;
+    let offset = args.optional_u64("offset", MAX_OFFSET)?.unwrap_or(0);
+    let limit = args.optional_u64("limit", MAX_OFFSET)?;
+    if limit == Some(0) {
+        return Err(ToolError::new("`limit` must be at least 1."));
+    }
+    let target =
+        match (handle, code) {
+            (Some(handle), None) => [Form::Keyword("handle"), Form::string(handle)],
+            (None, Some(code)) => [Form::Keyword("code"), Form::string(code)],
+            (Some(_), Some(_)) => return Err(ToolError::new("Give either `handle` or `code`, not both.")),
+            (None, None) => return Err(ToolError::new(
+                "Give `handle` (such as \"@3\", from an earlier evaluate-lisp or inspect reply) or `code` to evaluate.",
+            )),
+        };
+    let max_text = context.settings.max_output as u64;
+    let mut request: Vec<Form> = target.into();
+    request.extend([
+        Form::Keyword("package"),
+        package,
+        Form::Keyword("offset"),
+        Form::Integer(offset as i64),
+        Form::Keyword("limit"),
+        Form::Integer(limit.unwrap_or(DEFAULT_PARTS).min(MAX_PARTS) as i64),
+        Form::Keyword("text-limit"),
+        Form::Integer(limit.unwrap_or(max_text).min(max_text) as i64),
+    ]);
+    let page = decode::<Page>("inspect-value", &context.call_helper(args, "inspect-value", request).await?)?;
+    Ok(ToolOutput::success(page.render()).with_structured(&page))
+}
+
+/// The helper's answer: one page of a value.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Page {
+    /// Empty for a number, character or symbol, which gets no handle.
+    handle: String,
+    printed: String,
+    #[serde(rename = "type")]
+    type_name: String,
+    facts: Vec<(String, String)>,
+    section: String,
+    parts: Vec<Part>,
+    offset: u64,
+    total: u64,
+    /// For a text: the characters from `offset`.
+    text: Option<String>,
+    /// For a cut output's text: characters written after those the image kept.
+    lost: u64,
+}
+
+/// One part: its label, its value printed briefly, the value's handle, and the label's own handle
+/// when the label is an object too (a hash table's key).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(from = "(String, String, Option<String>, Option<String>)")]
+struct Part {
+    label: String,
+    value: String,
+    handle: Option<String>,
+    label_handle: Option<String>,
+}
+
+impl From<(String, String, Option<String>, Option<String>)> for Part {
+    fn from((label, value, handle, label_handle): (String, String, Option<String>, Option<String>)) -> Self {
+        Part { label, value, handle, label_handle }
+    }
+}
+
+impl Page {
+    fn render(&self) -> String {
+        let name = if self.handle.is_empty() { String::new() } else { format!("{} ", self.handle) };
+        match &self.text {
+            Some(text) => self.render_text(&name, text),
+            None => {
+                let mut out = format!("{name}{}\nType: {}", self.printed, self.type_name);
+                for (label, value) in &self.facts {
+                    out.push_str(&format!("\n{label}: {value}"));
+                }
+                if self.total == 0 {
+                    return out;
+                }
+                let end = self.offset + self.parts.len() as u64;
+                out.push_str(&format!("\n\n{} ({}", self.section, group_thousands(self.total)));
+                if self.offset >= self.total {
+                    out.push_str(&format!("; offset {} is past the last, {})", self.offset, self.total - 1));
+                    return out;
+                }
+                if self.offset > 0 || end < self.total {
+                    out.push_str(&format!(", showing {}-{}", self.offset, end.saturating_sub(1)));
+                }
+                out.push_str("):");
+                for part in &self.parts {
+                    let label = match &part.label_handle {
+                        Some(handle) => format!("{} {handle}", part.label),
+                        None => part.label.clone(),
+                    };
+                    let handle = part.handle.as_deref().map(|h| format!(" {h}")).unwrap_or_default();
+                    out.push_str(&format!("\n  {label} = {}{handle}", part.value));
+                }
+                if end < self.total {
+                    out.push_str(&format!(
+                        "\n[... {} more; inspect {} with offset {end} for the next]",
+                        group_thousands(self.total - end),
+                        self.handle_or_code()
+                    ));
+                }
+                out
+            }
+        }
+    }
+
+    fn render_text(&self, name: &str, text: &str) -> String {
+        let total = group_thousands(self.total);
+        let kind = if self.type_name == "TEXT" { "text" } else { "string" };
+        if self.offset >= self.total && self.total > 0 {
+            return format!(
+                "{name}{kind} of {total} characters; offset {} is past the last, {}",
+                self.offset,
+                self.total - 1
+            );
+        }
+        let end = self.offset + text.chars().count() as u64;
+        let mut out = format!(
+            "{name}{kind} of {total} characters, characters {}-{}:\n{text}",
+            self.offset,
+            end.saturating_sub(1)
+        );
+        if end < self.total {
+            out.push_str(&format!(
+                "\n[... {} more characters; inspect {} with offset {end} for the next]",
+                group_thousands(self.total - end),
+                self.handle_or_code()
+            ));
+        } else if self.lost > 0 {
+            out.push_str(&format!(
+                "\n[end of the kept text: the {} characters written after it were not kept]",
+                group_thousands(self.lost)
+            ));
+        }
+        out
+    }
+
+    fn handle_or_code(&self) -> &str {
+        if self.handle.is_empty() {
+            "the same code"
+        } else {
+            &self.handle
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::{from_sexp, read};
+
+    fn page(reply: &str) -> Page {
+        from_sexp::<Page>(&read(reply).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn parts_are_listed_with_their_handles_and_the_next_page_is_named() {
+        let text = page(
+            "(:handle \"@3\" :printed \"#<HASH-TABLE :TEST EQL :COUNT 3>\" :type \"HASH-TABLE\" \
+             :facts ((\"Test\" \"EQL\")) :section \"Entries (key = value)\" \
+             :parts ((\":A\" \"(1 2)\" \"@4\" nil) (\"\\\"k\\\"\" \"3\" nil \"@5\")) :offset 0 :total 3 :text nil :lost 0)",
+        )
+        .render();
+        assert_eq!(
+            text,
+            "@3 #<HASH-TABLE :TEST EQL :COUNT 3>\nType: HASH-TABLE\nTest: EQL\n\nEntries (key = value) (3, showing 0-1):\n  \
+             :A = (1 2) @4\n  \"k\" @5 = 3\n[... 1 more; inspect @3 with offset 2 for the next]"
+        );
+    }
+
+    #[test]
+    fn an_offset_past_the_end_says_so() {
+        let text = page(
+            "(:handle \"@3\" :printed \"(1 2)\" :type \"CONS\" :facts nil :section \"Elements\" :parts nil \
+             :offset 5 :total 2 :text nil :lost 0)",
+        )
+        .render();
+        assert_eq!(text, "@3 (1 2)\nType: CONS\n\nElements (2; offset 5 is past the last, 1)");
+    }
+
+    #[test]
+    fn a_text_slice_says_where_it_is_and_what_follows() {
+        let text = page(
+            "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
+             :offset 10 :total 30 :text \"abcde\" :lost 0)",
+        )
+        .render();
+        assert_eq!(
+            text,
+            "@7 text of 30 characters, characters 10-14:\nabcde\n[... 15 more characters; inspect @7 with offset 15 for the next]"
+        );
+        let end = page(
+            "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
+             :offset 25 :total 30 :text \"abcde\" :lost 1000)",
+        )
+        .render();
+        assert!(end.ends_with("[end of the kept text: the 1,000 characters written after it were not kept]"), "{end}");
+    }
+}
