@@ -427,6 +427,9 @@ impl Image {
             let connection = connect(&settings, launcher.as_ref(), &progress).await?;
             *lock(&progress) = Step::LoadingHelper;
             load_helper(&connection).await?;
+            // The first worker before the first call, so that the requests of a connection that
+            // makes one call at a time come in one order (the recorded transcripts rely on it).
+            start_worker(&connection).await;
             Ok(connection)
         }
         .boxed()
