@@ -98,7 +98,7 @@ async fn an_evaluation_that_cannot_be_interrupted_says_what_it_waits_for() {
     assert!(output.is_error && output.text.contains("did not unwind within 3s"), "{}", output.text);
     assert!(
         output.text.contains(
-            "The evaluation runs in thread \"worker\", which waits for the lock \"faults test lock\", held by thread \"faults lock holder\"."
+            "The evaluation runs in thread \"swank-mcp worker\", which waits for the lock \"faults test lock\", held by thread \"faults lock holder\"."
         ),
         "{}",
         output.text

@@ -152,3 +152,26 @@ fn ensure_helper(digest: &str, source: Form) -> Form {
         ],
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HELPER_SOURCE;
+
+    /// The helper's files are one compilation unit: a second top-level definition of a name would
+    /// silently replace the first file's (both files' tests would then see only the later one).
+    #[test]
+    fn no_name_is_defined_twice_across_the_helper_files() {
+        let mut seen = std::collections::HashSet::new();
+        let duplicates: Vec<&str> = HELPER_SOURCE
+            .lines()
+            .filter_map(|line| {
+                let rest = ["(defun ", "(defmacro ", "(defvar ", "(defparameter ", "(defgeneric ", "(defclass "]
+                    .iter()
+                    .find_map(|prefix| line.strip_prefix(prefix))?;
+                rest.split([' ', ')']).next()
+            })
+            .filter(|name| !seen.insert(*name))
+            .collect();
+        assert!(duplicates.is_empty(), "defined twice: {duplicates:?}");
+    }
+}

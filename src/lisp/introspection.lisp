@@ -282,7 +282,7 @@ it is also accessible in PACKAGE, where it was looked up."
          (sb-introspect:definition-source-pathname source)
          (source-location source (sb-mop:generic-function-name (sb-mop:method-generic-function method))))))
 
-(defun location-text (location)
+(defun file-location-text (location)
   "FILE:LINE:COLUMN of a location plist with a file."
   (format nil "~A~@[:~D~]~@[:~D~]" (getf location :file) (getf location :line) (getf location :column)))
 
@@ -303,7 +303,7 @@ it is also accessible in PACKAGE, where it was looked up."
                                         (let ((location (method-location method)))
                                           (cons (if (and location (sbcl-source-file-p (getf location :file))) 1 0)
                                                 (format nil "  ~A~@[  ~A~]" (method-text method package)
-                                                        (and location (location-text location))))))
+                                                        (and location (file-location-text location))))))
                                       methods)
                               (lambda (a b)
                                 (or (< (car a) (car b))
