@@ -310,6 +310,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
+            toolbox.end_sessions().await;
             served?.context("serving MCP on stdio")?;
             Ok(ExitCode::SUCCESS)
         }

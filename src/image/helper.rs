@@ -14,11 +14,13 @@ use super::ImageError;
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/observe.lisp"),
     include_str!("../lisp/evaluate.lisp"),
     include_str!("../lisp/debugger.lisp"),
     include_str!("../lisp/introspection.lisp"),
     include_str!("../lisp/compile.lisp"),
     include_str!("../lisp/systems.lisp"),
+    include_str!("../lisp/testing.lisp"),
     include_str!("../lisp/undo.lisp"),
     include_str!("../lisp/activity.lisp"),
 );

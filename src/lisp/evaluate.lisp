@@ -82,7 +82,10 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
   (let* ((*max-output* max-output)
          (*debug-timeout* debug-timeout)
          (*exit-allowed* allow-exit)
+         (session-name session)
          (session (find-session session))
+         (*agent-session* session-name)
+         (*trace-log* (make-trace-log-for session-name))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())
@@ -125,7 +128,9 @@ session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLAS
                                     collect text)
                   :warnings-dropped (max 0 (- warning-count *max-warnings*))
                   :package (session-package-name session)
-                  :notes (if note (list note) nil))))))))
+                  :notes (if note (list note) nil)
+                  :trace (trace-report)
+                  :background (take-background session-name))))))))
 
 (defun compile-time-error-p (condition)
   "True for an error the compiler found in a form (SB-C:COMPILER-ERROR), such as a RETURN-FROM an

@@ -29,7 +29,8 @@
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
-           #:answer-approval #:leave-approval-mode))
+           #:answer-approval #:leave-approval-mode
+           #:trace-functions #:threads #:profile-code #:end-session #:run-tests #:test-activity))
 
 (in-package #:mcp-agent-helper)
 

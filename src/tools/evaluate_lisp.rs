@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::debugger;
-use super::lisp_reply::{decode, Captured, ErrorReport};
+use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::CallLimits;
 use crate::swank::Form;
@@ -28,7 +28,10 @@ fn definition() -> ToolDefinition {
             unhandled error (or BREAK) stops the evaluation in the debugger instead: the call returns at once with a \
             session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
             locals, evaluate in a frame, redefine the broken function and restart its frame, or invoke a restart \
-            such as USE-VALUE); use it when the failing state is worth keeping. Interactive input (READ-LINE, \
+            such as USE-VALUE); use it when the failing state is worth keeping. Calls of functions traced with the \
+            trace tool come back in a [trace] section. Threads your evaluations start print into a buffer of this \
+            session, and an unhandled error ends such a thread and is recorded there (thread, error, backtrace): \
+            the next evaluate-lisp reply shows both in a [background] section. Interactive input (READ-LINE, \
             Y-OR-N-P) gets end of file. (sb-ext:exit) and (uiop:quit) fail with EXIT-REFUSED in an image swank-mcp \
             did not start, unless the server runs with --allow-exit.",
         input_schema: json!({
@@ -64,6 +67,9 @@ fn definition() -> ToolDefinition {
                 "stderr": {"type": "string"},
                 "warnings": {"type": "array", "items": {"type": "string"}},
                 "package": {"type": "string", "description": "The session's package after the call."},
+                "trace": {"type": "array", "items": {"type": "string"}, "description": "Calls of functions this session traces (see the trace tool), when there were any."},
+                "background_output": {"type": "string", "description": "What threads your evaluations started printed since the last reply, when anything."},
+                "background_errors": {"type": "array", "description": "Unhandled errors in those threads since the last reply: thread, type, message, backtrace."},
                 "debugger_session": {"type": "string", "description": "With debug: the id of the debugger session the evaluation waits in."},
                 "frames": {"type": "array", "description": "With debug: the top frames of the stopped evaluation."},
                 "error": {
@@ -142,6 +148,91 @@ pub(crate) struct EvaluationReply {
     pub package: String,
     pub notes: Vec<String>,
     pub error: Option<ErrorReport>,
+    /// Calls of traced functions during the evaluation (absent from helpers before the trace tool).
+    #[serde(default)]
+    pub trace: TraceEvents,
+    /// What the session's agent threads printed, and their errors, since the last reply.
+    #[serde(default)]
+    pub background: Background,
+}
+
+/// The `[trace]` section's events, oldest first, and how many more were not shown.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "(Vec<String>, u64)")]
+pub(crate) struct TraceEvents {
+    pub events: Vec<String>,
+    pub dropped: u64,
+}
+
+impl From<(Vec<String>, u64)> for TraceEvents {
+    fn from((events, dropped): (Vec<String>, u64)) -> Self {
+        TraceEvents { events, dropped }
+    }
+}
+
+impl TraceEvents {
+    fn section(&self) -> Option<String> {
+        if self.events.is_empty() && self.dropped == 0 {
+            return None;
+        }
+        let mut section = format!("[trace]\n{}", self.events.join("\n"));
+        if self.dropped > 0 {
+            section.push_str(&format!(
+                "\n[... {} more trace events not shown: at most 100 per reply, 8 levels deep]",
+                group_thousands(self.dropped)
+            ));
+        }
+        Some(section)
+    }
+}
+
+/// Output and unhandled errors of the threads the session's evaluations started.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct Background {
+    pub output: Captured,
+    pub errors: Vec<BackgroundError>,
+    pub errors_dropped: u64,
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Background { output: Captured { text: String::new(), dropped: 0 }, errors: Vec::new(), errors_dropped: 0 }
+    }
+}
+
+/// An unhandled error that ended one of the agent's threads (or a BREAK it went on from).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct BackgroundError {
+    pub thread: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub message: String,
+    pub backtrace: Vec<String>,
+}
+
+impl Background {
+    fn section(&self, max_output: usize) -> Option<String> {
+        if self.output.is_empty() && self.errors.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if let Some(output) = self.output.section("Output of your threads:", max_output) {
+            parts.push(output);
+        }
+        for error in &self.errors {
+            let mut part = format!("Thread {:?} stopped: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
+            if !error.backtrace.is_empty() {
+                part.push_str(&format!("\nBacktrace:\n  {}", error.backtrace.join("\n  ")));
+            }
+            parts.push(part);
+        }
+        if self.errors_dropped > 0 {
+            parts.push(format!("[... {} more thread errors not shown]", group_thousands(self.errors_dropped)));
+        }
+        Some(format!("[background]\n{}", parts.join("\n\n")))
+    }
 }
 
 impl EvaluationReply {
@@ -165,6 +256,8 @@ impl EvaluationReply {
             }
             sections.push(section);
         }
+        sections.extend(self.trace.section());
+        sections.extend(self.background.section(max_output));
         if !self.notes.is_empty() {
             sections.push(format!("[notes]\n{}", self.notes.join("\n")));
         }
@@ -188,6 +281,9 @@ impl EvaluationReply {
             warnings: &self.warnings,
             package: &self.package,
             error: self.error.as_ref().map(ErrorReport::to_json),
+            trace: &self.trace.events,
+            background_output: &self.background.output.text,
+            background_errors: &self.background.errors,
         }
     }
 
@@ -209,6 +305,12 @@ struct StructuredEvaluation<'a> {
     warnings: &'a [String],
     package: &'a str,
     error: Option<Value>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    trace: &'a [String],
+    #[serde(skip_serializing_if = "str::is_empty")]
+    background_output: &'a str,
+    #[serde(skip_serializing_if = "<[BackgroundError]>::is_empty")]
+    background_errors: &'a [BackgroundError],
 }
 
 fn texts<S: serde::Serializer>(values: &&[Captured], serializer: S) -> Result<S::Ok, S::Error> {

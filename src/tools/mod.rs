@@ -20,7 +20,11 @@ pub mod lisp_status;
 pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
+pub mod profile;
 pub mod progress;
+pub mod run_tests;
+pub mod threads;
+pub mod trace;
 pub mod undo;
 pub mod xref;
 
@@ -95,6 +99,10 @@ static TOOLS: &[Tool] = &[
     find_definition::TOOL,
     xref::TOOL,
     load_system::TOOL,
+    run_tests::TOOL,
+    trace::TOOL,
+    profile::TOOL,
+    threads::TOOL,
     lisp_status::TOOL,
     edit_lisp_form::TOOL,
     lisp_check_parens::TOOL,
@@ -202,6 +210,21 @@ impl Toolbox {
     pub async fn abort_debugger_sessions(&self) {
         for image in &self.images {
             image.abort_debugger_sessions().await;
+        }
+    }
+
+    /// Undoes what this server's session left in each connected image (its traces), for a server
+    /// that exits. An image that does not answer within a few seconds is left as it is.
+    pub async fn end_sessions(&self) {
+        for image in self.images.iter().filter(|image| image.current_connection().is_some()) {
+            let limits = CallLimits {
+                timeout: Duration::from_secs(5),
+                timeout_advice: "",
+                cancel: CancellationToken::new(),
+            };
+            if let Err(e) = image.call_helper("end-session", Vec::new(), &limits).await {
+                tracing::warn!(image = image.name(), error = %e, "could not end the session in the image");
+            }
         }
     }
 
