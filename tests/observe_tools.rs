@@ -35,8 +35,11 @@ const DEMO_SOURCE: &str = "(defpackage :obs-demo (:use :cl :fiveam))
 async fn demo_system(toolbox: &Arc<Toolbox>, dir: &Path) {
     std::fs::write(dir.join("obs-demo.asd"), DEMO_ASD).unwrap();
     std::fs::write(dir.join("obs-demo.lisp"), DEMO_SOURCE).unwrap();
-    common::eval_ok(toolbox, &format!("(require :asdf) (asdf:load-asd {:?})", dir.join("obs-demo.asd").display().to_string()))
-        .await;
+    common::eval_ok(
+        toolbox,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.join("obs-demo.asd").display().to_string()),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -53,7 +56,9 @@ async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
         output.text
     );
     assert!(
-        output.text.contains("[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (OBS-DEMO::ADD 2 3))\n  Expected: 5\n  Actual: 6"),
+        output
+            .text
+            .contains("[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (OBS-DEMO::ADD 2 3))\n  Expected: 5\n  Actual: 6"),
         "{}",
         output.text
     );
@@ -116,7 +121,11 @@ async fn traced_calls_appear_in_the_next_evaluation_until_untraced() {
     assert!(traced.starts_with("[trace]\n0: ((METHOD OBS-AREA :AROUND (INTEGER)) 3)\n"), "{traced}");
     let output = call(&tb, "trace", json!({"functions": ["(method obs-area (string))"]})).await;
     assert!(output.is_error);
-    assert!(output.text.contains("OBS-AREA has no method \"(method obs-area (string))\". Its methods: "), "{}", output.text);
+    assert!(
+        output.text.contains("OBS-AREA has no method \"(method obs-area (string))\". Its methods: "),
+        "{}",
+        output.text
+    );
     let output = call(&tb, "trace", json!({"untrace": true})).await;
     assert!(output.text.contains("Untraced (METHOD OBS-AREA :AROUND (INTEGER))"), "{}", output.text);
     assert_eq!(common::eval_ok(&tb, "(obs-area 3)").await, "=> 10");
@@ -212,7 +221,11 @@ async fn a_thread_the_agent_started_is_listed_and_aborted() {
     let list = call(&tb, "threads", json!({})).await;
     let holder = list.text.lines().find(|line| line.contains("\"obs-holder\"")).unwrap_or_default().to_string();
     let number: u64 = holder.split_whitespace().next().unwrap().parse().unwrap();
-    common::eval_ok(&tb, "(sb-thread:make-thread (lambda () (sb-thread:with-mutex (*obs-lock*))) :name \"obs-waiter\")").await;
+    common::eval_ok(
+        &tb,
+        "(sb-thread:make-thread (lambda () (sb-thread:with-mutex (*obs-lock*))) :name \"obs-waiter\")",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let list = call(&tb, "threads", json!({})).await;
     assert!(
@@ -246,8 +259,17 @@ async fn an_agent_threads_error_and_output_appear_in_the_next_reply() {
     // Taken once.
     assert_eq!(common::eval_ok(&tb, "1").await, "=> 1");
 
-    common::eval_ok(&tb, "(sb-thread:make-thread (lambda () (sleep 0.2) (princ \"later\") (/ 1 (length \"\"))) :name \"obs-later\")").await;
+    common::eval_ok(
+        &tb,
+        "(sb-thread:make-thread (lambda () (sleep 0.2) (princ \"later\") (/ 1 (length \"\"))) :name \"obs-later\")",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let next = common::eval_ok(&tb, "2").await;
-    assert!(next.starts_with("[background]\nOutput of your threads:\nlater\n\nThread \"obs-later\" stopped: [ERROR] DIVISION-BY-ZERO"), "{next}");
+    assert!(
+        next.starts_with(
+            "[background]\nOutput of your threads:\nlater\n\nThread \"obs-later\" stopped: [ERROR] DIVISION-BY-ZERO"
+        ),
+        "{next}"
+    );
 }

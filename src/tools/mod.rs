@@ -217,11 +217,8 @@ impl Toolbox {
     /// that exits. An image that does not answer within a few seconds is left as it is.
     pub async fn end_sessions(&self) {
         for image in self.images.iter().filter(|image| image.current_connection().is_some()) {
-            let limits = CallLimits {
-                timeout: Duration::from_secs(5),
-                timeout_advice: "",
-                cancel: CancellationToken::new(),
-            };
+            let limits =
+                CallLimits { timeout: Duration::from_secs(5), timeout_advice: "", cancel: CancellationToken::new() };
             if let Err(e) = image.call_helper("end-session", Vec::new(), &limits).await {
                 tracing::warn!(image = image.name(), error = %e, "could not end the session in the image");
             }

@@ -8,8 +8,7 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
-    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult,
+    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
 };
 use crate::swank::Form;
 
@@ -77,7 +76,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if !MODES.contains(&mode) {
         return Err(ToolError::new(format!("Unknown mode {mode:?}: use one of {}.", MODES.join(", "))));
     }
-    let timeout = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?.map_or(context.settings.eval_timeout, Duration::from_millis);
+    let timeout =
+        args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?.map_or(context.settings.eval_timeout, Duration::from_millis);
     let request = vec![
         Form::string(code),
         Form::Keyword("mode"),

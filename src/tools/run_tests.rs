@@ -9,8 +9,7 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{
-    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult,
+    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
 };
 use crate::swank::{from_sexp, Form};
 

@@ -154,10 +154,9 @@ impl ThreadsReply {
                 self.threads.iter().map(|t| format!("  {}", t.line())).collect::<Vec<_>>().join("\n")
             ),
             "backtrace" => format!("Thread {thread}\n{}", backtrace(&self.backtrace)),
-            "interrupt" => format!(
-                "Interrupted thread {thread} into the debugger. Where it was:\n{}",
-                backtrace(&self.backtrace)
-            ),
+            "interrupt" => {
+                format!("Interrupted thread {thread} into the debugger. Where it was:\n{}", backtrace(&self.backtrace))
+            }
             _ if self.ended => format!("Aborted thread {thread}: it has ended."),
             _ => format!(
                 "Asked thread {thread} to end, but it is still running after 2 seconds (it may be inside \
