@@ -30,6 +30,8 @@ const DEMO_SOURCE: &str = "(defpackage :obs-demo (:use :cl :fiveam))
 (defun add (a b) (+ a b 1))
 (test adds-small (is (= 2 (* 1 2))))
 (test adds-wrong (is (= 5 (add 2 3))))
+(def-suite slow-suite)
+(test (slow-check :suite slow-suite) (is (= 1 1)) (sleep 2.5) (is (= 2 2)))
 ";
 
 async fn demo_system(toolbox: &Arc<Toolbox>, dir: &Path) {
@@ -272,4 +274,68 @@ async fn an_agent_threads_error_and_output_appear_in_the_next_reply() {
         ),
         "{next}"
     );
+}
+
+#[tokio::test]
+async fn a_long_suite_sends_progress_notifications() {
+    // An image of its own: FiveAM's run state is global, so two suites must not run at once in one image.
+    let image = common::private_image().await;
+    let port = image.port;
+    let dir = tempfile::tempdir().unwrap();
+    demo_system(&common::toolbox(port), dir.path()).await;
+    let mut client = McpClient::for_port(port).await;
+    client.initialize().await;
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "run-tests", "arguments": {"system": "obs-demo", "suite": "obs-demo::slow-suite"},
+                                 "_meta": {"progressToken": "slow-tests"}}}))
+        .await;
+    let mut progress = Vec::new();
+    let reply = loop {
+        let message = client.receive().await;
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"].clone());
+        } else {
+            break message;
+        }
+    };
+    assert!(!is_error(&reply), "{}", text(&reply));
+    assert!(text(&reply).contains("FiveAM: 1 tests, 2 checks: 2 passed, 0 failed"), "{}", text(&reply));
+    assert!(!progress.is_empty(), "no progress before the result");
+    assert_eq!(progress[0]["progressToken"], "slow-tests");
+    let message = progress[0]["message"].as_str().unwrap();
+    assert_eq!(message, "Testing obs-demo (1 s): 1 check done, 0 failed");
+    drop(image);
+}
+
+#[tokio::test]
+async fn an_interrupted_agent_thread_is_noted_and_goes_on() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defvar *obs-ticks* 0) \
+         (sb-thread:make-thread (lambda () (loop (incf *obs-ticks*) (sleep 0.05))) :name \"obs-ticker\")",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let interrupted = call(&tb, "threads", json!({"action": "interrupt", "thread": "obs-ticker"})).await;
+    assert!(!interrupted.is_error, "{}", interrupted.text);
+    assert!(
+        interrupted.text.starts_with("Interrupted thread ") && interrupted.text.contains("Where it was:\nBacktrace:\n"),
+        "{}",
+        interrupted.text
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = common::eval_ok(&tb, "(let ((before *obs-ticks*)) (sleep 0.3) (> *obs-ticks* before))").await;
+    assert!(
+        next.starts_with(
+            "[background]\nThread \"obs-ticker\" was interrupted and went on: [ERROR] \
+             MCP-AGENT-HELPER::THREADS-TOOL-INTERRUPT\nInterrupted by the swank-mcp threads tool (action interrupt).\n\
+             Backtrace:\n  (SB-UNIX:NANOSLEEP"
+        ),
+        "{next}"
+    );
+    assert!(next.ends_with("=> T"), "the thread goes on: {next}");
+    let aborted = call(&tb, "threads", json!({"action": "abort", "thread": "obs-ticker"})).await;
+    assert!(aborted.text.ends_with("it has ended."), "{}", aborted.text);
 }

@@ -254,7 +254,11 @@ under that buffer's lock since several threads may print at once."))
 (defmethod sb-gray:stream-line-column ((stream background-stream))
   (background-stream-column stream))
 
-(defun record-background-error (session condition backtrace)
+(defun without-runtime-frames (lines)
+  "Backtrace LINES without the runtime's own frames (named by strings), which say nothing."
+  (remove-if (lambda (line) (eql 0 (search "(\"" line))) lines))
+
+(defun record-background-error (session condition backtrace &key went-on)
   (let ((background (session-background session)))
     (sb-thread:with-mutex ((background-lock background))
       (if (>= (length (background-errors background)) *max-background-errors*)
@@ -262,7 +266,9 @@ under that buffer's lock since several threads may print at once."))
           (push (list :thread (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))
                       :type (standard-condition-name condition)
                       :message (condition-message condition)
-                      :backtrace (subseq backtrace 0 (min 8 (length backtrace))))
+                      :backtrace (let ((lines (without-runtime-frames backtrace)))
+                                   (subseq lines 0 (min 8 (length lines))))
+                      :went-on went-on)
                 (background-errors background))))))
 
 (defun take-background (session)
@@ -295,9 +301,10 @@ into the session's background, and an unhandled error recorded there; the thread
          (*debug-io* (make-two-way-stream input stream)))
     (let* ((hook (lambda (condition hook)
                    (declare (ignore hook))
-                   (record-background-error session condition (backtrace-lines condition))
                    (let ((continue (and (typep condition 'threads-tool-interrupt)
                                         (find-restart 'continue condition))))
+                     (record-background-error session condition (backtrace-lines condition)
+                                              :went-on (and continue t))
                      ;; The threads tool's interrupt: noted, and the thread goes on.
                      (if continue
                          (invoke-restart continue)
@@ -373,9 +380,7 @@ did not answer within two seconds."
             (lines nil))
         (sb-thread:interrupt-thread thread
                                     (lambda ()
-                                      ;; The runtime's own frames (named by strings) say nothing.
-                                      (setf lines (remove-if (lambda (line) (eql 0 (search "(\"" line)))
-                                                             (backtrace-lines nil :interrupted t)))
+                                      (setf lines (without-runtime-frames (backtrace-lines nil :interrupted t)))
                                       (sb-thread:signal-semaphore semaphore)))
         (if (sb-thread:wait-on-semaphore semaphore :timeout 2)
             lines

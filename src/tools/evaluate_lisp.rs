@@ -210,6 +210,9 @@ pub(crate) struct BackgroundError {
     pub type_name: String,
     pub message: String,
     pub backtrace: Vec<String>,
+    /// The threads tool's interrupt: noted, and the thread went on.
+    #[serde(default)]
+    pub went_on: bool,
 }
 
 impl Background {
@@ -222,7 +225,8 @@ impl Background {
             parts.push(output);
         }
         for error in &self.errors {
-            let mut part = format!("Thread {:?} stopped: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
+            let what = if error.went_on { "was interrupted and went on" } else { "stopped" };
+            let mut part = format!("Thread {:?} {what}: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
             if !error.backtrace.is_empty() {
                 part.push_str(&format!("\nBacktrace:\n  {}", error.backtrace.join("\n  ")));
             }
