@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 
 use super::debugger;
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::CallLimits;
-use crate::swank::Form;
+use crate::swank::{Form, Sexp};
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
 /// the number is a mistake when exceeded.
@@ -129,7 +129,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return debugger::outcome(context, &image, None, next, &limits, deadline).await;
     }
     let reply = image.call_helper("evaluate", request, &limits).await?;
-    Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
+    Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
 }
 
 /// After the restarts of an error the evaluation was unwound from.
@@ -148,11 +148,12 @@ pub(crate) struct EvaluationReply {
     pub package: String,
     pub notes: Vec<String>,
     pub error: Option<ErrorReport>,
-    /// Calls of traced functions during the evaluation (absent from helpers before the trace tool).
-    #[serde(default)]
+    /// Calls of traced functions during the evaluation; read by [`EvaluationReply::decode`].
+    #[serde(skip)]
     pub trace: TraceEvents,
-    /// What the session's agent threads printed, and their errors, since the last reply.
-    #[serde(default)]
+    /// What the session's agent threads printed, and their errors, since the last reply; read by
+    /// [`EvaluationReply::decode`].
+    #[serde(skip)]
     pub background: Background,
 }
 
@@ -211,7 +212,6 @@ pub(crate) struct BackgroundError {
     pub message: String,
     pub backtrace: Vec<String>,
     /// The threads tool's interrupt: noted, and the thread went on.
-    #[serde(default)]
     pub went_on: bool,
 }
 
@@ -240,6 +240,20 @@ impl Background {
 }
 
 impl EvaluationReply {
+    /// The helper's reply to `evaluate`. `:trace` and `:background` are read when present: a
+    /// recorded reply of an older helper (the transcript tests replay some) has neither, and
+    /// means no traced calls and no background news.
+    pub fn decode(reply: &Sexp) -> Result<Self, ToolError> {
+        let mut decoded = decode::<EvaluationReply>("evaluate", reply)?;
+        if let Some(trace) = reply.plist_get("trace") {
+            decoded.trace = decode("evaluate (its :trace)", trace)?;
+        }
+        if let Some(background) = reply.plist_get("background") {
+            decoded.background = decode("evaluate (its :background)", background)?;
+        }
+        Ok(decoded)
+    }
+
     /// The contract's text: the error block first when there is one, then the `[stdout]`,
     /// `[stderr]` and `[warnings]` sections (each only when not empty), then the values.
     pub fn render(&self, max_output: usize) -> String {
@@ -374,6 +388,27 @@ mod tests {
              :package \"COMMON-LISP-USER\" :notes nil)",
         );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
+    }
+
+    #[test]
+    fn trace_and_background_sections_come_before_the_values() {
+        let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
+            ":notes nil",
+            ":notes nil :trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3) :background (:output (\"working\" 0) \
+             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil)) \
+             :errors-dropped 0)",
+        );
+        let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();
+        assert_eq!(
+            decoded.render(100),
+            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply, 8 levels \
+             deep]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
+             Backtrace:\n  (F)\n\n=> 1"
+        );
+        // A recorded reply of an older helper has neither.
+        let old =
+            EvaluationReply::decode(&read(&reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil")).unwrap()).unwrap();
+        assert_eq!(old.render(100), "=> 1");
     }
 
     #[test]
