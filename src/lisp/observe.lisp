@@ -35,9 +35,11 @@
    (package :initarg :package :reader trace-log-package)))
 
 (defun make-trace-log-for (session)
-  "A fresh log for an evaluation of SESSION, or NIL when SESSION traces nothing."
+  "A fresh log for an evaluation of SESSION, or NIL when SESSION traces nothing. Names in it are
+printed as from the session's package."
   (and (gethash session *traces*)
-       (make-instance 'trace-log :package *package*)))
+       (make-instance 'trace-log :package (or (find-package-loosely (session-package-name (find-session session)))
+                                              *package*))))
 
 (defun record-trace-event (depth name kind frame values)
   "SBCL's TRACE report function (:REPORT): records the event in the current evaluation's log, if
@@ -229,20 +231,22 @@ stays traced. Returns the specifications untraced."
       (setf (gethash session *backgrounds*) (make-instance 'background))))
 
 (defclass background-stream (sb-gray:fundamental-character-output-stream)
-  ((session :initarg :session :reader background-stream-session)
+  ;; The BACKGROUND itself, not the session: once the session ends and drops it, a thread still
+  ;; printing writes into a buffer nobody holds, which goes when the thread goes.
+  ((background :initarg :background :reader background-stream-background)
    (column :initform 0 :accessor background-stream-column))
   (:documentation "Output of an agent's thread: written into its session's background buffer,
 under that buffer's lock since several threads may print at once."))
 
 (defmethod sb-gray:stream-write-char ((stream background-stream) char)
-  (let ((background (session-background (background-stream-session stream))))
+  (let ((background (background-stream-background stream)))
     (sb-thread:with-mutex ((background-lock background))
       (write-char char (background-output background))))
   (setf (background-stream-column stream) (if (char= char #\Newline) 0 (1+ (background-stream-column stream))))
   char)
 
 (defmethod sb-gray:stream-write-string ((stream background-stream) string &optional (start 0) end)
-  (let ((background (session-background (background-stream-session stream)))
+  (let ((background (background-stream-background stream))
         (end (or end (length string))))
     (sb-thread:with-mutex ((background-lock background))
       (write-string string (background-output background) :start start :end end))
@@ -258,18 +262,19 @@ under that buffer's lock since several threads may print at once."))
   "Backtrace LINES without the runtime's own frames (named by strings), which say nothing."
   (remove-if (lambda (line) (eql 0 (search "(\"" line))) lines))
 
-(defun record-background-error (session condition backtrace &key went-on)
-  (let ((background (session-background session)))
-    (sb-thread:with-mutex ((background-lock background))
-      (if (>= (length (background-errors background)) *max-background-errors*)
-          (incf (background-errors-dropped background))
-          (push (list :thread (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))
-                      :type (standard-condition-name condition)
-                      :message (condition-message condition)
-                      :backtrace (let ((lines (without-runtime-frames backtrace)))
-                                   (subseq lines 0 (min 8 (length lines))))
-                      :went-on went-on)
-                (background-errors background))))))
+(defun record-background-error (background condition backtrace &key went-on)
+  "Records CONDITION, unhandled in the current thread, in BACKGROUND with the first frames of
+BACKTRACE; WENT-ON when the thread continues after it."
+  (sb-thread:with-mutex ((background-lock background))
+    (if (>= (length (background-errors background)) *max-background-errors*)
+        (incf (background-errors-dropped background))
+        (push (list :thread (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))
+                    :type (standard-condition-name condition)
+                    :message (condition-message condition)
+                    :backtrace (let ((lines (without-runtime-frames backtrace)))
+                                 (subseq lines 0 (min 8 (length lines))))
+                    :went-on went-on)
+              (background-errors background)))))
 
 (defun take-background (session)
   "What SESSION's agent threads printed and their errors since the last reply, taken (the buffer
@@ -289,7 +294,8 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
   "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS with output
 into the session's background, and an unhandled error recorded there; the thread is then aborted
 (JOIN-THREAD sees it end abnormally) instead of waiting in a debugger."
-  (let* ((stream (make-instance 'background-stream :session session))
+  (let* ((background (session-background session))
+         (stream (make-instance 'background-stream :background background))
          (input (make-string-input-stream ""))
          (*agent-session* session)
          (*standard-output* stream)
@@ -303,7 +309,7 @@ into the session's background, and an unhandled error recorded there; the thread
                    (declare (ignore hook))
                    (let ((continue (and (typep condition 'threads-tool-interrupt)
                                         (find-restart 'continue condition))))
-                     (record-background-error session condition (backtrace-lines condition)
+                     (record-background-error background condition (backtrace-lines condition)
                                               :went-on (and continue t))
                      ;; The threads tool's interrupt: noted, and the thread goes on.
                      (if continue
