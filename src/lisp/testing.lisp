@@ -1,12 +1,13 @@
 ;;;; run-tests: a system's tests (ASDF's TEST-SYSTEM) or one named suite or test, with FiveAM's
-;;;; results read as data: counts, and for each failure its test, form, reason, expected and
-;;;; actual values and source location.
+;;;; and Parachute's results read as data: counts, and for each failure its test, form, reason,
+;;;; expected and actual values.
 ;;;;
-;;;; Loaded after systems.lisp, under the rules of helper.lisp. FiveAM is found by name when the
-;;;; image has it; the helper never loads it. While a run is collecting, three FiveAM functions
-;;;; are encapsulated (RUN, to take its results; PROCESS-FAILURE, to keep an IS check's expected
-;;;; and actual values, which FiveAM only formats into a text; ADD-RESULT, to count checks for
-;;;; progress reports); the encapsulations are removed when the last run ends.
+;;;; Loaded after systems.lisp, under the rules of helper.lisp. The frameworks are found by name
+;;;; when the image has them; the helper never loads one. While a run is collecting, these
+;;;; functions are encapsulated: FiveAM's RUN, to take its results; its PROCESS-FAILURE, to keep
+;;;; an IS check's expected and actual values, which FiveAM only formats into a text; its
+;;;; ADD-RESULT, to count checks for progress reports; and Parachute's TEST, to take its report.
+;;;; The encapsulations are removed when the last run ends.
 
 (in-package #:mcp-agent-helper)
 
@@ -22,10 +23,11 @@
 (defvar *test-hooks-lock* (sb-thread:make-mutex :name "mcp-agent-helper test hooks"))
 
 (defvar *test-hooks-users* 0
-  "How many run-tests calls need the FiveAM encapsulations now.")
+  "How many run-tests calls need the frameworks' encapsulations now.")
 
 (defclass test-collection ()
   ((results :initform '() :accessor collection-results)
+   (parachute-reports :initform '() :accessor collection-parachute-reports)
    (expectations :initform '() :accessor collection-expectations)
    (checks :initform 0 :accessor collection-checks)
    (problems :initform 0 :accessor collection-problems)))
@@ -56,19 +58,30 @@ predicate expected) to its reason's format control."
       (incf (collection-problems *test-collection*))))
   (apply add-result result-type arguments))
 
-(defparameter *fiveam-hooks*
-  '(("RUN" . collect-fiveam-run)
-    ("PROCESS-FAILURE" . collect-fiveam-expectation)
-    ("ADD-RESULT" . count-fiveam-check)))
+(defun parachute-symbol (name)
+  (and (find-package '#:parachute) (find-symbol name '#:parachute)))
 
-(defun change-fiveam-hooks (delta)
+(defun collect-parachute-report (test &rest arguments)
+  (let ((report (apply test arguments)))
+    (when *test-collection*
+      (push report (collection-parachute-reports *test-collection*)))
+    report))
+
+(defparameter *framework-hooks*
+  '((fiveam-symbol "RUN" collect-fiveam-run)
+    (fiveam-symbol "PROCESS-FAILURE" collect-fiveam-expectation)
+    (fiveam-symbol "ADD-RESULT" count-fiveam-check)
+    (parachute-symbol "TEST" collect-parachute-report))
+  "(finder name hook): the framework functions encapsulated while a run collects.")
+
+(defun change-test-hooks (delta)
   "Counts a run that starts (DELTA 1) or ends (-1), then makes the encapsulations present while
-any run needs them and FiveAM is loaded (DELTA 0 only does that, for a load that brought FiveAM
-in), and absent otherwise."
+any run needs them and their framework is loaded (DELTA 0 only does that, for a load that brought
+a framework in), and absent otherwise."
   (sb-thread:with-mutex (*test-hooks-lock*)
     (setf *test-hooks-users* (max 0 (+ *test-hooks-users* delta)))
-    (loop for (name . hook) in *fiveam-hooks*
-          for symbol = (fiveam-symbol name)
+    (loop for (finder name hook) in *framework-hooks*
+          for symbol = (funcall finder name)
           when (and symbol (fboundp symbol))
             do (let ((present (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook)))
                  (cond ((and (plusp *test-hooks-users*) (not present))
@@ -148,29 +161,79 @@ folded into one space."
                    (progn (when blank (write-char #\Space out) (setf blank nil))
                           (write-char char out)))))))
 
-(defun find-fiveam-test (text package)
-  "The FiveAM suite or test TEXT names."
-  (unless (find-package '#:it.bese.fiveam)
-    (fail "FiveAM is not loaded in this image, and suite and test are only understood for FiveAM (frameworks ~
-           loaded: ~:[none~;~:*~{~A~^, ~}~]). Run the whole system's tests without suite or test."
-          (test-frameworks)))
+(defun find-named-test (text package)
+  "The framework (:FIVEAM or :PARACHUTE) and the symbol of the suite or test TEXT names."
   (let ((symbol (find-existing-symbol text package)))
-    (unless (funcall (fiveam-symbol "GET-TEST") symbol)
-      (fail "~A names no FiveAM test or suite." (name-text symbol package)))
-    symbol))
+    (cond ((and (fiveam-symbol "GET-TEST") (funcall (fiveam-symbol "GET-TEST") symbol))
+           (values :fiveam symbol))
+          ((and (parachute-symbol "FIND-TEST") (funcall (parachute-symbol "FIND-TEST") symbol))
+           (values :parachute symbol))
+          (t (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute); ~
+                    frameworks loaded: ~:*~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
+                    test~;~:*~{~A~^ or ~}~]."
+                   (name-text symbol package)
+                   (remove-if-not (lambda (name) (member name '("FiveAM" "Parachute") :test #'string=))
+                                  (test-frameworks))
+                   (test-frameworks))))))
+
+(defun parachute-report (reports package)
+  "The counts and failures of Parachute's REPORTS: checks (results that are not whole tests) by
+status, and each failed check with the test it is in."
+  (let ((test-result-class (find-class (parachute-symbol "TEST-RESULT") nil))
+        (counts (list :passed 0 :failed 0 :skipped 0))
+        (tests 0)
+        (failures '())
+        (failure-count 0))
+    (flet ((call (name object) (ignore-errors (funcall (parachute-symbol name) object)))
+           (text (object) (print-briefly object :package package)))
+      (dolist (report (reverse reports))
+        (let ((current-test nil))
+          (loop for result across (coerce (funcall (parachute-symbol "RESULTS") report) 'vector)
+                for status = (call "STATUS" result)
+                do (if (and test-result-class (typep result test-result-class))
+                       (let ((test (call "EXPRESSION" result)))
+                         (incf tests)
+                         (setf current-test (or (call "NAME" test) test)))
+                       (case status
+                         (:passed (incf (getf counts :passed)))
+                         (:skipped (incf (getf counts :skipped)))
+                         (:failed
+                          (incf (getf counts :failed))
+                          (incf failure-count)
+                          (when (<= failure-count *max-test-failures*)
+                            (let ((comparison (call "COMPARISON" result)))
+                              (push (list :kind "failure"
+                                          :test (if current-test (text current-test) "(unnamed test)")
+                                          :form (print-form-briefly (call "EXPRESSION" result))
+                                          :reason (or (call "DESCRIPTION" result)
+                                                      (and comparison
+                                                           (format nil "~A evaluated to ~A, which is not ~A to ~A"
+                                                                   (print-form-briefly (call "VALUE-FORM" result))
+                                                                   (text (call "VALUE" result)) (text comparison)
+                                                                   (text (call "EXPECTED" result)))))
+                                          :expected (and comparison (text (call "EXPECTED" result)))
+                                          :actual (and comparison (text (call "VALUE" result))))
+                                    failures)))))))))
+      (list :framework "Parachute"
+            :tests tests
+            :passed (getf counts :passed) :failed (getf counts :failed)
+            :errors 0 :skipped (getf counts :skipped)
+            :failures (nreverse failures)
+            :failures-dropped (max 0 (- failure-count *max-test-failures*))))))
 
 (defun test-activity (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
   (declare (ignore token))
   (let ((collection (gethash session *test-runs*)))
-    (list :activity (and collection
+    (list :activity (and collection (plusp (collection-checks collection))
                          (format nil "~:D check~:P done, ~:D failed" (collection-checks collection)
                                  (collection-problems collection))))))
 
 (defun run-tests (system &key suite test package session token (max-output 65536))
-  "The run-tests tool: loads SYSTEM and runs the FiveAM SUITE or TEST named, or without either
-runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS
-:MILLISECONDS :RESULTS report-or-NIL :STDOUT (text dropped) :ERROR report-or-NIL)."
+  "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or TEST named, or
+without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN
+:FRAMEWORKS :MILLISECONDS :RESULTS reports, one per framework that ran, :STDOUT (text dropped)
+:ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
          (collection (make-instance 'test-collection))
@@ -178,7 +241,7 @@ runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN
          (target-package nil)
          (ran nil))
     (setf (gethash session *test-runs*) collection)
-    (change-fiveam-hooks 1)
+    (change-test-hooks 1)
     (let ((result
             (unwind-protect
                  (run-tool
@@ -194,19 +257,22 @@ runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN
                           (*journal-additions* nil))
                       (handler-bind ((warning #'muffle-warning))
                         (funcall (asdf-function "LOAD-SYSTEM") system))
-                      ;; Loading may have brought FiveAM in.
-                      (change-fiveam-hooks 0)
+                      ;; Loading may have brought a framework in.
+                      (change-test-hooks 0)
                       (cond ((or suite test)
-                             (let ((name (find-fiveam-test (or suite test) target-package)))
-                               (setf ran (format nil "FiveAM ~:[suite~;test~] ~A" test (name-text name target-package)))
-                               (funcall (fiveam-symbol "RUN") name)))
+                             (multiple-value-bind (framework name) (find-named-test (or suite test) target-package)
+                               (setf ran (format nil "~:[FiveAM~;Parachute~] ~:[suite~;test~] ~A"
+                                                 (eq framework :parachute) test (name-text name target-package)))
+                               (if (eq framework :fiveam)
+                                   (funcall (fiveam-symbol "RUN") name)
+                                   (funcall (parachute-symbol "TEST") name :report (parachute-symbol "PLAIN")))))
                             (t
                              (setf ran (format nil "asdf:test-system ~S" system))
                              (handler-bind ((warning #'muffle-warning))
                                (funcall (asdf-function "TEST-SYSTEM") system)))))
                     (list :ok t))
                   :stdout stdout)
-              (change-fiveam-hooks -1)
+              (change-test-hooks -1)
               (remhash session *test-runs*))))
       (if (getf result :failure)
           result
@@ -214,7 +280,10 @@ runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN
                 :ran ran
                 :frameworks (test-frameworks)
                 :milliseconds (round (* 1000 (- (get-internal-real-time) started)) internal-time-units-per-second)
-                :results (and (collection-results collection)
-                              (fiveam-report collection (or target-package *package*)))
+                :results (let ((package (or target-package *package*)))
+                           (append (and (collection-results collection)
+                                        (list (fiveam-report collection package)))
+                                   (and (collection-parachute-reports collection)
+                                        (list (parachute-report (collection-parachute-reports collection) package)))))
                 :stdout (capture-report stdout)
                 :error (getf result :error))))))

@@ -1,5 +1,5 @@
-//! `run-tests`: a system's tests (ASDF's test-system) or one named FiveAM suite or test, with the
-//! results read as data: counts, and for each failure its test, form, reason, expected and actual
+//! `run-tests`: a system's tests (ASDF's test-system) or one named FiveAM or Parachute suite or
+//! test, with the results read as data: counts, and for each failure its test, form, reason, expected and actual
 //! values. Progress reports while it runs.
 
 use std::time::Duration;
@@ -24,11 +24,12 @@ fn definition() -> ToolDefinition {
         title: "Run tests",
         description: "Run tests in the image. With only system: loads it and runs asdf:test-system on it (its \
             test-op, which usually loads its test system and runs the suite). With suite or test: loads system, \
-            then runs that FiveAM suite or test (a symbol name, read in package or the session's package). For \
-            FiveAM the results are read as data: counts of checks passed, failed, errors (a check that signalled) \
-            and skipped, and for each failure (at most 50) its test, form, reason, and for an (is (pred expected \
-            actual)) check the expected and actual values. Other frameworks the image has loaded (Parachute, Rove, \
-            lisp-unit2) are named, but their results are only in the output. The tests' output goes to [stdout], \
+            then runs that FiveAM or Parachute suite or test (a symbol name, read in package or the session's \
+            package). FiveAM's and Parachute's results are read as data: counts of checks passed, failed, errors \
+            (a FiveAM check that signalled) and skipped, and for each failure (at most 50 per framework) its test, \
+            form, reason, and for a comparison such as (is (= expected actual)) or (is = expected actual) the \
+            expected and actual values. Other frameworks the image has loaded (Rove, lisp-unit2) are named, but \
+            their results are only in the output. The call is an error when a check failed. The tests' output goes to [stdout], \
             not the image's terminal. Sends progress notifications (checks done, failures) when the call has a \
             progressToken. Time limit: 10 minutes, or --eval-timeout if longer.",
         input_schema: json!({
@@ -36,8 +37,8 @@ fn definition() -> ToolDefinition {
             "required": ["system"],
             "properties": {
                 "system": {"type": "string", "description": "The ASDF system to test (or, with suite or test, to load first), e.g. \"my-app/tests\"."},
-                "suite": {"type": "string", "description": "A FiveAM suite to run instead of the system's test-op, e.g. \"my-app-tests::all\"."},
-                "test": {"type": "string", "description": "A single FiveAM test to run instead of the system's test-op."},
+                "suite": {"type": "string", "description": "A FiveAM or Parachute suite to run instead of the system's test-op, e.g. \"my-app-tests::all\"."},
+                "test": {"type": "string", "description": "A single FiveAM or Parachute test to run instead of the system's test-op."},
                 "package": {"type": "string", "description": "Package to read suite or test in (default: the session's package)."}
             }
         }),
@@ -50,8 +51,10 @@ fn definition() -> ToolDefinition {
                 "frameworks": {"type": "array", "items": {"type": "string"}, "description": "Test frameworks loaded in the image."},
                 "milliseconds": {"type": "integer"},
                 "results": {
-                    "type": ["object", "null"],
-                    "description": "FiveAM's results; null when no FiveAM run was seen.",
+                    "type": "array",
+                    "description": "One entry per framework whose run was seen (FiveAM, Parachute); empty when none was.",
+                    "items": {
+                    "type": "object",
                     "properties": {
                         "framework": {"type": "string"},
                         "tests": {"type": "integer"},
@@ -74,6 +77,7 @@ fn definition() -> ToolDefinition {
                             }
                         },
                         "failures_dropped": {"type": "integer"}
+                    }
                     }
                 },
                 "stdout": {"type": "string"},
@@ -136,7 +140,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
     };
     let report = decode::<TestReport>("run-tests", &reply?)?;
-    let failed = report.error.is_some() || report.results.as_ref().is_some_and(|r| r.failed + r.errors > 0);
+    let failed = report.error.is_some() || report.results.iter().any(|r| r.failed + r.errors > 0);
     Ok(ToolOutput::new(report.render(context.settings.max_output), failed).with_structured(report.structured()))
 }
 
@@ -179,7 +183,7 @@ struct TestReport {
     ran: Option<String>,
     frameworks: Vec<String>,
     milliseconds: u64,
-    results: Option<Results>,
+    results: Vec<Results>,
     stdout: Captured,
     error: Option<ErrorReport>,
 }
@@ -193,8 +197,8 @@ impl TestReport {
         let seconds = self.milliseconds as f64 / 1000.0;
         let ran = self.ran.as_deref().unwrap_or("nothing");
         let mut summary = format!("Ran {ran} in {seconds:.2} s.");
-        match &self.results {
-            Some(r) => summary.push_str(&format!(
+        for r in &self.results {
+            summary.push_str(&format!(
                 "\n{}: {} tests, {} checks: {} passed, {} failed, {} errors, {} skipped.",
                 r.framework,
                 r.tests,
@@ -203,18 +207,20 @@ impl TestReport {
                 r.failed,
                 r.errors,
                 r.skipped
-            )),
-            None => summary.push_str(&format!(
-                "\nNo FiveAM run was seen, so there are no counts{}; see [stdout] for the output.",
+            ));
+        }
+        if self.results.is_empty() {
+            summary.push_str(&format!(
+                "\nNo FiveAM or Parachute run was seen, so there are no counts{}; see [stdout] for the output.",
                 if self.frameworks.is_empty() {
                     String::new()
                 } else {
                     format!(" (test frameworks loaded: {})", self.frameworks.join(", "))
                 }
-            )),
+            ));
         }
         sections.push(summary);
-        if let Some(results) = &self.results {
+        for results in &self.results {
             for failure in &results.failures {
                 let mut block =
                     format!("[{}] {}", if failure.kind == "error" { "ERROR" } else { "FAIL" }, failure.test);
@@ -261,9 +267,9 @@ mod tests {
             "run-tests",
             &read(
                 "(:system \"demo\" :ran \"FiveAM suite DEMO::ALL\" :frameworks (\"FiveAM\") :milliseconds 1200 \
-                 :results (:framework \"FiveAM\" :tests 2 :passed 1 :failed 1 :errors 0 :skipped 0 :failures \
+                 :results ((:framework \"FiveAM\" :tests 2 :passed 1 :failed 1 :errors 0 :skipped 0 :failures \
                  ((:kind \"failure\" :test \"DEMO::ADDS\" :form \"(= 5 (ADD 2 3))\" :reason \"(ADD 2 3) evaluated to 6 which is not = to 5\" \
-                 :expected \"5\" :actual \"6\")) :failures-dropped 0) :stdout (\"\" 0) :error nil)",
+                 :expected \"5\" :actual \"6\")) :failures-dropped 0)) :stdout (\"\" 0) :error nil)",
             )
             .unwrap(),
         )

@@ -51,6 +51,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let functions = args.optional_str_list("functions")?;
     let untrace = args.optional_bool("untrace")?.unwrap_or(false);
+    let package = package_argument(args)?;
     if functions.is_empty() && !untrace {
         return Err(super::ToolError::new(
             "Give the functions to trace, e.g. {\"functions\": [\"my-package::parse-line\"]}; to untrace \
@@ -62,7 +63,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Keyword("untrace"),
         if untrace { Form::T } else { Form::Nil },
         Form::Keyword("package"),
-        package_argument(args)?,
+        package,
     ];
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, "trace-functions", request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
