@@ -128,6 +128,9 @@ async fn traced_calls_appear_in_the_next_evaluation_until_untraced() {
         "{}",
         output.text
     );
+    let output = call(&tb, "trace", json!({"untrace": true, "functions": ["obs-area"]})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "OBS-AREA is not traced by this session; it traces (METHOD OBS-AREA :AROUND (INTEGER)).");
     let output = call(&tb, "trace", json!({"untrace": true})).await;
     assert!(output.text.contains("Untraced (METHOD OBS-AREA :AROUND (INTEGER))"), "{}", output.text);
     assert_eq!(common::eval_ok(&tb, "(obs-area 3)").await, "=> 10");
@@ -261,9 +264,11 @@ async fn an_agent_threads_error_and_output_appear_in_the_next_reply() {
     // Taken once.
     assert_eq!(common::eval_ok(&tb, "1").await, "=> 1");
 
+    // Made by a thread the agent made: the agent's too.
     common::eval_ok(
         &tb,
-        "(sb-thread:make-thread (lambda () (sleep 0.2) (princ \"later\") (/ 1 (length \"\"))) :name \"obs-later\")",
+        "(sb-thread:make-thread (lambda () (sb-thread:make-thread (lambda () (sleep 0.2) (princ \"later\") \
+         (/ 1 (length \"\"))) :name \"obs-later\")))",
     )
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;

@@ -185,8 +185,8 @@ stays traced. Returns the specifications untraced."
                                                  :key #'spec-key :test #'string=))
                                        specs)))
                (when unknown
-                 (fail "~{~A~^, ~} ~:*~[~;is~:;are~] not traced by this session; it traces ~:[nothing~;~:*~{~A~^, ~}~]."
-                       (names unknown) (names (gethash session *traces*))))
+                 (fail "~{~A~^, ~} ~[~;is~:;are~] not traced by this session; it traces ~:[nothing~;~:*~{~A~^, ~}~]."
+                       (names unknown) (length unknown) (names (gethash session *traces*))))
                (list :traced (names (gethash session *traces* '()))
                      :untraced (names (untrace-session session specs))
                      :max-events *max-trace-events* :max-depth *max-trace-depth*))
@@ -320,10 +320,10 @@ into the session's background, and an unhandled error recorded there; the thread
       (apply function arguments))))
 
 (defun make-agent-thread (make-thread function &rest options &key arguments &allow-other-keys)
-  "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's call, the new thread runs as
-RUN-AGENT-THREAD and is remembered as the agent's."
+  "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's evaluation, or in a thread the
+agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the agent's."
   (let ((session *agent-session*))
-    (if (and session *agent-call*)
+    (if session
         (let* ((arguments (if (listp arguments) arguments (list arguments)))
                (thread (apply make-thread
                               (lambda () (run-agent-thread session function arguments))
