@@ -187,9 +187,10 @@ stays traced. Returns the specifications untraced."
                (when unknown
                  (fail "~{~A~^, ~} ~[~;is~:;are~] not traced by this session; it traces ~:[nothing~;~:*~{~A~^, ~}~]."
                        (names unknown) (length unknown) (names (gethash session *traces*))))
-               (list :traced (names (gethash session *traces* '()))
-                     :untraced (names (untrace-session session specs))
-                     :max-events *max-trace-events* :max-depth *max-trace-depth*))
+               (let ((untraced (untrace-session session specs)))
+                 (list :traced (names (gethash session *traces* '()))
+                       :untraced (names untraced)
+                       :max-events *max-trace-events* :max-depth *max-trace-depth*)))
              (progn
                (dolist (spec specs)
                  (trace-spec spec)
@@ -474,7 +475,9 @@ samples first, and the number of samples."
                  (cond ((and (>= (length fields) 4) (string= (first fields) "Number") (string= (second fields) "of"))
                         (setf samples (or (ignore-errors (parse-integer (fourth fields))) 0)))
                        ((and (>= (length fields) 9)
-                             (every (lambda (field) (ignore-errors (parse-integer field))) (subseq fields 0 2)))
+                             (every (lambda (field) (ignore-errors (parse-integer field))) (subseq fields 0 2))
+                             ;; The helper's and the server's frames under the code say nothing.
+                             (notany (lambda (own) (search own line)) '("MCP-AGENT-HELPER" "SWANK" "SLYNK")))
                         (push (list :name (string-trim " " (subseq line (position-after-fields line 8)))
                                     :self (parse-integer (second fields))
                                     :self-percent (third fields)

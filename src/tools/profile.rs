@@ -21,9 +21,10 @@ fn definition() -> ToolDefinition {
         name: "profile",
         title: "Profile code",
         description: "Run code once (form by form, in the session's package unless package is given) and report \
-            where its time went. mode \"cpu\" (the default) samples the stack every millisecond with SBCL's \
-            statistical profiler sb-sprof (loaded on first use), \"alloc\" samples allocation instead; both report \
-            the top 15 functions by self samples, with self and cumulative (self plus callees) samples and \
+            where its time went. mode \"cpu\" (the default) samples the stack with SBCL's statistical \
+            profiler sb-sprof (loaded on first use; a 1 ms interval is asked for, the kernel may sample less often), \
+            \"alloc\" samples allocation instead; both report the number of samples and the top 15 functions by \
+            self samples (the helper's own frames left out), with self and cumulative (self plus callees) samples and \
             percentages, the elapsed time, bytes consed and GC time. \"time\" runs it under TIME and returns its \
             report. Only the calling thread is profiled. The code's output goes to [stdout]; the first value is \
             shown.",
@@ -143,7 +144,7 @@ impl Profile {
                 self.samples
             ));
         } else {
-            let unit = if self.mode == "alloc" { "allocation samples" } else { "samples, 1 ms apart" };
+            let unit = if self.mode == "alloc" { "allocation samples" } else { "CPU samples" };
             let mut table = format!(
                 "[profile] {} {unit}; top functions by self samples:\n  {:>6} {:>6}  {:>6} {:>6}  Function",
                 group_thousands(self.samples),
@@ -187,7 +188,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             profile.render(100),
-            "Ran in 1,364 ms, consed 0 bytes, 0 ms in GC.\n\n[profile] 53 samples, 1 ms apart; top functions by self \
+            "Ran in 1,364 ms, consed 0 bytes, 0 ms in GC.\n\n[profile] 53 CPU samples; top functions by self \
              samples:\n    Self      %   Cumul      %  Function\n      53  100.0      53  100.0  SLOW-LOOP\n\n=> 50560"
         );
     }
