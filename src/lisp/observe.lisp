@@ -349,10 +349,14 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
 (defvar *thread-numbers* (make-hash-table :test 'eq :weakness :key :synchronized t)
   "Thread -> the number the threads tool shows it by: small, and the same for the thread's life.")
 
+(defvar *thread-number-counter* (list 0)
+  "The last thread number given, in a cons for ATOMIC-INCF; kept across reloads of the helper, as
+the numbers given are.")
+
 (defun thread-number (thread)
   (or (gethash thread *thread-numbers*)
       (setf (gethash thread *thread-numbers*)
-            (1+ (sb-ext:atomic-incf (car (load-time-value (list 0))))))))
+            (1+ (sb-ext:atomic-incf (car *thread-number-counter*))))))
 
 (defun find-thread (designator)
   "The live or recently ended thread DESIGNATOR (a number from the list, or a name) names."

@@ -139,8 +139,9 @@ impl Profile {
             sections.push(format!("[time]\n{}", report.trim_end()));
         } else if self.rows.is_empty() {
             sections.push(format!(
-                "No samples were taken ({} samples): the code ran too briefly for the profiler; profile a loop that \
-                 runs it many times, or use mode \"time\".",
+                "No samples were taken: the code ran too briefly for the profiler (profile a loop that runs it many \
+                 times, or use mode \"time\"), or the profiler's timer signals went to other busy threads of the \
+                 image ({} samples).",
                 self.samples
             ));
         } else {
