@@ -19,8 +19,8 @@ fn definition() -> ToolDefinition {
             anywhere. Name a function as you would type it (foo, pkg::foo, (setf foo)); a method as \
             (method NAME QUALIFIER... (SPECIALIZER...)), e.g. (method area :around (shape)) or \
             (method area ((eql :circle))). With untrace: true, untraces the functions given, or every function \
-            this session traces when none is given. Everything this session traces is untraced when the session \
-            (the swank-mcp server) ends.",
+            this session traces when none is given. Everything this session traces is untraced when the swank-mcp \
+            server exits normally (its input closes).",
         input_schema: json!({
             "type": "object",
             "properties": {
