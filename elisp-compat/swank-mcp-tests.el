@@ -223,13 +223,20 @@ user: the image may be waiting for it."
       (let ((result (swank-mcp-tests--run port "eval" "(progn (format t \"agent-output-marker~%\") (finish-output) 7)")))
         (should (eql (car result) 0))
         (should (string-match-p "\\`\\[stdout\\]\nagent-output-marker\n\n=> 7\n\\'" (cdr result))))
-      ;; ...although the image's global output goes there: a thread of the agent's own
-      ;; prints to the REPL, so the absence above is the capture winning.
-      (should (eql 0 (car (swank-mcp-tests--run
-                           port "eval"
-                           "(sb-thread:make-thread (lambda () (format t \"global-output-marker~%\") (finish-output)))"))))
+      ;; ...although the image's global output goes there: a thread the user starts prints
+      ;; to the REPL, so the absence above is the capture winning.
+      (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "interactive-eval")
+                               "(sb-thread:make-thread (lambda () (format t \"global-output-marker~%\") (finish-output)))"))
       (swank-mcp-tests--wait "the global output in the REPL"
                              (lambda () (string-match-p "global-output-marker" (swank-mcp-tests--repl-text))))
+      ;; A thread the agent starts prints into the agent's replies instead.
+      (let ((result (swank-mcp-tests--run
+                     port "eval"
+                     "(sb-thread:join-thread (sb-thread:make-thread (lambda () (format t \"agent-thread-marker~%\") 8)))")))
+        (should (eql (car result) 0))
+        (should (string-match-p "\\`\\[background\\]\nOutput of your threads:\nagent-thread-marker\n\n=> 8\n\\'"
+                                (cdr result))))
+      (should-not (string-match-p "agent-thread-marker" (swank-mcp-tests--repl-text)))
       (should-not (string-match-p "agent-output-marker" (swank-mcp-tests--repl-text))))))
 
 ;;;; The agent's debugger and the user's

@@ -113,7 +113,10 @@ PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped 
          (*handles* (session-handles session))
          (*debug-timeout* debug-timeout)
          (*exit-allowed* allow-exit)
+         (session-name session)
          (session (find-session session))
+         (*agent-session* session-name)
+         (*trace-log* (make-trace-log-for session-name))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())
@@ -157,7 +160,9 @@ PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped 
                                     collect text)
                   :warnings-dropped (max 0 (- warning-count *max-warnings*))
                   :package (session-package-name session)
-                  :notes (if note (list note) nil))))))))
+                  :notes (if note (list note) nil)
+                  :trace (trace-report)
+                  :background (take-background session-name))))))))
 
 (defun compile-time-error-p (condition)
   "True for an error the compiler found in a form (SB-C:COMPILER-ERROR), such as a RETURN-FROM an

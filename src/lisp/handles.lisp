@@ -149,13 +149,9 @@ saying why there is none."
   `(let ((*handles* (session-handles ,session)))
      ,@body))
 
-(defun end-session (&key session token)
-  "Forgets SESSION: its REPL state and its handles, releasing the objects they kept. The server
-calls this when it exits."
-  (declare (ignore token))
-  (remhash session *session-handles*)
-  (remhash session *sessions*)
-  (list :ended t))
+(defun release-session-handles (session)
+  "Forgets SESSION's handles, releasing the objects they kept."
+  (remhash session *session-handles*))
 
 (defun release-handles-of-connection (connection)
   "The server's connection-closed hook: a session whose connection closed has lost its client,

@@ -32,7 +32,8 @@
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
            #:answer-approval #:leave-approval-mode
-           #:inspect-value #:end-session #:handle-count #:start-worker))
+           #:inspect-value #:end-session #:handle-count #:start-worker
+           #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
 
 (in-package #:mcp-agent-helper)
 

@@ -281,7 +281,7 @@ pub(crate) async fn outcome(
     }
     match next {
         Ok(Evaluation::Returned(reply)) => {
-            Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
+            Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
         }
         Ok(Evaluation::Stopped { evaluation, thread, .. }) => {
             let number = kept.unwrap_or_else(next_debugger_session_number);

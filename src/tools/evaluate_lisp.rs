@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::debugger;
-use super::lisp_reply::{decode, Captured, ErrorReport};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::CallLimits;
-use crate::swank::Form;
+use crate::swank::{Form, Sexp};
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
 /// the number is a mistake when exceeded.
@@ -36,7 +36,10 @@ fn definition() -> ToolDefinition {
             unhandled error (or BREAK) stops the evaluation in the debugger instead: the call returns at once with a \
             session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
             locals, evaluate in a frame, redefine the broken function and restart its frame, or invoke a restart \
-            such as USE-VALUE); use it when the failing state is worth keeping. Interactive input (READ-LINE, \
+            such as USE-VALUE); use it when the failing state is worth keeping. Calls of functions traced with the \
+            trace tool come back in a [trace] section. Threads your evaluations start print into a buffer of this \
+            session, and an unhandled error ends such a thread and is recorded there (thread, error, backtrace): \
+            the next evaluate-lisp reply shows both in a [background] section. Interactive input (READ-LINE, \
             Y-OR-N-P) gets end of file. (sb-ext:exit) and (uiop:quit) fail with EXIT-REFUSED in an image swank-mcp \
             did not start, unless the server runs with --allow-exit.",
         input_schema: json!({
@@ -85,6 +88,9 @@ fn definition() -> ToolDefinition {
                 "stderr": {"type": "string"},
                 "warnings": {"type": "array", "items": {"type": "string"}},
                 "package": {"type": "string", "description": "The session's package after the call."},
+                "trace": {"type": "array", "items": {"type": "string"}, "description": "Calls of functions this session traces (see the trace tool), when there were any."},
+                "background_output": {"type": "string", "description": "What threads your evaluations started printed since the last reply, when anything."},
+                "background_errors": {"type": "array", "description": "Unhandled errors in those threads since the last reply: thread, type, message, backtrace."},
                 "debugger_session": {"type": "string", "description": "With debug: the id of the debugger session the evaluation waits in."},
                 "frames": {"type": "array", "description": "With debug: the top frames of the stopped evaluation."},
                 "error": {
@@ -152,7 +158,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return debugger::outcome(context, &image, None, next, &limits, deadline).await;
     }
     let reply = image.call_helper("evaluate", request, &limits).await?;
-    Ok(decode::<EvaluationReply>("evaluate", &reply)?.into_output(context.settings.max_output))
+    Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
 }
 
 /// After the restarts of an error the evaluation was unwound from.
@@ -171,9 +177,94 @@ pub(crate) struct EvaluationReply {
     pub package: String,
     pub notes: Vec<String>,
     pub error: Option<ErrorReport>,
+    /// Calls of traced functions during the evaluation.
+    pub trace: TraceEvents,
+    /// What the session's agent threads printed, and their errors, since the last reply.
+    pub background: Background,
+}
+
+/// The `[trace]` section's events, oldest first, and how many more were not shown.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "(Vec<String>, u64)")]
+pub(crate) struct TraceEvents {
+    pub events: Vec<String>,
+    pub dropped: u64,
+}
+
+impl From<(Vec<String>, u64)> for TraceEvents {
+    fn from((events, dropped): (Vec<String>, u64)) -> Self {
+        TraceEvents { events, dropped }
+    }
+}
+
+impl TraceEvents {
+    fn section(&self) -> Option<String> {
+        if self.events.is_empty() && self.dropped == 0 {
+            return None;
+        }
+        let mut section = format!("[trace]\n{}", self.events.join("\n"));
+        if self.dropped > 0 {
+            section.push_str(&format!(
+                "\n[... {} more trace events not shown: at most 100 per reply, 8 levels deep]",
+                group_thousands(self.dropped)
+            ));
+        }
+        Some(section)
+    }
+}
+
+/// Output and unhandled errors of the threads the session's evaluations started.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct Background {
+    pub output: Captured,
+    pub errors: Vec<BackgroundError>,
+    pub errors_dropped: u64,
+}
+
+/// An unhandled error that ended one of the agent's threads (or a BREAK it went on from).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct BackgroundError {
+    pub thread: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub message: String,
+    pub backtrace: Vec<String>,
+    /// The threads tool's interrupt: noted, and the thread went on.
+    pub went_on: bool,
+}
+
+impl Background {
+    fn section(&self, max_output: usize) -> Option<String> {
+        if self.output.is_empty() && self.errors.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if let Some(output) = self.output.section("Output of your threads:", max_output) {
+            parts.push(output);
+        }
+        for error in &self.errors {
+            let what = if error.went_on { "was interrupted and went on" } else { "stopped" };
+            let mut part = format!("Thread {:?} {what}: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
+            if !error.backtrace.is_empty() {
+                part.push_str(&format!("\nBacktrace:\n  {}", error.backtrace.join("\n  ")));
+            }
+            parts.push(part);
+        }
+        if self.errors_dropped > 0 {
+            parts.push(format!("[... {} more thread errors not shown]", group_thousands(self.errors_dropped)));
+        }
+        Some(format!("[background]\n{}", parts.join("\n\n")))
+    }
 }
 
 impl EvaluationReply {
+    /// The helper's reply to `evaluate`.
+    pub fn decode(reply: &Sexp) -> Result<Self, ToolError> {
+        decode::<EvaluationReply>("evaluate", reply)
+    }
+
     /// The contract's text: the error block first when there is one, then the `[stdout]`,
     /// `[stderr]` and `[warnings]` sections (each only when not empty), then the values.
     pub fn render(&self, max_output: usize) -> String {
@@ -194,6 +285,8 @@ impl EvaluationReply {
             }
             sections.push(section);
         }
+        sections.extend(self.trace.section());
+        sections.extend(self.background.section(max_output));
         if !self.notes.is_empty() {
             sections.push(format!("[notes]\n{}", self.notes.join("\n")));
         }
@@ -218,6 +311,9 @@ impl EvaluationReply {
             warnings: &self.warnings,
             package: &self.package,
             error: self.error.as_ref().map(ErrorReport::to_json),
+            trace: &self.trace.events,
+            background_output: &self.background.output.text,
+            background_errors: &self.background.errors,
         }
     }
 
@@ -240,6 +336,12 @@ struct StructuredEvaluation<'a> {
     warnings: &'a [String],
     package: &'a str,
     error: Option<Value>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    trace: &'a [String],
+    #[serde(skip_serializing_if = "str::is_empty")]
+    background_output: &'a str,
+    #[serde(skip_serializing_if = "<[BackgroundError]>::is_empty")]
+    background_errors: &'a [BackgroundError],
 }
 
 fn texts<S: serde::Serializer>(values: &&[Captured], serializer: S) -> Result<S::Ok, S::Error> {
@@ -259,7 +361,8 @@ mod tests {
     fn reply(values: &str, stdout: &str, stderr: &str, warnings: &str) -> String {
         format!(
             "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 \
-             :package \"COMMON-LISP-USER\" :notes nil)"
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+             :background (:output (\"\" 0) :errors nil :errors-dropped 0))"
         )
     }
 
@@ -296,7 +399,8 @@ mod tests {
         let text = render(
             "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
              :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
-             :package \"COMMON-LISP-USER\" :notes nil)",
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+             :background (:output (\"\" 0) :errors nil :errors-dropped 0))",
         );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
     }
@@ -319,6 +423,28 @@ mod tests {
             "=> \"abc\n[... 9 more characters not shown: the limit is 65,536 per section (--max-output); inspect @4 \
              with offset 3 for the rest]"
         );
+    }
+
+    #[test]
+    fn trace_and_background_sections_come_before_the_values() {
+        let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
+            ":trace (nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
+            ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3) :background (:output (\"working\" 0) \
+             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil)) \
+             :errors-dropped 0)",
+        );
+        let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();
+        assert_eq!(
+            decoded.render(100),
+            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply, 8 levels \
+             deep]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
+             Backtrace:\n  (F)\n\n=> 1"
+        );
+        let quiet =
+            EvaluationReply::decode(&read(&reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil")).unwrap()).unwrap();
+        assert_eq!(quiet.render(100), "=> 1");
+        let error = EvaluationReply::decode(&read(&full.replace(" :errors-dropped 0", "")).unwrap()).unwrap_err();
+        assert!(error.0.contains("(:background: the reply has no :errors-dropped)"), "{}", error.0);
     }
 
     #[test]

@@ -21,7 +21,11 @@ pub mod lisp_status;
 pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
+pub mod profile;
 pub mod progress;
+pub mod run_tests;
+pub mod threads;
+pub mod trace;
 pub mod undo;
 pub mod xref;
 
@@ -97,6 +101,10 @@ static TOOLS: &[Tool] = &[
     find_definition::TOOL,
     xref::TOOL,
     load_system::TOOL,
+    run_tests::TOOL,
+    trace::TOOL,
+    profile::TOOL,
+    threads::TOOL,
     lisp_status::TOOL,
     edit_lisp_form::TOOL,
     lisp_check_parens::TOOL,
@@ -207,7 +215,8 @@ impl Toolbox {
         }
     }
 
-    /// Ends this server's session in every image it is connected to, for a server that exits.
+    /// Ends this server's session in every image it is connected to, for a server that exits:
+    /// its traces are untraced, its handles released, its REPL state and background buffer dropped.
     pub async fn end_sessions(&self) {
         for image in &self.images {
             image.end_session().await;

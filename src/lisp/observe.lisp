@@ -1,0 +1,567 @@
+;;;; Seeing into the running image: the trace tool (calls of traced functions come back in the
+;;;; [trace] section of the agent's next evaluations), the threads the agent starts (their output
+;;;; and unhandled errors come back in a [background] section), the threads tool and the profile
+;;;; tool.
+;;;;
+;;;; Loaded after helper.lisp and before evaluate.lisp (whose EVALUATE binds the specials defined
+;;;; here), under the rules of helper.lisp. The two hooks installed into the image (SBCL's TRACE
+;;;; with a report function of ours, and an encapsulation of SB-THREAD:MAKE-THREAD) are inert
+;;;; outside the agent's tool calls.
+
+(in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Trace
+
+(defparameter *max-trace-events* 100
+  "Trace events (calls and returns) shown per reply; the rest are counted.")
+
+(defparameter *max-trace-depth* 8
+  "Nesting of traced calls shown; deeper calls are counted, not shown.")
+
+(defparameter *max-trace-event-length* 300)
+
+(defvar *traces* (make-hash-table :test 'equal :synchronized t)
+  "Session -> the trace specifications (function names, (METHOD ...) lists) it has traced.")
+
+(defvar *trace-log* nil
+  "Per evaluation of a session that traces something: a TRACE-LOG its traced calls go to.")
+
+(defclass trace-log ()
+  ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper trace log") :reader trace-log-lock)
+   (events :initform '() :accessor trace-log-events)
+   (shown :initform 0 :accessor trace-log-shown)
+   (dropped :initform 0 :accessor trace-log-dropped)
+   (package :initarg :package :reader trace-log-package)))
+
+(defun make-trace-log-for (session)
+  "A fresh log for an evaluation of SESSION, or NIL when SESSION traces nothing. Names in it are
+printed as from the session's package."
+  (and (gethash session *traces*)
+       (make-instance 'trace-log :package (or (find-package-loosely (session-package-name (find-session session)))
+                                              *package*))))
+
+(defun record-trace-event (depth name kind frame values)
+  "SBCL's TRACE report function (:REPORT): records the event in the current evaluation's log, if
+any. Calls outside the agent's evaluations (the user's own) are not reported anywhere."
+  (declare (ignore frame))
+  (let ((log *trace-log*))
+    (when log
+      (sb-thread:with-mutex ((trace-log-lock log))
+        (if (or (>= depth *max-trace-depth*) (>= (trace-log-shown log) *max-trace-events*))
+            (incf (trace-log-dropped log))
+            (let ((package (trace-log-package log)))
+              (incf (trace-log-shown log))
+              (push (let ((indent (make-string (* 2 depth) :initial-element #\Space)))
+                      (ecase kind
+                        (:enter (format nil "~A~D: ~A" indent depth
+                                        (print-briefly (cons name values) :package package
+                                                                          :limit *max-trace-event-length*)))
+                        (:exit (format nil "~A~D: ~A returned~{ ~A~}" indent depth
+                                       (print-briefly name :package package)
+                                       (mapcar (lambda (value)
+                                                 (print-briefly value :package package
+                                                                      :limit *max-trace-event-length*))
+                                               values)))
+                        (:non-local-exit (format nil "~A~D: ~A exited non-locally" indent depth
+                                                 (print-briefly name :package package)))))
+                    (trace-log-events log))))))))
+
+(defun trace-report ()
+  "The current evaluation's trace events, oldest first, and how many were not shown."
+  (let ((log *trace-log*))
+    (if log
+        (sb-thread:with-mutex ((trace-log-lock log))
+          (list (reverse (trace-log-events log)) (trace-log-dropped log)))
+        (list nil 0))))
+
+(defun read-trace-spec (text package)
+  "The function TEXT names, as TRACE takes it: a symbol, (SETF NAME), or (METHOD NAME QUALIFIER*
+(SPECIALIZER*)). Fails when TEXT names no function or method of the image."
+  (let ((trimmed (string-trim '(#\Space #\Tab #\Newline #\Return) text)))
+    (if (and (plusp (length trimmed)) (char= (char trimmed 0) #\())
+        (let ((spec (handler-case (let ((*package* package) (*read-eval* nil))
+                                    (multiple-value-bind (form end) (read-from-string trimmed)
+                                      (unless (= end (length trimmed))
+                                        (fail "~S holds more than one name; give each its own element of functions."
+                                              text))
+                                      form))
+                      (tool-failure (failure) (error failure))
+                      (error (e) (fail "~S is not a function name: ~A" text (condition-message e))))))
+          (cond ((and (consp spec) (eq (first spec) 'setf))
+                 (unless (fboundp spec)
+                   (fail "~A is not a function of this image." (name-text spec package)))
+                 spec)
+                ((and (consp spec) (eq (first spec) 'method))
+                 (check-method-spec spec text package)
+                 spec)
+                (t (fail "~S is neither a symbol, (SETF name) nor (METHOD name qualifier* (specializer*))." text))))
+        (let ((symbol (find-existing-symbol text package)))
+          (unless (fboundp symbol)
+            (fail "~A is not a function or macro of this image." (name-text symbol package)))
+          (when (special-operator-p symbol)
+            (fail "~A is a special operator; it cannot be traced." (name-text symbol package)))
+          symbol))))
+
+(defun specializer-object (specializer)
+  (cond ((and (consp specializer) (eq (first specializer) 'eql))
+         (sb-mop:intern-eql-specializer (second specializer)))
+        ((symbolp specializer) (find-class specializer nil))
+        (t nil)))
+
+(defun check-method-spec (spec text package)
+  "Fails unless SPEC, (METHOD NAME QUALIFIER* (SPECIALIZER*)), names an existing method; the
+failure lists the generic function's methods."
+  (destructuring-bind (&optional name &rest rest) (rest spec)
+    (let* ((generic (and name (fboundp name) (fdefinition name)))
+           (specializers (car (last rest)))
+           (qualifiers (butlast rest)))
+      (unless (typep generic 'generic-function)
+        (fail "~A in ~S is not a generic function." (name-text name package) text))
+      (unless (and (listp specializers) rest)
+        (fail "~S has no specializer list: write (method ~(~A~) [qualifier ...] (specializer ...)), e.g. ~
+               (method ~(~A~) :around (integer))." text (name-text name package) (name-text name package)))
+      (let ((objects (mapcar #'specializer-object specializers)))
+        (unless (and (every #'identity objects)
+                     (find-method generic qualifiers objects nil))
+          (fail "~A has no method ~S. Its methods: ~{~A~^, ~}." (name-text name package) text
+                (mapcar (lambda (method)
+                          (print-briefly `(method ,name ,@(method-qualifiers method)
+                                                  ,(mapcar #'specializer-name
+                                                           (sb-mop:method-specializers method)))
+                                         :package package))
+                        (sb-mop:generic-function-methods generic))))))))
+
+(defun specializer-name (specializer)
+  (if (typep specializer 'sb-mop:eql-specializer)
+      `(eql ,(sb-mop:eql-specializer-object specializer))
+      (class-name specializer)))
+
+(defun spec-key (spec)
+  "SPEC as text, the same for equal specifications whatever package prints them."
+  (qualified-name spec))
+
+(defun trace-spec (spec)
+  ;; TRACE is a macro whose names are not evaluated: the specification is put in the form as an
+  ;; object, never as text.
+  (eval `(trace :report record-trace-event ,spec)))
+
+(defun untrace-spec (spec)
+  (eval `(untrace ,spec)))
+
+(defun traced-elsewhere-p (spec session)
+  "True when a session other than SESSION traces SPEC too."
+  (loop for other being the hash-keys of *traces* using (hash-value specs)
+        thereis (and (not (equal other session)) (member (spec-key spec) specs :key #'spec-key :test #'string=))))
+
+(defun untrace-session (session &optional specs)
+  "Untraces SPECS (all of SESSION's when NIL) for SESSION; a function another session traces
+stays traced. Returns the specifications untraced."
+  (let* ((traced (gethash session *traces*))
+         (targets (or specs traced))
+         (keys (mapcar #'spec-key targets)))
+    (dolist (spec targets)
+      (unless (traced-elsewhere-p spec session)
+        (ignore-errors (untrace-spec spec))))
+    (let ((left (remove-if (lambda (spec) (member (spec-key spec) keys :test #'string=)) traced)))
+      (if left
+          (setf (gethash session *traces*) left)
+          (remhash session *traces*)))
+    targets))
+
+(defun trace-functions (functions &key untrace package session token)
+  "The trace tool: traces FUNCTIONS (texts of names) for SESSION, or with UNTRACE untraces them
+(all of SESSION's when FUNCTIONS is empty). Returns (:TRACED names :UNTRACED names :MAX-EVENTS n
+:MAX-DEPTH n)."
+  (run-tool
+   token
+   (lambda ()
+     (let* ((package (tool-package package session))
+            (specs (mapcar (lambda (text) (read-trace-spec text package)) functions)))
+       (flet ((names (specs) (mapcar (lambda (spec) (name-text spec package)) specs)))
+         (if untrace
+             (let ((unknown (remove-if (lambda (spec)
+                                         (member (spec-key spec) (gethash session *traces*)
+                                                 :key #'spec-key :test #'string=))
+                                       specs)))
+               (when unknown
+                 (fail "~{~A~^, ~} ~[~;is~:;are~] not traced by this session; it traces ~:[nothing~;~:*~{~A~^, ~}~]."
+                       (names unknown) (length unknown) (names (gethash session *traces*))))
+               (let ((untraced (untrace-session session specs)))
+                 (list :traced (names (gethash session *traces* '()))
+                       :untraced (names untraced)
+                       :max-events *max-trace-events* :max-depth *max-trace-depth*)))
+             (progn
+               (dolist (spec specs)
+                 (trace-spec spec)
+                 (pushnew spec (gethash session *traces*) :key #'spec-key :test #'string=))
+               (list :traced (names (gethash session *traces*))
+                     :untraced nil
+                     :max-events *max-trace-events* :max-depth *max-trace-depth*))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Threads the agent starts
+;;;
+;;; SB-THREAD:MAKE-THREAD is encapsulated: a thread made during an agent's tool call runs its
+;;; function with its output going into the session's background buffer, and an unhandled error
+;;; (or BREAK) in it is recorded there with a short backtrace instead of waiting in a debugger
+;;; nobody drives. The next evaluate-lisp reply of the session carries both, in [background].
+
+(defparameter *max-background-output* 16000
+  "Characters of agent threads' output kept per session until a reply takes them.")
+
+(defparameter *max-background-errors* 10)
+
+(defvar *agent-session* nil
+  "The session of the agent's tool call running in this thread (or of the agent thread).")
+
+(defvar *agent-threads* (make-hash-table :test 'eq :weakness :key :synchronized t)
+  "Thread -> the session whose agent started it.")
+
+(defvar *backgrounds* (make-hash-table :test 'equal :synchronized t)
+  "Session -> its BACKGROUND: what its agent threads printed and their errors.")
+
+(defclass background ()
+  ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper background") :reader background-lock)
+   (output :initform (make-capture *max-background-output* :bounded nil) :accessor background-output)
+   (errors :initform '() :accessor background-errors)
+   (errors-dropped :initform 0 :accessor background-errors-dropped)))
+
+(defun session-background (session)
+  (or (gethash session *backgrounds*)
+      (setf (gethash session *backgrounds*) (make-instance 'background))))
+
+(defclass background-stream (sb-gray:fundamental-character-output-stream)
+  ;; The BACKGROUND itself, not the session: once the session ends and drops it, a thread still
+  ;; printing writes into a buffer nobody holds, which goes when the thread goes.
+  ((background :initarg :background :reader background-stream-background)
+   (column :initform 0 :accessor background-stream-column))
+  (:documentation "Output of an agent's thread: written into its session's background buffer,
+under that buffer's lock since several threads may print at once."))
+
+(defmethod sb-gray:stream-write-char ((stream background-stream) char)
+  (let ((background (background-stream-background stream)))
+    (sb-thread:with-mutex ((background-lock background))
+      (write-char char (background-output background))))
+  (setf (background-stream-column stream) (if (char= char #\Newline) 0 (1+ (background-stream-column stream))))
+  char)
+
+(defmethod sb-gray:stream-write-string ((stream background-stream) string &optional (start 0) end)
+  (let ((background (background-stream-background stream))
+        (end (or end (length string))))
+    (sb-thread:with-mutex ((background-lock background))
+      (write-string string (background-output background) :start start :end end))
+    (let ((newline (position #\Newline string :start start :end end :from-end t)))
+      (setf (background-stream-column stream)
+            (if newline (- end newline 1) (+ (background-stream-column stream) (- end start))))))
+  string)
+
+(defmethod sb-gray:stream-line-column ((stream background-stream))
+  (background-stream-column stream))
+
+(defun without-runtime-frames (lines)
+  "Backtrace LINES without the runtime's own frames (named by strings), which say nothing."
+  (remove-if (lambda (line) (eql 0 (search "(\"" line))) lines))
+
+(defun record-background-error (background condition backtrace &key went-on)
+  "Records CONDITION, unhandled in the current thread, in BACKGROUND with the first frames of
+BACKTRACE; WENT-ON when the thread continues after it."
+  (sb-thread:with-mutex ((background-lock background))
+    (if (>= (length (background-errors background)) *max-background-errors*)
+        (incf (background-errors-dropped background))
+        (push (list :thread (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))
+                    :type (standard-condition-name condition)
+                    :message (condition-message condition)
+                    :backtrace (let ((lines (without-runtime-frames backtrace)))
+                                 (subseq lines 0 (min 8 (length lines))))
+                    :went-on went-on)
+              (background-errors background)))))
+
+(defun take-background (session)
+  "What SESSION's agent threads printed and their errors since the last reply, taken (the buffer
+is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
+  (let ((background (gethash session *backgrounds*)))
+    (if (null background)
+        (list :output (list "" 0) :errors nil :errors-dropped 0)
+        (sb-thread:with-mutex ((background-lock background))
+          (prog1 (list :output (capture-report (background-output background))
+                       :errors (reverse (background-errors background))
+                       :errors-dropped (background-errors-dropped background))
+            (setf (background-output background) (make-capture *max-background-output* :bounded nil)
+                  (background-errors background) '()
+                  (background-errors-dropped background) 0))))))
+
+(defun run-agent-thread (session function arguments)
+  "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS with output
+into the session's background, and an unhandled error recorded there; the thread is then aborted
+(JOIN-THREAD sees it end abnormally) instead of waiting in a debugger."
+  (let* ((background (session-background session))
+         (stream (make-instance 'background-stream :background background))
+         (input (make-string-input-stream ""))
+         (*agent-session* session)
+         (*standard-output* stream)
+         (*error-output* stream)
+         (*trace-output* stream)
+         (*standard-input* input)
+         (*terminal-io* (make-two-way-stream input stream))
+         (*query-io* (make-two-way-stream input stream))
+         (*debug-io* (make-two-way-stream input stream)))
+    (let* ((hook (lambda (condition hook)
+                   (declare (ignore hook))
+                   (let ((continue (and (typep condition 'threads-tool-interrupt)
+                                        (find-restart 'continue condition))))
+                     (record-background-error background condition (backtrace-lines condition)
+                                              :went-on (and continue t))
+                     ;; The threads tool's interrupt: noted, and the thread goes on.
+                     (if continue
+                         (invoke-restart continue)
+                         (sb-thread:abort-thread)))))
+           (sb-ext:*invoke-debugger-hook* hook)
+           (*debugger-hook* hook))
+      (apply function arguments))))
+
+(defun make-agent-thread (make-thread function &rest options &key arguments &allow-other-keys)
+  "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's evaluation, or in a thread the
+agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the agent's."
+  (let ((session *agent-session*))
+    (if session
+        (let* ((arguments (if (listp arguments) arguments (list arguments)))
+               (thread (apply make-thread
+                              (lambda () (run-agent-thread session function arguments))
+                              :arguments nil
+                              (loop for (key value) on options by #'cddr
+                                    unless (eq key :arguments) append (list key value)))))
+          (setf (gethash thread *agent-threads*) session)
+          thread)
+        (apply make-thread function options))))
+
+(defun install-thread-watch ()
+  "Puts the MAKE-THREAD encapsulation into the image once; a reload finds it there."
+  (when (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
+    (unless (internal-call "SB-INT" "ENCAPSULATED-P" 'sb-thread:make-thread 'mcp-agent-thread-watch)
+      (internal-call "SB-INT" "ENCAPSULATE" 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread))))
+
+(install-thread-watch)
+
+;;; ------------------------------------------------------------------------------------------
+;;; The threads tool
+
+(defvar *thread-numbers* (make-hash-table :test 'eq :weakness :key :synchronized t)
+  "Thread -> the number the threads tool shows it by: small, and the same for the thread's life.")
+
+(defvar *thread-number-counter* (list 0)
+  "The last thread number given, in a cons for ATOMIC-INCF; kept across reloads of the helper, as
+the numbers given are.")
+
+(defun thread-number (thread)
+  (or (gethash thread *thread-numbers*)
+      (setf (gethash thread *thread-numbers*)
+            (1+ (sb-ext:atomic-incf (car *thread-number-counter*))))))
+
+(defun find-thread (designator)
+  "The live or recently ended thread DESIGNATOR (a number from the list, or a name) names."
+  (let* ((threads (sb-thread:list-all-threads))
+         (number (ignore-errors (parse-integer designator)))
+         (found (if number
+                    (find number threads :key #'thread-number)
+                    (remove designator threads :key #'sb-thread:thread-name :test-not #'equal))))
+    (cond ((typep found 'sb-thread:thread) found)
+          ((and (consp found) (rest found))
+           (fail "~D threads are named ~S; name it by number: ~{~D~^, ~}." (length found) designator
+                 (mapcar #'thread-number found)))
+          ((consp found) (first found))
+          (t (fail "No thread ~:[named ~S~;numbered ~A~] in the image. Its threads: ~{~A~^; ~}." number designator
+                   (mapcar (lambda (thread) (format nil "~A ~S" (thread-number thread) (sb-thread:thread-name thread)))
+                           threads))))))
+
+(defun thread-entry (thread session)
+  (list :number (thread-number thread)
+        :name (safe-princ (sb-thread:thread-name thread))
+        :alive (and (sb-thread:thread-alive-p thread) t)
+        :waiting (ignore-errors (waiting-text thread))
+        :agent (equal (gethash thread *agent-threads*) session)
+        :current (eq thread sb-thread:*current-thread*)))
+
+(defun thread-backtrace (thread)
+  "THREAD's stack, innermost first, taken by interrupting it briefly; a line that says so when it
+did not answer within two seconds."
+  (if (eq thread sb-thread:*current-thread*)
+      (fail "That is the thread of this call itself.")
+      (let ((semaphore (sb-thread:make-semaphore))
+            (lines nil))
+        (sb-thread:interrupt-thread thread
+                                    (lambda ()
+                                      (setf lines (without-runtime-frames (backtrace-lines nil :interrupted t)))
+                                      (sb-thread:signal-semaphore semaphore)))
+        (if (sb-thread:wait-on-semaphore semaphore :timeout 2)
+            lines
+            (list "(unavailable: the thread did not answer the interruption within 2 seconds)")))))
+
+(define-condition threads-tool-interrupt (condition) ()
+  (:report "Interrupted by the swank-mcp threads tool (action interrupt)."))
+
+(defun check-may-stop (thread force session)
+  (unless (or force (equal (gethash thread *agent-threads*) session))
+    (fail "Thread ~A ~S was not started by this agent~:[~; (another agent's session started it)~]: pass force: true ~
+           to act on it anyway." (thread-number thread) (sb-thread:thread-name thread) (gethash thread *agent-threads*)))
+  (when (eq thread sb-thread:*current-thread*)
+    (fail "That is the thread of this call itself.")))
+
+(defun threads (&key (action "list") thread force session token)
+  "The threads tool. ACTION is \"list\", \"backtrace\", \"interrupt\" or \"abort\"; THREAD a number
+or name. Returns (:ACTION action :THREADS entries :THREAD entry :BACKTRACE lines :ENDED bool)."
+  (run-tool
+   token
+   (lambda ()
+     (let ((target (and thread (find-thread thread))))
+       (when (and (not (string= action "list")) (null target))
+         (fail "The ~A action needs thread (a number or name from the list)." action))
+       (cond
+         ((string= action "list")
+          (list :action action
+                :threads (mapcar (lambda (thread) (thread-entry thread session)) (sb-thread:list-all-threads))
+                :thread nil :backtrace nil :ended nil))
+         ((string= action "backtrace")
+          (list :action action :threads nil :thread (thread-entry target session)
+                :backtrace (thread-backtrace target) :ended nil))
+         ((string= action "interrupt")
+          (check-may-stop target force session)
+          (let ((lines (thread-backtrace target)))
+            (sb-thread:interrupt-thread target (lambda ()
+                                                 (with-simple-restart (continue "Return from the interruption.")
+                                                   (invoke-debugger (make-condition 'threads-tool-interrupt)))))
+            (list :action action :threads nil :thread (thread-entry target session) :backtrace lines :ended nil)))
+         ((string= action "abort")
+          (check-may-stop target force session)
+          (sb-thread:terminate-thread target)
+          (let ((ended (handler-case (progn (sb-thread:join-thread target :timeout 2 :default nil) t)
+                         (error () (not (sb-thread:thread-alive-p target))))))
+            (list :action action :threads nil :thread (thread-entry target session) :backtrace nil
+                  :ended (and (not (sb-thread:thread-alive-p target)) ended t))))
+         (t (fail "Unknown action ~S: use list, backtrace, interrupt or abort." action)))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The profile tool
+
+(defparameter *max-profile-rows* 15)
+
+(defun ensure-sb-sprof ()
+  (unless (find-package '#:sb-sprof)
+    (handler-case (require :sb-sprof)
+      (error (e) (fail "SBCL's statistical profiler (sb-sprof) cannot be loaded: ~A" (condition-message e))))))
+
+(defun sprof-symbol (name)
+  (or (find-symbol name '#:sb-sprof)
+      (fail "This SBCL's sb-sprof has no ~A." name)))
+
+(defun line-fields (line)
+  "The blank-separated fields of LINE."
+  (loop with i = 0 and n = (length line)
+        for start = (position #\Space line :start i :test-not #'char=)
+        while start
+        collect (let ((end (or (position #\Space line :start start) n)))
+                  (prog1 (subseq line start end) (setf i end)))))
+
+(defun profile-rows ()
+  "The flat profile as rows (:NAME :SELF :SELF-PERCENT :CUMULATIVE :CUMULATIVE-PERCENT), most self
+samples first, and the number of samples."
+  ;; SB-SPROF exports no accessor of its data, so the rows are read from its flat report, whose
+  ;; rows are: Nr, Self count and %, Total (cumulative) count and %, running Cumul count and %,
+  ;; Calls, then the function's name.
+  (let ((text (with-output-to-string (out)
+                (funcall (sprof-symbol "REPORT") :type :flat :max *max-profile-rows* :stream out)))
+        (rows '())
+        (samples 0))
+    (with-input-from-string (in text)
+      (loop for line = (read-line in nil)
+            while line
+            do (let ((fields (line-fields line)))
+                 (cond ((and (>= (length fields) 4) (string= (first fields) "Number") (string= (second fields) "of"))
+                        (setf samples (or (ignore-errors (parse-integer (fourth fields))) 0)))
+                       ((and (>= (length fields) 9)
+                             (every (lambda (field) (ignore-errors (parse-integer field))) (subseq fields 0 2))
+                             ;; The helper's and the server's frames under the code say nothing.
+                             (notany (lambda (own) (search own line)) '("MCP-AGENT-HELPER" "SWANK" "SLYNK")))
+                        (push (list :name (string-trim " " (subseq line (position-after-fields line 8)))
+                                    :self (parse-integer (second fields))
+                                    :self-percent (third fields)
+                                    :cumulative (parse-integer (fourth fields))
+                                    :cumulative-percent (fifth fields))
+                              rows))))))
+    (values (nreverse rows) samples)))
+
+(defun position-after-fields (line count)
+  "The position in LINE after its first COUNT blank-separated fields."
+  (let ((i 0) (n (length line)))
+    (dotimes (field count i)
+      (loop while (and (< i n) (char= (char line i) #\Space)) do (incf i))
+      (loop while (and (< i n) (char/= (char line i) #\Space)) do (incf i)))))
+
+(defun read-code-forms (code package)
+  "The forms of CODE, read in PACKAGE."
+  (let ((*package* package) (forms '()) (eof '#:eof))
+    (with-input-from-string (in code)
+      (loop (let ((form (read in nil eof)))
+              (when (eq form eof) (return (nreverse forms)))
+              (push form forms))))))
+
+(defun profile-code (code &key (mode "cpu") package session token (max-output 65536))
+  "The profile tool: runs CODE (evaluated form by form in PACKAGE or the session's package) once,
+under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :MILLISECONDS :BYTES
+:GC-MILLISECONDS :SAMPLES :ROWS :TIME-REPORT :VALUE :STDOUT)."
+  (let ((stdout (make-capture max-output))
+        (*max-output* max-output))
+    (let ((result
+            (run-tool
+             token
+             (lambda ()
+               (let* ((package (tool-package package session))
+                      (forms (read-code-forms code package))
+                      (thunk (lambda () (let ((*package* package) (values nil))
+                                          (dolist (form forms values)
+                                            (setf values (multiple-value-list (eval form)))))))
+                      (start (get-internal-real-time))
+                      (consed (sb-ext:get-bytes-consed))
+                      (gc sb-ext:*gc-run-time*)
+                      (values nil)
+                      (rows nil)
+                      (samples 0)
+                      (time-report nil))
+                 (cond
+                   ((string= mode "time")
+                    (setf time-report (with-output-to-string (*trace-output*)
+                                        (setf values (eval `(time (funcall ,thunk)))))))
+                   ((member mode '("cpu" "alloc") :test #'string=)
+                    (ensure-sb-sprof)
+                    (funcall (sprof-symbol "RESET"))
+                    (setf values (eval `(,(sprof-symbol "WITH-PROFILING")
+                                         (:mode ,(if (string= mode "cpu") :cpu :alloc)
+                                          :sample-interval 0.001 :max-samples 200000
+                                          :threads (list sb-thread:*current-thread*) :report nil)
+                                         (funcall ,thunk))))
+                    (multiple-value-setq (rows samples) (profile-rows)))
+                   (t (fail "Unknown mode ~S: use cpu, alloc or time." mode)))
+                 (list :mode mode
+                       :milliseconds (round (* 1000 (- (get-internal-real-time) start)) internal-time-units-per-second)
+                       :bytes (- (sb-ext:get-bytes-consed) consed)
+                       :gc-milliseconds (round (* 1000 (- sb-ext:*gc-run-time* gc)) internal-time-units-per-second)
+                       :samples samples
+                       :rows rows
+                       :time-report time-report
+                       :value (and values (print-briefly (first values) :package package)))))
+             :stdout stdout)))
+      (append result (list :stdout (capture-report stdout))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The end of a session
+
+(defun end-session (&key session token)
+  "Undoes what SESSION left in the image, for its server that exits: its traces are untraced,
+its handles released (and the objects they kept with them), its background buffer and REPL state
+dropped."
+  (declare (ignore token))
+  (untrace-session session)
+  (remhash session *backgrounds*)
+  (release-session-handles session)
+  (remhash session *sessions*)
+  (list :ended t))

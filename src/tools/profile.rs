@@ -1,0 +1,196 @@
+//! `profile`: runs code once under SBCL's statistical profiler (sb-sprof, CPU or allocation
+//! mode) or under TIME, and reports where the time went.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::lisp_reply::{decode, group_thousands, Captured};
+use super::{
+    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
+};
+use crate::swank::Form;
+
+const MODES: [&str; 3] = ["cpu", "alloc", "time"];
+/// As evaluate-lisp's `timeout_ms`.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "profile",
+        title: "Profile code",
+        description: "Run code once (form by form, in the session's package unless package is given) and report \
+            where its time went. mode \"cpu\" (the default) samples the stack with SBCL's statistical \
+            profiler sb-sprof (loaded on first use; a 1 ms interval is asked for, the kernel may sample less often), \
+            \"alloc\" samples allocation instead; both report the number of samples and the top 15 functions by \
+            self samples (the helper's own frames left out), with self and cumulative (self plus callees) samples and \
+            percentages, the elapsed time, bytes consed and GC time. \"time\" runs it under TIME and returns its \
+            report. Only the calling thread is profiled. The code's output goes to [stdout]; the first value is \
+            shown.",
+        input_schema: json!({
+            "type": "object",
+            "required": ["code"],
+            "properties": {
+                "code": {"type": "string", "description": "The code to run, e.g. \"(my-app::build-index)\"."},
+                "mode": {"type": "string", "enum": MODES, "default": "cpu"},
+                "package": {"type": "string", "description": "Package to read the code in (default: the session's package, initially CL-USER)."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Time limit in milliseconds (default: the server's --eval-timeout)."}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["mode", "milliseconds", "bytes", "gc_milliseconds"],
+            "properties": {
+                "mode": {"type": "string"},
+                "milliseconds": {"type": "integer"},
+                "bytes": {"type": "integer", "description": "Bytes consed."},
+                "gc_milliseconds": {"type": "integer"},
+                "samples": {"type": "integer"},
+                "rows": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "self": {"type": "integer"},
+                            "self_percent": {"type": "string"},
+                            "cumulative": {"type": "integer"},
+                            "cumulative_percent": {"type": "string"}
+                        }
+                    }
+                },
+                "time_report": {"type": ["string", "null"]},
+                "value": {"type": ["string", "null"]}
+            }
+        })),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let code = args.required_str("code")?;
+    let mode = args.optional_str("mode")?.unwrap_or("cpu");
+    if !MODES.contains(&mode) {
+        return Err(ToolError::new(format!("Unknown mode {mode:?}: use one of {}.", MODES.join(", "))));
+    }
+    let timeout =
+        args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?.map_or(context.settings.eval_timeout, Duration::from_millis);
+    let request = vec![
+        Form::string(code),
+        Form::Keyword("mode"),
+        Form::string(mode),
+        Form::Keyword("package"),
+        package_argument(args)?,
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ];
+    let reply = context
+        .call_helper_within(args, "profile-code", request, timeout, "Pass a larger timeout_ms if it needs longer.")
+        .await?;
+    let profile = decode::<Profile>("profile-code", &reply)?;
+    Ok(ToolOutput::success(profile.render(context.settings.max_output)).with_structured(&profile))
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Row {
+    name: String,
+    /// `self` is a Rust keyword.
+    #[serde(rename = "self")]
+    own: u64,
+    #[serde(rename(serialize = "self_percent"))]
+    self_percent: String,
+    cumulative: u64,
+    #[serde(rename(serialize = "cumulative_percent"))]
+    cumulative_percent: String,
+}
+
+/// The helper's answer to `profile-code`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Profile {
+    mode: String,
+    milliseconds: u64,
+    bytes: u64,
+    #[serde(rename(serialize = "gc_milliseconds"))]
+    gc_milliseconds: u64,
+    samples: u64,
+    rows: Vec<Row>,
+    #[serde(rename(serialize = "time_report"))]
+    time_report: Option<String>,
+    value: Option<String>,
+    #[serde(skip_serializing)]
+    stdout: Captured,
+}
+
+impl Profile {
+    fn render(&self, max_output: usize) -> String {
+        let mut sections = vec![format!(
+            "Ran in {} ms, consed {} bytes, {} ms in GC.",
+            group_thousands(self.milliseconds),
+            group_thousands(self.bytes),
+            group_thousands(self.gc_milliseconds)
+        )];
+        if let Some(report) = &self.time_report {
+            sections.push(format!("[time]\n{}", report.trim_end()));
+        } else if self.rows.is_empty() {
+            sections.push(format!(
+                "No samples were taken: the code ran too briefly for the profiler (profile a loop that runs it many \
+                 times, or use mode \"time\"), or the profiler's timer signals went to other busy threads of the \
+                 image ({} samples).",
+                self.samples
+            ));
+        } else {
+            let unit = if self.mode == "alloc" { "allocation samples" } else { "CPU samples" };
+            let mut table = format!(
+                "[profile] {} {unit}; top functions by self samples:\n  {:>6} {:>6}  {:>6} {:>6}  Function",
+                group_thousands(self.samples),
+                "Self",
+                "%",
+                "Cumul",
+                "%"
+            );
+            for row in &self.rows {
+                table.push_str(&format!(
+                    "\n  {:>6} {:>6}  {:>6} {:>6}  {}",
+                    row.own, row.self_percent, row.cumulative, row.cumulative_percent, row.name
+                ));
+            }
+            sections.push(table);
+        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
+        if let Some(value) = &self.value {
+            sections.push(format!("=> {value}"));
+        }
+        sections.join("\n\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_cpu_profile_is_a_table() {
+        let profile = decode::<Profile>(
+            "profile-code",
+            &read(
+                "(:mode \"cpu\" :milliseconds 1364 :bytes 0 :gc-milliseconds 0 :samples 53 :rows \
+                 ((:name \"SLOW-LOOP\" :self 53 :self-percent \"100.0\" :cumulative 53 :cumulative-percent \"100.0\")) \
+                 :time-report nil :value \"50560\" :stdout (\"\" 0))",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            profile.render(100),
+            "Ran in 1,364 ms, consed 0 bytes, 0 ms in GC.\n\n[profile] 53 CPU samples; top functions by self \
+             samples:\n    Self      %   Cumul      %  Function\n      53  100.0      53  100.0  SLOW-LOOP\n\n=> 50560"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! `threads`: the image's threads (what each waits for, which the agent started), a thread's
+//! backtrace, and interrupting or aborting a thread.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::lisp_reply::decode;
+use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::swank::Form;
+
+const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "threads",
+        title: "Threads of the image",
+        description: "See and stop the image's threads. action \"list\" (the default): every thread with its number, \
+            name, whether it is alive, the lock or condition it waits for and which thread holds that lock, and \
+            whether your evaluations started it (\"yours\"). \"backtrace\": the thread's stack, taken by \
+            interrupting it for a moment; it then goes on. \"interrupt\": as C-c C-c in SLIME, the thread is \
+            interrupted into the debugger (condition THREADS-TOOL-INTERRUPT, with a CONTINUE restart); the reply \
+            shows where it was. In a thread you started, the interruption is recorded for the [background] section \
+            of your next evaluate-lisp reply and the thread continues at once; in anyone else's it waits in that \
+            thread's debugger (the user's SLIME shows it). \"abort\": ends the thread with \
+            SB-THREAD:TERMINATE-THREAD (its UNWIND-PROTECT cleanups run), waiting up to 2 seconds for it to end. \
+            interrupt and abort act only on threads your evaluations started unless force is true. thread is the \
+            number from the list, or the thread's name.",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ACTIONS, "default": "list"},
+                "thread": {"type": ["string", "integer"], "description": "The thread's number from the list, or its name (needed by every action but list)."},
+                "force": {"type": "boolean", "default": false, "description": "Interrupt or abort a thread your evaluations did not start."}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["action"],
+            "properties": {
+                "action": {"type": "string"},
+                "threads": {"type": "array", "items": {"$ref": "#/$defs/thread"}},
+                "thread": {"$ref": "#/$defs/thread"},
+                "backtrace": {"type": "array", "items": {"type": "string"}},
+                "ended": {"type": "boolean", "description": "With abort: whether the thread has ended."}
+            },
+            "$defs": {
+                "thread": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "number": {"type": "integer"},
+                        "name": {"type": "string"},
+                        "alive": {"type": "boolean"},
+                        "waiting": {"type": ["string", "null"]},
+                        "agent": {"type": "boolean", "description": "Started by your evaluations."},
+                        "current": {"type": "boolean", "description": "The thread answering this call."}
+                    }
+                }
+            }
+        })),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let action = args.optional_str("action")?.unwrap_or("list");
+    if !ACTIONS.contains(&action) {
+        return Err(ToolError::new(format!("Unknown action {action:?}: use one of {}.", ACTIONS.join(", "))));
+    }
+    let thread = match args.optional_number_or_name("thread", u32::MAX as u64)? {
+        Some(super::arguments::NumberOrName::Number(n)) => Some(n.to_string()),
+        Some(super::arguments::NumberOrName::Name(name)) => Some(name.to_string()),
+        None => None,
+    };
+    if action != "list" && thread.is_none() {
+        return Err(ToolError::new(format!(
+            "The {action} action needs thread: a number or name from {{\"action\": \"list\"}}."
+        )));
+    }
+    let force = args.optional_bool("force")?.unwrap_or(false);
+    let request = vec![
+        Form::Keyword("action"),
+        Form::string(action),
+        Form::Keyword("thread"),
+        thread.map_or(Form::Nil, Form::String),
+        Form::Keyword("force"),
+        if force { Form::T } else { Form::Nil },
+    ];
+    let reply = decode::<ThreadsReply>("threads", &context.call_helper(args, "threads", request).await?)?;
+    Ok(ToolOutput::success(reply.render()).with_structured(&reply))
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct ThreadEntry {
+    number: u64,
+    name: String,
+    alive: bool,
+    waiting: Option<String>,
+    agent: bool,
+    current: bool,
+}
+
+impl ThreadEntry {
+    fn line(&self) -> String {
+        let mut line = format!("{} {:?}", self.number, self.name);
+        let mut facts = Vec::new();
+        if !self.alive {
+            facts.push("ended".to_string());
+        }
+        if self.agent {
+            facts.push("yours".to_string());
+        }
+        if self.current {
+            facts.push("this call".to_string());
+        }
+        if let Some(waiting) = &self.waiting {
+            facts.push(waiting.clone());
+        }
+        if !facts.is_empty() {
+            line.push_str(&format!(" ({})", facts.join(", ")));
+        }
+        line
+    }
+}
+
+/// The helper's answer to `threads`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct ThreadsReply {
+    action: String,
+    threads: Vec<ThreadEntry>,
+    thread: Option<ThreadEntry>,
+    backtrace: Vec<String>,
+    ended: bool,
+}
+
+impl ThreadsReply {
+    fn render(&self) -> String {
+        let backtrace = |lines: &[String]| {
+            if lines.is_empty() {
+                "Backtrace: (no frames of its own code)".to_string()
+            } else {
+                format!("Backtrace:\n  {}", lines.join("\n  "))
+            }
+        };
+        let thread = self.thread.as_ref().map(ThreadEntry::line).unwrap_or_default();
+        match self.action.as_str() {
+            "list" => format!(
+                "{} threads:\n{}",
+                self.threads.len(),
+                self.threads.iter().map(|t| format!("  {}", t.line())).collect::<Vec<_>>().join("\n")
+            ),
+            "backtrace" => format!("Thread {thread}\n{}", backtrace(&self.backtrace)),
+            "interrupt" => {
+                format!("Interrupted thread {thread} into the debugger. Where it was:\n{}", backtrace(&self.backtrace))
+            }
+            _ if self.ended => format!("Aborted thread {thread}: it has ended."),
+            _ => format!(
+                "Asked thread {thread} to end, but it is still running after 2 seconds (it may be inside \
+                 WITHOUT-INTERRUPTS or a foreign call); list the threads again to see whether it ended."
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_list_shows_each_thread_on_a_line() {
+        let reply = decode::<ThreadsReply>(
+            "threads",
+            &read(
+                "(:action \"list\" :threads ((:number 1 :name \"main thread\" :alive t :waiting nil :agent nil :current nil) \
+                 (:number 7 :name \"worker\" :alive t :waiting \"waits for the lock \\\"db\\\", held by thread \\\"main thread\\\"\" \
+                 :agent t :current nil)) :thread nil :backtrace nil :ended nil)",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            reply.render(),
+            "2 threads:\n  1 \"main thread\"\n  7 \"worker\" (yours, waits for the lock \"db\", held by thread \"main thread\")"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! `trace`: traces functions and methods with SBCL's TRACE, reporting the calls that happen
+//! during this session's following evaluations in their `[trace]` section; or untraces them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::lisp_reply::decode;
+use super::{package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use crate::swank::Form;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "trace",
+        title: "Trace functions",
+        description: "Trace functions, macros and methods with SBCL's TRACE. Each traced call and its return values \
+            that happen during your following evaluate-lisp calls come back in a [trace] section of those replies, \
+            indented by nesting depth: at most 100 events (calls and returns) per reply and 8 levels of nesting; \
+            the rest are counted. Calls made by anyone else (the user's REPL, other threads) print nothing \
+            anywhere. Name a function as you would type it (foo, pkg::foo, (setf foo)); a method as \
+            (method NAME QUALIFIER... (SPECIALIZER...)), e.g. (method area :around (shape)) or \
+            (method area ((eql :circle))). With untrace: true, untraces the functions given, or every function \
+            this session traces when none is given. Everything this session traces is untraced when the swank-mcp \
+            server exits normally (its input closes).",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "functions": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Functions to trace (or untrace): foo, pkg::foo, (setf foo), (method foo :around (bar t))."
+                },
+                "untrace": {"type": "boolean", "default": false, "description": "Untrace instead; with no functions, untrace all this session traces."},
+                "package": {"type": "string", "description": "Package to read unqualified names in (default: the session's package, initially CL-USER)."}
+            }
+        }),
+        output_schema: Some(json!({
+            "type": "object",
+            "required": ["traced", "untraced"],
+            "properties": {
+                "traced": {"type": "array", "items": {"type": "string"}, "description": "Everything this session traces after the call."},
+                "untraced": {"type": "array", "items": {"type": "string"}, "description": "What this call untraced."}
+            }
+        })),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let functions = args.optional_str_list("functions")?;
+    let untrace = args.optional_bool("untrace")?.unwrap_or(false);
+    let package = package_argument(args)?;
+    if functions.is_empty() && !untrace {
+        return Err(super::ToolError::new(
+            "Give the functions to trace, e.g. {\"functions\": [\"my-package::parse-line\"]}; to untrace \
+             everything this session traces, pass {\"untrace\": true}.",
+        ));
+    }
+    let request = vec![
+        Form::call("cl", "list", functions.into_iter().map(Form::string)),
+        Form::Keyword("untrace"),
+        if untrace { Form::T } else { Form::Nil },
+        Form::Keyword("package"),
+        package,
+    ];
+    let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, "trace-functions", request).await?)?;
+    Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
+}
+
+/// The helper's answer to `trace-functions`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct TraceReply {
+    traced: Vec<String>,
+    untraced: Vec<String>,
+    #[serde(skip_serializing)]
+    max_events: u64,
+    #[serde(skip_serializing)]
+    max_depth: u64,
+}
+
+impl TraceReply {
+    fn render(&self, untrace: bool) -> String {
+        let mut lines = Vec::new();
+        if untrace {
+            lines.push(if self.untraced.is_empty() {
+                "Nothing was traced.".to_string()
+            } else {
+                format!("Untraced {}.", self.untraced.join(", "))
+            });
+        }
+        if self.traced.is_empty() {
+            lines.push("This session traces nothing now.".to_string());
+        } else {
+            lines.push(format!("Tracing {}.", self.traced.join(", ")));
+            lines.push(format!(
+                "Their calls during your next evaluate-lisp calls appear in the [trace] section of each reply (at most \
+                 {} events per reply, {} levels deep).",
+                self.max_events, self.max_depth
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_trace_says_what_is_traced_and_where_calls_appear() {
+        let reply = decode::<TraceReply>(
+            "trace-functions",
+            &read("(:traced (\"FIB\" \"(METHOD AREA :AROUND (SHAPE))\") :untraced nil :max-events 100 :max-depth 8)")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            reply.render(false),
+            "Tracing FIB, (METHOD AREA :AROUND (SHAPE)).\nTheir calls during your next evaluate-lisp calls appear in \
+             the [trace] section of each reply (at most 100 events per reply, 8 levels deep)."
+        );
+        let untraced = TraceReply { traced: vec![], untraced: vec!["FIB".into()], max_events: 100, max_depth: 8 };
+        assert_eq!(untraced.render(true), "Untraced FIB.\nThis session traces nothing now.");
+    }
+}

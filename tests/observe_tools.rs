@@ -1,0 +1,404 @@
+//! run-tests (with Debian's cl-fiveam), trace, profile, threads and the [background] section of
+//! evaluate-lisp against a real SBCL + cl-swank image.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::{is_error, text, McpClient};
+use swank_mcp::tools::{ToolOutput, Toolbox};
+
+async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
+    common::call_within(toolbox, tool, arguments, Duration::from_secs(300)).await
+}
+
+fn shared() -> Arc<Toolbox> {
+    common::toolbox(common::shared_image_port())
+}
+
+const DEMO_ASD: &str = "(asdf:defsystem \"obs-demo\" :depends-on (\"fiveam\") :components ((:file \"obs-demo\")) \
+    :perform (asdf:test-op (o c) (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :demo-suite :obs-demo))))\n";
+
+const DEMO_SOURCE: &str = "(defpackage :obs-demo (:use :cl :fiveam))
+(in-package :obs-demo)
+(def-suite demo-suite)
+(in-suite demo-suite)
+(defun add (a b) (+ a b 1))
+(test adds-small (is (= 2 (* 1 2))))
+(test adds-wrong (is (= 5 (add 2 3))))
+(def-suite slow-suite)
+(test (slow-check :suite slow-suite) (is (= 1 1)) (sleep 2.5) (is (= 2 2)))
+";
+
+async fn demo_system(toolbox: &Arc<Toolbox>, dir: &Path) {
+    std::fs::write(dir.join("obs-demo.asd"), DEMO_ASD).unwrap();
+    std::fs::write(dir.join("obs-demo.lisp"), DEMO_SOURCE).unwrap();
+    common::eval_ok(
+        toolbox,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.join("obs-demo.asd").display().to_string()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = shared();
+    demo_system(&tb, dir.path()).await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-demo", "suite": "obs-demo::demo-suite"})).await;
+    assert!(output.is_error, "a failing test makes the call an error: {}", output.text);
+    assert!(output.text.starts_with("Ran FiveAM suite OBS-DEMO::DEMO-SUITE in "), "{}", output.text);
+    assert!(
+        output.text.contains("FiveAM: 2 tests, 2 checks: 1 passed, 1 failed, 0 errors, 0 skipped."),
+        "{}",
+        output.text
+    );
+    assert!(
+        output
+            .text
+            .contains("[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (OBS-DEMO::ADD 2 3))\n  Expected: 5\n  Actual: 6"),
+        "{}",
+        output.text
+    );
+    assert!(!output.text.contains("ADDS-SMALL\n"), "only failures are listed: {}", output.text);
+    // FiveAM's own progress report went to the reply, not the image's terminal.
+    assert!(output.text.contains("[stdout]\nRunning test suite DEMO-SUITE"), "{}", output.text);
+    let structured = output.structured_value().unwrap();
+    assert_eq!(structured["results"][0]["failures"][0]["actual"], json!("6"));
+    assert_eq!(structured["results"][0]["passed"], json!(1));
+
+    // The system's own test-op: the FiveAM run inside it is recognised.
+    let output = call(&tb, "run-tests", json!({"system": "obs-demo"})).await;
+    assert!(output.text.starts_with("Ran asdf:test-system \"obs-demo\" in "), "{}", output.text);
+    assert!(output.text.contains("1 passed, 1 failed, 0 errors"), "{}", output.text);
+    assert!(output.text.contains("Expected: 5\n  Actual: 6"), "{}", output.text);
+
+    let output = call(&tb, "run-tests", json!({"system": "obs-demo", "test": "obs-demo::adds-small"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.contains("FiveAM: 1 tests, 1 checks: 1 passed, 0 failed"), "{}", output.text);
+
+    let output = call(&tb, "run-tests", json!({"system": "obs-demo", "suite": "obs-demo::no-such-suite"})).await;
+    assert!(output.is_error);
+    assert!(output.text.contains("NO-SUCH-SUITE not found in package OBS-DEMO"), "{}", output.text);
+    let output = call(&tb, "run-tests", json!({"system": "no-such-system-obs"})).await;
+    assert!(output.text.starts_with("System \"no-such-system-obs\" was not found."), "{}", output.text);
+}
+
+#[tokio::test]
+async fn traced_calls_appear_in_the_next_evaluation_until_untraced() {
+    let tb = shared();
+    common::eval_ok(&tb, "(defun obs-fib (n) (if (< n 2) n (+ (obs-fib (- n 1)) (obs-fib (- n 2)))))").await;
+    let output = call(&tb, "trace", json!({"functions": ["obs-fib"]})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("Tracing OBS-FIB."), "{}", output.text);
+    let traced = common::eval_ok(&tb, "(obs-fib 2)").await;
+    assert_eq!(
+        traced,
+        "[trace]\n0: (OBS-FIB 2)\n  1: (OBS-FIB 1)\n  1: OBS-FIB returned 1\n  1: (OBS-FIB 0)\n  1: OBS-FIB returned 0\n\
+         0: OBS-FIB returned 1\n\n=> 1"
+    );
+    // Bounded: a deep recursion shows 100 events and counts the rest.
+    let deep = common::eval_ok(&tb, "(obs-fib 12)").await;
+    assert_eq!(deep.lines().filter(|line| line.contains("OBS-FIB")).count(), 100, "{deep}");
+    assert!(deep.contains("more trace events not shown: at most 100 per reply, 8 levels deep]"), "{deep}");
+
+    let output = call(&tb, "trace", json!({"untrace": true, "functions": ["obs-fib"]})).await;
+    assert_eq!(output.text, "Untraced OBS-FIB.\nThis session traces nothing now.");
+    assert_eq!(common::eval_ok(&tb, "(obs-fib 2)").await, "=> 1");
+
+    // Methods by qualifiers and specializers; a method that does not exist is refused with the list.
+    common::eval_ok(
+        &tb,
+        "(defgeneric obs-area (s)) (defmethod obs-area ((s integer)) (* s s)) \
+         (defmethod obs-area :around ((s integer)) (1+ (call-next-method)))",
+    )
+    .await;
+    let output = call(&tb, "trace", json!({"functions": ["(method obs-area :around (integer))"]})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let traced = common::eval_ok(&tb, "(obs-area 3)").await;
+    assert!(traced.starts_with("[trace]\n0: ((METHOD OBS-AREA :AROUND (INTEGER)) 3)\n"), "{traced}");
+    let output = call(&tb, "trace", json!({"functions": ["(method obs-area (string))"]})).await;
+    assert!(output.is_error);
+    assert!(
+        output.text.contains("OBS-AREA has no method \"(method obs-area (string))\". Its methods: "),
+        "{}",
+        output.text
+    );
+    let output = call(&tb, "trace", json!({"untrace": true, "functions": ["obs-area"]})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "OBS-AREA is not traced by this session; it traces (METHOD OBS-AREA :AROUND (INTEGER)).");
+    let output = call(&tb, "trace", json!({"untrace": true})).await;
+    assert!(output.text.contains("Untraced (METHOD OBS-AREA :AROUND (INTEGER))"), "{}", output.text);
+    assert_eq!(common::eval_ok(&tb, "(obs-area 3)").await, "=> 10");
+
+    let output = call(&tb, "trace", json!({"functions": ["obs-no-such-function"]})).await;
+    assert!(output.is_error);
+    assert!(output.text.contains("OBS-NO-SUCH-FUNCTION not found"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn traces_end_with_the_session() {
+    let port = common::shared_image_port();
+    let tb = common::toolbox(port);
+    common::eval_ok(&tb, "(defun obs-session-traced (x) x)").await;
+    let mut client = McpClient::for_port(port).await;
+    client.initialize().await;
+    let reply = client.call_tool("trace", json!({"functions": ["obs-session-traced"]})).await;
+    assert!(!is_error(&reply), "{}", text(&reply));
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(obs-session-traced 7)"})).await;
+    assert!(text(&reply).starts_with("[trace]\n0: (OBS-SESSION-TRACED 7)"), "{}", text(&reply));
+    assert_eq!(
+        common::eval_ok(&tb, "(and (member 'obs-session-traced (trace)) t)").await,
+        "=> T",
+        "traced in the image while the session lasts"
+    );
+    client.close_stdin();
+    let status = tokio::time::timeout(Duration::from_secs(30), client.child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+    assert_eq!(common::eval_ok(&tb, "(and (member 'obs-session-traced (trace)) t)").await, "=> NIL");
+}
+
+#[tokio::test]
+async fn the_profile_of_a_slow_function_names_it_at_the_top() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defun obs-slow-loop (n) (declare (fixnum n) (optimize speed (safety 0))) \
+         (let ((s 0)) (declare (fixnum s)) (dotimes (i n s) (setf s (logand (+ s (* i 7)) #xffff)))))",
+    )
+    .await;
+    let output = call(&tb, "profile", json!({"code": "(obs-slow-loop 400000000)"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let first_row = output.text.lines().skip_while(|line| !line.contains("Function")).nth(1).unwrap_or_default();
+    assert!(first_row.ends_with("OBS-SLOW-LOOP"), "{}", output.text);
+    assert!(!output.text.contains("MCP-AGENT-HELPER"), "{}", output.text);
+    assert!(output.text.starts_with("Ran in "), "{}", output.text);
+    let structured = output.structured_value().unwrap();
+    assert!(structured["samples"].as_u64().unwrap() > 10, "{}", output.text);
+
+    let output = call(&tb, "profile", json!({"code": "(obs-slow-loop 1000)", "mode": "time"})).await;
+    assert!(output.text.contains("[time]\nEvaluation took:"), "{}", output.text);
+    let output = call(&tb, "profile", json!({"code": "(obs-slow-loop 1000)", "mode": "fast"})).await;
+    assert!(output.is_error);
+    assert_eq!(output.text, "Unknown mode \"fast\": use one of cpu, alloc, time.");
+}
+
+#[tokio::test]
+async fn a_thread_the_agent_started_is_listed_and_aborted() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defvar *obs-lock* (sb-thread:make-mutex :name \"obs lock\")) \
+         (sb-thread:make-thread (lambda () (loop (sleep 0.05))) :name \"obs-agent-sleeper\")",
+    )
+    .await;
+    let list = call(&tb, "threads", json!({})).await;
+    assert!(!list.is_error, "{}", list.text);
+    let line = list.text.lines().find(|line| line.contains("\"obs-agent-sleeper\"")).unwrap_or_default();
+    assert!(line.ends_with("\"obs-agent-sleeper\" (yours)"), "{}", list.text);
+    assert!(list.text.contains("(this call)"), "{}", list.text);
+
+    // Past its start, which SBCL spends in its own machinery (a backtrace there has no frame of the code's own).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let backtrace = call(&tb, "threads", json!({"action": "backtrace", "thread": "obs-agent-sleeper"})).await;
+    assert!(backtrace.text.contains("Backtrace:\n"), "{}", backtrace.text);
+    assert!(backtrace.text.contains("SLEEP") || backtrace.text.contains("NANOSLEEP"), "{}", backtrace.text);
+
+    let aborted = call(&tb, "threads", json!({"action": "abort", "thread": "obs-agent-sleeper"})).await;
+    assert!(!aborted.is_error, "{}", aborted.text);
+    assert!(aborted.text.ends_with("\"obs-agent-sleeper\" (ended, yours): it has ended."), "{}", aborted.text);
+    let list = call(&tb, "threads", json!({})).await;
+    assert!(!list.text.contains("\"obs-agent-sleeper\""), "{}", list.text);
+
+    // A thread the user started is not the agent's to stop without force; a lock's waiter says who holds it.
+    // The holder is made as the user's own code would make it, outside the agent's evaluations.
+    common::eval_ok(
+        &tb,
+        "(defvar *obs-user-thread* \
+           (let ((ready (sb-thread:make-semaphore)) (mcp-agent-helper::*agent-session* nil)) \
+             (prog1 (sb-thread:make-thread (lambda () (sb-thread:with-mutex (*obs-lock*) (sb-thread:signal-semaphore ready) (sleep 600))) :name \"obs-holder\") \
+               (sb-thread:wait-on-semaphore ready))))",
+    )
+    .await;
+    let list = call(&tb, "threads", json!({})).await;
+    let holder = list.text.lines().find(|line| line.contains("\"obs-holder\"")).unwrap_or_default().to_string();
+    let number: u64 = holder.split_whitespace().next().unwrap().parse().unwrap();
+    common::eval_ok(
+        &tb,
+        "(sb-thread:make-thread (lambda () (sb-thread:with-mutex (*obs-lock*))) :name \"obs-waiter\")",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let list = call(&tb, "threads", json!({})).await;
+    assert!(
+        list.text.contains("\"obs-waiter\" (yours, waits for the lock \"obs lock\", held by thread \"obs-holder\")"),
+        "{}",
+        list.text
+    );
+    let main_thread = list.text.lines().find(|line| line.contains("\"main thread\"")).unwrap_or_default().to_string();
+    let main_number: u64 = main_thread.split_whitespace().next().unwrap().parse().unwrap();
+    let refused = call(&tb, "threads", json!({"action": "abort", "thread": main_number})).await;
+    assert!(refused.is_error);
+    assert!(refused.text.contains("\"main thread\" was not started by this agent"), "{}", refused.text);
+    let forced = call(&tb, "threads", json!({"action": "abort", "thread": number, "force": true})).await;
+    assert!(forced.text.ends_with("it has ended."), "{}", forced.text);
+}
+
+#[tokio::test]
+async fn an_agent_threads_error_and_output_appear_in_the_next_reply() {
+    // A toolbox of its own: the background belongs to its session.
+    let tb = shared();
+    let first = common::eval_ok(
+        &tb,
+        "(sb-thread:join-thread (sb-thread:make-thread (lambda () (format t \"working~%\") (error \"obs thread failed: ~D\" 42)) \
+          :name \"obs-failing\") :default :ended)",
+    )
+    .await;
+    // The thread ended within this evaluation, so this very reply carries it.
+    assert!(first.starts_with("[background]\nOutput of your threads:\nworking\n\nThread \"obs-failing\" stopped: [ERROR] SIMPLE-ERROR\nobs thread failed: 42"), "{first}");
+    // Aborted rather than returned: JOIN-THREAD gives its default and says why.
+    assert!(first.ends_with("=> :ENDED\n=> :ABORT"), "{first}");
+    // Taken once.
+    assert_eq!(common::eval_ok(&tb, "1").await, "=> 1");
+
+    // Made by a thread the agent made: the agent's too.
+    common::eval_ok(
+        &tb,
+        "(sb-thread:make-thread (lambda () (sb-thread:make-thread (lambda () (sleep 0.2) (princ \"later\") \
+         (/ 1 (length \"\"))) :name \"obs-later\")))",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let next = common::eval_ok(&tb, "2").await;
+    assert!(
+        next.starts_with(
+            "[background]\nOutput of your threads:\nlater\n\nThread \"obs-later\" stopped: [ERROR] DIVISION-BY-ZERO"
+        ),
+        "{next}"
+    );
+}
+
+#[tokio::test]
+async fn a_long_suite_sends_progress_notifications() {
+    // An image of its own: FiveAM's run state is global, so two suites must not run at once in one image.
+    let image = common::private_image().await;
+    let port = image.port;
+    let dir = tempfile::tempdir().unwrap();
+    demo_system(&common::toolbox(port), dir.path()).await;
+    let mut client = McpClient::for_port(port).await;
+    client.initialize().await;
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "run-tests", "arguments": {"system": "obs-demo", "suite": "obs-demo::slow-suite"},
+                                 "_meta": {"progressToken": "slow-tests"}}}))
+        .await;
+    let mut progress = Vec::new();
+    let reply = loop {
+        let message = client.receive().await;
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"].clone());
+        } else {
+            break message;
+        }
+    };
+    assert!(!is_error(&reply), "{}", text(&reply));
+    assert!(text(&reply).contains("FiveAM: 1 tests, 2 checks: 2 passed, 0 failed"), "{}", text(&reply));
+    assert!(!progress.is_empty(), "no progress before the result");
+    assert_eq!(progress[0]["progressToken"], "slow-tests");
+    let messages: Vec<&str> = progress.iter().filter_map(|update| update["message"].as_str()).collect();
+    assert!(messages[0].starts_with("Testing obs-demo (1 s)"), "{messages:?}");
+    // The suite sleeps 2.5 s after its first check: the counts show it meanwhile.
+    assert!(
+        messages.iter().any(|message| message.starts_with("Testing obs-demo (") && message.ends_with("s): 1 check done, 0 failed")),
+        "{messages:?}"
+    );
+    drop(image);
+}
+
+#[tokio::test]
+async fn an_interrupted_agent_thread_is_noted_and_goes_on() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defvar *obs-ticks* 0) \
+         (sb-thread:make-thread (lambda () (loop (incf *obs-ticks*) (sleep 0.05))) :name \"obs-ticker\")",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let interrupted = call(&tb, "threads", json!({"action": "interrupt", "thread": "obs-ticker"})).await;
+    assert!(!interrupted.is_error, "{}", interrupted.text);
+    assert!(
+        interrupted.text.starts_with("Interrupted thread ") && interrupted.text.contains("Where it was:\nBacktrace:\n"),
+        "{}",
+        interrupted.text
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = common::eval_ok(&tb, "(let ((before *obs-ticks*)) (sleep 0.3) (> *obs-ticks* before))").await;
+    assert!(
+        next.starts_with(
+            "[background]\nThread \"obs-ticker\" was interrupted and went on: [ERROR] \
+             MCP-AGENT-HELPER::THREADS-TOOL-INTERRUPT\nInterrupted by the swank-mcp threads tool (action interrupt).\n\
+             Backtrace:\n  (SB-UNIX:NANOSLEEP"
+        ),
+        "{next}"
+    );
+    assert!(next.ends_with("=> T"), "the thread goes on: {next}");
+    let aborted = call(&tb, "threads", json!({"action": "abort", "thread": "obs-ticker"})).await;
+    assert!(aborted.text.ends_with("it has ended."), "{}", aborted.text);
+}
+
+/// Parachute is not packaged in Debian: point `SWANK_MCP_PARACHUTE_DIR` at a directory holding
+/// checkouts of parachute, documentation-utils, trivial-indent, form-fiddle and
+/// trivial-custom-debugger, and run `cargo test --test observe_tools -- --ignored`.
+#[tokio::test]
+#[ignore = "needs Parachute and its dependencies in SWANK_MCP_PARACHUTE_DIR"]
+async fn a_parachute_suite_reports_its_failures() {
+    let deps = std::env::var("SWANK_MCP_PARACHUTE_DIR").expect("SWANK_MCP_PARACHUTE_DIR names the checkouts");
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("obs-para.asd"),
+        "(asdf:defsystem \"obs-para\" :depends-on (\"parachute\") :components ((:file \"obs-para\")) \
+         :perform (asdf:test-op (o c) (uiop:symbol-call :parachute :test :obs-para)))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("obs-para.lisp"),
+        "(defpackage :obs-para (:use :cl :parachute)) (in-package :obs-para)\n\
+         (defun add (a b) (+ a b 1))\n(define-test adds-ok (is = 2 (* 1 2)))\n(define-test adds-bad (is = 5 (add 2 3)))\n",
+    )
+    .unwrap();
+    common::eval_ok(
+        &tb,
+        &format!(
+            "(require :asdf) (dolist (d (directory (concatenate 'string {:?} \"/*/\"))) (push d asdf:*central-registry*)) \
+             (asdf:load-asd {:?})",
+            deps,
+            dir.path().join("obs-para.asd").display().to_string()
+        ),
+    )
+    .await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-para"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(
+        output.text.contains("Parachute: 2 tests, 2 checks: 1 passed, 1 failed, 0 errors, 0 skipped."),
+        "{}",
+        output.text
+    );
+    assert!(
+        output.text.contains(
+            "[FAIL] OBS-PARA::ADDS-BAD\n  Form: (PARACHUTE:IS = 5 (OBS-PARA::ADD 2 3))\n  Expected: 5\n  Actual: 6"
+        ),
+        "{}",
+        output.text
+    );
+    let output = call(&tb, "run-tests", json!({"system": "obs-para", "test": "obs-para::adds-ok"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
+    drop(image);
+}
