@@ -62,19 +62,27 @@ needs (the client then goes on spawning a thread per call)."
                    (member 'end-workers (symbol-value closed-hook)))
         (return-from start-worker nil))
       (let* ((worker-bindings (and bindings (boundp bindings) (symbol-value bindings)))
+             (running (sb-thread:make-semaphore :name "swank-mcp worker running"))
+             (id nil)
              (thread (sb-thread:make-thread
                       (lambda ()
                         (unwind-protect
-                             ;; As the server binds them for a thread it spawns for a request.
-                             (progv (mapcar #'car worker-bindings) (mapcar #'cdr worker-bindings)
-                               (funcall handle-requests connection))
+                             (progn
+                               ;; Asked by the thread itself: where the server numbers threads by
+                               ;; their OS thread id (SLIME 2.28+), a thread has none until it runs.
+                               (setf id (funcall thread-id sb-thread:*current-thread*))
+                               (sb-thread:signal-semaphore running)
+                               ;; As the server binds them for a thread it spawns for a request.
+                               (progv (mapcar #'car worker-bindings) (mapcar #'cdr worker-bindings)
+                                 (funcall handle-requests connection)))
                           (sb-thread:with-mutex (*workers-lock*)
                             (setf *workers* (remove sb-thread:*current-thread* *workers* :key #'cdr)))
                           (forget-thread-id sb-thread:*current-thread*)))
                       :name "swank-mcp worker")))
         (sb-thread:with-mutex (*workers-lock*)
           (push (cons connection thread) *workers*))
-        (funcall thread-id thread)))))
+        (and (sb-thread:wait-on-semaphore running :timeout 5)
+             id)))))
 
 (defun send-counter-symbol ()
   (dolist (name '("SWANK" "SLYNK"))
