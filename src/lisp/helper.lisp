@@ -3,7 +3,7 @@
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
 ;;;; the printers; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp,
-;;;; undo.lisp and activity.lisp follow, one per purpose, in that order.
+;;;; undo.lisp, loading.lisp and activity.lisp follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -25,7 +25,7 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report #:undo-journal
+           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals

@@ -17,6 +17,8 @@ pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
 pub mod lisp_status;
+pub mod load_file;
+pub mod load_form;
 pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
@@ -97,6 +99,8 @@ static TOOLS: &[Tool] = &[
     load_system::TOOL,
     lisp_status::TOOL,
     edit_lisp_form::TOOL,
+    load_form::TOOL,
+    load_file::TOOL,
     lisp_check_parens::TOOL,
     lisp_outline::TOOL,
     undo::TOOL,
@@ -278,6 +282,22 @@ impl ToolContext {
     /// Every configured image, the default first.
     pub fn images(&self) -> &[Arc<Image>] {
         &self.toolbox.images
+    }
+
+    /// The directories the source tools may read and write.
+    pub fn roots(&self) -> &AllowedRoots {
+        &self.toolbox.roots
+    }
+
+    /// Runs `work` on the allowed roots off the async workers, as the source tools run.
+    pub(crate) async fn on_files<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&AllowedRoots) -> Result<T, ToolError> + Send + 'static,
+    ) -> Result<T, ToolError> {
+        let toolbox = self.toolbox.clone();
+        tokio::task::spawn_blocking(move || work(&toolbox.roots))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
     }
 
     /// The image named by the optional `image` argument, or the default image.
