@@ -256,8 +256,12 @@ replacements); replaced functions and macros are."
                       (ignore-errors (find-method generic qualifiers (mapcar #'method-specializer required) nil)))))
     (if method
         (progn (remove-method generic method)
-               (format nil "Removed the method ~A from the image." (print-briefly (list* name (append qualifiers (list required))))))
-        (format nil "The image has no such method of ~A; nothing to remove." (print-briefly name)))))
+               (format nil "Removed the method ~A from the image." (package-qualified (list* name (append qualifiers (list required))))))
+        (format nil "The image has no such method of ~A; nothing to remove." (package-qualified name)))))
+
+(defun package-qualified (object)
+  "OBJECT printed with every symbol's package prefix: LOADTEST::HELPER."
+  (print-briefly object :package (load-time-value (find-package '#:keyword))))
 
 (defun undefine-form (form)
   "Undoes in the image what loading FORM, a definition, did, where that can sensibly be done.
@@ -271,23 +275,23 @@ Returns the text that says what happened."
            (let ((macro (and (symbolp name) (macro-function name))))
              (journal (if macro :macro :function) name :previous (or macro (fdefinition name)))
              (fmakunbound name)
-             (format nil "~A is no longer defined in the image (undo can put it back)." (print-briefly name)))
-           (format nil "~A was not defined in the image; nothing to remove." (print-briefly name))))
+             (format nil "~A is no longer defined in the image (undo can put it back)." (package-qualified name)))
+           (format nil "~A was not defined in the image; nothing to remove." (package-qualified name))))
       ((and (string= operator "DEFMETHOD") function-name-p name)
        (remove-defined-method name (cddr form)))
       ((and (member operator '("DEFVAR" "DEFPARAMETER") :test #'string=) (symbolp name) name)
        (if (boundp name)
            (progn (makunbound name)
-                  (format nil "~A is now unbound in the image (it stays declared special)." (print-briefly name)))
-           (format nil "~A was not bound in the image; nothing to remove." (print-briefly name))))
+                  (format nil "~A is now unbound in the image (it stays declared special)." (package-qualified name)))
+           (format nil "~A was not bound in the image; nothing to remove." (package-qualified name))))
       ((member operator '("DEFCLASS" "DEFSTRUCT" "DEFINE-CONDITION") :test #'string=)
        (format nil "Nothing was undone in the image: a class cannot sensibly be removed (its instances, ~
                     subclasses and methods refer to it), so ~A stays defined until the image restarts."
-               (print-briefly (if (consp name) (first name) name))))
+               (package-qualified (if (consp name) (first name) name))))
       (t
        (format nil "Nothing was undone in the image: there is no sensible way to remove what ~A ~A defined; ~
                     it stays until the image restarts."
-               (or operator "this form") (print-briefly name))))))
+               (or operator "this form") (package-qualified name))))))
 
 (defun unload-definition (text &key package session token)
   "Removes from the image what the definition TEXT (read in the package the designator text

@@ -309,6 +309,10 @@ impl TopForm {
     pub fn describe(&self, cst: &Cst) -> String {
         match (&self.head, self.form_name(cst)) {
             (Some(head), Some(name)) => format!("{} {name}", head.operator_shown(cst)),
+            (Some(head), None) if head.operator == "eval-when" => match cst.elements(self.form).nth(1) {
+                Some(situations) => format!("{} {}", head.operator_shown(cst), compact(cst, situations, false)),
+                None => head.operator_shown(cst),
+            },
             (Some(head), None) => head.operator_shown(cst),
             (None, _) => shorten(&compact(cst, self.form, false), 60),
         }
@@ -494,7 +498,8 @@ fn read_head(cst: &Cst, form: NodeId) -> Option<Head> {
         return None;
     }
     let operator_key = read_symbol(cst.text(operator)).key;
-    let name_node = elements.next();
+    // A wrapper names nothing: what follows its operator is its situations, bindings or body.
+    let name_node = elements.next().filter(|_| !WRAPPERS.iter().any(|(wrapper, _)| *wrapper == operator_key));
     let name = name_node.and_then(|id| read_name(cst, id));
     let method = match (operator_key.as_str(), name.is_some()) {
         ("defmethod", true) => read_method(cst, &elements.collect::<Vec<_>>()),

@@ -118,19 +118,23 @@ pub(crate) async fn load_plan(
         .iter()
         .flat_map(|target| {
             target.guards.iter().map(|(marker, feature)| {
-                Form::List(vec![
-                    Form::string(format!("#{marker}{feature}")),
-                    Form::string(marker.clone()),
-                    Form::string(feature.clone()),
-                ])
+                Form::call(
+                    "cl",
+                    "list",
+                    [
+                        Form::string(format!("#{marker}{feature}")),
+                        Form::string(marker.clone()),
+                        Form::string(feature.clone()),
+                    ],
+                )
             })
         })
-        .collect();
+        .collect::<Vec<_>>();
     let request = vec![
         Form::string(path.display().to_string()),
         Form::string(String::from_utf8_lossy(&plan.text).into_owned()),
         Form::Keyword("guards"),
-        Form::List(guards),
+        Form::call("cl", "list", guards),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
