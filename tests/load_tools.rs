@@ -195,7 +195,7 @@ async fn load_file_reports_each_warning_at_its_line() {
     assert!(loaded.text.contains("STYLE-WARNING: The variable Y is defined but never used."), "{}", loaded.text);
     assert!(loaded.text.contains("at: other.lisp:7:1"), "{}", loaded.text);
     assert!(loaded.text.contains("STYLE-WARNING: undefined function: LOADTEST-APP::MISSING-FUNCTION"), "{}", loaded.text);
-    assert!(loaded.text.contains("at: other.lisp:3:1"), "{}", loaded.text);
+    assert!(loaded.text.contains("in form: (LOADTEST-APP::MISSING-FUNCTION LOADTEST-APP::X)\n  at: other.lisp:5:9"), "{}", loaded.text);
     assert_eq!(eval(&tb, "(loadtest-app::unused-arg 0)").await, "=> 1");
     let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::unused-arg"})).await;
     assert!(found.text.contains(&format!("{}:7:1", other.display())), "{}", found.text);

@@ -72,20 +72,33 @@ outermost first) of the top-level form at byte START, read in the current packag
               (+ start (length (sb-ext:string-to-octets text :end character :external-format :utf-8))))))
       start))
 
+(defun call-in-reading-package (function)
+  "Calls FUNCTION, which reads a form of the file being compiled only to find its subforms, with
+*PACKAGE* that file's package while it is being compiled. Warnings deferred to the end of the
+compilation unit come after, when the file's package is unknown: then in a package made for the
+call, so that reading interns nothing anywhere else."
+  (if *compile-file-truename*
+      (funcall function)
+      (let ((package (make-package (format nil "MCP-AGENT-READING-~36R" (random (expt 36 8))) :use '(#:common-lisp))))
+        (unwind-protect (let ((*package* package)) (funcall function))
+          (delete-package package)))))
+
 (defun condition-location (octets)
   "Where in OCTETS, a file's contents, the condition being signalled is: (values line column
 form-text), each NIL when SBCL does not say."
-  (let* ((context (compiler-context))
-         (position (context-slot context "COMPILER-ERROR-CONTEXT-FILE-POSITION"))
+  (context-location (compiler-context) octets))
+
+(defun context-location (context octets)
+  "Where in OCTETS the compiler CONTEXT is: (values line column form-text)."
+  (let* ((position (context-slot context "COMPILER-ERROR-CONTEXT-FILE-POSITION"))
          (path (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE-PATH"))
          (source (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE"))
          (form (and (stringp source) (one-line source 200))))
     (if (and octets (integerp position) (<= position (length octets)))
         (let* ((start (skip-layout octets position))
-               ;; Only while the file is being compiled is *PACKAGE* the one it is read in;
-               ;; warnings deferred to the end of the unit come after.
-               (at (if (and *compile-file-truename* path)
-                       (subform-octet-position octets start (rest (reverse path)))
+               (at (if path
+                       (call-in-reading-package (lambda ()
+                                                  (subform-octet-position octets start (rest (reverse path)))))
                        start)))
           (multiple-value-bind (line column) (octet-line-and-column octets at)
             (values line column form)))
