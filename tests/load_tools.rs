@@ -122,13 +122,14 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     let text = std::fs::read_to_string(&app).unwrap();
     assert!(text.contains("#+sbcl\n(progn\n  (defun sbcl-only ()\n    :new))\n"), "{text}");
     assert!(text.contains("(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun early ()\n    :new))\n"), "{text}");
-    // load-form finds the nested one too; find-definition points at its wrapper, as SBCL records
-    // every definition compiled inside one.
+    // load-form finds the nested one too. SBCL records the wrapper's place for it; find-definition
+    // points at the form itself, found in the file's text.
     let loaded = call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "sbcl-only"})).await;
     assert!(!loaded.is_error, "{}", loaded.text);
     let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::sbcl-only"})).await;
-    let progn_line = text.lines().position(|line| line == "#+sbcl").unwrap() + 1;
-    assert!(found.text.contains(&format!("{app_path}:{progn_line}:1")), "{}", found.text);
+    let line = text.lines().position(|line| line == "  (defun sbcl-only ()").unwrap() + 1;
+    assert!(found.text.contains(&format!("{app_path}:{line}:3")), "{}", found.text);
+    assert!(!found.text.contains("changed"), "{}", found.text);
 
     // load-form after a change made outside: the image follows the file.
     std::fs::write(&app, text.replace("(defun helper () 1)", "(defun helper () 2)")).unwrap();
@@ -169,6 +170,19 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     assert!(broken.text.contains("Not loaded: compiling `defun greet`"), "{}", broken.text);
     assert!(broken.text.contains(&format!("at: app.lisp:5:")), "{}", broken.text);
     assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
+
+    // An edit without load moves greet down: find-definition finds it again in the current text.
+    let inserted = call(
+        &tb,
+        "edit-lisp-form",
+        json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "insert_before",
+               "content": "(defun zero ()\n  0)"}),
+    )
+    .await;
+    assert!(!inserted.is_error, "{}", inserted.text);
+    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
+    assert!(found.text.contains(&format!("{app_path}:7:1")), "{}", found.text);
+    assert!(found.text.contains("(the file changed since this was compiled; found in its current text)"), "{}", found.text);
     drop(image);
 }
 

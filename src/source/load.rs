@@ -99,6 +99,47 @@ fn plan(cst: &Cst, lines: &LineIndex, forms: &[TopForm], targets: &[usize]) -> L
     }
 }
 
+/// Where a definition is in a text: 1-based line and column (in characters) of the form itself,
+/// and of the top-level form that holds it (the form itself, or its reader conditional or
+/// wrapper), which is where SBCL records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefinitionPlace {
+    /// The form itself, past any reader conditional.
+    pub at: (usize, usize),
+    /// The top-level form that holds it.
+    pub top_level: (usize, usize),
+}
+
+/// Every place in `source` of the definition `form_name` made by one of `operators` (`defun`,
+/// `defmethod`, ...), found as `edit-lisp-form` finds it, in file order; empty when none matches
+/// or the text does not read.
+pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> Vec<DefinitionPlace> {
+    let Ok(cst) = Cst::parse(source) else { return Vec::new() };
+    let forms = definitions(&cst);
+    let lines = LineIndex::new(source);
+    let place = |offset: usize| {
+        let line_start = source[..offset].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        (lines.line(offset), String::from_utf8_lossy(&source[line_start..offset]).chars().count() + 1)
+    };
+    operators
+        .iter()
+        .filter_map(|operator| Query::parse(operator, form_name).ok())
+        .flat_map(|query| {
+            query
+                .select(&forms)
+                .into_iter()
+                .map(|form| {
+                    let outermost = form.ancestors.first().map_or(form, |&a| &forms[a]);
+                    DefinitionPlace {
+                        at: place(cst.span(form.form).start),
+                        top_level: place(cst.span(outermost.item).start),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// How many top-level forms `source` has, and how many definitions (forms processed at top level
 /// whose operator starts with `def` or `define-`, nested ones included); `None` when it does not
 /// read.
