@@ -217,5 +217,23 @@ async fn load_file_reports_each_warning_at_its_line() {
     // A file outside the allowed roots is refused before the image is asked.
     let refused = call(&tb, "load-file", json!({"file_path": "/etc/passwd"})).await;
     assert!(refused.is_error, "{}", refused.text);
+
+    // The source tools may read (not write) the files of the ASDF systems the image knows.
+    let lists = "/usr/share/common-lisp/source/alexandria/alexandria-1/lists.lisp";
+    let before = call(&tb, "lisp-outline", json!({"file_path": "/usr/share/common-lisp/source/slime/swank.asd"})).await;
+    assert!(before.is_error, "{}", before.text);
+    eval(&tb, "(asdf:find-system \"alexandria\")").await;
+    let outline = call(&tb, "lisp-outline", json!({"file_path": lists})).await;
+    assert!(!outline.is_error, "{}", outline.text);
+    assert!(outline.text.contains("defun flatten"), "{}", outline.text);
+    let checked = call(&tb, "lisp-check-parens", json!({"file_path": lists})).await;
+    assert!(checked.text.starts_with("Balanced: "), "{}", checked.text);
+    let edit = call(
+        &tb,
+        "edit-lisp-form",
+        json!({"file_path": lists, "form_type": "defun", "form_name": "flatten", "operation": "delete"}),
+    )
+    .await;
+    assert!(edit.is_error && edit.text.contains("outside the allowed roots"), "{}", edit.text);
     drop(image);
 }

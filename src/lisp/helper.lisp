@@ -25,7 +25,7 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition
+           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals

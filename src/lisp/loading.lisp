@@ -315,3 +315,28 @@ PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Retur
               (let* ((*package* (if package (read-package-designator package) (find-package '#:common-lisp-user)))
                      (form (let ((*read-eval* nil)) (read-from-string text))))
                 (list :note (undefine-form form))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Where the image's systems are, for the source tools that may read them
+
+(defun system-directories (&key session token)
+  "(:DIRECTORIES names): the directories of the ASDF systems registered in the image, where
+lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (flet ((asdf (name)
+                       (let ((symbol (and (find-package '#:asdf) (find-symbol name '#:asdf))))
+                         (and symbol (fboundp symbol) (symbol-function symbol)))))
+                (let ((registered (asdf "REGISTERED-SYSTEMS"))
+                      (find (asdf "FIND-SYSTEM"))
+                      (pathname-of (asdf "COMPONENT-PATHNAME")))
+                  (list :directories
+                        (and registered find pathname-of
+                             (remove-duplicates
+                              (loop for name in (funcall registered)
+                                    for system = (ignore-errors (funcall find name nil))
+                                    for directory = (and system (ignore-errors (funcall pathname-of system)))
+                                    when directory
+                                      collect (sb-ext:native-namestring directory))
+                              :test #'string=))))))))

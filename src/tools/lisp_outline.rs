@@ -5,9 +5,10 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::image_sources::reading_roots;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
 
@@ -28,7 +29,8 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
                 "file_path": {
                     "type": "string",
                     "description": "The Lisp source file: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root, or in the directory of \
+        an ASDF system the image knows (such files are only read, never written), as find-definition gives them."
                 },
                 "offset": {
                     "type": "integer",
@@ -79,7 +81,15 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+/// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
+/// system's directory (read only).
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let roots = reading_roots(context, args).await?;
+    let args = args.clone();
+    context.on_files(move |_| run(&args, &roots)).await
+}
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
 pub const MAX_ENTRIES: u64 = 2_000;

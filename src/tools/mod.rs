@@ -13,6 +13,7 @@ pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
 pub mod image_approval;
+pub(crate) mod image_sources;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
