@@ -409,8 +409,7 @@ async fn find_definition_pages_a_generic_function_of_many_methods() {
     let default = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m"})).await;
     assert!(default.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 1 to 50\n"), "{}", &default[..100]);
     assert!(default.ends_with("\n... 2451 more; use `offset: 50` for the next page."), "{default}");
-    let first =
-        common::call(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "limit": 2000})).await;
+    let first = common::call(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "limit": 2000})).await;
     assert!(!first.is_error, "{}", first.text);
     assert!(first.text.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 1 to 2000\n"), "{}", &first.text[..100]);
     assert!(

@@ -121,10 +121,14 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     }
     let text = std::fs::read_to_string(&app).unwrap();
     assert!(text.contains("#+sbcl\n(progn\n  (defun sbcl-only ()\n    :new))\n"), "{text}");
-    assert!(text.contains("(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun early ()\n    :new))\n"), "{text}");
+    assert!(
+        text.contains("(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun early ()\n    :new))\n"),
+        "{text}"
+    );
     // load-form finds the nested one too. SBCL records the wrapper's place for it; find-definition
     // points at the form itself, found in the file's text.
-    let loaded = call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "sbcl-only"})).await;
+    let loaded =
+        call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "sbcl-only"})).await;
     assert!(!loaded.is_error, "{}", loaded.text);
     let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::sbcl-only"})).await;
     let line = text.lines().position(|line| line == "  (defun sbcl-only ()").unwrap() + 1;
@@ -133,7 +137,8 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
 
     // load-form after a change made outside: the image follows the file.
     std::fs::write(&app, text.replace("(defun helper () 1)", "(defun helper () 2)")).unwrap();
-    let loaded = call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "helper"})).await;
+    let loaded =
+        call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "helper"})).await;
     assert!(!loaded.is_error, "{}", loaded.text);
     assert_eq!(eval(&tb, "(loadtest-app::helper)").await, "=> 2");
 
@@ -168,7 +173,7 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     .await;
     assert!(broken.is_error, "{}", broken.text);
     assert!(broken.text.contains("Not loaded: compiling `defun greet`"), "{}", broken.text);
-    assert!(broken.text.contains(&format!("at: app.lisp:5:")), "{}", broken.text);
+    assert!(broken.text.contains("at: app.lisp:5:"), "{}", broken.text);
     assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
 
     // An edit without load moves greet down: find-definition finds it again in the current text.
@@ -182,7 +187,11 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     assert!(!inserted.is_error, "{}", inserted.text);
     let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
     assert!(found.text.contains(&format!("{app_path}:7:1")), "{}", found.text);
-    assert!(found.text.contains("(the file changed since this was compiled; found in its current text)"), "{}", found.text);
+    assert!(
+        found.text.contains("(the file changed since this was compiled; found in its current text)"),
+        "{}",
+        found.text
+    );
     drop(image);
 }
 
@@ -208,8 +217,16 @@ async fn load_file_reports_each_warning_at_its_line() {
     );
     assert!(loaded.text.contains("STYLE-WARNING: The variable Y is defined but never used."), "{}", loaded.text);
     assert!(loaded.text.contains("at: other.lisp:7:1"), "{}", loaded.text);
-    assert!(loaded.text.contains("STYLE-WARNING: undefined function: LOADTEST-APP::MISSING-FUNCTION"), "{}", loaded.text);
-    assert!(loaded.text.contains("in form: (LOADTEST-APP::MISSING-FUNCTION LOADTEST-APP::X)\n  at: other.lisp:5:9"), "{}", loaded.text);
+    assert!(
+        loaded.text.contains("STYLE-WARNING: undefined function: LOADTEST-APP::MISSING-FUNCTION"),
+        "{}",
+        loaded.text
+    );
+    assert!(
+        loaded.text.contains("in form: (LOADTEST-APP::MISSING-FUNCTION LOADTEST-APP::X)\n  at: other.lisp:5:9"),
+        "{}",
+        loaded.text
+    );
     assert_eq!(eval(&tb, "(loadtest-app::unused-arg 0)").await, "=> 1");
     let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::unused-arg"})).await;
     assert!(found.text.contains(&format!("{}:7:1", other.display())), "{}", found.text);

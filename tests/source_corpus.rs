@@ -125,8 +125,9 @@ fn every_definition_is_edited_losslessly() {
         let Ok(cst) = Cst::parse(&source) else { continue };
         checked_files += 1;
         let entries = outline(&cst);
-        let line_starts: Vec<usize> =
-            std::iter::once(0).chain(source.iter().enumerate().filter(|(_, &b)| b == b'\n').map(|(i, _)| i + 1)).collect();
+        let line_starts: Vec<usize> = std::iter::once(0)
+            .chain(source.iter().enumerate().filter(|(_, &b)| b == b'\n').map(|(i, _)| i + 1))
+            .collect();
         let mut seen: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
         for entry in &entries {
             let (Some(operator), Some(name)) = (&entry.operator, &entry.name) else { continue };
@@ -170,7 +171,12 @@ fn every_definition_is_edited_losslessly() {
         }
     }
     eprintln!("{checked_files} files, {definitions} named definitions ({nested} nested in progn, eval-when, locally, macrolet or symbol-macrolet), {edits} edits");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.iter().take(40).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 fn operation_name(operation: swank_mcp::source::Operation) -> &'static str {

@@ -364,7 +364,9 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: 
             let range = cst.span(target.form);
             return Splice { range, replacement: content.to_vec(), content: 0..content.len() };
         }
-        Operation::Delete => return Splice { range: deleted_range(cst, target), replacement: Vec::new(), content: 0..0 },
+        Operation::Delete => {
+            return Splice { range: deleted_range(cst, target), replacement: Vec::new(), content: 0..0 }
+        }
         Operation::InsertBefore => attached_comments_start(cst, target),
         Operation::InsertAfter => end_of_line_after(source, cst.span(target.item).end),
     };
@@ -438,7 +440,8 @@ fn deleted_range(cst: &Cst, target: &TopForm) -> Range<usize> {
     }
     if !at_line_start(end) && end != source.len() {
         let rest_of_line = &source[item.end..];
-        let closes = rest_of_line.iter().take_while(|&&b| b != b'\n').all(|&b| matches!(b, b')' | b' ' | b'\t' | b'\r'));
+        let closes =
+            rest_of_line.iter().take_while(|&&b| b != b'\n').all(|&b| matches!(b, b')' | b' ' | b'\t' | b'\r'));
         if closes && start > 0 {
             let line_break = if start >= 2 && source[start - 2] == b'\r' { 2 } else { 1 };
             return start - line_break..item.end;
@@ -659,7 +662,10 @@ mod tests {
         let out = edit(source, "defun", "f", Operation::Replace, "(defun f ()\n  3)");
         assert_eq!(out, "#+sbcl\n(progn\n  ;; f\n  (defun f ()\n    3)\n  (defun g () 2))\n");
         let out = edit(source, "defun", "f", Operation::InsertBefore, "(defun e ()\n  0)");
-        assert_eq!(out, "#+sbcl\n(progn\n\n  (defun e ()\n    0)\n\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2))\n");
+        assert_eq!(
+            out,
+            "#+sbcl\n(progn\n\n  (defun e ()\n    0)\n\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2))\n"
+        );
         let out = edit(source, "defun", "g", Operation::InsertAfter, "(defun h () 4)");
         assert_eq!(out, "#+sbcl\n(progn\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2)\n\n  (defun h () 4))\n");
         let eval_when = "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun f () 1))\n";

@@ -475,7 +475,13 @@ fn push_with_body(cst: &Cst, form: TopForm, forms: &mut Vec<TopForm>) {
 }
 
 /// The form at `item`, seen through the reader conditionals in front of it.
-fn looked_through(cst: &Cst, item: NodeId, top_index: usize, container: Option<NodeId>, ancestors: Vec<usize>) -> TopForm {
+fn looked_through(
+    cst: &Cst,
+    item: NodeId,
+    top_index: usize,
+    container: Option<NodeId>,
+    ancestors: Vec<usize>,
+) -> TopForm {
     let mut form = item;
     let mut conditions = Vec::new();
     while matches!(cst.kind(form), NodeKind::Prefixed(p) if p.is_reader_conditional()) {

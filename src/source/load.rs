@@ -147,10 +147,7 @@ pub fn definition_count(source: &[u8]) -> Option<(usize, usize)> {
     let cst = Cst::parse(source).ok()?;
     let forms = definitions(&cst);
     let top_level = forms.iter().filter(|f| f.ancestors.is_empty()).count();
-    let defining = forms
-        .iter()
-        .filter(|f| f.head.as_ref().is_some_and(|h| h.operator.starts_with("def")))
-        .count();
+    let defining = forms.iter().filter(|f| f.head.as_ref().is_some_and(|h| h.operator.starts_with("def"))).count();
     Some((top_level, defining))
 }
 
@@ -163,8 +160,7 @@ pub(crate) fn load_text(cst: &Cst, forms: &[TopForm], targets: &[usize]) -> Vec<
     let source = cst.source();
     let outermost = |i: usize| forms[i].ancestors.first().copied().unwrap_or(i);
     let end = targets.iter().map(|&i| cst.span(forms[outermost(i)].item).end).max().unwrap_or(0);
-    let mut text: Vec<u8> =
-        source[..end].iter().map(|&b| if b == b'\n' || b == b'\r' { b } else { b' ' }).collect();
+    let mut text: Vec<u8> = source[..end].iter().map(|&b| if b == b'\n' || b == b'\r' { b } else { b' ' }).collect();
     let mut keep = |range: Range<usize>| text[range.clone()].copy_from_slice(&source[range]);
 
     let mut kept: Vec<Range<usize>> = Vec::new();
@@ -288,7 +284,8 @@ mod tests {
 
     #[test]
     fn nested_definitions_keep_their_wrappers_heads() {
-        let source = "(a)\n#+sbcl\n(macrolet ((m () 1))\n  (declare (optimize speed))\n  (defun f () (m))\n  (defun g () 2))\n";
+        let source =
+            "(a)\n#+sbcl\n(macrolet ((m () 1))\n  (declare (optimize speed))\n  (defun f () (m))\n  (defun g () 2))\n";
         let text = text_for(source, &["f"]);
         assert_eq!(
             text,

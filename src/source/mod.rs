@@ -15,7 +15,7 @@ mod permit;
 pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
 pub use diff::unified_diff;
 pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit, RemovedForm};
-pub use load::{definition_count, locate_definition, DefinitionPlace, LoadPlan, LoadTarget};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};
 pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
+pub use load::{definition_count, locate_definition, DefinitionPlace, LoadPlan, LoadTarget};
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

@@ -7,7 +7,9 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, plural};
 use super::load_form::{load_output_schema, loop_advice, LoadReport};
-use super::{large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolResult};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolResult,
+};
 use crate::source::definition_count;
 use crate::swank::Form;
 

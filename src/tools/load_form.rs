@@ -292,7 +292,8 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
-        let plan = LoadPlan::for_query(b"(in-package :app)\n(defun f ()\n  (g 1))\n", "a.lisp", "defun", "f", None).unwrap();
+        let plan =
+            LoadPlan::for_query(b"(in-package :app)\n(defun f ()\n  (g 1))\n", "a.lisp", "defun", "f", None).unwrap();
         let output = report.into_output("a.lisp", &plan, None);
         assert!(!output.is_error);
         assert_eq!(
