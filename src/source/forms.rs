@@ -428,9 +428,13 @@ pub(crate) fn top_forms(cst: &Cst) -> Vec<TopForm> {
 /// forms in its body when it is a `progn`, `eval-when`, `locally`, `macrolet` or
 /// `symbol-macrolet` (and so on down, as deep as they nest).
 pub(crate) fn definitions(cst: &Cst) -> Vec<TopForm> {
+    // One form at a time, with no list of the top-level ones beside: a big file has hundreds of
+    // thousands.
     let mut forms = Vec::new();
-    for form in top_forms(cst) {
-        push_with_body(cst, form, &mut forms);
+    for (top_index, &item) in cst.top_level().iter().enumerate() {
+        if !cst.kind(item).is_trivia() {
+            push_with_body(cst, looked_through(cst, item, top_index, None, Vec::new()), &mut forms);
+        }
     }
     forms
 }

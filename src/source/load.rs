@@ -71,9 +71,10 @@ impl LoadPlan {
         let cst = Cst::parse(source).map_err(|e| format!("the edited file does not read as Lisp: {e}"))?;
         let lines = LineIndex::new(source);
         let forms = definitions(&cst);
+        // The form, not its item: a replacement under `#+sbcl` leaves the conditional outside.
         let inside = |f: &TopForm| {
-            let item = cst.span(f.item);
-            span.start <= item.start && item.end <= span.end
+            let form = cst.span(f.form);
+            span.start <= form.start && form.end <= span.end
         };
         let targets: Vec<usize> = (0..forms.len())
             .filter(|&i| inside(&forms[i]) && !forms[i].ancestors.iter().any(|&a| inside(&forms[a])))
@@ -296,6 +297,17 @@ mod tests {
             text_for(source, &["h"]),
             "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (progn                (defun h ())))"
         );
+    }
+
+    #[test]
+    fn an_edited_form_behind_a_conditional_is_loaded_with_it() {
+        let source = b"(in-package :app)\n#+sbcl\n(defun f () 2)\n(defun g () (progn 3))\n";
+        let start = 25;
+        let plan = LoadPlan::for_span(source, start..start + 14).unwrap();
+        assert_eq!(plan.targets.len(), 1);
+        assert_eq!(plan.targets[0].described, "#+sbcl defun f");
+        assert_eq!(plan.targets[0].guards, [("+".to_string(), "sbcl".to_string())]);
+        assert_eq!(String::from_utf8(plan.text).unwrap(), "(in-package :app)\n#+sbcl\n(defun f () 2)");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::{
     large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult,
 };
-use crate::source::{prepare_edit, EditReport, EditRequest, LoadPlan, Operation};
+use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation};
 use crate::swank::Form;
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
@@ -113,9 +113,15 @@ other definition that cannot sensibly be removed stays, and the reply says so). 
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`. It runs as an image tool for `load`; without it,
-/// no image is contacted.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+/// The tool, for the table in `tools/mod.rs`. Only `load` contacts an image.
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::SourceSeeingImages {
+        source: run,
+        call: |context, args| Box::pin(call(context, args)),
+        image_argument: true,
+    },
+};
 
 /// What the edit left for the load: the file's real path and new text, and the edit's report.
 struct Edited {
@@ -125,50 +131,66 @@ struct Edited {
     report: EditReport,
 }
 
-async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let file_path = args.required_str("file_path")?.to_string();
+/// Edits the file as `args` say, writing nothing for a dry run: what a load needs next (the new
+/// text only when `for_load`: it is a copy of the whole file), the reply's text and its
+/// structured facts.
+fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
+    let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
     let operation = Operation::parse(operation).ok_or_else(|| {
         let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
         ToolError::new(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
     })?;
     let content = match (operation, args.optional_str("content")?) {
-        (Operation::Delete, content) => content.unwrap_or_default().to_string(),
-        (_, Some(content)) => content.to_string(),
-        (_, None) => args.required_str("content")?.to_string(),
+        (Operation::Delete, content) => content.unwrap_or_default(),
+        (_, Some(content)) => content,
+        (_, None) => args.required_str("content")?,
     };
-    let form_type = args.required_str("form_type")?.to_string();
-    let form_name = args.required_str("form_name")?.to_string();
-    let index = match args.optional_u64("index", u64::from(u32::MAX))? {
-        Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
-        index => index.and_then(|i| usize::try_from(i).ok()),
+    let request = EditRequest {
+        form_type: args.required_str("form_type")?,
+        form_name: args.required_str("form_name")?,
+        operation,
+        content,
+        index: match args.optional_u64("index", u64::from(u32::MAX))? {
+            Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
+            index => index.and_then(|i| usize::try_from(i).ok()),
+        },
     };
     let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
-    let load = args.optional_bool("load")?.unwrap_or(false);
-    let limit = read_limit(args)?;
+    args.optional_bool("load")?;
 
-    let edited = context
-        .on_files(move |roots| {
-            let request =
-                EditRequest { form_type: &form_type, form_name: &form_name, operation, content: &content, index };
-            let prepared = prepare_edit(roots, Path::new(&file_path), limit, &request)?;
-            let shown = prepared.shown().to_string();
-            let path = prepared.path().to_path_buf();
-            let new_text = prepared.new_text().to_vec();
-            let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
-            Ok(Edited { shown, path, new_text, report })
-        })
-        .await?;
-    let Edited { shown, path, new_text, report } = edited;
+    let prepared = prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?;
+    let shown = prepared.shown().to_string();
+    let path = prepared.path().to_path_buf();
+    let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
+    let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
     } else {
         format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
     };
-    let mut structured = structured(&report, &shown, dry_run);
-    if !load || dry_run {
-        return Ok(ToolOutput::success(text).with_structured(structured));
+    let structured = structured(&report, &shown, dry_run);
+    Ok((Edited { shown, path, new_text, report }, text, structured))
+}
+
+/// The edit alone, as a source tool runs it (what the server runs when there is nothing to
+/// load).
+fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    if args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false) {
+        return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
+    let (_, text, structured) = edit(args, roots, false)?;
+    Ok(ToolOutput::success(text).with_structured(structured))
+}
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let load = args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false);
+    let owned = args.clone();
+    if !load {
+        return context.on_files(move |roots| run(&owned, roots)).await;
+    }
+    let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true)).await?;
+    let Edited { shown, path, new_text, report } = edited;
     if let Some(removed) = &report.removed {
         let request = vec![
             Form::string(removed.text.clone()),
@@ -190,6 +212,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return Ok(ToolOutput::success(format!("{text}\n\n{note}")).with_structured(structured));
     }
     let plan = LoadPlan::for_span(&new_text, report.new_span.clone()).map_err(ToolError::new)?;
+    if plan.targets.is_empty() {
+        return Ok(ToolOutput::success(format!("{text}\n\nNothing to load: the new text holds no form."))
+            .with_structured(structured));
+    }
     let loaded = match load_plan(context, args, &path, &plan).await {
         Ok(loaded) => loaded,
         Err(error) => {

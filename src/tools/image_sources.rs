@@ -26,8 +26,9 @@ struct Directories {
 }
 
 /// The roots a read-only source tool reads `args`'s `file_path` under: the server's, or, for a
-/// file outside them in the directory of an ASDF system the image knows, that directory. The
-/// image is asked only then, and its answer is kept until a file is in none of its directories.
+/// file outside them in the directory of an ASDF system an image knows, that directory. The
+/// images are asked only then, in order, and each answer is kept until a file is in none of its
+/// directories.
 pub(crate) async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<AllowedRoots, ToolError> {
     let configured = context.roots().clone();
     let Some(file_path) = args.optional_str("file_path")? else { return Ok(configured) };
@@ -42,18 +43,23 @@ pub(crate) async fn reading_roots(context: &ToolContext, args: &Arguments) -> Re
         })
         .await?;
     let Some(resolved) = outside else { return Ok(configured) };
-    let Ok(image) = context.image(args) else { return Ok(configured) };
-    let key = format!("{} {:?}", image.name(), image.endpoint());
-    let cached = SYSTEM_DIRECTORIES.lock().ok().and_then(|cache| cache.as_ref()?.get(&key).cloned());
     let holding = |directories: &[PathBuf]| -> Vec<PathBuf> {
         directories.iter().filter(|dir| resolved.starts_with(dir)).cloned().collect()
     };
-    let mut found = cached.as_deref().map(holding).unwrap_or_default();
-    if found.is_empty() {
-        let Some(directories) = ask(context, args).await else { return Ok(configured) };
-        found = holding(&directories);
-        if let Ok(mut cache) = SYSTEM_DIRECTORIES.lock() {
-            cache.get_or_insert_with(HashMap::new).insert(key, directories);
+    let mut found = Vec::new();
+    for image in context.images() {
+        let key = format!("{} {:?}", image.name(), image.endpoint());
+        let cached = SYSTEM_DIRECTORIES.lock().ok().and_then(|cache| cache.as_ref()?.get(&key).cloned());
+        found = cached.as_deref().map(holding).unwrap_or_default();
+        if found.is_empty() {
+            let Some(directories) = ask(context, image.name()).await else { continue };
+            found = holding(&directories);
+            if let Ok(mut cache) = SYSTEM_DIRECTORIES.lock() {
+                cache.get_or_insert_with(HashMap::new).insert(key, directories);
+            }
+        }
+        if !found.is_empty() {
+            break;
         }
     }
     match found.into_iter().max_by_key(|dir| dir.as_os_str().len()) {
@@ -64,8 +70,9 @@ pub(crate) async fn reading_roots(context: &ToolContext, args: &Arguments) -> Re
 }
 
 /// The image's ASDF system directories, resolved; `None` when the image cannot say.
-async fn ask(context: &ToolContext, args: &Arguments) -> Option<Vec<PathBuf>> {
-    let reply = context.call_helper_within(args, "system-directories", Vec::new(), ASK_TIMEOUT, "").await.ok()?;
+async fn ask(context: &ToolContext, image: &str) -> Option<Vec<PathBuf>> {
+    let args = Arguments::from_value(Some(serde_json::json!({ "image": image }))).ok()?;
+    let reply = context.call_helper_within(&args, "system-directories", Vec::new(), ASK_TIMEOUT, "").await.ok()?;
     let directories = decode::<Directories>("system-directories", &reply).ok()?.directories;
     Some(directories.iter().filter_map(|dir| Path::new(dir).canonicalize().ok()).collect())
 }

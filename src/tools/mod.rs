@@ -84,6 +84,17 @@ pub enum Run {
     Image(for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>),
     /// On source files in this process; it never touches an image.
     Source(fn(&Arguments, &AllowedRoots) -> ToolResult),
+    /// On source files in this process, with a step in an image: `call` is what the server runs;
+    /// `source` is the tool without that step, which needs no image.
+    SourceSeeingImages {
+        /// The tool on files alone.
+        source: fn(&Arguments, &AllowedRoots) -> ToolResult,
+        /// The whole tool.
+        call: for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>,
+        /// Whether it takes the `image` argument: it works in an image, rather than only asking
+        /// the images where their files are.
+        image_argument: bool,
+    },
 }
 
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
@@ -115,7 +126,9 @@ fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
         .iter()
         .map(|tool| {
             let mut definition = (tool.definition)();
-            if let (Run::Image(_), [default, _, ..]) = (&tool.run, names.as_slice()) {
+            let image_argument =
+                matches!(tool.run, Run::Image(_) | Run::SourceSeeingImages { image_argument: true, .. });
+            if let (true, [default, _, ..]) = (image_argument, names.as_slice()) {
                 if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
                     properties.insert(
                         "image".into(),
@@ -249,7 +262,7 @@ impl Toolbox {
                     .await
                     .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
             }
-            Run::Image(tool) => {
+            Run::Image(tool) | Run::SourceSeeingImages { call: tool, .. } => {
                 let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
                 let result = tool(&context, &args).await;
                 // A fresh image in place of one that ended is news the agent must not miss: its
