@@ -414,16 +414,6 @@ fn shorten(text: &str, max_chars: usize) -> String {
     short
 }
 
-/// The file's top-level forms only, in order.
-pub(crate) fn top_forms(cst: &Cst) -> Vec<TopForm> {
-    cst.top_level()
-        .iter()
-        .enumerate()
-        .filter(|(_, &item)| !cst.kind(item).is_trivia())
-        .map(|(top_index, &item)| looked_through(cst, item, top_index, None, Vec::new()))
-        .collect()
-}
-
 /// Every form Lisp processes at top level, in file order: each top-level form, followed by the
 /// forms in its body when it is a `progn`, `eval-when`, `locally`, `macrolet` or
 /// `symbol-macrolet` (and so on down, as deep as they nest).
@@ -711,7 +701,7 @@ mod tests {
 
     fn forms(source: &str) -> (Cst<'_>, Vec<TopForm>) {
         let cst = Cst::parse(source.as_bytes()).expect("parses");
-        let forms = top_forms(&cst);
+        let forms = definitions(&cst);
         (cst, forms)
     }
 
