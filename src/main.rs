@@ -86,7 +86,7 @@ struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
 
-    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, debugger, load-system, edit-lisp-form, undo).
+    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, inspect, debugger, load-system, load-form, load-file, run-tests, trace, profile, threads, edit-lisp-form, undo).
     #[arg(long, global = true)]
     read_only: bool,
 

@@ -434,7 +434,11 @@ async fn find_definition_pages_a_generic_function_of_many_methods() {
     }
     std::fs::write(&path, source).unwrap();
     common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
-    let first = common::call(&tb, "find-definition", json!({"symbol": "find-definition-many::m"})).await;
+    // 50 a reply unless asked for more.
+    let default = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m"})).await;
+    assert!(default.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 1 to 50\n"), "{}", &default[..100]);
+    assert!(default.ends_with("\n... 2451 more; use `offset: 50` for the next page."), "{default}");
+    let first = common::call(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "limit": 2000})).await;
     assert!(!first.is_error, "{}", first.text);
     assert!(first.text.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 1 to 2000\n"), "{}", &first.text[..100]);
     assert!(
@@ -445,7 +449,8 @@ async fn find_definition_pages_a_generic_function_of_many_methods() {
     assert_eq!(first.text.lines().count(), 2002);
     let structured = first.structured_value().unwrap();
     assert_eq!((structured["total"].as_u64(), structured["next_offset"].as_u64()), (Some(2501), Some(2000)));
-    let next = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 2000})).await;
+    let next =
+        ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 2000, "limit": 2000})).await;
     assert!(next.starts_with("FIND-DEFINITION-MANY::M: 2501 definitions, 2001 to 2501\n"), "{}", &next[..100]);
     assert_eq!(next.lines().count(), 502);
     let page = ok(&tb, "find-definition", json!({"symbol": "find-definition-many::m", "offset": 10, "limit": 3})).await;

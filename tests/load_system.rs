@@ -97,7 +97,8 @@ async fn warnings_are_summarised_and_failures_keep_them() {
     let file = dir.path().join("load-test-styled.lisp").display().to_string();
     assert!(
         output.text.contains(&format!(
-            "0 warnings, 1 style-warning, 0 compiler notes.\n\n[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n  (in {file})"
+            "0 warnings, 1 style-warning, 0 compiler notes.\n\n[warnings]\nSTYLE-WARNING: The variable X is defined but never used.\n  \
+             in form: (DEFUN LOAD-TEST-STYLED::UNUSED-ARG (LOAD-TEST-STYLED::X) 1)\n  at: {file}:3:1"
         )),
         "{}",
         output.text
@@ -115,6 +116,27 @@ async fn warnings_are_summarised_and_failures_keep_them() {
         "{}",
         output.text
     );
+    // A style-warning held back for the end of the compilation unit (an undefined function)
+    // is not lost when the load fails half-way, and each warning says where in the source it is.
+    let asd = write_system(
+        dir.path(),
+        "load-test-halfway",
+        "(defun load-test-halfway ()\n  (load-test-missing-function))\n\n(defun load-test-halfway-2 () (+ 1 \"two\"))\n",
+    );
+    register(&tb, &asd).await;
+    let output = call(&tb, "load-system", json!({"system": "load-test-halfway"})).await;
+    assert!(output.is_error, "{}", output.text);
+    let source = dir.path().join("load-test-halfway.lisp").display().to_string();
+    assert!(output.text.contains("1 warning, 1 style-warning, "), "{}", output.text);
+    assert!(
+        output.text.contains(&format!(
+            "STYLE-WARNING: undefined function: COMMON-LISP-USER::LOAD-TEST-MISSING-FUNCTION\n  in form: (LOAD-TEST-MISSING-FUNCTION)\n  at: {source}:2:3"
+        )),
+        "{}",
+        output.text
+    );
+    assert!(output.text.contains(&format!("  at: {source}:4:")), "{}", output.text);
+    assert!(!output.text.contains(".fasl"), "{}", output.text);
     // ASDF's own frames are no backtrace worth reading.
     assert!(!output.text.contains("[Backtrace]"), "{}", output.text);
     assert_eq!(output.structured_value().unwrap()["loaded"], false);

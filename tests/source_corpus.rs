@@ -104,3 +104,84 @@ fn top_level_boundaries_agree_with_sbcl() {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     eprintln!("{checked} top-level forms agree with SBCL");
 }
+
+/// Every definition of every corpus file, top-level and nested (inside `progn`, `eval-when`,
+/// `locally`, `macrolet`, `symbol-macrolet`, often behind `#+`), is found by its operator and
+/// name, and replacing it or deleting it changes no byte outside it: the replacement touches only
+/// the lines the outline gives for it, and a delete leaves every other definition in place.
+/// Prints the figures: files, definitions, nested ones. Slow in a debug build: `cargo test
+/// --release -- --ignored`.
+#[test]
+#[ignore = "slow: edits every definition of every installed Lisp file"]
+fn every_definition_is_edited_losslessly() {
+    use swank_mcp::source::{outline, prepare_edit, AllowedRoots, EditRequest, Operation};
+    let files = corpus();
+    let roots = AllowedRoots::new(vec![PathBuf::from(CORPUS)]).expect("corpus root");
+    let marker = "(lossless-check-marker)";
+    let (mut checked_files, mut definitions, mut nested, mut edits) = (0, 0, 0, 0);
+    let mut failures = Vec::new();
+    for file in &files {
+        let source = std::fs::read(file).expect("readable");
+        let Ok(cst) = Cst::parse(&source) else { continue };
+        checked_files += 1;
+        let entries = outline(&cst);
+        let line_starts: Vec<usize> = std::iter::once(0)
+            .chain(source.iter().enumerate().filter(|(_, &b)| b == b'\n').map(|(i, _)| i + 1))
+            .collect();
+        let mut seen: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
+        for entry in &entries {
+            let (Some(operator), Some(name)) = (&entry.operator, &entry.name) else { continue };
+            let count = seen.entry((operator.to_lowercase(), name.to_lowercase())).or_insert(0);
+            *count += 1;
+            definitions += 1;
+            nested += usize::from(entry.depth > 0);
+            let index = Some(*count);
+            for operation in [Operation::Replace, Operation::Delete] {
+                let content = if operation == Operation::Delete { "" } else { marker };
+                let request = EditRequest { form_type: operator, form_name: name, operation, content, index };
+                let prepared = match prepare_edit(&roots, file, None, &request) {
+                    Ok(prepared) => prepared,
+                    Err(e) => {
+                        failures.push(format!("{}: {operator} {name} #{}: {e}", file.display(), count));
+                        continue;
+                    }
+                };
+                edits += 1;
+                let new = prepared.new_text();
+                let prefix = source.iter().zip(new).take_while(|(a, b)| a == b).count();
+                let suffix = source.iter().rev().zip(new.iter().rev()).take_while(|(a, b)| a == b).count();
+                let changed_end = source.len() - suffix.min(source.len() - prefix);
+                let lines = prepared.report().target_lines;
+                let first = line_starts[lines.first - 1];
+                let last = line_starts.get(lines.last).copied().unwrap_or(source.len());
+                let within = match operation {
+                    Operation::Replace => first <= prefix && changed_end <= last,
+                    _ => Cst::parse(new).is_ok_and(|after| outline(&after).len() < entries.len()),
+                };
+                if !within {
+                    failures.push(format!(
+                        "{}: {operator} {name} #{} ({}): bytes {prefix}..{changed_end} changed outside lines {}",
+                        file.display(),
+                        count,
+                        operation_name(operation),
+                        lines
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!("{checked_files} files, {definitions} named definitions ({nested} nested in progn, eval-when, locally, macrolet or symbol-macrolet), {edits} edits");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+fn operation_name(operation: swank_mcp::source::Operation) -> &'static str {
+    match operation {
+        swank_mcp::source::Operation::Replace => "replace",
+        _ => "delete",
+    }
+}

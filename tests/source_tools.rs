@@ -15,7 +15,7 @@ fn fixture(name: &str) -> String {
 
 /// Runs a source tool as the server does, its failure as the output the client gets.
 fn run(tool: &Tool, arguments: &Arguments, roots: &AllowedRoots) -> ToolOutput {
-    let Run::Source(run) = tool.run else { panic!("a source tool") };
+    let (Run::Source(run) | Run::SourceSeeingImages { source: run, .. }) = tool.run else { panic!("a source tool") };
     run(arguments, roots).unwrap_or_else(ToolOutput::from)
 }
 
@@ -516,7 +516,11 @@ fn bad_arguments_are_explained() {
         assert!(output.is_error, "{}", output.text);
         assert!(output.text.contains(expected), "{}", output.text);
     };
-    check(with("operation", json!("delete")), "must be one of \"replace\", \"insert_before\", \"insert_after\"");
+    check(
+        with("operation", json!("remove")),
+        "must be one of \"replace\", \"insert_before\", \"insert_after\", \"delete\"",
+    );
+    check(with("operation", json!("delete")), "`delete` removes the form and takes no `content`");
     check(with("index", json!(0)), "`index` is 1-based");
     check(with("index", json!("2")), "Argument `index` must be an integer");
     check(with("dry_run", json!("yes")), "Argument `dry_run` must be true or false");
@@ -583,7 +587,7 @@ fn outline_lists_the_forms() {
     let structured = output.structured_value().expect("structured");
     assert_eq!(
         structured["forms"][10],
-        json!({"first_line": 40, "last_line": 41, "conditions": "", "operator": "defmethod", "name": "draw (circle t)"})
+        json!({"first_line": 40, "last_line": 41, "depth": 0, "conditions": "", "operator": "defmethod", "name": "draw (circle t)"})
     );
 
     project.file("broken.lisp", "(a \"b)");
@@ -597,8 +601,10 @@ fn definitions_describe_the_tools_honestly() {
     let edit = edit_lisp_form::definition();
     assert_eq!(edit.name, "edit-lisp-form");
     assert!(edit.description.contains("Prefer this over rewriting whole files"));
-    assert!(edit.annotations.destructive && !edit.annotations.read_only && !edit.annotations.open_world);
-    assert_eq!(edit.input_schema["required"], json!(["file_path", "form_type", "form_name", "operation", "content"]));
+    // With `load`, it changes the image too.
+    assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
+    assert_eq!(edit.input_schema["required"], json!(["file_path", "form_type", "form_name", "operation"]));
+    assert!(edit.description.contains("edit the file with `edit-lisp-form` and `load: true`, then run"));
     assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
     assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
     assert!(edit.input_schema["properties"]["file_path"]["description"]

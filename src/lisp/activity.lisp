@@ -7,7 +7,7 @@
 ;;;; watches, so the feed costs a call one comparison then. Both live in the image: an agent's
 ;;;; server that reconnects (or a new one) changes nothing on the Emacs side.
 ;;;;
-;;;; Loaded after undo.lisp, under the rules of helper.lisp.
+;;;; Loaded after loading.lisp, under the rules of helper.lisp.
 
 (in-package #:mcp-agent-helper)
 

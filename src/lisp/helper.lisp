@@ -2,9 +2,9 @@
 ;;;; bootstrap.lisp once per revision of its text. This first file holds what every tool shares:
 ;;;; output capture, running a call under a token that a timeout or cancellation can interrupt,
 ;;;; backtraces and condition reports, sessions, reading the user's code, RUN-TOOL and FAIL, and
-;;;; the printers; names.lisp, handles.lisp, evaluate.lisp, debugger.lisp, introspection.lisp,
-;;;; compile.lisp, systems.lisp, undo.lisp, activity.lisp, inspect.lisp and workers.lisp follow,
-;;;; one per purpose, in that order.
+;;;; the printers; names.lisp, handles.lisp, observe.lisp, evaluate.lisp, debugger.lisp,
+;;;; introspection.lisp, compile.lisp, systems.lisp, testing.lisp, undo.lisp, loading.lisp,
+;;;; activity.lisp, inspect.lisp and workers.lisp follow, one per purpose, in that order.
 ;;;;
 ;;;; Rules this file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
@@ -27,7 +27,7 @@
   (:export #:*version* #:evaluate #:cancel
            #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
            #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report #:undo-journal
+           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals

@@ -69,6 +69,36 @@ is above it, and twenty frames of ASDF planning say nothing about the system."
                 collect line)))
   report)
 
+(defun warning-place (context)
+  "The lines that say where the compiler CONTEXT is: the form, and file:line:column of the source
+file (never the fasl), or just the file being processed when there is no context."
+  (if (null context)
+      (let ((file (file-being-processed))) (if file (format nil "~%  (in ~A)" file) ""))
+      (let* ((name (or (context-slot context "COMPILER-ERROR-CONTEXT-FILE-NAME") *compile-file-truename*))
+             (file (and (typep name '(or pathname string)) (ignore-errors (source-pathname-text name))))
+             (compiling (and *compile-file-truename*
+                             (ignore-errors (sb-ext:native-namestring *compile-file-truename*)))))
+        ;; The subform is found by reading the file in the current package, which is the file's
+        ;; own only while that file is being compiled.
+        (let ((*compile-file-truename* (and file (equal file compiling) *compile-file-truename*)))
+          (multiple-value-bind (line column form) (context-location context (and file (file-octets file)))
+            (format nil "~@[~%  in form: ~A~]~@[~%  at: ~A~]" form
+                    (and file (if line (format nil "~A:~D:~D" file line column) file))))))))
+
+(defun pending-undefined-warnings ()
+  "The undefined-function (and -variable, -type) warnings the current compilation unit holds for
+its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
+  (let ((variable (first (existing-symbols "SB-C" "*UNDEFINED-WARNINGS*"))))
+    (destructuring-bind (&optional name-of kind-of contexts-of)
+        (existing-symbols "SB-C" "UNDEFINED-WARNING-NAME" "UNDEFINED-WARNING-KIND" "UNDEFINED-WARNING-WARNINGS")
+      (when (and variable (boundp variable) contexts-of)
+        (ignore-errors
+         (loop for warning in (symbol-value variable)
+               collect (list :style-warning
+                             (format nil "STYLE-WARNING: undefined ~(~A~): ~A~A"
+                                     (funcall kind-of warning) (qualified-name (funcall name-of warning))
+                                     (warning-place (first (funcall contexts-of warning)))))))))))
+
 (defun load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
@@ -79,22 +109,23 @@ failed (its output and warnings are kept)."
         (*handles* (session-handles session))
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
-    (flet ((record (condition)
-             (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
-               (let ((category (typecase condition
-                                 (style-warning :style-warning)
-                                 (warning :warning)
-                                 (t :note))))
-                 (incf (getf counts category))
-                 (when (and (not (eq category :note))
-                            (< (length warnings) *max-system-warnings*))
-                   (push (format nil "~A: ~A~@[~%  (in ~A)~]"
-                                 (warning-category condition)
-                                 (compiler-message condition)
-                                 (file-being-processed))
-                         warnings))))))
+    (labels ((note (category text)
+               (incf (getf counts category))
+               (when (and (not (eq category :note)) (< (length warnings) *max-system-warnings*))
+                 (push text warnings)))
+             (record (condition)
+               (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
+                 (let ((category (typecase condition
+                                   (style-warning :style-warning)
+                                   (warning :warning)
+                                   (t :note))))
+                   (note category (format nil "~A: ~A~A" (warning-category condition) (compiler-message condition)
+                                          (warning-place (and (not (eq category :note)) (compiler-context)))))))))
       (let* ((started (get-internal-real-time))
              (was-loaded nil)
+             ;; The undefined-function warnings the compilation unit held back when an error
+             ;; came: a unit that is aborted never reports them.
+             (pending '())
              (result
                (run-tool
                 token
@@ -113,11 +144,16 @@ failed (its output and warnings are kept)."
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
                              (*load-verbose* nil) (*load-print* nil))
                          (handler-bind ((warning #'record)
-                                        (sb-ext:compiler-note #'record))
+                                        (sb-ext:compiler-note #'record)
+                                        (error (lambda (e)
+                                                 (declare (ignore e))
+                                                 (setf pending (pending-undefined-warnings)))))
                            (funcall (asdf-function "LOAD-SYSTEM") system :force force))
                          (list :loaded t))
                     (remhash session *loading-threads*)))
                 :stdout stdout)))
+        (when (getf result :error)
+          (loop for (category text) in pending do (note category text)))
         (if (getf result :failure)
             result
             (list :system system

@@ -346,8 +346,10 @@ pub fn line_count(text: &[u8]) -> usize {
 /// 1-based first and last line; displayed as `line 3` or `lines 3-5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineRange {
-    pub(crate) first: usize,
-    pub(crate) last: usize,
+    /// The first line, 1-based.
+    pub first: usize,
+    /// The last line, 1-based.
+    pub last: usize,
 }
 
 impl fmt::Display for LineRange {

@@ -9,7 +9,7 @@ use super::cst::{line_start_before, Cst, LineIndex, LineRange, NodeKind, ParseEr
 use super::diff::unified_diff;
 use super::files::{AllowedRoots, PathError, Snapshot, WriteError};
 use super::find::find_target;
-use super::forms::{top_forms, Query, TopForm};
+use super::forms::{definitions, Query, TopForm};
 use super::lexer::is_whitespace;
 
 /// What an edit does with its target form.
@@ -21,16 +21,19 @@ pub enum Operation {
     InsertBefore,
     /// The new forms go after the target's line, a blank line apart.
     InsertAfter,
+    /// The target goes, with its reader conditionals and the comment lines attached above it.
+    Delete,
 }
 
 impl Operation {
-    pub(crate) const NAMES: [&'static str; 3] = ["replace", "insert_before", "insert_after"];
+    pub(crate) const NAMES: [&'static str; 4] = ["replace", "insert_before", "insert_after", "delete"];
 
     pub(crate) fn parse(name: &str) -> Option<Self> {
         match name {
             "replace" => Some(Operation::Replace),
             "insert_before" => Some(Operation::InsertBefore),
             "insert_after" => Some(Operation::InsertAfter),
+            "delete" => Some(Operation::Delete),
             _ => None,
         }
     }
@@ -40,6 +43,7 @@ impl Operation {
             Operation::Replace => "replace",
             Operation::InsertBefore => "insert_before",
             Operation::InsertAfter => "insert_after",
+            Operation::Delete => "delete",
         }
     }
 }
@@ -54,7 +58,7 @@ pub struct EditRequest<'a> {
     pub form_name: &'a str,
     /// What to do at the target.
     pub operation: Operation,
-    /// The new form(s) as Lisp source; surrounding blank space is dropped.
+    /// The new form(s) as Lisp source; surrounding blank space is dropped. Empty for a delete.
     pub content: &'a str,
     /// 1-based choice among several matching forms.
     pub index: Option<usize>,
@@ -73,6 +77,9 @@ pub enum EditError {
     /// `content` holds no form.
     #[error("`content` holds no form, only whitespace or comments. The file was not touched.")]
     EmptyContent,
+    /// A delete came with `content`.
+    #[error("`delete` removes the form and takes no `content`; leave `content` out. The file was not touched.")]
+    ContentWithDelete,
     /// The path cannot be used or the file could not be read.
     #[error(transparent)]
     Path(#[from] PathError),
@@ -126,11 +133,25 @@ pub struct EditReport {
     pub target: String,
     /// The target's lines before the edit.
     pub target_lines: LineRange,
-    /// The lines the new form(s) occupy after the edit.
+    /// The lines the new form(s) occupy after the edit; for a delete, the line where the form
+    /// was.
     pub new_lines: LineRange,
     pub(crate) forms: usize,
     /// A unified diff of the file, old to new; empty when the edit changes nothing.
     pub diff: String,
+    /// Where the new forms are in the new text (empty for a delete).
+    pub new_span: Range<usize>,
+    /// For a delete: the form removed, to remove its definition from the image too.
+    pub removed: Option<RemovedForm>,
+}
+
+/// A deleted definition, as the image needs it to undo what loading it did.
+#[derive(Debug, Clone)]
+pub struct RemovedForm {
+    /// The form's text, without the reader conditionals in front of it.
+    pub text: String,
+    /// The argument of the last `in-package` before it, as written, if any.
+    pub package: Option<String>,
 }
 
 /// An edit computed but not yet written.
@@ -150,6 +171,11 @@ impl PreparedEdit {
     /// What the edit will do, as the reply describes it.
     pub fn report(&self) -> &EditReport {
         &self.report
+    }
+
+    /// The file's real path, with no symbolic link in it.
+    pub fn path(&self) -> &Path {
+        &self.snapshot.path
     }
 
     /// The whole file as it will be written.
@@ -184,11 +210,16 @@ pub fn prepare_edit(
     request: &EditRequest,
 ) -> Result<PreparedEdit, EditError> {
     let query = Query::parse(request.form_type, request.form_name).map_err(EditError::Query)?;
-    let content_forms = Cst::parse(request.content.as_bytes())
-        .map_err(|e| EditError::ContentSyntax(Box::new(e)))?
-        .top_level_forms()
-        .count();
-    if content_forms == 0 {
+    let (content_forms, content_definitions) = if request.operation == Operation::Delete {
+        if !request.content.trim().is_empty() {
+            return Err(EditError::ContentWithDelete);
+        }
+        (0, 0)
+    } else {
+        let content = Cst::parse(request.content.as_bytes()).map_err(|e| EditError::ContentSyntax(Box::new(e)))?;
+        (content.top_level_forms().count(), definitions(&content).len())
+    };
+    if content_forms == 0 && request.operation != Operation::Delete {
         return Err(EditError::EmptyContent);
     }
 
@@ -198,9 +229,10 @@ pub fn prepare_edit(
     let old = &snapshot.bytes;
     let cst = Cst::parse(old).map_err(|e| EditError::FileSyntax { path: shown_path.into(), error: Box::new(e) })?;
     let lines = LineIndex::new(old);
-    let forms = top_forms(&cst);
+    let forms = definitions(&cst);
     let wanted = format!("{} {}", request.form_type.trim(), request.form_name.trim());
     let target = find_target(&cst, &lines, &forms, &query, &wanted, request.index).map_err(EditError::Target)?;
+    let target_position = forms.iter().position(|f| f.item == target.item).unwrap_or_default();
     let target_name = format!("{}{}", target.conditions_shown(&cst), target.describe(&cst));
 
     if let (Operation::Replace, Some(&condition), 2..) = (request.operation, target.conditions.last(), content_forms) {
@@ -220,11 +252,26 @@ pub fn prepare_edit(
     new_bytes.extend_from_slice(&splice.replacement);
     new_bytes.extend_from_slice(&old[splice.range.end..]);
 
-    // A replaced form under a reader conditional leaves the conditional, but then `content` is
-    // one form, so the count works out the same.
-    let removed = usize::from(request.operation == Operation::Replace);
-    verify(&new_bytes, forms.len() + content_forms - removed)?;
+    // The target and the forms nested in it go (except on insertion); `content`'s come. A
+    // replaced form under a reader conditional leaves the conditional, but then `content` is one
+    // form, so the count works out the same.
+    let removes = matches!(request.operation, Operation::Replace | Operation::Delete);
+    let top_level = forms.iter().filter(|f| f.ancestors.is_empty()).count();
+    let expected_top_level = match (target.container, removes) {
+        (Some(_), _) => top_level,
+        (None, true) => top_level + content_forms - 1,
+        (None, false) => top_level + content_forms,
+    };
+    let subtree = 1 + forms.iter().filter(|f| f.ancestors.contains(&target_position)).count();
+    let expected_definitions = forms.len() + content_definitions - if removes { subtree } else { 0 };
+    let nesting = forms.len() != top_level || content_definitions != content_forms;
+    verify(&new_bytes, expected_top_level, nesting.then_some(expected_definitions))?;
 
+    let new_start = splice.range.start + splice.content.start;
+    let removed = (request.operation == Operation::Delete).then(|| RemovedForm {
+        text: String::from_utf8_lossy(cst.text(target.form)).into_owned(),
+        package: super::load::package_at(&cst, &forms, outermost_start(&cst, &forms, target)),
+    });
     let report = EditReport {
         operation: request.operation,
         target: target_name,
@@ -232,20 +279,44 @@ pub fn prepare_edit(
         new_lines: splice.content_lines(lines.line(splice.range.start)),
         forms: content_forms,
         diff: unified_diff(old, &new_bytes, shown_path),
+        new_span: new_start..new_start + splice.content.len(),
+        removed,
     };
     Ok(PreparedEdit { snapshot, new_bytes, report })
 }
 
-/// The edited text must read, with the number of top-level forms the edit implies: a `content`
-/// ending in a token or a line comment could otherwise merge with the text after it.
-fn verify(new_bytes: &[u8], expected_forms: usize) -> Result<(), EditError> {
-    // Only the count is needed: no second tree.
-    let forms = Cst::check(new_bytes).map_err(|e| EditError::Verify(e.to_string()))?;
-    if forms == expected_forms {
-        Ok(())
-    } else {
-        Err(EditError::Verify(format!("{forms} top-level forms instead of {expected_forms}")))
+/// Where the top-level form holding `form` (or `form` itself, at top level) starts.
+fn outermost_start(cst: &Cst, forms: &[TopForm], form: &TopForm) -> usize {
+    let outermost = form.ancestors.first().map_or(form, |&a| &forms[a]);
+    cst.span(outermost.item).start
+}
+
+/// The edited text must read, with the number of top-level forms the edit implies and, where
+/// anything nests, of forms processed at top level (nested ones included): a `content` ending
+/// in a token or a line comment could otherwise merge with the text after it, or a nested edit
+/// spill out of its wrapper.
+fn verify(new_bytes: &[u8], expected_forms: usize, expected_definitions: Option<usize>) -> Result<(), EditError> {
+    let Some(expected_definitions) = expected_definitions else {
+        // Only the count is needed: no second tree.
+        let forms = Cst::check(new_bytes).map_err(|e| EditError::Verify(e.to_string()))?;
+        return if forms == expected_forms {
+            Ok(())
+        } else {
+            Err(EditError::Verify(format!("{forms} top-level forms instead of {expected_forms}")))
+        };
+    };
+    let cst = Cst::parse(new_bytes).map_err(|e| EditError::Verify(e.to_string()))?;
+    let forms = cst.top_level_forms().count();
+    if forms != expected_forms {
+        return Err(EditError::Verify(format!("{forms} top-level forms instead of {expected_forms}")));
     }
+    let found = definitions(&cst).len();
+    if found != expected_definitions {
+        return Err(EditError::Verify(format!(
+            "{found} forms processed at top level (nested ones included) instead of {expected_definitions}"
+        )));
+    }
+    Ok(())
 }
 
 /// The file's line ending, judged by its first line break: `\r\n` or `\n`.
@@ -281,16 +352,35 @@ impl Splice {
 
 fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: &str) -> Splice {
     let source = cst.source();
+    // A nested form's new text is indented to its column; at top level it stays as given.
+    let indent = match target.container {
+        Some(_) => indentation(source, cst.span(target.item).start),
+        None => Vec::new(),
+    };
+    let content = indent_lines(content, &indent);
+    let content = content.as_slice();
     let at = match operation {
         Operation::Replace => {
             let range = cst.span(target.form);
             return Splice { range, replacement: content.to_vec(), content: 0..content.len() };
         }
+        Operation::Delete => {
+            return Splice { range: deleted_range(cst, target), replacement: Vec::new(), content: 0..0 }
+        }
         Operation::InsertBefore => attached_comments_start(cst, target),
         Operation::InsertAfter => end_of_line_after(source, cst.span(target.item).end),
     };
     let (before, after) = source.split_at(at);
+    if operation == Operation::InsertAfter && target.container.is_some() && !before.ends_with(b"\n") {
+        // After the last form of a wrapper, before its closing parenthesis.
+        let mut replacement = eol.repeat(2).into_bytes();
+        replacement.extend_from_slice(&indent);
+        let content_start = replacement.len();
+        replacement.extend_from_slice(content);
+        return Splice { range: at..at, content: content_start..replacement.len(), replacement };
+    }
     let mut replacement = eol.repeat(breaks_needed_before(before)).into_bytes();
+    replacement.extend_from_slice(&indent);
     let content_start = replacement.len();
     replacement.extend_from_slice(content);
     let content_end = replacement.len();
@@ -302,6 +392,91 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: 
     };
     replacement.extend(eol.repeat(breaks_after).bytes());
     Splice { range: at..at, replacement, content: content_start..content_end }
+}
+
+/// The blank space from the start of `at`'s line to `at`, if only blank space is there.
+fn indentation(source: &[u8], at: usize) -> Vec<u8> {
+    let line_start = source[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let prefix = &source[line_start..at];
+    if prefix.iter().all(|&b| b == b' ' || b == b'\t') {
+        prefix.to_vec()
+    } else {
+        vec![b' '; prefix.len()]
+    }
+}
+
+/// `content` with `indent` put in front of each line after the first that is not blank.
+fn indent_lines(content: &[u8], indent: &[u8]) -> Vec<u8> {
+    if indent.is_empty() {
+        return content.to_vec();
+    }
+    let mut out = Vec::with_capacity(content.len() + indent.len() * 8);
+    for (i, line) in content.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+            if !line.iter().all(|&b| b == b'\r' || b == b' ' || b == b'\t') {
+                out.extend_from_slice(indent);
+            }
+        }
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// What a delete removes: the target with its reader conditionals, the comment lines attached
+/// above it and the rest of its last line, and then as many blank lines as keep the blank-line
+/// rhythm around it (one separation, not two). A form that shares its line with other code
+/// goes alone, with the blank space before it; the last form of a wrapper takes the line break
+/// before it, so the wrapper's closing parenthesis moves up to the form before.
+fn deleted_range(cst: &Cst, target: &TopForm) -> Range<usize> {
+    let source = cst.source();
+    let item = cst.span(target.item);
+    let start = attached_comments_start(cst, target);
+    let end = end_of_line_after(source, item.end);
+    let at_line_start = |i: usize| i == 0 || source[i - 1] == b'\n' || (i == BOM.len() && source.starts_with(BOM));
+    if !at_line_start(start) {
+        let spaces = source[..item.start].iter().rev().take_while(|&&b| b == b' ' || b == b'\t').count();
+        return item.start - spaces..item.end;
+    }
+    if !at_line_start(end) && end != source.len() {
+        let rest_of_line = &source[item.end..];
+        let closes =
+            rest_of_line.iter().take_while(|&&b| b != b'\n').all(|&b| matches!(b, b')' | b' ' | b'\t' | b'\r'));
+        if closes && start > 0 {
+            let line_break = if start >= 2 && source[start - 2] == b'\r' { 2 } else { 1 };
+            return start - line_break..item.end;
+        }
+        return start..item.end;
+    }
+    let blank_line = |line: &[u8]| line.iter().all(|&b| matches!(b, b' ' | b'\t' | b'\r'));
+    // Blank lines directly below the removed lines.
+    let mut blank_end = end;
+    while blank_end < source.len() {
+        let line_end = source[blank_end..].iter().position(|&b| b == b'\n').map_or(source.len(), |i| blank_end + i + 1);
+        if !blank_line(source[blank_end..line_end].strip_suffix(b"\n").unwrap_or(&source[blank_end..line_end])) {
+            break;
+        }
+        blank_end = line_end;
+    }
+    // Blank lines directly above them.
+    let mut blank_start = start;
+    while blank_start > 0 {
+        let line_start = source[..blank_start - 1].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if !blank_line(&source[line_start..blank_start - 1]) {
+            break;
+        }
+        blank_start = line_start;
+    }
+    let before = source[..blank_start].strip_prefix(BOM).unwrap_or(&source[..blank_start]);
+    if blank_end == source.len() {
+        // Nothing follows: the blank lines above would end the file.
+        blank_start..source.len()
+    } else if blank_start < start || before.is_empty() {
+        // Blank lines above already separate what was before from what follows.
+        start..blank_end
+    } else {
+        start..end
+    }
 }
 
 /// Line breaks to add after `before` so that one blank line separates it from new text; none at
@@ -325,7 +500,10 @@ fn leading_breaks(after: &[u8]) -> usize {
 /// shares its line.
 fn attached_comments_start(cst: &Cst, target: &TopForm) -> usize {
     let source = cst.source();
-    let top = cst.top_level();
+    let siblings = match target.container {
+        Some(wrapper) => cst.children(wrapper),
+        None => cst.top_level(),
+    };
     let mut start = cst.span(target.item).start;
     match line_start_before(source, start) {
         Some(line_start) => start = line_start,
@@ -334,7 +512,7 @@ fn attached_comments_start(cst: &Cst, target: &TopForm) -> usize {
     let mut i = target.top_index;
     // Each step takes one comment and the single line break after it.
     while i >= 2 {
-        let (comment, gap) = (top[i - 2], top[i - 1]);
+        let (comment, gap) = (siblings[i - 2], siblings[i - 1]);
         let single_break = cst.text(gap).iter().filter(|&&b| b == b'\n').count() == 1;
         if !cst.kind(comment).is_comment() || cst.kind(gap) != NodeKind::Whitespace || !single_break {
             break;
@@ -371,7 +549,7 @@ mod tests {
     /// Applies an edit to an in-memory text and returns the result.
     fn edit(source: &str, form_type: &str, form_name: &str, operation: Operation, content: &str) -> String {
         let cst = Cst::parse(source.as_bytes()).expect("parses");
-        let forms = top_forms(&cst);
+        let forms = definitions(&cst);
         let lines = LineIndex::new(source.as_bytes());
         let query = Query::parse(form_type, form_name).expect("query");
         let target = find_target(&cst, &lines, &forms, &query, form_name, None).expect("target");
@@ -472,7 +650,47 @@ mod tests {
 
     #[test]
     fn verify_catches_content_running_into_its_neighbours() {
-        assert!(verify(b"(a) foo(b)", 3).is_ok());
-        assert!(matches!(verify(b"(a) foobar", 3), Err(EditError::Verify(_))));
+        assert!(verify(b"(a) foo(b)", 3, None).is_ok());
+        assert!(matches!(verify(b"(a) foobar", 3, None), Err(EditError::Verify(_))));
+        assert!(verify(b"(progn (a) (b))", 1, Some(3)).is_ok());
+        assert!(matches!(verify(b"(progn (a)) (b)", 2, Some(4)), Err(EditError::Verify(_))));
+    }
+
+    #[test]
+    fn nested_definitions_are_edited_in_place_and_indented() {
+        let source = "#+sbcl\n(progn\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2))\n";
+        let out = edit(source, "defun", "f", Operation::Replace, "(defun f ()\n  3)");
+        assert_eq!(out, "#+sbcl\n(progn\n  ;; f\n  (defun f ()\n    3)\n  (defun g () 2))\n");
+        let out = edit(source, "defun", "f", Operation::InsertBefore, "(defun e ()\n  0)");
+        assert_eq!(
+            out,
+            "#+sbcl\n(progn\n\n  (defun e ()\n    0)\n\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2))\n"
+        );
+        let out = edit(source, "defun", "g", Operation::InsertAfter, "(defun h () 4)");
+        assert_eq!(out, "#+sbcl\n(progn\n  ;; f\n  (defun f ()\n    1)\n  (defun g () 2)\n\n  (defun h () 4))\n");
+        let eval_when = "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun f () 1))\n";
+        let out = edit(eval_when, "defun", "f", Operation::Replace, "(defun f () 2)");
+        assert_eq!(out, "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun f () 2))\n");
+    }
+
+    #[test]
+    fn delete_keeps_the_blank_line_rhythm() {
+        // Between two forms: one blank line stays.
+        let out = edit(FILE, "defun", "inc", Operation::Delete, "");
+        assert_eq!(out, "(in-package :app)\n\n;;; Section header\n\n(defun dec (x) (1- x))\n");
+        // At the end: the blank lines above go too.
+        let out = edit(FILE, "defun", "dec", Operation::Delete, "");
+        assert_eq!(out, "(in-package :app)\n\n;;; Section header\n\n;; Adds one.\n;; Really.\n(defun inc (x)\n  (1+ x)) ; trivial\n".replace("trivial", "trailing"));
+        // At the start, and a reader conditional goes with its form.
+        let out = edit("#+sbcl\n(defun f ())\n\n(defun g ())\n", "defun", "f", Operation::Delete, "");
+        assert_eq!(out, "(defun g ())\n");
+        // Sharing a line.
+        let out = edit("(a) (defun f ()) (b)\n", "defun", "f", Operation::Delete, "");
+        assert_eq!(out, "(a) (b)\n");
+        // The last form of a wrapper: its closing parenthesis moves up.
+        let out = edit("(progn\n  (defun f ())\n  ;; g\n  (defun g ()))\n", "defun", "g", Operation::Delete, "");
+        assert_eq!(out, "(progn\n  (defun f ()))\n");
+        let out = edit("(progn\n  (defun f ())\n  (defun g ()))\n", "defun", "f", Operation::Delete, "");
+        assert_eq!(out, "(progn\n  (defun g ()))\n");
     }
 }

@@ -271,10 +271,10 @@ impl AllowedRoots {
     /// Opens `path` beneath a root and reads it, for tools that only look at it. A file larger
     /// than `limit` bytes is refused with `advice` (what to pass to read it anyway).
     pub fn read(&self, path: &Path, limit: Option<(u64, &'static str)>) -> Result<SourceFile, PathError> {
-        let OpenedFile { shown, mut file, metadata, .. } = self.open(path)?;
+        let OpenedFile { shown, path, mut file, metadata, .. } = self.open(path)?;
         check_size(&shown, &metadata, limit)?;
         match read_all(&mut file, &metadata) {
-            Ok(bytes) => Ok(SourceFile { shown, bytes }),
+            Ok(bytes) => Ok(SourceFile { shown, path, bytes }),
             Err(source) => Err(PathError::Read { path: shown, source }),
         }
     }
@@ -522,6 +522,8 @@ fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
 pub struct SourceFile {
     /// The path for messages: relative to its root when possible.
     pub shown: String,
+    /// The file's real path, with no symbolic link in it.
+    pub path: PathBuf,
     pub(crate) bytes: Vec<u8>,
 }
 

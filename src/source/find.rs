@@ -151,12 +151,12 @@ fn edit_distance(a: &str, b: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::forms::top_forms;
+    use crate::source::forms::definitions;
 
     fn find(source: &str, form_type: &str, form_name: &str, index: Option<usize>) -> Result<String, String> {
         let cst = Cst::parse(source.as_bytes()).expect("parses");
         let lines = LineIndex::new(source.as_bytes());
-        let forms = top_forms(&cst);
+        let forms = definitions(&cst);
         let query = Query::parse(form_type, form_name).expect("query");
         let wanted = format!("{form_type} {form_name}");
         find_target(&cst, &lines, &forms, &query, &wanted, index).map(|f| located(&cst, &lines, f))

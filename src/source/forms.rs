@@ -241,11 +241,17 @@ pub(crate) fn compact(cst: &Cst, id: NodeId, canonical: bool) -> String {
     out
 }
 
-/// A top-level form, looked through any reader conditionals in front of it.
+/// A form that Lisp processes at top level (CLHS 3.2.3.1): a top-level form, or a form in the
+/// body of a top-level `progn`, `eval-when`, `locally`, `macrolet` or `symbol-macrolet`, looked
+/// through any reader conditionals in front of it.
 #[derive(Debug, Clone)]
 pub(crate) struct TopForm {
-    /// Position in [`Cst::top_level`].
+    /// Position among its siblings: in [`Cst::top_level`], or in the children of `container`.
     pub top_index: usize,
+    /// The wrapping form (`progn`, `eval-when`, ...) whose body holds this one; none at top level.
+    pub container: Option<NodeId>,
+    /// The positions of the wrapping forms in the list [`definitions`] returns, outermost first.
+    pub ancestors: Vec<usize>,
     /// The top-level node: the outermost reader conditional, or the form itself.
     pub item: NodeId,
     /// The form under the conditionals.
@@ -303,16 +309,23 @@ impl TopForm {
     pub fn describe(&self, cst: &Cst) -> String {
         match (&self.head, self.form_name(cst)) {
             (Some(head), Some(name)) => format!("{} {name}", head.operator_shown(cst)),
+            (Some(head), None) if head.operator == "eval-when" => match cst.elements(self.form).nth(1) {
+                Some(situations) => format!("{} {}", head.operator_shown(cst), compact(cst, situations, false)),
+                None => head.operator_shown(cst),
+            },
             (Some(head), None) => head.operator_shown(cst),
             (None, _) => shorten(&compact(cst, self.form, false), 60),
         }
     }
 }
 
-/// One top-level form as `lisp-outline` lists it.
+/// One form as `lisp-outline` lists it: a top-level form, or one in the body of a wrapping
+/// `progn`, `eval-when`, `locally`, `macrolet` or `symbol-macrolet`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutlineEntry {
     pub(crate) lines: LineRange,
+    /// How many wrapping forms it is inside: 0 for a top-level form.
+    pub depth: usize,
     /// The reader conditionals in front of the form (`#+sbcl`), empty if none.
     pub conditions: String,
     /// The operator as written, for a list form whose operator is a symbol.
@@ -344,16 +357,10 @@ pub fn outline_page_of(source: &[u8], offset: usize, limit: usize) -> Result<(us
         // the text after it decides where its last token ends just as in the whole file.
         let next = spans.get(i + 1).map_or(source.len(), |&(next, _)| next as usize);
         let alone = Cst::parse(&source[start..next]).ok();
-        let form = alone.as_ref().and_then(|cst| top_forms(cst).into_iter().next().map(|form| (cst, form)));
-        match form {
-            Some((cst, form)) if cst.span(form.item) == (0..end - start) => {
-                entries.push(OutlineEntry {
-                    lines: lines.lines(start..end),
-                    conditions: form.conditions_shown(cst).trim_end().to_string(),
-                    operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
-                    name: form.form_name(cst),
-                    description: form.describe(cst),
-                });
+        let forms = alone.as_ref().map(|cst| (cst, definitions(cst)));
+        match forms {
+            Some((cst, forms)) if forms.first().is_some_and(|form| cst.span(form.item) == (0..end - start)) => {
+                entries.extend(forms.iter().map(|form| outline_entry(cst, &lines, start, form)));
             }
             // Not so after all: an unknown `#` dispatch can read differently at the end of the
             // text (`#\`##`, `#""(`); never in real code, but then the whole tree, as
@@ -366,20 +373,36 @@ pub fn outline_page_of(source: &[u8], offset: usize, limit: usize) -> Result<(us
 
 /// How many top-level forms `cst` has, and the outline entries of at most `limit` of them from
 /// the `offset`th (0-based) on: only those are described, however long the file.
+/// Nested forms come with the top-level form that wraps them and do not count towards `limit`.
 pub fn outline_page(cst: &Cst, offset: usize, limit: usize) -> (usize, Vec<OutlineEntry>) {
     let lines = LineIndex::new(cst.source());
-    let forms = top_forms(cst);
-    let page = forms.iter().skip(offset).take(limit);
-    let entries = page
-        .map(|form| OutlineEntry {
-            lines: lines.lines(cst.span(form.item)),
-            conditions: form.conditions_shown(cst).trim_end().to_string(),
-            operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
-            name: form.form_name(cst),
-            description: form.describe(cst),
+    let forms = definitions(cst);
+    let total = forms.iter().filter(|form| form.ancestors.is_empty()).count();
+    let mut top_level_seen = 0;
+    let entries = forms
+        .iter()
+        .filter(|form| {
+            if form.ancestors.is_empty() {
+                top_level_seen += 1;
+            }
+            (offset + 1..=offset.saturating_add(limit)).contains(&top_level_seen)
         })
+        .map(|form| outline_entry(cst, &lines, 0, form))
         .collect();
-    (forms.len(), entries)
+    (total, entries)
+}
+
+/// The entry of `form` of `cst`, which starts at byte `base` of the text `lines` indexes.
+fn outline_entry(cst: &Cst, lines: &LineIndex, base: usize, form: &TopForm) -> OutlineEntry {
+    let span = cst.span(form.item);
+    OutlineEntry {
+        lines: lines.lines(base + span.start..base + span.end),
+        depth: form.ancestors.len(),
+        conditions: form.conditions_shown(cst).trim_end().to_string(),
+        operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
+        name: form.form_name(cst),
+        description: form.describe(cst),
+    }
 }
 
 fn shorten(text: &str, max_chars: usize) -> String {
@@ -391,24 +414,78 @@ fn shorten(text: &str, max_chars: usize) -> String {
     short
 }
 
-pub(crate) fn top_forms(cst: &Cst) -> Vec<TopForm> {
+/// Every form Lisp processes at top level, in file order: each top-level form, followed by the
+/// forms in its body when it is a `progn`, `eval-when`, `locally`, `macrolet` or
+/// `symbol-macrolet` (and so on down, as deep as they nest).
+pub(crate) fn definitions(cst: &Cst) -> Vec<TopForm> {
+    // One form at a time, with no list of the top-level ones beside: a big file has hundreds of
+    // thousands.
     let mut forms = Vec::new();
     for (top_index, &item) in cst.top_level().iter().enumerate() {
-        if cst.kind(item).is_trivia() {
-            continue;
+        if !cst.kind(item).is_trivia() {
+            push_with_body(cst, looked_through(cst, item, top_index, None, Vec::new()), &mut forms);
         }
-        let mut form = item;
-        let mut conditions = Vec::new();
-        while matches!(cst.kind(form), NodeKind::Prefixed(p) if p.is_reader_conditional()) {
-            conditions.push(form);
-            match cst.elements(form).nth(1) {
-                Some(guarded) => form = guarded,
-                None => break,
-            }
-        }
-        forms.push(TopForm { top_index, item, form, conditions, head: read_head(cst, form) });
     }
     forms
+}
+
+/// The operators whose body forms are processed at top level, with how many elements after the
+/// operator come before the body (`eval-when`'s situations, `macrolet`'s bindings).
+const WRAPPERS: [(&str, usize); 5] =
+    [("progn", 0), ("eval-when", 1), ("locally", 0), ("macrolet", 1), ("symbol-macrolet", 1)];
+
+/// How many elements of a wrapper (its operator included) precede its body, or `None` when
+/// `head` is no wrapper. Declarations at the start of a body are part of the head.
+pub(crate) fn wrapper_head_len(cst: &Cst, form: NodeId, head: Option<&Head>) -> Option<usize> {
+    let operator = head?.operator.as_str();
+    let (_, arguments) = WRAPPERS.iter().find(|(name, _)| *name == operator)?;
+    let declarations = cst
+        .elements(form)
+        .skip(1 + arguments)
+        .take_while(|&id| read_head(cst, id).is_some_and(|h| h.operator == "declare"))
+        .count();
+    Some(1 + arguments + declarations)
+}
+
+fn push_with_body(cst: &Cst, form: TopForm, forms: &mut Vec<TopForm>) {
+    let position = forms.len();
+    let head_len = wrapper_head_len(cst, form.form, form.head.as_ref());
+    let (wrapper, mut ancestors) = (form.form, form.ancestors.clone());
+    forms.push(form);
+    let Some(head_len) = head_len else { return };
+    ancestors.push(position);
+    let mut seen = 0;
+    for (index, &child) in cst.children(wrapper).iter().enumerate() {
+        let kind = cst.kind(child);
+        if kind.is_trivia() || kind == NodeKind::Delimiter || kind == NodeKind::Marker {
+            continue;
+        }
+        seen += 1;
+        if seen > head_len {
+            let inner = looked_through(cst, child, index, Some(wrapper), ancestors.clone());
+            push_with_body(cst, inner, forms);
+        }
+    }
+}
+
+/// The form at `item`, seen through the reader conditionals in front of it.
+fn looked_through(
+    cst: &Cst,
+    item: NodeId,
+    top_index: usize,
+    container: Option<NodeId>,
+    ancestors: Vec<usize>,
+) -> TopForm {
+    let mut form = item;
+    let mut conditions = Vec::new();
+    while matches!(cst.kind(form), NodeKind::Prefixed(p) if p.is_reader_conditional()) {
+        conditions.push(form);
+        match cst.elements(form).nth(1) {
+            Some(guarded) => form = guarded,
+            None => break,
+        }
+    }
+    TopForm { top_index, container, ancestors, item, form, conditions, head: read_head(cst, form) }
 }
 
 fn read_head(cst: &Cst, form: NodeId) -> Option<Head> {
@@ -421,7 +498,8 @@ fn read_head(cst: &Cst, form: NodeId) -> Option<Head> {
         return None;
     }
     let operator_key = read_symbol(cst.text(operator)).key;
-    let name_node = elements.next();
+    // A wrapper names nothing: what follows its operator is its situations, bindings or body.
+    let name_node = elements.next().filter(|_| !WRAPPERS.iter().any(|(wrapper, _)| *wrapper == operator_key));
     let name = name_node.and_then(|id| read_name(cst, id));
     let method = match (operator_key.as_str(), name.is_some()) {
         ("defmethod", true) => read_method(cst, &elements.collect::<Vec<_>>()),
@@ -623,7 +701,7 @@ mod tests {
 
     fn forms(source: &str) -> (Cst<'_>, Vec<TopForm>) {
         let cst = Cst::parse(source.as_bytes()).expect("parses");
-        let forms = top_forms(&cst);
+        let forms = definitions(&cst);
         (cst, forms)
     }
 

@@ -9,11 +9,13 @@ mod files;
 mod find;
 mod forms;
 mod lexer;
+mod load;
 mod permit;
 
 pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
 pub use diff::unified_diff;
-pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit};
+pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit, RemovedForm};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};
 pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
+pub use load::{definition_count, locate_definition, DefinitionPlace, LoadPlan, LoadTarget};
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

@@ -1,28 +1,41 @@
-//! `edit-lisp-form`: replace one top-level form of a Lisp source file, or insert forms next to
-//! it, on the concrete syntax tree (contract: `edit-lisp-form.ja.md`). Runs in this process; no
-//! image is needed.
+//! `edit-lisp-form`: replace, delete or insert next to one definition of a Lisp source file (at
+//! top level, or inside a top-level `progn`, `eval-when` and the like), on the concrete syntax
+//! tree (contract: `edit-lisp-form.ja.md`). The edit runs in this process; with `load`, the new
+//! forms are then loaded into the image as `load-form` loads them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::lisp_reply::decode;
+use super::load_form::{load_plan, loop_advice};
 use super::{
-    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput, ToolResult,
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
 };
-use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, Operation};
+use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation};
+use crate::swank::Form;
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
-        description:
-            "Structurally edit one top-level form (defun, defmacro, defvar, defclass, defmethod, defpackage, ...) \
-of a Common Lisp source file: replace it, or insert new forms just before or after it. The form is found by its \
-operator and name, not by line numbers; only its bytes change, so comments, indentation and every other form stay \
-exactly as they were, and `content` that does not read as complete Lisp forms is rejected without touching the file. \
-Prefer this over rewriting whole files or text substitution whenever you change Lisp source. Run `lisp-outline` first \
-to see the file's forms and their names. Returns a unified diff of the change; `dry_run` previews it without writing.",
+        description: concat!(
+            "Structurally edit one definition (defun, defmacro, defvar, defclass, defmethod, defpackage, ...) \
+of a Common Lisp source file: replace it, delete it, or insert new forms just before or after it. The form is found \
+by its operator and name, not by line numbers, at top level or inside a top-level progn, eval-when, locally, \
+macrolet or symbol-macrolet (often behind #+sbcl); only its bytes change, so comments, indentation and every other \
+form stay exactly as they were, and `content` that does not read as complete Lisp forms is rejected without \
+touching the file. Prefer this over rewriting whole files or text substitution whenever you change Lisp source. Run \
+`lisp-outline` first to see the file's forms and their names. Returns a unified diff of the change; `dry_run` \
+previews it without writing. With `load: true` the new forms are also compiled into the running image, as \
+`load-form` does (with their source location, and the compiler's warnings at file:line:column); a delete with \
+`load: true` also removes the definition from the image (fmakunbound, remove-method or makunbound; a class or \
+other definition that cannot sensibly be removed stays, and the reply says so). ",
+            loop_advice!()
+        ),
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -48,12 +61,15 @@ to see the file's forms and their names. Returns a unified diff of the change; `
                     "enum": Operation::NAMES,
                     "description": "replace: swap the form for `content`. insert_before: put `content` above the \
         form and above the comment lines directly attached to it. insert_after: put `content` below the form. Inserted \
-        forms are separated by one blank line."
+        forms are separated by one blank line. delete: remove the form with its reader conditionals and the comment \
+        lines attached directly above it, keeping one blank line where it was between others (no `content`). Inside a \
+        wrapping form, `content` is written as at column 0 and indented to the form's column."
                 },
                 "content": {
                     "type": "string",
                     "description": "Complete Lisp code: one or more whole top-level forms, with their own comments \
-        if wanted. It is read before the file is touched; line endings are converted to the file's."
+        if wanted. It is read before the file is touched; line endings are converted to the file's. Required except \
+        for delete."
                 },
                 "index": {
                     "type": "integer",
@@ -64,11 +80,18 @@ to see the file's forms and their names. Returns a unified diff of the change; `
                 "dry_run": {
                     "type": "boolean",
                     "default": false,
-                    "description": "Only return the diff; write nothing."
+                    "description": "Only return the diff; write nothing and load nothing."
+                },
+                "load": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "After writing, compile the new forms into the running image as `load-form` does \
+        (for delete: remove the definition from the image). Nothing is loaded when compiling gives an error; the reply \
+        then lists the errors, and the file stays edited."
                 },
                 "large_file": large_file_schema()
             },
-            "required": ["file_path", "form_type", "form_name", "operation", "content"],
+            "required": ["file_path", "form_type", "form_name", "operation"],
             "additionalProperties": false
         }),
         output_schema: Some(json!({
@@ -81,45 +104,137 @@ to see the file's forms and their names. Returns a unified diff of the change; `
                 "new_lines": {"type": "array", "items": {"type": "integer"}, "description": "First and last line of the new form(s) after the edit."},
                 "forms": {"type": "integer", "description": "How many forms `content` held."},
                 "written": {"type": "boolean"},
-                "diff": {"type": "string"}
+                "diff": {"type": "string"},
+                "load": {"type": ["object", "null"], "description": "With `load`: the load's report, as `load-form` gives it (for delete: {\"note\": what was removed from the image})."}
             },
             "required": ["file", "operation", "target", "target_lines", "new_lines", "forms", "written", "diff"]
         })),
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: false },
+        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
+/// The tool, for the table in `tools/mod.rs`. Only `load` contacts an image.
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::SourceSeeingImages {
+        source: run,
+        call: |context, args| Box::pin(call(context, args)),
+        image_argument: true,
+    },
+};
 
-fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+/// What the edit left for the load: the file's real path and new text, and the edit's report.
+struct Edited {
+    shown: String,
+    path: PathBuf,
+    new_text: Vec<u8>,
+    report: EditReport,
+}
+
+/// Edits the file as `args` say, writing nothing for a dry run: what a load needs next (the new
+/// text only when `for_load`: it is a copy of the whole file), the reply's text and its
+/// structured facts.
+fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
     let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
     let operation = Operation::parse(operation).ok_or_else(|| {
         let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
         ToolError::new(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
     })?;
+    let content = match (operation, args.optional_str("content")?) {
+        (Operation::Delete, content) => content.unwrap_or_default(),
+        (_, Some(content)) => content,
+        (_, None) => args.required_str("content")?,
+    };
     let request = EditRequest {
         form_type: args.required_str("form_type")?,
         form_name: args.required_str("form_name")?,
         operation,
-        content: args.required_str("content")?,
+        content,
         index: match args.optional_u64("index", u64::from(u32::MAX))? {
             Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
             index => index.and_then(|i| usize::try_from(i).ok()),
         },
     };
     let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
+    args.optional_bool("load")?;
 
     let prepared = prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?;
     let shown = prepared.shown().to_string();
+    let path = prepared.path().to_path_buf();
+    let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
     let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
     } else {
         format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
     };
-    Ok(ToolOutput::success(text).with_structured(structured(&report, &shown, dry_run)))
+    let structured = structured(&report, &shown, dry_run);
+    Ok((Edited { shown, path, new_text, report }, text, structured))
+}
+
+/// The edit alone, as a source tool runs it (what the server runs when there is nothing to
+/// load).
+fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    if args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false) {
+        return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
+    }
+    let (_, text, structured) = edit(args, roots, false)?;
+    Ok(ToolOutput::success(text).with_structured(structured))
+}
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let load = args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false);
+    let owned = args.clone();
+    if !load {
+        return context.on_files(move |roots| run(&owned, roots)).await;
+    }
+    let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true)).await?;
+    let Edited { shown, path, new_text, report } = edited;
+    if let Some(removed) = &report.removed {
+        let request = vec![
+            Form::string(removed.text.clone()),
+            Form::Keyword("package"),
+            removed.package.clone().map_or(Form::Nil, Form::string),
+        ];
+        let reply = context.call_helper(args, "unload-definition", request).await;
+        let note = match reply.and_then(|reply| decode::<Unloaded>("unload-definition", &reply)) {
+            Ok(unloaded) => unloaded.note,
+            Err(error) => {
+                return Ok(ToolOutput::error(format!(
+                    "{text}\n\nThe file was edited, but removing the definition from the image failed:\n{}",
+                    error.0
+                ))
+                .with_structured(structured))
+            }
+        };
+        structured["load"] = json!({ "note": note });
+        return Ok(ToolOutput::success(format!("{text}\n\n{note}")).with_structured(structured));
+    }
+    let plan = LoadPlan::for_span(&new_text, report.new_span.clone()).map_err(ToolError::new)?;
+    if plan.targets.is_empty() {
+        return Ok(ToolOutput::success(format!("{text}\n\nNothing to load: the new text holds no form."))
+            .with_structured(structured));
+    }
+    let loaded = match load_plan(context, args, &path, &plan).await {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            return Ok(ToolOutput::error(format!(
+                "{text}\n\nThe file was edited, but loading the new forms into the image failed:\n{}",
+                error.0
+            ))
+            .with_structured(structured))
+        }
+    };
+    let (text, failed, load) = loaded.render(&shown, &plan, Some(text));
+    structured["load"] = load;
+    Ok(ToolOutput::new(text, failed).with_structured(structured))
+}
+
+/// The helper's answer to `unload-definition`.
+#[derive(Deserialize)]
+struct Unloaded {
+    note: String,
 }
 
 /// One line saying what was (or would be) done, where.
@@ -139,6 +254,8 @@ fn summary(report: &EditReport, file: &str, dry_run: bool) -> String {
         Operation::Replace => format!("{replace} {target} in {file} with {forms}, {now}at {new_lines}."),
         Operation::InsertBefore => format!("{insert} {forms} before {target} in {file}, {now}at {new_lines}."),
         Operation::InsertAfter => format!("{insert} {forms} after {target} in {file}, {now}at {new_lines}."),
+        Operation::Delete if dry_run => format!("Dry run, nothing written: would delete {target} from {file}."),
+        Operation::Delete => format!("Deleted {target} from {file}."),
     }
 }
 

@@ -7,6 +7,11 @@ use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural
 use super::{
     symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
 };
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::LARGE_FILE;
+use crate::source::{locate_definition, AllowedRoots};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
@@ -15,9 +20,10 @@ fn definition() -> ToolDefinition {
         title: "Find definitions",
         description: "Find where a symbol is defined in the running image: every definition (function, macro, generic \
             function and each method, variable, class, structure, condition, type, setf function, ...) with its file, \
-            line and column, or \"defined at the REPL, no source file\" for definitions made by evaluation. Notes when \
-            the file changed since it was compiled. Up to 2,000 definitions a reply; the last line gives the `offset` \
-            of the next page.",
+            line and column, or \"defined at the REPL, no source file\" for definitions made by evaluation. When the \
+            file changed since it was compiled (and lies under an allowed root), the definition is found again in the \
+            file's current text by its operator, name and specializers, and the reply says so. 50 definitions a reply \
+            unless `limit` says otherwise; the last line gives the `offset` of the next page.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],
@@ -25,7 +31,7 @@ fn definition() -> ToolDefinition {
                 "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
                 "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."},
                 "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "How many definitions to skip: a symbol with very many (a generic function's methods) comes in pages, and the reply's last line says which `offset` gives the next one."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": MAX_DEFINITIONS, "description": "At most this many definitions in the reply."}
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many definitions in the reply (up to 2,000)."}
             }
         }),
         output_schema: Some(json!({
@@ -48,12 +54,14 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;
+/// The definitions a reply holds when the call gives no `limit`.
+pub const DEFAULT_DEFINITIONS: u64 = 50;
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let offset = args.optional_u64("offset", i64::MAX as u64)?.unwrap_or(0);
     let limit = match args.optional_u64("limit", MAX_DEFINITIONS)? {
         Some(0) => return Err(ToolError::new(format!("Argument `limit` must be from 1 to {MAX_DEFINITIONS}."))),
-        limit => limit.unwrap_or(MAX_DEFINITIONS),
+        limit => limit.unwrap_or(DEFAULT_DEFINITIONS),
     };
     let mut request = symbol_request(args)?;
     request.extend([
@@ -63,7 +71,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Integer(limit as i64),
     ]);
     let reply = context.call_helper(args, "find-definition", request).await?;
-    let found = decode::<Definitions>("find-definition", &reply)?;
+    let mut found = decode::<Definitions>("find-definition", &reply)?;
+    found = context
+        .on_files(move |roots| {
+            found.relocate_changed(roots);
+            Ok(found)
+        })
+        .await?;
     Ok(ToolOutput::success(found.render(offset)).with_structured(found.structured(offset)))
 }
 
@@ -86,7 +100,50 @@ struct Definition {
     pub source: Location,
 }
 
+/// The note of a definition found again in the file's current text.
+const RELOCATED: &str = "the file changed since this was compiled; found in its current text";
+
 impl Definitions {
+    /// Checks each definition in a file under an allowed root against the file's current text,
+    /// by operator, name and specializers: SBCL records where it was when compiled (and, for one
+    /// inside a `progn` or behind `#+`, the top-level form), so after an edit, or inside a wrapper,
+    /// the line is found in the text as it is now.
+    fn relocate_changed(&mut self, roots: &AllowedRoots) {
+        let name = self.symbol.rsplit(':').next().unwrap_or(&self.symbol).to_string();
+        let mut texts: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+        for definition in &mut self.definitions {
+            let source = &mut definition.source;
+            let (Some(file), Some(line), Some(column)) = (&source.file, source.line, source.column) else { continue };
+            let Some((operators, form_name)) = query_of(&definition.kind, &name) else { continue };
+            let text = texts
+                .entry(file.clone())
+                .or_insert_with(|| roots.read(Path::new(file), Some((LARGE_FILE, ""))).ok().map(|f| f.bytes));
+            let Some(text) = text else { continue };
+            let recorded = (line as usize, column as usize);
+            let places = locate_definition(text, operators, &form_name);
+            let changed = source.note.as_deref().is_some_and(|note| note.contains("changed"));
+            if places.iter().any(|place| place.at == recorded) {
+                if changed {
+                    source.note = Some(RELOCATED.to_string());
+                }
+            } else if let Some(place) = places.iter().find(|place| place.top_level == recorded) {
+                (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
+                if changed {
+                    source.note = Some(RELOCATED.to_string());
+                }
+            } else if let Some(place) = places.first() {
+                (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
+                source.note = Some(RELOCATED.to_string());
+            } else if changed {
+                source.note = Some(format!(
+                    "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
+                     renamed?); the line is where it was",
+                    operators[0]
+                ));
+            }
+        }
+    }
+
     fn labelled(&self) -> Vec<(&str, &Location)> {
         self.definitions.iter().map(|d| (d.kind.as_str(), &d.source)).collect()
     }
@@ -134,6 +191,68 @@ impl Definitions {
     }
 }
 
+/// The operators that may have made a definition of `kind` (as the helper labels it), and its
+/// name as `edit-lisp-form` takes it, for the symbol named `name`.
+fn query_of(kind: &str, name: &str) -> Option<(&'static [&'static str], String)> {
+    let name = name.trim_matches('|').to_lowercase();
+    if kind.starts_with("function (SETF ") {
+        return Some((&["defun", "defgeneric"], format!("(setf {name})")));
+    }
+    if let Some(signature) = kind.strip_prefix("method ") {
+        // `(:AROUND T)`: the qualifiers, then one specializer per required parameter.
+        let inner = signature.trim().strip_prefix('(')?.strip_suffix(')')?;
+        let parts = split_top_level(inner);
+        let qualifiers = parts.iter().take_while(|p| p.starts_with(':')).count();
+        let specializers = parts[qualifiers..].join(" ");
+        let form_name = if qualifiers == 0 {
+            format!("{name} ({specializers})")
+        } else {
+            format!("{name} {} ({specializers})", parts[..qualifiers].join(" "))
+        };
+        return Some((&["defmethod"], form_name.to_lowercase()));
+    }
+    let operators: &'static [&'static str] = match kind {
+        "function" => &["defun", "defgeneric"],
+        "generic function" => &["defgeneric"],
+        "macro" => &["defmacro"],
+        "compiler macro" => &["define-compiler-macro"],
+        "variable" => &["defvar", "defparameter"],
+        "constant" => &["defconstant"],
+        "symbol macro" => &["define-symbol-macro"],
+        "setf expander" => &["defsetf", "define-setf-expander"],
+        "structure" => &["defstruct"],
+        "condition" => &["define-condition"],
+        "class" => &["defclass"],
+        "type" => &["deftype"],
+        "method combination" => &["define-method-combination"],
+        _ => return None,
+    };
+    Some((operators, name))
+}
+
+/// The elements of a list's printed contents, split at top-level spaces.
+fn split_top_level(text: &str) -> Vec<String> {
+    let (mut parts, mut current, mut depth) = (Vec::new(), String::new(), 0i32);
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ' ' if depth == 0 => {
+                if !current.is_empty() {
+                    parts.push(std::mem::take(&mut current));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +264,19 @@ mod tests {
 
     fn found(reply: &str) -> Result<Definitions, ToolError> {
         decode("find-definition", &read(reply).unwrap())
+    }
+
+    #[test]
+    fn kinds_become_queries() {
+        let query = |kind: &str| query_of(kind, "AREA").map(|(operators, name)| (operators[0], name));
+        assert_eq!(query("method (:AROUND T)"), Some(("defmethod", "area :around (t)".into())));
+        assert_eq!(query("method ((EQL :X) INTEGER)"), Some(("defmethod", "area ((eql :x) integer)".into())));
+        assert_eq!(query("function (SETF AREA)"), Some(("defun", "(setf area)".into())));
+        assert_eq!(query("variable"), Some(("defvar", "area".into())));
+        let source = b"(in-package :x)\n\n#+sbcl\n(progn\n  (defmethod area :around ((s t)) 1))\n";
+        let (operators, name) = query_of("method (:AROUND T)", "AREA").unwrap();
+        let places = locate_definition(source, operators, &name);
+        assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (3, 1))]);
     }
 
     #[test]

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::image_sources::reading_roots;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
@@ -27,7 +28,8 @@ it before compiling or loading hand-edited code, and to locate the damage when a
                 "file_path": {
                     "type": "string",
                     "description": "A Lisp source file to check: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root, or in the directory of \
+        an ASDF system the image knows (such files are only read, never written), as find-definition gives them."
                 },
                 "code": {
                     "type": "string",
@@ -68,7 +70,22 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::SourceSeeingImages {
+        source: run,
+        call: |context, args| Box::pin(call(context, args)),
+        image_argument: false,
+    },
+};
+
+/// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
+/// system's directory (read only).
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let roots = reading_roots(context, args).await?;
+    let args = args.clone();
+    context.on_files(move |_| run(&args, &roots)).await
+}
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file;

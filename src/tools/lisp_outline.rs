@@ -5,9 +5,10 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::image_sources::reading_roots;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
 
@@ -17,8 +18,10 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-outline",
         title: "Outline a Lisp file",
         description: "List the top-level forms of a Common Lisp source file, one line each: line range, reader \
-conditional if any, operator and name (for methods with qualifiers and specializers). Much shorter than the file \
-itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`. A long \
+conditional if any, operator and name (for methods with qualifiers and specializers). Definitions that Lisp \
+processes at top level inside a `progn`, `eval-when`, `locally`, `macrolet` or `symbol-macrolet` (often behind \
+`#+sbcl`) are listed too, indented under their wrapper; `edit-lisp-form` and `load-form` find them by the same \
+operator and name. Much shorter than the file itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`. A long \
 file comes in pages of up to 2,000 forms; the last line of a page gives the `offset` of the next.",
         input_schema: json!({
             "type": "object",
@@ -26,7 +29,8 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
                 "file_path": {
                     "type": "string",
                     "description": "The Lisp source file: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root."
+        directory (by default its working directory). It must lie under an allowed root, or in the directory of \
+        an ASDF system the image knows (such files are only read, never written), as find-definition gives them."
                 },
                 "offset": {
                     "type": "integer",
@@ -51,7 +55,7 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
             "properties": {
                 "file": {"type": "string"},
                 "lines": {"type": "integer"},
-                "total_forms": {"type": "integer", "description": "Top-level forms in the whole file."},
+                "total_forms": {"type": "integer", "description": "Top-level forms in the whole file (nested ones not counted; pages count top-level forms)."},
                 "offset": {"type": "integer", "description": "How many forms this page skipped."},
                 "next_offset": {"type": ["integer", "null"], "description": "The `offset` of the next page, or null after the last."},
                 "forms": {
@@ -61,6 +65,7 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
                         "properties": {
                             "first_line": {"type": "integer"},
                             "last_line": {"type": "integer"},
+                            "depth": {"type": "integer", "description": "0 for a top-level form; 1 for a form in the body of a top-level progn, eval-when, locally, macrolet or symbol-macrolet; and so on."},
                             "conditions": {"type": "string", "description": "Reader conditionals in front, e.g. \"#+sbcl\"."},
                             "operator": {"type": ["string", "null"]},
                             "name": {"type": ["string", "null"], "description": "As `edit-lisp-form` takes it in `form_name`."}
@@ -76,7 +81,22 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Source(run) };
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::SourceSeeingImages {
+        source: run,
+        call: |context, args| Box::pin(call(context, args)),
+        image_argument: false,
+    },
+};
+
+/// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
+/// system's directory (read only).
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let roots = reading_roots(context, args).await?;
+    let args = args.clone();
+    context.on_files(move |_| run(&args, &roots)).await
+}
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
 pub const MAX_ENTRIES: u64 = 2_000;
@@ -122,7 +142,8 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let width = ranges.iter().map(String::len).max().unwrap_or(0);
     for (entry, range) in entries.iter().zip(&ranges) {
         let conditions = if entry.conditions.is_empty() { String::new() } else { format!("{} ", entry.conditions) };
-        text.push_str(&format!("{range:<width$}  {conditions}{}\n", entry.description));
+        let indent = "  ".repeat(entry.depth);
+        text.push_str(&format!("{range:<width$}  {indent}{conditions}{}\n", entry.description));
     }
     if let Some(next) = next_offset {
         text.push_str(&format!("... {} more; use `offset: {next}` for the next page.\n", total - next));
@@ -133,6 +154,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
             json!({
                 "first_line": e.lines.first,
                 "last_line": e.lines.last,
+                "depth": e.depth,
                 "conditions": e.conditions,
                 "operator": e.operator,
                 "name": e.name,

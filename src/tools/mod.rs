@@ -13,11 +13,14 @@ pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
 pub mod image_approval;
+pub(crate) mod image_sources;
 pub mod inspect;
 pub mod lisp_check_parens;
 pub mod lisp_outline;
 pub(crate) mod lisp_reply;
 pub mod lisp_status;
+pub mod load_file;
+pub mod load_form;
 pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
@@ -86,6 +89,17 @@ pub enum Run {
     Image(for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>),
     /// On source files in this process; it never touches an image.
     Source(fn(&Arguments, &AllowedRoots) -> ToolResult),
+    /// On source files in this process, with a step in an image: `call` is what the server runs;
+    /// `source` is the tool without that step, which needs no image.
+    SourceSeeingImages {
+        /// The tool on files alone.
+        source: fn(&Arguments, &AllowedRoots) -> ToolResult,
+        /// The whole tool.
+        call: for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>,
+        /// Whether it takes the `image` argument: it works in an image, rather than only asking
+        /// the images where their files are.
+        image_argument: bool,
+    },
 }
 
 /// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
@@ -107,6 +121,8 @@ static TOOLS: &[Tool] = &[
     threads::TOOL,
     lisp_status::TOOL,
     edit_lisp_form::TOOL,
+    load_form::TOOL,
+    load_file::TOOL,
     lisp_check_parens::TOOL,
     lisp_outline::TOOL,
     undo::TOOL,
@@ -120,7 +136,9 @@ fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
         .iter()
         .map(|tool| {
             let mut definition = (tool.definition)();
-            if let (Run::Image(_), [default, _, ..]) = (&tool.run, names.as_slice()) {
+            let image_argument =
+                matches!(tool.run, Run::Image(_) | Run::SourceSeeingImages { image_argument: true, .. });
+            if let (true, [default, _, ..]) = (image_argument, names.as_slice()) {
                 if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
                     properties.insert(
                         "image".into(),
@@ -262,7 +280,7 @@ impl Toolbox {
                     .await
                     .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
             }
-            Run::Image(tool) => {
+            Run::Image(tool) | Run::SourceSeeingImages { call: tool, .. } => {
                 let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
                 let result = tool(&context, &args).await;
                 // A fresh image in place of one that ended is news the agent must not miss: its
@@ -296,6 +314,22 @@ impl ToolContext {
     /// Every configured image, the default first.
     pub fn images(&self) -> &[Arc<Image>] {
         &self.toolbox.images
+    }
+
+    /// The directories the source tools may read and write.
+    pub fn roots(&self) -> &AllowedRoots {
+        &self.toolbox.roots
+    }
+
+    /// Runs `work` on the allowed roots off the async workers, as the source tools run.
+    pub(crate) async fn on_files<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&AllowedRoots) -> Result<T, ToolError> + Send + 'static,
+    ) -> Result<T, ToolError> {
+        let toolbox = self.toolbox.clone();
+        tokio::task::spawn_blocking(move || work(&toolbox.roots))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
     }
 
     /// The image named by the optional `image` argument, or the default image.

@@ -1,0 +1,342 @@
+;;;; load-form, load-file and edit-lisp-form's load: compile a file's definitions into the image
+;;;; with their source locations, as C-c C-c and C-c C-k do, and report the compiler's conditions
+;;;; at file, line and column. Also the reverse, for a deleted definition.
+;;;;
+;;;; The server reads the file and sends LOAD-SOURCE the text to compile: the file with everything
+;;;; but the chosen definitions blanked out, each definition at its own offset, line and top-level
+;;;; form number (src/source/load.rs). It is compiled as a file of its own whose source name is
+;;;; the real file's, with the real file's write date, so that SBCL records each definition where
+;;;; it is in the real file and find-definition sees no change.
+;;;;
+;;;; Loaded after undo.lisp, under the rules of helper.lisp.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *max-load-conditions* 100
+  "Compiler conditions a load reports in full; the rest are only counted.")
+
+(defun temporary-directory ()
+  (let ((directory (or (sb-ext:posix-getenv "TMPDIR") "/tmp")))
+    (pathname (if (char= (char directory (1- (length directory))) #\/)
+                  directory
+                  (concatenate 'string directory "/")))))
+
+(defun temporary-pathname (type)
+  (merge-pathnames (format nil "mcp-agent-load-~36R-~36R.~A"
+                           (get-universal-time) (random (expt 36 8) (make-random-state t)) type)
+                   (temporary-directory)))
+
+(defun set-write-date (pathname universal-time)
+  "Gives PATHNAME the write date UNIVERSAL-TIME (with SB-POSIX, required on demand)."
+  (ignore-errors
+   (require :sb-posix)
+   (let ((unix-time (- universal-time (encode-universal-time 0 0 0 1 1 1970 0)))
+         (utimes (find-symbol "UTIMES" '#:sb-posix)))
+     (funcall utimes (sb-ext:native-namestring pathname) unix-time unix-time))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Where a compiler condition is, in a file's octets
+
+(defun compiler-context ()
+  "SBCL's context of the condition being signalled: the form's file position, source path and
+text, or NIL."
+  (let ((find (first (existing-symbols "SB-C" "FIND-ERROR-CONTEXT"))))
+    (and find (ignore-errors (funcall find nil)))))
+
+(defun context-slot (context name)
+  (let ((reader (first (existing-symbols "SB-C" name))))
+    (and context reader (fboundp reader) (ignore-errors (funcall reader context)))))
+
+(defun one-line (text limit)
+  "TEXT with each run of blank space made one space, cut to LIMIT characters."
+  (let ((folded (with-output-to-string (out)
+                  (let ((blank nil))
+                    (loop for c across (string-trim '(#\Space #\Tab #\Newline #\Return) text)
+                          do (if (layout-char-p c)
+                                 (setf blank t)
+                                 (progn (when blank (write-char #\Space out) (setf blank nil))
+                                        (write-char c out))))))))
+    (if (> (length folded) limit) (concatenate 'string (subseq folded 0 limit) " ...") folded)))
+
+(defun subform-octet-position (octets start path)
+  "The byte position in OCTETS of the subform along PATH (indices from the top-level form,
+outermost first) of the top-level form at byte START, read in the current package, or START."
+  (or (ignore-errors
+       (let* ((text (sb-ext:octets-to-string octets :start start :external-format :utf-8))
+              (positions (make-hash-table :test 'eq))
+              (*read-eval* nil)
+              (form (let ((*readtable* (position-recording-readtable positions)))
+                      (with-input-from-string (in text) (read in))))
+              (character (subform-position form path positions)))
+         (and character
+              (+ start (length (sb-ext:string-to-octets text :end character :external-format :utf-8))))))
+      start))
+
+(defun call-in-reading-package (function)
+  "Calls FUNCTION, which reads a form of the file being compiled only to find its subforms, with
+*PACKAGE* that file's package while it is being compiled. Warnings deferred to the end of the
+compilation unit come after, when the file's package is unknown: then in a package made for the
+call, so that reading interns nothing anywhere else."
+  (if *compile-file-truename*
+      (funcall function)
+      (let ((package (make-package (format nil "MCP-AGENT-READING-~36R" (random (expt 36 8))) :use '(#:common-lisp))))
+        (unwind-protect (let ((*package* package)) (funcall function))
+          (delete-package package)))))
+
+(defun condition-location (octets)
+  "Where in OCTETS, a file's contents, the condition being signalled is: (values line column
+form-text), each NIL when SBCL does not say."
+  (context-location (compiler-context) octets))
+
+(defun context-location (context octets)
+  "Where in OCTETS the compiler CONTEXT is: (values line column form-text)."
+  (let* ((position (context-slot context "COMPILER-ERROR-CONTEXT-FILE-POSITION"))
+         (path (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE-PATH"))
+         (source (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE"))
+         (form (and (stringp source) (one-line source 200))))
+    (if (and octets (integerp position) (<= position (length octets)))
+        (let* ((start (skip-layout octets position))
+               (at (if path
+                       (call-in-reading-package (lambda ()
+                                                  (subform-octet-position octets start (rest (reverse path)))))
+                       start)))
+          (multiple-value-bind (line column) (octet-line-and-column octets at)
+            (values line column form)))
+        (values nil nil form))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Compiling and loading a file, recording what the compiler says
+
+(defun call-recording-file-conditions (octets function)
+  "Calls FUNCTION, which compiles a file whose contents are OCTETS. Returns its values and the
+conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the order they came."
+  (let ((conditions '())
+        (last nil)
+        (compiler-error (sbcl-internal "SB-C" "COMPILER-ERROR"))
+        (encapsulated (sbcl-internal "SB-INT" "ENCAPSULATED-CONDITION")))
+    (flet ((record (severity condition)
+             (unless (eq condition last)
+               (setf last condition)
+               (multiple-value-bind (line column form) (condition-location octets)
+                 (push (list :severity severity :message (compiler-message condition)
+                             :form form :line line :column column)
+                       conditions)))))
+      (let ((values (multiple-value-list
+                     (handler-bind ((condition
+                                      (lambda (c)
+                                        (when (typep c compiler-error)
+                                          (record "ERROR" (funcall encapsulated c)))))
+                                    (sb-ext:compiler-note (lambda (c) (record "NOTE" c)))
+                                    (warning
+                                      (lambda (c)
+                                        (unless (or (muffled-by-sbcl-p c) (asdf-summary-warning-p c))
+                                          (record (if (typep c 'style-warning) "STYLE-WARNING" "WARNING") c)))))
+                       (funcall function)))))
+        (values values (nreverse conditions))))))
+
+(defun load-report (conditions loaded &key inactive)
+  (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
+    (list :loaded loaded
+          :warnings (count-of "WARNING")
+          :errors (count-of "ERROR")
+          :style-warnings (count-of "STYLE-WARNING")
+          :notes (count-of "NOTE")
+          :conditions (subseq conditions 0 (min (length conditions) *max-load-conditions*))
+          :inactive inactive)))
+
+(defun compile-and-load (source octets &key source-name)
+  "Compiles the file SOURCE (whose contents are OCTETS) under the source name SOURCE-NAME, and
+loads the result unless the compiler reported an error. Returns the report of LOAD-REPORT."
+  (let ((fasl (temporary-pathname "fasl"))
+        (*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
+        (*package* (find-package '#:common-lisp-user))
+        (*readtable* (copy-readtable nil)))
+    (unwind-protect
+         (multiple-value-bind (values conditions)
+             (call-recording-file-conditions
+              octets
+              (lambda ()
+                (with-compilation-unit (:override t :source-namestring source-name)
+                  (compile-file source :output-file fasl))))
+           (let* ((output (first values))
+                  (errors (find "ERROR" conditions :key (lambda (c) (getf c :severity)) :test #'string=))
+                  (loaded (and output (not errors)
+                               (handler-case (progn (load output) t)
+                                 (error (e)
+                                   (setf conditions
+                                         (append conditions
+                                                 (list (list :severity "ERROR"
+                                                             :message (format nil "Loading the compiled code failed: ~A"
+                                                                              (condition-message e))
+                                                             :form nil :line nil :column nil))))
+                                   nil)))))
+             (load-report conditions loaded)))
+      (ignore-errors (delete-file fasl)))))
+
+(defun inactive-guards (guards)
+  "The GUARDS, each (label marker feature-text), whose reader conditional does not let the form
+through in this image."
+  (remove-if (lambda (guard)
+               (destructuring-bind (label marker feature) guard
+                 (declare (ignore label))
+                 (let ((holds (handler-case
+                                  (let ((*package* (find-package '#:keyword)) (*read-eval* nil))
+                                    (internal-call "SB-INT" "FEATUREP" (read-from-string feature)))
+                                (error () t))))
+                   (eq (and holds t) (string= marker "+")))))
+             guards))
+
+(defun load-source (file text &key guards session token (max-output 65536))
+  "Compiles TEXT, the file FILE with everything but some definitions blanked out (see the top of
+this file), and loads it, for load-form. GUARDS are the reader conditionals in front of the
+definitions, (label marker feature-text) each. Returns a plist: :LOADED; the counts :WARNINGS
+:ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each (:SEVERITY :MESSAGE :FORM :LINE :COLUMN) with
+LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in this image;
+:STDOUT (text dropped)."
+  (declare (ignore session))
+  (let ((stdout (make-capture max-output))
+        (*max-output* max-output))
+    (let ((result
+            (run-tool token
+                      (lambda ()
+                        (let ((source (temporary-pathname "lisp"))
+                              (octets (sb-ext:string-to-octets text :external-format :utf-8)))
+                          (unwind-protect
+                               (progn
+                                 (with-open-file (out source :direction :output :element-type '(unsigned-byte 8)
+                                                             :if-exists :supersede)
+                                   (write-sequence octets out))
+                                 (let ((date (ignore-errors (file-write-date file))))
+                                   (when date (set-write-date source date)))
+                                 (let ((report (compile-and-load source octets :source-name file)))
+                                   (setf (getf report :inactive) (inactive-guards guards))
+                                   report))
+                            (ignore-errors (delete-file source)))))
+                      :stdout stdout)))
+      (if (getf result :failure)
+          result
+          (append result (list :stdout (capture-report stdout)))))))
+
+(defun load-source-file (file &key session token (max-output 65536))
+  "Compiles and loads FILE for load-file. Returns the plist LOAD-SOURCE does, without :INACTIVE.
+New definitions are not listed in the undo journal (a file's hundreds would push out the
+replacements); replaced functions and macros are."
+  (declare (ignore session))
+  (let ((stdout (make-capture max-output))
+        (*max-output* max-output))
+    (let ((result (run-tool token
+                            (lambda ()
+                              (unless (probe-file file)
+                                (fail "The image cannot see the file ~A: it runs on another machine, or in ~
+                                       another file system namespace, than swank-mcp." file))
+                              (let ((*journal-additions* nil)
+                                    (*file-octets* (make-hash-table :test 'equal)))
+                                (compile-and-load file (read-file-octets file) :source-name file)))
+                            :stdout stdout)))
+      (if (getf result :failure)
+          result
+          (append result (list :stdout (capture-report stdout)))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Removing a deleted definition from the image
+
+(defun read-package-designator (text)
+  "The package the designator TEXT (`:app`, `#:app`, `\"APP\"`, `app`) names."
+  (let* ((designator (let ((*package* (find-package '#:keyword)) (*read-eval* nil))
+                       (read-from-string text)))
+         (name (and (typep designator '(or string symbol character)) (string designator))))
+    (or (and name (find-package name))
+        (fail "The file's IN-PACKAGE names the package ~A, which does not exist in the image: load the ~
+               file that defines it first." text))))
+
+(defun method-specializer (specializer)
+  (cond ((and (consp specializer) (eq (first specializer) 'eql))
+         (sb-mop:intern-eql-specializer
+          (let ((object (second specializer)))
+            (if (constantp object) (eval object) object))))
+        ((symbolp specializer) (find-class specializer))
+        (t specializer)))
+
+(defun remove-defined-method (name rest)
+  "Removes the method that (DEFMETHOD NAME . REST) defines. Returns the text that says so."
+  (let* ((qualifiers (loop for x in rest until (listp x) collect x))
+         (lambda-list (find-if #'listp rest))
+         (required (loop for parameter in lambda-list
+                         until (member parameter lambda-list-keywords)
+                         collect (if (consp parameter) (second parameter) t)))
+         (generic (and (fboundp name) (fdefinition name)))
+         (method (and (typep generic 'generic-function)
+                      (ignore-errors (find-method generic qualifiers (mapcar #'method-specializer required) nil)))))
+    (if method
+        (progn (remove-method generic method)
+               (format nil "Removed the method ~A from the image." (package-qualified (list* name (append qualifiers (list required))))))
+        (format nil "The image has no such method of ~A; nothing to remove." (package-qualified name)))))
+
+(defun package-qualified (object)
+  "OBJECT printed with every symbol's package prefix: LOADTEST::HELPER."
+  (print-briefly object :package (load-time-value (find-package '#:keyword))))
+
+(defun undefine-form (form)
+  "Undoes in the image what loading FORM, a definition, did, where that can sensibly be done.
+Returns the text that says what happened."
+  (let* ((operator (and (consp form) (symbolp (first form)) (symbol-name (first form))))
+         (name (and (consp form) (consp (rest form)) (second form)))
+         (function-name-p (or (symbolp name) (and (consp name) (eq (first name) 'setf)))))
+    (cond
+      ((and (member operator '("DEFUN" "DEFGENERIC" "DEFMACRO") :test #'string=) function-name-p name)
+       (if (fboundp name)
+           (let ((macro (and (symbolp name) (macro-function name))))
+             (journal (if macro :macro :function) name :previous (or macro (fdefinition name)))
+             (fmakunbound name)
+             (format nil "~A is no longer defined in the image (undo can put it back)." (package-qualified name)))
+           (format nil "~A was not defined in the image; nothing to remove." (package-qualified name))))
+      ((and (string= operator "DEFMETHOD") function-name-p name)
+       (remove-defined-method name (cddr form)))
+      ((and (member operator '("DEFVAR" "DEFPARAMETER") :test #'string=) (symbolp name) name)
+       (if (boundp name)
+           (progn (makunbound name)
+                  (format nil "~A is now unbound in the image (it stays declared special)." (package-qualified name)))
+           (format nil "~A was not bound in the image; nothing to remove." (package-qualified name))))
+      ((member operator '("DEFCLASS" "DEFSTRUCT" "DEFINE-CONDITION") :test #'string=)
+       (format nil "Nothing was undone in the image: a class cannot sensibly be removed (its instances, ~
+                    subclasses and methods refer to it), so ~A stays defined until the image restarts."
+               (package-qualified (if (consp name) (first name) name))))
+      (t
+       (format nil "Nothing was undone in the image: there is no sensible way to remove what ~A ~A defined; ~
+                    it stays until the image restarts."
+               (or operator "this form") (package-qualified name))))))
+
+(defun unload-definition (text &key package session token)
+  "Removes from the image what the definition TEXT (read in the package the designator text
+PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Returns (:NOTE text)."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (let* ((*package* (if package (read-package-designator package) (find-package '#:common-lisp-user)))
+                     (form (let ((*read-eval* nil)) (read-from-string text))))
+                (list :note (undefine-form form))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Where the image's systems are, for the source tools that may read them
+
+(defun system-directories (&key session token)
+  "(:DIRECTORIES names): the directories of the ASDF systems registered in the image, where
+lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (flet ((asdf (name)
+                       (let ((symbol (and (find-package '#:asdf) (find-symbol name '#:asdf))))
+                         (and symbol (fboundp symbol) (symbol-function symbol)))))
+                (let ((registered (asdf "REGISTERED-SYSTEMS"))
+                      (find (asdf "FIND-SYSTEM"))
+                      (pathname-of (asdf "COMPONENT-PATHNAME")))
+                  (list :directories
+                        (and registered find pathname-of
+                             (remove-duplicates
+                              (loop for name in (funcall registered)
+                                    for system = (ignore-errors (funcall find name nil))
+                                    for directory = (and system (ignore-errors (funcall pathname-of system)))
+                                    when directory
+                                      collect (sb-ext:native-namestring directory))
+                              :test #'string=))))))))

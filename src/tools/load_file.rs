@@ -1,0 +1,84 @@
+//! `load-file`: compile a whole source file and load it into the image (Emacs's C-c C-k), with
+//! every compiler condition at file:line:column.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::lisp_reply::{decode, plural};
+use super::load_form::{load_output_schema, loop_advice, LoadReport};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolResult,
+};
+use crate::source::definition_count;
+use crate::swank::Form;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "load-file",
+        title: "Compile and load a file",
+        description: concat!(
+            "Compile a whole Lisp source file with the file compiler and load it into the running image, as Emacs's \
+C-c C-k does, so that every definition in it is the file's and `find-definition` points at it. Replies with \
+every compiler error, warning and style-warning at file:line:column with the form it came from, and the count of \
+top-level forms and definitions in the file. Nothing is loaded when compiling gives an error. The file is only \
+read. Functions and macros it replaces are listed by `undo`. ",
+            loop_advice!()
+        ),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "file_path": {
+                    "type": "string",
+                    "description": "The Lisp source file: absolute, or relative to the server's first --root directory \
+        (by default its working directory). It must lie under an allowed root, and the image must see it at the same path."
+                },
+                "large_file": large_file_schema()
+            },
+            "required": ["file_path"],
+            "additionalProperties": false
+        }),
+        output_schema: Some(load_output_schema()),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    let counted = definition_count(&file.bytes);
+    let request = vec![
+        Form::string(file.path.display().to_string()),
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ];
+    let reply = context.call_helper(args, "load-source-file", request).await?;
+    let report = decode::<LoadReport>("load-source-file", &reply)?;
+    let contents = match counted {
+        Some((forms, definitions)) => format!(
+            " ({} with {}, nested ones included)",
+            plural(forms as u64, "top-level form", "top-level forms"),
+            plural(definitions as u64, "definition", "definitions")
+        ),
+        None => String::new(),
+    };
+    let verdict = if report.loaded {
+        format!("Compiled and loaded {}{contents}. {}.", file.shown, report.counts())
+    } else {
+        format!(
+            "Not loaded: compiling {}{contents} gave {}; the image keeps what it had. Fix the errors below and load again.",
+            file.shown,
+            report.counts()
+        )
+    };
+    let mut sections = vec![verdict];
+    sections.extend(report.condition_sections(&file.shown));
+    if let Some(stdout) = report.stdout.section("[stdout]", context.settings.max_output) {
+        sections.push(stdout);
+    }
+    let mut structured = report.structured(&file.shown, None);
+    structured["definitions"] = json!(counted.map(|(_, definitions)| definitions));
+    Ok(super::ToolOutput::new(sections.join("\n\n"), !report.loaded).with_structured(structured))
+}

@@ -1,0 +1,305 @@
+//! `load-form`: compile one definition of a source file into the image, with its source location
+//! (Emacs's C-c C-c). Also what `edit-lisp-form` with `load` and `load-file` share: the request
+//! to the helper and how its report reads.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::lisp_reply::{decode, plural, Captured};
+use super::{
+    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
+};
+use crate::source::{LoadPlan, LoadTarget};
+use crate::swank::Form;
+
+/// What an agent reads in each loading tool's description: how to keep file and image in step.
+macro_rules! loop_advice {
+    () => {
+        "To change code, edit the file with `edit-lisp-form` and `load: true`, then run the code (or its tests) \
+with `evaluate-lisp`: the image then runs what the file says, and `find-definition` points at the file."
+    };
+}
+pub(crate) use loop_advice;
+
+fn definition() -> ToolDefinition {
+    ToolDefinition {
+        name: "load-form",
+        title: "Load one definition from a file",
+        description: concat!(
+            "Compile one definition of a Lisp source file into the running image and load it, as Emacs's \
+C-c C-c does: the form is found as `edit-lisp-form` finds it (operator and name, also inside progn, eval-when, \
+locally, macrolet and symbol-macrolet, behind reader conditionals), read in the package of the file's last \
+`in-package` before it, and compiled with the file compiler under the file's name, so that `find-definition`, \
+`xref` and backtraces point at the file and line afterwards. A nested definition is compiled inside its wrapping \
+forms (their operators, situations, bindings and declarations, without their other forms), which is what \
+compiling the file does with it; find-definition then points at the wrapping form's first line, as SBCL records \
+it for any form compiled inside one. Replies with the compiler's warnings at file:line:column. Nothing is loaded \
+when compiling gives an error, or when a reader conditional keeps the form out in this image. The file is only \
+read. ",
+            loop_advice!()
+        ),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "file_path": {
+                    "type": "string",
+                    "description": "The Lisp source file: absolute, or relative to the server's first --root directory \
+        (by default its working directory). It must lie under an allowed root, and the image must see it at the same path."
+                },
+                "form_type": {"type": "string", "description": "The form's operator, e.g. \"defun\", \"defmethod\", \"defvar\"."},
+                "form_name": {"type": "string", "description": "The name it defines, as `lisp-outline` shows it (for a method with qualifiers and specializers, e.g. \"draw (circle)\")."},
+                "index": {"type": "integer", "minimum": 1, "description": "When several forms match, which one: its 1-based position among the matches in file order."},
+                "large_file": large_file_schema()
+            },
+            "required": ["file_path", "form_type", "form_name"],
+            "additionalProperties": false
+        }),
+        output_schema: Some(load_output_schema()),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+    }
+}
+
+/// The tool, for the table in `tools/mod.rs`.
+pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+
+async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let file_path = args.required_str("file_path")?;
+    let form_type = args.required_str("form_type")?;
+    let form_name = args.required_str("form_name")?;
+    let index = match args.optional_u64("index", u64::from(u32::MAX))? {
+        Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
+        index => index.and_then(|i| usize::try_from(i).ok()),
+    };
+    let file = context.roots().read(Path::new(file_path), read_limit(args)?)?;
+    let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
+    let loaded = load_plan(context, args, &file.path, &plan).await?;
+    Ok(loaded.into_output(&file.shown, &plan, None))
+}
+
+/// The output schema of the loading tools' reports.
+pub(crate) fn load_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["file", "loaded", "forms", "warnings", "errors", "style_warnings", "notes", "conditions"],
+        "properties": {
+            "file": {"type": "string"},
+            "loaded": {"type": "boolean", "description": "Whether the compiled code was loaded into the image."},
+            "forms": {"type": "array", "items": {"type": "object", "properties": {
+                "form": {"type": "string"}, "first_line": {"type": "integer"}, "last_line": {"type": "integer"}}}},
+            "package": {"type": ["string", "null"], "description": "The argument of the file's last in-package before the form(s)."},
+            "warnings": {"type": "integer"},
+            "errors": {"type": "integer"},
+            "style_warnings": {"type": "integer"},
+            "notes": {"type": "integer"},
+            "conditions": {"type": "array", "items": {"type": "object", "properties": {
+                "severity": {"type": "string", "enum": ["ERROR", "WARNING", "STYLE-WARNING", "NOTE"]},
+                "message": {"type": "string"},
+                "form": {"type": ["string", "null"], "description": "The form it is about, abbreviated."},
+                "line": {"type": ["integer", "null"]},
+                "column": {"type": ["integer", "null"]}}}},
+            "not_read": {"type": "array", "items": {"type": "string"}, "description": "Reader conditionals that keep a form out in this image."},
+            "definitions": {"type": "integer", "description": "load-file: the definitions in the file (def… forms, nested ones included)."}
+        }
+    })
+}
+
+/// Sends `plan` to the image to compile and load, as the text of the file at `path`.
+pub(crate) async fn load_plan(
+    context: &ToolContext,
+    args: &Arguments,
+    path: &Path,
+    plan: &LoadPlan,
+) -> Result<LoadReport, ToolError> {
+    let guards = plan
+        .targets
+        .iter()
+        .flat_map(|target| {
+            target.guards.iter().map(|(marker, feature)| {
+                Form::call(
+                    "cl",
+                    "list",
+                    [
+                        Form::string(format!("#{marker}{feature}")),
+                        Form::string(marker.clone()),
+                        Form::string(feature.clone()),
+                    ],
+                )
+            })
+        })
+        .collect::<Vec<_>>();
+    let request = vec![
+        Form::string(path.display().to_string()),
+        Form::string(String::from_utf8_lossy(&plan.text).into_owned()),
+        Form::Keyword("guards"),
+        Form::call("cl", "list", guards),
+        Form::Keyword("max-output"),
+        Form::Integer(context.settings.max_output as i64),
+    ];
+    let reply = context.call_helper(args, "load-source", request).await?;
+    decode::<LoadReport>("load-source", &reply)
+}
+
+/// A compiler condition, placed in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct FileCondition {
+    pub severity: String,
+    pub message: String,
+    pub form: Option<String>,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+}
+
+/// The helper's answer to `load-source` and `load-source-file`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct LoadReport {
+    pub loaded: bool,
+    pub warnings: u64,
+    pub errors: u64,
+    pub style_warnings: u64,
+    pub notes: u64,
+    pub conditions: Vec<FileCondition>,
+    /// The guards, `(label marker feature)`, that keep a form out in this image.
+    #[serde(default)]
+    pub inactive: Vec<(String, String, String)>,
+    pub stdout: Captured,
+}
+
+impl LoadReport {
+    /// `0 warnings, 1 style-warning`: the counts that say something, warnings and errors always.
+    pub fn counts(&self) -> String {
+        let mut counts = vec![plural(self.errors, "error", "errors"), plural(self.warnings, "warning", "warnings")];
+        if self.style_warnings > 0 {
+            counts.push(plural(self.style_warnings, "style-warning", "style-warnings"));
+        }
+        if self.notes > 0 {
+            counts.push(plural(self.notes, "compiler note", "compiler notes"));
+        }
+        counts.join(", ")
+    }
+
+    /// One block per condition, placed at `file`:line:column.
+    pub fn condition_sections(&self, file: &str) -> Vec<String> {
+        let mut sections: Vec<String> = self
+            .conditions
+            .iter()
+            .map(|condition| {
+                let mut lines = condition.message.lines();
+                let mut text = format!("{}: {}", condition.severity, lines.next().unwrap_or_default());
+                for line in lines {
+                    text.push_str("\n  ");
+                    text.push_str(line);
+                }
+                if let Some(form) = &condition.form {
+                    text.push_str(&format!("\n  in form: {form}"));
+                }
+                match (condition.line, condition.column) {
+                    (Some(line), Some(column)) => text.push_str(&format!("\n  at: {file}:{line}:{column}")),
+                    _ => text.push_str(&format!("\n  at: {file}")),
+                }
+                text
+            })
+            .collect();
+        let total = self.warnings + self.errors + self.style_warnings + self.notes;
+        let shown = self.conditions.len() as u64;
+        if total > shown {
+            sections.push(format!("[... {} more compiler conditions not shown]", total - shown));
+        }
+        sections
+    }
+
+    /// The facts every loading tool's structured reply has.
+    pub fn structured(&self, file: &str, plan: Option<&LoadPlan>) -> Value {
+        json!({
+            "file": file,
+            "loaded": self.loaded,
+            "forms": plan.map_or_else(Vec::new, |plan| plan.targets.iter().map(|t| json!({
+                "form": t.described, "first_line": t.lines.first, "last_line": t.lines.last,
+            })).collect()),
+            "package": plan.and_then(|plan| plan.package.clone()),
+            "warnings": self.warnings,
+            "errors": self.errors,
+            "style_warnings": self.style_warnings,
+            "notes": self.notes,
+            "conditions": self.conditions.iter().map(|c| json!({
+                "severity": c.severity, "message": c.message, "form": c.form, "line": c.line, "column": c.column,
+            })).collect::<Vec<_>>(),
+            "not_read": self.inactive.iter().map(|(label, ..)| label.clone()).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The reply of `load-form`, or of `edit-lisp-form`'s load when `edited` is its summary.
+    pub fn into_output(self, file: &str, plan: &LoadPlan, edited: Option<String>) -> ToolOutput {
+        let (text, failed, structured) = self.render(file, plan, edited);
+        ToolOutput::new(text, failed).with_structured(structured)
+    }
+
+    /// The text of [`LoadReport::into_output`], whether it is an error, and its structured facts.
+    pub fn render(self, file: &str, plan: &LoadPlan, edited: Option<String>) -> (String, bool, Value) {
+        let forms: Vec<String> = plan.targets.iter().map(|t| describe(t, file)).collect();
+        let package = plan.package.as_deref().map(|p| format!(", read in package {p}")).unwrap_or_default();
+        let verdict = if !self.inactive.is_empty() {
+            let guards: Vec<&str> = self.inactive.iter().map(|(label, ..)| label.as_str()).collect();
+            format!(
+                "Not loaded: the reader conditional {} keeps {} out in this image, so compiling read nothing there.",
+                guards.join(" and "),
+                forms.join(", ")
+            )
+        } else if self.loaded {
+            format!("Loaded {} into the image{package}. {}.", forms.join(", "), self.counts())
+        } else {
+            format!(
+                "Not loaded: compiling {} gave {}; the image keeps what it had. Fix the errors below and load again.",
+                forms.join(", "),
+                self.counts()
+            )
+        };
+        let failed = !self.loaded || !self.inactive.is_empty();
+        let mut sections: Vec<String> = edited.into_iter().collect();
+        sections.push(verdict);
+        sections.extend(self.condition_sections(file));
+        if let Some(stdout) = self.stdout.section("[stdout]", usize::MAX) {
+            sections.push(stdout);
+        }
+        let structured = self.structured(file, Some(plan));
+        (sections.join("\n\n"), failed, structured)
+    }
+}
+
+/// `` `defun foo` (src/a.lisp, lines 3-5) ``
+fn describe(target: &LoadTarget, file: &str) -> String {
+    format!("`{}` ({file}, {})", target.described, target.lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_report_places_conditions_in_the_file() {
+        let report = decode::<LoadReport>(
+            "load-source",
+            &read(
+                "(:loaded t :warnings 0 :errors 0 :style-warnings 1 :notes 0 :conditions \
+                 ((:severity \"STYLE-WARNING\" :message \"undefined function: APP::G\" :form \"(G 1)\" :line 8 :column 17)) \
+                 :inactive nil :stdout (\"\" 0))",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let plan =
+            LoadPlan::for_query(b"(in-package :app)\n(defun f ()\n  (g 1))\n", "a.lisp", "defun", "f", None).unwrap();
+        let output = report.into_output("a.lisp", &plan, None);
+        assert!(!output.is_error);
+        assert_eq!(
+            output.text,
+            "Loaded `defun f` (a.lisp, lines 2-3) into the image, read in package :app. 0 errors, 0 warnings, 1 style-warning.\n\n\
+             STYLE-WARNING: undefined function: APP::G\n  in form: (G 1)\n  at: a.lisp:8:17"
+        );
+    }
+}
