@@ -78,7 +78,9 @@ fn edit_end_to_end(c: &mut Criterion) {
     let name = format!("compute-{}", chunks / 2);
     let bodies = [format!("(defun {name} (x)\n  (* x 2))"), format!("(defun {name} (x)\n  (* x 3))")];
     let turn = Cell::new(0);
-    let Run::Source(edit) = edit_lisp_form::TOOL.run else { panic!("edit-lisp-form works on files in this process") };
+    let Run::Source { source: edit, .. } = edit_lisp_form::TOOL.run else {
+        panic!("edit-lisp-form works on files in this process")
+    };
     let mut group = c.benchmark_group("edit-lisp-form");
     group.bench_function(format!("replace one defun in a {}-line file", text.lines().count()), |b| {
         b.iter(|| {

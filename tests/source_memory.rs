@@ -12,7 +12,7 @@ use swank_mcp::source::AllowedRoots;
 use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
 
 fn run(tool: &Tool, arguments: serde_json::Value, roots: &AllowedRoots) -> ToolOutput {
-    let (Run::Source(run) | Run::SourceSeeingImages { source: run, .. }) = tool.run else { panic!("a source tool") };
+    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
     run(&Arguments::from_value(Some(arguments)).expect("object"), roots).unwrap_or_else(ToolOutput::from)
 }
 

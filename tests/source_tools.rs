@@ -15,7 +15,7 @@ fn fixture(name: &str) -> String {
 
 /// Runs a source tool as the server does, its failure as the output the client gets.
 fn run(tool: &Tool, arguments: &Arguments, roots: &AllowedRoots) -> ToolOutput {
-    let (Run::Source(run) | Run::SourceSeeingImages { source: run, .. }) = tool.run else { panic!("a source tool") };
+    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
     run(arguments, roots).unwrap_or_else(ToolOutput::from)
 }
 

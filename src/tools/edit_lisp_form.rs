@@ -116,11 +116,7 @@ other definition that cannot sensibly be removed stays, and the reply says so). 
 /// The tool, for the table in `tools/mod.rs`. Only `load` contacts an image.
 pub const TOOL: Tool = Tool {
     definition,
-    run: Run::SourceSeeingImages {
-        source: run,
-        call: |context, args| Box::pin(call(context, args)),
-        image_argument: true,
-    },
+    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
 };
 
 /// What the edit left for the load: the file's real path and new text, and the edit's report.

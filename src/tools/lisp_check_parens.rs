@@ -72,11 +72,7 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool = Tool {
     definition,
-    run: Run::SourceSeeingImages {
-        source: run,
-        call: |context, args| Box::pin(call(context, args)),
-        image_argument: false,
-    },
+    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: false },
 };
 
 /// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that

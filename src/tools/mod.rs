@@ -87,11 +87,10 @@ pub struct Tool {
 pub enum Run {
     /// In an attached image, through the helper.
     Image(for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>),
-    /// On source files in this process; it never touches an image.
-    Source(fn(&Arguments, &AllowedRoots) -> ToolResult),
-    /// On source files in this process, with a step in an image: `call` is what the server runs;
+    /// On source files in this process, with a step in an image when the call needs one (loading
+    /// what it wrote, or asking where the image's systems are): `call` is what the server runs;
     /// `source` is the tool without that step, which needs no image.
-    SourceSeeingImages {
+    Source {
         /// The tool on files alone.
         source: fn(&Arguments, &AllowedRoots) -> ToolResult,
         /// The whole tool.
@@ -136,8 +135,7 @@ fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
         .iter()
         .map(|tool| {
             let mut definition = (tool.definition)();
-            let image_argument =
-                matches!(tool.run, Run::Image(_) | Run::SourceSeeingImages { image_argument: true, .. });
+            let image_argument = matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. });
             if let (true, [default, _, ..]) = (image_argument, names.as_slice()) {
                 if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
                     properties.insert(
@@ -271,16 +269,7 @@ impl Toolbox {
             Err(e) => return Some(ToolError::from(e).into()),
         };
         let result = match run {
-            // Source tools never wait on the image, but file I/O still belongs off the async
-            // workers.
-            Run::Source(tool) => {
-                let toolbox = self.clone();
-                let tool = *tool;
-                tokio::task::spawn_blocking(move || tool(&args, &toolbox.roots))
-                    .await
-                    .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
-            }
-            Run::Image(tool) | Run::SourceSeeingImages { call: tool, .. } => {
+            Run::Image(tool) | Run::Source { call: tool, .. } => {
                 let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
                 let result = tool(&context, &args).await;
                 // A fresh image in place of one that ended is news the agent must not miss: its
