@@ -56,8 +56,9 @@ fn toolbox(port: u16, dir: &Path) -> Arc<Toolbox> {
     Arc::new(Toolbox::new(common::settings(), vec![common::image_settings(port)], roots))
 }
 
+/// The value line of evaluating `code`, without the value's handle.
 async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
-    common::eval_ok(toolbox, code).await
+    common::without_handle(&common::eval_ok(toolbox, code).await).to_string()
 }
 
 #[tokio::test]
