@@ -53,7 +53,7 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Makes the helper's current revision the one the image holds. A connection to an image that
-/// has it costs one small request; the source (some 200 KB) crosses the wire only when neither the
+/// has it costs one small request; the source (some 300 KB) crosses the wire only when neither the
 /// image nor its cache has this revision. Besides saving the transfer, this keeps it out of
 /// swank's event history, which swank dumps to the image's stderr (often the user's
 /// *inferior-lisp* buffer) when a connection breaks.
