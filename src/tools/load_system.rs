@@ -8,14 +8,11 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::{from_sexp, Form};
+use crate::swank::Form;
 
 /// Compiling a large system for the first time takes minutes; the server's evaluation time limit
 /// is meant for single evaluations.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
-/// How often a client that asked for progress hears about a running load.
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -66,44 +63,22 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
-    let load = context.call_helper_within(
-        args,
-        "load-system",
-        request,
-        context.settings.eval_timeout.max(LOAD_TIMEOUT),
-        "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger --eval-timeout, \
-         or load the system with evaluate-lisp and a larger timeout_ms.",
-    );
-    tokio::pin!(load);
-    let started = tokio::time::Instant::now();
-    let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
-    let reply = loop {
-        tokio::select! {
-            reply = &mut load => break reply,
-            _ = ticker.tick(), if context.progress.is_enabled() => {
-                // A report without the activity is still progress: any failure to get it is ignored.
-                let activity = context
-                    .call_helper_within(args, "load-activity", Vec::new(), ACTIVITY_TIMEOUT, "")
-                    .await
-                    .ok()
-                    .and_then(|reply| from_sexp::<Activity>(&reply).ok())
-                    .and_then(|found| found.activity);
-                let elapsed = started.elapsed().as_secs();
-                context.progress.report(match activity {
-                    Some(activity) => format!("Loading {system} ({elapsed} s): {activity}"),
-                    None => format!("Loading {system} ({elapsed} s)"),
-                });
-            }
-        }
-    };
+    let reply = context
+        .call_helper_reporting(
+            args,
+            (
+                "load-system",
+                request,
+                context.settings.eval_timeout.max(LOAD_TIMEOUT),
+                "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
+                 --eval-timeout, or load the system with evaluate-lisp and a larger timeout_ms.",
+            ),
+            "load-activity",
+            &format!("Loading {system}"),
+        )
+        .await;
     let report = decode::<LoadReport>("load-system", &reply?)?;
     Ok(LoadReport { forced: force, ..report }.into_output(context.settings.max_output))
-}
-
-/// The helper's answer to `load-activity`.
-#[derive(Deserialize)]
-struct Activity {
-    activity: Option<String>,
 }
 
 /// The helper's answer to `load-system`.
@@ -233,10 +208,6 @@ mod tests {
             error.0.contains("reply to load-system is not what this server expects (the reply has no :load-error)"),
             "{}",
             error.0
-        );
-        assert_eq!(
-            from_sexp::<Activity>(&read("(:activity \"compiling /a.lisp\")").unwrap()).unwrap().activity.as_deref(),
-            Some("compiling /a.lisp")
         );
     }
 }

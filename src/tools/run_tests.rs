@@ -11,12 +11,10 @@ use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{
     package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
 };
-use crate::swank::{from_sexp, Form};
+use crate::swank::Form;
 
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -109,45 +107,23 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
-    let run = context.call_helper_within(
-        args,
-        "run-tests",
-        request,
-        context.settings.eval_timeout.max(TESTS_TIMEOUT),
-        "Test runs may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
-         --eval-timeout, or run a smaller suite.",
-    );
-    tokio::pin!(run);
-    let started = tokio::time::Instant::now();
-    let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
-    let reply = loop {
-        tokio::select! {
-            reply = &mut run => break reply,
-            _ = ticker.tick(), if context.progress.is_enabled() => {
-                // A report without the counts is still progress: any failure to get them is ignored.
-                let activity = context
-                    .call_helper_within(args, "test-activity", Vec::new(), ACTIVITY_TIMEOUT, "")
-                    .await
-                    .ok()
-                    .and_then(|reply| from_sexp::<Activity>(&reply).ok())
-                    .and_then(|found| found.activity);
-                let elapsed = started.elapsed().as_secs();
-                context.progress.report(match activity {
-                    Some(activity) => format!("Testing {system} ({elapsed} s): {activity}"),
-                    None => format!("Testing {system} ({elapsed} s)"),
-                });
-            }
-        }
-    };
+    let reply = context
+        .call_helper_reporting(
+            args,
+            (
+                "run-tests",
+                request,
+                context.settings.eval_timeout.max(TESTS_TIMEOUT),
+                "Test runs may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
+                 --eval-timeout, or run a smaller suite.",
+            ),
+            "test-activity",
+            &format!("Testing {system}"),
+        )
+        .await;
     let report = decode::<TestReport>("run-tests", &reply?)?;
     let failed = report.error.is_some() || report.results.iter().any(|r| r.failed + r.errors > 0);
     Ok(ToolOutput::new(report.render(context.settings.max_output), failed).with_structured(report.structured()))
-}
-
-/// The helper's answer to `test-activity`.
-#[derive(Deserialize)]
-struct Activity {
-    activity: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
