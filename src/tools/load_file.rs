@@ -8,7 +8,8 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::{load_output_schema, loop_advice, LoadReport};
 use super::{
-    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolResult,
+    large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
+    ToolResult,
 };
 use crate::source::definition_count;
 use crate::swank::Form;
@@ -28,11 +29,7 @@ read. Functions and macros it replaces are listed by `undo`. ",
         input_schema: json!({
             "type": "object",
             "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The Lisp source file: absolute, or relative to the server's first --root directory \
-        (by default its working directory). It must lie under an allowed root, and the image must see it at the same path."
-                },
+                "file_path": loaded_file_schema(),
                 "large_file": large_file_schema()
             },
             "required": ["file_path"],

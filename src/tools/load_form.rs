@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured};
 use super::{
-    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::source::{LoadPlan, LoadTarget};
 use crate::swank::Form;
@@ -44,11 +44,7 @@ read. ",
         input_schema: json!({
             "type": "object",
             "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The Lisp source file: absolute, or relative to the server's first --root directory \
-        (by default its working directory). It must lie under an allowed root, and the image must see it at the same path."
-                },
+                "file_path": loaded_file_schema(),
                 "form_type": {"type": "string", "description": "The form's operator, e.g. \"defun\", \"defmethod\", \"defvar\"."},
                 "form_name": {"type": "string", "description": "The name it defines, as `lisp-outline` shows it (for a method with qualifiers and specializers, e.g. \"draw (circle)\")."},
                 "index": {"type": "integer", "minimum": 1, "description": "When several forms match, which one: its 1-based position among the matches in file order."},

@@ -63,6 +63,15 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
     })
 }
 
+/// The `file_path` argument's schema for the tools that load a file into the image.
+pub(crate) fn loaded_file_schema() -> Value {
+    serde_json::json!({
+        "type": "string",
+        "description": "The Lisp source file: absolute, or relative to the server's first --root directory (by default \
+            its working directory). It must lie under an allowed root, and the image must see it at the same path."
+    })
+}
+
 /// The `large_file` argument's schema, shared by the source tools.
 pub(crate) fn large_file_schema() -> Value {
     serde_json::json!({
