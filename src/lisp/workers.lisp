@@ -4,8 +4,8 @@
 ;;;; goes to that thread's mailbox instead. The client lends each worker to one call at a time and
 ;;;; sends to a new thread when none is idle.
 ;;;;
-;;;; The server's functions are found by name, in SWANK or SLYNK: a server that lacks one makes
-;;;; START-WORKER fail, and the client goes on spawning a thread per call.
+;;;; The server's functions are found by name, in SWANK or SLYNK: for a server that lacks one,
+;;;; START-WORKER answers NIL, and the client goes on sending each call to a new thread.
 
 (in-package #:mcp-agent-helper)
 
