@@ -313,6 +313,7 @@ fn main() {
             max_output: 65536,
             debug_timeout: Duration::from_secs(600),
             allow_exit: false,
+            value_handles: true,
         },
         vec![swank_mcp::image::ImageSettings {
             name: "default".into(),

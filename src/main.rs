@@ -275,6 +275,7 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
         max_output: cli.max_output,
         debug_timeout: cli.debug_timeout,
         allow_exit: cli.allow_exit,
+        value_handles: !matches!(cli.command, Some(Command::Eval { .. })),
     };
     let roots = AllowedRoots::new(cli.roots.clone()).context("checking the --root directories")?;
     let selection = ToolSelection { only: cli.tools.clone(), read_only: cli.read_only };

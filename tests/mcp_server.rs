@@ -278,6 +278,9 @@ async fn cli_eval_prints_the_text_and_sets_the_exit_code() {
     let output = run("(floor 17 5)");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "=> 3\n=> 2\n");
     assert!(output.status.success());
+    // No handle: the one-shot session ends before anyone could inspect it.
+    let output = run("(list \"a\" 1)");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "=> (\"a\" 1)\n");
     let output = run("(car 42)");
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("[ERROR] TYPE-ERROR"));
     assert_eq!(output.status.code(), Some(1));

@@ -101,16 +101,17 @@ the package in force at the end, and the failed condition."
       (values outcome final-package failed-condition))))
 
 (defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
-                           allow-exit (print-length *default-print-length*) (print-level *default-print-level*))
+                           allow-exit (print-length *default-print-length*) (print-level *default-print-level*)
+                           (handles t))
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
 for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image; values are printed with
-PRINT-LENGTH and PRINT-LEVEL. Returns a plist: :VALUES, a list of (text dropped [more offset
+PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a plist: :VALUES, a list of (text dropped [more offset
 [handle]]), MORE the handle of the text cut from OFFSET on (or NIL) and HANDLE the value's own;
 :STDOUT and :STDERR, each (text dropped [more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED;
 :PACKAGE, the session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS
 :MESSAGE :BACKTRACE)."
   (let* ((*max-output* max-output)
-         (*handles* (session-handles session))
+         (*handles* (and handles (session-handles session)))
          (*debug-timeout* debug-timeout)
          (*exit-allowed* allow-exit)
          (session-name session)

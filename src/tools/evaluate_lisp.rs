@@ -143,6 +143,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
     }
     // Sent only when true: the helper refuses by default.
+    if !context.settings.value_handles {
+        request.extend([Form::Keyword("handles"), Form::Nil]);
+    }
     if context.settings.allow_exit || image.launched_pid().is_some() {
         request.extend([Form::Keyword("allow-exit"), Form::T]);
     }

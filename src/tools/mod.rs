@@ -184,6 +184,9 @@ pub struct Settings {
     pub debug_timeout: Duration,
     /// Whether an evaluation may end an image this server did not start (`--allow-exit`).
     pub allow_exit: bool,
+    /// Whether values get handles for `inspect`: not for a one-shot `swank-mcp eval`, whose
+    /// session ends before anyone could use them.
+    pub value_handles: bool,
 }
 
 /// Everything the tools share: settings, the images they work in, and the directories the

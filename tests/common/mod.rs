@@ -53,6 +53,7 @@ pub fn settings() -> Settings {
         max_output: 65536,
         debug_timeout: Duration::from_secs(600),
         allow_exit: false,
+        value_handles: true,
     }
 }
 
