@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, section_body, Captured};
+use super::lisp_reply::{decode, plural, section_body, Captured, CompilerCondition};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
@@ -76,17 +76,6 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     ];
     let reply = context.call_helper(args, "compile-code", request).await?;
     Ok(decode::<CompileReport>("compile-code", &reply)?.into_output(context.settings.max_output))
-}
-
-/// A compiler condition, placed in the code.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct CompilerCondition {
-    pub severity: String,
-    pub message: String,
-    pub form: Option<String>,
-    pub line: Option<i64>,
-    pub column: Option<i64>,
 }
 
 /// Why the code could not be read, and where.
@@ -193,20 +182,11 @@ impl CompileReport {
 }
 
 fn render_condition(condition: &CompilerCondition) -> String {
-    let mut lines = condition.message.lines();
-    let mut text = format!("{}: {}", condition.severity, lines.next().unwrap_or_default());
-    for line in lines {
-        text.push_str("\n  ");
-        text.push_str(line);
-    }
-    if let Some(form) = &condition.form {
-        text.push_str(&format!("\n  in form: {form}"));
-    }
-    if let (Some(line), Some(column)) = (condition.line, condition.column) {
-        text.push_str(&format!("\n  at: line {line}, column {column}"));
-    }
-    text.push_str(&format!("\n  severity: {}", condition.severity));
-    text
+    let at = match (condition.line, condition.column) {
+        (Some(line), Some(column)) => Some(format!("line {line}, column {column}")),
+        _ => None,
+    };
+    format!("{}\n  severity: {}", condition.render(at), condition.severity)
 }
 
 #[cfg(test)]

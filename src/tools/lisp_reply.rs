@@ -334,6 +334,38 @@ pub fn section_body(text: &str) -> &str {
     text.trim_start_matches(['\n', '\r']).trim_end()
 }
 
+/// A compiler condition the helper reports (compile-form, load-form, load-file): its severity,
+/// message, the form it is about and where, when the compiler knows.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct CompilerCondition {
+    pub severity: String,
+    pub message: String,
+    pub form: Option<String>,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+}
+
+impl CompilerCondition {
+    /// `SEVERITY: message` (its further lines indented), `in form:` when known, and `at:` with
+    /// `at`, where the tool says it is.
+    pub fn render(&self, at: Option<String>) -> String {
+        let mut lines = self.message.lines();
+        let mut text = format!("{}: {}", self.severity, lines.next().unwrap_or_default());
+        for line in lines {
+            text.push_str("\n  ");
+            text.push_str(line);
+        }
+        if let Some(form) = &self.form {
+            text.push_str(&format!("\n  in form: {form}"));
+        }
+        if let Some(at) = at {
+            text.push_str(&format!("\n  at: {at}"));
+        }
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

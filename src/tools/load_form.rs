@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, Captured};
+use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{
     large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult,
@@ -138,17 +138,6 @@ pub(crate) async fn load_plan(
     decode::<LoadReport>("load-source", &reply)
 }
 
-/// A compiler condition, placed in the file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) struct FileCondition {
-    pub severity: String,
-    pub message: String,
-    pub form: Option<String>,
-    pub line: Option<u64>,
-    pub column: Option<u64>,
-}
-
 /// The helper's answer to `load-source` and `load-source-file`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -158,7 +147,7 @@ pub(crate) struct LoadReport {
     pub errors: u64,
     pub style_warnings: u64,
     pub notes: u64,
-    pub conditions: Vec<FileCondition>,
+    pub conditions: Vec<CompilerCondition>,
     /// The guards, `(label marker feature)`, that keep a form out in this image.
     #[serde(default)]
     pub inactive: Vec<(String, String, String)>,
@@ -184,20 +173,10 @@ impl LoadReport {
             .conditions
             .iter()
             .map(|condition| {
-                let mut lines = condition.message.lines();
-                let mut text = format!("{}: {}", condition.severity, lines.next().unwrap_or_default());
-                for line in lines {
-                    text.push_str("\n  ");
-                    text.push_str(line);
-                }
-                if let Some(form) = &condition.form {
-                    text.push_str(&format!("\n  in form: {form}"));
-                }
-                match (condition.line, condition.column) {
-                    (Some(line), Some(column)) => text.push_str(&format!("\n  at: {file}:{line}:{column}")),
-                    _ => text.push_str(&format!("\n  at: {file}")),
-                }
-                text
+                condition.render(Some(match (condition.line, condition.column) {
+                    (Some(line), Some(column)) => format!("{file}:{line}:{column}"),
+                    _ => file.to_string(),
+                }))
             })
             .collect();
         let total = self.warnings + self.errors + self.style_warnings + self.notes;
