@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::lisp_reply::decode;
-use super::{Arguments, ToolContext, ToolError};
+use super::{Arguments, ToolContext, ToolError, ToolResult};
 use crate::source::{AllowedRoots, PathError};
 
 /// How long asking the image for its systems may take; a source tool must not hang on an image.
@@ -25,11 +25,23 @@ struct Directories {
     directories: Vec<String>,
 }
 
+/// Runs `tool`, a read-only source tool, off the async workers, on the roots [`reading_roots`]
+/// gives for its `file_path`.
+pub(crate) async fn read_seeing_images(
+    context: &ToolContext,
+    args: &Arguments,
+    tool: fn(&Arguments, &AllowedRoots) -> ToolResult,
+) -> ToolResult {
+    let roots = reading_roots(context, args).await?;
+    let args = args.clone();
+    context.on_files(move |_| tool(&args, &roots)).await
+}
+
 /// The roots a read-only source tool reads `args`'s `file_path` under: the server's, or, for a
 /// file outside them in the directory of an ASDF system an image knows, that directory. The
 /// images are asked only then, in order, and each answer is kept until a file is in none of its
 /// directories.
-pub(crate) async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<AllowedRoots, ToolError> {
+async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<AllowedRoots, ToolError> {
     let configured = context.roots().clone();
     let Some(file_path) = args.optional_str("file_path")? else { return Ok(configured) };
     let path = PathBuf::from(file_path);

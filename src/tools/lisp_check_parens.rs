@@ -5,10 +5,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::image_sources::reading_roots;
+use super::image_sources::read_seeing_images;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, ToolResult,
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
@@ -72,16 +72,14 @@ it before compiling or loading hand-edited code, and to locate the damage when a
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool = Tool {
     definition,
-    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: false },
+    // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
+    // system's directory (read only).
+    run: Run::Source {
+        source: run,
+        call: |context, args| Box::pin(read_seeing_images(context, args, run)),
+        image_argument: false,
+    },
 };
-
-/// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
-/// system's directory (read only).
-async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let roots = reading_roots(context, args).await?;
-    let args = args.clone();
-    context.on_files(move |_| run(&args, &roots)).await
-}
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file;

@@ -5,10 +5,10 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::image_sources::reading_roots;
+use super::image_sources::read_seeing_images;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, ToolResult,
+    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
 
@@ -83,16 +83,14 @@ file comes in pages of up to 2,000 forms; the last line of a page gives the `off
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool = Tool {
     definition,
-    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: false },
+    // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
+    // system's directory (read only).
+    run: Run::Source {
+        source: run,
+        call: |context, args| Box::pin(read_seeing_images(context, args, run)),
+        image_argument: false,
+    },
 };
-
-/// Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
-/// system's directory (read only).
-async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let roots = reading_roots(context, args).await?;
-    let args = args.clone();
-    context.on_files(move |_| run(&args, &roots)).await
-}
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
 pub const MAX_ENTRIES: u64 = 2_000;
