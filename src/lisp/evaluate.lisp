@@ -8,7 +8,7 @@
 (defparameter *max-warnings* 200)
 
 (defvar *exit-allowed* nil
-  "True while a tool call that may end the image runs (see INSTALL-EXIT-GUARD).")
+  "True while a tool call that may end the image runs (see REFUSE-AGENT-EXIT).")
 
 (defparameter *default-print-length* 200)
 (defparameter *default-print-level* 10)
@@ -211,10 +211,4 @@ because F is undefined: the error already says so."
       (error 'exit-refused :arguments arguments)
       (apply exit arguments)))
 
-(defun install-exit-guard ()
-  "Puts the exit guard into the image once; a reload finds it there."
-  (when (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
-    (unless (internal-call "SB-INT" "ENCAPSULATED-P" 'sb-ext:exit 'mcp-agent-exit-guard)
-      (internal-call "SB-INT" "ENCAPSULATE" 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit))))
-
-(install-exit-guard)
+(encapsulate-once 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit)

@@ -62,6 +62,15 @@ when this SBCL lacks it."
   "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
   `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
 
+(defun encapsulate-once (function-name tag wrapper)
+  "Encapsulates FUNCTION-NAME with WRAPPER under TAG, unless it already is: a reload of the
+helper finds its encapsulations in place. Does nothing where SBCL has no encapsulations, so that
+the helper still loads there."
+  (when (and (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
+             (fboundp function-name)
+             (not (internal-call "SB-INT" "ENCAPSULATED-P" function-name tag)))
+    (internal-call "SB-INT" "ENCAPSULATE" function-name tag wrapper)))
+
 ;;; ------------------------------------------------------------------------------------------
 ;;; Capped output capture
 ;;;

@@ -335,13 +335,7 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
           thread)
         (apply make-thread function options))))
 
-(defun install-thread-watch ()
-  "Puts the MAKE-THREAD encapsulation into the image once; a reload finds it there."
-  (when (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
-    (unless (internal-call "SB-INT" "ENCAPSULATED-P" 'sb-thread:make-thread 'mcp-agent-thread-watch)
-      (internal-call "SB-INT" "ENCAPSULATE" 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread))))
-
-(install-thread-watch)
+(encapsulate-once 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread)
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The threads tool

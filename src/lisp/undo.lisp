@@ -121,14 +121,12 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
       (unless (member *fdefinition-hook* (symbol-value hook))
         (push *fdefinition-hook* (symbol-value hook)))))
   ;; Looked up, not named: the helper's load must not fail where SBCL lacks them.
-  (when (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
-    (loop for (package-name name wrapper) in '(("SB-C" "%DEFMACRO" journal-defmacro)
-                                              ("SB-PCL" "LOAD-DEFMETHOD" journal-defmethod)
-                                              ("SB-PCL" "LOAD-DEFCLASS" journal-defclass))
-          for definer = (first (existing-symbols package-name name))
-          when (and definer (fboundp definer)
-                    (not (internal-call "SB-INT" "ENCAPSULATED-P" definer 'mcp-agent-journal)))
-            do (internal-call "SB-INT" "ENCAPSULATE" definer 'mcp-agent-journal wrapper))))
+  (loop for (package-name name wrapper) in '(("SB-C" "%DEFMACRO" journal-defmacro)
+                                            ("SB-PCL" "LOAD-DEFMETHOD" journal-defmethod)
+                                            ("SB-PCL" "LOAD-DEFCLASS" journal-defclass))
+        for definer = (first (existing-symbols package-name name))
+        when definer
+          do (encapsulate-once definer 'mcp-agent-journal wrapper)))
 
 (install-journal-hooks)
 
