@@ -77,3 +77,21 @@ async fn a_worker_killed_from_outside_is_answered_thread_not_found_and_the_call_
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     drop(image);
 }
+
+/// swank-mcp indents nothing, so its worker threads ask the server for no indentation updates
+/// (which cost a scan of the request package's symbols after every call, and of every symbol
+/// after a call that made a package); and the bootstrap, which runs once, ran interpreted rather
+/// than compiled.
+#[tokio::test]
+async fn workers_ask_for_no_indentation_and_the_bootstrap_ran_interpreted() {
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    assert_eq!(common::eval_ok(&tb, "swank::*configure-emacs-indentation*").await, "=> NIL");
+    let interpreted = common::eval_ok(
+        &tb,
+        "(typep (fdefinition (find-symbol \"ENSURE-HELPER\" \"MCP-AGENT-HELPER\")) 'sb-eval::interpreted-function)",
+    )
+    .await;
+    assert_eq!(interpreted, "=> T");
+    drop(image);
+}

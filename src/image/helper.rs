@@ -123,21 +123,49 @@ fn version_question() -> Form {
     )
 }
 
-/// Loads the bootstrap quietly, in CL-USER with the standard readtable (the user's may have been
-/// changed by their libraries).
+/// Loads the bootstrap with the standard readtable (the user's may have been changed by their
+/// libraries), and interpreted where SBCL has an interpreter: compiling its functions took some
+/// 28 ms of a first call's 100, for code that runs once. Swank has already bound `*package*` to
+/// CL-USER, the request's package.
 fn load_bootstrap() -> Form {
-    let binding = |symbol: &'static str, value: Form| Form::List(vec![Form::Symbol("cl", symbol), value]);
+    let binding = |package: &'static str, symbol: &'static str, value: Form| {
+        Form::List(vec![Form::Symbol(package, symbol), value])
+    };
+    let interpreter = Form::call(
+        "cl",
+        "or",
+        [
+            Form::call("cl", "find-package", [Form::string("SB-EVAL")]),
+            Form::call("cl", "find-package", [Form::string("SB-INTERPRETER")]),
+        ],
+    );
     Form::call(
         "cl",
         "let",
         [
             Form::List(vec![
-                binding("*standard-output*", Form::call("cl", "make-broadcast-stream", [])),
-                binding("*load-verbose*", Form::Nil),
-                binding("*package*", Form::call("cl", "find-package", [Form::string("COMMON-LISP-USER")])),
-                binding("*readtable*", Form::call("cl", "copy-readtable", [Form::Nil])),
+                binding("cl", "*readtable*", Form::call("cl", "copy-readtable", [Form::Nil])),
+                binding(
+                    "sb-ext",
+                    "*evaluator-mode*",
+                    Form::call(
+                        "cl",
+                        "if",
+                        [interpreter, Form::Keyword("interpret"), Form::Symbol("sb-ext", "*evaluator-mode*")],
+                    ),
+                ),
             ]),
-            Form::call("cl", "load", [Form::call("cl", "make-string-input-stream", [Form::string(BOOTSTRAP_SOURCE)])]),
+            Form::call(
+                "cl",
+                "load",
+                [
+                    Form::call("cl", "make-string-input-stream", [Form::string(BOOTSTRAP_SOURCE)]),
+                    Form::Keyword("verbose"),
+                    Form::Nil,
+                    Form::Keyword("print"),
+                    Form::Nil,
+                ],
+            ),
         ],
     )
 }

@@ -6,6 +6,9 @@
 ;;;; name that says which helper revision and which SBCL it is for; later images load it in
 ;;;; milliseconds, and without the source crossing the wire. Where the cache cannot be written,
 ;;;; the source is loaded as before.
+;;;;
+;;;; The connection loads this file with SBCL's interpreter where it has one: these functions run
+;;;; once per image, and compiling them cost more than running them.
 
 (or (find-package "MCP-AGENT-HELPER")
     ;; Another connection may create it at the same moment.

@@ -59,7 +59,7 @@ the request came through; NIL when the thread runs none."
   (let ((table (or (gethash session *session-handles*)
                    (sb-ext:with-locked-hash-table (*session-handles*)
                      (or (gethash session *session-handles*)
-                         (setf (gethash session *session-handles*) (make-instance 'handle-table)))))))
+                         (setf (gethash session *session-handles*) (new 'handle-table)))))))
     (setf (handle-table-connection table) (server-connection))
     table))
 

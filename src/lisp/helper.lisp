@@ -21,6 +21,8 @@
 ;;;;   state that must survive a reload.
 ;;;; - It names no SBCL internal in its source (see EXISTING-SYMBOLS): one that a future SBCL
 ;;;;   drops must fail the tool that needs it, not the helper's load.
+;;;; - What a session makes once is made with NEW; what every call makes, with MAKE-INSTANCE of
+;;;;   a quoted class (see NEW).
 
 (defpackage #:mcp-agent-helper
   (:use #:common-lisp)
@@ -36,6 +38,17 @@
            #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
 
 (in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Instances
+
+(defun new (class &rest initargs)
+  "MAKE-INSTANCE of CLASS through the generic path, for what a session makes once. With a quoted
+class SBCL compiles an optimized constructor at the first instance, some 2 ms holding the world
+lock, on the first call of a fresh image; the instances it makes after that take a tenth of the
+time or less (evaluate-lisp's four per call: 9 us a call instead of 18), so what every call makes
+is made that way."
+  (apply #'make-instance class initargs))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)
@@ -674,7 +687,7 @@ are left out: the debugger tool's abort is the way out."
 
 (defun find-session (id)
   (or (gethash id *sessions*)
-      (setf (gethash id *sessions*) (make-instance 'session))))
+      (setf (gethash id *sessions*) (new 'session))))
 
 (defun find-package-loosely (name)
   "The package NAME names, written as the user likes: INVENTORY, inventory, :inventory, #:inventory

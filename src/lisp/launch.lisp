@@ -46,6 +46,11 @@ not knowing, which says nothing."
       (funcall (read-from-string "swank-loader:init")))
   (error (e) (fail "loading swank" e)))
 
+;; Loading swank leaves the image past the point where it collects garbage (some 58 MB in use
+;; against SBCL's 54 MB between collections), so the first request would pay for a 25-30 ms
+;; collection of swank's own leftovers; it is paid here, before the port is announced.
+(sb-ext:gc :full t)
+
 (handler-case
     (let ((port (funcall (read-from-string "swank:create-server")
                          :port (parse-integer (env "SWANK_MCP_PORT" "0"))

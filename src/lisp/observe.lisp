@@ -229,7 +229,7 @@ stays traced. Returns the specifications untraced."
 
 (defun session-background (session)
   (or (gethash session *backgrounds*)
-      (setf (gethash session *backgrounds*) (make-instance 'background))))
+      (setf (gethash session *backgrounds*) (new 'background))))
 
 (defclass background-stream (sb-gray:fundamental-character-output-stream)
   ;; The BACKGROUND itself, not the session: once the session ends and drops it, a thread still

@@ -56,12 +56,18 @@ needs (the client then goes on spawning a thread per call)."
     (let ((handle-requests (and server (server-function server "HANDLE-REQUESTS")))
           (thread-id (and server (server-function server "THREAD-ID")))
           (closed-hook (and server (find-symbol "*CONNECTION-CLOSED-HOOK*" server)))
-          (bindings (and server (find-symbol "*DEFAULT-WORKER-THREAD-BINDINGS*" server))))
+          (bindings (and server (find-symbol "*DEFAULT-WORKER-THREAD-BINDINGS*" server)))
+          (indentation (and server (find-symbol "*CONFIGURE-EMACS-INDENTATION*" server))))
       ;; Without the hook, nothing would end the workers of a closed connection.
       (unless (and handle-requests thread-id closed-hook (boundp closed-hook)
                    (member 'end-workers (symbol-value closed-hook)))
         (return-from start-worker nil))
-      (let* ((worker-bindings (and bindings (boundp bindings) (symbol-value bindings)))
+      (let* ((worker-bindings
+               (append (and bindings (boundp bindings) (symbol-value bindings))
+                       ;; After each request the server scans the symbols of its package (some
+                       ;; 3,000 through CL-USER's uses), and all of them whenever a package was
+                       ;; made, to tell Emacs how to indent them; no client of ours indents.
+                       (and indentation (list (cons indentation nil)))))
              (running (sb-thread:make-semaphore :name "swank-mcp worker running"))
              (id nil)
              (thread (sb-thread:make-thread
