@@ -78,15 +78,26 @@ async fn a_worker_killed_from_outside_is_answered_thread_not_found_and_the_call_
     drop(image);
 }
 
-/// swank-mcp indents nothing, so its worker threads ask the server for no indentation updates
-/// (which cost a scan of the request package's symbols after every call, and of every symbol
-/// after a call that made a package); and the bootstrap, which runs once, ran interpreted rather
-/// than compiled.
+/// swank-mcp indents nothing, so it spares the image swank's indentation work: the handshake
+/// tells the server the client has seen every package (else the server scans every symbol of the
+/// image after the first request), and worker threads ask for no updates at all (else it scans
+/// the request package's symbols after every call). And the bootstrap, which runs once, ran
+/// interpreted rather than compiled.
 #[tokio::test]
-async fn workers_ask_for_no_indentation_and_the_bootstrap_ran_interpreted() {
+async fn the_connection_spares_the_image_indentation_scans_and_compiling_the_bootstrap() {
     let image = common::private_image().await;
     let tb = common::toolbox(image.port);
     assert_eq!(common::eval_ok(&tb, "swank::*configure-emacs-indentation*").await, "=> NIL");
+    // A scan runs in a thread of its own after a request; one started by the first request would
+    // have finished within this wait and cached the indentation of swank's own macros.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let scanned = common::eval_ok(
+        &tb,
+        "(loop for symbol being the hash-keys of (swank::connection.indentation-cache swank::*emacs-connection*) \
+               thereis (eq (symbol-package symbol) (find-package \"SWANK\")))",
+    )
+    .await;
+    assert_eq!(scanned, "=> NIL");
     let interpreted = common::eval_ok(
         &tb,
         "(typep (fdefinition (find-symbol \"ENSURE-HELPER\" \"MCP-AGENT-HELPER\")) 'sb-eval::interpreted-function)",
