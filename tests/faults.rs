@@ -114,14 +114,18 @@ async fn an_evaluation_that_cannot_be_interrupted_says_what_it_waits_for() {
     drop(image);
 }
 
-/// A fake peer that sends `bytes` to whoever connects, then closes.
+/// A fake peer that reads the client's first request, sends `bytes`, then closes. The whole
+/// request is read: a socket closed with unread data is reset, which the client would see first.
 async fn peer_sending(bytes: &'static [u8]) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            let mut request = [0u8; 1024];
-            let _ = socket.read(&mut request).await;
+            let mut header = [0u8; 6];
+            if socket.read_exact(&mut header).await.is_ok() {
+                let length = std::str::from_utf8(&header).ok().and_then(|h| usize::from_str_radix(h, 16).ok());
+                let _ = socket.read_exact(&mut vec![0u8; length.unwrap_or(0)]).await;
+            }
             let _ = socket.write_all(bytes).await;
         }
     });
