@@ -6,7 +6,7 @@
 //! the image machine's cache directory, or asks for the source, compiles it there and loads that;
 //! where the cache cannot be written it loads the source as it is.
 
-use crate::swank::{Connection, Form, Sexp, Thread};
+use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
 use super::ImageError;
 
@@ -71,7 +71,13 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
         tracing::debug!(elapsed = ?started.elapsed(), "helper current");
         return Ok(());
     }
-    let mut state = request(Form::call("cl", "progn", [load_bootstrap(), ensure_helper(&digest, Form::Nil)])).await?;
+    // The bootstrap makes the helper's package, after which the server would scan every symbol.
+    let mut state = request(Form::call(
+        "cl",
+        "progn",
+        [load_bootstrap(), Dialect::seen_every_package(), ensure_helper(&digest, Form::Nil)],
+    ))
+    .await?;
     if state.is_keyword("need-source") {
         state = request(ensure_helper(&digest, Form::string(HELPER_SOURCE))).await?;
     }

@@ -105,33 +105,16 @@ that an image reading the cache never sees half a file. Returns true when the fa
           (ignore-errors (delete-file source-file))
           (ignore-errors (when (probe-file compiled) (delete-file compiled))))))))
 
-(defun seen-every-package ()
-  "Tells the server again that this connection's client has seen every package, as the client's
-first request did, now that the helper's package is new: after this request the server would
-otherwise scan every symbol of the image to tell Emacs how to indent them (some 15 ms, beside the
-next requests), and swank-mcp indents nothing. Found by name, as there."
-  (dolist (server '("SWANK" "SLYNK"))
-    (let* ((package (find-package server))
-           (connection (and package (find-symbol "*EMACS-CONNECTION*" package)))
-           (packages-seen (and package
-                               (or (find-symbol "CONNECTION.INDENTATION-CACHE-PACKAGES" package)
-                                   (find-symbol "CONNECTION-INDENTATION-CACHE-PACKAGES" package)))))
-      (when (and connection (boundp connection) (symbol-value connection)
-                 packages-seen (fboundp (list 'setf packages-seen)))
-        (ignore-errors
-         (funcall (fdefinition (list 'setf packages-seen)) (list-all-packages) (symbol-value connection)))))))
-
 (defun ensure-helper (digest source)
   "Makes the helper whose text has DIGEST current in this image. Returns :CURRENT when it already
 was, :CACHED when its compiled file was loaded, :NEED-SOURCE when SOURCE (nil) is needed to go on,
 :COMPILED when SOURCE was compiled into the cache and loaded, or :SOURCE when it was loaded as
 source because the cache cannot be written."
-  (prog1 (sb-thread:with-mutex (*load-lock*)
-           (cond ((equal *version* digest) :current)
-                 ((load-cached-helper digest) :cached)
-                 ((null source) :need-source)
-                 ((and (compile-helper-into-cache digest source) (load-cached-helper digest)) :compiled)
-                 (t (call-quietly (lambda () (load (make-string-input-stream source))))
-                    (setf *version* digest)
-                    :source)))
-    (seen-every-package)))
+  (sb-thread:with-mutex (*load-lock*)
+    (cond ((equal *version* digest) :current)
+          ((load-cached-helper digest) :cached)
+          ((null source) :need-source)
+          ((and (compile-helper-into-cache digest source) (load-cached-helper digest)) :compiled)
+          (t (call-quietly (lambda () (load (make-string-input-stream source))))
+             (setf *version* digest)
+             :source))))

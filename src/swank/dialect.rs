@@ -60,11 +60,11 @@ impl Dialect {
     /// each request, the server compares that list with the image's packages and, when they
     /// differ, scans every symbol to tell Emacs how to indent macros (some 15 ms of a fresh image's
     /// CPU and a 44 KB message, more in a big image), starting with the first request; a client
-    /// that indents nothing spares the image that. Written with no macro, so that the server
-    /// evaluates it without compiling, and with the connection's accessor found by name in the
-    /// server's package (`connection.` in swank, `connection-` in slynk): a server without them
-    /// gets `list` called instead.
-    fn seen_every_package() -> Form {
+    /// that indents nothing spares the image that, in its first request and in any that makes a
+    /// package. Written with no macro, so that the server evaluates it without compiling, and
+    /// with the connection's accessor found by name in the server's package (`connection.` in
+    /// swank, `connection-` in slynk): a server without them gets `list` called instead.
+    pub(crate) fn seen_every_package() -> Form {
         let named = |name: &str| Form::call("cl", "find-symbol", [Form::string(name), server_package()]);
         let setter = |accessor: &str| Form::call("cl", "list", [quote(Form::Symbol("cl", "setf")), named(accessor)]);
         let either = |accessor: &str, otherwise: Form| {
