@@ -7,9 +7,6 @@
 
 (defparameter *max-warnings* 200)
 
-(defvar *exit-allowed* nil
-  "True while a tool call that may end the image runs (see REFUSE-AGENT-EXIT).")
-
 (defparameter *default-print-length* 200)
 (defparameter *default-print-level* 10)
 
@@ -121,7 +118,8 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())
-         (warning-count 0))
+         (warning-count 0)
+         (exit-hooks sb-ext:*exit-hooks*))
     (flet ((record-warning (warning)
              (when (or (muffled-by-sbcl-p warning)
                        ;; SBCL signals a compile-time error again at each level of the compiler
@@ -148,6 +146,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (missing-package-message package)
                       :backtrace nil :restarts nil))
+          (adopt-exit-hooks exit-hooks session-name allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
           (let ((succeeded (eq (first outcome) :ok)))
@@ -188,27 +187,3 @@ because F is undefined: the error already says so."
        (typep warning 'style-warning)
        (typep warning 'simple-condition)
        (member (cell-error-name failure) (simple-condition-format-arguments warning) :test #'equal)))
-
-;;; ------------------------------------------------------------------------------------------
-;;; An agent cannot end the user's image by accident
-;;;
-;;; SB-EXT:EXIT (which UIOP:QUIT and SB-EXT:QUIT call) is encapsulated, like the undo journal's
-;;; definers: inside an agent's tool call it signals EXIT-REFUSED unless the call allows exits
-;;; (the server started the image, or runs with --allow-exit). A catch cannot stop an exit instead:
-;;; from a worker thread SBCL tells the main thread to exit before it unwinds the caller.
-
-(define-condition exit-refused (error)
-  ((arguments :initarg :arguments :reader exit-refused-arguments))
-  (:report (lambda (condition stream)
-             (format stream "~A was refused: this image is not swank-mcp's to end (it did not start it), and ~
-                             ending it would lose the state of whoever works in it. Start swank-mcp with ~
-                             --allow-exit to let an evaluation end the image."
-                     (let ((*package* (find-package '#:keyword)))
-                       (prin1-to-string (cons 'sb-ext:exit (exit-refused-arguments condition))))))))
-
-(defun refuse-agent-exit (exit &rest arguments)
-  (if (and *agent-call* (not *exit-allowed*))
-      (error 'exit-refused :arguments arguments)
-      (apply exit arguments)))
-
-(encapsulate-once 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit)

@@ -278,6 +278,10 @@ instead of signalling an error."
   "The token of the tool call running in this thread, while it runs: what the undo journal
 (undo.lisp) journals is what is defined while this is bound.")
 
+(defvar *agent-session* nil
+  "The session of the agent's evaluation running in this thread (or of the agent's code running
+in it: an agent thread, timer, interruption; see observe.lisp).")
+
 (defvar *journal-additions* t
   "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
 class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
@@ -813,15 +817,17 @@ dynamic extent and find the evaluation in *PARKED*. Returns only if the server's
                                           :stdout (car *tool-output*)
                                           :stderr (cdr *tool-output*)))
          ;; Aborted from the image's side too, so that a server that dies (or a client that never
-         ;; comes back) cannot leave the thread waiting forever.
+         ;; comes back) cannot leave the thread waiting forever. The timer is the helper's, not
+         ;; the agent's code (see MAKE-AGENT-TIMER).
          (timer (and evaluation
-                     (sb-ext:make-timer
-                      (lambda ()
-                        (interrupt-evaluation
-                         evaluation :timeout
-                         (format nil "The evaluation waited in the debugger for ~:D seconds without an action and ~
-                                      was aborted (--debug-timeout)." *debug-timeout*)))
-                      :thread t :name "swank-mcp debugger timeout"))))
+                     (let ((*agent-session* nil))
+                       (sb-ext:make-timer
+                        (lambda ()
+                          (interrupt-evaluation
+                           evaluation :timeout
+                           (format nil "The evaluation waited in the debugger for ~:D seconds without an action and ~
+                                        was aborted (--debug-timeout)." *debug-timeout*)))
+                        :thread t :name "swank-mcp debugger timeout")))))
     (when timer
       (sb-ext:schedule-timer timer *debug-timeout*))
     (unwind-protect (funcall server-hook condition server-hook)

@@ -212,8 +212,9 @@ stays traced. Returns the specifications untraced."
 
 (defparameter *max-background-errors* 10)
 
-(defvar *agent-session* nil
-  "The session of the agent's tool call running in this thread (or of the agent thread).")
+(defvar *exit-allowed* nil
+  "True while agent code that may end the image runs: a tool call that allows it, or what such a
+call started (see REFUSE-AGENT-EXIT).")
 
 (defvar *agent-threads* (make-hash-table :test 'eq :weakness :key :synchronized t)
   "Thread -> the session whose agent started it.")
@@ -291,14 +292,16 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
                   (background-errors background) '()
                   (background-errors-dropped background) 0))))))
 
-(defun run-agent-thread (session function arguments)
-  "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS with output
-into the session's background, and an unhandled error recorded there; the thread is then aborted
-(JOIN-THREAD sees it end abnormally) instead of waiting in a debugger."
+(defun call-as-agent (session exit-allowed function arguments leave)
+  "FUNCTION applied to ARGUMENTS as code of SESSION's agent: with output into the session's
+background, exits refused unless EXIT-ALLOWED (see REFUSE-AGENT-EXIT), and an error it leaves
+unhandled (or a BREAK) recorded there with a short backtrace; LEAVE, which must not return, is then
+called instead of waiting in a debugger nobody drives."
   (let* ((background (session-background session))
          (stream (make-instance 'background-stream :background background))
          (input (make-string-input-stream ""))
          (*agent-session* session)
+         (*exit-allowed* exit-allowed)
          (*standard-output* stream)
          (*error-output* stream)
          (*trace-output* stream)
@@ -315,19 +318,29 @@ into the session's background, and an unhandled error recorded there; the thread
                      ;; The threads tool's interrupt: noted, and the thread goes on.
                      (if continue
                          (invoke-restart continue)
-                         (sb-thread:abort-thread)))))
+                         (funcall leave)))))
            (sb-ext:*invoke-debugger-hook* hook)
            (*debugger-hook* hook))
       (apply function arguments))))
 
+(defun run-agent-thread (session exit-allowed function arguments)
+  "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS as the agent's
+code (see CALL-AS-AGENT); after an unhandled error the thread is aborted (JOIN-THREAD sees it end
+abnormally). Functions it put on SB-EXT:*EXIT-HOOKS* run as the agent's code too."
+  (let ((exit-hooks sb-ext:*exit-hooks*))
+    (unwind-protect
+         (call-as-agent session exit-allowed function arguments #'sb-thread:abort-thread)
+      (adopt-exit-hooks exit-hooks session exit-allowed))))
+
 (defun make-agent-thread (make-thread function &rest options &key arguments &allow-other-keys)
   "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's evaluation, or in a thread the
 agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the agent's."
-  (let ((session *agent-session*))
+  (let ((session *agent-session*)
+        (exit-allowed *exit-allowed*))
     (if session
         (let* ((arguments (if (listp arguments) arguments (list arguments)))
                (thread (apply make-thread
-                              (lambda () (run-agent-thread session function arguments))
+                              (lambda () (run-agent-thread session exit-allowed function arguments))
                               :arguments nil
                               (loop for (key value) on options by #'cddr
                                     unless (eq key :arguments) append (list key value)))))
@@ -336,6 +349,102 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
         (apply make-thread function options))))
 
 (encapsulate-once 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread)
+;;; ------------------------------------------------------------------------------------------
+;;; An agent cannot end the user's image by accident
+;;;
+;;; SB-EXT:EXIT (which UIOP:QUIT, SB-EXT:QUIT, SB-THREAD:ABORT-THREAD of the main thread and
+;;; SB-THREAD:TERMINATE-THREAD of it call) is encapsulated: in code an agent's tool call runs,
+;;; directly or through what it starts, it signals EXIT-REFUSED unless the call allows exits (the
+;;; server started the image, or runs with --allow-exit). A catch around the call could not stop an
+;;; exit instead: from another thread SBCL takes the exit lock, unwinds that thread, runs the exit
+;;; hooks and tells the main thread to exit. Code the agent hands to the image to run later, or in
+;;; another thread (a timer, an interruption, a finalizer, an exit hook), is made to run as the
+;;; agent's code wherever it runs, so that the guard knows it for the agent's.
+
+(define-condition exit-refused (error)
+  ((arguments :initarg :arguments :reader exit-refused-arguments))
+  (:report (lambda (condition stream)
+             (format stream "(SB-EXT:EXIT~{ ~A~}) was refused: this image is not swank-mcp's to end (it did not ~
+                             start it), and ending it would lose the state of whoever works in it. Start ~
+                             swank-mcp with --allow-exit to let an evaluation end the image."
+                     (let ((*package* (find-package '#:common-lisp)))
+                       (mapcar #'prin1-to-string (exit-refused-arguments condition)))))))
+
+(defun refuse-agent-exit (exit &rest arguments)
+  (if (and (or *agent-call* *agent-session*) (not *exit-allowed*))
+      (error 'exit-refused :arguments arguments)
+      (apply exit arguments)))
+
+(defvar *agent-callbacks* (make-hash-table :test 'eq :weakness :key :synchronized t)
+  "The functions AGENT-CALLBACK made, so that none is wrapped twice.")
+
+(defun agent-callback (function &key whole-thread (session *agent-session*) (exit-allowed *exit-allowed*))
+  "FUNCTION, which the agent's code of SESSION hands to the image to call later or elsewhere, as a
+function that runs it as the agent's code (see CALL-AS-AGENT) in whatever thread calls it. An
+exit it tries and does not handle, or an error it leaves to the debugger, is recorded in the
+session's background and ends the call of FUNCTION, not the thread, unless WHOLE-THREAD (FUNCTION
+is the thread's body): the code around it is not the agent's and must not see the agent's error."
+  (let ((callback
+          (lambda (&rest arguments)
+            (let ((tag (list 'agent-callback)))
+              (catch tag
+                (flet ((leave () (throw tag nil)))
+                  (handler-bind ((exit-refused
+                                   (lambda (condition)
+                                     (record-background-error (session-background session) condition
+                                                              (backtrace-lines condition)
+                                                              :went-on (not whole-thread))
+                                     (leave))))
+                    (call-as-agent session exit-allowed function arguments #'leave))))))))
+    (setf (gethash callback *agent-callbacks*) t)
+    callback))
+
+(defun adopt-exit-hooks (before session exit-allowed)
+  "Makes the functions put on SB-EXT:*EXIT-HOOKS* since it held BEFORE run as SESSION's agent's
+code: an exit the human makes runs them, and one that exits again would end the image at once,
+with another code, before the human's own hooks and the flushing of output ran."
+  (let ((hooks sb-ext:*exit-hooks*))
+    (unless (eq hooks before)
+      (setf sb-ext:*exit-hooks*
+            (mapcar (lambda (hook)
+                      (if (or (member hook before) (gethash hook *agent-callbacks*))
+                          hook
+                          (agent-callback hook :session session :exit-allowed exit-allowed)))
+                    hooks)))))
+
+(defun make-agent-timer (make-timer function &rest options &key thread &allow-other-keys)
+  "The encapsulation of SB-EXT:MAKE-TIMER: the function of a timer the agent's code makes runs as
+the agent's code, in the thread the timer interrupts or in a new one (THREAD T)."
+  (if *agent-session*
+      (apply make-timer (agent-callback function :whole-thread (eq thread t)) options)
+      (apply make-timer function options)))
+
+(defun interrupt-as-agent (interrupt-thread thread function)
+  "The encapsulation of SB-THREAD:INTERRUPT-THREAD: an interruption the agent's code sends runs
+as the agent's code in the thread it interrupts, the main thread included."
+  (funcall interrupt-thread thread (if *agent-session* (agent-callback function) function)))
+
+(defun finalize-as-agent (finalize object function &rest options)
+  "The encapsulation of SB-EXT:FINALIZE: a finalizer the agent's code sets runs as the agent's
+code in whatever thread runs finalizers."
+  (apply finalize object (if *agent-session* (agent-callback function) function) options))
+
+(defun run-timers-as-nobody (run-expired-timers &rest arguments)
+  "The encapsulation of SBCL's SIGALRM handler's work: it runs in whichever thread took the
+signal, an agent's evaluation among them, and the timers it runs (the human's too) must not pass
+for that thread's code. An agent's timer carries its agent with it (see MAKE-AGENT-TIMER)."
+  (let ((*agent-session* nil)
+        (*agent-call* nil)
+        (*exit-allowed* nil))
+    (apply run-expired-timers arguments)))
+
+(encapsulate-once 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit)
+(encapsulate-once 'sb-ext:make-timer 'mcp-agent-timer-watch 'make-agent-timer)
+(encapsulate-once 'sb-thread:interrupt-thread 'mcp-agent-interrupt-watch 'interrupt-as-agent)
+(encapsulate-once 'sb-ext:finalize 'mcp-agent-finalizer-watch 'finalize-as-agent)
+(let ((run-expired-timers (first (existing-symbols "SB-IMPL" "RUN-EXPIRED-TIMERS"))))
+  (when run-expired-timers
+    (encapsulate-once run-expired-timers 'mcp-agent-timers-unbound 'run-timers-as-nobody)))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The threads tool

@@ -1,0 +1,285 @@
+//! The exit guard against real images: whatever way the agent's code reaches an exit (a thread it
+//! starts, directly or through bordeaux-threads, a thread such a thread starts, a timer, an
+//! interruption of the main thread, a finalizer, an exit hook), an image swank-mcp did not start
+//! keeps running, and the refusal comes back in the [background] section; the human's own exits
+//! still end the image. Every test that could end an image (when the guard fails, or on purpose)
+//! has a throwaway image of its own.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use common::{call, eval_ok};
+use swank_mcp::source::AllowedRoots;
+use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Thread};
+use swank_mcp::tools::{Settings, Toolbox};
+
+const REFUSED: &str = "[ERROR] MCP-AGENT-HELPER::EXIT-REFUSED\n";
+
+/// How many times a test asks the image again for something that happens after a reply (a timer,
+/// a finalizer, an exit): each ask waits a little in the image, so this bounds the wait to some
+/// tens of seconds however slow the machine.
+const ASKS: usize = 300;
+
+/// Evaluates `code` as the agent, then evaluates `poll` until a reply's [background] section holds
+/// `expected`; returns that reply. Fails when the image stops answering on the way.
+async fn refusal_in_background(toolbox: &Arc<Toolbox>, code: &str, poll: &str, expected: &str) -> String {
+    let mut text = call(toolbox, "evaluate-lisp", json!({ "code": code })).await.text;
+    let first = text.clone();
+    for _ in 0..ASKS {
+        assert!(!text.contains("lost the connection") && !text.contains("No Lisp image"), "{code}: {text}");
+        if text.contains(expected) {
+            let background = text.split("[background]\n").nth(1).unwrap_or_else(|| panic!("{code}: {text}"));
+            assert!(background.contains(expected), "{code}: {text}");
+            return text;
+        }
+        text = call(toolbox, "evaluate-lisp", json!({ "code": poll })).await.text;
+    }
+    panic!("{code}: no refusal {expected:?} in the background; the first reply: {first}; the last: {text}");
+}
+
+/// Runs each `(code, expected)` in the image `toolbox` is attached to and checks that the image
+/// still runs afterwards.
+async fn refuse_each(toolbox: &Arc<Toolbox>, poll: &str, cases: &[(&str, String)]) {
+    for (code, expected) in cases {
+        let reply = refusal_in_background(toolbox, code, poll, expected).await;
+        assert_eq!(eval_ok(toolbox, "(+ 1 2)").await, "=> 3", "after {code}: {reply}");
+    }
+}
+
+/// The report of a refused `exit` (its arguments as printed) that ended `thread`.
+fn stopped(thread: &str, exit: &str) -> String {
+    format!("Thread {thread:?} stopped: {REFUSED}{exit} was refused")
+}
+
+/// The report of a refused `exit` in code that interrupted `thread`, which went on.
+fn went_on(thread: &str, exit: &str) -> String {
+    format!("Thread {thread:?} was interrupted and went on: {REFUSED}{exit} was refused")
+}
+
+/// The human's own connection, as SLIME's: what it evaluates is no agent's call.
+async fn user_connection(port: u16) -> Connection {
+    let options = ConnectOptions { connect_timeout: Duration::from_secs(5), secret: None, protocol: Protocol::Auto };
+    Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options).await.unwrap()
+}
+
+/// Sends `code` (read in CL-USER) on the human's connection without waiting for a reply, which an
+/// exit never sends.
+fn user_send(connection: &Connection, code: &str) {
+    let form = Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(code)])]);
+    let connection = connection.clone();
+    tokio::spawn(async move { connection.rex(form, "COMMON-LISP-USER", Thread::New).await });
+}
+
+/// The process id of the image `toolbox` is attached to.
+async fn image_pid(toolbox: &Arc<Toolbox>) -> u32 {
+    let text = eval_ok(toolbox, "(sb-unix:unix-getpid)").await;
+    text.strip_prefix("=> ").and_then(|pid| pid.parse().ok()).unwrap_or_else(|| panic!("a pid: {text}"))
+}
+
+/// Waits until the process `pid` has ended (it is gone, or a zombie its parent has not reaped).
+/// Not by connecting: a connection swank accepts during an exit makes a thread, which waits for
+/// the lock the exit holds and holds the exit up for its whole timeout.
+async fn wait_until_gone(pid: u32) {
+    for _ in 0..ASKS {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return,
+            Ok(stat) if stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')) => return,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("the image (process {pid}) is still running");
+}
+
+#[tokio::test]
+async fn exits_in_threads_the_agent_starts_are_refused() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    eval_ok(&toolbox, "(require :asdf) (asdf:load-system :bordeaux-threads)").await;
+    let joined = |body: &str, name: &str| {
+        format!("(sb-thread:join-thread (sb-thread:make-thread (lambda () {body}) :name {name:?}) :default nil)")
+    };
+    let cases = [
+        (joined("(sb-ext:exit :code 11)", "exiter"), stopped("exiter", "(SB-EXT:EXIT :CODE 11)")),
+        (joined("(sb-ext:exit :code 12 :abort t)", "aborter"), stopped("aborter", "(SB-EXT:EXIT :CODE 12 :ABORT T)")),
+        (joined("(sb-ext:quit :unix-status 13)", "quitter"), stopped("quitter", "(SB-EXT:EXIT :CODE 13 :ABORT NIL)")),
+        (joined("(uiop:quit 14)", "uiop quitter"), stopped("uiop quitter", "(SB-EXT:EXIT :CODE 14 :ABORT NIL)")),
+        // A thread of a thread of the agent's, which ends before its child does.
+        (
+            joined(
+                "(sb-thread:make-thread (lambda () (sleep 0.1) (sb-ext:exit :code 15)) :name \"grandchild\")",
+                "child",
+            ),
+            stopped("grandchild", "(SB-EXT:EXIT :CODE 15)"),
+        ),
+        (
+            "(bt:join-thread (bt:make-thread (lambda () (sb-ext:exit :code 16)) :name \"bt exiter\"))".to_string(),
+            stopped("bt exiter", "(SB-EXT:EXIT :CODE 16)"),
+        ),
+        // Not joined: the thread is still running when the reply goes; the next one reports it.
+        (
+            "(sb-thread:make-thread (lambda () (sleep 0.2) (uiop:quit 17 nil)) :name \"late quitter\") :started"
+                .to_string(),
+            stopped("late quitter", "(SB-EXT:EXIT :CODE 17 :ABORT T)"),
+        ),
+    ];
+    let cases: Vec<(&str, String)> = cases.iter().map(|(code, expected)| (code.as_str(), expected.clone())).collect();
+    refuse_each(&toolbox, "(sleep 0.05)", &cases).await;
+
+    // The refusal is an error the thread can handle.
+    let handled = eval_ok(
+        &toolbox,
+        "(sb-thread:join-thread
+           (sb-thread:make-thread (lambda () (handler-case (sb-ext:exit :code 18)
+                                               (error (e) (type-of e))))))",
+    )
+    .await;
+    assert_eq!(handled, "=> MCP-AGENT-HELPER::EXIT-REFUSED");
+}
+
+#[tokio::test]
+async fn exits_in_timers_interruptions_and_finalizers_of_the_agent_are_refused() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let cases = [
+        // The timer interrupts the thread that made it, the agent's worker, after the reply.
+        (
+            "(sb-ext:schedule-timer (sb-ext:make-timer (lambda () (sb-ext:exit :code 21)) :name \"own\") 0.2) :scheduled",
+            went_on("swank-mcp worker", "(SB-EXT:EXIT :CODE 21)"),
+        ),
+        (
+            "(sb-ext:schedule-timer (sb-ext:make-timer (lambda () (sb-ext:exit :code 22)) :name \"new\" :thread t) 0.2)",
+            stopped("Timer new", "(SB-EXT:EXIT :CODE 22)"),
+        ),
+        // Run in whichever thread takes the timer signal.
+        (
+            "(sb-ext:schedule-timer (sb-ext:make-timer (lambda () (sb-ext:exit :code 23 :abort t)) :thread nil) 0.2)",
+            "went on: [ERROR] MCP-AGENT-HELPER::EXIT-REFUSED\n(SB-EXT:EXIT :CODE 23 :ABORT T) was refused".into(),
+        ),
+        (
+            "(sb-thread:interrupt-thread (sb-thread:main-thread) (lambda () (sb-ext:exit :code 24)))",
+            went_on("main thread", "(SB-EXT:EXIT :CODE 24)"),
+        ),
+        // TERMINATE-THREAD of the main thread makes it exit with code 1.
+        ("(sb-thread:terminate-thread (sb-thread:main-thread))", went_on("main thread", "(SB-EXT:EXIT :CODE 1)")),
+        // From a thread of the agent's, into the main thread.
+        (
+            "(sb-thread:join-thread (sb-thread:make-thread
+               (lambda () (sb-thread:interrupt-thread (sb-thread:main-thread) (lambda () (uiop:quit 25))))))",
+            went_on("main thread", "(SB-EXT:EXIT :CODE 25 :ABORT NIL)"),
+        ),
+    ];
+    let cases: Vec<(&str, String)> = cases.iter().map(|(code, expected)| (*code, expected.clone())).collect();
+    eval_ok(&toolbox, "(require :asdf)").await;
+    refuse_each(&toolbox, "(sleep 0.05)", &cases).await;
+
+    // A finalizer runs in SBCL's finalizer thread after a collection finds its object unreachable.
+    let finalizer = [(
+        "(progn (sb-ext:finalize (make-array 1000) (lambda () (sb-ext:exit :code 26))) nil)",
+        went_on("finalizer", "(SB-EXT:EXIT :CODE 26)"),
+    )];
+    refuse_each(&toolbox, "(sb-ext:gc :full t) (sleep 0.05)", &finalizer).await;
+}
+
+/// An exit hook the agent adds runs when the human exits; one that exits again would end the
+/// image at once, before the human's own hooks. Its exit is refused, and the human's exit goes on.
+#[tokio::test]
+async fn exit_hooks_the_agent_adds_cannot_cut_the_humans_exit_short() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("human-hook-ran");
+    let user = user_connection(image.port).await;
+    let form = Form::call(
+        "cl",
+        "funcall",
+        [
+            Form::call(
+                "cl",
+                "eval",
+                [Form::call(
+                    "cl",
+                    "read-from-string",
+                    [Form::string(
+                        "(lambda (path)
+                           (push (lambda () (with-open-file (out path :direction :output)
+                                              (write-string \"the human's hook ran\" out)))
+                                 sb-ext:*exit-hooks*))",
+                    )],
+                )],
+            ),
+            Form::string(marker.to_str().unwrap()),
+        ],
+    );
+    user.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap();
+    let pid = image_pid(&toolbox).await;
+
+    // Hooks pushed by the evaluation, and by a thread of the agent's.
+    eval_ok(&toolbox, "(push (lambda () (sb-ext:exit :code 31 :abort t)) sb-ext:*exit-hooks*) :pushed").await;
+    eval_ok(
+        &toolbox,
+        "(sb-thread:join-thread (sb-thread:make-thread
+           (lambda () (push (lambda () (sb-ext:exit :code 32)) sb-ext:*exit-hooks*) :pushed)))",
+    )
+    .await;
+    // Neither runs before the human exits.
+    assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+    assert!(!marker.exists());
+
+    user_send(&user, "(sb-ext:exit :code 5)");
+    wait_until_gone(pid).await;
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "the human's hook ran");
+}
+
+#[tokio::test]
+async fn an_exit_in_a_thread_the_human_starts_ends_the_image() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    // The helper, and with it the guard, is in the image.
+    eval_ok(&toolbox, "(sb-thread:make-thread (lambda () (sleep 600)) :name \"agent sleeper\") :started").await;
+    let pid = image_pid(&toolbox).await;
+    let user = user_connection(image.port).await;
+    user_send(&user, "(sb-thread:make-thread (lambda () (sb-ext:exit :code 7)) :name \"human exiter\")");
+    wait_until_gone(pid).await;
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(
+        output.is_error
+            && (output.text.starts_with("No Lisp image is answering") || output.text.contains("The image exited")),
+        "{}",
+        output.text
+    );
+}
+
+#[tokio::test]
+async fn an_exit_in_a_timer_the_human_schedules_ends_the_image() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let pid = image_pid(&toolbox).await;
+    let user = user_connection(image.port).await;
+    user_send(
+        &user,
+        "(sb-ext:schedule-timer (sb-ext:make-timer (lambda () (sb-ext:exit :code 8 :abort t)) :thread t) 0.1)",
+    );
+    wait_until_gone(pid).await;
+}
+
+#[tokio::test]
+async fn with_allow_exit_a_thread_of_the_agent_ends_the_image() {
+    let image = common::private_image().await;
+    let settings = Settings { allow_exit: true, ..common::settings() };
+    let toolbox = Arc::new(Toolbox::new(
+        settings,
+        vec![common::image_settings(image.port)],
+        AllowedRoots::new(Vec::new()).unwrap(),
+    ));
+    let pid = image_pid(&toolbox).await;
+    eval_ok(
+        &toolbox,
+        "(sb-thread:make-thread (lambda () (sleep 0.2) (sb-ext:exit :code 9)) :name \"exiter\") :started",
+    )
+    .await;
+    wait_until_gone(pid).await;
+}
