@@ -184,6 +184,29 @@ async fn exits_in_timers_interruptions_and_finalizers_of_the_agent_are_refused()
     refuse_each(&toolbox, "(sb-ext:gc :full t) (sleep 0.05)", &finalizer).await;
 }
 
+/// Code that load-file loads is the agent's too: a thread it starts cannot end the image.
+#[tokio::test]
+async fn exits_in_threads_of_loaded_code_are_refused() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("exiter.lisp");
+    std::fs::write(
+        &file,
+        "(sb-thread:join-thread (sb-thread:make-thread (lambda () (sb-ext:exit :code 41)) :name \"loaded exiter\")
+                               :default nil)\n",
+    )
+    .unwrap();
+    let toolbox = Arc::new(Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(image.port)],
+        AllowedRoots::new(vec![dir.path().to_path_buf()]).unwrap(),
+    ));
+    let loaded = call(&toolbox, "load-file", json!({"file_path": file.display().to_string()})).await;
+    assert!(!loaded.is_error, "{}", loaded.text);
+    let expected = stopped("loaded exiter", "(SB-EXT:EXIT :CODE 41)");
+    refuse_each(&toolbox, "(sleep 0.05)", &[("(+ 1 1)", expected)]).await;
+}
+
 /// An exit hook the agent adds runs when the human exits; one that exits again would end the
 /// image at once, before the human's own hooks. Its exit is refused, and the human's exit goes on.
 #[tokio::test]

@@ -193,9 +193,10 @@ definitions, (label marker feature-text) each. Returns a plist: :LOADED; the cou
 :ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each (:SEVERITY :MESSAGE :FORM :LINE :COLUMN) with
 LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in this image;
 :STDOUT (text dropped)."
-  (declare (ignore session))
   (let ((stdout (make-capture max-output))
-        (*max-output* max-output))
+        (*max-output* max-output)
+        ;; What the loaded code starts runs as the agent's (see observe.lisp).
+        (*agent-session* session))
     (let ((result
             (run-tool token
                       (lambda ()
@@ -221,9 +222,9 @@ LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in
   "Compiles and loads FILE for load-file. Returns the plist LOAD-SOURCE does, without :INACTIVE.
 New definitions are not listed in the undo journal (a file's hundreds would push out the
 replacements); replaced functions and macros are."
-  (declare (ignore session))
   (let ((stdout (make-capture max-output))
-        (*max-output* max-output))
+        (*max-output* max-output)
+        (*agent-session* session))
     (let ((result (run-tool token
                             (lambda ()
                               (unless (probe-file file)

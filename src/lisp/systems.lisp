@@ -107,6 +107,8 @@ failed (its output and warnings are kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
+        ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
+        (*agent-session* session)
         (warnings '())
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (labels ((note (category text)
