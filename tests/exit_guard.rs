@@ -209,8 +209,9 @@ async fn exits_in_threads_of_loaded_code_are_refused() {
 
 /// An exit hook the agent adds runs when the human exits; one that exits again would end the
 /// image at once, before the human's own hooks. Its exit is refused, and the human's exit goes on.
+/// An after-GC hook of the agent's cannot end the image when the human's thread collects.
 #[tokio::test]
-async fn exit_hooks_the_agent_adds_cannot_cut_the_humans_exit_short() {
+async fn hooks_the_agent_adds_cannot_end_the_image() {
     let image = common::private_image().await;
     let toolbox = common::toolbox(image.port);
     let dir = tempfile::tempdir().unwrap();
@@ -251,6 +252,15 @@ async fn exit_hooks_the_agent_adds_cannot_cut_the_humans_exit_short() {
     // Neither runs before the human exits.
     assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
     assert!(!marker.exists());
+
+    // An after-GC hook runs in whichever thread collects, here the human's.
+    eval_ok(&toolbox, "(push (lambda () (sb-ext:exit :code 33)) sb-ext:*after-gc-hooks*) :pushed").await;
+    user.rex(Form::call("sb-ext", "gc", [Form::Keyword("full"), Form::T]), "COMMON-LISP-USER", Thread::New)
+        .await
+        .unwrap();
+    let expected = "went on: [ERROR] MCP-AGENT-HELPER::EXIT-REFUSED\n(SB-EXT:EXIT :CODE 33) was refused";
+    refuse_each(&toolbox, "(sleep 0.05)", &[("(+ 1 1)", expected.to_string())]).await;
+    eval_ok(&toolbox, "(setf sb-ext:*after-gc-hooks* nil)").await;
 
     user_send(&user, "(sb-ext:exit :code 5)");
     wait_until_gone(pid).await;

@@ -119,7 +119,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
          (stderr (make-capture max-output))
          (warnings '())
          (warning-count 0)
-         (exit-hooks sb-ext:*exit-hooks*))
+         (hooks (hook-lists)))
     (flet ((record-warning (warning)
              (when (or (muffled-by-sbcl-p warning)
                        ;; SBCL signals a compile-time error again at each level of the compiler
@@ -146,7 +146,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (missing-package-message package)
                       :backtrace nil :restarts nil))
-          (adopt-exit-hooks exit-hooks session-name allow-exit)
+          (adopt-hooks hooks session-name allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
           (let ((succeeded (eq (first outcome) :ok)))

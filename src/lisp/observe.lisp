@@ -326,11 +326,11 @@ called instead of waiting in a debugger nobody drives."
 (defun run-agent-thread (session exit-allowed function arguments)
   "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS as the agent's
 code (see CALL-AS-AGENT); after an unhandled error the thread is aborted (JOIN-THREAD sees it end
-abnormally). Functions it put on SB-EXT:*EXIT-HOOKS* run as the agent's code too."
-  (let ((exit-hooks sb-ext:*exit-hooks*))
+abnormally). Functions it put on SBCL's hook lists run as the agent's code too (see ADOPT-HOOKS)."
+  (let ((hooks (hook-lists)))
     (unwind-protect
          (call-as-agent session exit-allowed function arguments #'sb-thread:abort-thread)
-      (adopt-exit-hooks exit-hooks session exit-allowed))))
+      (adopt-hooks hooks session exit-allowed))))
 
 (defun make-agent-thread (make-thread function &rest options &key arguments &allow-other-keys)
   "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's evaluation, or in a thread the
@@ -358,7 +358,7 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
 ;;; server started the image, or runs with --allow-exit). A catch around the call could not stop an
 ;;; exit instead: from another thread SBCL takes the exit lock, unwinds that thread, runs the exit
 ;;; hooks and tells the main thread to exit. Code the agent hands to the image to run later, or in
-;;; another thread (a timer, an interruption, a finalizer, an exit hook), is made to run as the
+;;; another thread (a timer, an interruption, a finalizer, an exit or after-GC hook), is made to run as the
 ;;; agent's code wherever it runs, so that the guard knows it for the agent's.
 
 (define-condition exit-refused (error)
@@ -386,6 +386,8 @@ session's background and ends the call of FUNCTION, not the thread, unless WHOLE
 is the thread's body): the code around it is not the agent's and must not see the agent's error."
   (let ((callback
           (lambda (&rest arguments)
+            (when whole-thread
+              (setf (gethash sb-thread:*current-thread* *agent-threads*) session))
             (let ((tag (list 'agent-callback)))
               (catch tag
                 (flet ((leave () (throw tag nil)))
@@ -399,18 +401,27 @@ is the thread's body): the code around it is not the agent's and must not see th
     (setf (gethash callback *agent-callbacks*) t)
     callback))
 
-(defun adopt-exit-hooks (before session exit-allowed)
-  "Makes the functions put on SB-EXT:*EXIT-HOOKS* since it held BEFORE run as SESSION's agent's
-code: an exit the human makes runs them, and one that exits again would end the image at once,
-with another code, before the human's own hooks and the flushing of output ran."
-  (let ((hooks sb-ext:*exit-hooks*))
-    (unless (eq hooks before)
-      (setf sb-ext:*exit-hooks*
-            (mapcar (lambda (hook)
-                      (if (or (member hook before) (gethash hook *agent-callbacks*))
-                          hook
-                          (agent-callback hook :session session :exit-allowed exit-allowed)))
-                    hooks)))))
+(defparameter *hook-variables* '(sb-ext:*exit-hooks* sb-ext:*after-gc-hooks*)
+  "Lists of functions SBCL calls later in whichever thread: SB-EXT:*EXIT-HOOKS* when the human
+exits (where a hook that exits again would end the image at once, with another code, before the
+human's own hooks and the flushing of output ran), SB-EXT:*AFTER-GC-HOOKS* after any collection.")
+
+(defun hook-lists ()
+  (mapcar #'symbol-value *hook-variables*))
+
+(defun adopt-hooks (before session exit-allowed)
+  "Makes the functions put on the lists of *HOOK-VARIABLES* since they held BEFORE (what
+HOOK-LISTS returned) run as SESSION's agent's code."
+  (loop for variable in *hook-variables*
+        for old in before
+        for hooks = (symbol-value variable)
+        unless (eq hooks old)
+          do (setf (symbol-value variable)
+                   (mapcar (lambda (hook)
+                             (if (or (member hook old) (gethash hook *agent-callbacks*))
+                                 hook
+                                 (agent-callback hook :session session :exit-allowed exit-allowed)))
+                           hooks))))
 
 (defun make-agent-timer (make-timer function &rest options &key thread &allow-other-keys)
   "The encapsulation of SB-EXT:MAKE-TIMER: the function of a timer the agent's code makes runs as
