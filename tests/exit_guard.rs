@@ -176,6 +176,20 @@ async fn exits_in_timers_interruptions_and_finalizers_of_the_agent_are_refused()
     eval_ok(&toolbox, "(require :asdf)").await;
     refuse_each(&toolbox, "(sleep 0.05)", &cases).await;
 
+    // A timer that interrupts the evaluation that made it is part of it: WITH-TIMEOUT's error
+    // reaches the evaluation's handlers, or its reply; so does a refused exit.
+    let handled = "(handler-case (sb-ext:with-timeout 0.2 (sleep 5) :done) (sb-ext:timeout () :timed-out))";
+    assert_eq!(eval_ok(&toolbox, handled).await, "=> :TIMED-OUT");
+    let unhandled = call(&toolbox, "evaluate-lisp", json!({"code": "(sb-ext:with-timeout 0.2 (sleep 5) :done)"})).await;
+    assert!(unhandled.is_error && unhandled.text.starts_with("[ERROR] TIMEOUT\n"), "{}", unhandled.text);
+    let own = "(sb-ext:schedule-timer (sb-ext:make-timer (lambda () (sb-ext:exit :code 27))) 0.1) (sleep 5) :slept";
+    let refused = call(&toolbox, "evaluate-lisp", json!({ "code": own })).await;
+    assert!(
+        refused.is_error && refused.text.starts_with(&format!("{REFUSED}(SB-EXT:EXIT :CODE 27) was refused")),
+        "{}",
+        refused.text
+    );
+
     // A finalizer runs in SBCL's finalizer thread after a collection finds its object unreachable.
     let finalizer = [(
         "(progn (sb-ext:finalize (make-array 1000) (lambda () (sb-ext:exit :code 26))) nil)",

@@ -378,26 +378,34 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
 (defvar *agent-callbacks* (make-hash-table :test 'eq :weakness :key :synchronized t)
   "The functions AGENT-CALLBACK made, so that none is wrapped twice.")
 
-(defun agent-callback (function &key whole-thread (session *agent-session*) (exit-allowed *exit-allowed*))
+(defun agent-callback (function &key whole-thread (session *agent-session*) (exit-allowed *exit-allowed*)
+                                     (owner (or *evaluation* sb-thread:*current-thread*)))
   "FUNCTION, which the agent's code of SESSION hands to the image to call later or elsewhere, as a
 function that runs it as the agent's code (see CALL-AS-AGENT) in whatever thread calls it. An
 exit it tries and does not handle, or an error it leaves to the debugger, is recorded in the
 session's background and ends the call of FUNCTION, not the thread, unless WHOLE-THREAD (FUNCTION
-is the thread's body): the code around it is not the agent's and must not see the agent's error."
+is the thread's body): the code around it is not the agent's and must not see the agent's error.
+Called inside the code that made it, OWNER (its evaluation, or its agent thread): a timer that
+interrupts it, as WITH-TIMEOUT's does, FUNCTION runs as it is, and that code's handlers and
+debugger see its errors."
   (let ((callback
           (lambda (&rest arguments)
-            (when whole-thread
-              (setf (gethash sb-thread:*current-thread* *agent-threads*) session))
-            (let ((tag (list 'agent-callback)))
-              (catch tag
-                (flet ((leave () (throw tag nil)))
-                  (handler-bind ((exit-refused
-                                   (lambda (condition)
-                                     (record-background-error (session-background session) condition
-                                                              (backtrace-lines condition)
-                                                              :went-on (not whole-thread))
-                                     (leave))))
-                    (call-as-agent session exit-allowed function arguments #'leave))))))))
+            (if (and owner
+                     (eq owner (or *evaluation* sb-thread:*current-thread*))
+                     (equal *agent-session* session))
+                (apply function arguments)
+                (let ((tag (list 'agent-callback)))
+                  (when whole-thread
+                    (setf (gethash sb-thread:*current-thread* *agent-threads*) session))
+                  (catch tag
+                    (flet ((leave () (throw tag nil)))
+                      (handler-bind ((exit-refused
+                                       (lambda (condition)
+                                         (record-background-error (session-background session) condition
+                                                                  (backtrace-lines condition)
+                                                                  :went-on (not whole-thread))
+                                         (leave))))
+                        (call-as-agent session exit-allowed function arguments #'leave)))))))))
     (setf (gethash callback *agent-callbacks*) t)
     callback))
 
@@ -420,7 +428,7 @@ HOOK-LISTS returned) run as SESSION's agent's code."
                    (mapcar (lambda (hook)
                              (if (or (member hook old) (gethash hook *agent-callbacks*))
                                  hook
-                                 (agent-callback hook :session session :exit-allowed exit-allowed)))
+                                 (agent-callback hook :session session :exit-allowed exit-allowed :owner nil)))
                            hooks))))
 
 (defun make-agent-timer (make-timer function &rest options &key thread &allow-other-keys)
