@@ -282,6 +282,10 @@ instead of signalling an error."
   "The session of the agent's evaluation running in this thread (or of the agent's code running
 in it: an agent thread, timer, interruption; see observe.lisp).")
 
+(defvar *exit-allowed* nil
+  "True while agent code that may end the image runs: a tool call that allows it, or what such a
+call started (see REFUSE-AGENT-EXIT).")
+
 (defvar *journal-additions* t
   "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
 class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
@@ -959,14 +963,19 @@ its message alone, without a condition type or backtrace."))
 cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by default output
 goes nowhere: nothing a tool does prints in the user's image). Returns the plist, or
 (:FAILURE message) for a TOOL-FAILURE, or (:ERROR report) for anything else that went wrong."
-  (let ((outcome (call-registered
-                  token
-                  (lambda (evaluation)
-                    (declare (ignore evaluation))
-                    (with-tool-streams (stdout stderr)
-                      (handler-case (call-trapping-debugger function)
-                        (tool-failure (failure)
-                          (list :failure (tool-failure-message failure)))))))))
+  (let* ((hooks (hook-lists))
+         (outcome (call-registered
+                   token
+                   (lambda (evaluation)
+                     (declare (ignore evaluation))
+                     (with-tool-streams (stdout stderr)
+                       (handler-case (call-trapping-debugger function)
+                         (tool-failure (failure)
+                           (list :failure (tool-failure-message failure)))))))))
+    ;; The tools that run the agent's code (load-file and the like) bind its session: hooks that
+    ;; code added run as the agent's (see ADOPT-HOOKS).
+    (when *agent-session*
+      (adopt-hooks hooks *agent-session* *exit-allowed*))
     (case (first outcome)
       (:ok (second outcome))
       (:failure outcome)

@@ -212,10 +212,6 @@ stays traced. Returns the specifications untraced."
 
 (defparameter *max-background-errors* 10)
 
-(defvar *exit-allowed* nil
-  "True while agent code that may end the image runs: a tool call that allows it, or what such a
-call started (see REFUSE-AGENT-EXIT).")
-
 (defvar *agent-threads* (make-hash-table :test 'eq :weakness :key :synchronized t)
   "Thread -> the session whose agent started it.")
 
@@ -349,6 +345,7 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
         (apply make-thread function options))))
 
 (encapsulate-once 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread)
+
 ;;; ------------------------------------------------------------------------------------------
 ;;; An agent cannot end the user's image by accident
 ;;;
@@ -358,8 +355,8 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
 ;;; server started the image, or runs with --allow-exit). A catch around the call could not stop an
 ;;; exit instead: from another thread SBCL takes the exit lock, unwinds that thread, runs the exit
 ;;; hooks and tells the main thread to exit. Code the agent hands to the image to run later, or in
-;;; another thread (a timer, an interruption, a finalizer, an exit or after-GC hook), is made to run as the
-;;; agent's code wherever it runs, so that the guard knows it for the agent's.
+;;; another thread (a timer, an interruption, a finalizer, an exit or after-GC hook), is made to
+;;; run as the agent's code wherever it runs, so that the guard knows it for the agent's.
 
 (define-condition exit-refused (error)
   ((arguments :initarg :arguments :reader exit-refused-arguments))
