@@ -182,6 +182,7 @@ method an agent's call adds, and the one with the same qualifiers and specialize
                 :direct-slots (mapcar #'slot-definition-plist (sb-mop:class-direct-slots class))
                 :direct-default-initargs (sb-mop:class-direct-default-initargs class)
                 :documentation (documentation class t))
+          ;; Not an initarg: RESTORE-ENTRY sets the slot itself.
           (let ((source (and *class-source-slot* (ignore-errors (slot-value class *class-source-slot*)))))
             (and source (list :definition-source source)))))
 
@@ -361,7 +362,13 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
                      (remove-method generic installed))
                    (when (and previous generic (null (sb-mop:method-generic-function previous)))
                      (add-method generic previous)))))
-      (:class (apply #'sb-mop:ensure-class name previous)))
+      (:class (let ((arguments (copy-list previous)))
+                (remf arguments :definition-source)
+                (let ((class (apply #'sb-mop:ensure-class name arguments))
+                      (source (getf previous :definition-source)))
+                  ;; So that find-definition points where the previous definition was again.
+                  (when source
+                    (setf (slot-value class *class-source-slot*) source))))))
     (setf (entry-restored entry) t)))
 
 (defun restored-plist (entry)
