@@ -358,4 +358,71 @@ async fn methods_are_removed_or_put_back_and_a_class_gets_its_slots_back() {
     assert!(now.contains("((WIDTH HEIGHT) 1 2 NIL (:USER-BOX 1) 1 SB-PCL::NO-APPLICABLE-METHOD-ERROR)"), "{now}");
     let (found, _) = call_ok(&mut client, "find-definition", json!({"symbol": "undo-box"})).await;
     assert!(found.contains(&format!("{file_name}:1:1")), "{found}");
+
+    // A method and a class the human redefined after the agent are refused, naming the change.
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defmethod undo-describe ((thing string)) :agent-string)
+                        (defclass undo-box () ((width :initarg :width :initform 100 :reader box-width)))"}),
+    )
+    .await;
+    user_eval(&user, "(defmethod undo-describe ((thing string)) :human-string)").await;
+    user_eval(&user, "(defclass undo-box () ((width :initform 7 :reader box-width) (human :initform 8)))").await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let entries = journal["entries"].as_array().unwrap();
+    let newest: Vec<u64> = entries[entries.len() - 2..].iter().map(|e| e["number"].as_u64().unwrap()).collect();
+    let (refused, structured) = call_ok(&mut client, "undo", json!({"entries": newest})).await;
+    assert_eq!(structured["restored_count"], 0, "{refused}");
+    assert!(
+        refused.contains("method COMMON-LISP-USER::UNDO-DESCRIBE: changed since: redefined after the agent's call"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("class COMMON-LISP-USER::UNDO-BOX: changed since: redefined after the agent's call"),
+        "{refused}"
+    );
+    let (kept, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(list (undo-describe \"s\") (mapcar #'sb-mop:slot-definition-name (sb-mop:class-slots (find-class 'undo-box))))"}),
+    )
+    .await;
+    assert!(kept.contains("(:HUMAN-STRING (WIDTH HUMAN))"), "{kept}");
+}
+
+#[tokio::test]
+async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_keeps_the_agents_text() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edit.lisp");
+    let file_name = file.to_str().unwrap().to_string();
+    std::fs::write(&file, "(defun undo-edited ()\n  :original)\n").unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(&user, &format!("(load (compile-file {file_name:?}))")).await;
+
+    let port = image.port.to_string();
+    let mut client = common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap()]).await;
+    client.initialize().await;
+    call_ok(
+        &mut client,
+        "edit-lisp-form",
+        json!({"file_path": file_name, "form_type": "defun", "form_name": "undo-edited", "operation": "replace",
+               "content": "(defun undo-edited ()\n  :agent)", "load": true}),
+    )
+    .await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [entry] = numbers_named(&journal, "UNDO-EDITED")[..] else { panic!("{journal}") };
+    let (restored, structured) = call_ok(&mut client, "undo", json!({"entries": [entry]})).await;
+    assert!(
+        restored.contains(&format!(
+            "undo changed the image only: the agent's version came from {file_name}:1:1, which undo leaves as it is"
+        )),
+        "{restored}"
+    );
+    assert_eq!(structured["restored"][0]["agent_file"]["file"], file_name.as_str(), "{structured}");
+    let (behaviour, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-edited)"})).await;
+    assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
+    // What the reply says of the file is so: it holds the agent's text.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "(defun undo-edited ()\n  :agent)\n");
 }

@@ -59,8 +59,8 @@
    ;; The agent's definition: the function, macro function or method object, or the class's
    ;; CLASS-SHAPE; what the name must still hold for undo to restore without being forced.
    (installed :initarg :installed :initform nil :accessor entry-installed)
-   ;; Where the agent's definition came from (a file for load-form, edit-lisp-form's load,
-   ;; load-file), as SB-INTROSPECT found it just after the change.
+   ;; For a class, where the agent's DEFCLASS was, found just after it: the class object itself
+   ;; then takes any later definition's place. Functions and methods keep their own.
    (installed-source :initform nil :accessor entry-installed-source)
    (detail :initarg :detail :initform nil :reader entry-detail)
    (restored :initform nil :accessor entry-restored)))
@@ -105,10 +105,8 @@ PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now.
                          (not (and (symbolp name) (or (macro-function name) (special-operator-p name))))
                          (fdefinition name))))
       (unless (eq previous new-definition)
-        (let ((entry (journal :function name :previous previous :source (definition-source previous)
-                                             :installed new-definition)))
-          (when entry
-            (setf (entry-installed-source entry) (definition-source new-definition))))))))
+        (journal :function name :previous previous :source (definition-source previous)
+                                :installed new-definition)))))
 
 (defun journal-defmacro (definer name &rest arguments)
   "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it,
@@ -118,9 +116,7 @@ and the one the call makes."
                      (ignore-errors (journal :macro name :previous previous :source (definition-source previous))))))
     (multiple-value-prog1 (apply definer name arguments)
       (when entry
-        (ignore-errors
-         (setf (entry-installed entry) (macro-function name)
-               (entry-installed-source entry) (definition-source (macro-function name))))))))
+        (ignore-errors (setf (entry-installed entry) (macro-function name)))))))
 
 (defun generic-function-named (name)
   (and (fboundp name) (typep (fdefinition name) 'generic-function) (fdefinition name)))
@@ -153,10 +149,8 @@ method an agent's call adds, and the one with the same qualifiers and specialize
                 (added (find-if-not (lambda (method) (member method before)) after))
                 (replaced (find-if-not (lambda (method) (member method after)) before)))
            (when added
-             (let ((entry (journal :method name :previous replaced :source (definition-source replaced)
-                                                :installed added :detail (method-detail added name))))
-               (when entry
-                 (setf (entry-installed-source entry) (definition-source added)))))))))))
+             (journal :method name :previous replaced :source (definition-source replaced)
+                                   :installed added :detail (method-detail added name)))))))))
 
 (defun slot-definition-plist (slot)
   "SLOT, a direct slot definition, as ENSURE-CLASS's :DIRECT-SLOTS takes it."
@@ -375,7 +369,10 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
         :detail (entry-detail entry)
         :now (and (current-definition entry) (location-of (current-source entry) (entry-name entry)))
-        :agent-file (file-location-of (entry-installed-source entry) (entry-name entry))))
+        :agent-file (file-location-of (if (eq (entry-kind entry) :class)
+                                          (entry-installed-source entry)
+                                          (definition-source (entry-installed entry)))
+                                      (entry-name entry))))
 
 (defun journal-page (journal before page-size)
   "The entries of JOURNAL (newest first) numbered below BEFORE (all when NIL), the newest

@@ -218,7 +218,7 @@ impl Restored {
         };
         let file = match &self.agent_file {
             Some(location) => {
-                format!("; the image only: {location}, where the agent's version came from, is unchanged")
+                format!("; undo changed the image only: the agent's version came from {location}, which undo leaves as it is")
             }
             None => String::new(),
         };
@@ -360,8 +360,8 @@ mod tests {
         let journal: Journal = decode("undo-journal", &read(RESTORATION).unwrap()).unwrap();
         assert_eq!(
             journal.render(),
-            "Restored 1 entry:\n  1 function CL-USER::F: now defined at /src/f.lisp:3:1; the image only: \
-             /src/g.lisp:9:1, where the agent's version came from, is unchanged\n\n\
+            "Restored 1 entry:\n  1 function CL-USER::F: now defined at /src/f.lisp:3:1; undo changed the image only: \
+             the agent's version came from /src/g.lisp:9:1, which undo leaves as it is\n\n\
              Not restored (1 entry):\n  2 function CL-USER::G: changed since: redefined; undo with force: true restores \
              it anyway"
         );
