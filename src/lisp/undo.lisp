@@ -269,7 +269,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (let ((location (and source (source-location source name))))
     (and (getf location :file) location)))
 
-(defun location-text (location)
+(defun location-plist-text (location)
+  "A location plist (SOURCE-LOCATION) as file:line:column, or why there is no file."
   (destructuring-bind (&key file line column origin &allow-other-keys) location
     (cond ((null file) (or origin "no source file"))
           ((and line column) (format nil "~A:~D:~D" file line column))
@@ -339,7 +340,7 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
               (t
                (format nil "changed since: redefined after the agent's call, not by a journaled agent call (by ~
                             the user at their REPL, a file load, or another program), now defined at ~A"
-                       (location-text (location-of (current-source entry) (entry-name entry))))))))))
+                       (location-plist-text (location-of (current-source entry) (entry-name entry))))))))))
 
 (defun restore-entry (entry)
   "Puts back the definition ENTRY replaced, or removes the agent's when there was none."
