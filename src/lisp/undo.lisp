@@ -86,15 +86,15 @@ a module is REQUIREd, and of a name someone can call (an interned symbol, or (SE
 before the change), replacing PREVIOUS (whose definition source is SOURCE), or adding one when
 PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now."
   (when (or previous *journal-additions*)
-    (let ((entry (make-instance 'journal-entry :number 0 :kind kind :name name :previous previous
-                                               :source source :installed installed :detail detail)))
-      (sb-thread:with-mutex (*journal-lock*)
-        (setf (slot-value entry 'number) *next-journal-number*)
+    (sb-thread:with-mutex (*journal-lock*)
+      (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
+                                                 :previous previous :source source :installed installed
+                                                 :detail detail)))
         (push entry *journal*)
         (incf *next-journal-number*)
         (when (> (length *journal*) *journal-limit*)
-          (setf *journal* (subseq *journal* 0 *journal-limit*))))
-      entry)))
+          (setf *journal* (subseq *journal* 0 *journal-limit*)))
+        entry))))
 
 (defun note-fdefinition-change (name new-definition)
   "From SBCL's fdefinition hook, before NAME's global function becomes NEW-DEFINITION."
@@ -138,7 +138,7 @@ and the one the call makes."
   "Encapsulates SB-PCL::LOAD-DEFMETHOD (class name qualifiers specializers ...): journals the
 method an agent's call adds, and the one with the same qualifiers and specializers it replaces."
   (let* ((name (second arguments))
-         (journaling (ignore-errors (journaling-p name)))
+         (journaling (journaling-p name))
          (before (and journaling
                       (ignore-errors (let ((generic (generic-function-named name)))
                                        (and generic (copy-list (sb-mop:generic-function-methods generic))))))))
@@ -195,7 +195,7 @@ direct slots and default initargs, or NIL when CLASS is no standard class."
 (defun journal-defclass (definer name &rest arguments)
   "Encapsulates SB-PCL::LOAD-DEFCLASS: journals the class an agent's call defines, with the
 definition it had before when it is redefined."
-  (let* ((journaling (ignore-errors (journaling-p name)))
+  (let* ((journaling (journaling-p name))
          (class (and journaling (find-class name nil)))
          (entry (and journaling
                      (ignore-errors
