@@ -425,4 +425,23 @@ async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_ke
     assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
     // What the reply says of the file is so: it holds the agent's text.
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "(defun undo-edited ()\n  :agent)\n");
+
+    // A delete with load journals the removal: undo puts the definition back, from where it was.
+    call_ok(
+        &mut client,
+        "edit-lisp-form",
+        json!({"file_path": file_name, "form_type": "defun", "form_name": "undo-edited", "operation": "delete", "load": true}),
+    )
+    .await;
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [_, removal] = numbers_named(&journal, "UNDO-EDITED")[..] else { panic!("{listing}") };
+    assert!(
+        listing
+            .contains(&format!("function COMMON-LISP-USER::UNDO-EDITED: replaced the definition from {file_name}:1:1")),
+        "{listing}"
+    );
+    let (restored, _) = call_ok(&mut client, "undo", json!({"entries": [removal]})).await;
+    assert!(restored.contains(&format!("UNDO-EDITED: now defined at {file_name}:1:1")), "{restored}");
+    let (behaviour, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-edited)"})).await;
+    assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
 }

@@ -81,10 +81,11 @@ a module is REQUIREd, and of a name someone can call (an interned symbol, or (SE
 (defun definition-source (object)
   (and object (ignore-errors (sb-introspect:find-definition-source object))))
 
-(defun journal (kind name &key previous source installed detail)
+(defun journal (kind name &key previous (source (and (functionp previous) (definition-source previous)))
+                                installed detail)
   "Adds an entry for NAME, whose definition of KIND an agent's call makes (INSTALLED, when known
-before the change), replacing PREVIOUS (whose definition source is SOURCE), or adding one when
-PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now."
+before the change; NIL for a removal), replacing PREVIOUS (whose definition source is SOURCE), or
+adding one when PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now."
   (when (or previous *journal-additions*)
     (sb-thread:with-mutex (*journal-lock*)
       (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
@@ -105,15 +106,14 @@ PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now.
                          (not (and (symbolp name) (or (macro-function name) (special-operator-p name))))
                          (fdefinition name))))
       (unless (eq previous new-definition)
-        (journal :function name :previous previous :source (definition-source previous)
-                                :installed new-definition)))))
+        (journal :function name :previous previous :installed new-definition)))))
 
 (defun journal-defmacro (definer name &rest arguments)
   "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it,
 and the one the call makes."
   (let* ((previous (and (journaling-p name) (macro-function name)))
          (entry (and (journaling-p name)
-                     (ignore-errors (journal :macro name :previous previous :source (definition-source previous))))))
+                     (ignore-errors (journal :macro name :previous previous)))))
     (multiple-value-prog1 (apply definer name arguments)
       (when entry
         (ignore-errors (setf (entry-installed entry) (macro-function name)))))))
