@@ -60,8 +60,8 @@ fn definition() -> ToolDefinition {
                 "newer": {"type": "integer", "description": "Entries newer than those listed."},
                 "restored_count": {"type": "integer"},
                 "skipped_count": {"type": "integer"},
-                "restored": {"type": "array", "description": "The first 40 entries restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "detail": {"type": ["string", "null"]}, "now": {"type": ["object", "null"]}, "agent_file": {"type": ["object", "null"], "description": "Where the agent's version came from; undo does not change files."}}}},
-                "skipped": {"type": "array", "description": "The first 40 entries not restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}, "changed": {"type": "boolean"}}}}
+                "restored": {"type": "array", "description": "The first 25 entries restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "detail": {"type": ["string", "null"]}, "now": {"type": ["object", "null"]}, "agent_file": {"type": ["object", "null"], "description": "Where the agent's version came from; undo does not change files."}}}},
+                "skipped": {"type": "array", "description": "The first 25 entries not restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}, "changed": {"type": "boolean"}}}}
             }
         })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
@@ -168,7 +168,10 @@ struct Skipped {
 const PAGE_SIZE: u64 = 20;
 
 /// Restored or skipped entries shown one per line; the rest are counted by number.
-const SHOWN_LINES: usize = 40;
+const SHOWN_LINES: usize = 25;
+
+/// Files named in the note on the files the agent's restored versions came from.
+const SHOWN_FILES: usize = 10;
 
 fn what(kind: &str, name: &str, detail: &Option<String>) -> String {
     match detail {
@@ -216,13 +219,7 @@ impl Restored {
             (Some(location), _) => format!("now defined at {location}"),
             (None, _) => "undefined again (it was new)".to_string(),
         };
-        let file = match &self.agent_file {
-            Some(location) => {
-                format!("; undo changed the image only: the agent's version came from {location}, which undo leaves as it is")
-            }
-            None => String::new(),
-        };
-        format!("  {} {what}: {result}{file}", self.number)
+        format!("  {} {what}: {result}", self.number)
     }
 }
 
@@ -252,6 +249,9 @@ impl Journal {
                 count(self.restored.len()),
                 bounded_lines(&self.restored, Restored::render, |r| r.number)
             ));
+            if let Some(note) = self.agent_files_note() {
+                sections.push(note);
+            }
         }
         if !self.skipped.is_empty() {
             sections.push(format!(
@@ -293,6 +293,37 @@ impl Journal {
             ));
         }
         sections.join("\n\n")
+    }
+
+    /// Undo changes the image only: which files hold the versions it took out of the image.
+    fn agent_files_note(&self) -> Option<String> {
+        let mut files: Vec<(&str, Vec<String>)> = Vec::new();
+        for restored in &self.restored {
+            let Some(file) = restored.agent_file.as_ref().and_then(|location| location.file.as_deref()) else {
+                continue;
+            };
+            match files.iter_mut().find(|(known, _)| *known == file) {
+                Some((_, numbers)) => numbers.push(restored.number.to_string()),
+                None => files.push((file, vec![restored.number.to_string()])),
+            }
+        }
+        if files.is_empty() {
+            return None;
+        }
+        let mut named: Vec<String> = files
+            .iter()
+            .take(SHOWN_FILES)
+            .map(|(file, numbers)| {
+                format!("{file} ({} {})", if numbers.len() == 1 { "entry" } else { "entries" }, numbers.join(", "))
+            })
+            .collect();
+        if files.len() > SHOWN_FILES {
+            named.push(format!("{} more files", files.len() - SHOWN_FILES));
+        }
+        Some(format!(
+            "Undo changed the image only: the agent's versions came from files it leaves as they are: {}.",
+            named.join("; ")
+        ))
     }
 
     fn structured(&self) -> Value {
@@ -360,8 +391,9 @@ mod tests {
         let journal: Journal = decode("undo-journal", &read(RESTORATION).unwrap()).unwrap();
         assert_eq!(
             journal.render(),
-            "Restored 1 entry:\n  1 function CL-USER::F: now defined at /src/f.lisp:3:1; undo changed the image only: \
-             the agent's version came from /src/g.lisp:9:1, which undo leaves as it is\n\n\
+            "Restored 1 entry:\n  1 function CL-USER::F: now defined at /src/f.lisp:3:1\n\n\
+             Undo changed the image only: the agent's versions came from files it leaves as they are: /src/g.lisp (entry \
+             1).\n\n\
              Not restored (1 entry):\n  2 function CL-USER::G: changed since: redefined; undo with force: true restores \
              it anyway"
         );
@@ -384,7 +416,8 @@ mod tests {
             Journal { listed: false, entries: vec![], restored, skipped: vec![], limit: 500, older: 0, newer: 0 };
         let text = journal.render();
         assert_eq!(text.lines().count(), 1 + SHOWN_LINES + 1, "{text}");
-        assert!(text.ends_with("and 60 more: 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100"), "{text}");
+        let rest: Vec<String> = (26..=100).map(|n| n.to_string()).collect();
+        assert!(text.ends_with(&format!("and 75 more: {}", rest.join(", "))), "{text}");
         assert_eq!(journal.structured()["restored"].as_array().unwrap().len(), SHOWN_LINES);
         assert_eq!(journal.structured()["restored_count"], 100);
     }
