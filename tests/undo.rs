@@ -89,18 +89,15 @@ async fn undo_restores_the_users_definitions_after_the_server_restarts() {
     let file_name = file.to_str().unwrap();
     assert!(
         listing
-            .contains(&format!("function COMMON-LISP-USER::UNDO-TARGET: replaced the definition at {file_name}:3:1")),
+            .contains(&format!("function COMMON-LISP-USER::UNDO-TARGET: replaced the definition from {file_name}:3:1")),
         "{listing}"
     );
     assert!(
-        listing.contains(&format!("macro COMMON-LISP-USER::UNDO-MACRO: replaced the definition at {file_name}:6:1")),
+        listing.contains(&format!("macro COMMON-LISP-USER::UNDO-MACRO: replaced the definition from {file_name}:6:1")),
         "{listing}"
     );
     assert!(listing.contains("UNDO-NEW-HELPER: new: was not defined before"), "{listing}");
-    assert!(
-        listing.contains("method COMMON-LISP-USER::UNDO-AREA ((INTEGER)): cannot be restored automatically"),
-        "{listing}"
-    );
+    assert!(listing.contains("method COMMON-LISP-USER::UNDO-AREA ((INTEGER)): added: undo removes it"), "{listing}");
     assert!(!listing.contains("UNDO-USERS-OWN"), "{listing}");
 
     let first_number = entries[0]["number"].as_u64().unwrap();
@@ -110,14 +107,18 @@ async fn undo_restores_the_users_definitions_after_the_server_restarts() {
         "{restored}"
     );
     assert!(restored.contains("UNDO-NEW-HELPER: undefined again (it was new)"), "{restored}");
-    assert!(restored.contains("methods cannot be restored automatically"), "{restored}");
+    assert!(restored.contains("method COMMON-LISP-USER::UNDO-AREA ((INTEGER)): removed (it was added)"), "{restored}");
+    assert!(restored.contains("class COMMON-LISP-USER::UNDO-SHAPE: the class was new"), "{restored}");
+    // The reply is the restoration only, not the journal again.
+    assert!(!restored.contains("Journal ("), "{restored}");
     let (behaviour, _) = call_ok(
         &mut second,
         "evaluate-lisp",
-        json!({"code": "(list (undo-target 1) (undo-macro 2) (setf (undo-place 3) 4) (fboundp 'undo-new-helper))"}),
+        json!({"code": "(list (undo-target 1) (undo-macro 2) (setf (undo-place 3) 4) (fboundp 'undo-new-helper)
+                                (sb-mop:generic-function-methods #'undo-area))"}),
     )
     .await;
-    assert!(behaviour.contains("((:ORIGINAL 1) (:ORIGINAL-MACRO 2) (:ORIGINAL-SETF 4 3) NIL)"), "{behaviour}");
+    assert!(behaviour.contains("((:ORIGINAL 1) (:ORIGINAL-MACRO 2) (:ORIGINAL-SETF 4 3) NIL NIL)"), "{behaviour}");
     let (found, _) = call_ok(&mut second, "find-definition", json!({"symbol": "undo-target"})).await;
     assert!(found.contains(&format!("function  {file_name}:3:1")), "{found}");
     let (found, _) = call_ok(&mut second, "find-definition", json!({"symbol": "undo-macro"})).await;
@@ -126,7 +127,9 @@ async fn undo_restores_the_users_definitions_after_the_server_restarts() {
     // Restoring is journaled as nothing, and an entry is restored once.
     let (again, journal) = call_ok(&mut second, "undo", json!({"entries": [first_number]})).await;
     assert!(again.contains("already restored"), "{again}");
-    assert_eq!(journal["entries"].as_array().unwrap().len(), 6, "{again}");
+    assert_eq!(journal["entries"].as_array().unwrap().len(), 0, "{again}");
+    let (_, journal) = call_ok(&mut second, "undo", json!({})).await;
+    assert_eq!(journal["entries"].as_array().unwrap().len(), 6, "{journal}");
 }
 
 #[tokio::test]
@@ -142,4 +145,304 @@ async fn bad_undo_arguments_are_refused_with_what_to_do() {
         assert!(common::is_error(&reply), "{arguments}: {reply}");
         assert!(common::text(&reply).contains(expected), "{arguments}: {}", common::text(&reply));
     }
+}
+
+/// The numbers of the journal's entries whose name contains `fragment`, from a listing's structured reply.
+fn numbers_named(journal: &Value, fragment: &str) -> Vec<u64> {
+    journal["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().unwrap().contains(fragment))
+        .map(|e| e["number"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_tools_own_work_is_not_journaled() {
+    let image = common::private_image().await;
+    let mut client = agent(image.port).await;
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defun undo-spin (n) (let ((s 0)) (dotimes (i n s) (incf s i))))"}),
+    )
+    .await;
+    // profile REQUIREs SB-SPROF, macroexpand-form of a hash-table LOOP makes uninterned macros.
+    let (profiled, _) = call_ok(&mut client, "profile", json!({"code": "(undo-spin 100000)"})).await;
+    call_ok(
+        &mut client,
+        "macroexpand-form",
+        json!({"form": "(loop for k being the hash-keys of (make-hash-table) collect k)", "full": true}),
+    )
+    .await;
+    // So does an agent's own REQUIRE: a module is no definition of the agent's to undo.
+    call_ok(&mut client, "evaluate-lisp", json!({"code": "(require :sb-rotate-byte)"})).await;
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let names: Vec<&str> = journal["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["COMMON-LISP-USER::UNDO-SPIN"], "{listing}");
+
+    let (restored, _) = call_ok(&mut client, "undo", json!({"since": 1})).await;
+    assert!(restored.contains("UNDO-SPIN: undefined again (it was new)"), "{restored}");
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defun undo-spin (n) (let ((s 0)) (dotimes (i n s) (incf s i))))"}),
+    )
+    .await;
+    let (again, _) = call_ok(&mut client, "profile", json!({"code": "(undo-spin 100000)"})).await;
+    assert!(!again.contains("UNDEFINED-FUNCTION"), "profile works after undo: {again}\n(first run: {profiled})");
+    let (fbound, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(and (fboundp 'sb-sprof:reset) (fboundp 'sb-rotate-byte:rotate-byte) :both-defined)"}),
+    )
+    .await;
+    assert!(fbound.contains("=> :BOTH-DEFINED"), "{fbound}");
+}
+
+#[tokio::test]
+async fn the_journal_is_listed_a_page_at_a_time() {
+    let image = common::private_image().await;
+    let mut client = agent(image.port).await;
+    let definitions: String = (1..=45).map(|i| format!("(defun undo-page-{i} () {i})\n")).collect();
+    call_ok(&mut client, "evaluate-lisp", json!({ "code": definitions })).await;
+
+    let (first_page, journal) = call_ok(&mut client, "undo", json!({})).await;
+    assert_eq!(numbers_named(&journal, "UNDO-PAGE-"), (26..=45).collect::<Vec<u64>>(), "{first_page}");
+    assert!(first_page.contains("25 entries older: list them with before=26"), "{first_page}");
+    assert!(first_page.len() < 3000, "{} characters: {first_page}", first_page.len());
+    let (second_page, journal) = call_ok(&mut client, "undo", json!({"before": 26})).await;
+    assert_eq!(numbers_named(&journal, "UNDO-PAGE-"), (6..=25).collect::<Vec<u64>>(), "{second_page}");
+    assert!(second_page.contains("5 entries older: list them with before=6"), "{second_page}");
+    assert!(second_page.contains("20 entries newer: list them without before"), "{second_page}");
+
+    let (restored, journal) = call_ok(&mut client, "undo", json!({"since": 1})).await;
+    assert_eq!(journal["restored_count"], 45, "{restored}");
+    assert!(!restored.contains("Journal ("), "{restored}");
+    assert!(restored.contains("and 20 more: 20, 19, 18,"), "{restored}");
+    assert!(restored.len() < 4000, "{} characters: {restored}", restored.len());
+    let (fbound, _) =
+        call_ok(&mut client, "evaluate-lisp", json!({"code": "(list (fboundp 'undo-page-1) (fboundp 'undo-page-45))"}))
+            .await;
+    assert!(fbound.contains("=> (NIL NIL)"), "{fbound}");
+}
+
+#[tokio::test]
+async fn undo_refuses_what_was_changed_since_unless_forced() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("greet.lisp");
+    std::fs::write(&file, "(defun undo-greet (name)\n  (list :file name))\n").unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(&user, &format!("(load (compile-file {:?}))", file.to_str().unwrap())).await;
+
+    let mut client = agent(image.port).await;
+    call_ok(&mut client, "evaluate-lisp", json!({"code": "(defun undo-greet (name) (list :agent name))"})).await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [agents_entry] = numbers_named(&journal, "UNDO-GREET")[..] else { panic!("{journal}") };
+    // The human, at their REPL, redefines it after the agent did.
+    user_eval(&user, "(defun undo-greet (name) (list :human name))").await;
+
+    let (refused, structured) = call_ok(&mut client, "undo", json!({"entries": [agents_entry]})).await;
+    assert!(
+        refused.contains(
+            "changed since: redefined after the agent's call, not by a journaled agent call (by the user at their REPL"
+        ),
+        "{refused}"
+    );
+    assert!(refused.contains("undo with force: true restores it anyway"), "{refused}");
+    assert_eq!(structured["skipped"][0]["changed"], true, "{structured}");
+    let (kept, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-greet 1)"})).await;
+    assert!(kept.contains("(:HUMAN 1)"), "the human's definition stays: {kept}");
+
+    let (forced, _) = call_ok(&mut client, "undo", json!({"entries": [agents_entry], "force": true})).await;
+    let file_name = file.to_str().unwrap();
+    assert!(forced.contains(&format!("UNDO-GREET: now defined at {file_name}:1:1")), "{forced}");
+    let (back, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-greet 1)"})).await;
+    assert!(back.contains("(:FILE 1)"), "{back}");
+
+    // Another agent's later call is named, and undoing newest first passes through both.
+    call_ok(&mut client, "evaluate-lisp", json!({"code": "(defun undo-greet (name) (list :first-agent name))"})).await;
+    let mut other = agent(image.port).await;
+    call_ok(&mut other, "evaluate-lisp", json!({"code": "(defun undo-greet (name) (list :second-agent name))"})).await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [_, first, second] = numbers_named(&journal, "UNDO-GREET")[..] else { panic!("{journal}") };
+    let (refused, _) = call_ok(&mut client, "undo", json!({"entries": [first]})).await;
+    assert!(refused.contains(&format!("journal entry {second} (a later agent call) redefined it")), "{refused}");
+    let (both, _) = call_ok(&mut client, "undo", json!({"since": first})).await;
+    assert!(both.contains("Restored 2 entries"), "{both}");
+    let (back, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-greet 1)"})).await;
+    assert!(back.contains("(:FILE 1)"), "{back}");
+}
+
+#[tokio::test]
+async fn methods_are_removed_or_put_back_and_a_class_gets_its_slots_back() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shapes.lisp");
+    std::fs::write(
+        &file,
+        "(defclass undo-box ()\n  ((width :initarg :width :initform 1 :reader box-width)\n   (height :initarg :height :initform 2 :reader box-height)))\n\n\
+         (defgeneric undo-describe (thing))\n\n(defmethod undo-describe ((thing undo-box))\n  (list :user-box (box-width thing)))\n",
+    )
+    .unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(&user, &format!("(load (compile-file {:?}))", file.to_str().unwrap())).await;
+
+    let mut client = agent(image.port).await;
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defclass undo-box ()
+                          ((width :initarg :width :initform 10 :reader box-width)
+                           (depth :initarg :depth :initform 30 :reader box-depth)))
+                        (defmethod undo-describe ((thing undo-box)) (list :agent-box (box-depth thing)))
+                        (defmethod undo-describe ((thing integer)) (list :agent-integer thing))"}),
+    )
+    .await;
+    let (during, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(list (undo-describe (make-instance 'undo-box)) (undo-describe 5))"}),
+    )
+    .await;
+    assert!(during.contains("((:AGENT-BOX 30) (:AGENT-INTEGER 5))"), "{during}");
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let file_name = file.to_str().unwrap();
+    assert!(
+        listing.contains(&format!(
+            "class COMMON-LISP-USER::UNDO-BOX (redefined): replaced the definition from {file_name}:1:1"
+        )),
+        "{listing}"
+    );
+    assert!(
+        listing.contains(&format!(
+            "method COMMON-LISP-USER::UNDO-DESCRIBE ((UNDO-BOX)): replaced the definition from {file_name}:7:1"
+        )),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("method COMMON-LISP-USER::UNDO-DESCRIBE ((INTEGER)): added: undo removes it"),
+        "{listing}"
+    );
+    let first = journal["entries"][0]["number"].as_u64().unwrap();
+
+    let (restored, _) = call_ok(&mut client, "undo", json!({"since": first})).await;
+    assert!(restored.contains("Restored 3 entries"), "{restored}");
+    assert!(restored.contains("((INTEGER)): removed (it was added)"), "{restored}");
+    assert!(
+        restored.contains(&format!("((UNDO-BOX)): the method it replaced is back, from {file_name}:7:1")),
+        "{restored}"
+    );
+    assert!(
+        restored.contains("class COMMON-LISP-USER::UNDO-BOX (redefined): its previous definition is back"),
+        "{restored}"
+    );
+
+    // The image holds what the reply says: the user's slots, initforms and readers, the user's
+    // method, and no method on integers.
+    let (now, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(let ((box (make-instance 'undo-box)))
+                          (list (mapcar #'sb-mop:slot-definition-name (sb-mop:class-slots (find-class 'undo-box)))
+                                (box-width box) (box-height box)
+                                (and (fboundp 'box-depth) (sb-mop:generic-function-methods #'box-depth))
+                                (undo-describe box)
+                                (length (sb-mop:generic-function-methods #'undo-describe))
+                                (handler-case (undo-describe 5) (error (e) (type-of e)))))"}),
+    )
+    .await;
+    let now = now.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(now.contains("((WIDTH HEIGHT) 1 2 NIL (:USER-BOX 1) 1 SB-PCL::NO-APPLICABLE-METHOD-ERROR)"), "{now}");
+    let (found, _) = call_ok(&mut client, "find-definition", json!({"symbol": "undo-box"})).await;
+    assert!(found.contains(&format!("{file_name}:1:1")), "{found}");
+
+    // A method and a class the human redefined after the agent are refused, naming the change.
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defmethod undo-describe ((thing string)) :agent-string)
+                        (defclass undo-box () ((width :initarg :width :initform 100 :reader box-width)))"}),
+    )
+    .await;
+    user_eval(&user, "(defmethod undo-describe ((thing string)) :human-string)").await;
+    user_eval(&user, "(defclass undo-box () ((width :initform 7 :reader box-width) (human :initform 8)))").await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let entries = journal["entries"].as_array().unwrap();
+    let newest: Vec<u64> = entries[entries.len() - 2..].iter().map(|e| e["number"].as_u64().unwrap()).collect();
+    let (refused, structured) = call_ok(&mut client, "undo", json!({"entries": newest})).await;
+    assert_eq!(structured["restored_count"], 0, "{refused}");
+    assert!(
+        refused.contains("method COMMON-LISP-USER::UNDO-DESCRIBE: changed since: redefined after the agent's call"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("class COMMON-LISP-USER::UNDO-BOX: changed since: redefined after the agent's call"),
+        "{refused}"
+    );
+    let (kept, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(list (undo-describe \"s\") (mapcar #'sb-mop:slot-definition-name (sb-mop:class-slots (find-class 'undo-box))))"}),
+    )
+    .await;
+    assert!(kept.contains("(:HUMAN-STRING (WIDTH HUMAN))"), "{kept}");
+}
+
+#[tokio::test]
+async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_keeps_the_agents_text() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edit.lisp");
+    let file_name = file.to_str().unwrap().to_string();
+    std::fs::write(&file, "(defun undo-edited ()\n  :original)\n").unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(&user, &format!("(load (compile-file {file_name:?}))")).await;
+
+    let port = image.port.to_string();
+    let mut client = common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap()]).await;
+    client.initialize().await;
+    call_ok(
+        &mut client,
+        "edit-lisp-form",
+        json!({"file_path": file_name, "form_type": "defun", "form_name": "undo-edited", "operation": "replace",
+               "content": "(defun undo-edited ()\n  :agent)", "load": true}),
+    )
+    .await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [entry] = numbers_named(&journal, "UNDO-EDITED")[..] else { panic!("{journal}") };
+    let (restored, structured) = call_ok(&mut client, "undo", json!({"entries": [entry]})).await;
+    assert!(
+        restored.contains(&format!(
+            "Undo changed the image only: the agent's versions came from files it leaves as they are: {file_name} \
+             (entry {entry})."
+        )),
+        "{restored}"
+    );
+    assert_eq!(structured["restored"][0]["agent_file"]["file"], file_name.as_str(), "{structured}");
+    let (behaviour, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-edited)"})).await;
+    assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
+    // What the reply says of the file is so: it holds the agent's text.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "(defun undo-edited ()\n  :agent)\n");
+
+    // A delete with load journals the removal: undo puts the definition back, from where it was.
+    call_ok(
+        &mut client,
+        "edit-lisp-form",
+        json!({"file_path": file_name, "form_type": "defun", "form_name": "undo-edited", "operation": "delete", "load": true}),
+    )
+    .await;
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let [_, removal] = numbers_named(&journal, "UNDO-EDITED")[..] else { panic!("{listing}") };
+    assert!(
+        listing
+            .contains(&format!("function COMMON-LISP-USER::UNDO-EDITED: replaced the definition from {file_name}:1:1")),
+        "{listing}"
+    );
+    let (restored, _) = call_ok(&mut client, "undo", json!({"entries": [removal]})).await;
+    assert!(restored.contains(&format!("UNDO-EDITED: now defined at {file_name}:1:1")), "{restored}");
+    let (behaviour, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-edited)"})).await;
+    assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
 }

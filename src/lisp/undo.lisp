@@ -1,12 +1,24 @@
-;;;; The undo journal: every global function, macro and setf function definition an agent's tool
-;;;; call replaces, with the definition it replaced and where that one's source was, so that the
-;;;; undo tool can put it back. Methods and classes an agent's call defines are journaled too,
-;;;; but only listed: a method or class cannot be put back as it was by swapping one object.
+;;;; The undo journal: every global function, macro, setf function, method and class definition
+;;;; an agent's own code makes in the image, with the definition it replaced and where that one's
+;;;; source was, so that the undo tool can put it back: a function or macro gets its previous
+;;;; definition again, a method the agent added is removed (and the one it replaced put back), a
+;;;; class the agent redefined is made again from its previous definition.
 ;;;;
 ;;;; The journal lives in the image (DEFVARs, which a reload of the helper keeps), so it outlives
 ;;;; the server process that made the entries, and it is bounded. Only definitions made while a
 ;;;; tool call runs (*AGENT-CALL*, bound by CALL-REGISTERED) are journaled: the user's own
-;;;; redefinitions from Emacs are theirs to manage.
+;;;; redefinitions from Emacs are theirs to manage. Within a call, what is not the agent's code
+;;;; is left out: a module loaded by REQUIRE (whoever asks: the profile tool's SB-SPROF, or an
+;;;; agent's own (require :sb-posix)), whose half-undone definitions would leave a module that
+;;;; REQUIRE believes loaded and that does not work; and definitions of uninterned names, which
+;;;; macroexpansion makes (LOOP's hash-table iterators) and no one can name to call. A system
+;;;; the agent loads (load-system, run-tests, or ASDF called from its code) is the agent's work,
+;;;; but only its replacements are journaled (*JOURNAL-ADDITIONS*): its hundreds of new
+;;;; definitions would push them out of the bounded journal.
+;;;;
+;;;; Each entry keeps the agent's definition too, so that undo can tell whether the name still
+;;;; holds it: a definition changed since (by the user at their REPL, by another agent's call)
+;;;; is not overwritten unless the caller forces it.
 ;;;;
 ;;;; SBCL tells about a function's replacement through SB-INT:*SETF-FDEFINITION-HOOK*, called
 ;;;; before the change. DEFMACRO, DEFMETHOD and DEFCLASS do not go through it, so their loaders
@@ -30,7 +42,7 @@
   "Entries kept; the oldest go first. Each holds on to the function it replaced.")
 
 (defparameter *journal-shown* 100
-  "The newest entries the undo tool lists: more is more than a reader takes in.")
+  "The newest entries listed when the caller asks for no page size.")
 
 (defclass journal-entry ()
   ((number :initarg :number :reader entry-number)
@@ -38,72 +50,164 @@
    ;; :FUNCTION, :MACRO, :METHOD or :CLASS; a setf function is a :FUNCTION named (SETF F).
    (kind :initarg :kind :reader entry-kind)
    (name :initarg :name :reader entry-name)
-   ;; The function or macro function replaced, or NIL when there was none.
+   ;; What the agent's definition replaced, or NIL when there was none: the function, the macro
+   ;; function, the method with the same qualifiers and specializers, or the class's definition
+   ;; as CLASS-DEFINITION gives it.
    (previous :initarg :previous :initform nil :reader entry-previous)
    ;; Where PREVIOUS was defined, as SB-INTROSPECT found it before the change.
    (source :initarg :source :initform nil :reader entry-source)
+   ;; The agent's definition: the function, macro function or method object, or the class's
+   ;; CLASS-SHAPE; what the name must still hold for undo to restore without being forced.
+   (installed :initarg :installed :initform nil :accessor entry-installed)
+   ;; For a class, where the agent's DEFCLASS was, found just after it: the class object itself
+   ;; then takes any later definition's place. Functions and methods keep their own.
+   (installed-source :initform nil :accessor entry-installed-source)
    (detail :initarg :detail :initform nil :reader entry-detail)
    (restored :initform nil :accessor entry-restored)))
 
-(defun journal (kind name &key previous detail)
-  "Adds an entry for NAME, whose definition of KIND an agent's call is about to make: a
-replacement of PREVIOUS, or an addition (PREVIOUS nil, and every method and class)."
-  (when (or *journal-additions* (and previous (member kind '(:function :macro))))
-    (let ((source (and previous (ignore-errors (sb-introspect:find-definition-source previous)))))
-      (sb-thread:with-mutex (*journal-lock*)
-        (push (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
-                                            :previous previous :source source :detail detail)
-              *journal*)
+(defparameter *requiring-variable* (first (existing-symbols "SB-IMPL" "*REQUIRING*"))
+  "SBCL's list of the modules REQUIRE is loading, in this thread: non-NIL inside a REQUIRE.")
+
+(defun journaling-p (name)
+  "Whether a definition of NAME made now is an agent's own: made during an agent's call, not while
+a module is REQUIREd, and of a name someone can call (an interned symbol, or (SETF symbol))."
+  (and *agent-call*
+       (not (and *requiring-variable* (boundp *requiring-variable*) (symbol-value *requiring-variable*)))
+       (let ((symbol (if (and (consp name) (eq (first name) 'setf) (consp (rest name)) (null (cddr name)))
+                         (second name)
+                         name)))
+         (and symbol (symbolp symbol) (symbol-package symbol) t))))
+
+(defun definition-source (object)
+  (and object (ignore-errors (sb-introspect:find-definition-source object))))
+
+(defun journal (kind name &key previous (source (and (functionp previous) (definition-source previous)))
+                                installed detail)
+  "Adds an entry for NAME, whose definition of KIND an agent's call makes (INSTALLED, when known
+before the change; NIL for a removal), replacing PREVIOUS (whose definition source is SOURCE), or
+adding one when PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now."
+  (when (or previous *journal-additions*)
+    (sb-thread:with-mutex (*journal-lock*)
+      (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
+                                                 :previous previous :source source :installed installed
+                                                 :detail detail)))
+        (push entry *journal*)
         (incf *next-journal-number*)
         (when (> (length *journal*) *journal-limit*)
-          (setf *journal* (subseq *journal* 0 *journal-limit*)))))))
-
-(defun journaled-function-name-p (name)
-  "Global function names an agent writes: a symbol or (SETF symbol); not the internal names SBCL
-gives the functions of methods and the like, such as (SB-PCL::FAST-METHOD F (INTEGER))."
-  (or (and (symbolp name) name)
-      (and (consp name) (eq (first name) 'setf) (symbolp (second name)) (null (cddr name)))))
+          (setf *journal* (subseq *journal* 0 *journal-limit*)))
+        entry))))
 
 (defun note-fdefinition-change (name new-definition)
   "From SBCL's fdefinition hook, before NAME's global function becomes NEW-DEFINITION."
-  (when (and *agent-call*
-             (journaled-function-name-p name)
+  (when (and (journaling-p name)
              ;; A new generic function comes with its methods, which are journaled themselves.
              (not (typep new-definition 'generic-function)))
     (let ((previous (and (fboundp name)
                          (not (and (symbolp name) (or (macro-function name) (special-operator-p name))))
                          (fdefinition name))))
       (unless (eq previous new-definition)
-        (journal :function name :previous previous)))))
+        (journal :function name :previous previous :installed new-definition)))))
 
 (defun journal-defmacro (definer name &rest arguments)
-  "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it."
-  (when (and *agent-call* (symbolp name))
-    (ignore-errors (journal :macro name :previous (macro-function name))))
-  (apply definer name arguments))
+  "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it,
+and the one the call makes."
+  (let* ((previous (and (journaling-p name) (macro-function name)))
+         (entry (and (journaling-p name)
+                     (ignore-errors (journal :macro name :previous previous)))))
+    (multiple-value-prog1 (apply definer name arguments)
+      (when entry
+        (ignore-errors (setf (entry-installed entry) (macro-function name)))))))
+
+(defun generic-function-named (name)
+  (and (fboundp name) (typep (fdefinition name) 'generic-function) (fdefinition name)))
+
+(defun specializer-text (specializer)
+  (typecase specializer
+    (class (class-name specializer))
+    (sb-mop:eql-specializer (list 'eql (sb-mop:eql-specializer-object specializer)))
+    (t specializer)))
+
+(defun method-detail (method name)
+  "METHOD's qualifiers and specializers, as (:AROUND (CIRCLE T))."
+  (print-briefly (append (method-qualifiers method)
+                         (list (mapcar #'specializer-text (sb-mop:method-specializers method))))
+                 :package (symbol-package (if (consp name) (second name) name))
+                 :limit 200))
 
 (defun journal-defmethod (definer &rest arguments)
-  "Encapsulates SB-PCL::LOAD-DEFMETHOD (class name qualifiers specializers ...): lists the method."
-  (when *agent-call*
-    (ignore-errors
-     (destructuring-bind (class name qualifiers specializers &rest rest) arguments
-       (declare (ignore class rest))
-       (journal :method name
-                :detail (print-briefly (append qualifiers
-                                               (list (mapcar (lambda (specializer)
-                                                               (if (typep specializer 'class)
-                                                                   (class-name specializer)
-                                                                   specializer))
-                                                             specializers)))
-                                       :package (symbol-package (if (consp name) (second name) name))
-                                       :limit 200)))))
-  (apply definer arguments))
+  "Encapsulates SB-PCL::LOAD-DEFMETHOD (class name qualifiers specializers ...): journals the
+method an agent's call adds, and the one with the same qualifiers and specializers it replaces."
+  (let* ((name (second arguments))
+         (journaling (journaling-p name))
+         (before (and journaling
+                      (ignore-errors (let ((generic (generic-function-named name)))
+                                       (and generic (copy-list (sb-mop:generic-function-methods generic))))))))
+    (multiple-value-prog1 (apply definer arguments)
+      (when journaling
+        (ignore-errors
+         (let* ((after (sb-mop:generic-function-methods (generic-function-named name)))
+                (added (find-if-not (lambda (method) (member method before)) after))
+                (replaced (find-if-not (lambda (method) (member method after)) before)))
+           (when added
+             (journal :method name :previous replaced :source (definition-source replaced)
+                                   :installed added :detail (method-detail added name)))))))))
+
+(defun slot-definition-plist (slot)
+  "SLOT, a direct slot definition, as ENSURE-CLASS's :DIRECT-SLOTS takes it."
+  (append (list :name (sb-mop:slot-definition-name slot)
+                :initargs (sb-mop:slot-definition-initargs slot)
+                :readers (sb-mop:slot-definition-readers slot)
+                :writers (sb-mop:slot-definition-writers slot)
+                :allocation (sb-mop:slot-definition-allocation slot)
+                :type (sb-mop:slot-definition-type slot))
+          (let ((documentation (documentation slot t)))
+            (and documentation (list :documentation documentation)))
+          (and (sb-mop:slot-definition-initfunction slot)
+               (list :initform (sb-mop:slot-definition-initform slot)
+                     :initfunction (sb-mop:slot-definition-initfunction slot)))))
+
+(defparameter *class-source-slot* (first (existing-symbols "SB-PCL" "SOURCE"))
+  "The slot of a PCL class that holds where it was defined, which DEFCLASS sets.")
+
+(defun class-definition (class)
+  "What ENSURE-CLASS takes to make CLASS again as it is now: a plist of its arguments."
+  (append (list :metaclass (class-name (class-of class))
+                :direct-superclasses (sb-mop:class-direct-superclasses class)
+                :direct-slots (mapcar #'slot-definition-plist (sb-mop:class-direct-slots class))
+                :direct-default-initargs (sb-mop:class-direct-default-initargs class)
+                :documentation (documentation class t))
+          ;; Not an initarg: RESTORE-ENTRY sets the slot itself.
+          (let ((source (and *class-source-slot* (ignore-errors (slot-value class *class-source-slot*)))))
+            (and source (list :definition-source source)))))
+
+(defun class-shape (class)
+  "CLASS's definition as a list comparable with EQUAL (no functions): its superclasses' names, its
+direct slots and default initargs, or NIL when CLASS is no standard class."
+  (and (typep class 'standard-class)
+       (list (mapcar #'class-name (sb-mop:class-direct-superclasses class))
+             (mapcar (lambda (slot)
+                       (let ((plist (copy-list (slot-definition-plist slot))))
+                         (remf plist :initfunction)
+                         plist))
+                     (sb-mop:class-direct-slots class))
+             (mapcar (lambda (initarg) (subseq initarg 0 2)) (sb-mop:class-direct-default-initargs class)))))
 
 (defun journal-defclass (definer name &rest arguments)
-  "Encapsulates SB-PCL::LOAD-DEFCLASS: lists the class, saying whether it replaced one."
-  (when (and *agent-call* (symbolp name))
-    (ignore-errors (journal :class name :detail (if (find-class name nil) "(redefined)" "(new)"))))
-  (apply definer name arguments))
+  "Encapsulates SB-PCL::LOAD-DEFCLASS: journals the class an agent's call defines, with the
+definition it had before when it is redefined."
+  (let* ((journaling (journaling-p name))
+         (class (and journaling (find-class name nil)))
+         (entry (and journaling
+                     (ignore-errors
+                      (journal :class name
+                               :previous (and (typep class 'standard-class) (class-definition class))
+                               :source (and (typep class 'standard-class) (definition-source class))
+                               :detail (if (typep class 'standard-class) "(redefined)" "(new)"))))))
+    (multiple-value-prog1 (apply definer name arguments)
+      (when entry
+        (ignore-errors
+         (setf (entry-installed entry) (class-shape (find-class name))
+               (entry-installed-source entry) (definition-source (find-class name))))))))
 
 (defvar *fdefinition-hook* nil
   "The function this helper put on SBCL's fdefinition hook: one closure for the life of the image,
@@ -134,7 +238,9 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
 ;;; The undo tool
 
 (defun restorable-p (entry)
-  (member (entry-kind entry) '(:function :macro)))
+  "Whether undo can put ENTRY's previous state back: a new class cannot be taken out of the image."
+  (or (member (entry-kind entry) '(:function :macro :method))
+      (and (eq (entry-kind entry) :class) (entry-previous entry))))
 
 (defun kind-text (entry)
   (case (entry-kind entry)
@@ -154,50 +260,140 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (multiple-value-bind (second minute hour day month year) (decode-universal-time universal-time 0)
     (format nil "~D-~2,'0D-~2,'0D ~2,'0D:~2,'0D:~2,'0D UTC" year month day hour minute second)))
 
+(defun location-of (source name)
+  "The location plist of the SB-INTROSPECT definition source SOURCE of NAME; a no-file one for NIL."
+  (if source (source-location source name) (no-file-location name)))
+
+(defun file-location-of (source name)
+  "SOURCE's location when it is in a file, else NIL."
+  (let ((location (and source (source-location source name))))
+    (and (getf location :file) location)))
+
+(defun location-plist-text (location)
+  "A location plist (SOURCE-LOCATION) as file:line:column, or why there is no file."
+  (destructuring-bind (&key file line column origin &allow-other-keys) location
+    (cond ((null file) (or origin "no source file"))
+          ((and line column) (format nil "~A:~D:~D" file line column))
+          (line (format nil "~A:~D" file line))
+          (t file))))
+
+(defun unrestorable-reason (entry)
+  (format nil "the class was new, and a class cannot be taken out of the image: (setf (find-class '~A) nil) ~
+               takes its name away (its instances and methods stay), or restart the image"
+          (entry-name-text entry)))
+
 (defun entry-plist (entry)
   "ENTRY as the undo tool shows it."
-  (let ((previous (entry-previous entry)))
-    (list :number (entry-number entry)
-          :time (time-text (entry-time entry))
-          :kind (kind-text entry)
-          :name (entry-name-text entry)
-          :detail (entry-detail entry)
-          :restorable (and (restorable-p entry) t)
-          :restored (entry-restored entry)
-          :previous (cond ((not (restorable-p entry)) nil)
-                          ((null previous) nil)
-                          ((entry-source entry) (source-location (entry-source entry) (entry-name entry)))
-                          (t (no-file-location (entry-name entry)))))))
+  (list :number (entry-number entry)
+        :time (time-text (entry-time entry))
+        :kind (kind-text entry)
+        :name (entry-name-text entry)
+        :detail (entry-detail entry)
+        :restorable (and (restorable-p entry) t)
+        :restored (entry-restored entry)
+        :previous (and (entry-previous entry) (location-of (entry-source entry) (entry-name entry)))
+        :note (and (not (restorable-p entry)) (unrestorable-reason entry))))
 
-(defun current-location (entry)
-  "Where ENTRY's name is defined now, or NIL when it is not."
-  (let* ((name (entry-name entry))
-         (definition (if (eq (entry-kind entry) :macro)
-                         (and (symbolp name) (macro-function name))
-                         (and (fboundp name) (fdefinition name))))
-         (source (and definition (ignore-errors (sb-introspect:find-definition-source definition)))))
-    (cond ((null definition) nil)
-          (source (source-location source name))
-          (t (no-file-location name)))))
+(defun current-definition (entry)
+  "What ENTRY's name holds now, in the terms of ENTRY-INSTALLED: NIL when nothing."
+  (let ((name (entry-name entry)))
+    (ecase (entry-kind entry)
+      (:function (and (fboundp name)
+                      (not (and (symbolp name) (or (macro-function name) (special-operator-p name))))
+                      (fdefinition name)))
+      (:macro (macro-function name))
+      (:method (let ((installed (entry-installed entry))
+                     (generic (generic-function-named name)))
+                 (and generic
+                      (find-method generic (method-qualifiers installed) (sb-mop:method-specializers installed) nil))))
+      (:class (class-shape (find-class name nil))))))
+
+(defun current-source (entry)
+  "Where the definition ENTRY's name holds now was made, or NIL."
+  (let ((name (entry-name entry)))
+    (case (entry-kind entry)
+      (:class (definition-source (find-class name nil)))
+      (t (definition-source (current-definition entry))))))
+
+(defun same-definition-p (entry definition)
+  (if (eq (entry-kind entry) :class)
+      (equal definition (entry-installed entry))
+      (eq definition (entry-installed entry))))
+
+(defun changed-since (entry journal)
+  "NIL when ENTRY's name still holds the agent's definition ENTRY made; else what changed it."
+  (let ((now (current-definition entry)))
+    (unless (same-definition-p entry now)
+      (let ((later (find-if (lambda (other)
+                              (and (> (entry-number other) (entry-number entry))
+                                   (eq (entry-kind other) (entry-kind entry))
+                                   (equal (entry-name other) (entry-name entry))
+                                   (not (entry-restored other))
+                                   (same-definition-p other now)))
+                            journal)))
+        (cond (later
+               (format nil "changed since: journal entry ~D (a later agent call) redefined it; undo that entry first"
+                       (entry-number later)))
+              ((null now)
+               (format nil "changed since: it is no longer defined (removed after the agent's call, not by a ~
+                            journaled agent call)"))
+              (t
+               (format nil "changed since: redefined after the agent's call, not by a journaled agent call (by ~
+                            the user at their REPL, a file load, or another program), now defined at ~A"
+                       (location-plist-text (location-of (current-source entry) (entry-name entry))))))))))
 
 (defun restore-entry (entry)
-  "Puts back the definition ENTRY replaced, or removes NAME's when there was none."
+  "Puts back the definition ENTRY replaced, or removes the agent's when there was none."
   (let ((name (entry-name entry))
         (previous (entry-previous entry))
         ;; Putting a definition back is no agent's redefinition to journal.
         (*agent-call* nil))
     (ecase (entry-kind entry)
       (:function (if previous (setf (fdefinition name) previous) (fmakunbound name)))
-      (:macro (if previous (setf (macro-function name) previous) (fmakunbound name))))
+      (:macro (if previous (setf (macro-function name) previous) (fmakunbound name)))
+      (:method (let ((installed (entry-installed entry)))
+                 (let ((generic (sb-mop:method-generic-function installed)))
+                   (when generic
+                     (remove-method generic installed))
+                   (when (and previous generic (null (sb-mop:method-generic-function previous)))
+                     (add-method generic previous)))))
+      (:class (let ((arguments (copy-list previous)))
+                (remf arguments :definition-source)
+                (let ((class (apply #'sb-mop:ensure-class name arguments))
+                      (source (getf previous :definition-source)))
+                  ;; So that find-definition points where the previous definition was again.
+                  (when source
+                    (setf (slot-value class *class-source-slot*) source))))))
     (setf (entry-restored entry) t)))
 
-(defun undo-journal (&key entries since session token)
-  "The undo tool. Without ENTRIES (a list of numbers) or SINCE (a number), lists the journal;
-with them, restores those entries, or every entry from SINCE on, newest first. Returns a plist:
-:ENTRIES, the journal oldest first (see ENTRY-PLIST); :RESTORED, (:NUMBER :NAME :KIND :NOW) for
-each entry restored, :NOW where the name's definition is now or NIL; :SKIPPED, (:NUMBER :NAME
-:REASON) for the named entries that were not restored; :LIMIT, the journal's size. :ENTRIES has
-the newest *JOURNAL-SHOWN* entries only; :OLDER counts the others."
+(defun restored-plist (entry)
+  (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
+        :detail (entry-detail entry)
+        :now (and (current-definition entry) (location-of (current-source entry) (entry-name entry)))
+        :agent-file (file-location-of (if (eq (entry-kind entry) :class)
+                                          (entry-installed-source entry)
+                                          (definition-source (entry-installed entry)))
+                                      (entry-name entry))))
+
+(defun journal-page (journal before page-size)
+  "The entries of JOURNAL (newest first) numbered below BEFORE (all when NIL), the newest
+PAGE-SIZE of them: (values page-oldest-first older newer)."
+  (let* ((newer (if before (count-if (lambda (entry) (>= (entry-number entry) before)) journal) 0))
+         (candidates (nthcdr newer journal))
+         (page (subseq candidates 0 (min (length candidates) page-size))))
+    (values (reverse page) (- (length candidates) (length page)) newer)))
+
+(defun undo-journal (&key entries since force before page-size session token)
+  "The undo tool. Without ENTRIES (a list of numbers) or SINCE (a number), lists the journal: the
+newest PAGE-SIZE entries (default *JOURNAL-SHOWN*) numbered below BEFORE (default: all). With
+them, restores those entries, or every entry from SINCE on, newest first; an entry whose name was
+changed since the agent's call is skipped unless FORCE. Returns a plist: :LISTED, whether this is
+a listing; :ENTRIES, the page oldest first (see ENTRY-PLIST), with :OLDER and :NEWER counting the
+entries before and after it; :RESTORED, (:NUMBER :NAME :KIND :DETAIL :NOW :AGENT-FILE) for each
+entry restored, :NOW where the name's definition is now or NIL, :AGENT-FILE the file location the
+agent's definition came from, which undo leaves as it is; :SKIPPED, (:NUMBER :NAME :KIND :REASON
+:CHANGED) for the named entries not restored, :CHANGED true when only FORCE would restore it;
+:LIMIT, the journal's size."
   (declare (ignore session))
   (run-tool token
             (lambda ()
@@ -217,21 +413,25 @@ the newest *JOURNAL-SHOWN* entries only; :OLDER counts the others."
                 ;; Newest first: when one call redefined a name twice, the oldest entry's
                 ;; definition is the one left in place.
                 (dolist (entry wanted)
-                  (flet ((skip (reason)
+                  (flet ((skip (reason &optional changed)
                            (push (list :number (entry-number entry) :name (entry-name-text entry)
-                                       :kind (kind-text entry) :reason reason)
+                                       :kind (kind-text entry) :reason reason :changed changed)
                                  skipped)))
-                    (cond ((entry-restored entry) (skip "already restored"))
-                          ((not (restorable-p entry))
-                           (skip (if (eq (entry-kind entry) :method)
-                                     "methods cannot be restored automatically: remove it with REMOVE-METHOD or redefine it"
-                                     "classes cannot be restored automatically: redefine the class as it was")))
-                          (t (restore-entry entry)
-                             (push (list :number (entry-number entry) :name (entry-name-text entry)
-                                         :kind (kind-text entry) :now (current-location entry))
-                                   restored)))))
-                (list :entries (mapcar #'entry-plist (reverse (subseq journal 0 (min (length journal) *journal-shown*))))
-                      :older (max 0 (- (length journal) *journal-shown*))
-                      :restored (sort restored #'> :key (lambda (r) (getf r :number)))
-                      :skipped (sort skipped #'< :key (lambda (s) (getf s :number)))
-                      :limit *journal-limit*)))))
+                    (let ((changed nil))
+                      (cond ((entry-restored entry) (skip "already restored"))
+                            ((not (restorable-p entry)) (skip (unrestorable-reason entry)))
+                            ((and (not force) (setf changed (changed-since entry journal)))
+                             (skip changed t))
+                            (t (restore-entry entry)
+                               (push (restored-plist entry) restored))))))
+                (multiple-value-bind (page older newer)
+                    (if (or entries since)
+                        (values '() 0 0)
+                        (journal-page journal before (or page-size *journal-shown*)))
+                  (list :listed (not (or entries since))
+                        :entries (mapcar #'entry-plist page)
+                        :older older
+                        :newer newer
+                        :restored (sort restored #'> :key (lambda (r) (getf r :number)))
+                        :skipped (sort skipped #'< :key (lambda (s) (getf s :number)))
+                        :limit *journal-limit*))))))

@@ -19,16 +19,19 @@ fn definition() -> ToolDefinition {
             (evaluate-lisp, load-system) made in the image. The image keeps a journal (its last 500 entries, across \
             swank-mcp restarts) of each definition such a call replaced or added, with the previous definition and \
             where its source was. The user's own definitions from Emacs are not journaled. Without arguments: lists \
-            the journal's newest 100 entries, numbered, oldest first. With `entries` (numbers) or `since` (a number, meaning that entry \
+            the journal's newest 20 entries, numbered, oldest first (`before: N` lists the 20 before entry N). With `entries` (numbers) or `since` (a number, meaning that entry \
             and every later one): restores those entries, newest first, so that each function behaves as before and \
             find-definition points where it did; a name that was not defined before is made undefined again. \
-            Methods and classes agents defined are listed but cannot be restored automatically; an entry is \
-            restored at most once.",
+            An added method is removed (a replaced one put back), a redefined class gets its previous definition. \
+            An entry whose definition changed since (by the user or another call) is refused unless `force`; an \
+            entry is restored at most once.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "entries": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "Numbers of the journal entries to restore."},
-                "since": {"type": "integer", "minimum": 1, "description": "Restore this entry and every later one."}
+                "since": {"type": "integer", "minimum": 1, "description": "Restore this entry and every later one."},
+                "force": {"type": "boolean", "default": false, "description": "Restore even entries whose definition was changed since."},
+                "before": {"type": "integer", "minimum": 1, "description": "List the entries numbered below this one."}
             }
         }),
         output_schema: Some(json!({
@@ -48,13 +51,17 @@ fn definition() -> ToolDefinition {
                             "detail": {"type": ["string", "null"]},
                             "restorable": {"type": "boolean"},
                             "restored": {"type": "boolean"},
-                            "previous": {"type": ["object", "null"], "description": "Where the replaced definition was (file, line, column, note); null when there was none."}
+                            "previous": {"type": ["object", "null"], "description": "Where the replaced definition was (file, line, column, note); null when there was none."},
+                            "note": {"type": ["string", "null"], "description": "Why undo cannot restore it, and what a person can do."}
                         }
                     }
                 },
-                "older": {"type": "integer", "description": "Entries older than those listed (only the newest 100 are listed)."},
-                "restored": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "now": {"type": ["object", "null"]}}}},
-                "skipped": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}}}}
+                "older": {"type": "integer", "description": "Entries older than those listed."},
+                "newer": {"type": "integer", "description": "Entries newer than those listed."},
+                "restored_count": {"type": "integer"},
+                "skipped_count": {"type": "integer"},
+                "restored": {"type": "array", "description": "The first 25 entries restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "detail": {"type": ["string", "null"]}, "now": {"type": ["object", "null"]}, "agent_file": {"type": ["object", "null"], "description": "Where the agent's version came from; undo does not change files."}}}},
+                "skipped": {"type": "array", "description": "The first 25 entries not restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}, "changed": {"type": "boolean"}}}}
             }
         })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
@@ -67,10 +74,17 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let entries = args.optional_u64_list("entries", MAX_ENTRY)?;
     let since = args.optional_u64("since", MAX_ENTRY)?;
+    let before = args.optional_u64("before", MAX_ENTRY)?;
+    let force = args.optional_bool("force")?.unwrap_or(false);
     if entries.is_some() && since.is_some() {
         return Err(ToolError::new("Give either `entries` or `since`, not both."));
     }
-    if entries.iter().flatten().chain(since.iter()).any(|n| *n == 0) {
+    if before.is_some() && (entries.is_some() || since.is_some()) {
+        return Err(ToolError::new(
+            "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
+        ));
+    }
+    if entries.iter().flatten().chain(since.iter()).chain(before.iter()).any(|n| *n == 0) {
         return Err(ToolError::new("Journal entries are numbered from 1; call undo without arguments to list them."));
     }
     let number = |n: u64| Form::Integer(n as i64);
@@ -79,6 +93,12 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         entries.map_or(Form::Nil, |numbers| Form::call("cl", "list", numbers.into_iter().map(number))),
         Form::Keyword("since"),
         since.map_or(Form::Nil, number),
+        Form::Keyword("force"),
+        if force { Form::T } else { Form::Nil },
+        Form::Keyword("before"),
+        before.map_or(Form::Nil, number),
+        Form::Keyword("page-size"),
+        Form::Integer(PAGE_SIZE as i64),
     ];
     let reply = context.call_helper(args, "undo-journal", request).await?;
     let journal = decode::<Journal>("undo-journal", &reply)?;
@@ -88,13 +108,18 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct Journal {
+    /// Whether this reply lists the journal (no restoration was asked for).
+    listed: bool,
+    /// One page of the journal, oldest first; empty when restoring.
     entries: Vec<Entry>,
     restored: Vec<Restored>,
     skipped: Vec<Skipped>,
     /// How many entries the image keeps.
     limit: u64,
-    /// Entries older than those listed, which the image keeps but does not list.
+    /// Entries older than the page.
     older: u64,
+    /// Entries newer than the page.
+    newer: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -109,8 +134,10 @@ struct Entry {
     detail: Option<String>,
     restorable: bool,
     restored: bool,
-    /// Where the replaced definition was; `None` when there was none (or for methods and classes).
+    /// Where the replaced definition was; `None` when there was none.
     previous: Option<Location>,
+    /// For an entry undo cannot restore: what a person can do instead.
+    note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -119,8 +146,11 @@ struct Restored {
     number: u64,
     name: String,
     kind: String,
+    detail: Option<String>,
     /// Where the name's definition is now; `None` when it is undefined again.
     now: Option<Location>,
+    /// The file the agent's definition was compiled from, which undo does not change.
+    agent_file: Option<Location>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -130,60 +160,132 @@ struct Skipped {
     name: String,
     kind: String,
     reason: String,
+    /// Whether the entry was refused because its definition changed since (so `force` restores it).
+    changed: bool,
+}
+
+/// Entries listed per page: a page stays a few kilobytes.
+const PAGE_SIZE: u64 = 20;
+
+/// Restored or skipped entries shown one per line; the rest are counted by number.
+const SHOWN_LINES: usize = 25;
+
+/// Files named in the note on the files the agent's restored versions came from.
+const SHOWN_FILES: usize = 10;
+
+fn what(kind: &str, name: &str, detail: &Option<String>) -> String {
+    match detail {
+        Some(detail) => format!("{kind} {name} {detail}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// What a replaced definition's location says: a file position, or why there is no file.
+fn replaced_text(location: &Location) -> String {
+    match &location.file {
+        Some(_) => format!("replaced the definition from {location}"),
+        None => format!("replaced a definition with no source file ({location})"),
+    }
 }
 
 impl Entry {
     fn render(&self) -> String {
-        let what = match &self.detail {
-            Some(detail) => format!("{} {} {detail}", self.kind, self.name),
-            None => format!("{} {}", self.kind, self.name),
+        let what = what(&self.kind, &self.name, &self.detail);
+        let before = match (&self.previous, self.kind.as_str()) {
+            (Some(location), _) => replaced_text(location),
+            (None, "method") => "added: undo removes it".to_string(),
+            (None, "class") => "new".to_string(),
+            (None, _) => "new: was not defined before".to_string(),
         };
-        let before = if !self.restorable {
-            "cannot be restored automatically".to_string()
+        let state = if self.restored {
+            " [restored]".to_string()
         } else {
-            match &self.previous {
-                Some(location) => format!("replaced the definition at {location}"),
-                None => "new: was not defined before".to_string(),
+            match &self.note {
+                Some(note) if !self.restorable => format!(" [cannot be restored: {note}]"),
+                _ => String::new(),
             }
         };
-        let restored = if self.restored { " [restored]" } else { "" };
-        format!("{:>4}  {}  {what}: {before}{restored}", self.number, self.time)
+        format!("{:>4}  {}  {what}: {before}{state}", self.number, self.time)
     }
+}
+
+impl Restored {
+    fn render(&self) -> String {
+        let what = what(&self.kind, &self.name, &self.detail);
+        let result = match (&self.now, self.kind.as_str()) {
+            (Some(location), "method") => format!("the method it replaced is back, from {location}"),
+            (None, "method") => "removed (it was added)".to_string(),
+            (Some(location), "class") => format!("its previous definition is back, from {location}"),
+            (Some(location), _) => format!("now defined at {location}"),
+            (None, _) => "undefined again (it was new)".to_string(),
+        };
+        format!("  {} {what}: {result}", self.number)
+    }
+}
+
+impl Skipped {
+    fn render(&self) -> String {
+        let force = if self.changed { "; undo with force: true restores it anyway" } else { "" };
+        format!("  {} {} {}: {}{force}", self.number, self.kind, self.name, self.reason)
+    }
+}
+
+/// At most `SHOWN_LINES` lines, then the numbers of the rest.
+fn bounded_lines<T>(items: &[T], render: impl Fn(&T) -> String, number: impl Fn(&T) -> u64) -> String {
+    let mut lines: Vec<String> = items.iter().take(SHOWN_LINES).map(render).collect();
+    if items.len() > SHOWN_LINES {
+        let rest: Vec<String> = items[SHOWN_LINES..].iter().map(|item| number(item).to_string()).collect();
+        lines.push(format!("  and {} more: {}", rest.len(), rest.join(", ")));
+    }
+    lines.join("\n")
 }
 
 impl Journal {
     fn render(&self) -> String {
         let mut sections = Vec::new();
         if !self.restored.is_empty() {
-            let lines: Vec<String> = self
-                .restored
-                .iter()
-                .map(|r| match &r.now {
-                    Some(location) => format!("  {} {} {}: now defined at {location}", r.number, r.kind, r.name),
-                    None => format!("  {} {} {}: undefined again (it was new)", r.number, r.kind, r.name),
-                })
-                .collect();
-            sections.push(format!("Restored {}:\n{}", count(self.restored.len()), lines.join("\n")));
+            sections.push(format!(
+                "Restored {}:\n{}",
+                count(self.restored.len()),
+                bounded_lines(&self.restored, Restored::render, |r| r.number)
+            ));
+            if let Some(note) = self.agent_files_note() {
+                sections.push(note);
+            }
         }
         if !self.skipped.is_empty() {
-            let lines: Vec<String> =
-                self.skipped.iter().map(|s| format!("  {} {} {}: {}", s.number, s.kind, s.name, s.reason)).collect();
-            sections.push(format!("Not restored:\n{}", lines.join("\n")));
+            sections.push(format!(
+                "Not restored ({}):\n{}",
+                count(self.skipped.len()),
+                bounded_lines(&self.skipped, Skipped::render, |s| s.number)
+            ));
         }
-        if self.entries.is_empty() {
+        if !self.listed {
+            if sections.is_empty() {
+                sections.push("Nothing to restore: no entry from that number on.".to_string());
+            }
+        } else if self.entries.is_empty() {
             sections.push(
-                "The journal is empty: no agent's call has replaced a function, macro or setf function in this image \
+                "The journal is empty: no agent's call has defined a function, macro, method or class in this image \
                  since it started."
                     .to_string(),
             );
         } else {
             let lines: Vec<String> = self.entries.iter().map(Entry::render).collect();
-            let older = match self.older {
-                0 => String::new(),
-                n => format!("; {} older not listed", count(n as usize)),
-            };
+            let mut around = Vec::new();
+            if self.older > 0 {
+                around.push(format!(
+                    "{} older: list them with before={}",
+                    count(self.older as usize),
+                    self.entries[0].number
+                ));
+            }
+            if self.newer > 0 {
+                around.push(format!("{} newer: list them without before", count(self.newer as usize)));
+            }
+            let around = if around.is_empty() { String::new() } else { format!("; {}", around.join("; ")) };
             sections.push(format!(
-                "Journal ({}, oldest first{older}; the image keeps the last {}). Restore with entries=[N, ...] or \
+                "Journal ({}, oldest first{around}; the image keeps the last {}). Restore with entries=[N, ...] or \
                  since=N:\n{}",
                 count(self.entries.len()),
                 self.limit,
@@ -193,19 +295,54 @@ impl Journal {
         sections.join("\n\n")
     }
 
+    /// Undo changes the image only: which files hold the versions it took out of the image.
+    fn agent_files_note(&self) -> Option<String> {
+        let mut files: Vec<(&str, Vec<String>)> = Vec::new();
+        for restored in &self.restored {
+            let Some(file) = restored.agent_file.as_ref().and_then(|location| location.file.as_deref()) else {
+                continue;
+            };
+            match files.iter_mut().find(|(known, _)| *known == file) {
+                Some((_, numbers)) => numbers.push(restored.number.to_string()),
+                None => files.push((file, vec![restored.number.to_string()])),
+            }
+        }
+        if files.is_empty() {
+            return None;
+        }
+        let mut named: Vec<String> = files
+            .iter()
+            .take(SHOWN_FILES)
+            .map(|(file, numbers)| {
+                format!("{file} ({} {})", if numbers.len() == 1 { "entry" } else { "entries" }, numbers.join(", "))
+            })
+            .collect();
+        if files.len() > SHOWN_FILES {
+            named.push(format!("{} more files", files.len() - SHOWN_FILES));
+        }
+        Some(format!(
+            "Undo changed the image only: the agent's versions came from files it leaves as they are: {}.",
+            named.join("; ")
+        ))
+    }
+
     fn structured(&self) -> Value {
         let location = |l: &Option<Location>| l.as_ref().map(Location::to_json);
         json!({
             "older": self.older,
+            "newer": self.newer,
             "entries": self.entries.iter().map(|e| json!({
                 "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail,
-                "restorable": e.restorable, "restored": e.restored, "previous": location(&e.previous),
+                "restorable": e.restorable, "restored": e.restored, "previous": location(&e.previous), "note": e.note,
             })).collect::<Vec<_>>(),
-            "restored": self.restored.iter().map(|r| json!({
-                "number": r.number, "name": r.name, "kind": r.kind, "now": location(&r.now),
+            "restored_count": self.restored.len(),
+            "skipped_count": self.skipped.len(),
+            "restored": self.restored.iter().take(SHOWN_LINES).map(|r| json!({
+                "number": r.number, "name": r.name, "kind": r.kind, "detail": r.detail, "now": location(&r.now),
+                "agent_file": location(&r.agent_file),
             })).collect::<Vec<_>>(),
-            "skipped": self.skipped.iter().map(|s| json!({
-                "number": s.number, "name": s.name, "kind": s.kind, "reason": s.reason,
+            "skipped": self.skipped.iter().take(SHOWN_LINES).map(|s| json!({
+                "number": s.number, "name": s.name, "kind": s.kind, "reason": s.reason, "changed": s.changed,
             })).collect::<Vec<_>>(),
         })
     }
@@ -220,25 +357,68 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
-    const JOURNAL: &str = "(:entries ((:number 1 :time \"2026-11-23 12:00:00 UTC\" :kind \"function\" :name \"CL-USER::F\" \
-         :detail nil :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil)) \
-        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"method\" :name \"CL-USER::AREA\" :detail \"((CIRCLE))\" \
-         :restorable nil :restored nil :previous nil)) \
-        :restored ((:number 1 :name \"CL-USER::F\" :kind \"function\" :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil))) \
-        :skipped ((:number 2 :name \"CL-USER::AREA\" :kind \"method\" :reason \"methods cannot be restored automatically\")) \
-        :limit 500 :older 0)";
+    const LISTING: &str = "(:listed t :entries ((:number 1 :time \"2026-11-23 12:00:00 UTC\" :kind \"function\" :name \"CL-USER::F\" \
+         :detail nil :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) :note nil) \
+        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil :restorable t :restored nil \
+         :previous (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\") :note nil) \
+        (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" \
+         :restorable nil :restored nil :previous nil :note \"the class was new\")) \
+        :restored nil :skipped nil :limit 500 :older 7 :newer 2)";
+
+    const RESTORATION: &str = "(:listed nil :entries nil \
+        :restored ((:number 1 :name \"CL-USER::F\" :kind \"function\" :detail nil \
+          :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) \
+          :agent-file (:file \"/src/g.lisp\" :line 9 :column 1 :note nil :origin nil))) \
+        :skipped ((:number 2 :name \"CL-USER::G\" :kind \"function\" :reason \"changed since: redefined\" :changed t)) \
+        :limit 500 :older 0 :newer 0)";
 
     #[test]
-    fn journal_renders_restorations_then_entries() {
-        let journal: Journal = decode("undo-journal", &read(JOURNAL).unwrap()).unwrap();
+    fn a_listing_is_a_page_that_says_where_the_others_are() {
+        let journal: Journal = decode("undo-journal", &read(LISTING).unwrap()).unwrap();
+        assert_eq!(
+            journal.render(),
+            "Journal (3 entries, oldest first; 7 entries older: list them with before=1; 2 entries newer: list them \
+             without before; the image keeps the last 500). Restore with entries=[N, ...] or since=N:\n\
+             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition from /src/f.lisp:3:1 [restored]\n\
+             \x20  2  2026-11-23 12:00:01 UTC  function CL-USER::G: replaced a definition with no source file (defined at \
+             the REPL, no source file)\n\
+             \x20  3  2026-11-23 12:00:02 UTC  class CL-USER::SHAPE (new): new [cannot be restored: the class was new]"
+        );
+    }
+
+    #[test]
+    fn a_restoration_answers_with_what_was_restored_only() {
+        let journal: Journal = decode("undo-journal", &read(RESTORATION).unwrap()).unwrap();
         assert_eq!(
             journal.render(),
             "Restored 1 entry:\n  1 function CL-USER::F: now defined at /src/f.lisp:3:1\n\n\
-             Not restored:\n  2 method CL-USER::AREA: methods cannot be restored automatically\n\n\
-             Journal (2 entries, oldest first; the image keeps the last 500). Restore with entries=[N, ...] or since=N:\n\
-             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition at /src/f.lisp:3:1 [restored]\n\
-             \x20  2  2026-11-23 12:00:01 UTC  method CL-USER::AREA ((CIRCLE)): cannot be restored automatically"
+             Undo changed the image only: the agent's versions came from files it leaves as they are: /src/g.lisp (entry \
+             1).\n\n\
+             Not restored (1 entry):\n  2 function CL-USER::G: changed since: redefined; undo with force: true restores \
+             it anyway"
         );
         assert_eq!(journal.structured()["restored"][0]["now"]["line"], 3);
+    }
+
+    #[test]
+    fn long_restorations_are_cut_to_numbers() {
+        let restored: Vec<Restored> = (1..=100)
+            .map(|number| Restored {
+                number,
+                name: format!("CL-USER::F{number}"),
+                kind: "function".into(),
+                detail: None,
+                now: None,
+                agent_file: None,
+            })
+            .collect();
+        let journal =
+            Journal { listed: false, entries: vec![], restored, skipped: vec![], limit: 500, older: 0, newer: 0 };
+        let text = journal.render();
+        assert_eq!(text.lines().count(), 1 + SHOWN_LINES + 1, "{text}");
+        let rest: Vec<String> = (26..=100).map(|n| n.to_string()).collect();
+        assert!(text.ends_with(&format!("and 75 more: {}", rest.join(", "))), "{text}");
+        assert_eq!(journal.structured()["restored"].as_array().unwrap().len(), SHOWN_LINES);
+        assert_eq!(journal.structured()["restored_count"], 100);
     }
 }
