@@ -42,11 +42,40 @@ async fn tools_are_listed_with_schemas_and_annotations_without_an_image() {
     let evaluate = tool("evaluate-lisp");
     assert_eq!(evaluate["inputSchema"]["required"], json!(["code"]));
     assert_eq!(evaluate["inputSchema"]["properties"]["package"]["type"], "string");
-    assert_eq!(evaluate["annotations"]["readOnlyHint"], false);
-    assert!(evaluate["outputSchema"].is_object());
+    // A hint that says what the specification's default says is left out: not read-only,
+    // destructive, not idempotent, open world.
+    assert_eq!(evaluate["annotations"], json!({}));
+    assert_eq!(evaluate["title"], "Evaluate Lisp");
     let outline = tool("lisp-outline");
-    assert_eq!(outline["annotations"]["readOnlyHint"], true);
-    assert_eq!(tool("edit-lisp-form")["annotations"]["destructiveHint"], true);
+    assert_eq!(
+        outline["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false})
+    );
+    assert_eq!(tool("edit-lisp-form")["annotations"].get("destructiveHint"), None);
+    assert_eq!(tool("load-system")["annotations"], json!({"destructiveHint": false, "idempotentHint": true}));
+}
+
+/// Every agent session carries the tool list in its context before its first call: it stays
+/// under 20,000 bytes with every tool offered, and the workflow that ties the tools together is
+/// said once, in the instructions, rather than in each description.
+#[tokio::test]
+async fn the_tool_list_is_at_most_20000_bytes_with_every_tool_and_the_workflow_is_in_the_instructions() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    let initialized = client.initialize().await;
+    let reply = client.request("tools/list", json!({})).await;
+    let bytes = serde_json::to_string(&reply).unwrap().len();
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 22, "{reply}");
+    assert!(bytes <= 20_000, "tools/list is {bytes} bytes");
+    for tool in tools {
+        let description = tool["description"].as_str().unwrap();
+        assert!(!description.is_empty() && tool.get("outputSchema").is_none(), "{tool}");
+        assert!(tool["inputSchema"]["type"] == "object" && tool["title"].is_string(), "{tool}");
+    }
+    let instructions = initialized["result"]["instructions"].as_str().unwrap();
+    for step in ["edit-lisp-form with load: true", "run-tests", "debug: true", "undo", "inspect"] {
+        assert!(instructions.contains(step), "{step} in {instructions}");
+    }
 }
 
 #[tokio::test]
@@ -59,7 +88,9 @@ async fn old_protocol_versions_get_no_structured_output() {
         )
         .await;
     let tools = client.request("tools/list", json!({})).await;
-    assert!(tools["result"]["tools"][0].get("outputSchema").is_none());
+    // Before 2025-06-18 a tool's title is one of its annotations.
+    let evaluate = &tools["result"]["tools"][0];
+    assert_eq!((evaluate.get("title"), &evaluate["annotations"]["title"]), (None, &json!("Evaluate Lisp")));
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
     assert!(reply["result"].get("structuredContent").is_none());
 }
@@ -354,9 +385,8 @@ async fn image_tools_are_listed_with_honest_annotations() {
             (json!(true), json!(false), json!(true)),
             "{name}"
         );
-        assert!(tool(name)["outputSchema"].is_object(), "{name}");
     }
-    assert_eq!(tool("load-system")["annotations"]["readOnlyHint"], false);
+    assert_eq!(tool("load-system")["annotations"].get("readOnlyHint"), None, "not read-only, the default");
     assert_eq!(tool("compile-form")["inputSchema"]["required"], json!(["code"]));
     assert_eq!(tool("class-info")["inputSchema"]["required"], json!(["class"]));
     assert_eq!(tool("macroexpand-form")["inputSchema"]["properties"]["full"]["default"], false);

@@ -29,7 +29,7 @@ use crate::tools::{Progress, ToolOutput, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-/// Structured tool output (`outputSchema`, `structuredContent`) exists from this revision on.
+/// Structured tool output (`structuredContent`) and a tool's own `title` exist from this revision on.
 const STRUCTURED_OUTPUT_SINCE: &str = "2025-06-18";
 /// Generous for any real request (a big `content` for edit-lisp-form included), small enough
 /// that a runaway client cannot make the server buffer without bound.
@@ -50,24 +50,30 @@ const INTERNAL_ERROR: i64 = -32603;
 /// revision 2026-07-28 reserves for the specification).
 const NOT_INITIALIZED: i64 = -32003;
 
+/// What every agent session reads once: how the tools fit together, and what the replies have in
+/// common, so that no tool's description repeats it.
 const INSTRUCTIONS: &str = "\
-swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the same image \
-the user works in from Emacs. Definitions you make there are the user's definitions too.
-- evaluate-lisp runs code in your own REPL session (its package and *, ** persist between calls; the \
-user's REPL is not affected). Forms are evaluated one at a time. Errors return [ERROR] TYPE, the message, \
-a backtrace and the restarts offered, and are unwound. Pass debug: true when the failing state is worth \
-keeping (a long computation, a restart you want to choose): the evaluation then stops in the debugger and \
-the debugger tool inspects frames and locals, evaluates in a frame, or resumes it with a restart after you \
-fix the code. Long evaluations are interrupted after timeout_ms. Interactive input is not available.
-- compile-form checks code (warnings, type errors, undefined functions, with line and column) without \
-running or defining anything; macroexpand-form shows what a macro generates.
-- To find your way around code you did not write: describe-symbol, apropos-search, find-definition \
-(file:line), xref (callers, callees, references, methods of a class), class-info. None of them changes \
-the image.
-- load-system loads an ASDF system; lisp-status says what you are attached to.
-- undo lists the functions and macros your calls replaced (the image journals them) and puts them back.
-- Prefer small, incremental evaluations; inspect before you redefine, since the image may hold the \
-user's state.";
+swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the one the user works in \
+from Emacs: what you define there is theirs too, and their state is there, so look before you redefine.
+The loop:
+1. Find your way: lisp-outline lists a file's forms; find-definition, describe-symbol, apropos-search, xref and \
+class-info ask the image. None of them changes anything.
+2. Change code in its file: edit-lisp-form with load: true edits the file and compiles the change into the image, \
+so the image runs what the file says and find-definition points at it. load-form and load-file compile what a file \
+already says, load-system loads an ASDF system; compiler messages come at file:line:column. compile-form checks code \
+without defining anything; macroexpand-form shows what a macro makes.
+3. Run it: evaluate-lisp in your own REPL session (its package and *, ** persist; the user's REPL is untouched), \
+run-tests for a system's or a suite's tests.
+4. Debug: an error comes back with its backtrace and restarts, unwound. Run it again with debug: true to keep the \
+failing state: the debugger tool shows frames and locals, evaluates in a frame, restarts a frame after you fix its \
+function, or invokes a restart. trace, profile, threads and inspect look closer.
+5. undo lists what your calls defined or replaced, and puts back what was there.
+In replies: a value other than a number, character or symbol has a handle (@3) that inspect takes. A note under a \
+cut section names the handle and offset where inspect reads the rest. Threads you start report their output and \
+errors in a [background] section of your next evaluate-lisp reply; traced calls come in a [trace] section. \
+Interactive input reads end of file. An exit (sb-ext:exit, uiop:quit) is refused in an image swank-mcp did not \
+start. file_path is absolute or relative to the first --root, and files are written only under allowed roots; \
+package defaults to your session's package (initially CL-USER).";
 
 struct Server {
     toolbox: Arc<Toolbox>,
@@ -392,8 +398,8 @@ impl Server {
                 format!("The server is not initialized: send initialize first, and {method} once it is answered"),
             )),
             "tools/list" => {
-                let structured = self.structured_output();
-                let tools: Vec<Value> = self.toolbox.definitions().map(|d| d.to_json(structured)).collect();
+                let title_field = self.structured_output();
+                let tools: Vec<Value> = self.toolbox.definitions().map(|d| d.to_json(title_field)).collect();
                 Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
             }
             "tools/call" => {

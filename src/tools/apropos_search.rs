@@ -11,34 +11,18 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "apropos-search",
         title: "Find symbols by name",
-        description: "Find the symbols whose names contain a string (case-insensitive), in every package or in one, \
-            with what each names (function, macro, variable, class, ...). Exact and prefix matches come first, SBCL's \
-            internals last; the list is capped and says how many more there are. Symbols that name nothing are \
-            counted, not listed.",
+        description:
+            "Find symbols whose names contain query (case-insensitive), with what each names; exact and prefix \
+            matches first, the list capped.",
         input_schema: json!({
             "type": "object",
             "required": ["query"],
             "properties": {
-                "query": {"type": "string", "description": "Part of the symbol name, e.g. \"hash-table\"."},
-                "package": {"type": "string", "description": "Only symbols accessible in this package (default: all packages)."},
-                "external_only": {"type": "boolean", "description": "Only external symbols (default: false).", "default": false}
+                "query": {"type": "string", "description": "Part of the name, e.g. \"hash-table\"."},
+                "package": {"type": "string", "description": "Only symbols accessible in this package (default: all)."},
+                "external_only": {"type": "boolean", "description": "Only external symbols.", "default": false}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["total", "unnamed", "matches"],
-            "properties": {
-                "total": {"type": "integer", "description": "Matching symbols that name something."},
-                "unnamed": {"type": "integer", "description": "Matching symbols that name nothing (not listed)."},
-                "matches": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"symbol": {"type": "string"}, "names": {"type": "array", "items": {"type": "string"}}}
-                    }
-                }
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

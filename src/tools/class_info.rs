@@ -13,9 +13,8 @@ fn definition() -> ToolDefinition {
         name: "class-info",
         title: "Describe a class",
         description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
-            metaclass. Works with any class in the running image. Also shows the class's documentation and every \
-            inherited slot with the superclass it comes from. `class` may be pkg:name; a class that does not exist is \
-            an error that offers up to five near class names.",
+            metaclass. Works with any class in the running image. Also its documentation and each inherited slot's \
+            class; class may be pkg:name, and a missing class offers near names.",
         input_schema: json!({
             "type": "object",
             "required": ["class"],
@@ -30,38 +29,6 @@ fn definition() -> ToolDefinition {
                 }
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["name", "metaclass", "superclasses", "subclasses", "precedence_list", "direct_slots"],
-            "properties": {
-                "name": {"type": "string"},
-                "package": {"type": ["string", "null"]},
-                "metaclass": {"type": "string"},
-                "superclasses": {"type": "array", "items": {"type": "string"}},
-                "subclasses": {"type": "array", "items": {"type": "string"}},
-                "precedence_list": {"type": ["array", "null"], "items": {"type": "string"}, "description": "Null when the class cannot be finalized yet."},
-                "not_finalized": {"type": ["string", "null"]},
-                "direct_slots": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string"},
-                            "type": {"type": ["string", "null"]},
-                            "allocation": {"type": ["string", "null"]},
-                            "initargs": {"type": "array", "items": {"type": "string"}},
-                            "initform": {"type": ["string", "null"]},
-                            "accessors": {"type": "array", "items": {"type": "string"}},
-                            "readers": {"type": "array", "items": {"type": "string"}},
-                            "writers": {"type": "array", "items": {"type": "string"}}
-                        }
-                    }
-                },
-                "documentation": {"type": ["string", "null"]},
-                "inherited_slots": {"type": "array", "description": "Slots from superclasses, nearest first, each with `from`, the superclass that defines it.", "items": {"type": "object"}},
-                "slot_count": {"type": ["integer", "null"], "description": "All slots, inherited ones included."}
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -12,10 +12,10 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "compile-form",
         title: "Compile without running",
-        description: "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and \
-            other issues that only appear at compile time. Useful for checking code correctness before evaluation. \
-            Nothing is defined in the image. A macro the code itself defines (DEFMACRO, MACROLET) is never run: each \
-            use of it gets a WARNING instead of being expanded.",
+        description:
+            "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and other \
+            issues that only appear at compile time. Useful for checking code correctness before evaluation. Nothing \
+            is defined; a macro the code defines is not run (its uses get a WARNING).",
         input_schema: json!({
             "type": "object",
             "required": ["code"],
@@ -30,35 +30,6 @@ fn definition() -> ToolDefinition {
                 }
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["success", "forms_compiled", "warnings", "errors", "style_warnings", "notes", "conditions", "read_error"],
-            "properties": {
-                "success": {"type": "boolean", "description": "False when there were errors (a read error included)."},
-                "forms_compiled": {"type": "integer"},
-                "warnings": {"type": "integer"},
-                "errors": {"type": "integer"},
-                "style_warnings": {"type": "integer"},
-                "notes": {"type": "integer"},
-                "conditions": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "severity": {"type": "string", "enum": ["ERROR", "WARNING", "STYLE-WARNING", "NOTE"]},
-                            "message": {"type": "string"},
-                            "form": {"type": ["string", "null"], "description": "The top-level form, abbreviated."},
-                            "line": {"type": ["integer", "null"], "description": "1-based, within `code`."},
-                            "column": {"type": ["integer", "null"]}
-                        }
-                    }
-                },
-                "read_error": {
-                    "type": ["object", "null"],
-                    "properties": {"message": {"type": "string"}, "line": {"type": "integer"}, "column": {"type": "integer"}}
-                }
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

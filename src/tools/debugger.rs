@@ -31,39 +31,32 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "debugger",
         title: "Debugger",
-        description: "Act on an evaluation stopped in the debugger: evaluate-lisp with debug: true stops on an \
-            unhandled error (or BREAK) instead of unwinding and returns a session id (D1, D2, ...) with the condition, \
-            the restarts and the top frames; the evaluation's thread waits, with all its state, until you act. \
-            Actions: backtrace (frames start..end), frame (one frame's locals and source location), eval_in_frame \
-            (code run with the frame's locals in scope), invoke_restart (restart by number or name, with arguments, \
-            e.g. use-value with [\"42\"]), return_from_frame (the frame returns the value of code), restart_frame (the \
-            frame's function is called again, e.g. after you redefined it), abort. Actions that move the evaluation on \
-            return what it finally returns (value, output, or its error), or a new session id if it stops again. A \
-            session nobody acts on is aborted after the server's --debug-timeout (default 10 minutes). Frame numbers \
-            are those the backtrace shows.",
+        description:
+            "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1): \
+            see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
+            redefine its function), abort. Resuming returns its result, or a new session if it stops again.",
         input_schema: json!({
             "type": "object",
             "required": ["session", "action"],
             "properties": {
-                "session": {"type": "string", "description": "The session id evaluate-lisp returned, e.g. \"D1\"."},
+                "session": {"type": "string", "description": "e.g. \"D1\"."},
                 "action": {
                     "type": "string",
                     "enum": ["backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame",
                              "restart_frame", "abort"]
                 },
-                "frame": {"type": "integer", "minimum": 0, "description": "Frame number, for frame, eval_in_frame, return_from_frame and restart_frame."},
+                "frame": {"type": "integer", "minimum": 0, "description": "Frame number, as backtrace shows it."},
                 "start": {"type": "integer", "minimum": 0, "description": "backtrace: first frame (default 0)."},
                 "end": {"type": "integer", "minimum": 0, "description": "backtrace: frame after the last (default start + 20)."},
-                "code": {"type": "string", "description": "eval_in_frame: forms to evaluate in the frame; return_from_frame: the form whose values the frame returns. Read in the package the evaluation was in."},
-                "restart": {"type": ["integer", "string"], "description": "invoke_restart: the restart's number as listed, or its name (e.g. \"USE-VALUE\")."},
-                "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: Lisp forms, evaluated, whose values are the restart's arguments (default none)."},
+                "code": {"type": "string", "description": "eval_in_frame: code to run with the frame's locals; return_from_frame: the form whose values it returns."},
+                "restart": {"type": ["integer", "string"], "description": "invoke_restart: its number or name, e.g. \"USE-VALUE\"."},
+                "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: forms whose values are its arguments."},
                 "timeout_ms": {
                     "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
-                    "description": "Time limit of this action, including the evaluation it resumes (default: the server's --eval-timeout, 30 s). When it passes, the evaluation is interrupted and unwinds."
+                    "description": "Limit of this action and what it resumes (default: --eval-timeout)."
                 }
             }
         }),
-        output_schema: None,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

@@ -12,41 +12,18 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "describe-symbol",
         title: "Describe a symbol",
-        description: "Say what a symbol names in the running image: function, macro, generic function (with its \
-            methods), special operator, variable (with its value), constant, class or type; with the call syntax, \
-            documentation and source file of each. A generic function (and a setf generic function) lists its \
-            methods with where each is defined, the user's first, at most 30; a slot accessor's source is its \
-            DEFCLASS. Nothing is evaluated or interned. A symbol or package that does not exist is an error that \
-            offers up to five near names (the same name in other packages first).",
+        description:
+            "Say what a symbol names in the image (function, macro, generic function with its methods, variable with \
+            its value, class, type) with its syntax, documentation and source file. Evaluates and interns nothing; a \
+            missing symbol offers near names.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],
             "properties": {
-                "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
-                "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."}
+                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
+                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["symbol", "status", "entries"],
-            "properties": {
-                "symbol": {"type": "string", "description": "Package-qualified."},
-                "status": {"type": "string", "description": "internal/external/inherited, and where."},
-                "entries": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "kind": {"type": "string"},
-                            "summary": {"type": "string"},
-                            "documentation": {"type": ["string", "null"]},
-                            "details": {"type": "array", "items": {"type": "string"}},
-                            "source": {"type": ["object", "null"], "description": "file, line, column, note; a null file for definitions made at the REPL."}
-                        }
-                    }
-                }
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::load_form::{load_plan, loop_advice};
+use super::load_form::load_plan;
 use super::{
     large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult,
@@ -22,93 +22,55 @@ pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
-        description: concat!(
-            "Structurally edit one definition (defun, defmacro, defvar, defclass, defmethod, defpackage, ...) \
-of a Common Lisp source file: replace it, delete it, or insert new forms just before or after it. The form is found \
-by its operator and name, not by line numbers, at top level or inside a top-level progn, eval-when, locally, \
-macrolet or symbol-macrolet (often behind #+sbcl); only its bytes change, so comments, indentation and every other \
-form stay exactly as they were, and `content` that does not read as complete Lisp forms is rejected without \
-touching the file. Prefer this over rewriting whole files or text substitution whenever you change Lisp source. Run \
-`lisp-outline` first to see the file's forms and their names. Returns a unified diff of the change; `dry_run` \
-previews it without writing. With `load: true` the new forms are also compiled into the running image, as \
-`load-form` does (with their source location, and the compiler's warnings at file:line:column); a delete with \
-`load: true` also removes the definition from the image (fmakunbound, remove-method or makunbound; a class or \
-other definition that cannot sensibly be removed stays, and the reply says so). ",
-            loop_advice!()
-        ),
+        description:
+            "Structurally edit one definition (defun, defmacro, defclass, defmethod, ...) of a Lisp source file: \
+            replace, delete, or insert forms beside it. Prefer it to rewriting files or text substitution: the form \
+            is found by operator and name, only its text changes, and content that does not read is refused. Returns \
+            the diff; load: true also compiles the change into the image.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": {
                     "type": "string",
-                    "description": "The Lisp source file to edit: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root."
+                    "description": "The file: absolute, or relative to the first --root; under an allowed root."
                 },
                 "form_type": {
                     "type": "string",
-                    "description": "The form's operator, e.g. \"defun\", \"defmacro\", \"defvar\", \"defclass\", \
-        \"defmethod\", \"defpackage\", \"asdf:defsystem\". Case and package prefix do not matter."
+                    "description": "The operator, e.g. \"defun\", \"defmethod\" (case and package prefix ignored)."
                 },
                 "form_name": {
                     "type": "string",
-                    "description": "The name the form defines: \"foo\", \"(setf foo)\", a package or system name as \
-        \"my-pkg\", \":my-pkg\", \"#:my-pkg\" or \"\\\"MY-PKG\\\"\". For defmethod: \"name [qualifiers] (specializers)\", \
-        e.g. \"draw ((s circle))\", \"draw (circle)\", \"area :around (shape)\", \"print-object (my-class t)\", \
-        \"handle ((eql :quit))\"; a bare name matches all its methods. `lisp-outline` shows each form's name in this form."
+                    "description": "As lisp-outline shows it: \"foo\", \"(setf foo)\"; a method as \"name [qualifiers] (specializers)\", e.g. \"area :around (shape)\"; a bare name matches all its methods."
                 },
                 "operation": {
                     "type": "string",
                     "enum": Operation::NAMES,
-                    "description": "replace: swap the form for `content`. insert_before: put `content` above the \
-        form and above the comment lines directly attached to it. insert_after: put `content` below the form. Inserted \
-        forms are separated by one blank line. delete: remove the form with its reader conditionals and the comment \
-        lines attached directly above it, keeping one blank line where it was between others (no `content`). Inside a \
-        wrapping form, `content` is written as at column 0 and indented to the form's column."
+                    "description": "insert_before and insert_after put content beside the form and its attached comments; delete removes it with them."
                 },
                 "content": {
                     "type": "string",
-                    "description": "Complete Lisp code: one or more whole top-level forms, with their own comments \
-        if wanted. It is read before the file is touched; line endings are converted to the file's. Required except \
-        for delete."
+                    "description": "Whole top-level form(s); not for delete."
                 },
                 "index": {
                     "type": "integer",
                     "minimum": 1,
-                    "description": "When several forms match, which one: its 1-based position among the matches in \
-        file order. The error for an ambiguous match lists them."
+                    "description": "Which match, 1-based, when several match."
                 },
                 "dry_run": {
                     "type": "boolean",
                     "default": false,
-                    "description": "Only return the diff; write nothing and load nothing."
+                    "description": "Return the diff; write and load nothing."
                 },
                 "load": {
                     "type": "boolean",
                     "default": false,
-                    "description": "After writing, compile the new forms into the running image as `load-form` does \
-        (for delete: remove the definition from the image). Nothing is loaded when compiling gives an error; the reply \
-        then lists the errors, and the file stays edited."
+                    "description": "Compile the change into the image as load-form does (delete: remove the definition)."
                 },
                 "large_file": large_file_schema()
             },
             "required": ["file_path", "form_type", "form_name", "operation"],
             "additionalProperties": false
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "properties": {
-                "file": {"type": "string"},
-                "operation": {"type": "string", "enum": Operation::NAMES},
-                "target": {"type": "string", "description": "The form the edit was anchored on."},
-                "target_lines": {"type": "array", "items": {"type": "integer"}, "description": "Its first and last line before the edit."},
-                "new_lines": {"type": "array", "items": {"type": "integer"}, "description": "First and last line of the new form(s) after the edit."},
-                "forms": {"type": "integer", "description": "How many forms `content` held."},
-                "written": {"type": "boolean"},
-                "diff": {"type": "string"},
-                "load": {"type": ["object", "null"], "description": "With `load`: the load's report, as `load-form` gives it (for delete: {\"note\": what was removed from the image})."}
-            },
-            "required": ["file", "operation", "target", "target_lines", "new_lines", "forms", "written", "diff"]
-        })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

@@ -24,24 +24,11 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
         title: "Evaluate Lisp",
-        description: "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across \
-            calls. Forms are read and evaluated one at a time, so (defpackage ...) (in-package ...) (defun ...) works in \
-            one call; the session's package (changed by IN-PACKAGE) persists. Returns [stdout], [stderr], [warnings] \
-            sections and one '=> value' line per value of the last form, printed with *PRINT-LENGTH* 200 and \
-            *PRINT-LEVEL* 10 unless print_length/print_level say otherwise; a value other than a number, character \
-            or symbol ends with its handle (=> #<ITEM {1004A1B2C3}> @3), which the inspect tool takes. Each section \
-            shows at most the server's --max-output characters (default 16,000); the note under a cut one names \
-            a handle and offset from which inspect reads the rest. Errors come back as [ERROR] TYPE with the \
-            message, a backtrace and the restarts it offered, and the evaluation is unwound. With debug: true, an \
-            unhandled error (or BREAK) stops the evaluation in the debugger instead: the call returns at once with a \
-            session id (D1, ...) and the thread waits, with its state, for the debugger tool (inspect frames and \
-            locals, evaluate in a frame, redefine the broken function and restart its frame, or invoke a restart \
-            such as USE-VALUE); use it when the failing state is worth keeping. Calls of functions traced with the \
-            trace tool come back in a [trace] section. Threads your evaluations start print into a buffer of this \
-            session, and an unhandled error ends such a thread and is recorded there (thread, error, backtrace): \
-            the next evaluate-lisp reply shows both in a [background] section. Interactive input (READ-LINE, \
-            Y-OR-N-P) gets end of file. (sb-ext:exit) and (uiop:quit) fail with EXIT-REFUSED in an image swank-mcp \
-            did not start, unless the server runs with --allow-exit.",
+        description:
+            "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls. \
+            Forms run one at a time; IN-PACKAGE changes the session's package. Replies with [stdout], [stderr], \
+            [warnings] and `=> value` lines (with a handle, @3, for inspect); an error as [ERROR] TYPE, message, \
+            backtrace and restarts, unwound.",
         input_schema: json!({
             "type": "object",
             "required": ["code"],
@@ -58,57 +45,26 @@ fn definition() -> ToolDefinition {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_TIMEOUT_MS,
-                    "description": "Interrupt the evaluation after this many milliseconds (default: the server's --eval-timeout, 30 s)."
+                    "description": "Interrupt it after this long (default: --eval-timeout, 30 s)."
                 },
                 "print_length": {
                     "type": "integer",
                     "minimum": 0,
                     "maximum": MAX_PRINT_LENGTH,
-                    "description": "*PRINT-LENGTH* for printing the values: elements shown of each list or vector (default 200)."
+                    "description": "*PRINT-LENGTH* of the values (default 200)."
                 },
                 "print_level": {
                     "type": "integer",
                     "minimum": 0,
                     "maximum": MAX_PRINT_LEVEL,
-                    "description": "*PRINT-LEVEL* for printing the values: levels of nesting shown (default 10)."
+                    "description": "*PRINT-LEVEL* of the values (default 10)."
                 },
                 "debug": {
                     "type": "boolean",
-                    "description": "Stop in the debugger on an unhandled error instead of unwinding, and return a debugger session for the debugger tool (default false)."
+                    "description": "On an unhandled error, stop in the debugger and return a session for the debugger tool (default false)."
                 }
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["values", "stdout", "stderr", "warnings", "package", "error"],
-            "properties": {
-                "values": {"type": "array", "items": {"type": "string"}, "description": "The printed values of the last form."},
-                "handles": {"type": "array", "items": {"type": ["string", "null"]}, "description": "Each value's handle for inspect (@3), null for a number, character or symbol."},
-                "stdout": {"type": "string"},
-                "stderr": {"type": "string"},
-                "warnings": {"type": "array", "items": {"type": "string"}},
-                "package": {"type": "string", "description": "The session's package after the call."},
-                "trace": {"type": "array", "items": {"type": "string"}, "description": "Calls of functions this session traces (see the trace tool), when there were any."},
-                "background_output": {"type": "string", "description": "What threads your evaluations started printed since the last reply, when anything."},
-                "background_errors": {"type": "array", "description": "Unhandled errors in those threads since the last reply: thread, type, message, backtrace."},
-                "debugger_session": {"type": "string", "description": "With debug: the id of the debugger session the evaluation waits in."},
-                "frames": {"type": "array", "description": "With debug: the top frames of the stopped evaluation."},
-                "error": {
-                    "type": ["object", "null"],
-                    "properties": {
-                        "kind": {"type": "string", "enum": ["error", "debugger", "read", "timeout", "cancelled", "aborted"]},
-                        "type": {"type": "string"},
-                        "condition_class": {"type": ["string", "null"]},
-                        "message": {"type": "string"},
-                        "backtrace": {"type": "array", "items": {"type": "string"}},
-                        "restarts": {
-                            "type": "array",
-                            "items": {"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}}}
-                        }
-                    }
-                }
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

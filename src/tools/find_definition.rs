@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
+use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{
     symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
 };
@@ -18,33 +18,19 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
         title: "Find definitions",
-        description: "Find where a symbol is defined in the running image: every definition (function, macro, generic \
-            function and each method, variable, class, structure, condition, type, setf function, ...) with its file, \
-            line and column, or \"defined at the REPL, no source file\" for definitions made by evaluation. When the \
-            file changed since it was compiled (and lies under an allowed root), the definition is found again in the \
-            file's current text by its operator, name and specializers, and the reply says so. 50 definitions a reply \
-            unless `limit` says otherwise; the last line gives the `offset` of the next page.",
+        description: "Where a symbol is defined: each definition (function, method, variable, class, type...) at \
+            file:line:column, found again in the file's current text if it changed since, or \"defined at the \
+            REPL\". In pages of 50; the last line gives the next offset.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],
             "properties": {
-                "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
-                "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."},
-                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "How many definitions to skip: a symbol with very many (a generic function's methods) comes in pages, and the reply's last line says which `offset` gives the next one."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many definitions in the reply (up to 2,000)."}
+                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
+                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."},
+                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Definitions to skip (the next page's offset)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many (up to 2,000)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["symbol", "definitions"],
-            "properties": {
-                "symbol": {"type": "string"},
-                "total": {"type": "integer", "description": "How many definitions the symbol has in all."},
-                "offset": {"type": "integer", "description": "How many this page skipped."},
-                "next_offset": {"type": ["integer", "null"], "description": "The `offset` of the next page, or null after the last."},
-                "definitions": {"type": "array", "items": location_schema("kind")}
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -19,27 +19,19 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "inspect",
         title: "Inspect a value",
-        description: "Show a Lisp value as SLIME's inspector does: its type, then its slots (objects, structures, \
-            conditions), elements (lists, vectors, arrays), entries (hash tables), methods (generic functions), \
-            lambda list, documentation and source (functions), superclasses and slots with the class each comes from \
-            (classes), bindings (symbols). Give `handle` (@3, as evaluate-lisp values and earlier inspect parts show \
-            it) or `code` to evaluate now. Parts are paged (`offset`, `limit`, default 50); each part that is not a \
-            number, character or symbol has a handle of its own to inspect next. For a string, or the handle a cut \
-            output's note names, `offset` and `limit` count characters (default limit: --max-output) and the text \
-            itself is shown. Handles belong to this session: the newest 1,000 are kept (and 8,000,000 characters of \
-            cut output), the oldest released first, and all are released when the server exits or its connection \
-            to the image closes.",
+        description: "Show a value as SLIME's inspector does: its type and parts (slots, elements, entries, methods, \
+            bindings), each with a handle to inspect next. Give a handle (@3) or code. For a string or a cut \
+            output's handle, offset and limit count characters.",
         input_schema: json!({
             "type": "object",
             "properties": {
-                "handle": {"type": "string", "description": "A handle from an earlier reply, such as \"@3\"."},
-                "code": {"type": "string", "description": "Code to evaluate instead; its first value is inspected (and gets a handle)."},
-                "package": {"type": "string", "description": "Package to read `code` in (default: the session's package)."},
-                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "description": "First part (or character, for a text) to show (default 0)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET, "description": "Parts to show (default 50, at most 1,000), or characters of a text (default and at most --max-output)."}
+                "handle": {"type": "string", "description": "A handle from a reply, e.g. \"@3\"."},
+                "code": {"type": "string", "description": "Code whose first value to inspect."},
+                "package": {"type": "string", "description": "Package to read code in (default: the session's)."},
+                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "description": "First part or character (default 0)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET, "description": "Parts (default 50, at most 1,000) or characters (default --max-output) to show."}
             }
         }),
-        output_schema: None,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
 }

@@ -18,53 +18,23 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-check-parens",
         title: "Check Lisp parentheses",
         description:
-            "Check that Common Lisp source reads as complete forms: balanced parentheses, terminated strings, \
-`|...|` symbols and `#|...|#` comments. Give either `file_path` or `code`. On a problem it reports the line and column \
-where the reader failed and of the opener that was left open, with a hint where a missing `)` most likely belongs. Use \
-it before compiling or loading hand-edited code, and to locate the damage when a file no longer reads.",
+            "Check that Lisp source (file_path or code) reads as complete forms; on a problem, gives the line and \
+            column where reading failed and of the open paren, and where a missing ) likely belongs.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": {
                     "type": "string",
-                    "description": "A Lisp source file to check: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root, or in the directory of \
-        an ASDF system the image knows (such files are only read, never written), as find-definition gives them."
+                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
                 },
                 "code": {
                     "type": "string",
-                    "description": "Lisp text to check instead of a file; lines and columns then count within it."
+                    "description": "Text to check instead of a file."
                 },
                 "large_file": large_file_schema()
             },
             "additionalProperties": false
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "properties": {
-                "balanced": {"type": "boolean"},
-                "forms": {"type": "integer", "description": "Top-level forms read (when balanced)."},
-                "lines": {"type": "integer"},
-                "problem": {
-                    "type": "object",
-                    "properties": {
-                        "message": {"type": "string"},
-                        "line": {"type": "integer"},
-                        "column": {"type": "integer"},
-                        "opener": {
-                            "type": "object",
-                            "properties": {
-                                "line": {"type": "integer"},
-                                "column": {"type": "integer"},
-                                "text": {"type": "string"}
-                            }
-                        },
-                        "hint": {"type": "string"}
-                    }
-                }
-            },
-            "required": ["balanced", "lines"]
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }

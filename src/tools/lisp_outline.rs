@@ -17,65 +17,35 @@ pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-outline",
         title: "Outline a Lisp file",
-        description: "List the top-level forms of a Common Lisp source file, one line each: line range, reader \
-conditional if any, operator and name (for methods with qualifiers and specializers). Definitions that Lisp \
-processes at top level inside a `progn`, `eval-when`, `locally`, `macrolet` or `symbol-macrolet` (often behind \
-`#+sbcl`) are listed too, indented under their wrapper; `edit-lisp-form` and `load-form` find them by the same \
-operator and name. Much shorter than the file itself: read it before editing to find a definition, then pass its operator and name to `edit-lisp-form`. A long \
-file comes in pages of up to 2,000 forms; the last line of a page gives the `offset` of the next.",
+        description:
+            "List a Lisp file's top-level forms, one line each (lines, reader conditional, operator and name; \
+            definitions inside progn, eval-when etc. indented under them). Read it before edit-lisp-form or \
+            load-form, which take these names. Long files come in pages.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": {
                     "type": "string",
-                    "description": "The Lisp source file: absolute, or relative to the server's first --root \
-        directory (by default its working directory). It must lie under an allowed root, or in the directory of \
-        an ASDF system the image knows (such files are only read, never written), as find-definition gives them."
+                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
                 },
                 "offset": {
                     "type": "integer",
                     "minimum": 0,
                     "default": 0,
-                    "description": "How many forms to skip: the outline of a long file comes in pages, and its last line says which `offset` gives the next one."
+                    "description": "Forms to skip (the next page's offset)."
                 },
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_ENTRIES,
                     "default": MAX_ENTRIES,
-                    "description": "At most this many forms in the reply."
+                    "description": "At most this many forms."
                 },
                 "large_file": large_file_schema()
             },
             "required": ["file_path"],
             "additionalProperties": false
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "properties": {
-                "file": {"type": "string"},
-                "lines": {"type": "integer"},
-                "total_forms": {"type": "integer", "description": "Top-level forms in the whole file (nested ones not counted; pages count top-level forms)."},
-                "offset": {"type": "integer", "description": "How many forms this page skipped."},
-                "next_offset": {"type": ["integer", "null"], "description": "The `offset` of the next page, or null after the last."},
-                "forms": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "first_line": {"type": "integer"},
-                            "last_line": {"type": "integer"},
-                            "depth": {"type": "integer", "description": "0 for a top-level form; 1 for a form in the body of a top-level progn, eval-when, locally, macrolet or symbol-macrolet; and so on."},
-                            "conditions": {"type": "string", "description": "Reader conditionals in front, e.g. \"#+sbcl\"."},
-                            "operator": {"type": ["string", "null"]},
-                            "name": {"type": ["string", "null"], "description": "As `edit-lisp-form` takes it in `form_name`."}
-                        },
-                        "required": ["first_line", "last_line", "conditions", "operator", "name"]
-                    }
-                }
-            },
-            "required": ["file", "lines", "total_forms", "offset", "next_offset", "forms"]
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }

@@ -295,20 +295,6 @@ impl fmt::Display for Location {
     }
 }
 
-/// A definition or cross-reference hit: `label` (its kind or its name) and where it is.
-pub fn location_schema(label: &str) -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            label: {"type": "string"},
-            "file": {"type": ["string", "null"], "description": "Null for definitions without a source file."},
-            "line": {"type": ["integer", "null"]},
-            "column": {"type": ["integer", "null"]},
-            "note": {"type": ["string", "null"]}
-        }
-    })
-}
-
 /// Labelled locations, aligned in two columns: `label  file:line:column`.
 pub fn render_locations(entries: &[(&str, &Location)]) -> String {
     let width = entries.iter().map(|(label, _)| label.chars().count()).max().unwrap_or(0);

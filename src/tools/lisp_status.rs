@@ -15,48 +15,10 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-status",
         title: "Image status",
-        description: "Show what swank-mcp is attached to: Lisp implementation and version, swank/slynk server and \
-            version, connection (host:port, attached or launched, pid), this session's current package, thread \
-            count, evaluations in flight, evaluations waiting in the debugger (session, thread, condition, age), \
-            heap use, and a summary of *features*. Connects if not connected yet.",
+        description:
+            "What swank-mcp is attached to: the Lisp and its version, swank or slynk, host:port and pid, your \
+            session's package, threads, evaluations running or in the debugger, heap and *features*.",
         input_schema: json!({"type": "object", "properties": {}}),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["implementation", "version", "server", "server_version", "endpoint", "launched", "pid", "package", "threads", "in_flight"],
-            "properties": {
-                "implementation": {"type": "string"},
-                "version": {"type": "string"},
-                "machine": {"type": "string"},
-                "software": {"type": "string"},
-                "server": {"type": "string", "enum": ["swank", "slynk"]},
-                "server_version": {"type": ["string", "null"]},
-                "style": {"type": ["string", "null"], "description": "The server's communication style; spawn runs each request in its own thread."},
-                "endpoint": {"type": "string"},
-                "launched": {"type": "boolean", "description": "Whether swank-mcp started this image (--launch)."},
-                "pid": {"type": ["integer", "null"]},
-                "session": {"type": "string"},
-                "package": {"type": "string"},
-                "threads": {"type": "integer"},
-                "in_flight": {"type": "integer", "description": "This server's requests waiting for the image."},
-                "debugger_sessions": {
-                    "type": "array",
-                    "description": "Evaluations waiting in the debugger for the debugger tool.",
-                    "items": {"type": "object", "properties": {"session": {"type": "string"}, "thread": {"type": "integer"}, "condition": {"type": "string"}, "age_seconds": {"type": "integer"}, "busy": {"type": "boolean"}}}
-                },
-                "tool_calls_in_image": {"type": "integer", "description": "Tool calls running in the image, from any swank-mcp session."},
-                "heap_used": {"type": "integer"},
-                "heap_size": {"type": "integer"},
-                "asdf": {"type": ["string", "null"]},
-                "quicklisp": {"type": "boolean"},
-                "feature_count": {"type": "integer"},
-                "features": {"type": "array", "items": {"type": "string"}},
-                "images": {
-                    "type": "array",
-                    "description": "Every configured image, when there are several.",
-                    "items": {"type": "object", "properties": {"name": {"type": "string"}, "endpoint": {"type": "string"}, "current": {"type": "boolean"}}}
-                }
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::lisp_reply::{decode, plural};
-use super::load_form::{load_output_schema, loop_advice, LoadReport};
+use super::load_form::LoadReport;
 use super::{
     large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
     ToolResult,
@@ -18,14 +18,9 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-file",
         title: "Compile and load a file",
-        description: concat!(
-            "Compile a whole Lisp source file with the file compiler and load it into the running image, as Emacs's \
-C-c C-k does, so that every definition in it is the file's and `find-definition` points at it. Replies with \
-every compiler error, warning and style-warning at file:line:column with the form it came from, and the count of \
-top-level forms and definitions in the file. Nothing is loaded when compiling gives an error. The file is only \
-read. Functions and macros it replaces are listed by `undo`. ",
-            loop_advice!()
-        ),
+        description:
+            "Compile and load a whole file, as Emacs's C-c C-k, so that its definitions point at it. Replies with \
+            every compiler message at file:line:column; a compile error loads nothing.",
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -35,7 +30,6 @@ read. Functions and macros it replaces are listed by `undo`. ",
             "required": ["file_path"],
             "additionalProperties": false
         }),
-        output_schema: Some(load_output_schema()),
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }
 }

@@ -15,45 +15,26 @@ use super::{
 use crate::source::{LoadPlan, LoadTarget};
 use crate::swank::Form;
 
-/// What an agent reads in each loading tool's description: how to keep file and image in step.
-macro_rules! loop_advice {
-    () => {
-        "To change code, edit the file with `edit-lisp-form` and `load: true`, then run the code (or its tests) \
-with `evaluate-lisp`: the image then runs what the file says, and `find-definition` points at the file."
-    };
-}
-pub(crate) use loop_advice;
-
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-form",
         title: "Load one definition from a file",
-        description: concat!(
-            "Compile one definition of a Lisp source file into the running image and load it, as Emacs's \
-C-c C-c does: the form is found as `edit-lisp-form` finds it (operator and name, also inside progn, eval-when, \
-locally, macrolet and symbol-macrolet, behind reader conditionals), read in the package of the file's last \
-`in-package` before it, and compiled with the file compiler under the file's name, so that `find-definition`, \
-`xref` and backtraces point at the file and line afterwards. A nested definition is compiled inside its wrapping \
-forms (their operators, situations, bindings and declarations, without their other forms), which is what \
-compiling the file does with it; find-definition then points at the wrapping form's first line, as SBCL records \
-it for any form compiled inside one. Replies with the compiler's warnings at file:line:column. Nothing is loaded \
-when compiling gives an error, or when a reader conditional keeps the form out in this image. The file is only \
-read. ",
-            loop_advice!()
-        ),
+        description:
+            "Compile one definition of a file into the image, as Emacs's C-c C-c: found as edit-lisp-form finds it, \
+            compiled under the file's name so that find-definition and backtraces point at it. Replies with the \
+            compiler's messages at file:line:column; a compile error loads nothing.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": loaded_file_schema(),
-                "form_type": {"type": "string", "description": "The form's operator, e.g. \"defun\", \"defmethod\", \"defvar\"."},
-                "form_name": {"type": "string", "description": "The name it defines, as `lisp-outline` shows it (for a method with qualifiers and specializers, e.g. \"draw (circle)\")."},
-                "index": {"type": "integer", "minimum": 1, "description": "When several forms match, which one: its 1-based position among the matches in file order."},
+                "form_type": {"type": "string", "description": "The operator, e.g. \"defun\"."},
+                "form_name": {"type": "string", "description": "As lisp-outline shows it."},
+                "index": {"type": "integer", "minimum": 1, "description": "Which match, 1-based, when several match."},
                 "large_file": large_file_schema()
             },
             "required": ["file_path", "form_type", "form_name"],
             "additionalProperties": false
         }),
-        output_schema: Some(load_output_schema()),
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }
 }
@@ -73,33 +54,6 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
     let loaded = load_plan(context, args, &file.path, &plan).await?;
     Ok(loaded.into_output(&file.shown, &plan, None))
-}
-
-/// The output schema of the loading tools' reports.
-pub(crate) fn load_output_schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["file", "loaded", "forms", "warnings", "errors", "style_warnings", "notes", "conditions"],
-        "properties": {
-            "file": {"type": "string"},
-            "loaded": {"type": "boolean", "description": "Whether the compiled code was loaded into the image."},
-            "forms": {"type": "array", "items": {"type": "object", "properties": {
-                "form": {"type": "string"}, "first_line": {"type": "integer"}, "last_line": {"type": "integer"}}}},
-            "package": {"type": ["string", "null"], "description": "The argument of the file's last in-package before the form(s)."},
-            "warnings": {"type": "integer"},
-            "errors": {"type": "integer"},
-            "style_warnings": {"type": "integer"},
-            "notes": {"type": "integer"},
-            "conditions": {"type": "array", "items": {"type": "object", "properties": {
-                "severity": {"type": "string", "enum": ["ERROR", "WARNING", "STYLE-WARNING", "NOTE"]},
-                "message": {"type": "string"},
-                "form": {"type": ["string", "null"], "description": "The form it is about, abbreviated."},
-                "line": {"type": ["integer", "null"]},
-                "column": {"type": ["integer", "null"]}}}},
-            "not_read": {"type": "array", "items": {"type": "string"}, "description": "Reader conditionals that keep a form out in this image."},
-            "definitions": {"type": "integer", "description": "load-file: the definitions in the file (def… forms, nested ones included)."}
-        }
-    })
 }
 
 /// Sends `plan` to the image to compile and load, as the text of the file at `path`.

@@ -18,34 +18,17 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-system",
         title: "Load an ASDF system",
-        description: "Load an ASDF system (and its dependencies) into the running image with asdf:load-system, \
-            compiling what is out of date. Returns the time taken, the compiler warnings and the output; a missing \
-            system is an error naming it. force: true recompiles and reloads the system itself. Sends progress \
-            notifications while it runs when the call has a progressToken. Time limit: 10 minutes.",
+        description:
+            "Load an ASDF system and its dependencies (asdf:load-system), compiling what is out of date; replies with \
+            the time, the compiler's messages and the output. Sends progress; limit 10 minutes.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
             "properties": {
-                "system": {"type": "string", "description": "The system's name, e.g. \"alexandria\"."},
-                "force": {"type": "boolean", "description": "Recompile and reload the system even if it is up to date (default: false).", "default": false}
+                "system": {"type": "string", "description": "e.g. \"alexandria\"."},
+                "force": {"type": "boolean", "description": "Recompile and reload the system itself.", "default": false}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["system", "loaded", "milliseconds", "warnings"],
-            "properties": {
-                "system": {"type": "string"},
-                "loaded": {"type": "boolean"},
-                "was_loaded": {"type": "boolean", "description": "Whether it was loaded before this call."},
-                "milliseconds": {"type": "integer"},
-                "warnings": {"type": "array", "items": {"type": "string"}},
-                "warning_count": {"type": "integer"},
-                "style_warning_count": {"type": "integer"},
-                "note_count": {"type": "integer"},
-                "stdout": {"type": "string"},
-                "error": {"type": ["object", "null"]}
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -12,9 +12,9 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "macroexpand-form",
         title: "Expand a macro",
-        description: "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, \
-            LOOP, or WITH-* generate. The image's own macros expand; a local macro the form itself defines \
-            (MACROLET) is never run, and a use of it is an error.",
+        description:
+            "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, LOOP, or \
+            WITH-* generate. A MACROLET in the form is not run.",
         input_schema: json!({
             "type": "object",
             "required": ["form"],
@@ -30,19 +30,10 @@ fn definition() -> ToolDefinition {
                 },
                 "package": {
                     "type": "string",
-                    "description": "Package to read the form in (default: the session's package, initially CL-USER)"
+                    "description": "Package to read the form in (default: the session's)."
                 }
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["form", "expansion", "expanded"],
-            "properties": {
-                "form": {"type": "string", "description": "The form read, abbreviated."},
-                "expansion": {"type": "string"},
-                "expanded": {"type": "boolean", "description": "False when the form is not a macro call (and, with full, contains none)."}
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -67,8 +67,7 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
 pub(crate) fn loaded_file_schema() -> Value {
     serde_json::json!({
         "type": "string",
-        "description": "The Lisp source file: absolute, or relative to the server's first --root directory (by default \
-            its working directory). It must lie under an allowed root, and the image must see it at the same path."
+        "description": "The file: absolute, or relative to the first --root; under an allowed root, at the same path for the image."
     })
 }
 
@@ -77,7 +76,7 @@ pub(crate) fn large_file_schema() -> Value {
     serde_json::json!({
         "type": "boolean",
         "default": false,
-        "description": "Read the file even if it is larger than 64 MiB (67,108,864 bytes); without it such a file is refused with its size."
+        "description": "Read a file over 64 MiB too."
     })
 }
 
@@ -149,11 +148,7 @@ fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
                 if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
                     properties.insert(
                         "image".into(),
-                        serde_json::json!({
-                            "type": "string",
-                            "enum": names,
-                            "description": format!("The Lisp image to work in (default: {default})."),
-                        }),
+                        serde_json::json!({"type": "string", "enum": names, "default": default}),
                     );
                 }
             }

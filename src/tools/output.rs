@@ -29,30 +29,41 @@ pub struct ToolDefinition {
     pub description: &'static str,
     /// JSON Schema of the `arguments` object.
     pub input_schema: Value,
-    pub(crate) output_schema: Option<Value>,
     /// Hints for the client.
     pub annotations: Annotations,
 }
 
 impl ToolDefinition {
-    /// The `tools/list` entry. `outputSchema` only exists from protocol revision 2025-06-18 on.
-    pub fn to_json(&self, with_output_schema: bool) -> Value {
+    /// The `tools/list` entry. The title is a field of its own from protocol revision 2025-06-18
+    /// on, and an annotation before. A hint is left out where it says what the specification's
+    /// default says (not read-only, destructive, not idempotent, open world).
+    ///
+    /// No `outputSchema`: every agent session carries this list in its context, and the schemas
+    /// of the structured results would more than double it; the README describes them.
+    pub fn to_json(&self, title_field: bool) -> Value {
+        let hints = &self.annotations;
+        let mut annotations = serde_json::Map::new();
+        for (hint, value, default) in [
+            ("readOnlyHint", hints.read_only, false),
+            ("destructiveHint", hints.destructive, true),
+            ("idempotentHint", hints.idempotent, false),
+            ("openWorldHint", hints.open_world, true),
+        ] {
+            if value != default {
+                annotations.insert(hint.into(), value.into());
+            }
+        }
         let mut tool = json!({
             "name": self.name,
-            "title": self.title,
             "description": self.description,
             "inputSchema": self.input_schema,
-            "annotations": {
-                "title": self.title,
-                "readOnlyHint": self.annotations.read_only,
-                "destructiveHint": self.annotations.destructive,
-                "idempotentHint": self.annotations.idempotent,
-                "openWorldHint": self.annotations.open_world,
-            },
         });
-        if let (true, Some(schema)) = (with_output_schema, &self.output_schema) {
-            tool["outputSchema"] = schema.clone();
+        if title_field {
+            tool["title"] = self.title.into();
+        } else {
+            annotations.insert("title".into(), self.title.into());
         }
+        tool["annotations"] = annotations.into();
         tool
     }
 }

@@ -20,50 +20,19 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "profile",
         title: "Profile code",
-        description: "Run code once (form by form, in the session's package unless package is given) and report \
-            where its time went. mode \"cpu\" (the default) samples the stack with SBCL's statistical \
-            profiler sb-sprof (loaded on first use; a 1 ms interval is asked for, the kernel may sample less often), \
-            \"alloc\" samples allocation instead; both report the number of samples and the top 15 functions by \
-            self samples (the helper's own frames left out), with self and cumulative (self plus callees) samples and \
-            percentages, the elapsed time, bytes consed and GC time. \"time\" runs it under TIME and returns its \
-            report. Only the calling thread is profiled. The code's output goes to [stdout]; the first value is \
-            shown.",
+        description:
+            "Run code once and say where its time went: mode cpu (default) or alloc samples it with sb-sprof (top 15 \
+            functions, self and cumulative); time runs it under TIME. Only the calling thread is profiled.",
         input_schema: json!({
             "type": "object",
             "required": ["code"],
             "properties": {
-                "code": {"type": "string", "description": "The code to run, e.g. \"(my-app::build-index)\"."},
+                "code": {"type": "string", "description": "e.g. \"(my-app::build-index)\"."},
                 "mode": {"type": "string", "enum": MODES, "default": "cpu"},
-                "package": {"type": "string", "description": "Package to read the code in (default: the session's package, initially CL-USER)."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Time limit in milliseconds (default: the server's --eval-timeout)."}
+                "package": {"type": "string", "description": "Package to read code in (default: the session's)."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Time limit (default: --eval-timeout)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["mode", "milliseconds", "bytes", "gc_milliseconds"],
-            "properties": {
-                "mode": {"type": "string"},
-                "milliseconds": {"type": "integer"},
-                "bytes": {"type": "integer", "description": "Bytes consed."},
-                "gc_milliseconds": {"type": "integer"},
-                "samples": {"type": "integer"},
-                "rows": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string"},
-                            "self": {"type": "integer"},
-                            "self_percent": {"type": "string"},
-                            "cumulative": {"type": "integer"},
-                            "cumulative_percent": {"type": "string"}
-                        }
-                    }
-                },
-                "time_report": {"type": ["string", "null"]},
-                "value": {"type": ["string", "null"]}
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

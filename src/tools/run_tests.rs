@@ -20,68 +20,20 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
         title: "Run tests",
-        description: "Run tests in the image. With only system: loads it and runs asdf:test-system on it (its \
-            test-op, which usually loads its test system and runs the suite). With suite or test: loads system, \
-            then runs that FiveAM or Parachute suite or test (a symbol name, read in package or the session's \
-            package). FiveAM's and Parachute's results are read as data: counts of checks passed, failed, errors \
-            (a FiveAM check that signalled) and skipped, and for each failure (at most 50 per framework) its test, \
-            form, reason, and for a comparison such as (is (= expected actual)) or (is = expected actual) the \
-            expected and actual values. Other frameworks the image has loaded (Rove, lisp-unit2) are named, but \
-            their results are only in the output. The call is an error when a check failed. The tests' output goes to [stdout], \
-            not the image's terminal. Sends progress notifications (checks done, failures) when the call has a \
-            progressToken. Time limit: 10 minutes, or --eval-timeout if longer.",
+        description:
+            "Run a system's tests (asdf:test-system), or, after loading the system, one FiveAM or Parachute suite or \
+            test. Replies with the counts and each failure's test, form, expected and actual values, and the output; \
+            an error when a check failed. Limit 10 minutes.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
             "properties": {
-                "system": {"type": "string", "description": "The ASDF system to test (or, with suite or test, to load first), e.g. \"my-app/tests\"."},
-                "suite": {"type": "string", "description": "A FiveAM or Parachute suite to run instead of the system's test-op, e.g. \"my-app-tests::all\"."},
-                "test": {"type": "string", "description": "A single FiveAM or Parachute test to run instead of the system's test-op."},
-                "package": {"type": "string", "description": "Package to read suite or test in (default: the session's package)."}
+                "system": {"type": "string", "description": "The system to test, or to load first, e.g. \"my-app/tests\"."},
+                "suite": {"type": "string", "description": "A suite to run instead of the test-op, e.g. \"my-app-tests::all\"."},
+                "test": {"type": "string", "description": "One test to run instead of the test-op."},
+                "package": {"type": "string", "description": "Package to read suite or test in (default: the session's)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["system", "ran"],
-            "properties": {
-                "system": {"type": "string"},
-                "ran": {"type": ["string", "null"], "description": "What was run: asdf:test-system or the FiveAM suite or test."},
-                "frameworks": {"type": "array", "items": {"type": "string"}, "description": "Test frameworks loaded in the image."},
-                "milliseconds": {"type": "integer"},
-                "results": {
-                    "type": "array",
-                    "description": "One entry per framework whose run was seen (FiveAM, Parachute); empty when none was.",
-                    "items": {
-                    "type": "object",
-                    "properties": {
-                        "framework": {"type": "string"},
-                        "tests": {"type": "integer"},
-                        "passed": {"type": "integer"},
-                        "failed": {"type": "integer"},
-                        "errors": {"type": "integer"},
-                        "skipped": {"type": "integer"},
-                        "failures": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "kind": {"type": "string", "enum": ["failure", "error"]},
-                                    "test": {"type": "string"},
-                                    "form": {"type": ["string", "null"]},
-                                    "reason": {"type": ["string", "null"]},
-                                    "expected": {"type": ["string", "null"]},
-                                    "actual": {"type": ["string", "null"]}
-                                }
-                            }
-                        },
-                        "failures_dropped": {"type": "integer"}
-                    }
-                    }
-                },
-                "stdout": {"type": "string"},
-                "error": {"type": ["object", "null"]}
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
 }

@@ -14,49 +14,18 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "threads",
         title: "Threads of the image",
-        description: "See and stop the image's threads. action \"list\" (the default): every thread with its number, \
-            name, whether it is alive, the lock or condition it waits for and which thread holds that lock, and \
-            whether your evaluations started it (\"yours\"). \"backtrace\": the thread's stack, taken by \
-            interrupting it for a moment; it then goes on. \"interrupt\": as C-c C-c in SLIME, the thread is \
-            interrupted into the debugger (condition THREADS-TOOL-INTERRUPT, with a CONTINUE restart); the reply \
-            shows where it was. In a thread you started, the interruption is recorded for the [background] section \
-            of your next evaluate-lisp reply and the thread continues at once; in anyone else's it waits in that \
-            thread's debugger (the user's SLIME shows it). \"abort\": ends the thread with \
-            SB-THREAD:TERMINATE-THREAD (its UNWIND-PROTECT cleanups run), waiting up to 2 seconds for it to end. \
-            interrupt and abort act only on threads your evaluations started unless force is true. thread is the \
-            number from the list, or the thread's name.",
+        description:
+            "The image's threads: list (the default: state, the lock it waits for and its holder, whether you started \
+            it), backtrace, interrupt (into its debugger, as SLIME's C-c C-c), abort. interrupt and abort need force \
+            for threads you did not start.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "action": {"type": "string", "enum": ACTIONS, "default": "list"},
-                "thread": {"type": ["string", "integer"], "description": "The thread's number from the list, or its name (needed by every action but list)."},
-                "force": {"type": "boolean", "default": false, "description": "Interrupt or abort a thread your evaluations did not start."}
+                "thread": {"type": ["string", "integer"], "description": "Its number from the list, or its name."},
+                "force": {"type": "boolean", "default": false, "description": "Act on a thread you did not start."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["action"],
-            "properties": {
-                "action": {"type": "string"},
-                "threads": {"type": "array", "items": {"$ref": "#/$defs/thread"}},
-                "thread": {"$ref": "#/$defs/thread"},
-                "backtrace": {"type": "array", "items": {"type": "string"}},
-                "ended": {"type": "boolean", "description": "With abort: whether the thread has ended."}
-            },
-            "$defs": {
-                "thread": {
-                    "type": ["object", "null"],
-                    "properties": {
-                        "number": {"type": "integer"},
-                        "name": {"type": "string"},
-                        "alive": {"type": "boolean"},
-                        "waiting": {"type": ["string", "null"]},
-                        "agent": {"type": "boolean", "description": "Started by your evaluations."},
-                        "current": {"type": "boolean", "description": "The thread answering this call."}
-                    }
-                }
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

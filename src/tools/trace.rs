@@ -12,35 +12,22 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "trace",
         title: "Trace functions",
-        description: "Trace functions, macros and methods with SBCL's TRACE. Each traced call and its return values \
-            that happen during your following evaluate-lisp calls come back in a [trace] section of those replies, \
-            indented by nesting depth: at most 100 events (calls and returns) per reply and 8 levels of nesting; \
-            the rest are counted. Calls made by anyone else (the user's REPL, other threads) print nothing \
-            anywhere. Name a function as you would type it (foo, pkg::foo, (setf foo)); a method as \
-            (method NAME QUALIFIER... (SPECIALIZER...)), e.g. (method area :around (shape)) or \
-            (method area ((eql :circle))). With untrace: true, untraces the functions given, or every function \
-            this session traces when none is given. Everything this session traces is untraced when the swank-mcp \
-            server exits normally (its input closes).",
+        description:
+            "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
+            evaluate-lisp calls come back in their [trace] section; calls by others print nothing. untrace: true \
+            takes them off (all, when no functions are given).",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "functions": {
                     "type": "array",
                     "items": {"type": "string"},
-                    "description": "Functions to trace (or untrace): foo, pkg::foo, (setf foo), (method foo :around (bar t))."
+                    "description": "foo, pkg::foo, (setf foo), (method area :around (shape))."
                 },
-                "untrace": {"type": "boolean", "default": false, "description": "Untrace instead; with no functions, untrace all this session traces."},
-                "package": {"type": "string", "description": "Package to read unqualified names in (default: the session's package, initially CL-USER)."}
+                "untrace": {"type": "boolean", "default": false, "description": "Untrace these, or everything this session traces."},
+                "package": {"type": "string", "description": "Package for unqualified names (default: the session's)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["traced", "untraced"],
-            "properties": {
-                "traced": {"type": "array", "items": {"type": "string"}, "description": "Everything this session traces after the call."},
-                "untraced": {"type": "array", "items": {"type": "string"}, "description": "What this call untraced."}
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -15,55 +15,19 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "undo",
         title: "Undo redefinitions",
-        description: "Undo the global function, macro and setf function definitions that agents' tool calls \
-            (evaluate-lisp, load-system) made in the image. The image keeps a journal (its last 500 entries, across \
-            swank-mcp restarts) of each definition such a call replaced or added, with the previous definition and \
-            where its source was. The user's own definitions from Emacs are not journaled. Without arguments: lists \
-            the journal's newest 20 entries, numbered, oldest first (`before: N` lists the 20 before entry N). With `entries` (numbers) or `since` (a number, meaning that entry \
-            and every later one): restores those entries, newest first, so that each function behaves as before and \
-            find-definition points where it did; a name that was not defined before is made undefined again. \
-            An added method is removed (a replaced one put back), a redefined class gets its previous definition. \
-            An entry whose definition changed since (by the user or another call) is refused unless `force`; an \
-            entry is restored at most once.",
+        description:
+            "Undo what agents' calls defined in the image: each function, macro, method and class their code added or \
+            replaced is journaled (not the user's own). No arguments lists the newest 20 entries; entries or since \
+            restores them, newest first. An entry changed since is refused unless force.",
         input_schema: json!({
             "type": "object",
             "properties": {
-                "entries": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "Numbers of the journal entries to restore."},
+                "entries": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "Entry numbers to restore."},
                 "since": {"type": "integer", "minimum": 1, "description": "Restore this entry and every later one."},
-                "force": {"type": "boolean", "default": false, "description": "Restore even entries whose definition was changed since."},
+                "force": {"type": "boolean", "default": false, "description": "Restore entries changed since too."},
                 "before": {"type": "integer", "minimum": 1, "description": "List the entries numbered below this one."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["entries", "restored", "skipped", "older"],
-            "properties": {
-                "entries": {
-                    "type": "array",
-                    "description": "The journal, oldest first.",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "number": {"type": "integer"},
-                            "time": {"type": "string"},
-                            "kind": {"type": "string", "enum": ["function", "setf function", "macro", "method", "class"]},
-                            "name": {"type": "string"},
-                            "detail": {"type": ["string", "null"]},
-                            "restorable": {"type": "boolean"},
-                            "restored": {"type": "boolean"},
-                            "previous": {"type": ["object", "null"], "description": "Where the replaced definition was (file, line, column, note); null when there was none."},
-                            "note": {"type": ["string", "null"], "description": "Why undo cannot restore it, and what a person can do."}
-                        }
-                    }
-                },
-                "older": {"type": "integer", "description": "Entries older than those listed."},
-                "newer": {"type": "integer", "description": "Entries newer than those listed."},
-                "restored_count": {"type": "integer"},
-                "skipped_count": {"type": "integer"},
-                "restored": {"type": "array", "description": "The first 25 entries restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "detail": {"type": ["string", "null"]}, "now": {"type": ["object", "null"]}, "agent_file": {"type": ["object", "null"], "description": "Where the agent's version came from; undo does not change files."}}}},
-                "skipped": {"type": "array", "description": "The first 25 entries not restored.", "items": {"type": "object", "properties": {"number": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string"}, "reason": {"type": "string"}, "changed": {"type": "boolean"}}}}
-            }
-        })),
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }

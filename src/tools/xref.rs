@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, labelled_locations_json, location_schema, plural, render_locations, Location};
+use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
@@ -14,29 +14,19 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "xref",
         title: "Cross-references",
-        description: "Cross-references in the running image, each with its file and line: who calls a function \
-            (calls), what it calls (callees), who references, binds or sets a variable, who uses a macro \
-            (macroexpands), which methods specialize on a class (specializes). SBCL records these for compiled code; \
-            calls that were inlined leave none.",
+        description:
+            "Cross-references of compiled code, with file and line: callers (calls), callees, who references, binds \
+            or sets a variable, macro uses (macroexpands), methods specializing on a class (specializes). Inlined \
+            calls leave none.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol", "kind"],
             "properties": {
-                "symbol": {"type": "string", "description": "The symbol, as you would type it: name, pkg:name or pkg::name."},
-                "kind": {"type": "string", "enum": KINDS, "description": "Which relation to list."},
-                "package": {"type": "string", "description": "Package to look an unqualified name up in (default: the session's package, initially CL-USER)."}
+                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
+                "kind": {"type": "string", "enum": KINDS, "description": "Which relation."},
+                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."}
             }
         }),
-        output_schema: Some(json!({
-            "type": "object",
-            "required": ["symbol", "kind", "total", "hits"],
-            "properties": {
-                "symbol": {"type": "string"},
-                "kind": {"type": "string"},
-                "total": {"type": "integer", "description": "All hits; at most 100 are listed."},
-                "hits": {"type": "array", "items": location_schema("name")}
-            }
-        })),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
