@@ -111,6 +111,11 @@ struct Cli {
     #[arg(long, default_value = "10M", value_parser = parse_size, global = true)]
     audit_log_max_size: u64,
 
+    /// Send each tool result's facts as JSON (structuredContent) beside its text, for clients that read
+    /// them. Off by default: some clients then show the model only that JSON, without the text's notes.
+    #[arg(long, global = true)]
+    structured_content: bool,
+
     /// swank-loader.lisp to use with --launch (default: Debian's cl-swank, Quicklisp or ELPA installs).
     #[arg(long, global = true)]
     swank_loader: Option<PathBuf>,
@@ -292,7 +297,7 @@ fn serve_options(cli: &Cli, toolbox: &Toolbox) -> anyhow::Result<ServeOptions> {
         ),
         None => None,
     };
-    Ok(ServeOptions { confirm, audit })
+    Ok(ServeOptions { confirm, audit, structured_content: cli.structured_content })
 }
 
 fn is_loopback(host: &str) -> bool {

@@ -80,7 +80,8 @@ async fn the_tool_list_is_at_most_20000_bytes_with_every_tool_and_the_workflow_i
 
 #[tokio::test]
 async fn old_protocol_versions_get_no_structured_output() {
-    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    let port = common::shared_image_port().to_string();
+    let mut client = McpClient::start(&["--port", &port, "--structured-content"]).await;
     client
         .request(
             "initialize",
@@ -100,12 +101,29 @@ async fn evaluate_lisp_answers_per_contract() {
     let mut client = McpClient::for_port(common::shared_image_port()).await;
     client.initialize().await;
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
-    assert_eq!(reply["result"]["content"], json!([{"type": "text", "text": "=> 3"}]));
-    assert_eq!(reply["result"]["isError"], false);
-    assert_eq!(reply["result"]["structuredContent"]["values"], json!(["3"]));
+    assert_eq!(reply["result"], json!({"content": [{"type": "text", "text": "=> 3"}], "isError": false}));
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(/ 1 0)"})).await;
     assert!(is_error(&reply));
     assert!(text(&reply).starts_with("[ERROR] DIVISION-BY-ZERO\n"));
+}
+
+/// A client may show the model a result's structuredContent in place of its text (Claude Code
+/// does), and the text is the whole reply: the note on a cut section, the [background] section. So
+/// the facts go as JSON only when asked for, and then beside the same text.
+#[tokio::test]
+async fn structured_content_is_sent_only_when_asked_for() {
+    let code = "(progn (sb-thread:join-thread (sb-thread:make-thread (lambda () (error \"bg\"))) :default nil) \
+                (dotimes (i 3000) (print i)))";
+    let port = common::shared_image_port().to_string();
+    for flags in [&[][..], &["--structured-content"][..]] {
+        let mut client = McpClient::start(&[&["--port", port.as_str()][..], flags].concat()).await;
+        client.initialize().await;
+        let reply = client.call_tool("evaluate-lisp", json!({"code": code})).await;
+        let text = text(&reply);
+        assert!(text.contains("inspect @") && text.contains("[background]"), "{text}");
+        let structured = reply["result"].get("structuredContent");
+        assert_eq!(structured.is_some(), !flags.is_empty(), "{flags:?}: {reply}");
+    }
 }
 
 /// Tool calls in the usual shape take a fast path that reads them without a `Value`; every other
@@ -113,7 +131,8 @@ async fn evaluate_lisp_answers_per_contract() {
 /// arguments) must still get the same answer, and a malformed one the same error.
 #[tokio::test]
 async fn unusual_spellings_of_a_tool_call_get_the_same_answer() {
-    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    let port = common::shared_image_port().to_string();
+    let mut client = McpClient::start(&["--port", &port, "--structured-content"]).await;
     client.initialize().await;
     let spellings: [&[u8]; 5] = [
         br#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}"#,

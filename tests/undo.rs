@@ -22,7 +22,7 @@ async fn user_eval(connection: &Connection, code: &str) -> Sexp {
 }
 
 async fn agent(port: u16) -> common::McpClient {
-    let mut client = common::McpClient::for_port(port).await;
+    let mut client = common::McpClient::start(&["--port", &port.to_string(), "--structured-content"]).await;
     client.initialize().await;
     client
 }
@@ -402,7 +402,9 @@ async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_ke
     user_eval(&user, &format!("(load (compile-file {file_name:?}))")).await;
 
     let port = image.port.to_string();
-    let mut client = common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap()]).await;
+    let mut client =
+        common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap(), "--structured-content"])
+            .await;
     client.initialize().await;
     call_ok(
         &mut client,

@@ -104,6 +104,11 @@ pub struct ServeOptions {
     pub confirm: ConfirmPolicy,
     /// Where each call is recorded, if anywhere.
     pub audit: Option<AuditLog>,
+    /// Send each result's facts as `structuredContent` too. Off unless asked for: a client may show
+    /// the model that JSON in place of the reply's text (Claude Code does, anthropics/claude-code
+    /// issue 79944), and the text is the whole reply: the notes on what was cut and where the rest
+    /// is, the [background] section, why a call was refused.
+    pub structured_content: bool,
 }
 
 /// Serves MCP on `input`/`output` until `input` ends.
@@ -499,7 +504,10 @@ impl Server {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
+        Ok(Some(ResultBody::ToolCall(CallToolResult::new(
+            output,
+            self.options.structured_content && self.structured_output(),
+        ))))
     }
 
     /// Waits for the human's approval of a call `--confirm` names; the output to return instead

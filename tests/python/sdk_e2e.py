@@ -25,7 +25,7 @@ TOOLS = {"evaluate-lisp", "edit-lisp-form", "lisp-check-parens", "lisp-outline"}
 def server(binary: str, port: str) -> StdioServerParameters:
     # The SDK gives the child an allow-listed environment; say what it needs.
     env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
-    return StdioServerParameters(command=binary, args=["--port", port], env=env)
+    return StdioServerParameters(command=binary, args=["--port", port, "--structured-content"], env=env)
 
 
 async def with_client_session(params: StdioServerParameters) -> None:
