@@ -291,3 +291,39 @@ async fn exits_are_refused_in_the_users_image() {
     }
     assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
 }
+
+/// Code evaluated in a frame is read in the frame's package, as SLIME reads it, and the locals are
+/// named as seen from there; its warnings are in its own reply, not in the resumed evaluation's.
+#[tokio::test]
+async fn code_in_a_frame_is_read_in_its_package_and_keeps_its_warnings() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(&toolbox, "(defpackage :debugger-test-inventory (:use :cl))").await;
+    let defined = call(
+        &toolbox,
+        "evaluate-lisp",
+        json!({"package": "debugger-test-inventory", "code": "(defun tally (table)
+           (declare (optimize (debug 2)))
+           (restart-case (error \"no stock in ~a\" table)
+             (go-on () :report \"Go on\" :resumed)))"}),
+    )
+    .await;
+    assert!(!defined.is_error, "{}", defined.text);
+    let (session, output) = stop(&toolbox, "(debugger-test-inventory::tally (list :apples 3))").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-INVENTORY::TALLY");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(facts.text.contains("\n[Locals]\nTABLE = (:APPLES 3)"), "{}", facts.text);
+    let value = debugger(
+        &toolbox,
+        json!({"session": session, "action": "eval_in_frame", "frame": frame,
+               "code": "(warn \"looked at ~a\" (first table)) (second table)"}),
+    )
+    .await;
+    assert_eq!(
+        value.text,
+        format!(
+            "[warnings]\nWARNING: looked at APPLES\n\n=> 3\n\n(Session {session} still waits in the debugger.)"
+        )
+    );
+    let resumed = debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "go-on"})).await;
+    assert_eq!(resumed.text, "=> :RESUMED");
+}

@@ -35,9 +35,15 @@ nested error never parks a second level. Returns its plist, (:FAILURE message) o
           (:failure outcome)
           (t (list :error outcome))))))
 
-(defun read-forms (code)
-  "The forms of CODE, read in the package the evaluation was in when it stopped."
-  (let ((*package* (parked-package *parked*))
+(defun frame-package (index)
+  "The package of frame INDEX's function, as SLIME reads and prints in that frame (the backend's
+FRAME-PACKAGE), or the package the evaluation was in when the frame's function has none."
+  (or (ignore-errors (funcall (backend-function "FRAME-PACKAGE") index))
+      (parked-package *parked*)))
+
+(defun read-forms (code &optional (package (parked-package *parked*)))
+  "The forms of CODE, read in PACKAGE: by default the one the evaluation was in when it stopped."
+  (let ((*package* package)
         (eof '#:eof))
     (with-input-from-string (in code)
       (loop for form = (read in nil eof)
@@ -131,8 +137,10 @@ of code that was evaluated rather than loaded from a file."
          (fail "There is no frame ~D; the backtrace action lists them." index))
        (let ((location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
          (list :call (frame-call frame)
-               :locals (loop for local in (funcall (backend-function "FRAME-LOCALS") index)
-                             collect (list (let ((*package* (parked-package *parked*)))
+               ;; Named as seen from the frame's package, in which eval_in_frame reads them.
+               :locals (loop with package = (frame-package index)
+                             for local in (funcall (backend-function "FRAME-LOCALS") index)
+                             collect (list (let ((*package* package))
                                              (prin1-to-string (getf local :name)))
                                            ;; No handle: the locals' lines do not show one.
                                            (destructuring-bind (text dropped &rest more)
@@ -144,18 +152,34 @@ of code that was evaluated rather than loaded from a file."
                :source (location-source location)))))))
 
 (defun debugger-eval-in-frame (code index)
-  "Evaluates the forms of CODE in frame INDEX, with its locals in scope; returns the last form's
-printed values and what it printed."
+  "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in
+scope; returns the last form's printed values, what it printed and its warnings. The warnings are
+muffled here: the parked evaluation's handlers, which are still in force, would otherwise put them
+in the reply of the evaluation once it resumes (and *FRAME-EVALUATION* keeps them from recording
+a compile-time error, which cannot be muffled)."
   (debugger-command
    (lambda ()
      (let ((stdout (make-capture *max-output*))
            (eval-in-frame (backend-function "EVAL-IN-FRAME"))
-           (values '()))
-       (let ((*standard-output* stdout))
-         (dolist (form (read-forms code))
-           (setf values (multiple-value-list (funcall eval-in-frame form index)))))
+           (values '())
+           (warnings '()))
+       (flet ((record (condition)
+                (unless (or (muffled-by-sbcl-p condition)
+                            (member condition warnings :key #'car))
+                  (push (cons condition (warning-text condition)) warnings))
+                (let ((muffle (find-restart 'muffle-warning condition)))
+                  (when muffle (invoke-restart muffle)))))
+         (handler-bind ((warning #'record)
+                        (condition (lambda (condition)
+                                     (when (compile-time-error-p condition)
+                                       (record condition)))))
+           (let ((*standard-output* stdout)
+                 (*frame-evaluation* t))
+             (dolist (form (read-forms code (frame-package index)))
+               (setf values (multiple-value-list (funcall eval-in-frame form index)))))))
        (list :values (mapcar (lambda (value) (print-value value *max-output*)) values)
-             :stdout (capture-report stdout))))))
+             :stdout (capture-report stdout)
+             :warnings (mapcar #'cdr (reverse (last warnings *max-warnings*))))))))
 
 (defun find-parked-restart (designator)
   "The parked evaluation's restart numbered DESIGNATOR, or named it (a string, any case)."
@@ -197,7 +221,7 @@ strings evaluated in order. Returns only when the restart does."
   "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
   (debugger-command
    (lambda ()
-     (let* ((forms (read-forms code))
+     (let* ((forms (read-forms code (frame-package index)))
             (form (if (rest forms) `(progn ,@forms) (first forms)))
             (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))

@@ -54,7 +54,7 @@ fn definition() -> ToolDefinition {
                 "frame": {"type": "integer", "minimum": 0, "description": "Frame number, for frame, eval_in_frame, return_from_frame and restart_frame."},
                 "start": {"type": "integer", "minimum": 0, "description": "backtrace: first frame (default 0)."},
                 "end": {"type": "integer", "minimum": 0, "description": "backtrace: frame after the last (default start + 20)."},
-                "code": {"type": "string", "description": "eval_in_frame: forms to evaluate in the frame; return_from_frame: the form whose values the frame returns. Read in the package the evaluation was in."},
+                "code": {"type": "string", "description": "eval_in_frame: forms to evaluate in the frame; return_from_frame: the form whose values the frame returns. Read in the frame's package (its function's), as SLIME does."},
                 "restart": {"type": ["integer", "string"], "description": "invoke_restart: the restart's number as listed, or its name (e.g. \"USE-VALUE\")."},
                 "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: Lisp forms, evaluated, whose values are the restart's arguments (default none)."},
                 "timeout_ms": {
@@ -243,6 +243,9 @@ impl<'a> Action<'a> {
             Action::EvalInFrame { .. } => {
                 let result = decode::<FrameEvaluation>("debugger-eval-in-frame", reply)?;
                 let mut sections: Vec<String> = result.stdout.section("[stdout]", max_output).into_iter().collect();
+                if !result.warnings.is_empty() {
+                    sections.push(format!("[warnings]\n{}", result.warnings.join("\n")));
+                }
                 sections.push(if result.values.is_empty() {
                     "; No values".to_string()
                 } else {
@@ -395,6 +398,7 @@ struct FrameFacts {
 struct FrameEvaluation {
     values: Vec<Captured>,
     stdout: Captured,
+    warnings: Vec<String>,
 }
 
 #[cfg(test)]
