@@ -327,3 +327,19 @@ async fn code_in_a_frame_is_read_in_its_package_and_keeps_its_warnings() {
     let resumed = debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "go-on"})).await;
     assert_eq!(resumed.text, "=> :RESUMED");
 }
+
+/// An error with no restart of the code's own: asking for one says there are none and what to do
+/// instead, not "The restarts are:" followed by nothing.
+#[tokio::test]
+async fn a_missing_restart_when_there_are_none_says_so() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (session, output) = stop(&toolbox, "(error \"no way on\")").await;
+    assert!(!output.text.contains("[Restarts]"), "{}", output.text);
+    let missing = debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "retry"})).await;
+    assert!(missing.is_error);
+    assert!(missing.text.starts_with("There is no restart retry: this evaluation offers none"), "{}", missing.text);
+    assert!(missing.text.contains("end the evaluation with the abort action"), "{}", missing.text);
+    assert!(!missing.text.contains("The restarts are:"), "{}", missing.text);
+    let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
+}

@@ -189,7 +189,12 @@ a compile-time error, which cannot be muffled)."
                       (find designator restarts
                             :key (lambda (r) (if (restart-name r) (symbol-name (restart-name r)) ""))
                             :test #'string-equal))))
-    (cond ((null restart)
+    (cond ((and (null restart) (null restarts))
+           (fail "There is no restart ~A: this evaluation offers none (no RESTART-CASE or WITH-SIMPLE-RESTART ~
+                  around the error, and the server's own restarts back to its top level are not the code's). ~
+                  Go on with return_from_frame or restart_frame, or end the evaluation with the abort action."
+                 designator))
+          ((null restart)
            (fail "There is no restart ~A. The restarts are:~%~{~A~^~%~}" designator
                  (loop for (name report) in (restart-reports restarts)
                        for i from 0
