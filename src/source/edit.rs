@@ -447,9 +447,10 @@ fn deleted_range(cst: &Cst, target: &TopForm) -> Range<usize> {
             // it did before the target was added; a line comment keeps its line break, or the
             // parenthesis would move into it.
             let siblings = target.container.map_or(cst.top_level(), |wrapper| cst.children(wrapper));
-            let previous = siblings.iter().rev().find(|&&node| {
-                cst.span(node).end <= start && cst.kind(node) != NodeKind::Whitespace
-            });
+            let previous = siblings
+                .iter()
+                .rev()
+                .find(|&&node| cst.span(node).end <= start && cst.kind(node) != NodeKind::Whitespace);
             if let Some(&node) = previous.filter(|&&node| cst.kind(node) != NodeKind::LineComment) {
                 return cst.span(node).end..item.end;
             }
