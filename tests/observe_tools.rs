@@ -402,3 +402,25 @@ async fn a_parachute_suite_reports_its_failures() {
     assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
     drop(image);
 }
+
+/// A traced function that PRINT-OBJECT calls is traced while the value is printed: its trace
+/// lines and the value are each printed on their own, with no #1= / #1# from the other's printing.
+#[tokio::test]
+async fn tracing_what_print_object_calls_leaves_both_prints_whole() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defclass obs-item () ((name :initarg :name :reader obs-item-name) (qty :initarg :qty :reader obs-item-qty)))
+         (defmethod print-object ((item obs-item) stream)
+           (print-unreadable-object (item stream :type t)
+             (format stream \"~a x~a\" (obs-item-name item) (obs-item-qty item))))",
+    )
+    .await;
+    let output = call(&tb, "trace", json!({"functions": ["obs-item-qty"]})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let traced = common::eval_ok(&tb, "(list (make-instance 'obs-item :name \"a\" :qty 2))").await;
+    call(&tb, "trace", json!({"untrace": true, "functions": ["obs-item-qty"]})).await;
+    assert!(!traced.contains("#1"), "{traced}");
+    assert!(traced.contains("0: (OBS-ITEM-QTY #<OBS-ITEM a x2>)\n0: OBS-ITEM-QTY returned 2"), "{traced}");
+    assert!(traced.contains("\n\n=> (#<OBS-ITEM a x2>) @"), "{traced}");
+}
