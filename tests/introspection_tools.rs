@@ -536,3 +536,35 @@ async fn a_name_that_does_not_exist_gets_the_near_names_that_do() {
         "{text}"
     );
 }
+
+/// A slot accessor has no source of its own: find-definition, describe-symbol and inspect all
+/// place it at the DEFCLASS that made it, none of them "at the REPL".
+#[tokio::test]
+async fn a_slot_accessor_is_where_its_defclass_is_in_every_tool() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("item.lisp");
+    std::fs::write(
+        &path,
+        "(defpackage :accessor-test (:use :cl))\n(in-package :accessor-test)\n\n;; Items.\n\
+         (defclass item ()\n  ((name :initarg :name :accessor item-name)\n   (qty :initarg :qty :reader item-qty)))\n",
+    )
+    .unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    let place = format!("{}:5:1", path.display());
+    let found = ok(&tb, "find-definition", json!({"symbol": "accessor-test::item-qty"})).await;
+    assert!(!found.contains("REPL"), "{found}");
+    assert!(
+        found.contains(&format!("generic function  {place} (a slot accessor made by the DEFCLASS of ITEM)")),
+        "{found}"
+    );
+    let described = ok(&tb, "describe-symbol", json!({"symbol": "accessor-test::item-qty"})).await;
+    assert!(described.contains(&place), "{described}");
+    let inspected = ok(&tb, "inspect", json!({"code": "#'accessor-test::item-qty"})).await;
+    assert!(
+        inspected.contains(&format!("Source: {place} (a slot accessor made by the DEFCLASS of ACCESSOR-TEST::ITEM)")),
+        "{inspected}"
+    );
+    let accessor = ok(&tb, "find-definition", json!({"symbol": "accessor-test::item-name"})).await;
+    assert!(!accessor.contains("REPL"), "{accessor}");
+}
