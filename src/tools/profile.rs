@@ -23,7 +23,8 @@ fn definition() -> ToolDefinition {
         description: "Run code once (form by form, in the session's package unless package is given) and report \
             where its time went. mode \"cpu\" (the default) samples the stack with SBCL's statistical \
             profiler sb-sprof (loaded on first use; a 1 ms interval is asked for, the kernel may sample less often), \
-            \"alloc\" samples allocation instead; both report the number of samples and the top 15 functions by \
+            \"alloc\" samples allocation instead, counting each sample to the code's function that allocated \
+            (not SBCL's allocation trampoline or MAKE-LIST); both report the number of samples and the top 15 functions by \
             self samples (the helper's own frames left out), with self and cumulative (self plus callees) samples and \
             percentages, the elapsed time, bytes consed and GC time. \"time\" runs it under TIME and returns its \
             report. Only the calling thread is profiled. The code's output goes to [stdout]; the first value is \
