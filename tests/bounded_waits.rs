@@ -352,6 +352,49 @@ async fn with_launch_an_image_that_exited_is_started_again() {
     assert_eq!(third, format!("=> {}", &second[fresh.len()..]), "the note is said once");
 }
 
+/// An image the server attaches to (not one it launched), restarted on the same port between two
+/// calls: the reply after the reconnection says that this is another image and what was lost.
+#[tokio::test]
+async fn an_image_restarted_on_the_same_port_is_noticed() {
+    let image = common::private_image().await;
+    let port = image.port;
+    let tb = common::toolbox(port);
+    let pid = "(sb-posix:getpid)";
+    let first = eval(
+        &tb,
+        json!({ "code": format!("(defpackage :restart-notice (:use :cl)) (in-package :restart-notice) {pid}") }),
+    )
+    .await
+    .text;
+    assert!(first.starts_with("=> "), "{first}");
+    drop(image);
+    let mut restarted = None;
+    for _ in 0..50 {
+        match swank_mcp::image::launch::launch(&common::swank_loader(), "127.0.0.1", port).await {
+            Ok(image) => {
+                restarted = Some(image);
+                break;
+            }
+            // The old process may hold the port for a moment after it is killed.
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let _restarted = restarted.expect("a new image on the same port");
+    let second = eval(&tb, json!({ "code": pid })).await.text;
+    let note = "[notes]\nThe connection to 127.0.0.1:";
+    assert!(second.starts_with(note), "{second}");
+    assert!(second.contains(&format!("(pid {} before, ", &first[3..])), "{second}");
+    assert!(
+        second.contains(
+            "it was restarted. Everything defined or loaded in the earlier image is gone, and so is this \
+                         server's session there: its package is CL-USER again"
+        ),
+        "{second}"
+    );
+    let third = eval(&tb, json!({"code": "(package-name *package*)"})).await.text;
+    assert!(third.starts_with("=> \"COMMON-LISP-USER\""), "the note is said once, and the package is CL-USER: {third}");
+}
+
 #[tokio::test]
 async fn an_evaluation_unwound_past_the_helper_says_so_and_the_image_carries_on() {
     let tb = common::toolbox(common::shared_image_port());

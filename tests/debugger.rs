@@ -291,3 +291,94 @@ async fn exits_are_refused_in_the_users_image() {
     }
     assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
 }
+
+/// Code evaluated in a frame is read in the frame's package, as SLIME reads it, and the locals are
+/// named as seen from there; its warnings are in its own reply, not in the resumed evaluation's.
+#[tokio::test]
+async fn code_in_a_frame_is_read_in_its_package_and_keeps_its_warnings() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    eval_ok(&toolbox, "(defpackage :debugger-test-inventory (:use :cl))").await;
+    let defined = call(
+        &toolbox,
+        "evaluate-lisp",
+        json!({"package": "debugger-test-inventory", "code": "(defun tally (table)
+           (declare (optimize (debug 2)))
+           (restart-case (error \"no stock in ~a\" table)
+             (go-on () :report \"Go on\" :resumed)))"}),
+    )
+    .await;
+    assert!(!defined.is_error, "{}", defined.text);
+    let (session, output) = stop(&toolbox, "(debugger-test-inventory::tally (list :apples 3))").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-INVENTORY::TALLY");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(facts.text.contains("\n[Locals]\nTABLE = (:APPLES 3)"), "{}", facts.text);
+    let value = debugger(
+        &toolbox,
+        json!({"session": session, "action": "eval_in_frame", "frame": frame,
+               "code": "(warn \"looked at ~a\" (first table)) (second table)"}),
+    )
+    .await;
+    assert_eq!(
+        value.text,
+        format!("[warnings]\nWARNING: looked at APPLES\n\n=> 3\n\n(Session {session} still waits in the debugger.)")
+    );
+    let resumed = debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "go-on"})).await;
+    assert_eq!(resumed.text, "=> :RESUMED");
+}
+
+/// An error with no restart of the code's own: asking for one says there are none and what to do
+/// instead, not "The restarts are:" followed by nothing.
+#[tokio::test]
+async fn a_missing_restart_when_there_are_none_says_so() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (session, output) = stop(&toolbox, "(error \"no way on\")").await;
+    assert!(!output.text.contains("[Restarts]"), "{}", output.text);
+    let missing = debugger(&toolbox, json!({"session": session, "action": "invoke_restart", "restart": "retry"})).await;
+    assert!(missing.is_error);
+    assert!(missing.text.starts_with("There is no restart retry: this evaluation offers none"), "{}", missing.text);
+    assert!(missing.text.contains("end the evaluation with the abort action"), "{}", missing.text);
+    assert!(!missing.text.contains("The restarts are:"), "{}", missing.text);
+    let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
+}
+
+/// The debugger's frames are the evaluation's: a frame number past them (the evaluator's,
+/// swank-mcp's, the server's) is refused with the last one named, for looking and for acting;
+/// a frame's source is its form, not the text after it in the file.
+#[tokio::test]
+async fn frames_past_the_evaluations_are_refused_and_a_frames_source_is_its_form() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("frames.lisp");
+    std::fs::write(
+        &file,
+        "(defun debugger-test-deep (x)\n  (declare (optimize (debug 2)))\n  (let ((y (* x 2)))\n    (error \"deep ~a\" y)\n    y))\n\n\
+         (defun debugger-test-next (z)\n  (list z z z z z z z z z z z z z z z z z z z z z z z z z z z z z z z z z z))\n",
+    )
+    .unwrap();
+    eval_ok(&toolbox, &format!("(load (compile-file {:?}))", file.display().to_string())).await;
+    let (session, output) = stop(&toolbox, "(debugger-test-deep 4)").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-DEEP 4)");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(facts.text.contains(":4:4\n(error \"deep ~a\" y)\n\n[Locals]\n"), "{}", facts.text);
+    assert!(!facts.text.contains("debugger-test-next"), "{}", facts.text);
+    for action in ["frame", "eval_in_frame", "restart_frame", "return_from_frame"] {
+        let past =
+            debugger(&toolbox, json!({"session": session, "action": action, "frame": frame + 3, "code": "1"})).await;
+        assert!(past.is_error, "{action}: {}", past.text);
+        assert!(
+            past.text.starts_with(&format!(
+                "Frame {} is not one of the evaluation's: its frames are {frame} (the last, {frame}, is the outermost call",
+                frame + 3
+            )),
+            "{action}: {}",
+            past.text
+        );
+        assert!(!past.text.contains("TRUENAME") && !past.text.contains("MCP-AGENT-HELPER"), "{}", past.text);
+    }
+    let beyond =
+        debugger(&toolbox, json!({"session": session, "action": "backtrace", "start": frame + 1, "end": 40})).await;
+    assert!(beyond.text.contains("[Backtrace]\n(no frames in that range)"), "{}", beyond.text);
+    let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
+}

@@ -526,8 +526,11 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     let output = eval_code(&tb, "1").await;
     assert!(output.is_error && output.text.contains("No Lisp image is answering"), "{}", output.text);
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
-    // A new image on the same port is used without restarting anything.
+    // A new image on the same port is used without restarting anything, and the reply says it is
+    // another image.
     let replacement = swank_mcp::image::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
-    assert_eq!(ok(&tb, "(boundp '*eval-test-generation*)").await, "=> NIL");
+    let fresh = ok(&tb, "(boundp '*eval-test-generation*)").await;
+    assert!(fresh.starts_with(&format!("[notes]\nThe connection to 127.0.0.1:{port} was remade")), "{fresh}");
+    assert!(fresh.ends_with("\n\n=> NIL"), "{fresh}");
     drop(replacement);
 }

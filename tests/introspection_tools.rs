@@ -536,3 +536,76 @@ async fn a_name_that_does_not_exist_gets_the_near_names_that_do() {
         "{text}"
     );
 }
+
+/// A slot accessor has no source of its own: find-definition, describe-symbol and inspect all
+/// place it at the DEFCLASS that made it, none of them "at the REPL".
+#[tokio::test]
+async fn a_slot_accessor_is_where_its_defclass_is_in_every_tool() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("item.lisp");
+    std::fs::write(
+        &path,
+        "(defpackage :accessor-test (:use :cl))\n(in-package :accessor-test)\n\n;; Items.\n\
+         (defclass item ()\n  ((name :initarg :name :accessor item-name)\n   (qty :initarg :qty :reader item-qty)))\n",
+    )
+    .unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    let place = format!("{}:5:1", path.display());
+    let found = ok(&tb, "find-definition", json!({"symbol": "accessor-test::item-qty"})).await;
+    assert!(!found.contains("REPL"), "{found}");
+    assert!(
+        found.contains(&format!("generic function  {place} (a slot accessor made by the DEFCLASS of ITEM)")),
+        "{found}"
+    );
+    let described = ok(&tb, "describe-symbol", json!({"symbol": "accessor-test::item-qty"})).await;
+    assert!(described.contains(&place), "{described}");
+    let inspected = ok(&tb, "inspect", json!({"code": "#'accessor-test::item-qty"})).await;
+    assert!(
+        inspected.contains(&format!("Source: {place} (a slot accessor made by the DEFCLASS of ACCESSOR-TEST::ITEM)")),
+        "{inspected}"
+    );
+    let accessor = ok(&tb, "find-definition", json!({"symbol": "accessor-test::item-name"})).await;
+    assert!(!accessor.contains("REPL"), "{accessor}");
+}
+
+/// After an edit moves definitions (without a reload), xref's lines are found again in the
+/// file's current text, as find-definition's are.
+#[tokio::test]
+async fn xref_hits_are_found_again_after_an_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = Arc::new(Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(common::shared_image_port())],
+        swank_mcp::source::AllowedRoots::new(vec![dir.path().to_path_buf()]).unwrap(),
+    ));
+    let path = dir.path().join("moved.lisp");
+    std::fs::write(
+        &path,
+        "(defpackage :xref-moved (:use :cl))\n(in-package :xref-moved)\n\n(defun target (x) (* x 2))\n\n\
+         (defun caller (y) (target y))\n\n(defmethod measure ((s string)) (target (length s)))\n",
+    )
+    .unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    let file = path.canonicalize().unwrap().display().to_string();
+    let before = ok(&tb, "xref", json!({"symbol": "xref-moved::target", "kind": "calls"})).await;
+    let line_of = |text: &str, name: &str| -> String {
+        let line = text.lines().find(|line| line.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{text}"));
+        line.rsplit(' ').next().unwrap().to_string()
+    };
+    assert_eq!(line_of(&before, "CALLER"), format!("{file}:6:1"), "{before}");
+    ok(
+        &tb,
+        "edit-lisp-form",
+        json!({"file_path": file, "form_type": "defun", "form_name": "caller", "operation": "insert_before",
+               "content": "(defun helper ()\n  ;; two lines\n  0)"}),
+    )
+    .await;
+    let after = ok(&tb, "xref", json!({"symbol": "xref-moved::target", "kind": "calls"})).await;
+    assert!(after.contains("(the file changed since this was compiled; found in its current text)"), "{after}");
+    let after = after.replace(" (the file changed since this was compiled; found in its current text)", "");
+    assert_eq!(line_of(&after, "CALLER"), format!("{file}:10:1"), "{after}");
+    assert_eq!(line_of(&after, "(SB-PCL::FAST-METHOD MEASURE"), format!("{file}:12:1"), "{after}");
+    let found = ok(&tb, "find-definition", json!({"symbol": "xref-moved::caller"})).await;
+    assert!(found.contains(&format!("{file}:10:1")), "{found}");
+}

@@ -402,3 +402,49 @@ async fn a_parachute_suite_reports_its_failures() {
     assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
     drop(image);
 }
+
+/// A traced function that PRINT-OBJECT calls is traced while the value is printed: its trace
+/// lines and the value are each printed on their own, with no #1= / #1# from the other's printing.
+#[tokio::test]
+async fn tracing_what_print_object_calls_leaves_both_prints_whole() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defclass obs-item () ((name :initarg :name :reader obs-item-name) (qty :initarg :qty :reader obs-item-qty)))
+         (defmethod print-object ((item obs-item) stream)
+           (print-unreadable-object (item stream :type t)
+             (format stream \"~a x~a\" (obs-item-name item) (obs-item-qty item))))",
+    )
+    .await;
+    let output = call(&tb, "trace", json!({"functions": ["obs-item-qty"]})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let traced = common::eval_ok(&tb, "(list (make-instance 'obs-item :name \"a\" :qty 2))").await;
+    call(&tb, "trace", json!({"untrace": true, "functions": ["obs-item-qty"]})).await;
+    assert!(!traced.contains("#1"), "{traced}");
+    assert!(traced.contains("0: (OBS-ITEM-QTY #<OBS-ITEM a x2>)\n0: OBS-ITEM-QTY returned 2"), "{traced}");
+    assert!(traced.contains("\n\n=> (#<OBS-ITEM a x2>) @"), "{traced}");
+}
+
+/// An allocation profile names the user's functions that allocate, not SBCL's allocation
+/// trampoline on top of every sample.
+#[tokio::test]
+async fn an_allocation_profile_names_the_users_functions() {
+    let tb = shared();
+    common::eval_ok(
+        &tb,
+        "(defun obs-alloc-lists (n) (loop repeat n collect (make-list 10)))
+         (defun obs-alloc-strings (n) (loop repeat n collect (make-string 100)))
+         (defun obs-alloc-churn () (loop repeat 100 do (obs-alloc-lists 1000) (obs-alloc-strings 300)) :done)",
+    )
+    .await;
+    let output = call(&tb, "profile", json!({"code": "(obs-alloc-churn)", "mode": "alloc"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(!output.text.contains("ALLOC-TRAMP"), "{}", output.text);
+    assert!(!output.text.contains("MCP-AGENT-HELPER"), "{}", output.text);
+    let rows: Vec<&str> = output.text.lines().skip_while(|line| !line.contains("Function")).skip(1).collect();
+    let first = rows.first().copied().unwrap_or_default();
+    assert!(first.ends_with("OBS-ALLOC-LISTS") || first.ends_with("OBS-ALLOC-STRINGS"), "{}", output.text);
+    let churn = rows.iter().find(|row| row.ends_with("OBS-ALLOC-CHURN")).unwrap_or_else(|| panic!("{}", output.text));
+    assert!(churn.contains("100.0  OBS-ALLOC-CHURN"), "{}", output.text);
+    assert!(output.text.ends_with("=> :DONE"), "{}", output.text);
+}

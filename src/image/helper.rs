@@ -57,7 +57,10 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
 /// image nor its cache has this revision. Besides saving the transfer, this keeps it out of
 /// swank's event history, which swank dumps to the image's stderr (often the user's
 /// *inferior-lisp* buffer) when a connection breaks.
-pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageError> {
+///
+/// Returns whether the image already held a helper (of any revision): one that held none has
+/// had no connection from a swank-mcp since it started.
+pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageError> {
     let digest = format!("{HELPER_DIGEST:016x}");
     let started = std::time::Instant::now();
     let request = |form: Form| async move {
@@ -69,8 +72,9 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
     let version = request(version_question()).await?;
     if version.as_str() == Some(digest.as_str()) {
         tracing::debug!(elapsed = ?started.elapsed(), "helper current");
-        return Ok(());
+        return Ok(true);
     }
+    let held_one = version.as_str().is_some();
     // The bootstrap makes the helper's package, after which the server would scan every symbol.
     let mut state = request(Form::call(
         "cl",
@@ -83,7 +87,7 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<(), ImageErro
     }
     tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
     match state {
-        Sexp::Keyword(_) if !state.is_keyword("need-source") => Ok(()),
+        Sexp::Keyword(_) if !state.is_keyword("need-source") => Ok(held_one),
         other => Err(ImageError::Helper {
             endpoint: connection.endpoint().clone(),
             detail: format!("the bootstrap answered {other} where it reports how it loaded the helper"),

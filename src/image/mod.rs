@@ -232,6 +232,43 @@ pub struct Image {
     debugger_sessions: std::sync::Mutex<HashMap<u64, SessionSlot>>,
     /// Worker threads being started (see [`Image::keep_workers`]).
     worker_starts: Arc<AtomicUsize>,
+    /// Which image the last connection reached, to tell a restarted one.
+    identity: Arc<std::sync::Mutex<ImageIdentity>>,
+}
+
+/// What tells one process of an image from another on the same endpoint.
+#[derive(Default)]
+struct ImageIdentity {
+    /// The pid the server reported on the last connection (`Some(None)` when it reports none);
+    /// `None` before the first connection.
+    pid: Option<Option<i64>>,
+    /// Set when a connection reached another image than the one before, until the next reply
+    /// says so.
+    changed: Option<String>,
+}
+
+impl ImageIdentity {
+    /// Records the image a new connection reached: its pid, and whether it already held a helper
+    /// (an image restarted in place of the one before holds none, even with the same pid, as in
+    /// a container).
+    fn connected(&mut self, endpoint: &Endpoint, pid: Option<i64>, held_helper: bool) {
+        let previous = self.pid.replace(pid);
+        let Some(previous) = previous else { return };
+        if previous == pid && held_helper {
+            return;
+        }
+        let pids = match (previous, pid) {
+            (Some(before), Some(now)) if before != now => format!(" (pid {before} before, {now} now)"),
+            (_, Some(now)) => format!(" (pid {now})"),
+            _ => String::new(),
+        };
+        self.changed = Some(format!(
+            "[notes]\nThe connection to {endpoint} was remade, and the image there is not the one this server was \
+             attached to before{pids}: it was restarted. Everything defined or loaded in the earlier image is gone, \
+             and so is this server's session there: its package is CL-USER again, and its @handles and debugger \
+             sessions no longer exist."
+        ));
+    }
 }
 
 /// Worker threads kept in the image per connection: each serves one call at a time, sparing it
@@ -333,6 +370,7 @@ impl Image {
             next_attempt: AtomicU64::new(1),
             debugger_sessions: std::sync::Mutex::new(HashMap::new()),
             worker_starts: Arc::new(AtomicUsize::new(0)),
+            identity: Arc::new(std::sync::Mutex::new(ImageIdentity::default())),
         }
     }
 
@@ -421,12 +459,14 @@ impl Image {
     fn attempt(&self) -> Attempt {
         let step = Arc::new(std::sync::Mutex::new(Step::Connecting));
         let (settings, launcher, progress) = (self.settings.clone(), self.launcher.clone(), step.clone());
+        let identity = self.identity.clone();
         // Boxed: connecting and loading the helper is a big state machine that runs once per
         // connection.
         let result = async move {
             let connection = connect(&settings, launcher.as_ref(), &progress).await?;
             *lock(&progress) = Step::LoadingHelper;
-            load_helper(&connection).await?;
+            let held_helper = load_helper(&connection).await?;
+            lock(&identity).connected(connection.endpoint(), connection.info().pid, held_helper);
             // The first worker before the first call, so that the requests of a connection that
             // makes one call at a time come in one order (the recorded transcripts rely on it).
             start_worker(&connection).await;
@@ -535,10 +575,12 @@ impl Image {
         }
     }
 
-    /// When the image --launch started had ended and a new one runs in its place, what the next
-    /// reply must say of it; taken once.
+    /// When the image had ended and another runs in its place (one --launch started, or one
+    /// restarted on the same endpoint by someone else), what the next reply must say of it; taken
+    /// once.
     pub fn take_replacement_note(&self) -> Option<String> {
-        self.launcher.as_ref().and_then(|launcher| launcher.take_replacement_note())
+        let changed = lock(&self.identity).changed.take();
+        self.launcher.as_ref().and_then(|launcher| launcher.take_replacement_note()).or(changed)
     }
 
     /// Whether this server started the image it talks to (and the pid of that process).

@@ -35,9 +35,15 @@ nested error never parks a second level. Returns its plist, (:FAILURE message) o
           (:failure outcome)
           (t (list :error outcome))))))
 
-(defun read-forms (code)
-  "The forms of CODE, read in the package the evaluation was in when it stopped."
-  (let ((*package* (parked-package *parked*))
+(defun frame-package (index)
+  "The package of frame INDEX's function, as SLIME reads and prints in that frame (the backend's
+FRAME-PACKAGE), or the package the evaluation was in when the frame's function has none."
+  (or (ignore-errors (funcall (backend-function "FRAME-PACKAGE") index))
+      (parked-package *parked*)))
+
+(defun read-forms (code &optional (package (parked-package *parked*)))
+  "The forms of CODE, read in PACKAGE: by default the one the evaluation was in when it stopped."
+  (let ((*package* package)
         (eof '#:eof))
     (with-input-from-string (in code)
       (loop for form = (read in nil eof)
@@ -50,23 +56,43 @@ the function's name."
   (multiple-value-bind (name args) (frame-call-of frame (parked-condition *parked*))
     (values (let ((*package* (parked-package *parked*))) (print-frame name args)) name)))
 
-(defun debugger-frames (start end)
-  "Frames START to END (exclusive) as (index call), down to the evaluated code: the helper's and
-the evaluator's frames below it are left out, as in every backtrace this helper prints."
+(defun user-frames (end)
+  "The evaluation's frames, from frame 0 to END (exclusive; NIL for all), as (index frame name),
+innermost first, down to the evaluated code: the helper's and the evaluator's frames below it,
+and the server's, are left out, as in every backtrace this helper prints. Always counted from
+frame 0, which tells the helper's frames above the user's from those below them."
   (let ((frames '())
         (seen-user-frame nil))
-    (loop for frame in (funcall (backend-function "COMPUTE-BACKTRACE") start end)
-          for index from start
-          do (multiple-value-bind (text name) (frame-call frame)
+    (loop for frame in (funcall (backend-function "COMPUTE-BACKTRACE") 0 end)
+          for index from 0
+          do (let ((name (frame-call-of frame (parked-condition *parked*))))
                (cond ((own-frame-p name)
                       (when seen-user-frame (loop-finish)))
                      (t
                       (unless (implementation-internal-p name)
                         (setf seen-user-frame t))
-                      (push (list index text name) frames)))))
+                      (push (list index frame name) frames)))))
     (loop while (and frames (evaluator-frame-p (third (first frames))))
           do (pop frames))
-    (nreverse (mapcar (lambda (frame) (subseq frame 0 2)) frames))))
+    (nreverse frames)))
+
+(defun debugger-frames (start end)
+  "The evaluation's frames numbered START to END (exclusive) as (index call)."
+  (loop for (index frame) in (user-frames end)
+        when (>= index start)
+          collect (list index (frame-call frame))))
+
+(defun check-user-frame (index)
+  "Fails unless frame INDEX is one of the evaluation's: the helper's, the evaluator's and the
+server's frames below the user's code are not the agent's to look at or act on."
+  (let ((indices (mapcar #'first (user-frames nil))))
+    (unless (member index indices)
+      (if indices
+          (fail "Frame ~D is not one of the evaluation's: its frames are ~{~D~^, ~}~:[~;, ...~] (the last, ~D, ~
+                 is the outermost call of the evaluated code; below it are the evaluator's, swank-mcp's and ~
+                 the server's). The backtrace action lists them."
+                index (subseq indices 0 (min 10 (length indices))) (> (length indices) 10) (car (last indices)))
+          (fail "Frame ~D is not one of the evaluation's, and no frame of the evaluated code is on the stack." index)))))
 
 (defun debugger-report (&key (start 0) (end *max-frames*))
   "What the evaluation stopped with: the condition with its restarts, frames START to END, and the
@@ -126,13 +152,14 @@ of code that was evaluated rather than loaded from a file."
   "Frame INDEX: its call, its locals printed within the print limits, and where its code is."
   (debugger-command
    (lambda ()
+     (check-user-frame index)
      (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index)))))
-       (unless frame
-         (fail "There is no frame ~D; the backtrace action lists them." index))
        (let ((location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
          (list :call (frame-call frame)
-               :locals (loop for local in (funcall (backend-function "FRAME-LOCALS") index)
-                             collect (list (let ((*package* (parked-package *parked*)))
+               ;; Named as seen from the frame's package, in which eval_in_frame reads them.
+               :locals (loop with package = (frame-package index)
+                             for local in (funcall (backend-function "FRAME-LOCALS") index)
+                             collect (list (let ((*package* package))
                                              (prin1-to-string (getf local :name)))
                                            ;; No handle: the locals' lines do not show one.
                                            (destructuring-bind (text dropped &rest more)
@@ -141,21 +168,50 @@ of code that was evaluated rather than loaded from a file."
                                              (declare (ignore more))
                                              (if (plusp dropped) (concatenate 'string text " ...") text))))
                :location (location-text location)
-               :source (location-source location)))))))
+               :source (let ((source (location-source location)))
+                         (and source (first-form-text source)))))))))
+
+(defun first-form-text (text)
+  "TEXT up to the end of the form it starts with: a source snippet is cut at a fixed length, and
+would run on into the next definition. All of TEXT when that form does not end within it."
+  (handler-case
+      (with-input-from-string (in text)
+        (let ((*read-suppress* t)
+              (*read-eval* nil))
+          (read-preserving-whitespace in)
+          (subseq text 0 (file-position in))))
+    (error () text)))
 
 (defun debugger-eval-in-frame (code index)
-  "Evaluates the forms of CODE in frame INDEX, with its locals in scope; returns the last form's
-printed values and what it printed."
+  "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in
+scope; returns the last form's printed values, what it printed and its warnings. The warnings are
+muffled here: the parked evaluation's handlers, which are still in force, would otherwise put them
+in the reply of the evaluation once it resumes (and *FRAME-EVALUATION* keeps them from recording
+a compile-time error, which cannot be muffled)."
   (debugger-command
    (lambda ()
+     (check-user-frame index)
      (let ((stdout (make-capture *max-output*))
            (eval-in-frame (backend-function "EVAL-IN-FRAME"))
-           (values '()))
-       (let ((*standard-output* stdout))
-         (dolist (form (read-forms code))
-           (setf values (multiple-value-list (funcall eval-in-frame form index)))))
+           (values '())
+           (warnings '()))
+       (flet ((record (condition)
+                (unless (or (muffled-by-sbcl-p condition)
+                            (member condition warnings :key #'car))
+                  (push (cons condition (warning-text condition)) warnings))
+                (let ((muffle (find-restart 'muffle-warning condition)))
+                  (when muffle (invoke-restart muffle)))))
+         (handler-bind ((warning #'record)
+                        (condition (lambda (condition)
+                                     (when (compile-time-error-p condition)
+                                       (record condition)))))
+           (let ((*standard-output* stdout)
+                 (*frame-evaluation* t))
+             (dolist (form (read-forms code (frame-package index)))
+               (setf values (multiple-value-list (funcall eval-in-frame form index)))))))
        (list :values (mapcar (lambda (value) (print-value value *max-output*)) values)
-             :stdout (capture-report stdout))))))
+             :stdout (capture-report stdout)
+             :warnings (mapcar #'cdr (reverse (last warnings *max-warnings*))))))))
 
 (defun find-parked-restart (designator)
   "The parked evaluation's restart numbered DESIGNATOR, or named it (a string, any case)."
@@ -165,7 +221,12 @@ printed values and what it printed."
                       (find designator restarts
                             :key (lambda (r) (if (restart-name r) (symbol-name (restart-name r)) ""))
                             :test #'string-equal))))
-    (cond ((null restart)
+    (cond ((and (null restart) (null restarts))
+           (fail "There is no restart ~A: this evaluation offers none (no RESTART-CASE or WITH-SIMPLE-RESTART ~
+                  around the error, and the server's own restarts back to its top level are not the code's). ~
+                  Go on with return_from_frame or restart_frame, or end the evaluation with the abort action."
+                 designator))
+          ((null restart)
            (fail "There is no restart ~A. The restarts are:~%~{~A~^~%~}" designator
                  (loop for (name report) in (restart-reports restarts)
                        for i from 0
@@ -189,6 +250,7 @@ strings evaluated in order. Returns only when the restart does."
   "Restarts frame INDEX: its function is called again with the same arguments."
   (debugger-command
    (lambda ()
+     (check-user-frame index)
      (funcall (backend-function "RESTART-FRAME") index)
      (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
             information: (declaim (optimize (debug 2))) and recompile)." index))))
@@ -197,7 +259,8 @@ strings evaluated in order. Returns only when the restart does."
   "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
   (debugger-command
    (lambda ()
-     (let* ((forms (read-forms code))
+     (check-user-frame index)
+     (let* ((forms (read-forms code (frame-package index)))
             (form (if (rest forms) `(progn ,@forms) (first forms)))
             (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))

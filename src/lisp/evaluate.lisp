@@ -7,6 +7,10 @@
 
 (defparameter *max-warnings* 200)
 
+(defvar *frame-evaluation* nil
+  "True while the debugger tool evaluates code in a frame of a parked evaluation, whose reply
+has the warnings of that code: the parked evaluation does not record them as its own.")
+
 (defparameter *default-print-length* 200)
 (defparameter *default-print-level* 10)
 
@@ -121,17 +125,15 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
          (warning-count 0)
          (hooks (hook-lists)))
     (flet ((record-warning (warning)
-             (when (or (muffled-by-sbcl-p warning)
+             (when (or *frame-evaluation*
+                       (muffled-by-sbcl-p warning)
                        ;; SBCL signals a compile-time error again at each level of the compiler
                        ;; that passes it on: it is recorded once.
                        (member warning warnings :key #'car))
                (return-from record-warning))
              (incf warning-count)
              (when (<= warning-count *max-warnings*)
-               (push (cons warning (format nil "~A: ~A"
-                                           (if (compile-time-error-p warning) "ERROR" (warning-category warning))
-                                           (condition-message warning)))
-                     warnings))
+               (push (cons warning (warning-text warning)) warnings))
              (let ((muffle (find-restart 'muffle-warning warning)))
                (when muffle (invoke-restart muffle)))))
       (multiple-value-bind (start-package note) (resolve-package package session)
@@ -163,6 +165,12 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                   :notes (if note (list note) nil)
                   :trace (trace-report)
                   :background (take-background session-name))))))))
+
+(defun warning-text (warning)
+  "WARNING as a reply's [warnings] line: its category and message."
+  (format nil "~A: ~A"
+          (if (compile-time-error-p warning) "ERROR" (warning-category warning))
+          (condition-message warning)))
 
 (defun compile-time-error-p (condition)
   "True for an error the compiler found in a form (SB-C:COMPILER-ERROR), such as a RETURN-FROM an

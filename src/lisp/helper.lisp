@@ -1068,13 +1068,21 @@ name something."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Printing for the user
 
+(defparameter *printer-state-variables*
+  (existing-symbols "SB-IMPL" "*CIRCULARITY-HASH-TABLE*" "*CIRCULARITY-COUNTER*")
+  "SBCL's state of the *PRINT-CIRCLE* print under way. A print started while another is under way
+(a traced function that a PRINT-OBJECT method calls, reported while the value is printed) would
+share it: each would mark the other's objects as seen twice, printing #1= and #1# for them.")
+
 (defun print-briefly (object &key (package *package*) (length 10) (level 4) (limit 300))
-  "OBJECT printed readably where possible, on one line, cut to LIMIT characters."
+  "OBJECT printed readably where possible, on one line, cut to LIMIT characters: a print of its
+own, whatever print is under way (see *PRINTER-STATE-VARIABLES*)."
   (let ((text (handler-case
-                  (let ((*package* package)
-                        (*print-pretty* nil) (*print-readably* nil) (*print-circle* t)
-                        (*print-length* length) (*print-level* level))
-                    (prin1-to-string object))
+                  (progv *printer-state-variables* (make-list (length *printer-state-variables*))
+                    (let ((*package* package)
+                          (*print-pretty* nil) (*print-readably* nil) (*print-circle* t)
+                          (*print-length* length) (*print-level* level))
+                      (prin1-to-string object)))
                 (error () (format nil "#<unprintable ~A>" (safe-princ (type-of object)))))))
     (if (> (length text) limit)
         (concatenate 'string (subseq text 0 limit) " ...")

@@ -180,9 +180,15 @@ of LABEL-OBJECT when the label stands for an object of its own (a hash-table key
                   (fact "Call" "~A" (lambda-list-text (or name 'lambda) lambda-list *package*))
                   (let ((doc (documentation function t)))
                     (and doc (fact "Documentation" "~A" doc)))
-                  (let ((file (and source (ignore-errors (sb-introspect:definition-source-pathname source)))))
-                    (fact "Source" "~:[defined at the REPL or in a form without a file~;~:*~A~]"
-                          (and file (namestring file))))
+                  ;; As describe-symbol and find-definition say it.
+                  (let ((location (cond ((typep function 'generic-function)
+                                         (let ((name (sb-mop:generic-function-name function)))
+                                           (generic-function-location function name *package*)))
+                                        ((and source (sb-introspect:definition-source-pathname source))
+                                         (source-location source name)))))
+                    (if (getf location :file)
+                        (fact "Source" "~A~@[ (~A)~]" (file-location-text location) (getf location :note))
+                        (fact "Source" "defined at the REPL or in a form without a file")))
                   (and (typep function 'generic-function)
                        (fact "Method combination" "~A"
                              (brief (sb-mop:generic-function-method-combination function))))))))

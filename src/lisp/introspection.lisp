@@ -532,7 +532,18 @@ with a great many definitions (a generic function of 400,000 methods) costs a pa
                                       (list :kind (if (consp name)
                                                       (format nil "~A ~A" label (name-text name package))
                                                       label)
-                                            :source (source-location source name)))))))))
+                                            :source (definition-source-location kind name source package)))))))))
+
+(defun definition-source-location (kind name source package)
+  "Where find-definition's definition of KIND, NAME, with SB-INTROSPECT's SOURCE, is: a generic
+function with no file of its own (a slot accessor's, or one made by DEFMETHOD alone) is where
+describe-symbol and inspect place it too (see GENERIC-FUNCTION-LOCATION)."
+  (if (and (member kind '(:generic-function :function))
+           (null (sb-introspect:definition-source-pathname source))
+           (fboundp name)
+           (typep (fdefinition name) 'generic-function))
+      (generic-function-location (fdefinition name) name package)
+      (source-location source name)))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; xref

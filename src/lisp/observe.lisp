@@ -609,6 +609,59 @@ samples first, and the number of samples."
                               rows))))))
     (values (nreverse rows) samples)))
 
+(defun allocation-profile-rows (package)
+  "The allocation profile as PROFILE-ROWS gives it, tallied from the samples rather than read from
+sb-sprof's report: there each sample's innermost frame is SBCL's allocation trampoline
+(SB-VM::ALLOC-TRAMP, LIST-ALLOC-TRAMP), which would take every self sample. A sample's self
+frame is instead the innermost function of the user's code under it (past SBCL's own functions,
+MAKE-LIST's among them, when the code called one), or of SBCL's when the code has none there.
+Frames from the helper's on out (the helper, the evaluator, the server, the thread) are not
+counted. Names print as from PACKAGE."
+  (let ((self (make-hash-table :test 'equal))
+        (cumulative (make-hash-table :test 'equal))
+        (samples 0)
+        (map-pc-locs (sprof-symbol "MAP-TRACE-PC-LOCS"))
+        (debug-fun-name (sbcl-internal "SB-DI" "DEBUG-FUN-NAME")))
+    (funcall (sprof-symbol "MAP-TRACES")
+             (lambda (thread trace)
+               (declare (ignore thread))
+               (incf samples)
+               (let ((names '()))
+                 ;; Frames come outermost first; a symbol is an assembly routine, a string a C
+                 ;; function of the runtime.
+                 (funcall map-pc-locs
+                          (lambda (info pc)
+                            (declare (ignore pc))
+                            (unless (or (symbolp info) (stringp info))
+                              (push (funcall debug-fun-name info) names)))
+                          trace)
+                 (let* ((code (loop for name in names
+                                    until (own-frame-p name)
+                                    unless (evaluator-frame-p name)
+                                      collect name))
+                        (users (member-if-not (lambda (name)
+                                                (or (implementation-internal-p name)
+                                                    (standard-function-name-p name)))
+                                              code)))
+                   (when code
+                     (incf (gethash (first (or users code)) self 0)))
+                   (dolist (name (remove-duplicates code :test #'equal))
+                     (incf (gethash name cumulative 0))))))
+             (symbol-value (sprof-symbol "*SAMPLES*")))
+    (flet ((percent (count) (format nil "~,1F" (if (plusp samples) (/ (* 100 count) samples) 0))))
+      (let ((rows (loop for name being the hash-keys of cumulative using (hash-value total)
+                        collect (list name (gethash name self 0) total))))
+        (setf rows (sort rows (lambda (a b) (or (> (second a) (second b))
+                                                (and (= (second a) (second b)) (> (third a) (third b)))))))
+        (values (loop for (name own total) in rows
+                      repeat *max-profile-rows*
+                      collect (list :name (print-briefly name :package package :length nil :level nil)
+                                    :self own
+                                    :self-percent (percent own)
+                                    :cumulative total
+                                    :cumulative-percent (percent total)))
+                samples)))))
+
 (defun position-after-fields (line count)
   "The position in LINE after its first COUNT blank-separated fields."
   (let ((i 0) (n (length line)))
@@ -658,7 +711,8 @@ under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :M
                                           :sample-interval 0.001 :max-samples 200000
                                           :threads (list sb-thread:*current-thread*) :report nil)
                                          (funcall ,thunk))))
-                    (multiple-value-setq (rows samples) (profile-rows)))
+                    (multiple-value-setq (rows samples)
+                      (if (string= mode "alloc") (allocation-profile-rows package) (profile-rows))))
                    (t (fail "Unknown mode ~S: use cpu, alloc or time." mode)))
                  (list :mode mode
                        :milliseconds (round (* 1000 (- (get-internal-real-time) start)) internal-time-units-per-second)

@@ -443,6 +443,17 @@ fn deleted_range(cst: &Cst, target: &TopForm) -> Range<usize> {
         let closes =
             rest_of_line.iter().take_while(|&&b| b != b'\n').all(|&b| matches!(b, b')' | b' ' | b'\t' | b'\r'));
         if closes && start > 0 {
+            // Back to what stood before the target, so the closing parenthesis ends that line as
+            // it did before the target was added; a line comment keeps its line break, or the
+            // parenthesis would move into it.
+            let siblings = target.container.map_or(cst.top_level(), |wrapper| cst.children(wrapper));
+            let previous = siblings
+                .iter()
+                .rev()
+                .find(|&&node| cst.span(node).end <= start && cst.kind(node) != NodeKind::Whitespace);
+            if let Some(&node) = previous.filter(|&&node| cst.kind(node) != NodeKind::LineComment) {
+                return cst.span(node).end..item.end;
+            }
             let line_break = if start >= 2 && source[start - 2] == b'\r' { 2 } else { 1 };
             return start - line_break..item.end;
         }
@@ -692,5 +703,24 @@ mod tests {
         assert_eq!(out, "(progn\n  (defun f ()))\n");
         let out = edit("(progn\n  (defun f ())\n  (defun g ()))\n", "defun", "f", Operation::Delete, "");
         assert_eq!(out, "(progn\n  (defun g ()))\n");
+    }
+
+    #[test]
+    fn deleting_what_insert_after_added_to_a_wrapper_restores_it() {
+        for wrapper in [
+            "(progn\n  (defun a ()\n    1))\n",
+            "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defun a () 1))\n",
+            "#+sbcl\n(progn\n  (defun a () 1))\r\n",
+            "(progn\n  (defun a () 1)   )\n",
+        ] {
+            let added = edit(wrapper, "defun", "a", Operation::InsertAfter, "(defun b ()\n  2)");
+            assert!(added.contains("(defun b ()"), "{added}");
+            assert_eq!(edit(&added, "defun", "b", Operation::Delete, ""), wrapper);
+        }
+        // A line comment before the form keeps its line break, or the parenthesis would be in it.
+        let out = edit("(progn\n  (a) ; note\n\n  (defun b ()))\n", "defun", "b", Operation::Delete, "");
+        assert_eq!(out, "(progn\n  (a) ; note\n)\n");
+        let out = edit("(progn\n  (defun b ()))\n", "defun", "b", Operation::Delete, "");
+        assert_eq!(out, "(progn)\n");
     }
 }

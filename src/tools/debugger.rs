@@ -48,7 +48,7 @@ fn definition() -> ToolDefinition {
                 "frame": {"type": "integer", "minimum": 0, "description": "Frame number, as backtrace shows it."},
                 "start": {"type": "integer", "minimum": 0, "description": "backtrace: first frame (default 0)."},
                 "end": {"type": "integer", "minimum": 0, "description": "backtrace: frame after the last (default start + 20)."},
-                "code": {"type": "string", "description": "eval_in_frame: code to run with the frame's locals; return_from_frame: the form whose values it returns."},
+                "code": {"type": "string", "description": "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns."},
                 "restart": {"type": ["integer", "string"], "description": "invoke_restart: its number or name, e.g. \"USE-VALUE\"."},
                 "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: forms whose values are its arguments."},
                 "timeout_ms": {
@@ -236,6 +236,9 @@ impl<'a> Action<'a> {
             Action::EvalInFrame { .. } => {
                 let result = decode::<FrameEvaluation>("debugger-eval-in-frame", reply)?;
                 let mut sections: Vec<String> = result.stdout.section("[stdout]", max_output).into_iter().collect();
+                if !result.warnings.is_empty() {
+                    sections.push(format!("[warnings]\n{}", result.warnings.join("\n")));
+                }
                 sections.push(if result.values.is_empty() {
                     "; No values".to_string()
                 } else {
@@ -388,6 +391,7 @@ struct FrameFacts {
 struct FrameEvaluation {
     values: Vec<Captured>,
     stdout: Captured,
+    warnings: Vec<String>,
 }
 
 #[cfg(test)]

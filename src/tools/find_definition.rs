@@ -90,42 +90,14 @@ struct Definition {
 const RELOCATED: &str = "the file changed since this was compiled; found in its current text";
 
 impl Definitions {
-    /// Checks each definition in a file under an allowed root against the file's current text,
-    /// by operator, name and specializers: SBCL records where it was when compiled (and, for one
-    /// inside a `progn` or behind `#+`, the top-level form), so after an edit, or inside a wrapper,
-    /// the line is found in the text as it is now.
+    /// Checks each definition in a file under an allowed root against the file's current text
+    /// (see [`CurrentTexts::relocate`]).
     fn relocate_changed(&mut self, roots: &AllowedRoots) {
         let name = self.symbol.rsplit(':').next().unwrap_or(&self.symbol).to_string();
-        let mut texts: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+        let mut texts = CurrentTexts::new(roots);
         for definition in &mut self.definitions {
-            let source = &mut definition.source;
-            let (Some(file), Some(line), Some(column)) = (&source.file, source.line, source.column) else { continue };
-            let Some((operators, form_name)) = query_of(&definition.kind, &name) else { continue };
-            let text = texts
-                .entry(file.clone())
-                .or_insert_with(|| roots.read(Path::new(file), Some((LARGE_FILE, ""))).ok().map(|f| f.bytes));
-            let Some(text) = text else { continue };
-            let recorded = (line as usize, column as usize);
-            let places = locate_definition(text, operators, &form_name);
-            let changed = source.note.as_deref().is_some_and(|note| note.contains("changed"));
-            if places.iter().any(|place| place.at == recorded) {
-                if changed {
-                    source.note = Some(RELOCATED.to_string());
-                }
-            } else if let Some(place) = places.iter().find(|place| place.top_level == recorded) {
-                (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
-                if changed {
-                    source.note = Some(RELOCATED.to_string());
-                }
-            } else if let Some(place) = places.first() {
-                (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
-                source.note = Some(RELOCATED.to_string());
-            } else if changed {
-                source.note = Some(format!(
-                    "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
-                     renamed?); the line is where it was",
-                    operators[0]
-                ));
+            if let Some((operators, form_name)) = query_of(&definition.kind, &name) {
+                texts.relocate(&mut definition.source, operators, &form_name);
             }
         }
     }
@@ -177,6 +149,54 @@ impl Definitions {
     }
 }
 
+/// The current text of the files definitions are in, each read once, to find the definitions in.
+pub(crate) struct CurrentTexts<'a> {
+    roots: &'a AllowedRoots,
+    texts: HashMap<String, Option<Vec<u8>>>,
+}
+
+impl<'a> CurrentTexts<'a> {
+    pub(crate) fn new(roots: &'a AllowedRoots) -> Self {
+        CurrentTexts { roots, texts: HashMap::new() }
+    }
+
+    /// Checks a definition made by one of `operators` and named `form_name` (as `edit-lisp-form`
+    /// takes it), in a file under an allowed root, against the file's current text: SBCL records
+    /// where it was when compiled (and, for one inside a `progn` or behind `#+`, the top-level
+    /// form), so after an edit, or inside a wrapper, the line is found in the text as it is now.
+    pub(crate) fn relocate(&mut self, source: &mut Location, operators: &[&str], form_name: &str) {
+        let (Some(file), Some(line), Some(column)) = (&source.file, source.line, source.column) else { return };
+        let roots = self.roots;
+        let text = self
+            .texts
+            .entry(file.clone())
+            .or_insert_with(|| roots.read(Path::new(file), Some((LARGE_FILE, ""))).ok().map(|f| f.bytes));
+        let Some(text) = text else { return };
+        let recorded = (line as usize, column as usize);
+        let places = locate_definition(text, operators, form_name);
+        let changed = source.note.as_deref().is_some_and(|note| note.contains("changed"));
+        if places.iter().any(|place| place.at == recorded) {
+            if changed {
+                source.note = Some(RELOCATED.to_string());
+            }
+        } else if let Some(place) = places.iter().find(|place| place.top_level == recorded) {
+            (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
+            if changed {
+                source.note = Some(RELOCATED.to_string());
+            }
+        } else if let Some(place) = places.first() {
+            (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
+            source.note = Some(RELOCATED.to_string());
+        } else if changed {
+            source.note = Some(format!(
+                "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
+                 renamed?); the line is where it was",
+                operators[0]
+            ));
+        }
+    }
+}
+
 /// The operators that may have made a definition of `kind` (as the helper labels it), and its
 /// name as `edit-lisp-form` takes it, for the symbol named `name`.
 fn query_of(kind: &str, name: &str) -> Option<(&'static [&'static str], String)> {
@@ -217,7 +237,7 @@ fn query_of(kind: &str, name: &str) -> Option<(&'static [&'static str], String)>
 }
 
 /// The elements of a list's printed contents, split at top-level spaces.
-fn split_top_level(text: &str) -> Vec<String> {
+pub(crate) fn split_top_level(text: &str) -> Vec<String> {
     let (mut parts, mut current, mut depth) = (Vec::new(), String::new(), 0i32);
     for c in text.chars() {
         match c {

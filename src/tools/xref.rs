@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
@@ -15,9 +16,9 @@ fn definition() -> ToolDefinition {
         name: "xref",
         title: "Cross-references",
         description:
-            "Cross-references of compiled code, with file and line: callers (calls), callees, who references, binds \
-            or sets a variable, macro uses (macroexpands), methods specializing on a class (specializes). Inlined \
-            calls leave none.",
+            "Cross-references of compiled code, with file and line (found again if the file changed since): callers \
+            (calls), callees, who references, binds or sets a variable, macro uses (macroexpands), methods \
+            specializing on a class (specializes). Inlined calls leave none.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol", "kind"],
@@ -41,8 +42,58 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Form::Keyword("package"),
         super::package_argument(args)?,
     ];
-    let found = decode::<References>("xref", &context.call_helper(args, "xref", request).await?)?;
+    let mut found = decode::<References>("xref", &context.call_helper(args, "xref", request).await?)?;
+    found = context
+        .on_files(move |roots| {
+            let mut texts = CurrentTexts::new(roots);
+            for hit in &mut found.hits {
+                if let Some((operators, form_name)) = query_of_hit(&hit.name) {
+                    texts.relocate(&mut hit.source, operators, &form_name);
+                }
+            }
+            Ok(found)
+        })
+        .await?;
     Ok(ToolOutput::success(found.render()).with_structured(found.structured()))
+}
+
+/// The operators that may have made the function or method `name` (as a hit names it: `F`,
+/// `PKG::F`, `(SETF F)`, `(METHOD F :AROUND (A B))` or `(METHOD F :AROUND A B)`, `(FLET G :IN
+/// F)`), and its name as `edit-lisp-form` takes it: so that a hit, like a definition
+/// find-definition gives, is found again in its file's current text. A local function is where
+/// the definition it is in is.
+fn query_of_hit(name: &str) -> Option<(&'static [&'static str], String)> {
+    let bare = |symbol: &str| symbol.rsplit(':').next().unwrap_or(symbol).trim_matches('|').to_lowercase();
+    let Some(inner) = name.strip_prefix('(').and_then(|rest| rest.strip_suffix(')')) else {
+        return Some((&["defun", "defgeneric", "defmacro"], bare(name)));
+    };
+    let parts = split_top_level(inner);
+    let head = parts.first()?.as_str();
+    match head {
+        "SETF" => Some((&["defun", "defgeneric"], format!("(setf {})", bare(parts.get(1)?)))),
+        "METHOD" | "SB-PCL::FAST-METHOD" | "SB-PCL::SLOW-METHOD" => {
+            let method_name = bare(parts.get(1)?);
+            let rest = &parts[2..];
+            let qualifiers = rest.iter().take_while(|part| part.starts_with(':')).count();
+            let specializers = match &rest[qualifiers..] {
+                [list] if list.starts_with('(') => list.clone(),
+                bare_specializers => format!("({})", bare_specializers.join(" ")),
+            };
+            let qualified: Vec<String> = rest[..qualifiers].iter().map(|q| q.to_lowercase()).collect();
+            let form_name = if qualified.is_empty() {
+                format!("{method_name} {}", specializers.to_lowercase())
+            } else {
+                format!("{method_name} {} {}", qualified.join(" "), specializers.to_lowercase())
+            };
+            Some((&["defmethod"], form_name))
+        }
+        _ => {
+            let outer = parts.iter().position(|part| part == ":IN")?;
+            let outer = parts.get(outer + 1)?;
+            (!outer.starts_with('"')).then_some(())?;
+            query_of_hit(outer)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -120,6 +171,18 @@ mod tests {
         );
         let none = found("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap();
         assert!(none.render().starts_with("Who sets P::X: none recorded."));
+    }
+
+    #[test]
+    fn a_hit_names_the_definition_to_find_again() {
+        let query = |name: &str| query_of_hit(name).map(|(operators, form_name)| (operators[0], form_name));
+        assert_eq!(query("CALLER-1"), Some(("defun", "caller-1".to_string())));
+        assert_eq!(query("P::CALLER"), Some(("defun", "caller".to_string())));
+        assert_eq!(query("(SETF P::SLOT)"), Some(("defun", "(setf slot)".to_string())));
+        assert_eq!(query("(METHOD AREA :AROUND SHAPE)"), Some(("defmethod", "area :around (shape)".to_string())));
+        assert_eq!(query("(METHOD AREA (SHAPE T))"), Some(("defmethod", "area (shape t)".to_string())));
+        assert_eq!(query("(FLET HELP :IN P::OUTER)"), Some(("defun", "outer".to_string())));
+        assert_eq!(query("(LAMBDA () :IN \"/x.lisp\")"), None);
     }
 
     #[test]
