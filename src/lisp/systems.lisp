@@ -119,9 +119,10 @@ the reader stopped after (SBCL gives the position after it), or NIL when SBCL do
 (defun compiler-error-text (condition)
   "For SBCL's COMPILER-ERROR (a form the compiler could not process, or a file it could not
 read), the text load-system and run-tests show: the compiler's or the reader's own message and
-file:line:column. NIL for any other condition."
+file:line:column. NIL for any other condition, and for a COMPILE the code runs (tests that check
+what the compiler refuses): only a file the system is built from is the system's error."
   (let ((class (first (existing-symbols "SB-C" "COMPILER-ERROR"))))
-    (when (and class (typep condition class))
+    (when (and class (typep condition class) *compile-file-truename*)
       (let ((cause (or (ignore-errors (internal-call "SB-INT" "ENCAPSULATED-CONDITION" condition)) condition)))
         (if (input-error-p cause)
             (let* ((file (file-being-processed))
