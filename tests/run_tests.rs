@@ -88,9 +88,15 @@ fn count(results: &Value, key: &str) -> u64 {
 fn assert_fiveam_counts_match(output: &ToolOutput, shell_output: &str) {
     let (checks, pass, skip, fail) = fiveam_summary(shell_output);
     let results = results_of(output, "FiveAM");
-    let counted = count(&results, "passed") + count(&results, "failed") + count(&results, "errors") + count(&results, "skipped");
+    let counted =
+        count(&results, "passed") + count(&results, "failed") + count(&results, "errors") + count(&results, "skipped");
     assert_eq!(
-        (counted, count(&results, "passed"), count(&results, "skipped"), count(&results, "failed") + count(&results, "errors")),
+        (
+            counted,
+            count(&results, "passed"),
+            count(&results, "skipped"),
+            count(&results, "failed") + count(&results, "errors")
+        ),
         (checks, pass, skip, fail),
         "the shell's run printed Did {checks} checks, Pass: {pass}, Skip: {skip}, Fail: {fail}; run-tests said:\n{}",
         output.text
@@ -152,7 +158,9 @@ fn rt_summary(output: &str) -> (u64, Vec<String>) {
         // The list ends with a full stop that no name character follows (names have dots).
         let end = names
             .char_indices()
-            .find(|&(i, c)| c == '.' && names[i + 1..].chars().next().is_none_or(|next| next.is_whitespace() || next == ';'))
+            .find(|&(i, c)| {
+                c == '.' && names[i + 1..].chars().next().is_none_or(|next| next.is_whitespace() || next == ';')
+            })
             .map(|(i, _)| i)
             .unwrap_or_else(|| panic!("no end to RT's list of failures in:\n{names}"));
         failed.extend(names[..end].split(',').map(str::trim).filter(|name| !name.is_empty()).map(String::from));
@@ -205,11 +213,7 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
     let shell_output = shell_test_system(&[&ledger], "ledger-rt").await;
     let output = call(&tb, "run-tests", json!({"system": "ledger-rt"})).await;
     assert_rt_matches(&output, &shell_output);
-    assert!(
-        output.text.contains("RT: 5 tests, 5 checks: 3 passed, 1 failed, 1 errors, 0 skipped."),
-        "{}",
-        output.text
-    );
+    assert!(output.text.contains("RT: 5 tests, 5 checks: 3 passed, 1 failed, 1 errors, 0 skipped."), "{}", output.text);
     assert!(
         output.text.contains(
             "[FAIL] LEDGER-RT::BALANCE.DEBIT\n  Form: (LEDGER-RT::BALANCE '((:CREDIT 10) (:DEBIT 4)))\n  Expected: 6\n  Actual: 14"
@@ -226,7 +230,8 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
         output.text
     );
     // One RT test by name; RT has no suites.
-    let output = call(&tb, "run-tests", json!({"system": "ledger-rt", "test": "ledger-rt::balance.multiple-values"})).await;
+    let output =
+        call(&tb, "run-tests", json!({"system": "ledger-rt", "test": "ledger-rt::balance.multiple-values"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
         output.text.starts_with("Ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
@@ -249,18 +254,11 @@ async fn a_suite_named_in_the_wrong_package_gets_near_names() {
     call(&tb, "load-system", json!({"system": "inventory/tests"})).await;
     let output = call(&tb, "run-tests", json!({"system": "inventory/tests", "suite": "all-tests"})).await;
     assert!(output.is_error);
-    assert_eq!(
-        output.text,
-        "Symbol ALL-TESTS not found in package CL-USER. Did you mean INVENTORY-TESTS::ALL-TESTS?"
-    );
+    assert_eq!(output.text, "Symbol ALL-TESTS not found in package CL-USER. Did you mean INVENTORY-TESTS::ALL-TESTS?");
     // A symbol that exists but names no test: the tests near it.
     let output = call(&tb, "run-tests", json!({"system": "inventory/tests", "suite": "inventory:quantity"})).await;
     assert!(output.is_error);
-    assert!(
-        output.text.starts_with("INVENTORY:QUANTITY names no test or suite of FiveAM"),
-        "{}",
-        output.text
-    );
+    assert!(output.text.starts_with("INVENTORY:QUANTITY names no test or suite of FiveAM"), "{}", output.text);
 }
 
 #[tokio::test]
@@ -270,7 +268,8 @@ async fn a_read_error_is_shown_at_its_line_with_the_readers_message() {
     register(&tb, &[&shelf]).await;
     let tests_file = project("shelf/tests.lisp").display().to_string();
     // The shell says which line; so must every tool.
-    let shell_output = shell(&[format!("(asdf:load-asd {shelf:?})"), "(asdf:load-system \"shelf/tests\")".into()]).await;
+    let shell_output =
+        shell(&[format!("(asdf:load-asd {shelf:?})"), "(asdf:load-system \"shelf/tests\")".into()]).await;
     assert!(shell_output.contains("The symbol \"FIND-ITEM\" is not external in the SHELF package."), "{shell_output}");
     let line = number_after(&shell_output[shell_output.find("Line:").unwrap()..], "Line:");
     let message = "ERROR: READ error during COMPILE-FILE: The symbol \"FIND-ITEM\" is not external in the SHELF \
@@ -287,8 +286,12 @@ async fn a_read_error_is_shown_at_its_line_with_the_readers_message() {
     let output = call(&tb, "run-tests", json!({"system": "shelf/tests"})).await;
     assert!(output.is_error);
     assert!(output.text.starts_with(&format!("[compiler errors]\n{message}\n{at}\n\n[ERROR] ")), "{}", output.text);
-    assert!(output.text.ends_with("No tests ran: building \"shelf/tests\" failed after ")
-        || output.text.contains("No tests ran: building \"shelf/tests\" failed after "), "{}", output.text);
+    assert!(
+        output.text.ends_with("No tests ran: building \"shelf/tests\" failed after ")
+            || output.text.contains("No tests ran: building \"shelf/tests\" failed after "),
+        "{}",
+        output.text
+    );
 
     // load-file names the file relative to its root, with the line too.
     call(&tb, "load-system", json!({"system": "fiveam"})).await;
@@ -303,7 +306,9 @@ async fn a_read_error_is_shown_at_its_line_with_the_readers_message() {
     // A symbol typed at the REPL gets the same word on it.
     let output = call(&tb, "evaluate-lisp", json!({"code": "(shelf:find-item (shelf:make-shelf 1) 1)"})).await;
     assert!(
-        output.text.contains("SHELF::FIND-ITEM exists, but SHELF does not export it: export it, or write SHELF::FIND-ITEM."),
+        output
+            .text
+            .contains("SHELF::FIND-ITEM exists, but SHELF does not export it: export it, or write SHELF::FIND-ITEM."),
         "{}",
         output.text
     );

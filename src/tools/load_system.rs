@@ -19,8 +19,9 @@ fn definition() -> ToolDefinition {
         name: "load-system",
         title: "Load an ASDF system",
         description: "Load an ASDF system (and its dependencies) into the running image with asdf:load-system, \
-            compiling what is out of date. Returns the time taken, the compiler warnings and the output; a missing \
-            system is an error naming it. force: true recompiles and reloads the system itself. Sends progress \
+            compiling what is out of date. Returns the time taken, the compiler's errors (a file it could not read, a \
+            form it could not compile) and warnings at file:line:column, and the output; a missing system is an \
+            error naming it. force: true recompiles and reloads the system itself. Sends progress \
             notifications while it runs when the call has a progressToken. Time limit: 10 minutes.",
         input_schema: json!({
             "type": "object",
@@ -130,8 +131,11 @@ impl LoadReport {
                 self.system
             ),
         };
-        let errors =
-            if self.error_count > 0 { format!("{}, ", plural(self.error_count, "error", "errors")) } else { String::new() };
+        let errors = if self.error_count > 0 {
+            format!("{}, ", plural(self.error_count, "error", "errors"))
+        } else {
+            String::new()
+        };
         sections.push(format!(
             "{verdict}\n{errors}{}, {}, {}.",
             plural(self.warning_count, "warning", "warnings"),

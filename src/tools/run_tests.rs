@@ -23,18 +23,14 @@ fn definition() -> ToolDefinition {
         name: "run-tests",
         title: "Run tests",
         description: "Run tests in the image. With only system: loads it and runs asdf:test-system on it (its \
-            test-op, which usually loads its test system and runs the suite). With suite or test: loads system, \
-            then runs that FiveAM or Parachute suite, or FiveAM, Parachute or RT test (a symbol name, read in package \
-            or the session's package). FiveAM's, Parachute's and RT's (sb-rt, rt) results are read as data: counts \
-            of checks passed, failed, errors (a check that signalled) and skipped, of the outermost run only (a test \
-            that runs FiveAM inside it is one test), and for each failure (at most 50 per framework) its test, \
-            form, reason, and for a comparison such as (is (= expected actual)), (is = expected actual) or an RT \
-            deftest the expected and actual values. Other frameworks the image has loaded (Rove, lisp-unit2) are \
-            named, and their verdict is read from the output. The call is an error when a check failed, when the \
-            system could not be built (the compiler's errors are shown at file:line:column), or when no counts \
-            could be read and the output does not say the tests passed. The tests' output goes to [stdout], \
-            not the image's terminal. Sends progress notifications (checks done, failures) when the call has a \
-            progressToken. Time limit: 10 minutes, or --eval-timeout if longer.",
+            test-op). With suite or test: loads system, then runs that FiveAM or Parachute suite, or FiveAM, \
+            Parachute or RT test (a symbol name, read in package or the session's package). FiveAM, Parachute \
+            and RT results are read as data, counting the outermost run only: checks passed, failed, errors and \
+            skipped, and each failure (at most 50 per framework) with its test, form, reason, expected and \
+            actual values. The call is an error when a check failed, when the system could not be built (the \
+            compiler's errors are shown at file:line:column), or when no counts could be read and the output \
+            does not say the tests passed. Output goes to [stdout]. Sends progress notifications when the call \
+            has a progressToken. Time limit: 10 minutes, or --eval-timeout if longer.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
@@ -129,7 +125,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         )
         .await;
     let report = decode::<TestReport>("run-tests", &reply?)?;
-    Ok(ToolOutput::new(report.render(context.settings.max_output), report.failed()).with_structured(report.structured()))
+    Ok(ToolOutput::new(report.render(context.settings.max_output), report.failed())
+        .with_structured(report.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
