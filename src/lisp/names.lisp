@@ -166,8 +166,9 @@ unbound variable, a package or a symbol the reader did not find), the near names
                        (stringp (first (simple-condition-format-arguments condition))))
                   (let ((name (first (simple-condition-format-arguments condition))))
                     (multiple-value-bind (symbol status) (find-symbol name package)
-                      (if (member status '(:internal :inherited))
-                          ;; The reader's "not external": the symbol is there, only not exported.
+                      (if (and (member status '(:internal :inherited)) (names-something-p symbol))
+                          ;; The reader's "not external" about a symbol that names something: it
+                          ;; is only not exported. One a typo once interned names nothing.
                           (format nil " ~A exists, but ~A does not export it: export it, or write ~A::~A."
                                   (qualified-name symbol) (package-name package) (package-name package) name)
                           (missing-symbol-hint name package
