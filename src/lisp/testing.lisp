@@ -156,9 +156,19 @@ the rest its parts."
 
 (defun refresh-test-hooks (load &rest arguments)
   "A framework the run's own code loads (the usual test-op loads FiveAM with the test system) is
-encapsulated once it is loaded, before its first test runs."
+encapsulated once it is loaded, before its first test runs. Only then is the hooks' lock taken:
+a LOAD may hold SBCL's world lock, and most loads bring no framework."
   (multiple-value-prog1 (apply load arguments)
-    (change-test-hooks 0)))
+    (when (test-hooks-missing-p)
+      (change-test-hooks 0))))
+
+(defun test-hooks-missing-p ()
+  "Whether a run needs the encapsulations and a framework function loaded since lacks its own."
+  (and (plusp *test-hooks-users*)
+       (loop for (finder name hook) in *framework-hooks*
+             for symbol = (funcall finder name)
+             thereis (and symbol (fboundp symbol)
+                          (not (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook))))))
 
 (defparameter *framework-hooks*
   '((fiveam-symbol "RUN" collect-fiveam-run)
