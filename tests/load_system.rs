@@ -196,3 +196,27 @@ async fn long_loads_send_progress_notifications() {
     assert!(text(&reply).starts_with("Recompiled and reloaded system \"load-test-slow\""), "{reply}");
     drop(image);
 }
+
+#[tokio::test]
+async fn a_form_the_compiler_cannot_process_is_an_error_at_its_line() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let asd = write_system(
+        dir.path(),
+        "load-test-malformed",
+        "(defun load-test-fine () 1)\n\n(defun load-test-malformed ()\n  (let ((a 1 2))\n    a))\n",
+    );
+    register(&tb, &asd).await;
+    let output = call(&tb, "load-system", json!({"system": "load-test-malformed"})).await;
+    assert!(output.is_error);
+    let source = dir.path().join("load-test-malformed.lisp").display().to_string();
+    // The compiler's message, not only ASDF's COMPILE-FILE-ERROR that follows it.
+    assert!(
+        output.text.starts_with(&format!(
+            "[errors]\nERROR: The LET binding spec (A 1 2) is malformed.\n  in form: (A 1 2)\n  at: {source}:4:9\n\n[ERROR] "
+        )),
+        "{}",
+        output.text
+    );
+    assert!(output.text.contains("\n1 error, 0 warnings, 0 style-warnings, "), "{}", output.text);
+}

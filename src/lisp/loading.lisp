@@ -117,8 +117,16 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
     (flet ((record (severity condition)
              (unless (eq condition last)
                (setf last condition)
-               (multiple-value-bind (line column form) (condition-location octets)
-                 (push (list :severity severity :message (compiler-message condition)
+               (multiple-value-bind (line column form)
+                   (if (input-error-p condition)
+                       ;; A read error has no form: it is where the reader stopped.
+                       (let ((at (read-error-octet-position condition octets)))
+                         (and at (octet-line-and-column octets at)))
+                       (condition-location octets))
+                 (push (list :severity severity
+                             :message (if (input-error-p condition)
+                                          (read-error-message condition)
+                                          (compiler-message condition))
                              :form form :line line :column column)
                        conditions)))))
       (let ((values (multiple-value-list

@@ -164,10 +164,18 @@ unbound variable, a package or a symbol the reader did not find), the near names
                  ;; The reader's "Symbol X not found in the P package": its first argument is X.
                  ((and (packagep package) (typep condition 'simple-condition)
                        (stringp (first (simple-condition-format-arguments condition))))
-                  (missing-symbol-hint (first (simple-condition-format-arguments condition)) package
-                                       (lambda (symbol)
-                                         (and (eq (symbol-package symbol) package)
-                                              (eq :external (nth-value 1 (find-symbol (symbol-name symbol) package)))))))
+                  (let ((name (first (simple-condition-format-arguments condition))))
+                    (multiple-value-bind (symbol status) (find-symbol name package)
+                      (if (and (member status '(:internal :inherited)) (names-something-p symbol))
+                          ;; The reader's "not external" about a symbol that names something: it
+                          ;; is only not exported. One a typo once interned names nothing.
+                          (format nil " ~A exists, but ~A does not export it: export it, or write ~A::~A."
+                                  (qualified-name symbol) (package-name package) (package-name package) name)
+                          (missing-symbol-hint name package
+                                               (lambda (symbol)
+                                                 (and (eq (symbol-package symbol) package)
+                                                      (eq :external (nth-value 1 (find-symbol (symbol-name symbol)
+                                                                                              package))))))))))
                  (t ""))))
         (t ""))
     ;; A hint must never hide the error it comments on.

@@ -85,6 +85,56 @@ file (never the fasl), or just the file being processed when there is no context
             (format nil "~@[~%  in form: ~A~]~@[~%  at: ~A~]" form
                     (and file (if line (format nil "~A:~D:~D" file line column) file))))))))
 
+;;; ------------------------------------------------------------------------------------------
+;;; Errors the compiler reports on a file: a form it could not compile, a file it could not read
+
+(defun input-error-p (condition)
+  "True for SBCL's report of a read error in a file being compiled."
+  (let ((class (first (existing-symbols "SB-C" "INPUT-ERROR-IN-COMPILE-FILE"))))
+    (and class (typep condition class))))
+
+(defun read-error-message (condition)
+  "The reader's own complaint inside CONDITION, an input error of COMPILE-FILE, without the
+stream SBCL names (the place is given as file:line:column instead), with what exists of a symbol
+or package it did not find."
+  (let ((cause (or (ignore-errors (internal-call "SB-INT" "ENCAPSULATED-CONDITION" condition)) condition))
+        (invoker (ignore-errors (internal-call "SB-C" "INPUT-ERROR-IN-COMPILE-FILE-INVOKER" condition))))
+    (format nil "READ error during ~A: ~A~A" (or invoker "COMPILE-FILE") (reader-error-text cause)
+            (unknown-name-hint cause))))
+
+(defun token-delimiter-octet-p (octet)
+  (member octet '(9 10 12 13 32 34 39 40 41 44 59 96)))
+
+(defun read-error-octet-position (condition octets)
+  "Where in OCTETS, the file being compiled, the read error CONDITION is: the start of the token
+the reader stopped after (SBCL gives the position after it), or NIL when SBCL does not say."
+  (let* ((info (ignore-errors (internal-call "SB-INT" "STREAM-ERROR-POSITION-INFO" (stream-error-stream condition))))
+         (position (second (assoc :file-position info))))
+    (when (and octets (integerp position) (<= 0 position (length octets)))
+      (let ((start position))
+        (loop while (and (> start 0) (not (token-delimiter-octet-p (aref octets (1- start)))))
+              do (decf start))
+        (if (= start position) (max 0 (1- position)) start)))))
+
+(defun compiler-error-text (condition)
+  "For SBCL's COMPILER-ERROR (a form the compiler could not process, or a file it could not
+read), the text load-system and run-tests show: the compiler's or the reader's own message and
+file:line:column. NIL for any other condition, and for a COMPILE the code runs (tests that check
+what the compiler refuses): only a file the system is built from is the system's error."
+  (let ((class (first (existing-symbols "SB-C" "COMPILER-ERROR"))))
+    (when (and class (typep condition class) *compile-file-truename*)
+      (let ((cause (or (ignore-errors (internal-call "SB-INT" "ENCAPSULATED-CONDITION" condition)) condition)))
+        (if (input-error-p cause)
+            (let* ((file (file-being-processed))
+                   (octets (and file (file-octets file)))
+                   (at (read-error-octet-position cause octets)))
+              (format nil "ERROR: ~A~@[~%  at: ~A~]" (read-error-message cause)
+                      (and file (if at
+                                    (multiple-value-bind (line column) (octet-line-and-column octets at)
+                                      (format nil "~A:~D:~D" file line column))
+                                    file))))
+            (format nil "ERROR: ~A~A" (compiler-message cause) (warning-place (compiler-context))))))))
+
 (defun pending-undefined-warnings ()
   "The undefined-function (and -variable, -type) warnings the current compilation unit holds for
 its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
@@ -102,19 +152,23 @@ its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
 (defun load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
-:STYLE-WARNING-COUNT, :NOTE-COUNT; :STDOUT (text dropped); and :LOAD-ERROR, a report when the load
-failed (its output and warnings are kept)."
+:STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the compiler's errors (a form it could
+not compile, a file it could not read) at file:line:column; :STDOUT (text dropped); and
+:LOAD-ERROR, a report when the load failed (its output and warnings are kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
         ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
         (*agent-session* session)
         (warnings '())
-        (counts (list :warning 0 :style-warning 0 :note 0)))
+        (errors '())
+        (counts (list :error 0 :warning 0 :style-warning 0 :note 0)))
     (labels ((note (category text)
                (incf (getf counts category))
-               (when (and (not (eq category :note)) (< (length warnings) *max-system-warnings*))
-                 (push text warnings)))
+               (case category
+                 (:note)
+                 (:error (when (< (length errors) *max-system-warnings*) (push text errors)))
+                 (t (when (< (length warnings) *max-system-warnings*) (push text warnings)))))
              (record (condition)
                (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
                  (let ((category (typecase condition
@@ -145,7 +199,10 @@ failed (its output and warnings are kept)."
                   (unwind-protect
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
                              (*load-verbose* nil) (*load-print* nil))
-                         (handler-bind ((warning #'record)
+                         (handler-bind ((condition (lambda (condition)
+                                                     (let ((text (compiler-error-text condition)))
+                                                       (when text (note :error text)))))
+                                        (warning #'record)
                                         (sb-ext:compiler-note #'record)
                                         (error (lambda (e)
                                                  (declare (ignore e))
@@ -163,6 +220,8 @@ failed (its output and warnings are kept)."
                   :milliseconds (round (* 1000 (- (get-internal-real-time) started))
                                        internal-time-units-per-second)
                   :warnings (reverse warnings)
+                  :errors (reverse errors)
+                  :error-count (getf counts :error)
                   :warning-count (getf counts :warning)
                   :style-warning-count (getf counts :style-warning)
                   :note-count (getf counts :note)

@@ -1,13 +1,17 @@
-;;;; run-tests: a system's tests (ASDF's TEST-SYSTEM) or one named suite or test, with FiveAM's
-;;;; and Parachute's results read as data: counts, and for each failure its test, form, reason,
-;;;; expected and actual values.
+;;;; run-tests: a system's tests (ASDF's TEST-SYSTEM) or one named suite or test, with FiveAM's,
+;;;; Parachute's and RT's results read as data: counts, and for each failure its test, form,
+;;;; reason, expected and actual values.
 ;;;;
 ;;;; Loaded after systems.lisp, under the rules of helper.lisp. The frameworks are found by name
 ;;;; when the image has them; the helper never loads one. While a run is collecting, these
 ;;;; functions are encapsulated: FiveAM's RUN, to take its results; its PROCESS-FAILURE, to keep
 ;;;; an IS check's expected and actual values, which FiveAM only formats into a text; its
-;;;; ADD-RESULT, to count checks for progress reports; and Parachute's TEST, to take its report.
-;;;; The encapsulations are removed when the last run ends.
+;;;; ADD-RESULT, to count checks for progress reports; Parachute's TEST, to take its report; RT's
+;;;; DO-ENTRY, to take each test's outcome, and its EQUALP-WITH-CASE, to keep the values a test
+;;;; compared; and LOAD, so that a framework the test-op itself loads is encapsulated as soon as
+;;;; it is there. Only the outermost run of each framework is counted: a test that runs FiveAM
+;;;; inside it (FiveAM's own tests do) is one test of the outer run. The encapsulations are
+;;;; removed when the last run ends.
 
 (in-package #:mcp-agent-helper)
 
@@ -25,9 +29,20 @@
 (defvar *test-hooks-users* 0
   "How many run-tests calls need the frameworks' encapsulations now.")
 
+(defvar *fiveam-run-depth* 0
+  "How many FiveAM RUNs this thread is inside: only the outermost one's results are the run's.")
+
+(defvar *parachute-test-depth* 0)
+
+(defvar *rt-entry-depth* 0)
+
+(defvar *rt-comparison* nil
+  "While an RT test runs: NIL, then the (actual expected) values its EQUALP-WITH-CASE compared.")
+
 (defclass test-collection ()
   ((results :initform '() :accessor collection-results)
    (parachute-reports :initform '() :accessor collection-parachute-reports)
+   (rt-outcomes :initform '() :accessor collection-rt-outcomes)
    (expectations :initform '() :accessor collection-expectations)
    (checks :initform 0 :accessor collection-checks)
    (problems :initform 0 :accessor collection-problems)))
@@ -36,15 +51,21 @@
   (and (find-package '#:it.bese.fiveam) (find-symbol name '#:it.bese.fiveam)))
 
 (defun collect-fiveam-run (run &rest arguments)
-  (let ((results (apply run arguments)))
-    (when (and *test-collection* (listp results))
+  (let* ((outermost (zerop *fiveam-run-depth*))
+         (results (let ((*fiveam-run-depth* (1+ *fiveam-run-depth*)))
+                    (apply run arguments))))
+    (when (and outermost *test-collection* (listp results))
       (setf (collection-results *test-collection*) (append (collection-results *test-collection*) results)))
     results))
+
+(defun outermost-fiveam-check-p ()
+  "True while the checks being made are the outermost FiveAM run's, not a run a test started."
+  (and *test-collection* (= *fiveam-run-depth* 1)))
 
 (defun collect-fiveam-expectation (process-failure test-expr &optional reason-format &rest format-arguments)
   "Keeps the values an IS check with a default reason compared: FiveAM passes (actual-form actual
 predicate expected) to its reason's format control."
-  (when (and *test-collection* (stringp reason-format) (search "evaluated to" reason-format)
+  (when (and (outermost-fiveam-check-p) (stringp reason-format) (search "evaluated to" reason-format)
              (= (length format-arguments) 4))
     (destructuring-bind (actual-form actual predicate expected) format-arguments
       (declare (ignore actual-form predicate))
@@ -52,7 +73,7 @@ predicate expected) to its reason's format control."
   (apply process-failure test-expr reason-format format-arguments))
 
 (defun count-fiveam-check (add-result result-type &rest arguments)
-  (when *test-collection*
+  (when (outermost-fiveam-check-p)
     (incf (collection-checks *test-collection*))
     (unless (string= (symbol-name result-type) "TEST-PASSED")
       (incf (collection-problems *test-collection*))))
@@ -62,17 +83,110 @@ predicate expected) to its reason's format control."
   (and (find-package '#:parachute) (find-symbol name '#:parachute)))
 
 (defun collect-parachute-report (test &rest arguments)
-  (let ((report (apply test arguments)))
-    (when *test-collection*
+  (let* ((outermost (zerop *parachute-test-depth*))
+         (report (let ((*parachute-test-depth* (1+ *parachute-test-depth*)))
+                   (apply test arguments))))
+    (when (and outermost *test-collection*)
       (push report (collection-parachute-reports *test-collection*)))
     report))
+
+(defun rt-packages ()
+  "The RT packages this image has: SBCL's SB-RT and the portable RT's REGRESSION-TEST."
+  (remove nil (list (find-package '#:sb-rt) (find-package '#:regression-test))))
+
+(defun rt-package-entries (package)
+  "PACKAGE's RT test entries: *ENTRIES* has a dummy head."
+  (let ((variable (find-symbol "*ENTRIES*" package)))
+    (and variable (boundp variable) (consp (symbol-value variable))
+         (remove nil (rest (symbol-value variable))))))
+
+(defun rt-entry-part (entry part)
+  "PART (:PENDING :NAME :FORM or :VALUES, the expected ones) of the RT test ENTRY: a list
+(pending name form . values) in SB-RT and the classic RT, a structure in later RTs, read with its
+RT's own accessors."
+  (if (consp entry)
+      (ecase part (:pending (first entry)) (:name (second entry)) (:form (third entry)) (:values (cdddr entry)))
+      (let ((accessor (loop with name = (ecase part (:pending "PEND") (:name "NAME") (:form "FORM") (:values "VALS"))
+                            for package in (rt-packages)
+                            for symbol = (find-symbol name package)
+                            when (and symbol (fboundp symbol) (not (macro-function symbol))) return symbol)))
+        (and accessor (ignore-errors (funcall accessor entry))))))
+
+(defun rt-entries ()
+  (loop for package in (rt-packages) append (rt-package-entries package)))
+
+(defun rt-package-of (name)
+  "The RT package that has a test NAME: SB-RT and RT each keep their own."
+  (find-if (lambda (package)
+             (find name (rt-package-entries package) :key (lambda (entry) (rt-entry-part entry :name)) :test #'equal))
+           (rt-packages)))
+
+(defun collect-rt-entry (do-entry entry &rest arguments)
+  "Runs one RT test and keeps its outcome: RT only prints it. What RT printed about a failure is
+kept too: for a test that signalled, it is the only place the condition is named."
+  (if (or (plusp *rt-entry-depth*) (not *test-collection*) (null entry))
+      (let ((*rt-entry-depth* (1+ *rt-entry-depth*)))
+        (apply do-entry entry arguments))
+      (let* ((stream (if arguments (first arguments) *standard-output*))
+             (said (make-string-output-stream))
+             (*rt-comparison* nil)
+             (result (let ((*rt-entry-depth* 1))
+                       (apply do-entry entry (make-broadcast-stream stream said) (rest arguments))))
+             (failed (rt-entry-part entry :pending))
+             (collection *test-collection*))
+        (incf (collection-checks collection))
+        (when failed
+          (incf (collection-problems collection)))
+        (push (list :name (rt-entry-part entry :name) :form (rt-entry-part entry :form)
+                    :expected (rt-entry-part entry :values)
+                    :failed (and failed t) :compared *rt-comparison*
+                    :said (and failed (get-output-stream-string said)))
+              (collection-rt-outcomes collection))
+        result)))
+
+(defun keep-rt-comparison (equalp-with-case actual expected)
+  "Keeps the values the running RT test compared: the first comparison is the whole values list,
+the rest its parts."
+  (when (and *test-collection* (= *rt-entry-depth* 1) (null *rt-comparison*))
+    (setf *rt-comparison* (list actual expected)))
+  (funcall equalp-with-case actual expected))
+
+(defun common-lisp-symbol (name)
+  (find-symbol name '#:common-lisp))
+
+(defun refresh-test-hooks (load &rest arguments)
+  "A framework the run's own code loads (the usual test-op loads FiveAM with the test system) is
+encapsulated once it is loaded, before its first test runs. Only then is the hooks' lock taken:
+a LOAD may hold SBCL's world lock, and most loads bring no framework."
+  (multiple-value-prog1 (apply load arguments)
+    (when (test-hooks-missing-p)
+      (change-test-hooks 0))))
+
+(defun test-hooks-missing-p ()
+  "Whether a run needs the encapsulations and a framework function loaded since lacks its own."
+  (and (plusp *test-hooks-users*)
+       (loop for (finder name hook) in *framework-hooks*
+             for symbol = (funcall finder name)
+             thereis (and symbol (fboundp symbol)
+                          (not (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook))))))
 
 (defparameter *framework-hooks*
   '((fiveam-symbol "RUN" collect-fiveam-run)
     (fiveam-symbol "PROCESS-FAILURE" collect-fiveam-expectation)
     (fiveam-symbol "ADD-RESULT" count-fiveam-check)
-    (parachute-symbol "TEST" collect-parachute-report))
-  "(finder name hook): the framework functions encapsulated while a run collects.")
+    (parachute-symbol "TEST" collect-parachute-report)
+    (sb-rt-symbol "DO-ENTRY" collect-rt-entry)
+    (sb-rt-symbol "EQUALP-WITH-CASE" keep-rt-comparison)
+    (portable-rt-symbol "DO-ENTRY" collect-rt-entry)
+    (portable-rt-symbol "EQUALP-WITH-CASE" keep-rt-comparison)
+    (common-lisp-symbol "LOAD" refresh-test-hooks))
+  "(finder name hook): the functions encapsulated while a run collects.")
+
+(defun sb-rt-symbol (name)
+  (and (find-package '#:sb-rt) (find-symbol name '#:sb-rt)))
+
+(defun portable-rt-symbol (name)
+  (and (find-package '#:regression-test) (find-symbol name '#:regression-test)))
 
 (defun change-test-hooks (delta)
   "Counts a run that starts (DELTA 1) or ends (-1), then makes the encapsulations present while
@@ -91,9 +205,13 @@ a framework in), and absent otherwise."
 
 (defun test-frameworks ()
   "The test frameworks this image has loaded, by name."
-  (loop for (package . name) in '(("IT.BESE.FIVEAM" . "FiveAM") ("PARACHUTE" . "Parachute")
-                                  ("ROVE" . "Rove") ("LISP-UNIT2" . "lisp-unit2"))
-        when (find-package package) collect name))
+  (loop for (packages . name) in '((("IT.BESE.FIVEAM") . "FiveAM") (("PARACHUTE") . "Parachute")
+                                   (("SB-RT" "REGRESSION-TEST") . "RT")
+                                   (("ROVE") . "Rove") (("LISP-UNIT2") . "lisp-unit2"))
+        when (some #'find-package packages) collect name))
+
+(defparameter *frameworks-read* '("FiveAM" "Parachute" "RT")
+  "The frameworks whose runs run-tests reads; others are only named.")
 
 (defun fiveam-result-kind (result)
   (let ((names (mapcar (lambda (class) (symbol-name (class-name class)))
@@ -161,20 +279,43 @@ folded into one space."
                    (progn (when blank (write-char #\Space out) (setf blank nil))
                           (write-char char out)))))))
 
+
+(defun test-framework-of (symbol)
+  "The framework (:FIVEAM, :PARACHUTE or :RT) that has a suite or test named SYMBOL, or NIL."
+  (cond ((not (and symbol (symbolp symbol) (not (keywordp symbol)))) nil)
+        ((and (fiveam-symbol "GET-TEST") (funcall (fiveam-symbol "GET-TEST") symbol)) :fiveam)
+        ((and (parachute-symbol "FIND-TEST") (ignore-errors (funcall (parachute-symbol "FIND-TEST") symbol)))
+         :parachute)
+        ((rt-package-of symbol) :rt)))
+
+(defun tests-near (name home)
+  "\" Did you mean ...?\" with the suites and tests whose names are near NAME, or \"\"."
+  (let ((rt-names (make-hash-table :test 'eq)))
+    (dolist (entry (rt-entries))
+      (let ((name (rt-entry-part entry :name)))
+        (when (symbolp name)
+          (setf (gethash name rt-names) t))))
+    (missing-symbol-hint name home
+                         (lambda (symbol)
+                           (or (gethash symbol rt-names)
+                               (member (test-framework-of symbol) '(:fiveam :parachute)))))))
+
 (defun find-named-test (text package)
-  "The framework (:FIVEAM or :PARACHUTE) and the symbol of the suite or test TEXT names."
-  (let ((symbol (find-existing-symbol text package)))
-    (cond ((and (fiveam-symbol "GET-TEST") (funcall (fiveam-symbol "GET-TEST") symbol))
-           (values :fiveam symbol))
-          ((and (parachute-symbol "FIND-TEST") (funcall (parachute-symbol "FIND-TEST") symbol))
-           (values :parachute symbol))
-          (t (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute); ~
-                    frameworks loaded: ~:*~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
-                    test~;~:*~{~A~^ or ~}~]."
-                   (name-text symbol package)
-                   (remove-if-not (lambda (name) (member name '("FiveAM" "Parachute") :test #'string=))
-                                  (test-frameworks))
-                   (test-frameworks))))))
+  "The framework (:FIVEAM, :PARACHUTE or :RT) and the symbol of the suite or test TEXT names."
+  (multiple-value-bind (symbol found name home) (find-named-symbol text package)
+    (unless found
+      (fail "Symbol ~A not found in package ~A.~A" name (package-display-name home) (tests-near name home)))
+    (let ((framework (test-framework-of symbol))
+          (frameworks (test-frameworks)))
+      (unless framework
+        (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute, RT); ~
+               frameworks loaded: ~:*~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
+               test~;~:*~{~A~^, ~}~].~A"
+              (name-text symbol package)
+              (intersection frameworks *frameworks-read* :test #'string=)
+              frameworks
+              (tests-near name home)))
+      (values framework symbol))))
 
 (defun parachute-report (reports package)
   "The counts and failures of Parachute's REPORTS: checks (results that are not whole tests) by
@@ -221,6 +362,50 @@ status, and each failed check with the test it is in."
             :failures (nreverse failures)
             :failures-dropped (max 0 (- failure-count *max-test-failures*))))))
 
+(defun rt-values-text (values package)
+  "An RT test's values as one text: the value, or (VALUES a b) for several."
+  (print-briefly (if (= (length values) 1) (first values) (cons 'values values)) :package package))
+
+(defun rt-actual-text (said)
+  "What RT printed as a failed test's actual value (for a test that signalled, the condition):
+the text after \"Actual value: \" or \"Actual values: \" up to its closing full stop."
+  (let* ((start (search "Actual value" said))
+         (colon (and start (position #\: said :start start)))
+         (end (and colon (search (format nil ".~%") said :start2 colon))))
+    (and colon (string-trim '(#\Space #\Newline) (one-line (subseq said (1+ colon) (or end (length said))) 300)))))
+
+(defun rt-report (outcomes package)
+  "The counts and failures of RT's OUTCOMES (one per test run; RT has one check per test): a test
+whose values differ from the expected ones failed, one that signalled an error is an error."
+  (let ((counts (list :passed 0 :failed 0 :errors 0))
+        (failures '())
+        (failure-count 0))
+    (dolist (outcome (reverse outcomes))
+      (destructuring-bind (&key name form expected failed compared said) outcome
+        (cond ((not failed) (incf (getf counts :passed)))
+              (t
+               ;; RT compares the values only when the test returned: no comparison, it signalled.
+               ;; (A later RT's deftest may name its own :TEST, whose comparison is not seen:
+               ;; its failures count as errors.)
+               (let ((kind (if compared :failed :errors)))
+                 (incf (getf counts kind))
+                 (incf failure-count)
+                 (when (<= failure-count *max-test-failures*)
+                   (push (list :kind (if compared "failure" "error")
+                               :test (print-briefly name :package package)
+                               :form (print-form-briefly form)
+                               :reason (and (not compared)
+                                            (format nil "The test signalled ~A." (or (rt-actual-text said) "an error")))
+                               :expected (rt-values-text expected package)
+                               :actual (and compared (rt-values-text (first compared) package)))
+                         failures)))))))
+    (list :framework "RT"
+          :tests (length outcomes)
+          :passed (getf counts :passed) :failed (getf counts :failed)
+          :errors (getf counts :errors) :skipped 0
+          :failures (nreverse failures)
+          :failures-dropped (max 0 (- failure-count *max-test-failures*)))))
+
 (defun muffle-if-possible (warning)
   "Muffles WARNING when it can be (a warning SIGNALled rather than WARNed has no MUFFLE-WARNING
 restart): compiling the system under test is not what the reply is about."
@@ -237,10 +422,10 @@ restart): compiling the system under test is not what the reply is about."
                                  (collection-problems collection))))))
 
 (defun run-tests (system &key suite test package session token (max-output 65536))
-  "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or TEST named, or
-without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Returns (:SYSTEM :RAN
-:FRAMEWORKS :MILLISECONDS :RESULTS reports, one per framework that ran, :STDOUT (text dropped)
-:ERROR report-or-NIL)."
+  "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or the FiveAM,
+Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to
+:STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS reports, one per framework that
+ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
          ;; What the tests start runs as the agent's (see observe.lisp).
@@ -248,6 +433,7 @@ without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Return
          (collection (make-instance 'test-collection))
          (started (get-internal-real-time))
          (target-package nil)
+         (compiler-errors '())
          (ran nil))
     (setf (gethash session *test-runs*) collection)
     (change-test-hooks 1)
@@ -264,21 +450,32 @@ without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Return
                     (let ((*test-collection* collection)
                           (*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
                           (*journal-additions* nil))
-                      (handler-bind ((warning #'muffle-if-possible))
-                        (funcall (asdf-function "LOAD-SYSTEM") system))
-                      ;; Loading may have brought a framework in.
-                      (change-test-hooks 0)
-                      (cond ((or suite test)
-                             (multiple-value-bind (framework name) (find-named-test (or suite test) target-package)
-                               (setf ran (format nil "~:[FiveAM~;Parachute~] ~:[suite~;test~] ~A"
-                                                 (eq framework :parachute) test (name-text name target-package)))
-                               (if (eq framework :fiveam)
-                                   (funcall (fiveam-symbol "RUN") name)
-                                   (funcall (parachute-symbol "TEST") name :report (parachute-symbol "PLAIN")))))
-                            (t
-                             (setf ran (format nil "asdf:test-system ~S" system))
-                             (handler-bind ((warning #'muffle-if-possible))
-                               (funcall (asdf-function "TEST-SYSTEM") system)))))
+                      (flet ((building (function)
+                               ;; The system's warnings are not what the reply is about; the
+                               ;; compiler's errors say why it could not be built.
+                               (handler-bind ((warning #'muffle-if-possible)
+                                              (condition (lambda (condition)
+                                                           (let ((text (compiler-error-text condition)))
+                                                             (when text (push text compiler-errors))))))
+                                 (funcall function))))
+                        (building (lambda () (funcall (asdf-function "LOAD-SYSTEM") system)))
+                        ;; Loading may have brought a framework in.
+                        (change-test-hooks 0)
+                        (cond ((or suite test)
+                               (multiple-value-bind (framework name) (find-named-test (or suite test) target-package)
+                                 (when (and suite (eq framework :rt))
+                                   (fail "~A is an RT test, and RT has no suites: give it as test, or run the ~
+                                          system's tests without suite." (name-text name target-package)))
+                                 (setf ran (format nil "~A ~:[suite~;test~] ~A"
+                                                   (ecase framework (:fiveam "FiveAM") (:parachute "Parachute") (:rt "RT"))
+                                                   test (name-text name target-package)))
+                                 (ecase framework
+                                   (:fiveam (funcall (fiveam-symbol "RUN") name))
+                                   (:parachute (funcall (parachute-symbol "TEST") name :report (parachute-symbol "PLAIN")))
+                                   (:rt (funcall (find-symbol "DO-TEST" (rt-package-of name)) name)))))
+                              (t
+                               (setf ran (format nil "asdf:test-system ~S" system))
+                               (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system)))))))
                     (list :ok t))
                   :stdout stdout)
               (change-test-hooks -1)
@@ -293,6 +490,11 @@ without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Return
                            (append (and (collection-results collection)
                                         (list (fiveam-report collection package)))
                                    (and (collection-parachute-reports collection)
-                                        (list (parachute-report (collection-parachute-reports collection) package)))))
+                                        (list (parachute-report (collection-parachute-reports collection) package)))
+                                   (and (collection-rt-outcomes collection)
+                                        (list (rt-report (collection-rt-outcomes collection) package)))))
+                :compiler-errors (reverse compiler-errors)
                 :stdout (capture-report stdout)
-                :error (getf result :error))))))
+                ;; Not :ERROR, which the server takes for a failure of the whole call: the
+                ;; output and counts of a run that failed half-way are the reply too.
+                :run-error (without-asdf-frames (getf result :error)))))))

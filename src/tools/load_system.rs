@@ -20,7 +20,8 @@ fn definition() -> ToolDefinition {
         title: "Load an ASDF system",
         description:
             "Load an ASDF system and its dependencies (asdf:load-system), compiling what is out of date; replies with \
-            the time, the compiler's messages and the output. Sends progress; limit 10 minutes.",
+            the time, the compiler's errors and warnings at file:line:column, and the output. Sends progress; limit \
+            10 minutes.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
@@ -74,6 +75,10 @@ struct LoadReport {
     pub forced: bool,
     pub was_loaded: bool,
     pub milliseconds: u64,
+    /// The compiler's errors (a form it could not compile, a file it could not read): ASDF's
+    /// COMPILE-FILE-ERROR only says that there were some.
+    pub errors: Vec<String>,
+    pub error_count: u64,
     pub warnings: Vec<String>,
     pub warning_count: u64,
     pub style_warning_count: u64,
@@ -86,6 +91,15 @@ impl LoadReport {
     pub fn render(&self, max_output: usize) -> String {
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut sections = Vec::new();
+        // The compiler's own messages say why; ASDF's COMPILE-FILE-ERROR only says that.
+        if !self.errors.is_empty() {
+            let mut section = format!("[errors]\n{}", self.errors.join("\n"));
+            let rest = self.error_count.saturating_sub(self.errors.len() as u64);
+            if rest > 0 {
+                section.push_str(&format!("\n[... {rest} more errors not shown]"));
+            }
+            sections.push(section);
+        }
         if let Some(error) = &self.load_error {
             sections.push(error.render());
         }
@@ -98,8 +112,13 @@ impl LoadReport {
                 self.system
             ),
         };
+        let errors = if self.error_count > 0 {
+            format!("{}, ", plural(self.error_count, "error", "errors"))
+        } else {
+            String::new()
+        };
         sections.push(format!(
-            "{verdict}\n{}, {}, {}.",
+            "{verdict}\n{errors}{}, {}, {}.",
             plural(self.warning_count, "warning", "warnings"),
             plural(self.style_warning_count, "style-warning", "style-warnings"),
             plural(self.note_count, "compiler note", "compiler notes"),
@@ -130,6 +149,8 @@ impl LoadReport {
             "loaded": self.load_error.is_none(),
             "was_loaded": self.was_loaded,
             "milliseconds": self.milliseconds,
+            "errors": self.errors,
+            "error_count": self.error_count,
             "warnings": self.warnings,
             "warning_count": self.warning_count,
             "style_warning_count": self.style_warning_count,
@@ -153,7 +174,7 @@ mod tests {
     use crate::tools::ToolError;
 
     const ALEXANDRIA: &str =
-        "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
+        "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :errors () :error-count 0 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
          :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
 
     fn report(reply: &str) -> Result<LoadReport, ToolError> {
@@ -171,7 +192,7 @@ mod tests {
     #[test]
     fn a_failed_load_leads_with_the_error() {
         let output = report(
-            "(:system \"bad\" :was-loaded nil :milliseconds 10 :warnings nil :warning-count 0 :style-warning-count 0 :note-count 0 \
+            "(:system \"bad\" :was-loaded nil :milliseconds 10 :errors nil :error-count 0 :warnings nil :warning-count 0 :style-warning-count 0 :note-count 0 \
              :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil :restarts nil))",
         )
         .unwrap()
