@@ -93,24 +93,33 @@ pub fn cannot_ask(tool: &str, version: &str) -> ToolOutput {
 /// `shown` (from [`what_it_does`]).
 pub async fn ask_emacs(
     toolbox: &Arc<Toolbox>,
-    tool: &str,
+    (tool, client): (&str, &str),
     arguments: &Option<Value>,
     shown: String,
     version: &str,
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
-    match toolbox.ask_emacs(arguments, tool, shown, limit, cancel.clone()).await {
+    match toolbox.ask_emacs(arguments, (tool, client), shown, limit, cancel.clone()).await {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
         Ok(EmacsVerdict::No) => Verdict::Refused(declined(tool)),
         Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, version)),
+        Ok(EmacsVerdict::Timeout) => Verdict::Refused(unanswered(tool, limit)),
         Err(error) => Verdict::Refused(ToolOutput::error(format!(
             "{tool} was not run: asking for approval in Emacs failed. {}",
             error.0
         ))),
     }
+}
+
+fn unanswered(tool: &str, limit: Duration) -> ToolOutput {
+    ToolOutput::error(format!(
+        "{tool} was not run: the user did not answer the approval request within {} s (--confirm-timeout). Nothing \
+         changed.",
+        limit.as_secs()
+    ))
 }
 
 fn declined(tool: &str) -> ToolOutput {
@@ -150,11 +159,7 @@ pub async fn ask(
     let answer = tokio::select! {
         answer = requests.request("elicitation/create", params) => answer,
         _ = cancel.cancelled() => return Verdict::Cancelled,
-        _ = tokio::time::sleep(limit) => return Verdict::Refused(ToolOutput::error(format!(
-            "{tool} was not run: the user did not answer the approval request within {} s (--confirm-timeout). \
-             Nothing changed.",
-            limit.as_secs()
-        ))),
+        _ = tokio::time::sleep(limit) => return Verdict::Refused(unanswered(tool, limit)),
     };
     let not_run =
         |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
