@@ -258,3 +258,26 @@ async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
     let mut other = client_without_confirm().await;
     assert_eq!(eval(&mut other, "(boundp '*answered-too-late*)").await, "=> NIL");
 }
+
+#[tokio::test]
+async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shapes.lisp");
+    std::fs::write(&file, "(in-package :cl-user)\n\n(defun shown-area (r)\n  (* r r))\n\n(defun shown-other () 1)\n").unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "load-form,load-file", "--root", root]).await;
+    let path = file.to_str().unwrap();
+    send_call(&mut client, 8, "load-form", json!({"file_path": path, "form_type": "defun", "form_name": "shown-area"})).await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(message.contains("Compiles defun shown-area from shapes.lisp:3-4 into the image:\n(defun shown-area (r)\n  (* r r))\n"), "{message}");
+    assert!(!message.contains("shown-other") && !message.contains("form_name"), "{message}");
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
+    send_call(&mut client, 9, "load-file", json!({"file_path": path})).await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(message.contains("Compiles and loads the file shapes.lisp:\n(in-package :cl-user)\n") && message.contains("(defun shown-other () 1)"), "{message}");
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
+}
