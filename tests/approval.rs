@@ -227,7 +227,8 @@ fn approval_id(message: &str) -> u64 {
 async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
     let mut emacs = Emacs::in_approval_mode().await;
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
-    send_call(&mut client, 5, "evaluate-lisp", json!({"code": "(defparameter *answered-after-two-seconds* :ran)"})).await;
+    send_call(&mut client, 5, "evaluate-lisp", json!({"code": "(defparameter *answered-after-two-seconds* :ran)"}))
+        .await;
     let asked = emacs.told(":approval", "*answered-after-two-seconds*").await;
     assert!(asked.contains(":client \"approval-tests\"") && asked.contains("*answered-after-two-seconds*"), "{asked}");
     // Past the one second after which every approval used to fail.
@@ -263,21 +264,32 @@ async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
 async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("shapes.lisp");
-    std::fs::write(&file, "(in-package :cl-user)\n\n(defun shown-area (r)\n  (* r r))\n\n(defun shown-other () 1)\n").unwrap();
+    std::fs::write(&file, "(in-package :cl-user)\n\n(defun shown-area (r)\n  (* r r))\n\n(defun shown-other () 1)\n")
+        .unwrap();
     let root = dir.path().to_str().unwrap();
     let mut client = client(&["--confirm", "load-form,load-file", "--root", root]).await;
     let path = file.to_str().unwrap();
-    send_call(&mut client, 8, "load-form", json!({"file_path": path, "form_type": "defun", "form_name": "shown-area"})).await;
+    send_call(&mut client, 8, "load-form", json!({"file_path": path, "form_type": "defun", "form_name": "shown-area"}))
+        .await;
     let asked = elicitation(&mut client).await;
     let message = asked["params"]["message"].as_str().unwrap();
-    assert!(message.contains("Compiles defun shown-area from shapes.lisp:3-4 into the image:\n(defun shown-area (r)\n  (* r r))\n"), "{message}");
+    assert!(
+        message.contains(
+            "Compiles defun shown-area from shapes.lisp:3-4 into the image:\n(defun shown-area (r)\n  (* r r))\n"
+        ),
+        "{message}"
+    );
     assert!(!message.contains("shown-other") && !message.contains("form_name"), "{message}");
     client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
     assert!(is_error(&client.receive().await));
     send_call(&mut client, 9, "load-file", json!({"file_path": path})).await;
     let asked = elicitation(&mut client).await;
     let message = asked["params"]["message"].as_str().unwrap();
-    assert!(message.contains("Compiles and loads the file shapes.lisp:\n(in-package :cl-user)\n") && message.contains("(defun shown-other () 1)"), "{message}");
+    assert!(
+        message.contains("Compiles and loads the file shapes.lisp:\n(in-package :cl-user)\n")
+            && message.contains("(defun shown-other () 1)"),
+        "{message}"
+    );
     client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
     assert!(is_error(&client.receive().await));
 }

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::client_requests::{ClientRequests, RequestFailed};
-use crate::tools::image_approval::EmacsVerdict;
 use crate::source::LoadPlan;
+use crate::tools::image_approval::EmacsVerdict;
 use crate::tools::{read_limit, Arguments, ToolOutput, Toolbox};
 
 /// Stands for every offered tool that is not read-only in `--confirm`.
@@ -231,10 +231,18 @@ pub async fn what_it_does(
 
 /// The text `load-form` or `load-file` would compile, read as the tool reads it: the whole file,
 /// or the lines of the one definition with where they are.
-fn loaded_text(toolbox: &Toolbox, tool: &str, file_path: &str, arguments: &Option<Value>) -> Result<String, ToolOutput> {
+fn loaded_text(
+    toolbox: &Toolbox,
+    tool: &str,
+    file_path: &str,
+    arguments: &Option<Value>,
+) -> Result<String, ToolOutput> {
     let refused = |error: String| ToolOutput::error(format!("{tool} was not run: {error}"));
     let args = Arguments::from_value(arguments.clone()).map_err(|e| refused(e.0))?;
-    let file = toolbox.roots().read(Path::new(file_path), read_limit(&args).map_err(|e| refused(e.0))?).map_err(|e| refused(e.to_string()))?;
+    let file = toolbox
+        .roots()
+        .read(Path::new(file_path), read_limit(&args).map_err(|e| refused(e.0))?)
+        .map_err(|e| refused(e.to_string()))?;
     let text = String::from_utf8_lossy(&file.bytes);
     if tool == "load-file" {
         return Ok(format!("Compiles and loads the file {}:\n{text}", file.shown));
@@ -247,7 +255,8 @@ fn loaded_text(toolbox: &Toolbox, tool: &str, file_path: &str, arguments: &Optio
     let Some(target) = plan.targets.first() else {
         return Err(refused(format!("no {form_type} {form_name} in {}.", file.shown)));
     };
-    let lines: Vec<&str> = text.lines().skip(target.lines.first - 1).take(target.lines.last + 1 - target.lines.first).collect();
+    let lines: Vec<&str> =
+        text.lines().skip(target.lines.first - 1).take(target.lines.last + 1 - target.lines.first).collect();
     Ok(format!(
         "Compiles {} from {}:{}-{} into the image:\n{}",
         target.described,

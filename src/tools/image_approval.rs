@@ -65,7 +65,8 @@ impl Toolbox {
         // The image ends the wait itself at `limit`, so that an answer is taken or refused in one
         // place (an answer after that is told "already ended"); this margin only guards against
         // an image that stopped answering.
-        let reply = context.call_helper_within(&args, "request-approval", request, limit + IMAGE_MARGIN, advice).await?;
+        let reply =
+            context.call_helper_within(&args, "request-approval", request, limit + IMAGE_MARGIN, advice).await?;
         Ok(decode::<Reply>("request-approval", &reply)?.verdict)
     }
 }
