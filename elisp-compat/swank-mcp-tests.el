@@ -46,6 +46,8 @@
 (declare-function slime-output-buffer "ext:slime-repl" (&optional noprompt))
 (declare-function sly "ext:sly" (&optional command coding-system interactive))
 (declare-function sly-mrepl--find-buffer "ext:sly-mrepl" (&optional connection thread))
+(declare-function sly--events-buffer "ext:sly" (process))
+(declare-function slime-events-buffer "ext:slime" ())
 (defvar inferior-lisp-program)
 (defvar slime-repl-history-file)
 (defvar slime-background-message-function)
@@ -342,43 +344,140 @@ What it writes collects in the process buffer, one JSON message a line."
   (swank-mcp-tests--eval `(cl:let ((symbol (cl:find-symbol ,name "COMMON-LISP-USER")))
                             (cl:if (cl:and symbol (cl:boundp symbol)) (cl:symbol-value symbol) :unbound))))
 
+(defun swank-mcp-tests--idle (seconds)
+  "Serve the connections for SECONDS, as an Emacs whose user reads does."
+  (let ((end (+ (float-time) seconds)))
+    (while (< (float-time) end)
+      (accept-process-output nil 0.05))))
+
+(defun swank-mcp-tests--prompt (pattern &optional seconds)
+  "The approval buffer once it shows text matching PATTERN, within SECONDS."
+  (swank-mcp-tests--wait (format "the approval prompt %S" pattern)
+                         (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+                                      (and buffer
+                                           (with-current-buffer buffer (string-match-p pattern (buffer-string)))
+                                           buffer)))
+                         seconds))
+
+(defun swank-mcp-tests--last-message ()
+  "The last line of *Messages*."
+  (with-current-buffer (messages-buffer)
+    (save-excursion
+      (goto-char (point-max))
+      (skip-chars-backward "\n")
+      (buffer-substring-no-properties (line-beginning-position) (point)))))
+
+(defmacro swank-mcp-tests--with-approvals (bindings &rest body)
+  "Run BODY with approval mode on and an MCP server for the port opened.
+BINDINGS is (SERVER . ARGUMENTS): SERVER is bound to the server, started
+with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
+  (declare (indent 1) (debug t))
+  `(swank-mcp-tests--with-port
+     (let ((port (swank-mcp-start))
+           (,(car bindings) nil))
+       (swank-mcp-approval-mode 1)
+       (unwind-protect
+           (progn
+             (setq ,(car bindings) (apply #'swank-mcp-tests--mcp-start port (list ,@(cdr bindings))))
+             (swank-mcp-tests--mcp-initialize ,(car bindings))
+             (swank-mcp-tests--wait "the approval subscription"
+                                    (lambda () (cl-every (lambda (subscribed)
+                                                           (swank-mcp--subscribed-p (nth 1 subscribed) (nth 2 subscribed)))
+                                                         swank-mcp--approval-channels)))
+             ,@body)
+         (swank-mcp-approval-mode -1)
+         (when ,(car bindings) (delete-process ,(car bindings)))))))
+
+(defun swank-mcp-tests--response-ok (server id)
+  "Check that SERVER's response to ID is a success; return its text."
+  (let ((response (swank-mcp-tests--mcp-response server id)))
+    (should (eq (alist-get 'isError (alist-get 'result response)) :json-false))
+    (swank-mcp-tests--result-text response)))
+
 (ert-deftest swank-mcp-approval-mode-waits-for-the-users-answer ()
-  (swank-mcp-tests--with-port
-    (let ((port (swank-mcp-start))
-          (server nil))
-      (swank-mcp-approval-mode 1)
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    ;; n: declined, and nothing changed in the image.
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :first)")))
+    (with-current-buffer (swank-mcp-tests--prompt ":first")
+      ;; Named by its MCP client, shown with its code, in the selected window.
+      (should (string-match-p "\\`ert asks to run evaluate-lisp\\.$" (buffer-string)))
+      (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
+      (should (eq (window-buffer (selected-window)) (current-buffer)))
+      (should (eq (swank-mcp-decline) :taken)))
+    (let ((response (swank-mcp-tests--mcp-response server 2)))
+      (should (eq (alist-get 'isError (alist-get 'result response)) t))
+      (should (string-match-p "declined by the user" (swank-mcp-tests--result-text response))))
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :unbound))
+    ;; y: it runs.
+    (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :second)")))
+    (with-current-buffer (swank-mcp-tests--prompt ":second")
+      (should (eq (swank-mcp-approve) :taken))
+      (should (string-match-p "evaluate-lisp approved" (swank-mcp-tests--last-message))))
+    (swank-mcp-tests--response-ok server 3)
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :second))
+    (should-not (get-buffer swank-mcp--approval-buffer-name))
+    (should-not (string-match-p "swank-mcp-approval" (swank-mcp-tests--repl-text)))))
+
+(defun swank-mcp-tests--answer-after (seconds)
+  "Approve a call SECONDS after its prompt shows; check that it ran."
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp"
+                                           "--confirm-timeout" (format "%ds" (+ seconds 30)))
+    (let ((code (format "(defparameter *swank-mcp-approved-after-%d* :ran)" seconds)))
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" `((code . ,code)))
+      (with-current-buffer (swank-mcp-tests--prompt (regexp-quote code))
+        (swank-mcp-tests--idle seconds)
+        (should (eq (swank-mcp-approve) :taken)))
+      (should (equal (swank-mcp-tests--response-ok server 2)
+                     (format "=> *SWANK-MCP-APPROVED-AFTER-%d*" seconds)))
+      (should (eq (swank-mcp-tests--image-value (format "*SWANK-MCP-APPROVED-AFTER-%d*" seconds)) :ran)))))
+
+(ert-deftest swank-mcp-approval-answered-after-3-seconds-runs ()
+  (swank-mcp-tests--answer-after 3))
+
+(ert-deftest swank-mcp-approval-answered-after-60-seconds-runs ()
+  (swank-mcp-tests--answer-after 60))
+
+(ert-deftest swank-mcp-approval-answered-too-late-runs-nothing ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp" "--confirm-timeout" "2s")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-too-late* :ran)")))
+    (with-current-buffer (swank-mcp-tests--prompt "swank-mcp-too-late")
+      ;; The user reads past the time limit while Emacs does nothing else, so that the prompt
+      ;; is still up when y is pressed.
+      (call-process "sleep" nil nil nil "3")
+      (should (eq (swank-mcp-approve) :ended))
+      (should (string-match-p "already ended; nothing ran" (swank-mcp-tests--last-message))))
+    (let ((response (swank-mcp-tests--mcp-response server 2)))
+      (should (eq (alist-get 'isError (alist-get 'result response)) t))
+      (should (string-match-p "did not answer the approval request within 2 s" (swank-mcp-tests--result-text response))))
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TOO-LATE*") :unbound))
+    ;; Unanswered, the prompt goes when the request ends.
+    (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-unanswered* :ran)")))
+    (swank-mcp-tests--prompt "swank-mcp-unanswered")
+    (let ((response (swank-mcp-tests--mcp-response server 3)))
+      (should (eq (alist-get 'isError (alist-get 'result response)) t)))
+    (swank-mcp-tests--wait "the stale prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))) 1)
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-UNANSWERED*") :unbound))))
+
+(ert-deftest swank-mcp-approvals-waiting-together-are-counted ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (let ((activity (swank-mcp-activity)))
       (unwind-protect
           (progn
-            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
-            (swank-mcp-tests--mcp-initialize server)
-            ;; n: declined, and nothing changed in the image.
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :first)")))
-            (let ((buffer (swank-mcp-tests--wait "the approval buffer"
-                                                 (lambda () (get-buffer swank-mcp--approval-buffer-name)))))
-              (with-current-buffer buffer
-                (should (string-match-p "asks to run evaluate-lisp" (buffer-string)))
-                (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
-                (swank-mcp-decline)))
-            (let ((response (swank-mcp-tests--mcp-response server 2)))
-              (should (eq (alist-get 'isError (alist-get 'result response)) t))
-              (should (string-match-p "declined by the user" (swank-mcp-tests--result-text response))))
-            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :unbound))
-            ;; y: it runs.
-            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :second)")))
-            (with-current-buffer (swank-mcp-tests--wait
-                                  "the second approval"
-                                  (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
-                                               (and buffer (with-current-buffer buffer
-                                                             (string-match-p ":second" (buffer-string)))
-                                                    buffer))))
+            (display-buffer activity)
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-first-of-two* 1)")))
+            (swank-mcp-tests--prompt "first-of-two")
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-second-of-two* 2)")))
+            (with-current-buffer (swank-mcp-tests--prompt "(1 of 2 waiting)")
+              (should (string-match-p "first-of-two" (buffer-string)))
+              ;; The prompt is beside the activity buffer, not in its place.
+              (should (get-buffer-window activity))
               (swank-mcp-approve))
-            (let ((response (swank-mcp-tests--mcp-response server 3)))
-              (should (eq (alist-get 'isError (alist-get 'result response)) :json-false)))
-            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :second))
-            (should-not (get-buffer swank-mcp--approval-buffer-name))
-            (should-not (string-match-p "swank-mcp-approval" (swank-mcp-tests--repl-text))))
-        (swank-mcp-approval-mode -1)
-        (when server (delete-process server))))))
+            (with-current-buffer (swank-mcp-tests--prompt "second-of-two")
+              (should-not (string-match-p "of 2" (buffer-string)))
+              (swank-mcp-approve))
+            (swank-mcp-tests--response-ok server 2)
+            (swank-mcp-tests--response-ok server 3))
+        (kill-buffer activity)))))
 
 (ert-deftest swank-mcp-without-approval-mode-a-confirmed-call-is-refused ()
   (swank-mcp-tests--with-port
@@ -401,15 +500,10 @@ What it writes collects in the process buffer, one JSON message a line."
            (buffer (swank-mcp-activity)))
       (unwind-protect
           (progn
-            ;; The first poll tells the image that Emacs watches.
-            (swank-mcp-tests--wait "the first poll"
+            (swank-mcp-tests--wait "the activity subscription"
                                    (lambda () (with-current-buffer buffer
-                                                (and (not swank-mcp--activity-polling)
-                                                     (swank-mcp-tests--eval
-                                                      '(cl:let ((s (cl:and (cl:find-package "MCP-AGENT-HELPER")
-                                                                         (cl:find-symbol "*ACTIVITY-WATCHED-UNTIL*"
-                                                                                         "MCP-AGENT-HELPER"))))
-                                                         (cl:and s (cl:boundp s) (cl:> (cl:symbol-value s) 0))))))))
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
             ;; Each `eval' below is a server of its own: the feed outlives them.
             (dolist (marker '("first-activity-marker" "second-activity-marker"))
               (let ((result (swank-mcp-tests--run port "eval" (format "(list :%s (+ 1 2))" marker))))
@@ -433,7 +527,92 @@ What it writes collects in the process buffer, one JSON message a line."
       ;; Closed: the image records nothing any more.
       (swank-mcp-tests--wait "the image to stop recording"
                              (lambda () (swank-mcp-tests--eval
-                                         '(cl:not (cl:funcall (cl:find-symbol "ACTIVITY-WATCHED-P" "MCP-AGENT-HELPER")))))))))
+                                         '(cl:not (cl:funcall (cl:find-symbol "TOLD-P" "MCP-AGENT-HELPER") :activity))))))))
+
+(defun swank-mcp-tests--mailbox-count ()
+  "How many mailboxes the image's server keeps.
+It keeps one for each thread that exchanged a message."
+  (swank-mcp-tests--eval (if (eq swank-mcp-tests--backend 'sly)
+                             '(cl:length (cl:symbol-value (cl:find-symbol "*MAILBOXES*" "SLYNK-SBCL")))
+                           '(cl:length (cl:symbol-value (cl:find-symbol "*MAILBOXES*" "SWANK/SBCL"))))))
+
+(defun swank-mcp-tests--events-size ()
+  "The size of the connection's event log (*slime-events*, or SLY's)."
+  (with-current-buffer (if (eq swank-mcp-tests--backend 'sly)
+                           (sly--events-buffer swank-mcp-tests--connection)
+                         (slime-events-buffer))
+    (buffer-size)))
+
+(ert-deftest swank-mcp-an-idle-activity-buffer-and-approval-mode-cost-nothing ()
+  (swank-mcp-tests--with-port
+    (let* ((port (swank-mcp-start))
+           (buffer (swank-mcp-activity)))
+      (swank-mcp-approval-mode 1)
+      (unwind-protect
+          (progn
+            ;; An agent has loaded the helper and gone.
+            (should (eql 0 (car (swank-mcp-tests--run port "eval" "(+ 1 2)"))))
+            (swank-mcp-tests--idle 1)
+            (let ((mailboxes (swank-mcp-tests--mailbox-count))
+                  (events (swank-mcp-tests--events-size)))
+              (swank-mcp-tests--idle 10)
+              (should (equal (swank-mcp-tests--events-size) events))
+              ;; The count itself is a request of its own, whose thread may add one.
+              (should (<= (swank-mcp-tests--mailbox-count) (1+ mailboxes)))))
+        (swank-mcp-approval-mode -1)
+        (kill-buffer buffer)))))
+
+(defun swank-mcp-tests--milliseconds-until (predicate)
+  "Milliseconds until PREDICATE holds, serving the connections meanwhile."
+  (let ((start (float-time))
+        (deadline (+ (float-time) 30)))
+    (while (not (funcall predicate))
+      (when (> (float-time) deadline)
+        (ert-fail "timed out waiting for the measured event"))
+      (accept-process-output nil 0.001))
+    (* 1000 (- (float-time) start))))
+
+(defun swank-mcp-tests--median (numbers)
+  "The median of NUMBERS."
+  (nth (/ (length numbers) 2) (sort (copy-sequence numbers) #'<)))
+
+(ert-deftest swank-mcp-latency-of-the-activity-line-and-the-prompt ()
+  "Print the time from a call's request to its activity line and its prompt.
+benches/emacs_latency.sh runs this test alone and shows the figures."
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (let ((activity (swank-mcp-activity))
+          (lines '())
+          (prompts '())
+          (count (lambda (buffer text) (with-current-buffer buffer (how-many (regexp-quote text) (point-min) (point-max))))))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (dotimes (round 11)
+              (let ((shown (funcall count activity "describe-symbol")))
+                (swank-mcp-tests--mcp-call server (+ 100 round) "describe-symbol" '((symbol . "car")))
+                (push (swank-mcp-tests--milliseconds-until
+                       (lambda () (> (funcall count activity "describe-symbol") shown)))
+                      lines)
+                (swank-mcp-tests--mcp-response server (+ 100 round)))
+              (let ((code (format "(list :latency-round %d)" round)))
+                (swank-mcp-tests--mcp-call server (+ 200 round) "evaluate-lisp" `((code . ,code)))
+                (push (swank-mcp-tests--milliseconds-until
+                       (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+                                    (and buffer (> (funcall count buffer code) 0)))))
+                      prompts)
+                (with-current-buffer swank-mcp--approval-buffer-name
+                  (swank-mcp-approve))
+                (swank-mcp-tests--mcp-response server (+ 200 round))))
+            ;; The first round loads the helper into the image.
+            (let ((lines (butlast lines)) (prompts (butlast prompts)))
+              (message "swank-mcp latency (%s, %d calls): activity line median %.1f ms, max %.1f ms; prompt median %.1f ms, max %.1f ms"
+                       swank-mcp-tests--backend (length lines)
+                       (swank-mcp-tests--median lines) (apply #'max lines)
+                       (swank-mcp-tests--median prompts) (apply #'max prompts))))
+        (kill-buffer activity)))))
 
 (ert-deftest swank-mcp-undo-puts-back-what-the-agent-replaced ()
   (swank-mcp-tests--with-port

@@ -93,6 +93,16 @@ Give an absolute file name when it is not on the clients' PATH."
 (defvar sly-net-processes)
 (declare-function sly-connection-name "ext:sly" (&optional process))
 (declare-function sly-pid "ext:sly" (&optional process))
+(declare-function slime-make-channel "ext:slime" (operations &optional name))
+(declare-function slime-close-channel "ext:slime" (channel))
+(declare-function slime-channel.id "ext:slime" (channel))
+(declare-function slime-channel-put "ext:slime" (channel prop value))
+(declare-function slime-channel-get "ext:slime" (channel prop))
+(declare-function sly-make-channel "ext:sly" (operations &optional name))
+(declare-function sly-close-channel "ext:sly" (channel))
+(declare-function sly-channel.id "ext:sly" (channel))
+(declare-function sly-channel-put "ext:sly" (channel prop value))
+(declare-function sly-channel-get "ext:sly" (channel prop))
 
 (cl-defstruct (swank-mcp--backend (:constructor swank-mcp--make-backend)
                                   (:copier nil))
@@ -107,7 +117,16 @@ Give an absolute file name when it is not on the clients' PATH."
   pid                  ; function of a connection
   create-server        ; the server's own function symbols
   stop-server
-  servers)             ; the server's list of listening servers (internal, same in both)
+  servers              ; the server's list of listening servers (internal, same in both)
+  server-package       ; the server's package and its backend's, as written in forms
+  server-backend
+  make-channel         ; the front end's channels, which the image sends messages down
+  close-channel
+  channel-id
+  channel-put
+  channel-get
+  connected-hook       ; hook run when a connection is set up
+  close-hooks)         ; hook run with a connection that closed
 
 (defconst swank-mcp--slime
   (swank-mcp--make-backend
@@ -121,7 +140,16 @@ Give an absolute file name when it is not on the clients' PATH."
    :pid #'slime-pid
    :create-server 'swank:create-server
    :stop-server 'swank:stop-server
-   :servers 'swank::*servers*))
+   :servers 'swank::*servers*
+   :server-package "swank"
+   :server-backend "swank/backend"
+   :make-channel #'slime-make-channel
+   :close-channel #'slime-close-channel
+   :channel-id #'slime-channel.id
+   :channel-put #'slime-channel-put
+   :channel-get #'slime-channel-get
+   :connected-hook 'slime-connected-hook
+   :close-hooks 'slime-net-process-close-hooks))
 
 (defconst swank-mcp--sly
   (swank-mcp--make-backend
@@ -135,7 +163,16 @@ Give an absolute file name when it is not on the clients' PATH."
    :pid #'sly-pid
    :create-server 'slynk:create-server
    :stop-server 'slynk:stop-server
-   :servers 'slynk::*servers*))
+   :servers 'slynk::*servers*
+   :server-package "slynk"
+   :server-backend "slynk-backend"
+   :make-channel #'sly-make-channel
+   :close-channel #'sly-close-channel
+   :channel-id #'sly-channel.id
+   :channel-put #'sly-channel-put
+   :channel-get #'sly-channel-get
+   :connected-hook 'sly-connected-hook
+   :close-hooks 'sly-net-process-close-hooks))
 
 (defvar swank-mcp--servers nil
   "The servers `swank-mcp-start' opened: a list of (CONNECTION BACKEND PORT).")
@@ -292,16 +329,14 @@ Return a list of (PORT . DESCRIPTION), one per open port."
 
 ;;;; Keeping the human in charge: the activity feed and approvals
 ;;
-;; Both poll the image, through the helper swank-mcp loads into it (package
-;; MCP-AGENT-HELPER, src/lisp/activity.lisp), only while the activity buffer
-;; is open or approval mode is on; the image records nothing otherwise.  Each
-;; poll is an asynchronous request: Emacs never waits for the image, and
-;; nothing is written to the REPL buffer.
-
-(defcustom swank-mcp-poll-interval 0.5
-  "Seconds between two polls of the image by the activity buffer and approval mode."
-  :type 'number
-  :group 'swank-mcp)
+;; The image tells Emacs, through the helper swank-mcp loads into it (package
+;; MCP-AGENT-HELPER, src/lisp/activity.lisp): the activity buffer and
+;; approval mode each open a channel of the SLIME or SLY connection and
+;; subscribe it in the image, which then sends one message down it when an
+;; agent's call starts, ends, or waits for approval.  Nothing is asked of the
+;; image otherwise, and it records nothing while nobody subscribes.  Messages
+;; arrive as the connection's other events do: Emacs never waits for the
+;; image, and nothing is written to the REPL buffer.
 
 (defun swank-mcp--helper-call (function &rest arguments)
   "Return a form to call the helper's FUNCTION (a string) with ARGUMENTS.
@@ -313,31 +348,93 @@ It is nil there until an agent's swank-mcp has loaded the helper."
             (cl:funcall helper ,@arguments)
             cl:nil)))
 
-(defun swank-mcp--poll-form (lease-variable function &rest arguments)
-  "Return a form to renew LEASE-VARIABLE, then call FUNCTION with ARGUMENTS.
-LEASE-VARIABLE and FUNCTION are strings naming symbols of the helper's
-package.  The lease says that Emacs watches for the next five seconds.  It
-is renewed even before an agent's swank-mcp has loaded the helper (the
-package is made for it then), so that the image records from the helper's
-first call on."
-  `(cl:let ((package (cl:or (cl:find-package "MCP-AGENT-HELPER")
-                            (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP")))))
-     (cl:setf (cl:symbol-value (cl:intern ,lease-variable package))
-              (cl:+ (cl:get-internal-real-time) (cl:* 5 cl:internal-time-units-per-second)))
-     ,(apply #'swank-mcp--helper-call function arguments)))
-
-(defun swank-mcp--poll-buffer ()
+(defun swank-mcp--request-buffer ()
   "The buffer the asynchronous requests are made from.
 SLIME and SLY call a request's continuation in the buffer it was made from,
 which must outlive the request."
-  (get-buffer-create " *swank-mcp polls*"))
+  (get-buffer-create " *swank-mcp requests*"))
 
 (defun swank-mcp--eval-async (connection backend form continuation)
   "Evaluate FORM through BACKEND in CONNECTION's image, asynchronously.
 CONTINUATION is called with the value."
-  (with-current-buffer (swank-mcp--poll-buffer)
+  (with-current-buffer (swank-mcp--request-buffer)
     (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
       (funcall (swank-mcp--backend-eval-async backend) form continuation))))
+
+(defun swank-mcp--feeds-form (update)
+  "Return a form to change the image's list of subscribed channels with UPDATE.
+UPDATE is a form of a function from the old list to the new.  The list is
+the helper's *EMACS-FEEDS*, made here when no agent has loaded the helper
+yet, so that the image tells Emacs from the helper's first call on."
+  `(cl:let* ((package (cl:or (cl:find-package "MCP-AGENT-HELPER")
+                             (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP"))))
+             (feeds (cl:intern "*EMACS-FEEDS*" package)))
+     (cl:unless (cl:boundp feeds)
+       (cl:setf (cl:symbol-value feeds) cl:nil))
+     (sb-ext:atomic-update (cl:symbol-value feeds) ,update)
+     cl:t))
+
+(defun swank-mcp--subscribe-form (backend id topic)
+  "Return a form to subscribe channel ID of the requesting connection to TOPIC.
+BACKEND names the server's parts the form uses: the connection the request
+came in on, its control thread, which writes to Emacs, and the backend's
+`send' to that thread's mailbox, which exists already (no thread or mailbox
+is made per message)."
+  (let* ((server (swank-mcp--backend-server-package backend))
+         (connection (intern (format "%s::*emacs-connection*" server)))
+         (control-thread (intern (format "%s::mconn.control-thread" server)))
+         (alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend))))
+         (send (intern (format "%s::send" (swank-mcp--backend-server-backend backend)))))
+    (swank-mcp--feeds-form
+     `(cl:lambda (feeds)
+        (cl:let ((thread (,control-thread ,connection)))
+          (cl:cons (cl:list ,connection ,id ,topic
+                            (cl:lambda (message)
+                              (cl:when (,alive-p thread)
+                                (,send thread (cl:list :channel-send ,id message))
+                                cl:t)))
+                   feeds))))))
+
+(defun swank-mcp--unsubscribe-form (backend id)
+  "Return a form to drop the subscription of channel ID.
+The channel is the requesting connection's; BACKEND names the server's
+variable of that connection."
+  (let ((connection (intern (format "%s::*emacs-connection*" (swank-mcp--backend-server-package backend)))))
+    (swank-mcp--feeds-form
+     `(cl:lambda (feeds)
+        (cl:remove-if (cl:lambda (feed) (cl:and (cl:eq (cl:first feed) ,connection) (cl:eql (cl:second feed) ,id)))
+                      feeds)))))
+
+(defun swank-mcp--subscribe (connection backend topic operations)
+  "Subscribe a new channel of CONNECTION to TOPIC; return the channel.
+TOPIC is :activity or :approvals; BACKEND says how to reach the image.
+OPERATIONS is an alist of message keywords and the functions that handle
+them, called with the channel and the message's plist.  The channel's
+:subscribed property is set once the image has it."
+  (let ((table (make-hash-table :test 'eq))
+        (channel nil))
+    (pcase-dolist (`(,message . ,function) operations)
+      (puthash message function table))
+    (with-current-buffer (swank-mcp--request-buffer)
+      (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
+        (setq channel (funcall (swank-mcp--backend-make-channel backend) table "swank-mcp"))))
+    (swank-mcp--eval-async connection backend
+                           (swank-mcp--subscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel) topic)
+                           (lambda (_) (funcall (swank-mcp--backend-channel-put backend) channel :subscribed t)))
+    channel))
+
+(defun swank-mcp--unsubscribe (connection backend channel)
+  "Drop the subscription of CHANNEL of CONNECTION, then close the channel.
+BACKEND says how to reach the image.  The channel stays open until the image
+has dropped it: a message sent meanwhile must find it."
+  (if (not (process-live-p connection))
+      nil
+    (swank-mcp--eval-async connection backend
+                           (swank-mcp--unsubscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel))
+                           (lambda (_)
+                             (with-current-buffer (swank-mcp--request-buffer)
+                               (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
+                                 (funcall (swank-mcp--backend-close-channel backend) channel)))))))
 
 (defun swank-mcp--fontify (text mode)
   "TEXT with the faces MODE's font lock gives it."
@@ -359,12 +456,8 @@ CONTINUATION is called with the value."
   "The connection whose image this activity buffer shows.")
 (defvar-local swank-mcp--activity-backend nil
   "The backend of `swank-mcp--activity-connection'.")
-(defvar-local swank-mcp--activity-version 0
-  "The image's activity version the buffer shows.")
-(defvar-local swank-mcp--activity-polling nil
-  "Non-nil while a poll waits for the image's answer.")
-(defvar-local swank-mcp--activity-timer nil
-  "The timer that polls the image.")
+(defvar-local swank-mcp--activity-channel nil
+  "The channel down which the image tells this buffer of calls.")
 (defvar-local swank-mcp--activity-entries nil
   "The calls shown: a hash table of call id -> (START . END) markers.")
 
@@ -381,11 +474,15 @@ point."
   (setq truncate-lines t)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
 
+(defun swank-mcp--subscribed-p (backend channel)
+  "Whether the image has subscribed BACKEND's CHANNEL."
+  (and channel (funcall (swank-mcp--backend-channel-get backend) channel :subscribed)))
+
 ;;;###autoload
 (defun swank-mcp-activity ()
   "Show each tool call of agents in the current connection's image, as it happens.
-The buffer is one per connection; the image records calls only while it is
-open."
+The buffer is one per connection; the image records calls, and tells it of
+them, only while it is open."
   (interactive)
   (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
                (name (format "*swank-mcp activity: %s*"
@@ -402,45 +499,37 @@ open."
           (insert (propertize (format "Tool calls of agents in the image of the %s; RET shows a reply.\n"
                                       (swank-mcp--describe-connection connection backend))
                               'face 'shadow)))
-        (setq swank-mcp--activity-timer
-              (run-at-time 0 swank-mcp-poll-interval #'swank-mcp--activity-poll buffer))))
+        (setq swank-mcp--activity-channel
+              (swank-mcp--subscribe connection backend :activity
+                                    `((:call . ,(lambda (_channel &rest call)
+                                                  (when (buffer-live-p buffer)
+                                                    (with-current-buffer buffer
+                                                      (swank-mcp--activity-show call))))))))
+        (add-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--activity-connection-closed)))
     (when (called-interactively-p 'any)
       (display-buffer buffer))
     buffer))
 
-(defun swank-mcp--activity-poll (buffer)
-  "Ask the image of activity BUFFER for what changed since the last poll."
-  (if (not (buffer-live-p buffer))
-      nil
+(defun swank-mcp--activity-connection-closed (connection)
+  "Say in the activity buffer of CONNECTION that it closed."
+  (dolist (buffer (buffer-list))
     (with-current-buffer buffer
-      (cond ((not (process-live-p swank-mcp--activity-connection))
-             (swank-mcp--activity-stop)
-             (let ((inhibit-read-only t))
-               (goto-char (point-max))
-               (insert (propertize "The connection closed.\n" 'face 'shadow))))
-            (swank-mcp--activity-polling nil)
-            (t
-             (setq swank-mcp--activity-polling t)
-             (swank-mcp--eval-async
-              swank-mcp--activity-connection swank-mcp--activity-backend
-              (swank-mcp--poll-form "*ACTIVITY-WATCHED-UNTIL*" "ACTIVITY-SINCE" swank-mcp--activity-version)
-              (lambda (answer)
-                (when (buffer-live-p buffer)
-                  (with-current-buffer buffer
-                    (setq swank-mcp--activity-polling nil)
-                    (when answer
-                      (setq swank-mcp--activity-version (car answer))
-                      (mapc #'swank-mcp--activity-show (cadr answer))))))))))))
+      (when (and (derived-mode-p 'swank-mcp-activity-mode)
+                 (eq swank-mcp--activity-connection connection)
+                 swank-mcp--activity-channel)
+        (setq swank-mcp--activity-channel nil)
+        (let ((inhibit-read-only t))
+          (save-excursion
+            (goto-char (point-max))
+            (insert (propertize "The connection closed.\n" 'face 'shadow))))))))
 
 (defun swank-mcp--activity-stop ()
-  "Stop polling, and tell the image to stop recording."
-  (when (timerp swank-mcp--activity-timer)
-    (cancel-timer swank-mcp--activity-timer)
-    (setq swank-mcp--activity-timer nil)
-    (when (process-live-p swank-mcp--activity-connection)
-      (ignore-errors
-        (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
-                               (swank-mcp--helper-call "STOP-WATCHING-ACTIVITY") #'ignore)))))
+  "Unsubscribe this buffer in the image.
+The image records calls only while an activity buffer subscribes."
+  (when swank-mcp--activity-channel
+    (swank-mcp--unsubscribe swank-mcp--activity-connection swank-mcp--activity-backend
+                            swank-mcp--activity-channel)
+    (setq swank-mcp--activity-channel nil)))
 
 (defun swank-mcp--activity-text (call)
   "The lines that show CALL, a plist from the image's ACTIVITY-SINCE."
@@ -620,14 +709,11 @@ Signal a `user-error' with the image's message when it reports a failure."
 (defconst swank-mcp--approval-buffer-name "*swank-mcp approval*"
   "The buffer that shows a call waiting for approval.")
 
-(defvar swank-mcp--approval-timer nil
-  "The timer that polls the images while `swank-mcp-approval-mode' is on.")
+(defvar swank-mcp--approval-channels nil
+  "The channels subscribed to approvals: a list of (CONNECTION BACKEND CHANNEL).")
 
 (defvar swank-mcp--approvals nil
   "Calls waiting for approval: a list of (CONNECTION BACKEND PLIST), oldest first.")
-
-(defvar swank-mcp--approval-polling nil
-  "The connections with a poll waiting for the image's answer.")
 
 (defvar-local swank-mcp--approval-shown nil
   "The approval the approval buffer shows: (CONNECTION BACKEND PLIST).")
@@ -648,22 +734,24 @@ Signal a `user-error' with the image's message when it reports a failure."
 ;;;###autoload
 (define-minor-mode swank-mcp-approval-mode
   "Approve in Emacs the tool calls swank-mcp runs with --confirm.
-While it is on, every image Emacs is connected to (SLIME and SLY) is asked
-for calls waiting for approval; each is shown with its code or diff in the
-buffer *swank-mcp approval*, where y runs it, n declines it and a runs it and
-allows the tool for the rest of the agent's session."
+While it is on, every image Emacs is connected to (SLIME and SLY) tells
+Emacs of calls waiting for approval; each is shown with its code or diff in
+the buffer *swank-mcp approval*, in a window that is selected, with a bell
+and a message in the echo area.  There y runs it, n declines it and a runs
+it and allows the tool for the rest of the agent's session."
   :global t
   :group 'swank-mcp
-  (when (timerp swank-mcp--approval-timer)
-    (cancel-timer swank-mcp--approval-timer)
-    (setq swank-mcp--approval-timer nil))
+  (dolist (backend (list swank-mcp--slime swank-mcp--sly))
+    (if swank-mcp-approval-mode
+        (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)
+      (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)))
   (if swank-mcp-approval-mode
-      (setq swank-mcp--approval-timer (run-at-time 0 swank-mcp-poll-interval #'swank-mcp--approval-poll))
-    (pcase-dolist (`(,connection . ,backend) (swank-mcp--connections))
-      (ignore-errors
-        (swank-mcp--eval-async connection backend (swank-mcp--helper-call "LEAVE-APPROVAL-MODE") #'ignore)))
-    (setq swank-mcp--approvals nil
-          swank-mcp--approval-polling nil)))
+      (swank-mcp--approval-subscribe)
+    (pcase-dolist (`(,connection ,backend ,channel) swank-mcp--approval-channels)
+      (swank-mcp--unsubscribe connection backend channel))
+    (setq swank-mcp--approval-channels nil
+          swank-mcp--approvals nil)
+    (swank-mcp--approval-show)))
 
 (defun swank-mcp--connections ()
   "Every open connection, as (CONNECTION . BACKEND)."
@@ -674,73 +762,97 @@ allows the tool for the rest of the agent's session."
                            when (process-live-p connection)
                            collect (cons connection backend))))
 
-(defun swank-mcp--approval-poll ()
-  "Ask every connected image for the approvals waiting."
+(defun swank-mcp--approval-subscribe ()
+  "Subscribe every open connection not subscribed yet to its image's approvals."
+  (setq swank-mcp--approval-channels
+        (cl-remove-if-not (lambda (subscribed) (process-live-p (car subscribed))) swank-mcp--approval-channels))
   (pcase-dolist (`(,connection . ,backend) (swank-mcp--connections))
-    (unless (memq connection swank-mcp--approval-polling)
-      (push connection swank-mcp--approval-polling)
-      (swank-mcp--eval-async
-       connection backend (swank-mcp--poll-form "*APPROVER-UNTIL*" "PENDING-APPROVALS")
-       (lambda (pending)
-         (setq swank-mcp--approval-polling (delq connection swank-mcp--approval-polling))
-         (when swank-mcp-approval-mode
-           (swank-mcp--approval-update connection backend pending)))))))
+    (unless (assq connection swank-mcp--approval-channels)
+      (push (list connection backend
+                  (swank-mcp--subscribe
+                   connection backend :approvals
+                   `((:approval . ,(lambda (_channel &rest plist)
+                                     (swank-mcp--approval-add connection backend plist)))
+                     (:approval-ended . ,(lambda (_channel &rest plist)
+                                           (swank-mcp--approval-remove connection (plist-get plist :id)))))))
+            swank-mcp--approval-channels))))
 
-(defun swank-mcp--approval-update (connection backend pending)
-  "Note the approvals PENDING in CONNECTION's image and show the first.
+(defun swank-mcp--approval-add (connection backend plist)
+  "Note the approval PLIST that CONNECTION's image asks for, and show it.
 BACKEND says how to reach the image."
-  (setq swank-mcp--approvals
-        (append (cl-remove-if (lambda (approval)
-                                (and (eq (car approval) connection)
-                                     (not (cl-find (plist-get (nth 2 approval) :id) pending
-                                                   :key (lambda (p) (plist-get p :id))))))
-                              swank-mcp--approvals)
-                (cl-loop for plist in pending
-                         unless (cl-find-if (lambda (approval)
-                                              (and (eq (car approval) connection)
-                                                   (eql (plist-get (nth 2 approval) :id) (plist-get plist :id))))
-                                            swank-mcp--approvals)
-                         collect (list connection backend plist))))
+  (setq swank-mcp--approvals (append swank-mcp--approvals (list (list connection backend plist))))
   (swank-mcp--approval-show))
 
+(defun swank-mcp--approval-remove (connection id)
+  "Forget the approval ID of CONNECTION's image: it was answered or has ended."
+  (setq swank-mcp--approvals
+        (cl-remove-if (lambda (approval)
+                        (and (eq (car approval) connection) (eql (plist-get (nth 2 approval) :id) id)))
+                      swank-mcp--approvals))
+  (swank-mcp--approval-show))
+
+(defun swank-mcp--approval-heading (plist)
+  "The first line of the prompt for the approval PLIST."
+  (let ((waiting (length swank-mcp--approvals)))
+    (format "%s asks to run %s%s."
+            (or (plist-get plist :client) "The agent")
+            (plist-get plist :tool)
+            (if (> waiting 1) (format " (1 of %d waiting)" waiting) ""))))
+
 (defun swank-mcp--approval-show ()
-  "Show the oldest approval waiting, or close the buffer when none is."
+  "Show the oldest approval waiting, or close the buffer when none is.
+A new one is shown in a selected window, with a bell and a message."
   (let ((buffer (get-buffer swank-mcp--approval-buffer-name))
         (next (car swank-mcp--approvals)))
-    (cond ((and (null next) buffer)
-           (quit-windows-on buffer)
-           (kill-buffer buffer))
-          ((and next (not (and buffer (equal (buffer-local-value 'swank-mcp--approval-shown buffer) next))))
+    (cond ((null next)
+           (when buffer
+             (quit-windows-on buffer)
+             (kill-buffer buffer)))
+          (t
            (with-current-buffer (get-buffer-create swank-mcp--approval-buffer-name)
-             (swank-mcp-approval-buffer-mode)
-             (setq swank-mcp--approval-shown next)
              (let ((inhibit-read-only t)
-                   (plist (nth 2 next)))
+                   (plist (nth 2 next))
+                   (new (not (equal swank-mcp--approval-shown next))))
+               (unless (derived-mode-p 'swank-mcp-approval-buffer-mode)
+                 (swank-mcp-approval-buffer-mode))
+               (setq swank-mcp--approval-shown next)
                (erase-buffer)
-               (insert (propertize (format "The agent (session %s) asks to run %s.\n"
-                                           (plist-get plist :session) (plist-get plist :tool))
-                                   'face 'bold)
+               (insert (propertize (swank-mcp--approval-heading plist) 'face 'bold) "\n"
                        (substitute-command-keys
                         "\\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] run it, \
 \\[swank-mcp-decline] decline it, \\[swank-mcp-approve-for-session] run it and allow the tool for the session.\n\n")
                        (swank-mcp--fontify-shown (plist-get plist :text))
-                       "\n"))
-             (goto-char (point-min))
-             (display-buffer (current-buffer)))))))
+                       "\n")
+               (goto-char (point-min))
+               (when new
+                 ;; Beside the windows shown, so that the activity buffer stays in view.
+                 (select-window (display-buffer (current-buffer)
+                                                '((display-buffer-reuse-window display-buffer-in-side-window)
+                                                  (side . bottom)
+                                                  (window-height . fit-window-to-buffer))))
+                 (ding t)
+                 (message "swank-mcp: %s (y, n or a in %s)"
+                          (swank-mcp--approval-heading plist) swank-mcp--approval-buffer-name))))))))
 
 (defun swank-mcp--answer (verdict)
-  "Answer the approval shown in the current buffer with VERDICT."
+  "Answer the approval shown in the current buffer with VERDICT.
+Return what the image says: :taken, or :ended when the request had ended."
   (let ((shown swank-mcp--approval-shown))
     (unless shown
       (user-error "No call waits for approval here"))
-    (pcase-let ((`(,connection ,backend ,plist) shown))
-      (setq swank-mcp--approvals (delete shown swank-mcp--approvals))
-      (swank-mcp--eval-async connection backend
-                             (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)
-                             #'ignore)
-      (message "swank-mcp: %s %s" (plist-get plist :tool)
-               (pcase verdict (:yes "approved") (:no "declined") (:always "approved for the session")))
-      (swank-mcp--approval-show))))
+    (pcase-let* ((`(,connection ,backend ,plist) shown)
+                 (tool (plist-get plist :tool))
+                 (taken (swank-mcp--eval connection backend
+                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict))))
+      (swank-mcp--approval-remove connection (plist-get plist :id))
+      (if (eq taken :taken)
+          (message "swank-mcp: %s %s" tool
+                   (pcase verdict
+                     (:yes "approved; it runs now")
+                     (:no "declined; it does not run")
+                     (:always "approved, and allowed for the rest of the session")))
+        (message "swank-mcp: this request (%s) already ended; nothing ran" tool))
+      (or taken :ended))))
 
 (defun swank-mcp-approve ()
   "Run the call shown."

@@ -1,17 +1,27 @@
 //! `--confirm` over raw MCP against the binary and a real image: what a pending approval does
 //! when the call is cancelled, when nobody answers in time, and when the client goes away; and
-//! that an edit's approval shows its diff. (tests/python/sdk_approval.py has a real client
-//! accepting and declining.)
+//! that an edit's approval shows its diff. Approvals in Emacs are answered here by a swank
+//! connection that subscribes as `swank-mcp-approval-mode` does, with the form the Emacs package
+//! itself prints. (tests/python/sdk_approval.py has a real client accepting and declining;
+//! elisp-compat/swank-mcp-tests.el answers from a real SLIME and SLY.)
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use common::{is_error, text, McpClient};
 
 async fn client(extra: &[&str]) -> McpClient {
+    client_with(extra, json!({"elicitation": {}})).await
+}
+
+/// A client that cannot elicit: its approvals are asked in Emacs.
+async fn client_with(extra: &[&str], capabilities: Value) -> McpClient {
     let port = common::shared_image_port().to_string();
     let mut args = vec!["--port", port.as_str()];
     args.extend_from_slice(extra);
@@ -19,7 +29,7 @@ async fn client(extra: &[&str]) -> McpClient {
     let reply = client
         .request(
             "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "approval-tests", "version": "0"}}),
+            json!({"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "approval-tests", "version": "0"}}),
         )
         .await;
     assert!(reply["result"].is_object(), "{reply}");
@@ -128,4 +138,158 @@ async fn an_unknown_confirm_name_stops_the_server_with_the_list() {
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{said}");
     assert!(said.contains("--confirm names \"evaluate-lips\"") && said.contains("evaluate-lisp"), "{said}");
+}
+
+/// The user's Emacs in approval mode, over a swank connection of its own to the shared image.
+struct Emacs {
+    stream: TcpStream,
+    next_request: u32,
+    /// Messages read while waiting for a reply, kept for `told`.
+    unread: std::collections::VecDeque<String>,
+}
+
+impl Emacs {
+    /// Connects and subscribes channel 1 to the image's approvals, with the form
+    /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs).
+    async fn in_approval_mode() -> Self {
+        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
+        let printed = std::process::Command::new("emacs")
+            .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
+            .arg("(let ((print-escape-newlines t)) (princ (prin1-to-string (swank-mcp--subscribe-form swank-mcp--slime 1 :approvals))))")
+            .output()
+            .expect("emacs (emacs-nox) prints the subscription form");
+        assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+        let form = String::from_utf8(printed.stdout).unwrap();
+        let stream = TcpStream::connect(("127.0.0.1", common::shared_image_port())).await.unwrap();
+        let mut emacs = Self { stream, next_request: 1, unread: Default::default() };
+        assert_eq!(emacs.eval(&form).await, "(:ok t)");
+        emacs
+    }
+
+    async fn send(&mut self, message: &str) {
+        assert!(message.is_ascii(), "{message}");
+        self.stream.write_all(format!("{:06x}{message}", message.len()).as_bytes()).await.unwrap();
+    }
+
+    async fn receive(&mut self) -> String {
+        let mut header = [0u8; 6];
+        self.stream.read_exact(&mut header).await.unwrap();
+        let length = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
+        let mut payload = vec![0u8; length];
+        self.stream.read_exact(&mut payload).await.unwrap();
+        String::from_utf8(payload).unwrap()
+    }
+
+    /// Evaluates `form` as SLIME's `slime-eval` does; returns the `(:ok ...)` or `(:abort ...)`.
+    async fn eval(&mut self, form: &str) -> String {
+        let id = self.next_request;
+        self.next_request += 1;
+        self.send(&format!("(:emacs-rex {form} \"COMMON-LISP-USER\" t {id})")).await;
+        let ending = format!(" {id})");
+        loop {
+            let message = self.receive().await;
+            match message.strip_prefix("(:return ").and_then(|m| m.strip_suffix(&ending)) {
+                Some(value) => return value.to_string(),
+                None => self.unread.push_back(message),
+            }
+        }
+    }
+
+    /// The next message the image sends down channel 1 that starts with `kind` and holds
+    /// `marker`. Every Emacs in approval mode is told of every approval, those of the tests
+    /// running beside this one too.
+    async fn told(&mut self, kind: &str, marker: &str) -> String {
+        let prefix = format!("(:channel-send 1 ({kind} ");
+        let within = Duration::from_secs(30);
+        tokio::time::timeout(within, async {
+            loop {
+                let message = match self.unread.pop_front() {
+                    Some(message) => message,
+                    None => self.receive().await,
+                };
+                if message.starts_with(&prefix) && message.contains(marker) {
+                    return message;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the image did not tell {kind} with {marker} within {within:?}"))
+    }
+}
+
+/// The number after `:id ` in a message of the image.
+fn approval_id(message: &str) -> u64 {
+    let rest = &message[message.find(":id ").expect(message) + 4..];
+    rest[..rest.find(' ').unwrap()].parse().unwrap()
+}
+
+#[tokio::test]
+async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
+    let mut emacs = Emacs::in_approval_mode().await;
+    let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
+    send_call(&mut client, 5, "evaluate-lisp", json!({"code": "(defparameter *answered-after-two-seconds* :ran)"}))
+        .await;
+    let asked = emacs.told(":approval", "*answered-after-two-seconds*").await;
+    assert!(asked.contains(":client \"approval-tests\"") && asked.contains("*answered-after-two-seconds*"), "{asked}");
+    // Past the one second after which every approval used to fail.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let id = approval_id(&asked);
+    assert_eq!(emacs.eval(&format!("(mcp-agent-helper:answer-approval {id} :yes)")).await, "(:ok :taken)");
+    let reply = client.receive().await;
+    assert_eq!(reply["id"], 5, "{reply}");
+    assert!(!is_error(&reply) && text(&reply) == "=> *ANSWERED-AFTER-TWO-SECONDS*", "{reply}");
+    let ended = format!("(:channel-send 1 (:approval-ended :id {id} :verdict :yes))");
+    assert_eq!(emacs.told(":approval-ended", &format!(":id {id} ")).await, ended);
+}
+
+#[tokio::test]
+async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
+    let mut emacs = Emacs::in_approval_mode().await;
+    let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "2s"], json!({})).await;
+    let started = Instant::now();
+    send_call(&mut client, 6, "evaluate-lisp", json!({"code": "(defparameter *answered-too-late* :ran)"})).await;
+    let id = approval_id(&emacs.told(":approval", "*answered-too-late*").await);
+    let ended = format!("(:channel-send 1 (:approval-ended :id {id} :verdict :timeout))");
+    assert_eq!(emacs.told(":approval-ended", &format!(":id {id} ")).await, ended);
+    let reply = client.receive().await;
+    assert!(is_error(&reply), "{reply}");
+    assert!(text(&reply).contains("did not answer the approval request within 2 s (--confirm-timeout)"), "{reply}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(emacs.eval(&format!("(mcp-agent-helper:answer-approval {id} :yes)")).await, "(:ok :ended)");
+    let mut other = client_without_confirm().await;
+    assert_eq!(eval(&mut other, "(boundp '*answered-too-late*)").await, "=> NIL");
+}
+
+#[tokio::test]
+async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shapes.lisp");
+    std::fs::write(&file, "(in-package :cl-user)\n\n(defun shown-area (r)\n  (* r r))\n\n(defun shown-other () 1)\n")
+        .unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "load-form,load-file", "--root", root]).await;
+    let path = file.to_str().unwrap();
+    send_call(&mut client, 8, "load-form", json!({"file_path": path, "form_type": "defun", "form_name": "shown-area"}))
+        .await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "Compiles defun shown-area from shapes.lisp:3-4 into the image:\n(defun shown-area (r)\n  (* r r))\n"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("shown-other") && !message.contains("form_name"), "{message}");
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
+    send_call(&mut client, 9, "load-file", json!({"file_path": path})).await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("Compiles and loads the file shapes.lisp:\n(in-package :cl-user)\n")
+            && message.contains("(defun shown-other () 1)"),
+        "{message}"
+    );
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
 }

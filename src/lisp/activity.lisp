@@ -2,23 +2,36 @@
 ;;;; the activity feed, a bounded record of the tool calls agents make here, and approvals,
 ;;;; calls waiting for the user's yes in Emacs (swank-mcp-approval-mode).
 ;;;;
-;;;; Emacs asks for both by polling, while its activity buffer is open or its approval mode is
-;;;; on; each poll says it is still there for a few seconds. Nothing is recorded while no Emacs
-;;;; watches, so the feed costs a call one comparison then. Both live in the image: an agent's
+;;;; The image tells Emacs: an activity buffer or approval mode subscribes a channel of its
+;;;; connection (*EMACS-FEEDS*), and each call's start, end and approval is sent down it as one
+;;;; message. Nothing runs while no agent works, and nothing is recorded while no Emacs
+;;;; subscribes, so the feed costs a call one comparison then. Both live in the image: an agent's
 ;;;; server that reconnects (or a new one) changes nothing on the Emacs side.
 ;;;;
 ;;;; Loaded after loading.lisp, under the rules of helper.lisp.
 
 (in-package #:mcp-agent-helper)
 
-(defparameter *watch-lease* (* 5 internal-time-units-per-second)
-  "How long one poll from Emacs keeps the feed recording, or counts as an approver being there.")
+(defvar *emacs-feeds* '()
+  "The Emacs channels to tell of agents' calls, each (CONNECTION CHANNEL-ID TOPIC SEND). TOPIC is
+:ACTIVITY (an activity buffer) or :APPROVALS (approval mode). SEND queues one message for that
+connection's Emacs and returns NIL once the connection has closed. Emacs adds and removes its
+entries itself (swank-mcp--subscribe-form), with the server's names, which this file may not
+mention, and maybe before any agent has loaded this helper.")
 
-(defvar *activity-watched-until* 0
-  "Internal real time until which an Emacs activity buffer counts as open.")
+(defun told-p (topic)
+  "Whether an Emacs subscribed to TOPIC."
+  (find topic *emacs-feeds* :key #'third))
 
-(defvar *approver-until* 0
-  "Internal real time until which an Emacs with swank-mcp-approval-mode counts as there.")
+(defun tell-emacs (topic &rest message)
+  "Sends MESSAGE, a flat list (one line in Emacs's event log), to each Emacs subscribed to TOPIC;
+forgets those whose connection closed. True when one was told."
+  (let ((told nil))
+    (dolist (feed *emacs-feeds* told)
+      (when (eq (third feed) topic)
+        (if (ignore-errors (funcall (fourth feed) message))
+            (setf told t)
+            (sb-ext:atomic-update (symbol-value '*emacs-feeds*) #'remove feed))))))
 
 (defvar *activity-lock* (sb-thread:make-mutex :name "mcp-agent-helper activity"))
 
@@ -26,9 +39,6 @@
   "The recorded calls, newest first.")
 
 (defparameter *activity-limit* 200)
-
-(defvar *activity-version* 0
-  "Counts every change to a record, so that a poll asks only for what changed since the last.")
 
 (defparameter *full-reply-limit* 20000
   "Characters of a call's reply kept for Emacs to show.")
@@ -41,8 +51,7 @@
   "The tool each helper entry point serves.")
 
 (defclass activity-record ()
-  ((version :initarg :version :accessor record-version)
-   (token :initarg :token :reader record-token)
+  ((token :initarg :token :reader record-token)
    (tool :initarg :tool :reader record-tool)
    (input :initarg :input :reader record-input)
    (package :initarg :package :reader record-package)
@@ -51,9 +60,6 @@
    (milliseconds :initform nil :accessor record-milliseconds)
    (outcome :initform nil :accessor record-outcome)
    (reply :initform nil :accessor record-reply)))
-
-(defun activity-watched-p ()
-  (> *activity-watched-until* (get-internal-real-time)))
 
 (defun helper-request ()
   "The tool name and arguments of the request this thread serves: the server evaluates it with
@@ -83,19 +89,19 @@ EVAL, so the evaluator's frame holds the form, (MCP-AGENT-HELPER:EVALUATE \"code
           (t ""))))
 
 (defun note-call-start (token)
-  "Records that the call under TOKEN starts, when an Emacs watches."
-  (when (activity-watched-p)
+  "Records that the call under TOKEN starts, and tells the Emacs activity buffers, when one is open."
+  (when (told-p :activity)
     (multiple-value-bind (tool arguments) (helper-request)
       (when tool
-        (let ((keys (member-if #'keywordp arguments)))
+        (let* ((keys (member-if #'keywordp arguments))
+               (record (make-instance 'activity-record
+                                      :token token :tool tool :input (request-input tool arguments)
+                                      :package (and (stringp (getf keys :package)) (getf keys :package)))))
           (sb-thread:with-mutex (*activity-lock*)
-            (push (make-instance 'activity-record
-                                 :version (incf *activity-version*) :token token :tool tool
-                                 :input (request-input tool arguments)
-                                 :package (and (stringp (getf keys :package)) (getf keys :package)))
-                  *activity*)
+            (push record *activity*)
             (when (> (length *activity*) *activity-limit*)
-              (setf *activity* (subseq *activity* 0 *activity-limit*)))))))))
+              (setf *activity* (subseq *activity* 0 *activity-limit*))))
+          (apply #'tell-emacs :activity :call (record-plist record)))))))
 
 (defun outcome-line (outcome)
   "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK values)
@@ -120,118 +126,97 @@ message); or an error report."
           (t "done"))))
 
 (defun note-call-end (token outcome)
-  "Records how the call under TOKEN ended, if its start was recorded and an Emacs still watches."
-  (when (and *activity* (activity-watched-p))
-    (sb-thread:with-mutex (*activity-lock*)
-      (let ((record (find token *activity* :key #'record-token :test #'equal)))
-        (when (and record (null (record-milliseconds record)))
-          (setf (record-milliseconds record)
-                (round (* 1000 (- (get-internal-real-time) (record-started-real record)))
-                       internal-time-units-per-second)
-                (record-outcome record) (ignore-errors (outcome-line outcome))
-                (record-reply record) (ignore-errors (print-briefly outcome :length 200 :level 8
-                                                                            :limit *full-reply-limit*))
-                (record-version record) (incf *activity-version*)))))))
+  "Records how the call under TOKEN ended, if its start was recorded, and tells the Emacs activity
+buffers still open."
+  (when (and *activity* (told-p :activity))
+    (let ((record (sb-thread:with-mutex (*activity-lock*)
+                    (let ((record (find token *activity* :key #'record-token :test #'equal)))
+                      (when (and record (null (record-milliseconds record)))
+                        (setf (record-milliseconds record)
+                              (round (* 1000 (- (get-internal-real-time) (record-started-real record)))
+                                     internal-time-units-per-second)
+                              (record-outcome record) (ignore-errors (outcome-line outcome))
+                              (record-reply record) (ignore-errors (print-briefly outcome :length 200 :level 8
+                                                                                          :limit *full-reply-limit*)))
+                        record)))))
+      (when record
+        (apply #'tell-emacs :activity :call (record-plist record))))))
 
-(defun activity-since (version)
-  "For the Emacs activity buffer, which polls it: keeps the feed recording for *WATCH-LEASE*, and
-returns (current-version records), the records changed since VERSION, oldest first, each a plist
-(:ID :TIME :SESSION :TOOL :INPUT :PACKAGE :MILLISECONDS :OUTCOME :REPLY); :MILLISECONDS is NIL
-while the call runs."
-  (setf *activity-watched-until* (+ (get-internal-real-time) *watch-lease*))
-  (sb-thread:with-mutex (*activity-lock*)
-    (list *activity-version*
-          (loop for record in (reverse *activity*)
-                when (> (record-version record) version)
-                  collect (list :id (record-token record)
-                                :time (multiple-value-bind (s m h) (decode-universal-time (record-started record))
-                                        (format nil "~2,'0D:~2,'0D:~2,'0D" h m s))
-                                :session (let ((token (record-token record)))
-                                           (subseq token 0 (or (position #\- token :from-end t) (length token))))
-                                :tool (record-tool record)
-                                :input (record-input record)
-                                :package (record-package record)
-                                :milliseconds (record-milliseconds record)
-                                :outcome (record-outcome record)
-                                :reply (record-reply record))))))
-
-(defun stop-watching-activity ()
-  "The Emacs activity buffer closed: stop recording."
-  (setf *activity-watched-until* 0)
-  t)
+(defun record-plist (record)
+  "What Emacs is told of RECORD: (:ID :TIME :SESSION :TOOL :INPUT :PACKAGE :MILLISECONDS :OUTCOME
+:REPLY), :MILLISECONDS NIL while the call runs."
+  (list :id (record-token record)
+        :time (multiple-value-bind (s m h) (decode-universal-time (record-started record))
+                (format nil "~2,'0D:~2,'0D:~2,'0D" h m s))
+        :session (let ((token (record-token record)))
+                   (subseq token 0 (or (position #\- token :from-end t) (length token))))
+        :tool (record-tool record)
+        :input (record-input record)
+        :package (record-package record)
+        :milliseconds (record-milliseconds record)
+        :outcome (record-outcome record)
+        :reply (record-reply record)))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Approvals in Emacs
 
 (defclass approval ()
   ((id :initarg :id :reader approval-id)
-   (session :initarg :session :reader approval-session)
-   (tool :initarg :tool :reader approval-tool)
-   (text :initarg :text :reader approval-text)
+   (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
+             :reader approval-answered)
    (verdict :initform nil :accessor approval-verdict)))
 
 (defvar *approvals* '()
-  "Approvals waiting for the user's answer, oldest first.")
+  "Approvals waiting for the user's answer.")
 
 (defvar *approval-lock* (sb-thread:make-mutex :name "mcp-agent-helper approvals"))
 
-(defvar *approval-answered* (sb-thread:make-waitqueue :name "mcp-agent-helper approval answered"))
-
 (defvar *next-approval-id* 1)
 
-(defparameter *approver-grace* 1.5
-  "Seconds a request waits for an Emacs in approval mode to show itself: one polls every 0.3 s,
-and may not have polled since the helper loaded.")
-
-(defun approver-present-p ()
-  (> *approver-until* (get-internal-real-time)))
-
-(defun request-approval (tool text &key session token)
-  "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL that TEXT describes
-may run, and waits for the answer. Returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the
-rest of the session), or :UNAVAILABLE when no Emacs in approval mode polls this image. A timeout
-or a cancellation interrupts the wait through TOKEN, as for any call."
+(defun request-approval (tool text &key client timeout-ms session token)
+  "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
+named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
+and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT, or
+:UNAVAILABLE when no Emacs is in approval mode. A cancellation interrupts the wait through TOKEN,
+as for any call. Emacs is told when the request ends, however it ends, so that its prompt goes."
+  (declare (ignore session))
   (run-tool
    token
    (lambda ()
-     (loop repeat (ceiling *approver-grace* 0.1)
-           until (approver-present-p)
-           do (sleep 0.1))
-     (if (not (approver-present-p))
-         (list :verdict :unavailable)
-         (let ((approval (sb-thread:with-mutex (*approval-lock*)
-                           (let ((approval (make-instance 'approval :id (incf *next-approval-id*)
-                                                                    :session session :tool tool :text text)))
-                             (setf *approvals* (append *approvals* (list approval)))
-                             approval))))
-           (unwind-protect
-                (sb-thread:with-mutex (*approval-lock*)
-                  (loop until (approval-verdict approval)
-                        do (sb-thread:condition-wait *approval-answered* *approval-lock* :timeout 1))
-                  (list :verdict (approval-verdict approval)))
-             (sb-thread:with-mutex (*approval-lock*)
-               (setf *approvals* (remove approval *approvals*)))))))))
-
-(defun pending-approvals ()
-  "For Emacs in approval mode, which polls it: says the approver is there for *WATCH-LEASE*, and
-returns the approvals waiting, each (:ID :SESSION :TOOL :TEXT)."
-  (setf *approver-until* (+ (get-internal-real-time) *watch-lease*))
-  (sb-thread:with-mutex (*approval-lock*)
-    (loop for approval in *approvals*
-          unless (approval-verdict approval)
-            collect (list :id (approval-id approval) :session (approval-session approval)
-                          :tool (approval-tool approval) :text (approval-text approval)))))
+     (let* ((approval (make-instance 'approval :id (sb-thread:with-mutex (*approval-lock*)
+                                                     (incf *next-approval-id*))))
+            (id (approval-id approval))
+            (verdict :cancelled))
+       ;; Registered before Emacs hears of it, so that an answer at once finds it.
+       (sb-thread:with-mutex (*approval-lock*)
+         (push approval *approvals*))
+       (unwind-protect
+            (if (not (tell-emacs :approvals :approval :id id :client client :tool tool :text text))
+                (setf verdict :unavailable)
+                (progn
+                  ;; A semaphore, not a condition variable: SBCL 2.2.9's CONDITION-WAIT returns from
+                  ;; a timeout without the mutex, and a second wait then fails.
+                  (sb-thread:wait-on-semaphore (approval-answered approval) :timeout (/ timeout-ms 1000))
+                  ;; An answer that came after the wait timed out, but before this, is still taken:
+                  ;; ANSWER-APPROVAL told Emacs it was.
+                  (sb-thread:with-mutex (*approval-lock*)
+                    (setf *approvals* (remove approval *approvals*)
+                          verdict (or (approval-verdict approval) :timeout)))))
+         (sb-thread:with-mutex (*approval-lock*)
+           (setf *approvals* (remove approval *approvals*)))
+         (unless (eq verdict :unavailable)
+           (tell-emacs :approvals :approval-ended :id id :verdict verdict)))
+       (list :verdict verdict)))))
 
 (defun answer-approval (id verdict)
-  "The user's answer (:YES, :NO or :ALWAYS) to approval ID. True when it was still waiting."
+  "The user's answer (:YES, :NO or :ALWAYS) to approval ID: :TAKEN when the request still waited
+and gets it, :ENDED when it had already ended (timed out, cancelled), so that nothing runs."
+  (unless (member verdict '(:yes :no :always))
+    (error "An approval is answered :YES, :NO or :ALWAYS, not ~S." verdict))
   (sb-thread:with-mutex (*approval-lock*)
     (let ((approval (find id *approvals* :key #'approval-id)))
-      (when (and approval (member verdict '(:yes :no :always)))
-        (setf (approval-verdict approval) verdict)
-        (sb-thread:condition-broadcast *approval-answered*)
-        t))))
-
-(defun leave-approval-mode ()
-  "Emacs left approval mode: new requests are refused at once."
-  (setf *approver-until* 0)
-  t)
+      (cond ((and approval (null (approval-verdict approval)))
+             (setf (approval-verdict approval) verdict)
+             (sb-thread:signal-semaphore (approval-answered approval))
+             :taken)
+            (t :ended)))))

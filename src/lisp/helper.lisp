@@ -32,8 +32,7 @@
            #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
-           #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
-           #:answer-approval #:leave-approval-mode
+           #:request-approval #:answer-approval
            #:inspect-value #:end-session #:handle-count #:start-worker
            #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
 

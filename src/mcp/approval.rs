@@ -4,6 +4,7 @@
 //! refused with an error that says how to approve otherwise.
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::client_requests::{ClientRequests, RequestFailed};
+use crate::source::LoadPlan;
 use crate::tools::image_approval::EmacsVerdict;
-use crate::tools::{ToolOutput, Toolbox};
+use crate::tools::{read_limit, Arguments, ToolOutput, Toolbox};
 
 /// Stands for every offered tool that is not read-only in `--confirm`.
 pub const MUTATING: &str = "mutating";
@@ -93,24 +95,33 @@ pub fn cannot_ask(tool: &str, version: &str) -> ToolOutput {
 /// `shown` (from [`what_it_does`]).
 pub async fn ask_emacs(
     toolbox: &Arc<Toolbox>,
-    tool: &str,
+    (tool, client): (&str, &str),
     arguments: &Option<Value>,
     shown: String,
     version: &str,
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
-    match toolbox.ask_emacs(arguments, tool, shown, limit, cancel.clone()).await {
+    match toolbox.ask_emacs(arguments, (tool, client), shown, limit, cancel.clone()).await {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
         Ok(EmacsVerdict::No) => Verdict::Refused(declined(tool)),
         Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, version)),
+        Ok(EmacsVerdict::Timeout) => Verdict::Refused(unanswered(tool, limit)),
         Err(error) => Verdict::Refused(ToolOutput::error(format!(
             "{tool} was not run: asking for approval in Emacs failed. {}",
             error.0
         ))),
     }
+}
+
+fn unanswered(tool: &str, limit: Duration) -> ToolOutput {
+    ToolOutput::error(format!(
+        "{tool} was not run: the user did not answer the approval request within {} s (--confirm-timeout). Nothing \
+         changed.",
+        limit.as_secs()
+    ))
 }
 
 fn declined(tool: &str) -> ToolOutput {
@@ -150,11 +161,7 @@ pub async fn ask(
     let answer = tokio::select! {
         answer = requests.request("elicitation/create", params) => answer,
         _ = cancel.cancelled() => return Verdict::Cancelled,
-        _ = tokio::time::sleep(limit) => return Verdict::Refused(ToolOutput::error(format!(
-            "{tool} was not run: the user did not answer the approval request within {} s (--confirm-timeout). \
-             Nothing changed.",
-            limit.as_secs()
-        ))),
+        _ = tokio::time::sleep(limit) => return Verdict::Refused(unanswered(tool, limit)),
     };
     let not_run =
         |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
@@ -182,8 +189,9 @@ pub async fn ask(
     }
 }
 
-/// What the human is shown: the code of an evaluation, the diff an edit would make, or the
-/// arguments of any other call. An edit that cannot be made is refused here, unasked.
+/// What the human is shown: the code of an evaluation, the diff an edit would make, the
+/// definition `load-form` would compile or the file `load-file` would, or the arguments of any
+/// other call. An edit or a load that cannot be made is refused here, unasked.
 pub async fn what_it_does(
     toolbox: &Arc<Toolbox>,
     tool: &str,
@@ -203,6 +211,9 @@ pub async fn what_it_does(
             None => Err(ToolOutput::error(format!("Unknown tool: {tool}"))),
         };
     }
+    if let (Some(file_path), "load-form" | "load-file") = (argument("file_path"), tool) {
+        return loaded_text(toolbox, tool, file_path, arguments).map(cut);
+    }
     let mut shown = match argument("code") {
         Some(code) => format!("Code:\n{code}"),
         None => format!(
@@ -216,6 +227,44 @@ pub async fn what_it_does(
         }
     }
     Ok(cut(shown))
+}
+
+/// The text `load-form` or `load-file` would compile, read as the tool reads it: the whole file,
+/// or the lines of the one definition with where they are.
+fn loaded_text(
+    toolbox: &Toolbox,
+    tool: &str,
+    file_path: &str,
+    arguments: &Option<Value>,
+) -> Result<String, ToolOutput> {
+    let refused = |error: String| ToolOutput::error(format!("{tool} was not run: {error}"));
+    let args = Arguments::from_value(arguments.clone()).map_err(|e| refused(e.0))?;
+    let file = toolbox
+        .roots()
+        .read(Path::new(file_path), read_limit(&args).map_err(|e| refused(e.0))?)
+        .map_err(|e| refused(e.to_string()))?;
+    let text = String::from_utf8_lossy(&file.bytes);
+    if tool == "load-file" {
+        return Ok(format!("Compiles and loads the file {}:\n{text}", file.shown));
+    }
+    let form_type = args.required_str("form_type").map_err(|e| refused(e.0))?;
+    let form_name = args.required_str("form_name").map_err(|e| refused(e.0))?;
+    let index = args.optional_u64("index", u64::from(u32::MAX)).map_err(|e| refused(e.0))?;
+    let index = index.and_then(|i| usize::try_from(i).ok());
+    let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(refused)?;
+    let Some(target) = plan.targets.first() else {
+        return Err(refused(format!("no {form_type} {form_name} in {}.", file.shown)));
+    };
+    let lines: Vec<&str> =
+        text.lines().skip(target.lines.first - 1).take(target.lines.last + 1 - target.lines.first).collect();
+    Ok(format!(
+        "Compiles {} from {}:{}-{} into the image:\n{}",
+        target.described,
+        file.shown,
+        target.lines.first,
+        target.lines.last,
+        lines.join("\n")
+    ))
 }
 
 fn cut(mut text: String) -> String {

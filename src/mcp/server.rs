@@ -91,7 +91,7 @@ struct Server {
     options: ServeOptions,
     /// The client declared the elicitation capability in `initialize`.
     elicitation: AtomicBool,
-    /// `clientInfo.name` from `initialize`, for the audit log.
+    /// `clientInfo.name` from `initialize`, for the audit log and the approval prompt in Emacs.
     client_name: Mutex<String>,
     /// Tools the human allowed for the rest of the session when asked to approve a call.
     allowed_for_session: Mutex<HashSet<String>>,
@@ -529,7 +529,8 @@ impl Server {
         let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
             super::approval::ask(&self.requests, name, &shown, limit, cancel).await
         } else {
-            super::approval::ask_emacs(&self.toolbox, name, arguments, shown, &version, limit, cancel).await
+            let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            super::approval::ask_emacs(&self.toolbox, (name, &client), arguments, shown, &version, limit, cancel).await
         };
         match verdict {
             Verdict::Approved { for_session } => {

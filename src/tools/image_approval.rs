@@ -1,6 +1,6 @@
 //! Asking the user's Emacs (`swank-mcp-approval-mode`, elisp-compat/swank-mcp.el) to approve a
-//! call, through the image: the helper holds the request until Emacs, which polls the image while
-//! the mode is on, answers it (`lisp/activity.lisp`).
+//! call, through the image: the helper tells the Emacs connections in approval mode and holds the
+//! request until one answers or `--confirm-timeout` passes (`lisp/activity.lisp`).
 
 use std::time::Duration;
 
@@ -22,9 +22,14 @@ pub enum EmacsVerdict {
     No,
     /// Run it, and later calls of the tool in this session unasked.
     Always,
+    /// Nobody answered within the time limit.
+    Timeout,
     /// No Emacs in approval mode watches the image.
     Unavailable,
 }
+
+/// How long past `--confirm-timeout` the server waits for the image's own end of the request.
+const IMAGE_MARGIN: Duration = Duration::from_secs(10);
 
 #[derive(Deserialize)]
 struct Reply {
@@ -32,12 +37,13 @@ struct Reply {
 }
 
 impl Toolbox {
-    /// Asks the Emacs attached to the image `arguments` name whether `tool` may run as `text`
-    /// describes, waiting at most `limit` and until `cancel`.
+    /// Asks the Emacs attached to the image `arguments` name whether `tool`, called by the MCP
+    /// client named `client`, may run as `text` describes, waiting at most `limit` and until
+    /// `cancel`.
     pub async fn ask_emacs(
         self: &std::sync::Arc<Self>,
         arguments: &Option<Value>,
-        tool: &str,
+        (tool, client): (&str, &str),
         text: String,
         limit: Duration,
         cancel: CancellationToken,
@@ -45,10 +51,22 @@ impl Toolbox {
         let args = Arguments::from_value(arguments.clone().filter(Value::is_object))?;
         let context =
             ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress: Progress::none() };
-        let advice = "The user did not answer the approval request in Emacs within --confirm-timeout; the call was \
-                      not run and nothing changed.";
-        let request = vec![Form::string(tool), Form::string(text)];
-        let reply = context.call_helper_within(&args, "request-approval", request, limit, advice).await?;
+        let advice = "The image did not end the approval request at --confirm-timeout; the call was not run and \
+                      nothing changed.";
+        let limit_ms = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
+        let request = vec![
+            Form::string(tool),
+            Form::string(text),
+            Form::Keyword("client"),
+            Form::string(client),
+            Form::Keyword("timeout-ms"),
+            Form::Integer(limit_ms),
+        ];
+        // The image ends the wait itself at `limit`, so that an answer is taken or refused in one
+        // place (an answer after that is told "already ended"); this margin only guards against
+        // an image that stopped answering.
+        let reply =
+            context.call_helper_within(&args, "request-approval", request, limit + IMAGE_MARGIN, advice).await?;
         Ok(decode::<Reply>("request-approval", &reply)?.verdict)
     }
 }

@@ -205,6 +205,11 @@ pub struct ToolSelection {
 }
 
 impl Toolbox {
+    /// The directories the source tools may read and write.
+    pub(crate) fn roots(&self) -> &AllowedRoots {
+        &self.roots
+    }
+
     /// `images` must not be empty; the first one is the default.
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
