@@ -159,13 +159,16 @@ async fn cut_output_is_kept_behind_a_handle_and_read_back_whole() {
     assert!(text.starts_with("[stdout]\nline 0\nline 1\n"), "{}", &text[..100]);
     let note = text.lines().find(|line| line.starts_with("[... ")).unwrap();
     assert!(
-        note.contains("more characters not shown: the limit is 16,000 per section (--max-output); inspect @"),
+        note.contains(
+            "more characters not shown, then the last 4,000: the limit is 16,000 per section (--max-output); inspect @"
+        ),
         "{note}"
     );
+    assert!(text.contains(&format!("{note}\n{}\n\n=> NIL", expected[expected.len() - 4000..].trim_end())), "the end is shown");
     let (handle, offset) = note_target(note).unwrap();
-    assert_eq!(offset, 16000);
+    assert_eq!(offset, 12000);
     let (rest, _) = read_rest(&toolbox, &handle, offset).await;
-    assert_eq!(rest, expected[16000..]);
+    assert_eq!(rest, expected[12000..]);
 
     // A cut value's note names the handle of its whole printed text and the value's own.
     let text =

@@ -12,11 +12,12 @@
 
 (defun print-value (value limit &key (length *default-print-length*) (level *default-print-level*))
   "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters, with its handle (see
-VALUE-HANDLE). When the text is cut, the rest is behind a handle: a string's own, or one of the
-whole printed text. An error while printing is reported in place of the value rather than failing
-the call."
-  (let ((stream (make-capture limit :bounded nil
-                               :keep (if (stringp value) limit (* *runaway-output-factor* (max limit 1024)))))
+VALUE-HANDLE), as CAPTURE-REPORT's list. When the text is cut, the rest is behind a handle: a
+string's own, or one of the printed text kept. A value that cannot be printed (the printer
+signalled, or ran out of stack on a deep structure) is reported as such in place of its text,
+with its handle, rather than failing the evaluation that made it."
+  (let ((stream (make-capture limit :runaway nil :tail nil
+                                    :keep (if (stringp value) limit (* *runaway-output-factor* (max limit 1024)))))
         (handle (value-handle value)))
     (handler-case
         (let ((*print-length* length)
@@ -25,20 +26,21 @@ the call."
               (*print-pretty* t)
               (*print-readably* nil))
           (prin1 value stream))
-      (error (e)
+      (serious-condition (condition)
         (return-from print-value
-          (list* (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e))
-                 0 (and handle (list nil 0 handle))))))
-    (let ((report (capture-report stream)))
-      (destructuring-bind (text dropped &optional more (offset 0)) report
-        (when (and (stringp value) (plusp dropped) handle)
-          ;; A string's rest is read from the string itself, from the character after the last
-          ;; one shown.
-          (setf more handle offset (printed-string-characters text)))
-        ;; As short as it can be: most values are small and have no handle.
-        (cond (handle (list text dropped more offset handle))
-              (more (list text dropped more offset))
-              (t (list text dropped)))))))
+          (list (format nil "#<a ~A that could not be printed: ~A: ~A>" (safe-princ (type-of value))
+                        (standard-condition-name condition) (condition-message condition))
+                0 nil 0 handle))))
+    (destructuring-bind (text dropped &optional more (offset 0) own-handle tail (lost 0)) (capture-report stream)
+      (declare (ignore own-handle tail))
+      (when (and (stringp value) (plusp dropped) handle)
+        ;; A string's rest is read from the string itself, from the character after the last
+        ;; one shown, and all of it is there.
+        (setf more handle offset (printed-string-characters text) lost 0))
+      ;; As short as it can be: most values are small and have no handle.
+      (if (or handle more)
+          (list text dropped more offset handle "" lost)
+          (list text dropped)))))
 
 (defun printed-string-characters (printed)
   "How many characters of a string PRINTED, the start of its printed form, shows."

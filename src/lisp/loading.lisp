@@ -195,6 +195,7 @@ LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in
 :STDOUT (text dropped)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
+        (*handles* (session-handles session))
         ;; What the loaded code starts runs as the agent's (see observe.lisp).
         (*agent-session* session))
     (let ((result
@@ -224,6 +225,7 @@ New definitions are not listed in the undo journal (a file's hundreds would push
 replacements); replaced functions and macros are."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
+        (*handles* (session-handles session))
         (*agent-session* session))
     (let ((result (run-tool token
                             (lambda ()

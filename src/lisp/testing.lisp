@@ -243,6 +243,7 @@ without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to :STDOUT. Return
 :ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
+         (*handles* (session-handles session))
          ;; What the tests start runs as the agent's (see observe.lisp).
          (*agent-session* session)
          (collection (make-instance 'test-collection))

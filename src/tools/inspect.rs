@@ -97,8 +97,11 @@ struct Page {
     total: u64,
     /// For a text: the characters from `offset`.
     text: Option<String>,
-    /// For a cut output's text: characters written after those the image kept.
+    /// For a cut output's text: characters written that the image did not keep.
     lost: u64,
+    /// Where in the text the characters not kept were: its end, or for a log the end of its
+    /// start, where the end kept follows.
+    gap: Option<u64>,
 }
 
 /// One part: its label, its value printed briefly, the value's handle, and the label's own handle
@@ -177,7 +180,15 @@ impl Page {
             self.offset,
             end.saturating_sub(1)
         );
-        if end < self.total {
+        if end < self.total && self.lost > 0 && self.gap == Some(end) {
+            out.push_str(&format!(
+                "\n[... {} characters written here were not kept: the image keeps the start and the end of a long \
+                 output. The end kept is {} characters; inspect {} with offset {end} for the next]",
+                group_thousands(self.lost),
+                group_thousands(self.total - end),
+                self.handle_or_code()
+            ));
+        } else if end < self.total {
             out.push_str(&format!(
                 "\n[... {} more characters; inspect {} with offset {end} for the next]",
                 group_thousands(self.total - end),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
+use super::lisp_reply::{decode, plural, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
@@ -130,14 +130,7 @@ impl LoadReport {
             }
             sections.push(section);
         }
-        if !self.stdout.is_empty() {
-            let mut section = format!("[stdout]\n{}", section_body(&self.stdout.text));
-            if let Some(note) = self.stdout.cut_note(max_output) {
-                section.push('\n');
-                section.push_str(&note);
-            }
-            sections.push(section);
-        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
         sections.join("\n\n")
     }
 
