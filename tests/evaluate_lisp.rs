@@ -279,7 +279,7 @@ async fn errors_while_printing_a_value_are_reported_in_place() {
     .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this> @1\n=> 2"),
+        output.text.contains("=> #<EVAL-TEST-UNPRINTABLE that could not be printed: SIMPLE-ERROR: cannot print this> @1\n=> 2"),
         "{}",
         output.text
     );
@@ -348,14 +348,15 @@ async fn big_output_is_cut_inside_the_image() {
     assert!(!output.is_error);
     assert!(
         output.text.contains(
-            "[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output); inspect @"
+            "[... 3,934,464 more characters not shown, then the last 16,384: the limit is 65,536 per section \
+             (--max-output); inspect @"
         ),
         "{}",
         &output.text[output.text.len() - 300..]
     );
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
     let structured = output.structured_value().unwrap();
-    assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
+    assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536 - 16384);
     assert!(output.text.len() < 3 * 65536);
 }
 
@@ -369,8 +370,8 @@ async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
     assert!(output.is_error);
     assert!(
         output.text.starts_with(
-            "[ERROR] MCP-AGENT-HELPER::OUTPUT-LIMIT-EXCEEDED\nThe output passed 4,194,304 characters (64 times --max-output, 65,536), \
-             so the evaluation was stopped"
+            "[ERROR] MCP-AGENT-HELPER::OUTPUT-LIMIT-EXCEEDED\nThe pretty printer passed on 4,194,304 characters of one printed \
+             object (64 times --max-output, 65,536) without reaching its end, so the evaluation was stopped"
         ),
         "{}",
         &output.text[..output.text.len().min(2000)]

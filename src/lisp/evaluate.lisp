@@ -28,7 +28,7 @@ with its handle, rather than failing the evaluation that made it."
           (prin1 value stream))
       (serious-condition (condition)
         (return-from print-value
-          (list (format nil "#<a ~A that could not be printed: ~A: ~A>" (safe-princ (type-of value))
+          (list (format nil "#<~A that could not be printed: ~A: ~A>" (safe-princ (type-of value))
                         (standard-condition-name condition) (condition-message condition))
                 0 nil 0 handle))))
     (destructuring-bind (text dropped &optional more (offset 0) own-handle tail (lost 0)) (capture-report stream)

@@ -220,7 +220,7 @@ stays traced. Returns the specifications untraced."
 
 (defclass background ()
   ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper background") :reader background-lock)
-   (output :initform (make-capture *max-background-output* :runaway nil :keep *max-background-output*) :accessor background-output)
+   (output :initform (make-capture *max-background-output* :runaway nil) :accessor background-output)
    (errors :initform '() :accessor background-errors)
    (errors-dropped :initform 0 :accessor background-errors-dropped)))
 
@@ -284,7 +284,7 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
           (prog1 (list :output (capture-report (background-output background))
                        :errors (reverse (background-errors background))
                        :errors-dropped (background-errors-dropped background))
-            (setf (background-output background) (make-capture *max-background-output* :runaway nil :keep *max-background-output*)
+            (setf (background-output background) (make-capture *max-background-output* :runaway nil)
                   (background-errors background) '()
                   (background-errors-dropped background) 0))))))
 

@@ -85,16 +85,26 @@ impl Captured {
 
     /// The section titled `title` (`[stdout]`, say) that shows this text, with the note of how
     /// much was cut and, for a log, its end after the note; none when there is nothing to show.
+    /// A cut text is shown as it is, so that the note's offset counts the characters shown.
     pub fn section(&self, title: &str, limit: usize) -> Option<String> {
-        let body = if self.dropped > 0 { self.text.trim_start_matches(['\n', '\r']) } else { section_body(&self.text) };
-        if body.is_empty() && self.dropped == 0 {
-            return None;
+        match self.cut_note(limit) {
+            None => {
+                let body = section_body(&self.text);
+                (!body.is_empty()).then(|| format!("{title}\n{body}"))
+            }
+            Some(note) => {
+                let mut section = format!("{title}\n{}", self.text);
+                if !self.text.ends_with('\n') {
+                    section.push('\n');
+                }
+                section.push_str(&note);
+                if !self.tail.trim_end().is_empty() {
+                    section.push('\n');
+                    section.push_str(self.tail.trim_end());
+                }
+                Some(section)
+            }
         }
-        Some(match self.cut_note(limit) {
-            Some(note) if self.tail.is_empty() => format!("{title}\n{}\n{note}", body.trim_end()),
-            Some(note) => format!("{title}\n{}\n{note}\n{}", body.trim_end_matches(['\n', '\r']), self.tail.trim_end()),
-            None => format!("{title}\n{body}"),
-        })
     }
 
     /// This text as a printed value: `=> text`, its handle, and the note of how much was cut.
