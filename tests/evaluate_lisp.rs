@@ -377,8 +377,8 @@ async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
         &output.text[..output.text.len().min(2000)]
     );
     assert!(output.text.contains("bind *PRINT-CIRCLE* to T"), "says how to print it: {}", &output.text[..2000]);
-    let stdout = output.text.find("[stdout]").map(|at| &output.text[at..at + 21]);
-    assert_eq!(stdout, Some("[stdout]\n(1 2 3 1 2 3"), "keeps the output it was allowed");
+    let stdout = output.text.find("[stdout]").map(|at| &output.text[at..at + 22]);
+    assert_eq!(stdout, Some("[stdout]\n\n(1 2 3 1 2 3"), "keeps the output it was allowed");
     assert!(output.text.len() < 3 * 65536, "{} characters", output.text.len());
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
     // The image lives, and the same list prints with *PRINT-CIRCLE*.
@@ -531,4 +531,92 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     let replacement = swank_mcp::image::launch::launch(&common::swank_loader(), "127.0.0.1", port).await.unwrap();
     assert_eq!(ok(&tb, "(boundp '*eval-test-generation*)").await, "=> NIL");
     drop(replacement);
+}
+
+/// The handle and offset a cut note names: `inspect @4 with offset 16000 for ...`.
+fn note_target(note: &str) -> (String, u64) {
+    let after = &note[note.rfind("inspect @").unwrap_or_else(|| panic!("no handle in {note}")) + "inspect ".len()..];
+    let words: Vec<&str> = after.split(' ').collect();
+    assert_eq!(&words[1..3], ["with", "offset"], "{note}");
+    (words[0].to_string(), words[3].trim_end_matches([']', ';', '.']).parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_program_that_logs_twenty_megabytes_finishes_and_its_end_is_shown() {
+    let tb = common::toolbox(common::shared_image_port());
+    // 200,000 lines of 101 characters: far past the 4,194,304 (64 x --max-output) that stopped it.
+    let line = |i: usize| format!("{i:>9} {}\n", "x".repeat(90));
+    let output = eval_code(
+        &tb,
+        "(let ((pad (make-string 90 :initial-element #\\x)))
+           (dotimes (i 200000) (format t \"~9D ~A~%\" i pad)))
+         :done",
+    )
+    .await;
+    assert!(!output.is_error, "{}", &output.text[output.text.len().saturating_sub(2000)..]);
+    assert!(output.text.ends_with(&format!("{}\n\n=> :DONE", line(199_999).trim_end())), "the end is shown");
+    let note = output.text.lines().find(|l| l.starts_with("[... ")).unwrap();
+    // Shown: 49,152 characters of the start and 16,384 of the end; kept: 4,000,000 of the start
+    // and 1,000,000 of the end.
+    assert!(
+        note.starts_with(
+            "[... 20,134,464 more characters not shown, then the last 16,384: the limit is 65,536 per section \
+             (--max-output). The image kept 4,934,464 of them and dropped the 15,200,000 written in their middle"
+        ),
+        "{note}"
+    );
+    let (handle, offset) = note_target(note);
+    assert_eq!(offset, 49152);
+    let whole: String = (0..200_000).map(line).collect();
+    assert_eq!(&output.text["[stdout]\n".len().."[stdout]\n".len() + 49152], &whole[..49152]);
+
+    // The page that reaches the characters not kept says so, and the text goes on with the end.
+    let page = call_inspect(&tb, &handle, 3_999_000).await;
+    assert!(page.contains(&whole[3_999_000..4_000_000]), "the start kept is the output's start");
+    assert!(
+        page.ends_with(&format!(
+            "\n[... 15,200,000 characters written here were not kept: the image keeps the start and the end of a long \
+             output. The end kept is 1,000,000 characters; inspect {handle} with offset 4000000 for the next]"
+        )),
+        "{}",
+        &page[page.len() - 300..]
+    );
+    let page = call_inspect(&tb, &handle, 4_000_000).await;
+    let body = page.split_once('\n').unwrap().1;
+    assert!(body.starts_with(&whole[19_200_000..19_200_000 + 65536]), "the end kept is the output's end");
+    let last = call_inspect(&tb, &handle, 4_999_000).await;
+    assert!(last.ends_with(&whole[whole.len() - 1000..]), "{}", &last[last.len() - 200..]);
+
+    // Printing many objects with the pretty printer is output like any other.
+    let output = eval_code(&tb, "(dotimes (i 300000) (print (list i \"pretty\" :printed))) :printed").await;
+    assert!(!output.is_error, "{}", &output.text[..output.text.len().min(2000)]);
+    assert!(output.text.ends_with("(299999 \"pretty\" :PRINTED)\n\n=> :PRINTED"), "{}", &output.text[output.text.len() - 200..]);
+}
+
+async fn call_inspect(toolbox: &Arc<Toolbox>, handle: &str, offset: u64) -> String {
+    let call = toolbox.call("inspect", Some(json!({"handle": handle, "offset": offset})), CancellationToken::new());
+    let output = tokio::time::timeout(Duration::from_secs(60), call).await.unwrap().unwrap();
+    assert!(!output.is_error, "{}", output.text);
+    output.text
+}
+
+#[tokio::test]
+async fn a_value_that_cannot_be_printed_is_said_so_with_its_handle() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output = eval(
+        &tb,
+        json!({"code": "(let ((l nil)) (dotimes (i 100000 l) (setf l (list l))))", "print_level": 10000}),
+    )
+    .await;
+    assert!(!output.is_error, "the evaluation succeeded: {}", output.text);
+    assert!(
+        output.text.contains("\n=> #<CONS that could not be printed: STORAGE-CONDITION: Control stack exhausted"),
+        "{}",
+        output.text
+    );
+    let handle = output.text.rsplit(' ').next().unwrap();
+    assert!(handle.starts_with('@'), "{}", output.text);
+    let page = call_inspect(&tb, handle, 0).await;
+    assert!(page.contains("Type: CONS"), "{page}");
+    assert_eq!(ok(&tb, "(+ 1 2)").await, "=> 3", "the image goes on");
 }

@@ -194,7 +194,7 @@ impl Page {
                 group_thousands(self.total - end),
                 self.handle_or_code()
             ));
-        } else if self.lost > 0 {
+        } else if self.lost > 0 && self.gap.is_none_or(|gap| gap >= self.total) {
             out.push_str(&format!(
                 "\n[end of the kept text: the {} characters written after it were not kept]",
                 group_thousands(self.lost)
