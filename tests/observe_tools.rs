@@ -402,3 +402,38 @@ async fn a_parachute_suite_reports_its_failures() {
     assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
     drop(image);
 }
+
+#[tokio::test]
+async fn a_long_test_run_shows_its_end_and_names_the_handle_of_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = shared();
+    std::fs::write(
+        dir.path().join("obs-noisy.asd"),
+        "(asdf:defsystem \"obs-noisy\" :depends-on (\"fiveam\") :components ((:file \"obs-noisy\")) \
+         :perform (asdf:test-op (o c) (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :noisy-suite :obs-noisy))))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("obs-noisy.lisp"),
+        "(defpackage :obs-noisy (:use :cl :fiveam))
+(in-package :obs-noisy)
+(def-suite noisy-suite)
+(in-suite noisy-suite)
+(test chatty (dotimes (i 3000) (format t \"progress line ~D of a chatty test~%\" i)) (is (= 1 1)))
+",
+    )
+    .unwrap();
+    common::eval_ok(
+        &tb,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.path().join("obs-noisy.asd").display().to_string()),
+    )
+    .await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-noisy"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap_or_else(|| panic!("{}", output.text));
+    assert!(note.contains("then the last 16,384: the limit is 65,536 per section (--max-output); inspect @"), "{note}");
+    assert!(note.ends_with(" with offset 49152 for the rest]"), "{note}");
+    let after = output.text.split_once(note).unwrap().1;
+    assert!(after.contains("progress line 2999 of a chatty test"), "the end of the output is shown: {after}");
+    assert!(after.contains("Did 1 check"), "FiveAM's verdict, at the end, is shown: {after}");
+}
