@@ -395,14 +395,18 @@ async fn a_huge_error_message_is_cut_to_max_output() {
     let tb = common::toolbox(common::shared_image_port());
     let output = eval_code(&tb, "(error (make-string 3000000 :initial-element #\\x))").await;
     assert!(output.is_error);
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap();
     assert!(
-        output.text.contains(
-            "\n[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output)]"
+        note.starts_with(
+            "[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output); inspect @"
         ),
-        "{}",
-        &output.text[output.text.len().saturating_sub(1000)..]
+        "{note}"
     );
+    assert!(note.ends_with(" with offset 65536 for the rest]"), "{note}");
     assert!(output.text.len() < 2 * 65536, "{} characters", output.text.len());
+    let (handle, _) = note_target(note);
+    let last = call_inspect(&tb, &handle, 2_999_990).await;
+    assert!(last.starts_with(&format!("{handle} text of 3,000,000 characters, characters 2999990-2999999:\nxxxxxxxxxx")), "{last}");
     let output = eval_code(&tb, "(progn (warn (make-string 3000000 :initial-element #\\y)) 1)").await;
     assert!(!output.is_error, "{}", &output.text[..200]);
     assert!(output.text.contains("[... 2,934,464 more characters of this message not shown"));

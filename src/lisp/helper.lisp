@@ -690,11 +690,17 @@ that would otherwise break a short message over several lines), cut to *MAX-OUTP
       (output-limit-exceeded () (setf endless t))
       (error (e) (return-from condition-message
                    (format nil "(the condition's report itself failed: ~A)" (safe-princ e)))))
-    (if (zerop (capture-dropped stream))
-        (capture-text stream)
-        (format nil "~A~%[... ~:[~;more than ~]~:D more characters of this message not shown: the limit ~
-                     is ~:D (--max-output)]"
-                (capture-text stream) endless (capture-dropped stream) (capture-limit stream)))))
+    (destructuring-bind (text dropped &optional more offset handle tail (lost 0)) (capture-report stream)
+      (declare (ignore handle tail))
+      (if (zerop dropped)
+          text
+          (format nil "~A~%[... ~:[~;more than ~]~:D more characters of this message not shown: the limit ~
+                       is ~:D (--max-output)~:[~*~*~*~*~;; inspect ~A with offset ~D for ~
+                       ~:[the rest~*~;the next ~:D~]~]~:[~;, where the report was stopped: it went on without ~
+                       end~]~:[~;. The last ~:D were not kept~]]"
+                  text endless dropped (capture-limit stream)
+                  more more offset (or endless (plusp lost)) (- dropped lost)
+                  endless (plusp lost) lost)))))
 
 (defun implementation-class-p (class)
   "Classes that are SBCL implementation details (SB-INT:SIMPLE-STYLE-WARNING,
