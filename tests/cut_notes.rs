@@ -251,5 +251,38 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     .await;
     check_cut(&tb, "eval_in_frame stdout", &output, "[stdout]\n").await;
     call(&tb, "debugger", json!({"session": session, "action": "abort"})).await;
+
+    // A frame's local whose printed value is cut.
+    eval_ok(
+        &tb,
+        "(defun cl-user::cut-frame (big) (declare (optimize (debug 3))) (error \"stop ~D\" (length big)) big)
+         (defparameter cl-user::*cut-value* (make-list 400 :initial-element 'cl-user::abcdef))
+         (defparameter cl-user::*cut-expected*
+           (let ((*print-length* 200) (*print-level* 10) (*print-circle* t) (*print-pretty* t) (*print-readably* nil))
+             (prin1-to-string cl-user::*cut-value*)))",
+    )
+    .await;
+    let output =
+        call(&tb, "evaluate-lisp", json!({"code": "(cl-user::cut-frame cl-user::*cut-value*)", "debug": true})).await;
+    let session = output.structured_value().unwrap()["debugger_session"].as_str().unwrap().to_string();
+    let frame = output.structured_value().unwrap()["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|frame| frame["call"].as_str().unwrap().starts_with("(CUT-FRAME "))
+        .unwrap_or_else(|| panic!("no CUT-FRAME frame in {}", output.text))["frame"]
+        .clone();
+    let output = call(&tb, "debugger", json!({"session": session, "action": "frame", "frame": frame})).await;
+    let local = &output.text[output.text.find("\nBIG = ").unwrap_or_else(|| panic!("{}", output.text)) + "\nBIG = ".len()..];
+    let (start, note) = local.split_once(" ... [").unwrap_or_else(|| panic!("{local}"));
+    let note = note.split_once(']').unwrap().0;
+    let (handle, offset) = note_target(note);
+    assert_eq!(start.chars().count(), offset, "{local}");
+    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    let same =
+        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{start}{}", pieces[0])))).await;
+    assert_eq!(same, "=> T", "a local's printed value, read to its end");
+    call(&tb, "debugger", json!({"session": session, "action": "abort"})).await;
     drop(image);
 }
