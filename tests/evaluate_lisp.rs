@@ -356,7 +356,10 @@ async fn big_output_is_cut_inside_the_image() {
     );
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
     let structured = output.structured_value().unwrap();
-    assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536 - 16384);
+    let stdout = structured["stdout"].as_str().unwrap();
+    assert_eq!(stdout.len(), 49152 + "\n[... 3,934,464 more characters not shown]\n".len() + 16384, "start and end");
+    assert!(stdout.starts_with("0123456789") && stdout.ends_with("0123456789"), "start and end");
+    assert!(stdout.contains("\n[... 3,934,464 more characters not shown]\n"), "{}", &stdout[49000..49300]);
     assert!(output.text.len() < 3 * 65536);
 }
 

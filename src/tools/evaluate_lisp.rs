@@ -309,13 +309,13 @@ impl EvaluationReply {
         StructuredEvaluation {
             values: &self.values,
             handles: self.values.iter().map(|value| value.handle.as_deref()).collect(),
-            stdout: &self.stdout.text,
-            stderr: &self.stderr.text,
+            stdout: self.stdout.shown(),
+            stderr: self.stderr.shown(),
             warnings: &self.warnings,
             package: &self.package,
             error: self.error.as_ref().map(ErrorReport::to_json),
             trace: &self.trace.events,
-            background_output: &self.background.output.text,
+            background_output: self.background.output.shown(),
             background_errors: &self.background.errors,
         }
     }
@@ -334,15 +334,15 @@ struct StructuredEvaluation<'a> {
     #[serde(serialize_with = "texts")]
     values: &'a [Captured],
     handles: Vec<Option<&'a str>>,
-    stdout: &'a str,
-    stderr: &'a str,
+    stdout: std::borrow::Cow<'a, str>,
+    stderr: std::borrow::Cow<'a, str>,
     warnings: &'a [String],
     package: &'a str,
     error: Option<Value>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     trace: &'a [String],
     #[serde(skip_serializing_if = "str::is_empty")]
-    background_output: &'a str,
+    background_output: std::borrow::Cow<'a, str>,
     #[serde(skip_serializing_if = "<[BackgroundError]>::is_empty")]
     background_errors: &'a [BackgroundError],
 }
@@ -429,6 +429,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_log_shows_its_end_and_notes_say_what_was_not_kept() {
+        let empty = "(\"\" 0)";
+        assert_eq!(
+            render(&reply("nil", "(\"ab\" 7 \"@6\" 2 nil \"yz\" 0)", empty, "nil")),
+            "[stdout]\nab\n[... 7 more characters not shown, then the last 2: the limit is 65,536 per section \
+             (--max-output); inspect @6 with offset 2 for the rest]\nyz\n\n; No values"
+        );
+        assert_eq!(
+            render(&reply("nil", "(\"ab\n\" 7000 \"@6\" 3 nil \"yz\" 6000)", empty, "nil")),
+            "[stdout]\nab\n[... 7,000 more characters not shown, then the last 2: the limit is 65,536 per section \
+             (--max-output). The image kept 1,000 of them and dropped the 6,000 written in their middle (it keeps the \
+             start and the end of a long output); inspect @6 with offset 3 for the ones kept]\nyz\n\n; No values"
+        );
+        assert_eq!(
+            render(&reply("((\"(1 2\" 9000 \"@5\" 4 \"@4\" \"\" 8000))", empty, empty, "nil")),
+            "=> (1 2\n[... 9,000 more characters not shown: the limit is 65,536 per section (--max-output); inspect @5 \
+             with offset 4 for the next 1,000. The printed text stopped being kept at 1,004 characters: the last 8,000 \
+             were not kept; the value is @4]"
+        );
+    }
+
+    #[test]
     fn trace_and_background_sections_come_before_the_values() {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
             ":trace (nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
@@ -469,7 +491,7 @@ mod tests {
             decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
                 .unwrap_err();
         assert!(
-            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle]]))"),
+            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle [tail [lost]]]]))"),
             "{}",
             error.0
         );

@@ -107,6 +107,17 @@ impl Captured {
         }
     }
 
+    /// The text shown, for structured content: the start and, for a cut log, a marker and its
+    /// end (the text reply's note says where the rest is).
+    pub fn shown(&self) -> std::borrow::Cow<'_, str> {
+        if self.tail.is_empty() {
+            return self.text.as_str().into();
+        }
+        let separator = if self.text.ends_with('\n') { "" } else { "\n" };
+        format!("{}{separator}[... {} more characters not shown]\n{}", self.text, group_thousands(self.dropped), self.tail)
+            .into()
+    }
+
     /// This text as a printed value: `=> text`, its handle, and the note of how much was cut.
     pub fn value_line(&self, limit: usize) -> String {
         match (self.cut_note(limit), &self.handle) {

@@ -144,7 +144,7 @@ impl LoadReport {
             "warning_count": self.warning_count,
             "style_warning_count": self.style_warning_count,
             "note_count": self.note_count,
-            "stdout": self.stdout.text,
+            "stdout": self.stdout.shown(),
             "error": self.load_error.as_ref().map(ErrorReport::to_json),
         })
     }

@@ -226,7 +226,7 @@ impl TestReport {
             "frameworks": self.frameworks,
             "milliseconds": self.milliseconds,
             "results": self.results,
-            "stdout": self.stdout.text,
+            "stdout": self.stdout.shown(),
             "error": self.error.as_ref().map(ErrorReport::to_json),
         })
     }
