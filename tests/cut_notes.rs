@@ -109,7 +109,12 @@ async fn check_cut_against(toolbox: &Arc<Toolbox>, what: &str, output: &ToolOutp
     assert_eq!((pieces.len(), lost), (1, 0), "{what}: all of it is kept");
     let whole = format!("{start}{}", pieces[0]);
     let same = eval_ok(toolbox, &format!("(string= {variable} {})", lisp_string(&whole))).await;
-    assert_eq!(same, "=> T", "{what}: the start shown and the rest read are the whole text ({} characters)", whole.len());
+    assert_eq!(
+        same,
+        "=> T",
+        "{what}: the start shown and the rest read are the whole text ({} characters)",
+        whole.len()
+    );
 }
 
 /// Lisp that sets CL-USER::*CUT-EXPECTED* to `lines` lines about `what`.
@@ -135,7 +140,8 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
 
     eval_ok(&tb, &expected_text("stderr", 300)).await;
     let output =
-        call(&tb, "evaluate-lisp", json!({"code": "(write-string cl-user::*cut-expected* *error-output*) :done"})).await;
+        call(&tb, "evaluate-lisp", json!({"code": "(write-string cl-user::*cut-expected* *error-output*) :done"}))
+            .await;
     check_cut(&tb, "evaluate-lisp stderr", &output, "[stderr]\n").await;
 
     eval_ok(
@@ -202,8 +208,11 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
            :perform (asdf:test-op (o c) (write-string (symbol-value (uiop:find-symbol* :*cut-expected* :cl-user)))))\n",
     )
     .unwrap();
-    eval_ok(&tb, &format!("(require :asdf) (asdf:load-asd {})", lisp_string(dir.path().join("cut-demo.asd").to_str().unwrap())))
-        .await;
+    eval_ok(
+        &tb,
+        &format!("(require :asdf) (asdf:load-asd {})", lisp_string(dir.path().join("cut-demo.asd").to_str().unwrap())),
+    )
+    .await;
     eval_ok(&tb, &expected_text("load-system", 300)).await;
     let output = call(&tb, "load-system", json!({"system": "cut-demo", "force": true})).await;
     check_cut(&tb, "load-system stdout", &output, "[stdout]\n").await;
@@ -214,8 +223,7 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
 
     // profile: what the profiled code prints.
     eval_ok(&tb, &expected_text("profile", 300)).await;
-    let output =
-        call(&tb, "profile", json!({"code": "(write-string cl-user::*cut-expected*)", "mode": "time"})).await;
+    let output = call(&tb, "profile", json!({"code": "(write-string cl-user::*cut-expected*)", "mode": "time"})).await;
     check_cut(&tb, "profile stdout", &output, "[stdout]\n").await;
 
     // macroexpand-form: a long expansion.
@@ -273,7 +281,8 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
         .unwrap_or_else(|| panic!("no CUT-FRAME frame in {}", output.text))["frame"]
         .clone();
     let output = call(&tb, "debugger", json!({"session": session, "action": "frame", "frame": frame})).await;
-    let local = &output.text[output.text.find("\nBIG = ").unwrap_or_else(|| panic!("{}", output.text)) + "\nBIG = ".len()..];
+    let local =
+        &output.text[output.text.find("\nBIG = ").unwrap_or_else(|| panic!("{}", output.text)) + "\nBIG = ".len()..];
     let (start, note) = local.split_once(" ... [").unwrap_or_else(|| panic!("{local}"));
     let note = note.split_once(']').unwrap().0;
     let (handle, offset) = note_target(note);
@@ -281,7 +290,8 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
     assert_eq!((pieces.len(), lost), (1, 0));
     let same =
-        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{start}{}", pieces[0])))).await;
+        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{start}{}", pieces[0]))))
+            .await;
     assert_eq!(same, "=> T", "a local's printed value, read to its end");
     call(&tb, "debugger", json!({"session": session, "action": "abort"})).await;
     drop(image);

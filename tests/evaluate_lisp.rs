@@ -279,7 +279,9 @@ async fn errors_while_printing_a_value_are_reported_in_place() {
     .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.contains("=> #<EVAL-TEST-UNPRINTABLE that could not be printed: SIMPLE-ERROR: cannot print this> @1\n=> 2"),
+        output.text.contains(
+            "=> #<EVAL-TEST-UNPRINTABLE that could not be printed: SIMPLE-ERROR: cannot print this> @1\n=> 2"
+        ),
         "{}",
         output.text
     );
@@ -409,7 +411,10 @@ async fn a_huge_error_message_is_cut_to_max_output() {
     assert!(output.text.len() < 2 * 65536, "{} characters", output.text.len());
     let (handle, _) = note_target(note);
     let last = call_inspect(&tb, &handle, 2_999_990).await;
-    assert!(last.starts_with(&format!("{handle} text of 3,000,000 characters, characters 2999990-2999999:\nxxxxxxxxxx")), "{last}");
+    assert!(
+        last.starts_with(&format!("{handle} text of 3,000,000 characters, characters 2999990-2999999:\nxxxxxxxxxx")),
+        "{last}"
+    );
     let output = eval_code(&tb, "(progn (warn (make-string 3000000 :initial-element #\\y)) 1)").await;
     assert!(!output.is_error, "{}", &output.text[..200]);
     assert!(output.text.contains("[... 2,934,464 more characters of this message not shown"));
@@ -597,7 +602,11 @@ async fn a_program_that_logs_twenty_megabytes_finishes_and_its_end_is_shown() {
     // Printing many objects with the pretty printer is output like any other.
     let output = eval_code(&tb, "(dotimes (i 300000) (print (list i \"pretty\" :printed))) :printed").await;
     assert!(!output.is_error, "{}", &output.text[..output.text.len().min(2000)]);
-    assert!(output.text.ends_with("(299999 \"pretty\" :PRINTED)\n\n=> :PRINTED"), "{}", &output.text[output.text.len() - 200..]);
+    assert!(
+        output.text.ends_with("(299999 \"pretty\" :PRINTED)\n\n=> :PRINTED"),
+        "{}",
+        &output.text[output.text.len() - 200..]
+    );
 }
 
 async fn call_inspect(toolbox: &Arc<Toolbox>, handle: &str, offset: u64) -> String {
@@ -610,11 +619,9 @@ async fn call_inspect(toolbox: &Arc<Toolbox>, handle: &str, offset: u64) -> Stri
 #[tokio::test]
 async fn a_value_that_cannot_be_printed_is_said_so_with_its_handle() {
     let tb = common::toolbox(common::shared_image_port());
-    let output = eval(
-        &tb,
-        json!({"code": "(let ((l nil)) (dotimes (i 100000 l) (setf l (list l))))", "print_level": 10000}),
-    )
-    .await;
+    let output =
+        eval(&tb, json!({"code": "(let ((l nil)) (dotimes (i 100000 l) (setf l (list l))))", "print_level": 10000}))
+            .await;
     assert!(!output.is_error, "the evaluation succeeded: {}", output.text);
     assert!(
         output.text.contains("\n=> #<CONS that could not be printed: STORAGE-CONDITION: Control stack exhausted"),

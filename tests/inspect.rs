@@ -164,7 +164,10 @@ async fn cut_output_is_kept_behind_a_handle_and_read_back_whole() {
         ),
         "{note}"
     );
-    assert!(text.contains(&format!("{note}\n{}\n\n=> NIL", expected[expected.len() - 4000..].trim_end())), "the end is shown");
+    assert!(
+        text.contains(&format!("{note}\n{}\n\n=> NIL", expected[expected.len() - 4000..].trim_end())),
+        "the end is shown"
+    );
     let (handle, offset) = note_target(note).unwrap();
     assert_eq!(offset, 12000);
     let (rest, _) = read_rest(&toolbox, &handle, offset).await;
@@ -331,7 +334,10 @@ async fn a_cut_note_promises_only_what_the_image_kept() {
     let (handle, _) = note_target(note).unwrap();
     let last = inspect(&toolbox, json!({"handle": handle, "offset": 1_023_000})).await;
     assert!(
-        last.ends_with(&format!("\n[end of the kept text: the {} characters written after it were not kept]", group(not_kept))),
+        last.ends_with(&format!(
+            "\n[end of the kept text: the {} characters written after it were not kept]",
+            group(not_kept)
+        )),
         "{}",
         &last[last.len() - 200..]
     );

@@ -491,7 +491,9 @@ mod tests {
             decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
                 .unwrap_err();
         assert!(
-            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle [tail [lost]]]]))"),
+            error
+                .0
+                .contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle [tail [lost]]]]))"),
             "{}",
             error.0
         );

@@ -114,8 +114,13 @@ impl Captured {
             return self.text.as_str().into();
         }
         let separator = if self.text.ends_with('\n') { "" } else { "\n" };
-        format!("{}{separator}[... {} more characters not shown]\n{}", self.text, group_thousands(self.dropped), self.tail)
-            .into()
+        format!(
+            "{}{separator}[... {} more characters not shown]\n{}",
+            self.text,
+            group_thousands(self.dropped),
+            self.tail
+        )
+        .into()
     }
 
     /// This text as a printed value: `=> text`, its handle, and the note of how much was cut.
