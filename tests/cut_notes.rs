@@ -117,6 +117,34 @@ async fn check_cut_against(toolbox: &Arc<Toolbox>, what: &str, output: &ToolOutp
     );
 }
 
+/// Checks a listing cut to its first lines, whose last line (starting with `marker`) names the
+/// handle of every line: the names on the lines shown and on those read there are, sorted and
+/// without their package, the lines of CL-USER::*CUT-EXPECTED*.
+async fn check_listing(toolbox: &Arc<Toolbox>, what: &str, output: &ToolOutput, marker: &str) {
+    assert!(!output.is_error, "{what}: {}", output.text);
+    let note = output.text.lines().find(|line| line.starts_with(marker)).unwrap_or_else(|| panic!("{}", output.text));
+    let (handle, offset) = note_target(note);
+    let shown: Vec<&str> = output.text.lines().skip(1).take_while(|line| !line.starts_with(marker)).collect();
+    let (pieces, lost) = read_to_end(toolbox, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0), "{what}");
+    let mut names: Vec<String> = shown
+        .into_iter()
+        .chain(pieces[0].lines())
+        // Without the package: apropos qualifies names, xref writes them as seen from theirs.
+        .map(|line| line.split_whitespace().next().unwrap().rsplit(':').next().unwrap().to_string())
+        .collect();
+    names.sort();
+    let same = eval_ok(
+        toolbox,
+        &format!(
+            "(string= (format nil \"~{{~A~^~%~}}\" (sort (uiop:split-string cl-user::*cut-expected* :separator '(#\\Newline)) #'string<)) {})",
+            lisp_string(&names.join("\n"))
+        ),
+    )
+    .await;
+    assert_eq!(same, "=> T", "{what}: the lines shown and those read are every line\n{}", names.join("\n"));
+}
+
 /// Lisp that sets CL-USER::*CUT-EXPECTED* to `lines` lines about `what`.
 fn expected_text(what: &str, lines: usize) -> String {
     format!(
@@ -259,6 +287,21 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     .await;
     check_cut(&tb, "eval_in_frame stdout", &output, "[stdout]\n").await;
     call(&tb, "debugger", json!({"session": session, "action": "abort"})).await;
+
+    // apropos-search and xref: the listing's lines past those shown.
+    eval_ok(
+        &tb,
+        "(defun cl-user::cut-target () 1)
+         (dotimes (i 130)
+           (eval `(defun ,(intern (format nil \"CUT-CALLER-~D\" i) :cl-user) () (cl-user::cut-target))))
+         (defparameter cl-user::*cut-expected*
+           (format nil \"~{CUT-CALLER-~D~^~%~}\" (loop for i below 130 collect i)))",
+    )
+    .await;
+    let output = call(&tb, "apropos-search", json!({"query": "cut-caller-"})).await;
+    check_listing(&tb, "apropos-search", &output, "  ... and 80 more: ").await;
+    let output = call(&tb, "xref", json!({"symbol": "cl-user::cut-target", "kind": "calls"})).await;
+    check_listing(&tb, "xref", &output, "  ... and 30 more: ").await;
 
     // A frame's local whose printed value is cut.
     eval_ok(
