@@ -192,6 +192,26 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     .await;
     check_cut(&tb, "evaluate-lisp background output", &output, "Output of your threads:\n").await;
 
+    // evaluate-lisp's warnings past the 200 shown.
+    eval_ok(
+        &tb,
+        "(defparameter cl-user::*cut-expected* (format nil \"~{WARNING: cut warning ~D~%~}\" (loop for i below 250 collect i)))",
+    )
+    .await;
+    let output = call(&tb, "evaluate-lisp", json!({"code": "(dotimes (i 250) (warn \"cut warning ~D\" i))"})).await;
+    let warnings = &output.text[output.text.find("[warnings]\n").unwrap() + "[warnings]\n".len()..];
+    let (shown, note) = warnings.split_once("[... ").unwrap();
+    let note = note.lines().next().unwrap();
+    assert!(note.starts_with("50 more warnings not shown: at most 200 per reply; inspect @"), "{note}");
+    let (handle, offset) = note_target(note);
+    assert_eq!(shown.chars().count(), offset, "{note}");
+    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    let same =
+        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{shown}{}", pieces[0]))))
+            .await;
+    assert_eq!(same, "=> T", "the warnings shown and those read are every warning");
+
     // compile-form: what a macro prints while it is expanded.
     eval_ok(&tb, &expected_text("compile", 300)).await;
     // The compiler may expand a macro more than once: what it printed is recorded as it prints.

@@ -5,7 +5,11 @@
 
 (in-package #:mcp-agent-helper)
 
-(defparameter *max-warnings* 200)
+(defparameter *max-warnings* 200
+  "Warnings shown in a reply.")
+
+(defparameter *max-kept-warnings* 10000
+  "Warnings kept of one evaluation, the ones not shown behind a handle; the rest are counted.")
 
 (defparameter *default-print-length* 200)
 (defparameter *default-print-level* 10)
@@ -106,7 +110,8 @@ the package in force at the end, and the failed condition."
 for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image; values are printed with
 PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a plist: :VALUES, a list of (text dropped [more offset
 [handle]]), MORE the handle of the text cut from OFFSET on (or NIL) and HANDLE the value's own;
-:STDOUT and :STDERR, each (text dropped [more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED;
+:STDOUT and :STDERR, as CAPTURE-REPORT gives them; :WARNINGS, the texts shown, :WARNINGS-DROPPED,
+:WARNINGS-REST (see REST-LISTING) and :WARNINGS-LOST, how many were not kept;
 :PACKAGE, the session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS
 :MESSAGE :BACKTRACE)."
   (let* ((*max-output* max-output)
@@ -129,7 +134,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                        (member warning warnings :key #'car))
                (return-from record-warning))
              (incf warning-count)
-             (when (<= warning-count *max-warnings*)
+             (when (<= warning-count *max-kept-warnings*)
                (push (cons warning (format nil "~A: ~A"
                                            (if (compile-time-error-p warning) "ERROR" (warning-category warning))
                                            (condition-message warning)))
@@ -151,16 +156,22 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
           (adopt-hooks hooks session-name allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
-          (let ((succeeded (eq (first outcome) :ok)))
+          (let ((succeeded (eq (first outcome) :ok))
+                (texts (loop for (warning . text) in (reverse warnings)
+                             unless (or (redundant-warning-p warning failed-condition)
+                                        (defined-since-p warning))
+                               collect text))
+                (lost-warnings (max 0 (- warning-count *max-kept-warnings*))))
             (list :values (if succeeded (second outcome) nil)
                   :error (if succeeded nil outcome)
                   :stdout (capture-report stdout)
                   :stderr (capture-report stderr)
-                  :warnings (loop for (warning . text) in (reverse warnings)
-                                  unless (or (redundant-warning-p warning failed-condition)
-                                             (defined-since-p warning))
-                                    collect text)
-                  :warnings-dropped (max 0 (- warning-count *max-warnings*))
+                  ;; The warnings shown, and how many more: the handle of every warning kept
+                  ;; and the offset of the first not shown; and how many were not kept.
+                  :warnings (subseq texts 0 (min (length texts) *max-warnings*))
+                  :warnings-dropped (+ (max 0 (- (length texts) *max-warnings*)) lost-warnings)
+                  :warnings-rest (rest-listing texts *max-warnings*)
+                  :warnings-lost lost-warnings
                   :package (session-package-name session)
                   :notes (if note (list note) nil)
                   :trace (trace-report)

@@ -116,6 +116,16 @@ it were not kept), or NIL when the call keeps no handles."
       (sb-thread:with-mutex ((handle-table-lock table))
         (add-handle table (make-instance 'kept-text :text text :lost lost :gap gap))))))
 
+(defun rest-listing (lines shown)
+  "The handle of LINES, a listing cut to its first SHOWN lines, as one text, and the offset where
+the lines not shown begin in it: (handle offset), or NIL when nothing was cut or the call keeps
+no handles."
+  (when (> (length lines) shown)
+    (let* ((text (format nil "~{~A~%~}" lines))
+           (offset (loop for line in lines repeat shown sum (1+ (length line))))
+           (handle (text-handle text 0 (length text))))
+      (and handle (list handle offset)))))
+
 (defun handle-object (name)
   "The object the handle NAME (\"@3\", or \"3\") stands for in the current session, or a failure
 saying why there is none."

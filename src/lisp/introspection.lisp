@@ -432,16 +432,6 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
          (or (eql 0 (search "SB-" (package-name package)))
              (server-package-p package)))))
 
-(defun rest-listing (lines shown)
-  "The handle of LINES, a listing cut to its first SHOWN lines, as one text, and the offset where
-the lines not shown begin in it: (handle offset), or NIL when nothing was cut or the call keeps
-no handles."
-  (when (> (length lines) shown)
-    (let* ((text (format nil "~{~A~%~}" lines))
-           (offset (loop for line in lines repeat shown sum (1+ (length line))))
-           (handle (text-handle text 0 (length text))))
-      (and handle (list handle offset)))))
-
 (defun apropos-search (query &key package external-only session token)
   "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
 symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how

@@ -176,7 +176,11 @@ pub(crate) struct EvaluationReply {
     pub stdout: Captured,
     pub stderr: Captured,
     pub warnings: Vec<String>,
+    /// Warnings not shown: `warnings_rest` holds all but the last `warnings_lost` of them.
     pub warnings_dropped: u64,
+    /// The handle of every warning kept, and the offset of the first not shown.
+    pub warnings_rest: Option<(String, u64)>,
+    pub warnings_lost: u64,
     pub package: String,
     pub notes: Vec<String>,
     pub error: Option<ErrorReport>,
@@ -283,8 +287,20 @@ impl EvaluationReply {
         sections.extend(self.stderr.section("[stderr]", max_output));
         if !self.warnings.is_empty() {
             let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
-            if self.warnings_dropped > 0 {
-                section.push_str(&format!("\n[... {} more warnings not shown]", self.warnings_dropped));
+            let dropped = group_thousands(self.warnings_dropped);
+            match (&self.warnings_rest, self.warnings_lost) {
+                _ if self.warnings_dropped == 0 => {}
+                (Some((handle, offset)), 0) => section.push_str(&format!(
+                    "\n[... {dropped} more warnings not shown: at most 200 per reply; inspect {handle} with offset {offset} \
+                     for them]"
+                )),
+                (Some((handle, offset)), lost) => section.push_str(&format!(
+                    "\n[... {dropped} more warnings not shown: at most 200 per reply; inspect {handle} with offset {offset} \
+                     for the next {}; the last {} were not kept (at most 10,000 per evaluation)]",
+                    group_thousands(self.warnings_dropped - lost),
+                    group_thousands(lost)
+                )),
+                (None, _) => section.push_str(&format!("\n[... {dropped} more warnings not shown: at most 200 per reply]")),
             }
             sections.push(section);
         }
@@ -363,7 +379,7 @@ mod tests {
     /// A reply with these values, stdout, stderr and warnings and nothing else to say.
     fn reply(values: &str, stdout: &str, stderr: &str, warnings: &str) -> String {
         format!(
-            "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 \
+            "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
              :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))"
         )
@@ -401,7 +417,7 @@ mod tests {
     fn errors_come_first_and_keep_earlier_output() {
         let text = render(
             "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
-             :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
+             :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
              :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))",
         );
@@ -480,8 +496,11 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let full = reply("nil", "(\"\" 0)", "(\"\" 0)", "nil");
-        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap())
-            .unwrap_err();
+        let error = decode::<EvaluationReply>(
+            "evaluate",
+            &read(&full.replace(":warnings-dropped 0 :warnings-rest nil :warnings-lost 0 ", "")).unwrap(),
+        )
+        .unwrap_err();
         assert!(
             error.0.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"),
             "{}",
