@@ -264,6 +264,30 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     eval_ok(&tb, &expected_text("load-system", 300)).await;
     let output = call(&tb, "load-system", json!({"system": "cut-demo", "force": true})).await;
     check_cut(&tb, "load-system stdout", &output, "[stdout]\n").await;
+    // load-system's warnings past the 50 shown.
+    std::fs::write(
+        dir.path().join("cut-warn.asd"),
+        "(asdf:defsystem \"cut-warn\" :components ((:file \"cut-warn\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("cut-warn.lisp"),
+        "(eval-when (:compile-toplevel) (dotimes (i 60) (warn \"cut load warning ~D\" i)))\n",
+    )
+    .unwrap();
+    eval_ok(&tb, &format!("(asdf:load-asd {})", lisp_string(dir.path().join("cut-warn.asd").to_str().unwrap()))).await;
+    let output = call(&tb, "load-system", json!({"system": "cut-warn"})).await;
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap_or_else(|| panic!("{}", output.text));
+    assert!(note.starts_with("[... 10 more warnings not shown: at most 50 per reply; inspect @"), "{note}");
+    let (handle, offset) = note_target(note);
+    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    let rest: Vec<&str> = pieces[0].lines().filter(|line| line.starts_with("WARNING: ")).collect();
+    assert_eq!(rest.len(), 10, "{}", pieces[0]);
+    for (i, line) in rest.iter().enumerate() {
+        assert!(line.starts_with(&format!("WARNING: cut load warning {}", 50 + i)), "{line}");
+    }
+
     eval_ok(&tb, &expected_text("run-tests", 300)).await;
     let output = call(&tb, "run-tests", json!({"system": "cut-demo"})).await;
     assert!(output.text.contains("line 299 of 300"), "the end of the test run's output is shown: {}", output.text);

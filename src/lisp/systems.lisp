@@ -101,7 +101,7 @@ its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
 
 (defun load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
-it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
+it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see REST-LISTING), :WARNING-COUNT,
 :STYLE-WARNING-COUNT, :NOTE-COUNT; :STDOUT (text dropped); and :LOAD-ERROR, a report when the load
 failed (its output and warnings are kept)."
   (let ((stdout (make-capture max-output))
@@ -110,10 +110,13 @@ failed (its output and warnings are kept)."
         ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
         (*agent-session* session)
         (warnings '())
+        (kept 0)
         (counts (list :warning 0 :style-warning 0 :note 0)))
     (labels ((note (category text)
                (incf (getf counts category))
-               (when (and (not (eq category :note)) (< (length warnings) *max-system-warnings*))
+               ;; The first ones are shown, the others kept behind a handle, up to a bound.
+               (when (and (not (eq category :note)) (< kept *max-kept-warnings*))
+                 (incf kept)
                  (push text warnings)))
              (record (condition)
                (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
@@ -162,7 +165,9 @@ failed (its output and warnings are kept)."
                   :was-loaded was-loaded
                   :milliseconds (round (* 1000 (- (get-internal-real-time) started))
                                        internal-time-units-per-second)
-                  :warnings (reverse warnings)
+                  :warnings (let ((warnings (reverse warnings)))
+                              (subseq warnings 0 (min (length warnings) *max-system-warnings*)))
+                  :warnings-rest (rest-listing (reverse warnings) *max-system-warnings*)
                   :warning-count (getf counts :warning)
                   :style-warning-count (getf counts :style-warning)
                   :note-count (getf counts :note)
