@@ -237,6 +237,34 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     eval_ok(&tb, &expected_text("load-file", 300)).await;
     let output = call(&tb, "load-file", json!({"file_path": file.to_str().unwrap()})).await;
     check_cut(&tb, "load-file stdout", &output, "[stdout]\n").await;
+    // load-file's compiler conditions past the 100 shown.
+    let noisy = dir.path().join("cut-conditions.lisp");
+    let source: String =
+        (0..120).map(|i| format!("(defun cut-undefined-caller-{i} () (cut-undefined-{i}))\n")).collect();
+    std::fs::write(&noisy, format!("(in-package :cl-user)\n{source}")).unwrap();
+    let output = call(&tb, "load-file", json!({"file_path": noisy.to_str().unwrap()})).await;
+    let note = output
+        .text
+        .lines()
+        .find(|line| line.starts_with("[... 20 more compiler"))
+        .unwrap_or_else(|| panic!("{}", output.text));
+    let (handle, offset) = note_target(note);
+    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    // Each undefined function is named once, on a line shown or on a line read.
+    let numbers = |text: &str| -> Vec<u32> {
+        text.split("::CUT-UNDEFINED-")
+            .skip(1)
+            .map(|after| after[..after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len())].parse().unwrap())
+            .collect()
+    };
+    let rest = numbers(&pieces[0]);
+    assert_eq!(rest.len(), 20, "{}", pieces[0]);
+    let mut all = numbers(&output.text);
+    all.extend(rest);
+    all.sort();
+    assert_eq!(all, (0..120).collect::<Vec<u32>>(), "{}", output.text);
+
     let form_file = dir.path().join("cut-form.lisp");
     std::fs::write(&form_file, "(in-package :cl-user)\n(defvar *cut-form-printed* (write-string *cut-expected*))\n")
         .unwrap();

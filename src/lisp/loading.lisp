@@ -142,6 +142,12 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
           :style-warnings (count-of "STYLE-WARNING")
           :notes (count-of "NOTE")
           :conditions (subseq conditions 0 (min (length conditions) *max-load-conditions*))
+          ;; The handle of every condition, one line each, past those the reply shows.
+          :rest (rest-listing (loop for condition in conditions
+                                    collect (format nil "~A~@[ at line ~D~]~@[, column ~D~]: ~A"
+                                                    (getf condition :severity) (getf condition :line)
+                                                    (getf condition :column) (getf condition :message)))
+                              *max-load-conditions*)
           :inactive inactive)))
 
 (defun compile-and-load (source octets &key source-name)
