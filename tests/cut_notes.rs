@@ -212,6 +212,33 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
             .await;
     assert_eq!(same, "=> T", "the warnings shown and those read are every warning");
 
+    // evaluate-lisp's trace events past the 100 shown.
+    eval_ok(
+        &tb,
+        "(defun cl-user::cut-traced (i) i)
+         (defparameter cl-user::*cut-expected*
+           (format nil \"~{0: (CUT-TRACED ~D)~%0: CUT-TRACED returned ~:*~D~%~}\" (loop for i below 150 collect i)))",
+    )
+    .await;
+    let output = call(&tb, "trace", json!({"functions": ["cl-user::cut-traced"]})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let output =
+        call(&tb, "evaluate-lisp", json!({"code": "(dotimes (i 150) (cl-user::cut-traced i))", "package": "CL-USER"}))
+            .await;
+    let trace = &output.text[output.text.find("[trace]\n").unwrap() + "[trace]\n".len()..];
+    let (shown, note) = trace.split_once("[... ").unwrap();
+    let note = note.lines().next().unwrap();
+    assert!(note.starts_with("200 more trace events not shown: at most 100 per reply; inspect @"), "{note}");
+    let (handle, offset) = note_target(note);
+    assert_eq!(shown.chars().count(), offset, "{note}");
+    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    let same =
+        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{shown}{}", pieces[0]))))
+            .await;
+    assert_eq!(same, "=> T", "the trace events shown and those read are every event");
+    call(&tb, "trace", json!({"untrace": true, "functions": ["cl-user::cut-traced"]})).await;
+
     // compile-form: what a macro prints while it is expanded.
     eval_ok(&tb, &expected_text("compile", 300)).await;
     // The compiler may expand a macro more than once: what it printed is recorded as it prints.

@@ -104,7 +104,8 @@ async fn traced_calls_appear_in_the_next_evaluation_until_untraced() {
     // Bounded: a deep recursion shows 100 events and counts the rest.
     let deep = common::eval_ok(&tb, "(obs-fib 12)").await;
     assert_eq!(deep.lines().filter(|line| line.contains("OBS-FIB")).count(), 100, "{deep}");
-    assert!(deep.contains("more trace events not shown: at most 100 per reply, 8 levels deep]"), "{deep}");
+    assert!(deep.contains("more trace events not shown: at most 100 per reply; inspect @"), "{deep}");
+    assert!(deep.contains(" were only counted (deeper than 8 levels, or past 10,000 per evaluation)]"), "{deep}");
 
     let output = call(&tb, "trace", json!({"untrace": true, "functions": ["obs-fib"]})).await;
     assert_eq!(output.text, "Untraced OBS-FIB.\nThis session traces nothing now.");

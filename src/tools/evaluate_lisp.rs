@@ -190,17 +190,20 @@ pub(crate) struct EvaluationReply {
     pub background: Background,
 }
 
-/// The `[trace]` section's events, oldest first, and how many more were not shown.
+/// The `[trace]` section's events, oldest first, how many more were not shown, the handle of the
+/// events kept and the offset of the first not shown, and how many were not kept.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(from = "(Vec<String>, u64)")]
+#[serde(from = "(Vec<String>, u64, Option<(String, u64)>, u64)")]
 pub(crate) struct TraceEvents {
     pub events: Vec<String>,
     pub dropped: u64,
+    pub rest: Option<(String, u64)>,
+    pub lost: u64,
 }
 
-impl From<(Vec<String>, u64)> for TraceEvents {
-    fn from((events, dropped): (Vec<String>, u64)) -> Self {
-        TraceEvents { events, dropped }
+impl From<(Vec<String>, u64, Option<(String, u64)>, u64)> for TraceEvents {
+    fn from((events, dropped, rest, lost): (Vec<String>, u64, Option<(String, u64)>, u64)) -> Self {
+        TraceEvents { events, dropped, rest, lost }
     }
 }
 
@@ -211,8 +214,23 @@ impl TraceEvents {
         }
         let mut section = format!("[trace]\n{}", self.events.join("\n"));
         if self.dropped > 0 {
+            let kept = self.dropped.saturating_sub(self.lost);
+            let rest = match (&self.rest, self.lost) {
+                (Some((handle, offset)), 0) => format!("; inspect {handle} with offset {offset} for them"),
+                (Some((handle, offset)), lost) => format!(
+                    "; inspect {handle} with offset {offset} for {} of them; {} were only counted (deeper than 8 \
+                     levels, or past 10,000 per evaluation)",
+                    group_thousands(kept),
+                    group_thousands(lost)
+                ),
+                (None, 0) => String::new(),
+                (None, lost) => format!(
+                    "; {} were only counted (deeper than 8 levels, or past 10,000 per evaluation)",
+                    group_thousands(lost)
+                ),
+            };
             section.push_str(&format!(
-                "\n[... {} more trace events not shown: at most 100 per reply, 8 levels deep]",
+                "\n[... {} more trace events not shown: at most 100 per reply{rest}]",
                 group_thousands(self.dropped)
             ));
         }
@@ -380,7 +398,7 @@ mod tests {
     fn reply(values: &str, stdout: &str, stderr: &str, warnings: &str) -> String {
         format!(
             "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
-             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0 nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))"
         )
     }
@@ -418,7 +436,7 @@ mod tests {
         let text = render(
             "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
              :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
-             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0 nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))",
         );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
@@ -469,16 +487,16 @@ mod tests {
     #[test]
     fn trace_and_background_sections_come_before_the_values() {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
-            ":trace (nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
-            ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3) :background (:output (\"working\" 0) \
+            ":trace (nil 0 nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
+            ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3 nil 3) :background (:output (\"working\" 0) \
              :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil)) \
              :errors-dropped 0)",
         );
         let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();
         assert_eq!(
             decoded.render(100),
-            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply, 8 levels \
-             deep]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
+            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply; 3 were \
+             only counted (deeper than 8 levels, or past 10,000 per evaluation)]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
              Backtrace:\n  (F)\n\n=> 1"
         );
         let quiet =
