@@ -278,7 +278,10 @@ impl Background {
             parts.push(part);
         }
         if self.errors_dropped > 0 {
-            parts.push(format!("[... {} more thread errors not shown]", group_thousands(self.errors_dropped)));
+            parts.push(format!(
+                "[... {} more thread errors were counted, not kept: at most 10 between two replies]",
+                group_thousands(self.errors_dropped)
+            ));
         }
         Some(format!("[background]\n{}", parts.join("\n\n")))
     }
