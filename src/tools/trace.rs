@@ -15,7 +15,7 @@ fn definition() -> ToolDefinition {
         description: "Trace functions, macros and methods with SBCL's TRACE. Each traced call and its return values \
             that happen during your following evaluate-lisp calls come back in a [trace] section of those replies, \
             indented by nesting depth: at most 100 events (calls and returns) per reply and 8 levels of nesting; \
-            the rest are counted. Calls made by anyone else (the user's REPL, other threads) print nothing \
+            the next behind a handle. Calls made by anyone else (the user's REPL, other threads) print nothing \
             anywhere. Name a function as you would type it (foo, pkg::foo, (setf foo)); a method as \
             (method NAME QUALIFIER... (SPECIALIZER...)), e.g. (method area :around (shape)) or \
             (method area ((eql :circle))). With untrace: true, untraces the functions given, or every function \
