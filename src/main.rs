@@ -64,8 +64,9 @@ struct Cli {
     #[arg(long, global = true)]
     allow_exit: bool,
 
-    /// Characters shown of each output section and printed value; the image keeps the rest (up to
-    /// 64 times this) behind a handle that the inspect tool reads in slices.
+    /// Characters shown of each output section (its start and its end) and printed value; the image
+    /// keeps up to 64 times this (and of a section, a quarter as many of its end) behind a handle
+    /// that the inspect tool reads in slices.
     #[arg(long, default_value_t = 16000, value_parser = parse_max_output, global = true)]
     max_output: usize,
 

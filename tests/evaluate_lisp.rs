@@ -279,7 +279,9 @@ async fn errors_while_printing_a_value_are_reported_in_place() {
     .await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.contains("=> #<error printing a EVAL-TEST-UNPRINTABLE: cannot print this> @1\n=> 2"),
+        output.text.contains(
+            "=> #<EVAL-TEST-UNPRINTABLE that could not be printed: SIMPLE-ERROR: cannot print this> @1\n=> 2"
+        ),
         "{}",
         output.text
     );
@@ -348,14 +350,18 @@ async fn big_output_is_cut_inside_the_image() {
     assert!(!output.is_error);
     assert!(
         output.text.contains(
-            "[... 3,934,464 more characters not shown: the limit is 65,536 per section (--max-output); inspect @"
+            "[... 3,934,464 more characters not shown, then the last 16,384: the limit is 65,536 per section \
+             (--max-output); inspect @"
         ),
         "{}",
         &output.text[output.text.len() - 300..]
     );
     assert!(output.text.contains("[... 4,934,466 more characters not shown"));
     let structured = output.structured_value().unwrap();
-    assert_eq!(structured["stdout"].as_str().unwrap().len(), 65536);
+    let stdout = structured["stdout"].as_str().unwrap();
+    assert_eq!(stdout.len(), 49152 + "\n[... 3,934,464 more characters not shown]\n".len() + 16384, "start and end");
+    assert!(stdout.starts_with("0123456789") && stdout.ends_with("0123456789"), "start and end");
+    assert!(stdout.contains("\n[... 3,934,464 more characters not shown]\n"), "{}", &stdout[49000..49300]);
     assert!(output.text.len() < 3 * 65536);
 }
 
@@ -369,15 +375,15 @@ async fn endless_printing_is_stopped_before_it_exhausts_the_image() {
     assert!(output.is_error);
     assert!(
         output.text.starts_with(
-            "[ERROR] MCP-AGENT-HELPER::OUTPUT-LIMIT-EXCEEDED\nThe output passed 4,194,304 characters (64 times --max-output, 65,536), \
-             so the evaluation was stopped"
+            "[ERROR] MCP-AGENT-HELPER::OUTPUT-LIMIT-EXCEEDED\nThe pretty printer passed on 4,194,304 characters of one printed \
+             object (64 times --max-output, 65,536) without reaching its end, so the evaluation was stopped"
         ),
         "{}",
         &output.text[..output.text.len().min(2000)]
     );
     assert!(output.text.contains("bind *PRINT-CIRCLE* to T"), "says how to print it: {}", &output.text[..2000]);
-    let stdout = output.text.find("[stdout]").map(|at| &output.text[at..at + 21]);
-    assert_eq!(stdout, Some("[stdout]\n(1 2 3 1 2 3"), "keeps the output it was allowed");
+    let stdout = output.text.find("[stdout]").map(|at| &output.text[at..at + 22]);
+    assert_eq!(stdout, Some("[stdout]\n\n(1 2 3 1 2 3"), "keeps the output it was allowed");
     assert!(output.text.len() < 3 * 65536, "{} characters", output.text.len());
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
     // The image lives, and the same list prints with *PRINT-CIRCLE*.
@@ -394,14 +400,21 @@ async fn a_huge_error_message_is_cut_to_max_output() {
     let tb = common::toolbox(common::shared_image_port());
     let output = eval_code(&tb, "(error (make-string 3000000 :initial-element #\\x))").await;
     assert!(output.is_error);
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap();
     assert!(
-        output.text.contains(
-            "\n[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output)]"
+        note.starts_with(
+            "[... 2,934,464 more characters of this message not shown: the limit is 65,536 (--max-output); inspect @"
         ),
-        "{}",
-        &output.text[output.text.len().saturating_sub(1000)..]
+        "{note}"
     );
+    assert!(note.ends_with(" with offset 65536 for the rest]"), "{note}");
     assert!(output.text.len() < 2 * 65536, "{} characters", output.text.len());
+    let (handle, _) = note_target(note);
+    let last = call_inspect(&tb, &handle, 2_999_990).await;
+    assert!(
+        last.starts_with(&format!("{handle} text of 3,000,000 characters, characters 2999990-2999999:\nxxxxxxxxxx")),
+        "{last}"
+    );
     let output = eval_code(&tb, "(progn (warn (make-string 3000000 :initial-element #\\y)) 1)").await;
     assert!(!output.is_error, "{}", &output.text[..200]);
     assert!(output.text.contains("[... 2,934,464 more characters of this message not shown"));
@@ -533,4 +546,94 @@ async fn a_lost_image_fails_the_call_and_a_new_one_is_picked_up() {
     assert!(fresh.starts_with(&format!("[notes]\nThe connection to 127.0.0.1:{port} was remade")), "{fresh}");
     assert!(fresh.ends_with("\n\n=> NIL"), "{fresh}");
     drop(replacement);
+}
+
+/// The handle and offset a cut note names: `inspect @4 with offset 16000 for ...`.
+fn note_target(note: &str) -> (String, u64) {
+    let after = &note[note.rfind("inspect @").unwrap_or_else(|| panic!("no handle in {note}")) + "inspect ".len()..];
+    let words: Vec<&str> = after.split(' ').collect();
+    assert_eq!(&words[1..3], ["with", "offset"], "{note}");
+    (words[0].to_string(), words[3].trim_end_matches([']', ';', '.']).parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_program_that_logs_twenty_megabytes_finishes_and_its_end_is_shown() {
+    let tb = common::toolbox(common::shared_image_port());
+    // 200,000 lines of 101 characters: far past the 4,194,304 (64 x --max-output) that stopped it.
+    let line = |i: usize| format!("{i:>9} {}\n", "x".repeat(90));
+    let output = eval_code(
+        &tb,
+        "(let ((pad (make-string 90 :initial-element #\\x)))
+           (dotimes (i 200000) (format t \"~9D ~A~%\" i pad)))
+         :done",
+    )
+    .await;
+    assert!(!output.is_error, "{}", &output.text[output.text.len().saturating_sub(2000)..]);
+    assert!(output.text.ends_with(&format!("{}\n\n=> :DONE", line(199_999).trim_end())), "the end is shown");
+    let note = output.text.lines().find(|l| l.starts_with("[... ")).unwrap();
+    // Shown: 49,152 characters of the start and 16,384 of the end; kept: 4,000,000 of the start
+    // and 1,000,000 of the end.
+    assert!(
+        note.starts_with(
+            "[... 20,134,464 more characters not shown, then the last 16,384: the limit is 65,536 per section \
+             (--max-output). The image kept 4,934,464 of them and dropped the 15,200,000 written in their middle"
+        ),
+        "{note}"
+    );
+    let (handle, offset) = note_target(note);
+    assert_eq!(offset, 49152);
+    let whole: String = (0..200_000).map(line).collect();
+    assert_eq!(&output.text["[stdout]\n".len().."[stdout]\n".len() + 49152], &whole[..49152]);
+
+    // The page that reaches the characters not kept says so, and the text goes on with the end.
+    let page = call_inspect(&tb, &handle, 3_999_000).await;
+    assert!(page.contains(&whole[3_999_000..4_000_000]), "the start kept is the output's start");
+    assert!(
+        page.ends_with(&format!(
+            "\n[... 15,200,000 characters written here were not kept: the image keeps the start and the end of a long \
+             output. The end kept is 1,000,000 characters; inspect {handle} with offset 4000000 for the next]"
+        )),
+        "{}",
+        &page[page.len() - 300..]
+    );
+    let page = call_inspect(&tb, &handle, 4_000_000).await;
+    let body = page.split_once('\n').unwrap().1;
+    assert!(body.starts_with(&whole[19_200_000..19_200_000 + 65536]), "the end kept is the output's end");
+    let last = call_inspect(&tb, &handle, 4_999_000).await;
+    assert!(last.ends_with(&whole[whole.len() - 1000..]), "{}", &last[last.len() - 200..]);
+
+    // Printing many objects with the pretty printer is output like any other.
+    let output = eval_code(&tb, "(dotimes (i 300000) (print (list i \"pretty\" :printed))) :printed").await;
+    assert!(!output.is_error, "{}", &output.text[..output.text.len().min(2000)]);
+    assert!(
+        output.text.ends_with("(299999 \"pretty\" :PRINTED)\n\n=> :PRINTED"),
+        "{}",
+        &output.text[output.text.len() - 200..]
+    );
+}
+
+async fn call_inspect(toolbox: &Arc<Toolbox>, handle: &str, offset: u64) -> String {
+    let call = toolbox.call("inspect", Some(json!({"handle": handle, "offset": offset})), CancellationToken::new());
+    let output = tokio::time::timeout(Duration::from_secs(60), call).await.unwrap().unwrap();
+    assert!(!output.is_error, "{}", output.text);
+    output.text
+}
+
+#[tokio::test]
+async fn a_value_that_cannot_be_printed_is_said_so_with_its_handle() {
+    let tb = common::toolbox(common::shared_image_port());
+    let output =
+        eval(&tb, json!({"code": "(let ((l nil)) (dotimes (i 100000 l) (setf l (list l))))", "print_level": 10000}))
+            .await;
+    assert!(!output.is_error, "the evaluation succeeded: {}", output.text);
+    assert!(
+        output.text.contains("\n=> #<CONS that could not be printed: STORAGE-CONDITION: Control stack exhausted"),
+        "{}",
+        output.text
+    );
+    let handle = output.text.rsplit(' ').next().unwrap();
+    assert!(handle.starts_with('@'), "{}", output.text);
+    let page = call_inspect(&tb, handle, 0).await;
+    assert!(page.contains("Type: CONS"), "{page}");
+    assert_eq!(ok(&tb, "(+ 1 2)").await, "=> 3", "the image goes on");
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::tools::Toolbox;
 
-use common::{call, eval_ok, McpClient};
+use common::{call, eval_ok, without_handle, McpClient};
 
 /// A toolbox on `port` with the server's default output limit.
 fn toolbox_with_default_limit(port: u16) -> Arc<Toolbox> {
@@ -159,13 +159,19 @@ async fn cut_output_is_kept_behind_a_handle_and_read_back_whole() {
     assert!(text.starts_with("[stdout]\nline 0\nline 1\n"), "{}", &text[..100]);
     let note = text.lines().find(|line| line.starts_with("[... ")).unwrap();
     assert!(
-        note.contains("more characters not shown: the limit is 16,000 per section (--max-output); inspect @"),
+        note.contains(
+            "more characters not shown, then the last 4,000: the limit is 16,000 per section (--max-output); inspect @"
+        ),
         "{note}"
     );
+    assert!(
+        text.contains(&format!("{note}\n{}\n\n=> NIL", expected[expected.len() - 4000..].trim_end())),
+        "the end is shown"
+    );
     let (handle, offset) = note_target(note).unwrap();
-    assert_eq!(offset, 16000);
+    assert_eq!(offset, 12000);
     let (rest, _) = read_rest(&toolbox, &handle, offset).await;
-    assert_eq!(rest, expected[16000..]);
+    assert_eq!(rest, expected[12000..]);
 
     // A cut value's note names the handle of its whole printed text and the value's own.
     let text =
@@ -287,4 +293,66 @@ async fn handles_are_released_when_the_mcp_session_ends() {
     assert_eq!(handles_in_image(&observer).await, 1);
     client.child.kill().await.unwrap();
     handles_drop_to(&observer, 0).await;
+}
+
+#[tokio::test]
+async fn a_cut_note_promises_only_what_the_image_kept() {
+    let toolbox = toolbox_with_default_limit(common::shared_image_port());
+    let output = call(
+        &toolbox,
+        "evaluate-lisp",
+        json!({"code": "(loop for i below 1000000 collect i)", "print_length": 1000000}),
+    )
+    .await;
+    assert!(!output.is_error, "{}", &output.text[..200]);
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap();
+    // 6,888,890 digits, 999,999 spaces and lines' ends, 2 parentheses: the image keeps 1,024,000
+    // characters of a printed value (64 x --max-output).
+    let total = eval_ok(
+        &toolbox,
+        "(length (let ((*print-length* 1000000) (*print-level* 10) (*print-circle* t) (*print-pretty* t))
+                   (prin1-to-string (loop for i below 1000000 collect i))))",
+    )
+    .await;
+    let total: u64 = without_handle(&total).trim_start_matches("=> ").parse().unwrap();
+    let not_kept = total - 1_024_000;
+    assert!(
+        note.starts_with(&format!(
+            "[... {} more characters not shown: the limit is 16,000 per section (--max-output); inspect @",
+            group(total - 16000)
+        )),
+        "{note}"
+    );
+    assert!(
+        note.contains(&format!(
+            " with offset 16000 for the next 1,008,000. The printed text stopped being kept at 1,024,000 characters: \
+             the last {} were not kept; the value is @",
+            group(not_kept)
+        )),
+        "{note}"
+    );
+    let (handle, _) = note_target(note).unwrap();
+    let last = inspect(&toolbox, json!({"handle": handle, "offset": 1_023_000})).await;
+    assert!(
+        last.ends_with(&format!(
+            "\n[end of the kept text: the {} characters written after it were not kept]",
+            group(not_kept)
+        )),
+        "{}",
+        &last[last.len() - 200..]
+    );
+    let past = inspect(&toolbox, json!({"handle": handle, "offset": 1_024_000})).await;
+    assert!(past.contains("offset 1024000 is past the last, 1023999"), "{past}");
+}
+
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -104,7 +104,8 @@ async fn traced_calls_appear_in_the_next_evaluation_until_untraced() {
     // Bounded: a deep recursion shows 100 events and counts the rest.
     let deep = common::eval_ok(&tb, "(obs-fib 12)").await;
     assert_eq!(deep.lines().filter(|line| line.contains("OBS-FIB")).count(), 100, "{deep}");
-    assert!(deep.contains("more trace events not shown: at most 100 per reply, 8 levels deep]"), "{deep}");
+    assert!(deep.contains("more trace events not shown: at most 100 per reply; inspect @"), "{deep}");
+    assert!(deep.contains(" were only counted (deeper than 8 levels, or past 10,000 per evaluation)]"), "{deep}");
 
     let output = call(&tb, "trace", json!({"untrace": true, "functions": ["obs-fib"]})).await;
     assert_eq!(output.text, "Untraced OBS-FIB.\nThis session traces nothing now.");
@@ -447,4 +448,39 @@ async fn an_allocation_profile_names_the_users_functions() {
     let churn = rows.iter().find(|row| row.ends_with("OBS-ALLOC-CHURN")).unwrap_or_else(|| panic!("{}", output.text));
     assert!(churn.contains("100.0  OBS-ALLOC-CHURN"), "{}", output.text);
     assert!(output.text.ends_with("=> :DONE"), "{}", output.text);
+}
+
+#[tokio::test]
+async fn a_long_test_run_shows_its_end_and_names_the_handle_of_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = shared();
+    std::fs::write(
+        dir.path().join("obs-noisy.asd"),
+        "(asdf:defsystem \"obs-noisy\" :depends-on (\"fiveam\") :components ((:file \"obs-noisy\")) \
+         :perform (asdf:test-op (o c) (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :noisy-suite :obs-noisy))))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("obs-noisy.lisp"),
+        "(defpackage :obs-noisy (:use :cl :fiveam))
+(in-package :obs-noisy)
+(def-suite noisy-suite)
+(in-suite noisy-suite)
+(test chatty (dotimes (i 3000) (format t \"progress line ~D of a chatty test~%\" i)) (is (= 1 1)))
+",
+    )
+    .unwrap();
+    common::eval_ok(
+        &tb,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.path().join("obs-noisy.asd").display().to_string()),
+    )
+    .await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-noisy"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    let note = output.text.lines().find(|line| line.starts_with("[... ")).unwrap_or_else(|| panic!("{}", output.text));
+    assert!(note.contains("then the last 16,384: the limit is 65,536 per section (--max-output); inspect @"), "{note}");
+    assert!(note.ends_with(" with offset 49152 for the rest]"), "{note}");
+    let after = output.text.split_once(note).unwrap().1;
+    assert!(after.contains("progress line 2999 of a chatty test"), "the end of the output is shown: {after}");
+    assert!(after.contains("Did 1 check"), "FiveAM's verdict, at the end, is shown: {after}");
 }

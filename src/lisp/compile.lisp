@@ -643,7 +643,7 @@ the user would type it, and its message; the macro's internals are no backtrace 
                             (values (rearm expansion) expanded))))
         (error (e)
           (return-from expansion-report (list :error (macro-error-report e)))))
-    (let ((output (make-capture max-output)))
+    (let ((output (make-capture max-output :tail nil)))
       (let ((*print-case* :downcase) (*print-pretty* t)
             (*print-circle* (circular-p expansion))
             (*print-readably* nil) (*print-length* nil) (*print-level* nil)

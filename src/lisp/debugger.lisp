@@ -161,12 +161,7 @@ of code that was evaluated rather than loaded from a file."
                              for local in (funcall (backend-function "FRAME-LOCALS") index)
                              collect (list (let ((*package* package))
                                              (prin1-to-string (getf local :name)))
-                                           ;; No handle: the locals' lines do not show one.
-                                           (destructuring-bind (text dropped &rest more)
-                                               (let ((*handles* nil))
-                                                 (print-value (getf local :value) *max-local-length*))
-                                             (declare (ignore more))
-                                             (if (plusp dropped) (concatenate 'string text " ...") text))))
+                                           (local-value-text (getf local :value))))
                :location (location-text location)
                :source (let ((source (location-source location)))
                          (and source (first-form-text source)))))))))
@@ -181,6 +176,24 @@ would run on into the next definition. All of TEXT when that form does not end w
           (read-preserving-whitespace in)
           (subseq text 0 (file-position in))))
     (error () text)))
+
+(defun local-value-text (value)
+  "VALUE of a local as a frame's locals show it: printed within *MAX-LOCAL-LENGTH*, and when cut,
+the handle of its whole printed text. (A local shown whole gets no handle: the lines would be
+long with them, and most locals are never looked into.)"
+  (destructuring-bind (text dropped &rest more)
+      (let ((*handles* nil))
+        (print-value value *max-local-length*))
+    (declare (ignore more))
+    (if (zerop dropped)
+        text
+        (destructuring-bind (text dropped &optional more (offset 0) handle tail (lost 0))
+            (print-value value *max-local-length*)
+          (declare (ignore handle tail))
+          (if more
+              (format nil "~A ... [~:D more characters~:[~*~;, ~:D of them kept~]: inspect ~A with offset ~D]"
+                      text dropped (plusp lost) (- dropped lost) more offset)
+              (concatenate 'string text " ..."))))))
 
 (defun debugger-eval-in-frame (code index)
   "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in

@@ -5,7 +5,11 @@
 
 (in-package #:mcp-agent-helper)
 
-(defparameter *max-warnings* 200)
+(defparameter *max-warnings* 200
+  "Warnings shown in a reply.")
+
+(defparameter *max-kept-warnings* 10000
+  "Warnings kept of one evaluation, the ones not shown behind a handle; the rest are counted.")
 
 (defvar *frame-evaluation* nil
   "True while the debugger tool evaluates code in a frame of a parked evaluation, whose reply
@@ -16,11 +20,12 @@ has the warnings of that code: the parked evaluation does not record them as its
 
 (defun print-value (value limit &key (length *default-print-length*) (level *default-print-level*))
   "VALUE as the evaluate-lisp contract prints it, cut to LIMIT characters, with its handle (see
-VALUE-HANDLE). When the text is cut, the rest is behind a handle: a string's own, or one of the
-whole printed text. An error while printing is reported in place of the value rather than failing
-the call."
-  (let ((stream (make-capture limit :bounded nil
-                               :keep (if (stringp value) limit (* *runaway-output-factor* (max limit 1024)))))
+VALUE-HANDLE), as CAPTURE-REPORT's list. When the text is cut, the rest is behind a handle: a
+string's own, or one of the printed text kept. A value that cannot be printed (the printer
+signalled, or ran out of stack on a deep structure) is reported as such in place of its text,
+with its handle, rather than failing the evaluation that made it."
+  (let ((stream (make-capture limit :runaway nil :tail nil
+                                    :keep (if (stringp value) limit (* *runaway-output-factor* (max limit 1024)))))
         (handle (value-handle value)))
     (handler-case
         (let ((*print-length* length)
@@ -29,20 +34,21 @@ the call."
               (*print-pretty* t)
               (*print-readably* nil))
           (prin1 value stream))
-      (error (e)
+      (serious-condition (condition)
         (return-from print-value
-          (list* (format nil "#<error printing a ~A: ~A>" (safe-princ (type-of value)) (condition-message e))
-                 0 (and handle (list nil 0 handle))))))
-    (let ((report (capture-report stream)))
-      (destructuring-bind (text dropped &optional more (offset 0)) report
-        (when (and (stringp value) (plusp dropped) handle)
-          ;; A string's rest is read from the string itself, from the character after the last
-          ;; one shown.
-          (setf more handle offset (printed-string-characters text)))
-        ;; As short as it can be: most values are small and have no handle.
-        (cond (handle (list text dropped more offset handle))
-              (more (list text dropped more offset))
-              (t (list text dropped)))))))
+          (list (format nil "#<~A that could not be printed: ~A: ~A>" (safe-princ (type-of value))
+                        (standard-condition-name condition) (condition-message condition))
+                0 nil 0 handle))))
+    (destructuring-bind (text dropped &optional more (offset 0) own-handle tail (lost 0)) (capture-report stream)
+      (declare (ignore own-handle tail))
+      (when (and (stringp value) (plusp dropped) handle)
+        ;; A string's rest is read from the string itself, from the character after the last
+        ;; one shown, and all of it is there.
+        (setf more handle offset (printed-string-characters text) lost 0))
+      ;; As short as it can be: most values are small and have no handle.
+      (if (or handle more)
+          (list text dropped more offset handle "" lost)
+          (list text dropped)))))
 
 (defun printed-string-characters (printed)
   "How many characters of a string PRINTED, the start of its printed form, shows."
@@ -108,7 +114,8 @@ the package in force at the end, and the failed condition."
 for DEBUG-TIMEOUT seconds at most; ALLOW-EXIT lets it end the image; values are printed with
 PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a plist: :VALUES, a list of (text dropped [more offset
 [handle]]), MORE the handle of the text cut from OFFSET on (or NIL) and HANDLE the value's own;
-:STDOUT and :STDERR, each (text dropped [more offset]); :WARNINGS, texts, and :WARNINGS-DROPPED;
+:STDOUT and :STDERR, as CAPTURE-REPORT gives them; :WARNINGS, the texts shown, :WARNINGS-DROPPED,
+:WARNINGS-REST (see REST-LISTING) and :WARNINGS-LOST, how many were not kept;
 :PACKAGE, the session's package afterwards; :NOTES; :ERROR, NIL or a report (:KIND :TYPE :CLASS
 :MESSAGE :BACKTRACE)."
   (let* ((*max-output* max-output)
@@ -132,7 +139,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                        (member warning warnings :key #'car))
                (return-from record-warning))
              (incf warning-count)
-             (when (<= warning-count *max-warnings*)
+             (when (<= warning-count *max-kept-warnings*)
                (push (cons warning (warning-text warning)) warnings))
              (let ((muffle (find-restart 'muffle-warning warning)))
                (when muffle (invoke-restart muffle)))))
@@ -151,16 +158,22 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
           (adopt-hooks hooks session-name allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
-          (let ((succeeded (eq (first outcome) :ok)))
+          (let ((succeeded (eq (first outcome) :ok))
+                (texts (loop for (warning . text) in (reverse warnings)
+                             unless (or (redundant-warning-p warning failed-condition)
+                                        (defined-since-p warning))
+                               collect text))
+                (lost-warnings (max 0 (- warning-count *max-kept-warnings*))))
             (list :values (if succeeded (second outcome) nil)
                   :error (if succeeded nil outcome)
                   :stdout (capture-report stdout)
                   :stderr (capture-report stderr)
-                  :warnings (loop for (warning . text) in (reverse warnings)
-                                  unless (or (redundant-warning-p warning failed-condition)
-                                             (defined-since-p warning))
-                                    collect text)
-                  :warnings-dropped (max 0 (- warning-count *max-warnings*))
+                  ;; The warnings shown, and how many more: the handle of every warning kept
+                  ;; and the offset of the first not shown; and how many were not kept.
+                  :warnings (subseq texts 0 (min (length texts) *max-warnings*))
+                  :warnings-dropped (+ (max 0 (- (length texts) *max-warnings*)) lost-warnings)
+                  :warnings-rest (rest-listing texts *max-warnings*)
+                  :warnings-lost lost-warnings
                   :package (session-package-name session)
                   :notes (if note (list note) nil)
                   :trace (trace-report)

@@ -20,7 +20,10 @@
 (defclass kept-text ()
   ((text :initarg :text :reader kept-text)
    (lost :initarg :lost :reader kept-text-lost
-         :documentation "Characters written after the kept ones, which the image did not keep."))
+         :documentation "Characters written but not kept, which were at GAP in TEXT.")
+   (gap :initarg :gap :reader kept-text-gap
+        :documentation "Where in TEXT the characters not kept were: its end for a printed value,
+the end of the start kept for a log, whose end kept follows."))
   (:documentation "The whole text of an output section or a printed value that a reply cut."))
 
 (defclass handle-table ()
@@ -105,13 +108,23 @@ the call keeps no handles or OBJECT is self-evident."
         (let ((number (gethash object (handle-table-numbers table))))
           (if number (handle-name number) (add-handle table object)))))))
 
-(defun text-handle (text lost)
-  "A handle of TEXT, the kept part of a text that a reply cut (LOST characters after it were not
-kept), or NIL when the call keeps no handles."
+(defun text-handle (text lost gap)
+  "A handle of TEXT, the kept part of a text that a reply cut (LOST characters that were at GAP in
+it were not kept), or NIL when the call keeps no handles."
   (let ((table *handles*))
     (when table
       (sb-thread:with-mutex ((handle-table-lock table))
-        (add-handle table (make-instance 'kept-text :text text :lost lost))))))
+        (add-handle table (make-instance 'kept-text :text text :lost lost :gap gap))))))
+
+(defun rest-listing (lines shown)
+  "The handle of LINES, a listing cut to its first SHOWN lines, as one text, and the offset where
+the lines not shown begin in it: (handle offset), or NIL when nothing was cut or the call keeps
+no handles."
+  (when (> (length lines) shown)
+    (let* ((text (format nil "~{~A~%~}" lines))
+           (offset (loop for line in lines repeat shown sum (1+ (length line))))
+           (handle (text-handle text 0 (length text))))
+      (and handle (list handle offset)))))
 
 (defun handle-object (name)
   "The object the handle NAME (\"@3\", or \"3\") stands for in the current session, or a failure

@@ -292,7 +292,7 @@ how many parts it has."
 now. Its parts OFFSET to OFFSET + LIMIT, or for a text (a string, or the kept text of cut output)
 its characters OFFSET to OFFSET + TEXT-LIMIT. Returns a plist: :HANDLE :PRINTED :TYPE :FACTS
 ((label text) ...) :SECTION :PARTS ((label printed handle label-handle) ...) :OFFSET :TOTAL, and
-for a text :TEXT and :LOST (characters written after those kept)."
+for a text :TEXT, :LOST (characters written but not kept) and :GAP (where in the text they were)."
   (let ((*handles* (session-handles session)))
     (run-tool
      token
@@ -310,15 +310,20 @@ for a text :TEXT and :LOST (characters written after those kept)."
                           ""))
               (text (text-of object)))
          (if text
-             (let ((start (min offset (length text))))
+             (let* ((start (min offset (length text)))
+                    (lost (if (typep object 'kept-text) (kept-text-lost object) 0))
+                    (gap (and (plusp lost) (kept-text-gap object)))
+                    ;; A page stops where characters were not kept, for its note to say so.
+                    (end (min (length text) (+ start text-limit)
+                              (if (and gap (> gap start)) gap (length text)))))
                (list :handle handle
                      :printed (if (typep object 'kept-text) "cut output" (brief object))
                      :type (if (typep object 'kept-text) "TEXT" (brief (type-of object)))
                      :facts nil :section "Text" :parts nil
                      :offset start :total (length text)
-                     :text (subseq text start (min (length text) (+ start text-limit)))
-                     :lost (if (typep object 'kept-text) (kept-text-lost object) 0)))
+                     :text (subseq text start end)
+                     :lost lost :gap gap))
              (multiple-value-bind (facts section parts total) (object-page object offset (+ offset limit))
                (list :handle handle :printed (brief object) :type (brief (type-of object))
                      :facts facts :section section :parts parts
-                     :offset offset :total total :text nil :lost 0))))))))
+                     :offset offset :total total :text nil :lost 0 :gap nil))))))))

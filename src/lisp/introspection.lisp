@@ -435,9 +435,10 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
 (defun apropos-search (query &key package external-only session token)
   "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
 symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how
-many matching symbols name nothing (not listed)."
-  (declare (ignore session))
-  (run-tool token
+many matching symbols name nothing (not listed); :REST, the handle of every match's line and the
+offset of the first not listed (see REST-LISTING)."
+  (let ((*handles* (session-handles session)))
+   (run-tool token
             (lambda ()
               (let* ((scope (and package
                                  (or (find-package-loosely package)
@@ -474,7 +475,10 @@ many matching symbols name nothing (not listed)."
                       :unnamed unnamed
                       :matches (loop for (symbol . kinds) in named
                                      repeat *max-apropos*
-                                     collect (cons (qualified-name symbol) kinds)))))))
+                                     collect (cons (qualified-name symbol) kinds))
+                      :rest (rest-listing (loop for (symbol . kinds) in named
+                                                collect (format nil "~A  ~{~A~^, ~}" (qualified-name symbol) kinds))
+                                          *max-apropos*)))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; find-definition
@@ -624,8 +628,10 @@ definition, so it is tried again before the error is let through."
 
 (defun xref (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
-*MAX-XREF-HITS*."
-  (run-tool token
+*MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
+the file is what the cap spares) and the offset of the first not listed (see REST-LISTING)."
+  (let ((*handles* (session-handles session)))
+   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
                      (symbol (find-existing-symbol name lookup-package))
@@ -645,7 +651,14 @@ definition, so it is tried again before the error is let through."
                                   collect (list :name (name-text caller package)
                                                 :source (if source
                                                             (source-location source caller)
-                                                            (no-file-location caller)))))))))
+                                                            (no-file-location caller))))
+                      :rest (rest-listing
+                             (loop for pair in (sort (copy-list pairs) #'key< :key #'source-order-key)
+                                   for (caller . source) = pair
+                                   collect (format nil "~A  ~A" (name-text caller package)
+                                                   (let ((file (and source (sb-introspect:definition-source-pathname source))))
+                                                     (if file (namestring file) "no file"))))
+                             *max-xref-hits*)))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; class-info

@@ -150,6 +150,12 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
           :style-warnings (count-of "STYLE-WARNING")
           :notes (count-of "NOTE")
           :conditions (subseq conditions 0 (min (length conditions) *max-load-conditions*))
+          ;; The handle of every condition, one line each, past those the reply shows.
+          :rest (rest-listing (loop for condition in conditions
+                                    collect (format nil "~A~@[ at line ~D~]~@[, column ~D~]: ~A"
+                                                    (getf condition :severity) (getf condition :line)
+                                                    (getf condition :column) (getf condition :message)))
+                              *max-load-conditions*)
           :inactive inactive)))
 
 (defun compile-and-load (source octets &key source-name)
@@ -203,6 +209,7 @@ LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in
 :STDOUT (text dropped)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
+        (*handles* (session-handles session))
         ;; What the loaded code starts runs as the agent's (see observe.lisp).
         (*agent-session* session))
     (let ((result
@@ -232,6 +239,7 @@ New definitions are not listed in the undo journal (a file's hundreds would push
 replacements); replaced functions and macros are."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
+        (*handles* (session-handles session))
         (*agent-session* session))
     (let ((result (run-tool token
                             (lambda ()

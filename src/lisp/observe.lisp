@@ -14,7 +14,10 @@
 ;;; Trace
 
 (defparameter *max-trace-events* 100
-  "Trace events (calls and returns) shown per reply; the rest are counted.")
+  "Trace events (calls and returns) shown per reply; the next are kept behind a handle.")
+
+(defparameter *max-kept-trace-events* 10000
+  "Trace events kept of one evaluation, shown or not; the rest are counted.")
 
 (defparameter *max-trace-depth* 8
   "Nesting of traced calls shown; deeper calls are counted, not shown.")
@@ -30,8 +33,9 @@
 (defclass trace-log ()
   ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper trace log") :reader trace-log-lock)
    (events :initform '() :accessor trace-log-events)
-   (shown :initform 0 :accessor trace-log-shown)
-   (dropped :initform 0 :accessor trace-log-dropped)
+   (kept :initform 0 :accessor trace-log-kept)
+   (lost :initform 0 :accessor trace-log-lost
+         :documentation "Events counted only: past the kept ones, or deeper than *MAX-TRACE-DEPTH*.")
    (package :initarg :package :reader trace-log-package)))
 
 (defun make-trace-log-for (session)
@@ -48,10 +52,10 @@ any. Calls outside the agent's evaluations (the user's own) are not reported any
   (let ((log *trace-log*))
     (when log
       (sb-thread:with-mutex ((trace-log-lock log))
-        (if (or (>= depth *max-trace-depth*) (>= (trace-log-shown log) *max-trace-events*))
-            (incf (trace-log-dropped log))
+        (if (or (>= depth *max-trace-depth*) (>= (trace-log-kept log) *max-kept-trace-events*))
+            (incf (trace-log-lost log))
             (let ((package (trace-log-package log)))
-              (incf (trace-log-shown log))
+              (incf (trace-log-kept log))
               (push (let ((indent (make-string (* 2 depth) :initial-element #\Space)))
                       (ecase kind
                         (:enter (format nil "~A~D: ~A" indent depth
@@ -68,12 +72,19 @@ any. Calls outside the agent's evaluations (the user's own) are not reported any
                     (trace-log-events log))))))))
 
 (defun trace-report ()
-  "The current evaluation's trace events, oldest first, and how many were not shown."
+  "The current evaluation's trace events, oldest first: (shown dropped rest lost), the events
+shown, how many were not, the handle of the events kept and the offset of the first not shown
+(see REST-LISTING), and how many were not kept."
   (let ((log *trace-log*))
     (if log
         (sb-thread:with-mutex ((trace-log-lock log))
-          (list (reverse (trace-log-events log)) (trace-log-dropped log)))
-        (list nil 0))))
+          (let ((events (reverse (trace-log-events log)))
+                (lost (trace-log-lost log)))
+            (list (subseq events 0 (min (length events) *max-trace-events*))
+                  (+ (max 0 (- (length events) *max-trace-events*)) lost)
+                  (rest-listing events *max-trace-events*)
+                  lost)))
+        (list nil 0 nil 0))))
 
 (defun read-trace-spec (text package)
   "The function TEXT names, as TRACE takes it: a symbol, (SETF NAME), or (METHOD NAME QUALIFIER*
@@ -220,7 +231,7 @@ stays traced. Returns the specifications untraced."
 
 (defclass background ()
   ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper background") :reader background-lock)
-   (output :initform (make-capture *max-background-output* :bounded nil) :accessor background-output)
+   (output :initform (make-capture *max-background-output* :runaway nil) :accessor background-output)
    (errors :initform '() :accessor background-errors)
    (errors-dropped :initform 0 :accessor background-errors-dropped)))
 
@@ -284,7 +295,7 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
           (prog1 (list :output (capture-report (background-output background))
                        :errors (reverse (background-errors background))
                        :errors-dropped (background-errors-dropped background))
-            (setf (background-output background) (make-capture *max-background-output* :bounded nil)
+            (setf (background-output background) (make-capture *max-background-output* :runaway nil)
                   (background-errors background) '()
                   (background-errors-dropped background) 0))))))
 
@@ -682,7 +693,8 @@ counted. Names print as from PACKAGE."
 under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :MILLISECONDS :BYTES
 :GC-MILLISECONDS :SAMPLES :ROWS :TIME-REPORT :VALUE :STDOUT)."
   (let ((stdout (make-capture max-output))
-        (*max-output* max-output))
+        (*max-output* max-output)
+        (*handles* (session-handles session)))
     (let ((result
             (run-tool
              token

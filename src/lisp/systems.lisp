@@ -151,10 +151,11 @@ its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
 
 (defun load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
-it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped) and :WARNING-COUNT,
-:STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the compiler's errors (a form it could
-not compile, a file it could not read) at file:line:column; :STDOUT (text dropped); and
-:LOAD-ERROR, a report when the load failed (its output and warnings are kept)."
+it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see
+REST-LISTING), :WARNING-COUNT, :STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the
+compiler's errors (a form it could not compile, a file it could not read) at file:line:column;
+:STDOUT (text dropped); and :LOAD-ERROR, a report when the load failed (its output and warnings are
+kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
@@ -162,13 +163,17 @@ not compile, a file it could not read) at file:line:column; :STDOUT (text droppe
         (*agent-session* session)
         (warnings '())
         (errors '())
+        (kept 0)
         (counts (list :error 0 :warning 0 :style-warning 0 :note 0)))
     (labels ((note (category text)
                (incf (getf counts category))
                (case category
                  (:note)
                  (:error (when (< (length errors) *max-system-warnings*) (push text errors)))
-                 (t (when (< (length warnings) *max-system-warnings*) (push text warnings)))))
+                 ;; The first warnings are shown, the others kept behind a handle, up to a bound.
+                 (t (when (< kept *max-kept-warnings*)
+                      (incf kept)
+                      (push text warnings)))))
              (record (condition)
                (unless (or (asdf-summary-warning-p condition) (muffled-by-sbcl-p condition))
                  (let ((category (typecase condition
@@ -219,7 +224,9 @@ not compile, a file it could not read) at file:line:column; :STDOUT (text droppe
                   :was-loaded was-loaded
                   :milliseconds (round (* 1000 (- (get-internal-real-time) started))
                                        internal-time-units-per-second)
-                  :warnings (reverse warnings)
+                  :warnings (let ((warnings (reverse warnings)))
+                              (subseq warnings 0 (min (length warnings) *max-system-warnings*)))
+                  :warnings-rest (rest-listing (reverse warnings) *max-system-warnings*)
                   :errors (reverse errors)
                   :error-count (getf counts :error)
                   :warning-count (getf counts :warning)

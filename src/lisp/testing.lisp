@@ -428,6 +428,7 @@ Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM.
 ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
+         (*handles* (session-handles session))
          ;; What the tests start runs as the agent's (see observe.lisp).
          (*agent-session* session)
          (collection (make-instance 'test-collection))

@@ -52,6 +52,9 @@ struct Matches {
     pub unnamed: u64,
     /// The first few of the `total`, best first.
     pub matches: Vec<Match>,
+    /// When some were not listed: the handle of every match's line, and the offset of the first
+    /// not listed.
+    pub rest: Option<(String, u64)>,
 }
 
 /// `(symbol kind...)`: a qualified symbol and what it names.
@@ -92,7 +95,13 @@ impl Matches {
         }
         let rest = self.total.saturating_sub(self.matches.len() as u64);
         if rest > 0 {
-            text.push_str(&format!("\n  ... and {rest} more: narrow the query, or pass package or external_only."));
+            match &self.rest {
+                Some((handle, offset)) => text.push_str(&format!(
+                    "\n  ... and {rest} more: inspect {handle} with offset {offset} for them, or narrow the query, or pass \
+                     package or external_only."
+                )),
+                None => text.push_str(&format!("\n  ... and {rest} more: narrow the query, or pass package or external_only.")),
+            }
         }
         text.push_str(&nothing_else);
         text
@@ -120,25 +129,33 @@ mod tests {
     #[test]
     fn matches_are_aligned_and_the_rest_counted() {
         let found_flat =
-            found("(:total 3 :unnamed 1 :matches ((\"ALEXANDRIA:FLATTEN\" \"function\") (\"MY:FLAT\" \"variable\" \"class\")))").unwrap();
+            found("(:total 3 :unnamed 1 :matches ((\"ALEXANDRIA:FLATTEN\" \"function\") (\"MY:FLAT\" \"variable\" \"class\")) :rest nil)").unwrap();
         assert_eq!(
             found_flat.render("flat", None),
             "3 symbols match \"flat\" in any package:\n  ALEXANDRIA:FLATTEN  function\n  MY:FLAT             variable, class\n  \
              ... and 1 more: narrow the query, or pass package or external_only.\n(1 more matching symbol names nothing; it is not listed.)"
         );
-        let none = found("(:total 0 :unnamed 0 :matches nil)").unwrap();
+        let kept = found("(:total 3 :unnamed 0 :matches ((\"MY:FLAT\" \"variable\")) :rest (\"@4\" 20))").unwrap();
+        assert!(
+            kept.render("flat", None).ends_with(
+                "\n  ... and 2 more: inspect @4 with offset 20 for them, or narrow the query, or pass package or external_only."
+            ),
+            "{}",
+            kept.render("flat", None)
+        );
+        let none = found("(:total 0 :unnamed 0 :matches nil :rest nil)").unwrap();
         assert_eq!(none.render("zzz", Some("CL")), "No symbol that names something matches \"zzz\" in CL.");
     }
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
-        let error = found("(:total 0 :matches nil)").unwrap_err();
+        let error = found("(:total 0 :matches nil :rest nil)").unwrap_err();
         assert!(
             error.0.contains("reply to apropos-search is not what this server expects (the reply has no :unnamed)"),
             "{}",
             error.0
         );
-        let error = found("(:total 1 :unnamed 0 :matches ((\"CL:CAR\")))").unwrap_err();
+        let error = found("(:total 1 :unnamed 0 :matches ((\"CL:CAR\")) :rest nil)").unwrap_err();
         assert!(
             error.0.contains("(:matches 0: expected a symbol and what it names, found [\"CL:CAR\"])"),
             "{}",

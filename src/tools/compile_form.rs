@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, section_body, Captured, CompilerCondition};
+use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
@@ -112,14 +112,7 @@ impl CompileReport {
                 read_error.message, read_error.line, read_error.column
             ));
         }
-        if !self.stdout.is_empty() {
-            let mut section = format!("[stdout]\n{}", section_body(&self.stdout.text));
-            if let Some(note) = self.stdout.cut_note(max_output) {
-                section.push('\n');
-                section.push_str(&note);
-            }
-            sections.push(section);
-        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
         let forms = plural(self.forms_compiled, "form", "forms");
         match (&self.read_error, self.errors) {
             (Some(_), _) if self.forms_compiled == 0 => {}

@@ -355,7 +355,7 @@ impl StopReport {
         ));
         let structured = json!({
             "values": [],
-            "stdout": self.stdout.text,
+            "stdout": self.stdout.shown(),
             "stderr": self.stderr.text,
             "warnings": [],
             "package": "",

@@ -132,7 +132,11 @@ pub(crate) struct EvaluationReply {
     pub stdout: Captured,
     pub stderr: Captured,
     pub warnings: Vec<String>,
+    /// Warnings not shown: `warnings_rest` holds all but the last `warnings_lost` of them.
     pub warnings_dropped: u64,
+    /// The handle of every warning kept, and the offset of the first not shown.
+    pub warnings_rest: Option<(String, u64)>,
+    pub warnings_lost: u64,
     pub package: String,
     pub notes: Vec<String>,
     pub error: Option<ErrorReport>,
@@ -142,17 +146,20 @@ pub(crate) struct EvaluationReply {
     pub background: Background,
 }
 
-/// The `[trace]` section's events, oldest first, and how many more were not shown.
+/// The `[trace]` section's events, oldest first, how many more were not shown, the handle of the
+/// events kept and the offset of the first not shown, and how many were not kept.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(from = "(Vec<String>, u64)")]
+#[serde(from = "(Vec<String>, u64, Option<(String, u64)>, u64)")]
 pub(crate) struct TraceEvents {
     pub events: Vec<String>,
     pub dropped: u64,
+    pub rest: Option<(String, u64)>,
+    pub lost: u64,
 }
 
-impl From<(Vec<String>, u64)> for TraceEvents {
-    fn from((events, dropped): (Vec<String>, u64)) -> Self {
-        TraceEvents { events, dropped }
+impl From<(Vec<String>, u64, Option<(String, u64)>, u64)> for TraceEvents {
+    fn from((events, dropped, rest, lost): (Vec<String>, u64, Option<(String, u64)>, u64)) -> Self {
+        TraceEvents { events, dropped, rest, lost }
     }
 }
 
@@ -163,8 +170,23 @@ impl TraceEvents {
         }
         let mut section = format!("[trace]\n{}", self.events.join("\n"));
         if self.dropped > 0 {
+            let kept = self.dropped.saturating_sub(self.lost);
+            let rest = match (&self.rest, self.lost) {
+                (Some((handle, offset)), 0) => format!("; inspect {handle} with offset {offset} for them"),
+                (Some((handle, offset)), lost) => format!(
+                    "; inspect {handle} with offset {offset} for {} of them; {} were only counted (deeper than 8 \
+                     levels, or past 10,000 per evaluation)",
+                    group_thousands(kept),
+                    group_thousands(lost)
+                ),
+                (None, 0) => String::new(),
+                (None, lost) => format!(
+                    "; {} were only counted (deeper than 8 levels, or past 10,000 per evaluation)",
+                    group_thousands(lost)
+                ),
+            };
             section.push_str(&format!(
-                "\n[... {} more trace events not shown: at most 100 per reply, 8 levels deep]",
+                "\n[... {} more trace events not shown: at most 100 per reply{rest}]",
                 group_thousands(self.dropped)
             ));
         }
@@ -212,7 +234,10 @@ impl Background {
             parts.push(part);
         }
         if self.errors_dropped > 0 {
-            parts.push(format!("[... {} more thread errors not shown]", group_thousands(self.errors_dropped)));
+            parts.push(format!(
+                "[... {} more thread errors were counted, not kept: at most 10 between two replies]",
+                group_thousands(self.errors_dropped)
+            ));
         }
         Some(format!("[background]\n{}", parts.join("\n\n")))
     }
@@ -239,8 +264,20 @@ impl EvaluationReply {
         sections.extend(self.stderr.section("[stderr]", max_output));
         if !self.warnings.is_empty() {
             let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
-            if self.warnings_dropped > 0 {
-                section.push_str(&format!("\n[... {} more warnings not shown]", self.warnings_dropped));
+            let dropped = group_thousands(self.warnings_dropped);
+            match (&self.warnings_rest, self.warnings_lost) {
+                _ if self.warnings_dropped == 0 => {}
+                (Some((handle, offset)), 0) => section.push_str(&format!(
+                    "\n[... {dropped} more warnings not shown: at most 200 per reply; inspect {handle} with offset {offset} \
+                     for them]"
+                )),
+                (Some((handle, offset)), lost) => section.push_str(&format!(
+                    "\n[... {dropped} more warnings not shown: at most 200 per reply; inspect {handle} with offset {offset} \
+                     for the next {}; the last {} were not kept (at most 10,000 per evaluation)]",
+                    group_thousands(self.warnings_dropped - lost),
+                    group_thousands(lost)
+                )),
+                (None, _) => section.push_str(&format!("\n[... {dropped} more warnings not shown: at most 200 per reply]")),
             }
             sections.push(section);
         }
@@ -265,13 +302,13 @@ impl EvaluationReply {
         StructuredEvaluation {
             values: &self.values,
             handles: self.values.iter().map(|value| value.handle.as_deref()).collect(),
-            stdout: &self.stdout.text,
-            stderr: &self.stderr.text,
+            stdout: self.stdout.shown(),
+            stderr: self.stderr.shown(),
             warnings: &self.warnings,
             package: &self.package,
             error: self.error.as_ref().map(ErrorReport::to_json),
             trace: &self.trace.events,
-            background_output: &self.background.output.text,
+            background_output: self.background.output.shown(),
             background_errors: &self.background.errors,
         }
     }
@@ -290,15 +327,15 @@ struct StructuredEvaluation<'a> {
     #[serde(serialize_with = "texts")]
     values: &'a [Captured],
     handles: Vec<Option<&'a str>>,
-    stdout: &'a str,
-    stderr: &'a str,
+    stdout: std::borrow::Cow<'a, str>,
+    stderr: std::borrow::Cow<'a, str>,
     warnings: &'a [String],
     package: &'a str,
     error: Option<Value>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     trace: &'a [String],
     #[serde(skip_serializing_if = "str::is_empty")]
-    background_output: &'a str,
+    background_output: std::borrow::Cow<'a, str>,
     #[serde(skip_serializing_if = "<[BackgroundError]>::is_empty")]
     background_errors: &'a [BackgroundError],
 }
@@ -319,8 +356,8 @@ mod tests {
     /// A reply with these values, stdout, stderr and warnings and nothing else to say.
     fn reply(values: &str, stdout: &str, stderr: &str, warnings: &str) -> String {
         format!(
-            "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 \
-             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+            "(:values {values} :error nil :stdout {stdout} :stderr {stderr} :warnings {warnings} :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0 nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))"
         )
     }
@@ -357,8 +394,8 @@ mod tests {
     fn errors_come_first_and_keep_earlier_output() {
         let text = render(
             "(:values nil :error (:kind :error :type \"SIMPLE-ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"bad 2\" \
-             :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 \
-             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0) \
+             :backtrace nil :restarts nil) :stdout (\"\n1 \" 0) :stderr (\"\" 0) :warnings nil :warnings-dropped 0 :warnings-rest nil :warnings-lost 0 \
+             :package \"COMMON-LISP-USER\" :notes nil :trace (nil 0 nil 0) \
              :background (:output (\"\" 0) :errors nil :errors-dropped 0))",
         );
         assert_eq!(text, "[ERROR] SIMPLE-ERROR\nbad 2\n\n[stdout]\n1");
@@ -385,18 +422,40 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_log_shows_its_end_and_notes_say_what_was_not_kept() {
+        let empty = "(\"\" 0)";
+        assert_eq!(
+            render(&reply("nil", "(\"ab\" 7 \"@6\" 2 nil \"yz\" 0)", empty, "nil")),
+            "[stdout]\nab\n[... 7 more characters not shown, then the last 2: the limit is 65,536 per section \
+             (--max-output); inspect @6 with offset 2 for the rest]\nyz\n\n; No values"
+        );
+        assert_eq!(
+            render(&reply("nil", "(\"ab\n\" 7000 \"@6\" 3 nil \"yz\" 6000)", empty, "nil")),
+            "[stdout]\nab\n[... 7,000 more characters not shown, then the last 2: the limit is 65,536 per section \
+             (--max-output). The image kept 1,000 of them and dropped the 6,000 written in their middle (it keeps the \
+             start and the end of a long output); inspect @6 with offset 3 for the ones kept]\nyz\n\n; No values"
+        );
+        assert_eq!(
+            render(&reply("((\"(1 2\" 9000 \"@5\" 4 \"@4\" \"\" 8000))", empty, empty, "nil")),
+            "=> (1 2\n[... 9,000 more characters not shown: the limit is 65,536 per section (--max-output); inspect @5 \
+             with offset 4 for the next 1,000. The printed text stopped being kept at 1,004 characters: the last 8,000 \
+             were not kept; the value is @4]"
+        );
+    }
+
+    #[test]
     fn trace_and_background_sections_come_before_the_values() {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
-            ":trace (nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
-            ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3) :background (:output (\"working\" 0) \
+            ":trace (nil 0 nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
+            ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3 nil 3) :background (:output (\"working\" 0) \
              :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil)) \
              :errors-dropped 0)",
         );
         let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();
         assert_eq!(
             decoded.render(100),
-            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply, 8 levels \
-             deep]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
+            "[trace]\n0: (FIB 1)\n0: FIB returned 1\n[... 3 more trace events not shown: at most 100 per reply; 3 were \
+             only counted (deeper than 8 levels, or past 10,000 per evaluation)]\n\n[background]\nOutput of your threads:\nworking\n\nThread \"w\" stopped: [ERROR] SIMPLE-ERROR\nboom\n\
              Backtrace:\n  (F)\n\n=> 1"
         );
         let quiet =
@@ -414,8 +473,11 @@ mod tests {
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
         let full = reply("nil", "(\"\" 0)", "(\"\" 0)", "nil");
-        let error = decode::<EvaluationReply>("evaluate", &read(&full.replace(":warnings-dropped 0 ", "")).unwrap())
-            .unwrap_err();
+        let error = decode::<EvaluationReply>(
+            "evaluate",
+            &read(&full.replace(":warnings-dropped 0 :warnings-rest nil :warnings-lost 0 ", "")).unwrap(),
+        )
+        .unwrap_err();
         assert!(
             error.0.contains("reply to evaluate is not what this server expects (the reply has no :warnings-dropped)"),
             "{}",
@@ -425,7 +487,9 @@ mod tests {
             decode::<EvaluationReply>("evaluate", &read(&full.replace("(\"\" 0) :stderr", "(\"\") :stderr")).unwrap())
                 .unwrap_err();
         assert!(
-            error.0.contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle]]))"),
+            error
+                .0
+                .contains("(:stdout: invalid length 1, expected (text dropped [more offset [handle [tail [lost]]]]))"),
             "{}",
             error.0
         );

@@ -89,8 +89,11 @@ struct Page {
     total: u64,
     /// For a text: the characters from `offset`.
     text: Option<String>,
-    /// For a cut output's text: characters written after those the image kept.
+    /// For a cut output's text: characters written that the image did not keep.
     lost: u64,
+    /// Where in the text the characters not kept were: its end, or for a log the end of its
+    /// start, where the end kept follows.
+    gap: Option<u64>,
 }
 
 /// One part: its label, its value printed briefly, the value's handle, and the label's own handle
@@ -169,13 +172,21 @@ impl Page {
             self.offset,
             end.saturating_sub(1)
         );
-        if end < self.total {
+        if end < self.total && self.lost > 0 && self.gap == Some(end) {
+            out.push_str(&format!(
+                "\n[... {} characters written here were not kept: the image keeps the start and the end of a long \
+                 output. The end kept is {} characters; inspect {} with offset {end} for the next]",
+                group_thousands(self.lost),
+                group_thousands(self.total - end),
+                self.handle_or_code()
+            ));
+        } else if end < self.total {
             out.push_str(&format!(
                 "\n[... {} more characters; inspect {} with offset {end} for the next]",
                 group_thousands(self.total - end),
                 self.handle_or_code()
             ));
-        } else if self.lost > 0 {
+        } else if self.lost > 0 && self.gap.is_none_or(|gap| gap >= self.total) {
             out.push_str(&format!(
                 "\n[end of the kept text: the {} characters written after it were not kept]",
                 group_thousands(self.lost)
@@ -207,7 +218,7 @@ mod tests {
         let text = page(
             "(:handle \"@3\" :printed \"#<HASH-TABLE :TEST EQL :COUNT 3>\" :type \"HASH-TABLE\" \
              :facts ((\"Test\" \"EQL\")) :section \"Entries (key = value)\" \
-             :parts ((\":A\" \"(1 2)\" \"@4\" nil) (\"\\\"k\\\"\" \"3\" nil \"@5\")) :offset 0 :total 3 :text nil :lost 0)",
+             :parts ((\":A\" \"(1 2)\" \"@4\" nil) (\"\\\"k\\\"\" \"3\" nil \"@5\")) :offset 0 :total 3 :text nil :lost 0 :gap nil)",
         )
         .render();
         assert_eq!(
@@ -221,7 +232,7 @@ mod tests {
     fn an_offset_past_the_end_says_so() {
         let text = page(
             "(:handle \"@3\" :printed \"(1 2)\" :type \"CONS\" :facts nil :section \"Elements\" :parts nil \
-             :offset 5 :total 2 :text nil :lost 0)",
+             :offset 5 :total 2 :text nil :lost 0 :gap nil)",
         )
         .render();
         assert_eq!(text, "@3 (1 2)\nType: CONS\n\nElements (2; offset 5 is past the last, 1)");
@@ -231,7 +242,7 @@ mod tests {
     fn a_text_slice_says_where_it_is_and_what_follows() {
         let text = page(
             "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
-             :offset 10 :total 30 :text \"abcde\" :lost 0)",
+             :offset 10 :total 30 :text \"abcde\" :lost 0 :gap nil)",
         )
         .render();
         assert_eq!(
@@ -240,9 +251,27 @@ mod tests {
         );
         let end = page(
             "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
-             :offset 25 :total 30 :text \"abcde\" :lost 1000)",
+             :offset 25 :total 30 :text \"abcde\" :lost 1000 :gap 30)",
         )
         .render();
         assert!(end.ends_with("[end of the kept text: the 1,000 characters written after it were not kept]"), "{end}");
+        let gap = page(
+            "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
+             :offset 10 :total 30 :text \"abcde\" :lost 1000 :gap 15)",
+        )
+        .render();
+        assert!(
+            gap.ends_with(
+                "abcde\n[... 1,000 characters written here were not kept: the image keeps the start and the end of a \
+                 long output. The end kept is 15 characters; inspect @7 with offset 15 for the next]"
+            ),
+            "{gap}"
+        );
+        let end = page(
+            "(:handle \"@7\" :printed \"cut output\" :type \"TEXT\" :facts nil :section \"Text\" :parts nil \
+             :offset 25 :total 30 :text \"abcde\" :lost 1000 :gap 15)",
+        )
+        .render();
+        assert!(end.ends_with("characters 25-29:\nabcde"), "the end of a log's text is its end: {end}");
     }
 }

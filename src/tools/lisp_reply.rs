@@ -28,22 +28,29 @@ fn unexpected_reply(what: &str, error: DecodeError) -> ToolError {
 }
 
 /// Text captured in the image, cut there to the output limit: `(text dropped)` in a reply, or
-/// `(text dropped more offset)` when the image keeps the whole text behind handle `more`, or
-/// `(text dropped more offset handle)` for a printed value with a handle of its own.
+/// `(text dropped more offset handle tail lost)` when something was cut: `more` the handle of the
+/// text the image kept (or nil when the call keeps no handles), `offset` where the characters
+/// not shown begin in it, `handle` a printed value's own, `tail` the end shown of a log, and `lost`
+/// the characters not shown that the image did not keep either.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Captured {
+    /// The start shown.
     pub text: String,
-    /// Characters the image dropped past the limit.
+    /// Characters written but not shown.
     pub dropped: u64,
-    /// The handle of the whole text, and the offset in it where the cut part begins.
+    /// The handle of the text kept, and the offset in it where the characters not shown begin.
     pub more: Option<(String, u64)>,
     /// For a printed value: the value's own handle (`@3`), which `inspect` takes.
     pub handle: Option<String>,
+    /// For a log: its end, shown after the note (a run's verdict is there).
+    pub tail: String,
+    /// Of the characters not shown, those the image did not keep: `more` holds the others.
+    pub lost: u64,
 }
 
 impl From<(String, u64)> for Captured {
     fn from((text, dropped): (String, u64)) -> Self {
-        Captured { text, dropped, more: None, handle: None }
+        Captured { text, dropped, more: None, handle: None, tail: String::new(), lost: 0 }
     }
 }
 
@@ -53,7 +60,7 @@ impl<'de> Deserialize<'de> for Captured {
         impl<'de> serde::de::Visitor<'de> for Parts {
             type Value = Captured;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("(text dropped [more offset [handle]])")
+                f.write_str("(text dropped [more offset [handle [tail [lost]]]])")
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Captured, A::Error> {
                 use serde::de::Error;
@@ -62,7 +69,9 @@ impl<'de> Deserialize<'de> for Captured {
                 let more: Option<String> = seq.next_element()?.flatten();
                 let offset: u64 = seq.next_element()?.unwrap_or(0);
                 let handle: Option<String> = seq.next_element()?.flatten();
-                Ok(Captured { text, dropped, more: more.map(|more| (more, offset)), handle })
+                let tail: String = seq.next_element::<Option<String>>()?.flatten().unwrap_or_default();
+                let lost: u64 = seq.next_element()?.unwrap_or(0);
+                Ok(Captured { text, dropped, more: more.map(|more| (more, offset)), handle, tail, lost })
             }
         }
         deserializer.deserialize_seq(Parts)
@@ -75,16 +84,43 @@ impl Captured {
     }
 
     /// The section titled `title` (`[stdout]`, say) that shows this text, with the note of how
-    /// much was cut; none when there is nothing to show.
+    /// much was cut and, for a log, its end after the note; none when there is nothing to show.
+    /// A cut text is shown as it is, so that the note's offset counts the characters shown.
     pub fn section(&self, title: &str, limit: usize) -> Option<String> {
-        let body = section_body(&self.text);
-        if body.is_empty() && self.dropped == 0 {
-            return None;
+        match self.cut_note(limit) {
+            None => {
+                let body = section_body(&self.text);
+                (!body.is_empty()).then(|| format!("{title}\n{body}"))
+            }
+            Some(note) => {
+                let mut section = format!("{title}\n{}", self.text);
+                if !self.text.ends_with('\n') {
+                    section.push('\n');
+                }
+                section.push_str(&note);
+                if !self.tail.trim_end().is_empty() {
+                    section.push('\n');
+                    section.push_str(self.tail.trim_end());
+                }
+                Some(section)
+            }
         }
-        Some(match self.cut_note(limit) {
-            Some(note) => format!("{title}\n{body}\n{note}"),
-            None => format!("{title}\n{body}"),
-        })
+    }
+
+    /// The text shown, for structured content: the start and, for a cut log, a marker and its
+    /// end (the text reply's note says where the rest is).
+    pub fn shown(&self) -> std::borrow::Cow<'_, str> {
+        if self.tail.is_empty() {
+            return self.text.as_str().into();
+        }
+        let separator = if self.text.ends_with('\n') { "" } else { "\n" };
+        format!(
+            "{}{separator}[... {} more characters not shown]\n{}",
+            self.text,
+            group_thousands(self.dropped),
+            self.tail
+        )
+        .into()
     }
 
     /// This text as a printed value: `=> text`, its handle, and the note of how much was cut.
@@ -100,19 +136,37 @@ impl Captured {
         }
     }
 
-    /// The note that says how much the image cut, if it cut anything, and where to read the rest.
+    /// The note that says how much the image cut, if it cut anything, where to read what it
+    /// kept, and how much it did not keep.
     pub fn cut_note(&self, limit: usize) -> Option<String> {
         (self.dropped > 0).then(|| {
-            let dropped = group_thousands(self.dropped);
-            let limit = group_thousands(limit as u64);
-            match &self.more {
-                Some((handle, offset)) => format!(
-                    "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output); \
-                     inspect {handle} with offset {offset} for the rest]"
+            let then = if self.tail.is_empty() {
+                String::new()
+            } else {
+                format!(", then the last {}", group_thousands(self.tail.chars().count() as u64))
+            };
+            let head = format!(
+                "[... {} more characters not shown{then}: the limit is {} per section (--max-output)",
+                group_thousands(self.dropped),
+                group_thousands(limit as u64)
+            );
+            let kept = self.dropped.saturating_sub(self.lost);
+            match (&self.more, self.lost) {
+                (Some((handle, offset)), 0) => format!("{head}; inspect {handle} with offset {offset} for the rest]"),
+                (Some((handle, offset)), lost) if self.tail.is_empty() => format!(
+                    "{head}; inspect {handle} with offset {offset} for the next {}. The printed text stopped being kept \
+                     at {} characters: the last {} were not kept]",
+                    group_thousands(kept),
+                    group_thousands(offset + kept),
+                    group_thousands(lost)
                 ),
-                None => format!(
-                    "[... {dropped} more characters not shown: the limit is {limit} per section (--max-output)]"
+                (Some((handle, offset)), lost) => format!(
+                    "{head}. The image kept {} of them and dropped the {} written in their middle (it keeps the start and \
+                     the end of a long output); inspect {handle} with offset {offset} for the ones kept]",
+                    group_thousands(kept),
+                    group_thousands(lost)
                 ),
+                (None, _) => format!("{head}]"),
             }
         })
     }

@@ -102,6 +102,9 @@ pub(crate) struct LoadReport {
     pub style_warnings: u64,
     pub notes: u64,
     pub conditions: Vec<CompilerCondition>,
+    /// When some were not shown: the handle of every condition, one line each, and the offset of
+    /// the first not shown.
+    pub rest: Option<(String, u64)>,
     /// The guards, `(label marker feature)`, that keep a form out in this image.
     #[serde(default)]
     pub inactive: Vec<(String, String, String)>,
@@ -136,7 +139,14 @@ impl LoadReport {
         let total = self.warnings + self.errors + self.style_warnings + self.notes;
         let shown = self.conditions.len() as u64;
         if total > shown {
-            sections.push(format!("[... {} more compiler conditions not shown]", total - shown));
+            sections.push(match &self.rest {
+                Some((handle, offset)) => format!(
+                    "[... {} more compiler conditions not shown: at most 100 per reply; inspect {handle} with offset \
+                     {offset} for them]",
+                    total - shown
+                ),
+                None => format!("[... {} more compiler conditions not shown]", total - shown),
+            });
         }
         sections
     }
@@ -216,7 +226,7 @@ mod tests {
             &read(
                 "(:loaded t :warnings 0 :errors 0 :style-warnings 1 :notes 0 :conditions \
                  ((:severity \"STYLE-WARNING\" :message \"undefined function: APP::G\" :form \"(G 1)\" :line 8 :column 17)) \
-                 :inactive nil :stdout (\"\" 0))",
+                 :rest nil :inactive nil :stdout (\"\" 0))",
             )
             .unwrap(),
         )

@@ -6,9 +6,12 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, section_body, Captured, ErrorReport};
+use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport};
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
+
+/// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
+const MAX_KEPT_WARNINGS: u64 = 10_000;
 
 /// Compiling a large system for the first time takes minutes; the server's evaluation time limit
 /// is meant for single evaluations.
@@ -80,6 +83,9 @@ struct LoadReport {
     pub errors: Vec<String>,
     pub error_count: u64,
     pub warnings: Vec<String>,
+    /// When some were not shown: the handle of every warning kept, and the offset of the first
+    /// not shown.
+    pub warnings_rest: Option<(String, u64)>,
     pub warning_count: u64,
     pub style_warning_count: u64,
     pub note_count: u64,
@@ -127,19 +133,30 @@ impl LoadReport {
             let mut section = format!("[warnings]\n{}", self.warnings.join("\n"));
             let shown = self.warnings.len() as u64;
             let rest = (self.warning_count + self.style_warning_count).saturating_sub(shown);
-            if rest > 0 {
-                section.push_str(&format!("\n[... {rest} more warnings not shown]"));
+            match &self.warnings_rest {
+                _ if rest == 0 => {}
+                Some((handle, offset)) => {
+                    let not_kept = (self.warning_count + self.style_warning_count).saturating_sub(MAX_KEPT_WARNINGS);
+                    section.push_str(&format!(
+                        "\n[... {} more warnings not shown: at most 50 per reply; inspect {handle} with offset {offset} for \
+                         {}]",
+                        group_thousands(rest),
+                        if not_kept == 0 {
+                            "them".to_string()
+                        } else {
+                            format!(
+                                "the next {}; the last {} were not kept (at most 10,000 per load)",
+                                group_thousands(rest - not_kept),
+                                group_thousands(not_kept)
+                            )
+                        }
+                    ));
+                }
+                None => section.push_str(&format!("\n[... {} more warnings not shown]", group_thousands(rest))),
             }
             sections.push(section);
         }
-        if !self.stdout.is_empty() {
-            let mut section = format!("[stdout]\n{}", section_body(&self.stdout.text));
-            if let Some(note) = self.stdout.cut_note(max_output) {
-                section.push('\n');
-                section.push_str(&note);
-            }
-            sections.push(section);
-        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
         sections.join("\n\n")
     }
 
@@ -155,7 +172,7 @@ impl LoadReport {
             "warning_count": self.warning_count,
             "style_warning_count": self.style_warning_count,
             "note_count": self.note_count,
-            "stdout": self.stdout.text,
+            "stdout": self.stdout.shown(),
             "error": self.load_error.as_ref().map(ErrorReport::to_json),
         })
     }
@@ -175,7 +192,7 @@ mod tests {
 
     const ALEXANDRIA: &str =
         "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :errors () :error-count 0 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
-         :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
+         :warnings-rest nil :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
 
     fn report(reply: &str) -> Result<LoadReport, ToolError> {
         decode("load-system", &read(reply).unwrap())
@@ -192,7 +209,7 @@ mod tests {
     #[test]
     fn a_failed_load_leads_with_the_error() {
         let output = report(
-            "(:system \"bad\" :was-loaded nil :milliseconds 10 :errors nil :error-count 0 :warnings nil :warning-count 0 :style-warning-count 0 :note-count 0 \
+            "(:system \"bad\" :was-loaded nil :milliseconds 10 :errors nil :error-count 0 :warnings nil :warnings-rest nil :warning-count 0 :style-warning-count 0 :note-count 0 \
              :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil :restarts nil))",
         )
         .unwrap()

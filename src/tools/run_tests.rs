@@ -178,7 +178,7 @@ impl TestReport {
     fn failed(&self) -> bool {
         self.run_error.is_some()
             || self.results.iter().any(|r| r.failed + r.errors > 0)
-            || (self.results.is_empty() && !matches!(verdict_in_output(&self.stdout.text), OutputVerdict::Passed(_)))
+            || (self.results.is_empty() && !matches!(verdict_in_output(&self.stdout.shown()), OutputVerdict::Passed(_)))
     }
 
     fn render(&self, max_output: usize) -> String {
@@ -214,7 +214,7 @@ impl TestReport {
             } else {
                 format!(" (test frameworks loaded: {})", self.frameworks.join(", "))
             };
-            let verdict = match verdict_in_output(&self.stdout.text) {
+            let verdict = match verdict_in_output(&self.stdout.shown()) {
                 _ if self.run_error.is_some() => "The run failed: see the error above.".to_string(),
                 OutputVerdict::Failed(line) => format!("The output reports failures ({line:?}): the call is an error."),
                 OutputVerdict::Passed(line) => format!("The output reports no failures ({line:?})."),
@@ -258,11 +258,11 @@ impl TestReport {
             "milliseconds": self.milliseconds,
             "results": self.results,
             "compiler_errors": self.compiler_errors,
-            "verdict_from_output": match (self.results.is_empty(), verdict_in_output(&self.stdout.text)) {
+            "verdict_from_output": match (self.results.is_empty(), verdict_in_output(&self.stdout.shown())) {
                 (true, OutputVerdict::Failed(line) | OutputVerdict::Passed(line)) => Some(line),
                 _ => None,
             },
-            "stdout": self.stdout.text,
+            "stdout": self.stdout.shown(),
             "error": self.run_error.as_ref().map(ErrorReport::to_json),
         })
     }

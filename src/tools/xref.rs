@@ -104,6 +104,9 @@ struct References {
     pub total: u64,
     /// In file order.
     pub hits: Vec<Hit>,
+    /// When some were not listed: the handle of every hit's line (name and file), and the offset
+    /// of the first not listed.
+    pub rest: Option<(String, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -140,7 +143,12 @@ impl References {
             format!("{title}: {}\n{}", plural(self.total, singular, many), render_locations(&self.labelled()));
         let rest = self.total.saturating_sub(self.hits.len() as u64);
         if rest > 0 {
-            text.push_str(&format!("\n  ... and {rest} more"));
+            match &self.rest {
+                Some((handle, offset)) => text.push_str(&format!(
+                    "\n  ... and {rest} more: inspect {handle} with offset {offset} for them (names and files)"
+                )),
+                None => text.push_str(&format!("\n  ... and {rest} more")),
+            }
         }
         text
     }
@@ -157,7 +165,7 @@ mod tests {
     use crate::tools::ToolError;
 
     const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
-         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))))";
+         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))) :rest nil)";
 
     fn found(reply: &str) -> Result<References, ToolError> {
         decode("xref", &read(reply).unwrap())
@@ -169,7 +177,11 @@ mod tests {
             found(CALLS).unwrap().render(),
             "Who calls P::TARGET: 3 functions\n  CALLER  /p.lisp:9:1\n  ... and 2 more"
         );
-        let none = found("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil)").unwrap();
+        assert!(found(&CALLS.replace(":rest nil", ":rest (\"@7\" 16)"))
+            .unwrap()
+            .render()
+            .ends_with("\n  ... and 2 more: inspect @7 with offset 16 for them (names and files)"));
+        let none = found("(:symbol \"P::X\" :kind \"sets\" :total 0 :hits nil :rest nil)").unwrap();
         assert!(none.render().starts_with("Who sets P::X: none recorded."));
     }
 
