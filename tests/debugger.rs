@@ -342,6 +342,21 @@ async fn a_missing_restart_when_there_are_none_says_so() {
     assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
 }
 
+/// Code evaluated at top level has no function of its own: the frame that runs its form is the
+/// evaluation's frame 0, so that the frame actions work on an error signalled there.
+#[tokio::test]
+async fn an_error_at_top_level_has_the_forms_frame() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let (session, output) = stop(&toolbox, "(let ((x 5)) (error \"top ~a\" x))").await;
+    assert!(output.text.contains("[Backtrace]\n0: ((LAMBDA NIL))"), "{}", output.text);
+    let frame = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": 0})).await;
+    assert!(!frame.is_error && frame.text.contains("(ERROR \"top ~a\" X)"), "{}", frame.text);
+    let value =
+        debugger(&toolbox, json!({"session": session, "action": "eval_in_frame", "frame": 0, "code": "(+ 1 2)"})).await;
+    assert!(value.text.starts_with("=> 3"), "{}", value.text);
+    debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+}
+
 /// The debugger's frames are the evaluation's: a frame number past them (the evaluator's,
 /// swank-mcp's, the server's) is refused with the last one named, for looking and for acting;
 /// a frame's source is its form, not the text after it in the file.

@@ -600,11 +600,11 @@ fn outline_lists_the_forms() {
 fn definitions_describe_the_tools_honestly() {
     let edit = edit_lisp_form::definition();
     assert_eq!(edit.name, "edit-lisp-form");
-    assert!(edit.description.contains("Prefer this over rewriting whole files"));
+    assert!(edit.description.contains("Prefer it to rewriting files or text substitution"));
     // With `load`, it changes the image too.
     assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
     assert_eq!(edit.input_schema["required"], json!(["file_path", "form_type", "form_name", "operation"]));
-    assert!(edit.description.contains("edit the file with `edit-lisp-form` and `load: true`, then run"));
+    assert!(edit.description.contains("load: true also compiles the change into the image"));
     assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
     assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
     assert!(edit.input_schema["properties"]["file_path"]["description"]

@@ -72,8 +72,13 @@ frame 0, which tells the helper's frames above the user's from those below them.
                       (unless (implementation-internal-p name)
                         (setf seen-user-frame t))
                       (push (list index frame name) frames)))))
-    (loop while (and frames (evaluator-frame-p (third (first frames))))
-          do (pop frames))
+    (let ((innermost-evaluator nil))
+      (loop while (and frames (evaluator-frame-p (third (first frames))))
+            do (setf innermost-evaluator (pop frames)))
+      ;; Code evaluated at top level, such as (error ...) itself, has no frame of its own: the
+      ;; evaluator's frame that runs the form stands for it, so that the frame actions still work.
+      (when (and (null frames) innermost-evaluator)
+        (push innermost-evaluator frames)))
     (nreverse frames)))
 
 (defun debugger-frames (start end)
