@@ -20,9 +20,10 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "profile",
         title: "Profile code",
-        description: "Run code once and say where its time went: mode cpu (default) or alloc (each allocation \
-            counted to the function that made it) samples it with sb-sprof (top 15 functions, self and cumulative); \
-            time runs it under TIME. Only the calling thread is profiled.",
+        description:
+            "Run code once and say where its time went: mode cpu (default) or alloc samples it with sb-sprof and \
+            lists the top 15 functions (allocation counted to the code that made it); time runs it under TIME. Only \
+            the calling thread is profiled.",
         input_schema: json!({
             "type": "object",
             "required": ["code"],

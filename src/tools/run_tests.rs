@@ -23,17 +23,17 @@ fn definition() -> ToolDefinition {
         name: "run-tests",
         title: "Run tests",
         description:
-            "Run a system's tests (asdf:test-system), or, after loading the system, one FiveAM or Parachute suite or \
-            a FiveAM, Parachute or RT test. Replies with the counts of the outermost run and each failure's test, \
-            form, expected and actual values, and the output; an error when a check failed, the system could not be \
-            built, or no counts could be read and the output does not say the tests passed. Limit 10 minutes.",
+            "Run a system's tests (asdf:test-system), or, after loading it, one suite or test (FiveAM, Parachute; RT \
+            tests too). Replies with the outermost run's counts, each failure's test, form, expected and actual \
+            values, and the output; an error when a check failed, the build failed, or no counts were read and the \
+            output does not say it passed. Limit 10 minutes.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
             "properties": {
                 "system": {"type": "string", "description": "The system to test, or to load first, e.g. \"my-app/tests\"."},
                 "suite": {"type": "string", "description": "A suite to run instead of the test-op, e.g. \"my-app-tests::all\"."},
-                "test": {"type": "string", "description": "One test to run instead of the test-op (also RT)."},
+                "test": {"type": "string", "description": "One test to run instead of the test-op."},
                 "package": {"type": "string", "description": "Package to read suite or test in (default: the session's)."}
             }
         }),

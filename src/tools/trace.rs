@@ -14,7 +14,7 @@ fn definition() -> ToolDefinition {
         title: "Trace functions",
         description:
             "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
-            evaluate-lisp calls come back in their [trace] section (100 events a reply, the rest behind a handle); calls by others print nothing. untrace: true \
+            evaluate-lisp calls come back in their [trace] section; calls by others print nothing. untrace: true \
             takes them off (all, when no functions are given).",
         input_schema: json!({
             "type": "object",
