@@ -38,6 +38,23 @@ fn lisp_string(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// A listing cut to its first entries in `section` of `reply`: its note starts with `note_start`
+/// and names the handle that holds every entry from the offset of the first not shown, and what
+/// is shown and what is read there are, in the image, the text of `cl-user::*cut-expected*`.
+async fn check_listing_cut(toolbox: &Arc<Toolbox>, reply: &str, section: &str, note_start: &str) {
+    let listing = &reply[reply.find(section).unwrap_or_else(|| panic!("no {section:?} in {reply}")) + section.len()..];
+    let (shown, note) = listing.split_once("[... ").unwrap();
+    let note = note.lines().next().unwrap();
+    assert!(note.starts_with(note_start), "{note}");
+    let (handle, offset) = note_target(note);
+    assert_eq!(shown.chars().count(), offset, "{note}");
+    let (pieces, lost) = read_to_end(toolbox, &handle, offset).await;
+    assert_eq!((pieces.len(), lost), (1, 0));
+    let whole = format!("{shown}{}", pieces[0]);
+    let same = eval_ok(toolbox, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&whole))).await;
+    assert_eq!(same, "=> T", "the entries shown in {section:?} and those read are every entry");
+}
+
 /// The handle and offset a cut note names: `inspect @4 with offset 16000 for ...`.
 fn note_target(note: &str) -> (String, usize) {
     let after = &note[note.rfind("inspect @").unwrap_or_else(|| panic!("no handle in {note}")) + "inspect ".len()..];
@@ -199,18 +216,13 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     )
     .await;
     let output = call(&tb, "evaluate-lisp", json!({"code": "(dotimes (i 250) (warn \"cut warning ~D\" i))"})).await;
-    let warnings = &output.text[output.text.find("[warnings]\n").unwrap() + "[warnings]\n".len()..];
-    let (shown, note) = warnings.split_once("[... ").unwrap();
-    let note = note.lines().next().unwrap();
-    assert!(note.starts_with("50 more warnings not shown: at most 200 per reply; inspect @"), "{note}");
-    let (handle, offset) = note_target(note);
-    assert_eq!(shown.chars().count(), offset, "{note}");
-    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
-    assert_eq!((pieces.len(), lost), (1, 0));
-    let same =
-        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{shown}{}", pieces[0]))))
-            .await;
-    assert_eq!(same, "=> T", "the warnings shown and those read are every warning");
+    check_listing_cut(
+        &tb,
+        &output.text,
+        "[warnings]\n",
+        "50 more warnings not shown: at most 200 per reply; inspect @",
+    )
+    .await;
 
     // evaluate-lisp's trace events past the 100 shown.
     eval_ok(
@@ -225,18 +237,13 @@ async fn every_cut_note_names_a_handle_whose_text_goes_on_to_the_end() {
     let output =
         call(&tb, "evaluate-lisp", json!({"code": "(dotimes (i 150) (cl-user::cut-traced i))", "package": "CL-USER"}))
             .await;
-    let trace = &output.text[output.text.find("[trace]\n").unwrap() + "[trace]\n".len()..];
-    let (shown, note) = trace.split_once("[... ").unwrap();
-    let note = note.lines().next().unwrap();
-    assert!(note.starts_with("200 more trace events not shown: at most 100 per reply; inspect @"), "{note}");
-    let (handle, offset) = note_target(note);
-    assert_eq!(shown.chars().count(), offset, "{note}");
-    let (pieces, lost) = read_to_end(&tb, &handle, offset).await;
-    assert_eq!((pieces.len(), lost), (1, 0));
-    let same =
-        eval_ok(&tb, &format!("(string= cl-user::*cut-expected* {})", lisp_string(&format!("{shown}{}", pieces[0]))))
-            .await;
-    assert_eq!(same, "=> T", "the trace events shown and those read are every event");
+    check_listing_cut(
+        &tb,
+        &output.text,
+        "[trace]\n",
+        "200 more trace events not shown: at most 100 per reply; inspect @",
+    )
+    .await;
     call(&tb, "trace", json!({"untrace": true, "functions": ["cl-user::cut-traced"]})).await;
 
     // compile-form: what a macro prints while it is expanded.
