@@ -395,45 +395,121 @@ What it writes collects in the process buffer, one JSON message a line."
             (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-REFUSED*") :unbound)))
         (when server (delete-process server))))))
 
-(ert-deftest swank-mcp-activity-shows-agent-calls-within-a-second ()
+;;;;; The activity record
+
+(defun swank-mcp-tests--activity-text (buffer)
+  "The text of activity BUFFER."
+  (with-current-buffer buffer (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun swank-mcp-tests--wait-activity (buffer what regexp)
+  "Wait until activity BUFFER matches REGEXP, naming WHAT."
+  (swank-mcp-tests--wait what (lambda () (string-match-p regexp (swank-mcp-tests--activity-text buffer)))))
+
+(defun swank-mcp-tests--goto-call (buffer regexp)
+  "Move point in activity BUFFER to the call whose lines match REGEXP, the last such."
+  (with-current-buffer buffer
+    (goto-char (point-max))
+    (should (re-search-backward regexp nil t))))
+
+(defun swank-mcp-tests--reply-shown ()
+  "The text RET on a call showed."
+  (with-current-buffer "*swank-mcp reply*" (buffer-string)))
+
+(ert-deftest swank-mcp-activity-records-every-call-with-its-state ()
   (swank-mcp-tests--with-port
-    (let* ((port (swank-mcp-start))
-           (buffer (swank-mcp-activity)))
+    (let* ((swank-mcp-poll-interval 0.1)
+           (port (swank-mcp-start))
+           (root (make-temp-file "swank-mcp-activity" t))
+           (file (expand-file-name "forms.lisp" root))
+           (buffer nil)
+           (server nil))
+      (with-temp-file file
+        (insert "(defun swank-mcp-loaded-marker () :loaded)\n"))
+      (swank-mcp-approval-mode 1)
       (unwind-protect
           (progn
-            ;; The first poll tells the image that Emacs watches.
-            (swank-mcp-tests--wait "the first poll"
-                                   (lambda () (with-current-buffer buffer
-                                                (and (not swank-mcp--activity-polling)
-                                                     (swank-mcp-tests--eval
-                                                      '(cl:let ((s (cl:and (cl:find-package "MCP-AGENT-HELPER")
-                                                                         (cl:find-symbol "*ACTIVITY-WATCHED-UNTIL*"
-                                                                                         "MCP-AGENT-HELPER"))))
-                                                         (cl:and s (cl:boundp s) (cl:> (cl:symbol-value s) 0))))))))
-            ;; Each `eval' below is a server of its own: the feed outlives them.
-            (dolist (marker '("first-activity-marker" "second-activity-marker"))
-              (let ((result (swank-mcp-tests--run port "eval" (format "(list :%s (+ 1 2))" marker))))
-                (should (eql (car result) 0))
-                (swank-mcp-tests--wait
-                 (format "%s in the activity buffer" marker)
-                 (lambda () (with-current-buffer buffer
-                              (string-match-p (format "(list :%s (\\+ 1 2))\n +=> (:%s 3)" marker (upcase marker))
-                                              (buffer-string))))
-                 1)))
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "load-form" "--root" root))
+            (swank-mcp-tests--mcp-initialize server)
+            ;; A call made before the buffer opens is in the record too.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp"
+                                       '((code . "(progn (princ \"activity-output-marker\") (list :activity-marker (+ 1 2)))")))
+            (let ((done (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+              (setq buffer (swank-mcp-activity))
+              (swank-mcp-tests--wait-activity buffer "the evaluation, done"
+                                              "evaluate-lisp  (ert)  done  [0-9]+ ms\n +(progn (princ")
+              ;; RET shows the reply as the agent received it, its output included.
+              (swank-mcp-tests--goto-call buffer "activity-output-marker")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (string-match-p "activity-output-marker" done))
+              (should (equal (swank-mcp-tests--reply-shown) done)))
+            ;; A load-form waits for approval, shown as such, and is declined.
+            (swank-mcp-tests--mcp-call server 3 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
+            (swank-mcp-tests--wait-activity buffer "the load-form waiting" "load-form  (ert)  waiting for approval")
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-decline))
+            (let ((declined (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 3))))
+              (swank-mcp-tests--wait-activity buffer "the load-form declined" "load-form  (ert)  declined  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "load-form  (ert)  declined")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (equal (swank-mcp-tests--reply-shown) declined)))
+            ;; Approved, it compiles into the image and is recorded as done.
+            (swank-mcp-tests--mcp-call server 4 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
+            (with-current-buffer (swank-mcp-tests--wait
+                                  "the second approval"
+                                  (lambda () (let ((approval (get-buffer swank-mcp--approval-buffer-name)))
+                                               (and approval
+                                                    (equal (plist-get (nth 2 (buffer-local-value 'swank-mcp--approval-shown
+                                                                                                 approval))
+                                                                      :tool)
+                                                           "load-form")
+                                                    approval))))
+              (swank-mcp-approve))
+            (let ((loaded (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
+              (swank-mcp-tests--wait-activity buffer "the load-form done" "load-form  (ert)  done  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "load-form  (ert)  done")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (equal (swank-mcp-tests--reply-shown) loaded)))
+            ;; A failed call, with the error the agent got.
+            (swank-mcp-tests--mcp-call server 5 "evaluate-lisp" '((code . "(error \"activity-failure-marker\")")))
+            (let ((failed (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 5))))
+              (swank-mcp-tests--wait-activity buffer "the failed call" "evaluate-lisp  (ert)  failed  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "activity-failure-marker")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (string-match-p "activity-failure-marker" failed))
+              (should (equal (swank-mcp-tests--reply-shown) failed)))
             (with-current-buffer buffer
-              (should (string-match-p "evaluate-lisp  (default-[0-9]+" (buffer-string)))
-              (should (string-match-p "=> (:SECOND-ACTIVITY-MARKER 3)\n\\'" (buffer-string)))
-              (goto-char (point-max))
-              (forward-line -1)
-              (swank-mcp-activity-show-reply)
-              (with-current-buffer "*swank-mcp reply*"
-                (should (string-match-p ":SECOND-ACTIVITY-MARKER" (buffer-string)))))
-            (should-not (string-match-p "activity-marker" (swank-mcp-tests--repl-text))))
-        (kill-buffer buffer))
-      ;; Closed: the image records nothing any more.
-      (swank-mcp-tests--wait "the image to stop recording"
-                             (lambda () (swank-mcp-tests--eval
-                                         '(cl:not (cl:funcall (cl:find-symbol "ACTIVITY-WATCHED-P" "MCP-AGENT-HELPER")))))))))
+              ;; n and p go from call to call.
+              (goto-char (point-min))
+              (swank-mcp-activity-next)
+              (should (looking-at "[0-9:]+  evaluate-lisp .* done"))
+              (swank-mcp-activity-next 2)
+              (should (looking-at "[0-9:]+  load-form .* done"))
+              (swank-mcp-activity-previous)
+              (should (looking-at "[0-9:]+  load-form .* declined"))
+              (swank-mcp-activity-next 2)
+              (should (looking-at "[0-9:]+  evaluate-lisp .* failed"))
+              (should-error (swank-mcp-activity-next) :type 'user-error)
+              ;; A filter by state, then by tool.
+              (swank-mcp-activity-filter '(state . :failed))
+              (should (string-match-p "failed" (buffer-string)))
+              (should-not (string-match-p "load-form\\|  done" (buffer-string)))
+              (swank-mcp-activity-filter '(tool . "load-form"))
+              (should (string-match-p "declined" (buffer-string)))
+              (should-not (string-match-p "evaluate-lisp  (ert)" (buffer-string)))
+              (swank-mcp-activity-filter nil)
+              ;; g reads the whole record again.
+              (let ((before (buffer-substring-no-properties (point-min) (point-max))))
+                (let ((inhibit-read-only t)) (erase-buffer))
+                (revert-buffer)
+                (should (equal (buffer-substring-no-properties (point-min) (point-max)) before))))
+            (should-not (string-match-p "activity-output-marker\\|activity-failure-marker"
+                                        (swank-mcp-tests--repl-text))))
+        (swank-mcp-approval-mode -1)
+        (when server (delete-process server))
+        (when buffer (kill-buffer buffer))))))
 
 (ert-deftest swank-mcp-undo-puts-back-what-the-agent-replaced ()
   (swank-mcp-tests--with-port

@@ -367,25 +367,47 @@ CONTINUATION is called with the value."
   "The timer that polls the image.")
 (defvar-local swank-mcp--activity-entries nil
   "The calls shown: a hash table of call id -> (START . END) markers.")
+(defvar-local swank-mcp--activity-calls nil
+  "Every call the image reported, shown or filtered out.
+A list of plists, newest first.")
+(defvar-local swank-mcp--activity-filter nil
+  "Nil to show every call, else (KIND . VALUE): KIND `tool' or `state'.")
+
+(defconst swank-mcp--call-states
+  '((:waiting "waiting for approval" warning)
+    (:running "running" warning)
+    (:declined "declined" error)
+    (:timed-out "timed out" error)
+    (:cancelled "cancelled" shadow)
+    (:failed "failed" error)
+    (:done "done" success))
+  "Each state a call can be in, with how it is named and its face.")
 
 (defvar swank-mcp-activity-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'swank-mcp-activity-show-reply)
+    (define-key map (kbd "n") #'swank-mcp-activity-next)
+    (define-key map (kbd "p") #'swank-mcp-activity-previous)
+    (define-key map (kbd "/") #'swank-mcp-activity-filter)
     map)
   "Keymap of `swank-mcp-activity-mode'.")
 
 (define-derived-mode swank-mcp-activity-mode special-mode "swank-mcp activity"
   "The tool calls agents make in a Lisp image, newest at the bottom.
-\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the full reply of the call at
-point."
+Each shows its state: waiting for approval, running, declined, timed out,
+cancelled, failed or done.
+\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the reply the agent received for the call at
+point, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move between calls, \\[swank-mcp-activity-filter] shows only one
+tool's or one state's calls, \\[revert-buffer] reads the whole record again."
   (setq truncate-lines t)
+  (setq-local revert-buffer-function #'swank-mcp--activity-revert)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
 
 ;;;###autoload
 (defun swank-mcp-activity ()
   "Show each tool call of agents in the current connection's image, as it happens.
-The buffer is one per connection; the image records calls only while it is
-open."
+The buffer is one per connection.  The image keeps the record of the last
+200 calls, so the calls made before the buffer opened show too."
   (interactive)
   (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
                (name (format "*swank-mcp activity: %s*"
@@ -399,9 +421,7 @@ open."
               swank-mcp--activity-backend backend
               swank-mcp--activity-entries (make-hash-table :test 'equal))
         (let ((inhibit-read-only t))
-          (insert (propertize (format "Tool calls of agents in the image of the %s; RET shows a reply.\n"
-                                      (swank-mcp--describe-connection connection backend))
-                              'face 'shadow)))
+          (insert (swank-mcp--activity-header)))
         (setq swank-mcp--activity-timer
               (run-at-time 0 swank-mcp-poll-interval #'swank-mcp--activity-poll buffer))))
     (when (called-interactively-p 'any)
@@ -445,63 +465,154 @@ open."
 (defun swank-mcp--activity-text (call)
   "The lines that show CALL, a plist from the image's ACTIVITY-SINCE."
   (let* ((milliseconds (plist-get call :milliseconds))
+         (state (or (assq (plist-get call :state) swank-mcp--call-states)
+                    (list nil (format "%s" (plist-get call :state)) 'warning)))
          (input (string-trim (or (plist-get call :input) "")))
          (input-lines (split-string input "\n"))
          (shown (mapconcat (lambda (line) (concat "    " line))
                            (if (> (length input-lines) 12)
                                (append (cl-subseq input-lines 0 12) (list "..."))
                              input-lines)
-                           "\n")))
+                           "\n"))
+         (outcome (plist-get call :outcome)))
     (propertize
      (concat (propertize (plist-get call :time) 'face 'shadow) "  "
              (propertize (plist-get call :tool) 'face 'font-lock-function-name-face)
-             (propertize (format "  (%s%s)" (plist-get call :session)
+             (propertize (format "  (%s%s)" (or (plist-get call :client) "unknown client")
                                  (if (plist-get call :package) (format ", in %s" (plist-get call :package)) ""))
                          'face 'shadow)
-             (if milliseconds (format "  %d ms" milliseconds) (propertize "  running" 'face 'warning))
+             "  " (propertize (nth 1 state) 'face (nth 2 state))
+             (if milliseconds (format "  %d ms" milliseconds) "")
              "\n"
              (if (string-empty-p input) "" (concat (swank-mcp--fontify shown 'lisp-mode) "\n"))
-             (if milliseconds
-                 (let ((outcome (or (plist-get call :outcome) "")))
-                   (concat "    " (propertize outcome 'face (if (string-match-p "\\`\\(\\[ERROR\\]\\|failed\\)" outcome)
-                                                                'error
-                                                              'success))
-                           "\n"))
+             (if outcome
+                 (concat "    " (propertize outcome 'face (if (eq (car state) :done) 'success 'error)) "\n")
                ""))
-     'swank-mcp-reply (plist-get call :reply))))
+     'swank-mcp-call (plist-get call :id))))
+
+(defun swank-mcp--activity-shown-p (call)
+  "Whether CALL passes the buffer's filter."
+  (pcase swank-mcp--activity-filter
+    (`(tool . ,tool) (equal (plist-get call :tool) tool))
+    (`(state . ,state) (eq (plist-get call :state) state))
+    (_ t)))
 
 (defun swank-mcp--activity-show (call)
-  "Show CALL, replacing its lines when they are shown already."
+  "Record CALL and show it, replacing its lines when they are shown already."
   (let* ((inhibit-read-only t)
          (id (plist-get call :id))
          (shown (gethash id swank-mcp--activity-entries))
          (at-end (= (point) (point-max)))
          (windows (cl-remove-if-not (lambda (window) (= (window-point window) (point-max)))
                                     (get-buffer-window-list (current-buffer) nil t))))
+    (setq swank-mcp--activity-calls
+          (cons call (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal)))
     (save-excursion
-      (if shown
-          (progn (goto-char (car shown))
-                 (delete-region (car shown) (cdr shown)))
-        (goto-char (point-max)))
-      (let ((start (point-marker)))
-        (insert (swank-mcp--activity-text call))
-        (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries)))
+      (when shown
+        (delete-region (car shown) (cdr shown))
+        (remhash id swank-mcp--activity-entries))
+      (when (swank-mcp--activity-shown-p call)
+        (goto-char (if shown (car shown) (point-max)))
+        (let ((start (point-marker)))
+          (insert (swank-mcp--activity-text call))
+          (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries))))
     ;; Newest at the bottom: whoever was at the end follows it.
     (when at-end (goto-char (point-max)))
     (dolist (window windows)
       (set-window-point window (point-max)))))
 
+(defun swank-mcp--activity-header ()
+  "The first line of the activity buffer."
+  (propertize (format "Tool calls of agents in the image of the %s%s.\n"
+                      (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
+                      (pcase swank-mcp--activity-filter
+                        (`(,kind . ,value)
+                         (format "; only %s %s (/ to change)" kind
+                                 (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
+                        (_ "")))
+              'face 'shadow))
+
+(defun swank-mcp--activity-redisplay ()
+  "Show again every call recorded that passes the filter, oldest first."
+  (let ((inhibit-read-only t)
+        (calls (reverse swank-mcp--activity-calls)))
+    (erase-buffer)
+    (clrhash swank-mcp--activity-entries)
+    (insert (swank-mcp--activity-header))
+    (setq swank-mcp--activity-calls nil)
+    (mapc #'swank-mcp--activity-show calls)))
+
+(defun swank-mcp--activity-revert (&rest _)
+  "Read the image's whole record again, for `revert-buffer'."
+  (let ((answer (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
+                                 (swank-mcp--helper-call "ACTIVITY-SINCE" 0))))
+    (setq swank-mcp--activity-calls nil)
+    (swank-mcp--activity-redisplay)
+    (when answer
+      (setq swank-mcp--activity-version (car answer))
+      (mapc #'swank-mcp--activity-show (cadr answer)))))
+
+(defun swank-mcp--activity-starts ()
+  "Where each call shown starts, in order."
+  (let ((starts '())
+        (position (point-min)))
+    ;; Calls side by side differ by id: each change of the property is a start or an end.
+    (while (setq position (next-single-property-change position 'swank-mcp-call))
+      (when (get-text-property position 'swank-mcp-call)
+        (push position starts)))
+    (nreverse starts)))
+
+(defun swank-mcp-activity-next (&optional count)
+  "Move to the start of the next call, or the COUNTth next.
+A negative COUNT moves back."
+  (interactive "p")
+  (let ((count (or count 1)))
+    (dotimes (_ (abs count))
+      (let* ((starts (swank-mcp--activity-starts))
+             (next (if (< count 0)
+                       (car (last (cl-remove-if-not (lambda (start) (< start (point))) starts)))
+                     (cl-find-if (lambda (start) (> start (point))) starts))))
+        (unless next
+          (user-error "No %s call" (if (< count 0) "earlier" "later")))
+        (goto-char next)))))
+
+(defun swank-mcp-activity-previous (&optional count)
+  "Move to the start of the previous call, or the COUNTth previous."
+  (interactive "p")
+  (swank-mcp-activity-next (- (or count 1))))
+
+(defun swank-mcp-activity-filter (filter)
+  "Show only the calls FILTER keeps: a tool's, or those in one state.
+Interactively, read a tool name or a state; an empty answer shows every call."
+  (interactive
+   (let* ((states (mapcar (lambda (state) (nth 1 state)) swank-mcp--call-states))
+          (tools (delete-dups (mapcar (lambda (call) (plist-get call :tool)) swank-mcp--activity-calls)))
+          (answer (completing-read "Show only the calls of tool or in state (empty: all): "
+                                   (append tools states) nil nil)))
+     (list (cond ((string-empty-p answer) nil)
+                 ((member answer states)
+                  (cons 'state (car (cl-find answer swank-mcp--call-states :key #'cadr :test #'equal))))
+                 (t (cons 'tool answer))))))
+  (setq swank-mcp--activity-filter filter)
+  (swank-mcp--activity-redisplay)
+  (goto-char (point-max)))
+
 (defun swank-mcp-activity-show-reply ()
-  "Show the full reply of the call at point."
+  "Show the reply the agent received for the call at point, exactly as it got it."
   (interactive)
-  (let ((reply (get-text-property (point) 'swank-mcp-reply)))
-    (unless reply
-      (user-error "No finished call here"))
+  (let* ((id (get-text-property (point) 'swank-mcp-call))
+         (call (cl-find id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))
+         (text (plist-get call :text)))
+    (unless text
+      (user-error (if call "This call has not ended yet" "No call here")))
     (with-current-buffer (get-buffer-create "*swank-mcp reply*")
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert (swank-mcp--fontify reply 'lisp-mode)))
+        (insert text))
       (special-mode)
+      (setq header-line-format
+            (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
+                    (nth 1 (assq (plist-get call :state) swank-mcp--call-states))))
       (goto-char (point-min))
       (display-buffer (current-buffer)))))
 

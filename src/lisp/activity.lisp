@@ -1,18 +1,19 @@
 ;;;; What the user's Emacs sees of the agents' work in this image (elisp-compat/swank-mcp.el):
-;;;; the activity feed, a bounded record of the tool calls agents make here, and approvals,
+;;;; the activity record, a bounded record of every tool call agents make here, and approvals,
 ;;;; calls waiting for the user's yes in Emacs (swank-mcp-approval-mode).
 ;;;;
-;;;; Emacs asks for both by polling, while its activity buffer is open or its approval mode is
-;;;; on; each poll says it is still there for a few seconds. Nothing is recorded while no Emacs
-;;;; watches, so the feed costs a call one comparison then. Both live in the image: an agent's
-;;;; server that reconnects (or a new one) changes nothing on the Emacs side.
+;;;; The record is fed by the agents' servers (src/mcp/activity.rs), which alone see every call:
+;;;; those waiting for approval, declined, refused before they reach the image, and the reply
+;;;; text exactly as the agent receives it. It lives in the image, so an agent's server that
+;;;; reconnects (or a new one) changes nothing on the Emacs side, and a buffer opened later still
+;;;; shows the calls made before.
 ;;;;
 ;;;; Loaded after loading.lisp, under the rules of helper.lisp.
 
 (in-package #:mcp-agent-helper)
 
 (defparameter *watch-lease* (* 5 internal-time-units-per-second)
-  "How long one poll from Emacs keeps the feed recording, or counts as an approver being there.")
+  "How long one poll from Emacs counts as an Emacs watching, or as an approver being there.")
 
 (defvar *activity-watched-until* 0
   "Internal real time until which an Emacs activity buffer counts as open.")
@@ -30,130 +31,82 @@
 (defvar *activity-version* 0
   "Counts every change to a record, so that a poll asks only for what changed since the last.")
 
-(defparameter *full-reply-limit* 20000
-  "Characters of a call's reply kept for Emacs to show.")
-
-(defparameter *tool-names*
-  '((evaluate . "evaluate-lisp") (compile-code . "compile-form") (expand-form . "macroexpand-form")
-    (class-info . "class-info") (describe-symbol . "describe-symbol") (apropos-search . "apropos-search")
-    (find-definition . "find-definition") (xref . "xref") (status . "lisp-status")
-    (load-system . "load-system") (undo-journal . "undo"))
-  "The tool each helper entry point serves.")
+(defparameter *call-states* '(:waiting :running :declined :timed-out :cancelled :failed :done)
+  "Where a call can be; the first two are not an end.")
 
 (defclass activity-record ()
   ((version :initarg :version :accessor record-version)
-   (token :initarg :token :reader record-token)
+   (id :initarg :id :reader record-id)
    (tool :initarg :tool :reader record-tool)
+   (client :initarg :client :reader record-client)
    (input :initarg :input :reader record-input)
    (package :initarg :package :reader record-package)
    (started :initform (get-universal-time) :reader record-started)
-   (started-real :initform (get-internal-real-time) :reader record-started-real)
+   (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
-   (outcome :initform nil :accessor record-outcome)
-   (reply :initform nil :accessor record-reply)))
+   (text :initform nil :accessor record-text)))
 
 (defun activity-watched-p ()
   (> *activity-watched-until* (get-internal-real-time)))
 
-(defun helper-request ()
-  "The tool name and arguments of the request this thread serves: the server evaluates it with
-EVAL, so the evaluator's frame holds the form, (MCP-AGENT-HELPER:EVALUATE \"code\" :SESSION ...)."
-  (let ((found (block walk
-                 (ignore-errors
-                  (internal-call
-                   "SB-DEBUG" "MAP-BACKTRACE"
-                   (lambda (frame)
-                     ;; Only the evaluator's frames have their arguments read: reading every
-                     ;; frame's made the walk ten times slower.
-                     (when (member (internal-call "SB-DI" "DEBUG-FUN-NAME" (internal-call "SB-DI" "FRAME-DEBUG-FUN" frame))
-                                   *evaluator-functions*)
-                       (let ((form (first (nth-value 1 (frame-name-and-args frame)))))
-                         (when (and (consp form) (assoc (first form) *tool-names*))
-                           (return-from walk form)))))))
-                 nil)))
-    (and found (values (cdr (assoc (first found) *tool-names*)) (rest found)))))
+(defun note-activity (id tool state &key input client package text milliseconds session token)
+  "A server's note that its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
+reply the agent received, and MILLISECONDS, how long the call took, once it ended. A note that
+arrives after its call's end (notes of one call come in order, but the end is final) changes
+nothing."
+  (declare (ignore session token))
+  (unless (and (stringp id) (stringp tool) (member state *call-states*))
+    (return-from note-activity
+      (list :failure (format nil "NOTE-ACTIVITY takes a call id, a tool name and one of ~{~(~S~)~^, ~}."
+                             *call-states*))))
+  (sb-thread:with-mutex (*activity-lock*)
+    (let ((record (find id *activity* :key #'record-id :test #'string=)))
+      (cond ((null record)
+             (push (make-instance 'activity-record :version (incf *activity-version*) :id id :tool tool
+                                                   :client client :input (or input "") :package package
+                                                   :state state)
+                   *activity*)
+             (setf record (first *activity*))
+             (when (> (length *activity*) *activity-limit*)
+               (setf *activity* (subseq *activity* 0 *activity-limit*))))
+            ((member (record-state record) '(:waiting :running))
+             (setf (record-state record) state
+                   (record-version record) (incf *activity-version*))))
+      (when (and text (eq (record-state record) state))
+        (setf (record-text record) text
+              (record-milliseconds record) milliseconds))))
+  (list :recorded t))
 
-(defun request-input (tool arguments)
-  "What the user is shown of a call's input: its code, symbol or system, and for xref the kind."
-  (let ((first (first arguments)))
-    (cond ((equal tool "xref") (format nil "~A ~(~A~)" first (second arguments)))
-          ((equal tool "undo")
-           (format nil "~@[entries ~A~]~@[since ~A~]" (getf arguments :entries) (getf arguments :since)))
-          ((stringp first) first)
-          (t ""))))
-
-(defun note-call-start (token)
-  "Records that the call under TOKEN starts, when an Emacs watches."
-  (when (activity-watched-p)
-    (multiple-value-bind (tool arguments) (helper-request)
-      (when tool
-        (let ((keys (member-if #'keywordp arguments)))
-          (sb-thread:with-mutex (*activity-lock*)
-            (push (make-instance 'activity-record
-                                 :version (incf *activity-version*) :token token :tool tool
-                                 :input (request-input tool arguments)
-                                 :package (and (stringp (getf keys :package)) (getf keys :package)))
-                  *activity*)
-            (when (> (length *activity*) *activity-limit*)
-              (setf *activity* (subseq *activity* 0 *activity-limit*)))))))))
-
-(defun outcome-line (outcome)
-  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK values)
-for evaluate-lisp, each value (text dropped); (:OK plist) for the other tools; (:FAILURE
-message); or an error report."
-  (flet ((one-line (text)
-           (let ((line (substitute #\Space #\Newline (string-trim '(#\Space #\Newline) text))))
-             (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line))))
-    (cond ((and (consp outcome) (eq (first outcome) :ok))
-           (let ((values (second outcome)))
-             (cond ((null values) "no values")
-                   ;; evaluate-lisp's values, each (text dropped).
-                   ((and (consp (first values)) (stringp (first (first values))))
-                    (one-line (format nil "=> ~{~A~^, ~}" (mapcar #'first values))))
-                   ((and (consp (first values)) (getf (first values) :failure))
-                    (one-line (format nil "failed: ~A" (getf (first values) :failure))))
-                   (t "done"))))
-          ((and (consp outcome) (eq (first outcome) :failure))
-           (one-line (format nil "failed: ~A" (second outcome))))
-          ((and (consp outcome) (getf outcome :type))
-           (one-line (format nil "[ERROR] ~A: ~A" (getf outcome :type) (getf outcome :message))))
-          (t "done"))))
-
-(defun note-call-end (token outcome)
-  "Records how the call under TOKEN ended, if its start was recorded and an Emacs still watches."
-  (when (and *activity* (activity-watched-p))
-    (sb-thread:with-mutex (*activity-lock*)
-      (let ((record (find token *activity* :key #'record-token :test #'equal)))
-        (when (and record (null (record-milliseconds record)))
-          (setf (record-milliseconds record)
-                (round (* 1000 (- (get-internal-real-time) (record-started-real record)))
-                       internal-time-units-per-second)
-                (record-outcome record) (ignore-errors (outcome-line outcome))
-                (record-reply record) (ignore-errors (print-briefly outcome :length 200 :level 8
-                                                                            :limit *full-reply-limit*))
-                (record-version record) (incf *activity-version*)))))))
+(defun outcome-line (text)
+  "The first line of TEXT that says something, cut to 200 characters: how the call ended."
+  (let* ((lines (loop for start = 0 then (1+ end)
+                      for end = (position #\Newline text :start start)
+                      collect (string-trim " " (subseq text start end))
+                      while end))
+         (line (or (find-if (lambda (line) (plusp (length line))) lines) "")))
+    (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
 (defun activity-since (version)
-  "For the Emacs activity buffer, which polls it: keeps the feed recording for *WATCH-LEASE*, and
-returns (current-version records), the records changed since VERSION, oldest first, each a plist
-(:ID :TIME :SESSION :TOOL :INPUT :PACKAGE :MILLISECONDS :OUTCOME :REPLY); :MILLISECONDS is NIL
-while the call runs."
+  "For the Emacs activity buffer, which polls it: keeps the Emacs counted as watching for
+*WATCH-LEASE*, and returns (current-version records), the records changed since VERSION, oldest
+first, each a plist (:ID :TIME :CLIENT :TOOL :INPUT :PACKAGE :STATE :MILLISECONDS :OUTCOME
+:TEXT); :TEXT, the reply the agent received, and :MILLISECONDS are NIL until the call ends."
   (setf *activity-watched-until* (+ (get-internal-real-time) *watch-lease*))
   (sb-thread:with-mutex (*activity-lock*)
     (list *activity-version*
           (loop for record in (reverse *activity*)
                 when (> (record-version record) version)
-                  collect (list :id (record-token record)
+                  collect (list :id (record-id record)
                                 :time (multiple-value-bind (s m h) (decode-universal-time (record-started record))
                                         (format nil "~2,'0D:~2,'0D:~2,'0D" h m s))
-                                :session (let ((token (record-token record)))
-                                           (subseq token 0 (or (position #\- token :from-end t) (length token))))
+                                :client (record-client record)
                                 :tool (record-tool record)
                                 :input (record-input record)
                                 :package (record-package record)
+                                :state (record-state record)
                                 :milliseconds (record-milliseconds record)
-                                :outcome (record-outcome record)
-                                :reply (record-reply record))))))
+                                :outcome (and (record-text record) (outcome-line (record-text record)))
+                                :text (record-text record))))))
 
 (defun stop-watching-activity ()
   "The Emacs activity buffer closed: stop recording."

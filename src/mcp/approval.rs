@@ -67,7 +67,11 @@ pub enum Verdict {
         /// Calls of this tool need no approval any more in this session.
         for_session: bool,
     },
-    /// Do not run the call; the output says why.
+    /// The human declined the call; the output says so.
+    Declined(ToolOutput),
+    /// Nobody answered within the time limit; the output says so.
+    TimedOut(ToolOutput),
+    /// Do not run the call: nobody could be asked, or asking failed; the output says why.
     Refused(ToolOutput),
     /// The client cancelled the call while it waited.
     Cancelled,
@@ -100,16 +104,22 @@ pub async fn ask_emacs(
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
+    let started = std::time::Instant::now();
     match toolbox.ask_emacs(arguments, tool, shown, limit, cancel.clone()).await {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
-        Ok(EmacsVerdict::No) => Verdict::Refused(declined(tool)),
+        Ok(EmacsVerdict::No) => Verdict::Declined(declined(tool)),
         Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, version)),
-        Err(error) => Verdict::Refused(ToolOutput::error(format!(
-            "{tool} was not run: asking for approval in Emacs failed. {}",
-            error.0
-        ))),
+        Err(error) => {
+            let output =
+                ToolOutput::error(format!("{tool} was not run: asking for approval in Emacs failed. {}", error.0));
+            if started.elapsed() >= limit {
+                Verdict::TimedOut(output)
+            } else {
+                Verdict::Refused(output)
+            }
+        }
     }
 }
 
@@ -150,7 +160,7 @@ pub async fn ask(
     let answer = tokio::select! {
         answer = requests.request("elicitation/create", params) => answer,
         _ = cancel.cancelled() => return Verdict::Cancelled,
-        _ = tokio::time::sleep(limit) => return Verdict::Refused(ToolOutput::error(format!(
+        _ = tokio::time::sleep(limit) => return Verdict::TimedOut(ToolOutput::error(format!(
             "{tool} was not run: the user did not answer the approval request within {} s (--confirm-timeout). \
              Nothing changed.",
             limit.as_secs()
@@ -174,7 +184,7 @@ pub async fn ask(
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         },
-        Ok(result) if result.action == "decline" => Verdict::Refused(declined(tool)),
+        Ok(result) if result.action == "decline" => Verdict::Declined(declined(tool)),
         Ok(result) if result.action == "cancel" => {
             not_run("the user dismissed the approval request without answering.".to_string())
         }

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use super::activity::{ActivityFeed, CallState};
 use super::approval::{ConfirmPolicy, Verdict, ELICITATION_SINCE};
 use super::audit::{AuditLog, Entry as AuditEntry, Outcome as AuditOutcome};
 use super::client_requests::ClientRequests;
@@ -89,6 +90,8 @@ struct Server {
     client_name: Mutex<String>,
     /// Tools the human allowed for the rest of the session when asked to approve a call.
     allowed_for_session: Mutex<HashSet<String>>,
+    /// The record of every call the user's Emacs shows.
+    activity: ActivityFeed,
 }
 
 /// What a server does besides running tools: approvals (`--confirm`) and the audit log.
@@ -131,6 +134,7 @@ where
         elicitation: AtomicBool::new(false),
         client_name: Mutex::new("unknown client".to_string()),
         allowed_for_session: Mutex::new(HashSet::new()),
+        activity: ActivityFeed::start(),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -457,16 +461,42 @@ impl Server {
         let cancel = CancellationToken::new();
         let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
-        let (output, approved, arguments) = match self.approval(name, &arguments, &cancel).await {
+        let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let asks = self.needs_approval(name);
+        let record = self.activity.begin(
+            &self.toolbox,
+            name,
+            &arguments,
+            &client,
+            if asks { CallState::Waiting } else { CallState::Running },
+        );
+        let (output, approved, arguments, refusal) = match self.approval(name, &arguments, &cancel).await {
             Ok(()) => {
+                if asks {
+                    self.activity.update(&record, CallState::Running);
+                }
                 let progress = self.progress_for(progress_token);
                 // The arguments are kept for the audit log only when there is one.
                 let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
                 let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
-                (output, true, kept)
+                (output, true, kept, None)
             }
-            Err(refused) => (Some(refused), false, arguments),
+            Err((state, refused)) => (Some(refused), false, arguments, Some(state)),
         };
+        match (&output, refusal) {
+            _ if cancel.is_cancelled() => self.activity.end(
+                &record,
+                CallState::Cancelled,
+                "(The client cancelled the call: it was sent no reply.)",
+            ),
+            (None, _) => self.activity.end(&record, CallState::Failed, &format!("Unknown tool: {name}")),
+            (Some(output), Some(state)) => self.activity.end(&record, state, &output.text),
+            (Some(output), None) => self.activity.end(
+                &record,
+                if output.is_error { CallState::Failed } else { CallState::Done },
+                &output.text,
+            ),
+        }
         drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         if let Some(audit) = &self.options.audit {
@@ -496,22 +526,28 @@ impl Server {
         Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
     }
 
-    /// Waits for the human's approval of a call `--confirm` names; the output to return instead
-    /// of running it when there is none.
+    /// Whether a call of `name` waits for the human's approval now.
+    fn needs_approval(&self, name: &str) -> bool {
+        self.options.confirm.requires(name)
+            && !self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+    }
+
+    /// Waits for the human's approval of a call `--confirm` names; when there is none, how the
+    /// call ends (for the record) and the output to return instead of running it.
     async fn approval(
         self: &Arc<Self>,
         name: &str,
         arguments: &Option<Value>,
         cancel: &CancellationToken,
-    ) -> Result<(), ToolOutput> {
-        if !self.options.confirm.requires(name)
-            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
-        {
+    ) -> Result<(), (CallState, ToolOutput)> {
+        if !self.needs_approval(name) {
             return Ok(());
         }
         let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let limit = self.options.confirm.timeout;
-        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel).await?;
+        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel)
+            .await
+            .map_err(|output| (CallState::Failed, output))?;
         let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
             super::approval::ask(&self.requests, name, &shown, limit, cancel).await
         } else {
@@ -524,8 +560,13 @@ impl Server {
                 }
                 Ok(())
             }
-            Verdict::Refused(output) => Err(output),
-            Verdict::Cancelled => Err(ToolOutput::error(format!("{name} was not run: the client cancelled the call."))),
+            Verdict::Declined(output) => Err((CallState::Declined, output)),
+            Verdict::TimedOut(output) => Err((CallState::TimedOut, output)),
+            Verdict::Refused(output) => Err((CallState::Failed, output)),
+            Verdict::Cancelled => Err((
+                CallState::Cancelled,
+                ToolOutput::error(format!("{name} was not run: the client cancelled the call.")),
+            )),
         }
     }
 }
