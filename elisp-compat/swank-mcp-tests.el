@@ -406,7 +406,7 @@ What it writes collects in the process buffer, one JSON message a line."
   (swank-mcp-tests--wait what (lambda () (string-match-p regexp (swank-mcp-tests--activity-text buffer)))))
 
 (defun swank-mcp-tests--goto-call (buffer regexp)
-  "Move point in activity BUFFER to the call whose lines match REGEXP, the last such."
+  "Move point in activity BUFFER to the last call whose lines match REGEXP."
   (with-current-buffer buffer
     (goto-char (point-max))
     (should (re-search-backward regexp nil t))))
@@ -511,26 +511,142 @@ What it writes collects in the process buffer, one JSON message a line."
         (when server (delete-process server))
         (when buffer (kill-buffer buffer))))))
 
-(ert-deftest swank-mcp-undo-puts-back-what-the-agent-replaced ()
+;;;;; Undo
+
+(defun swank-mcp-tests--user-eval (code)
+  "Evaluate CODE (a string) in the image as the user's C-x C-e does.
+Return what it printed."
+  (cadr (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "eval-and-grab-output") ,code))))
+
+(defmacro swank-mcp-tests--answering (answers &rest body)
+  "Run BODY with `y-or-n-p' answering ANSWERS in turn; return the questions asked."
+  (declare (indent 1) (debug t))
+  `(let ((answers ,answers)
+         (questions '()))
+     (cl-letf (((symbol-function 'y-or-n-p)
+                (lambda (question)
+                  (push question questions)
+                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
+                  (pop answers))))
+       ,@body)
+     (should (null answers))
+     (nreverse questions)))
+
+(defun swank-mcp-tests--undo-goto (regexp)
+  "Move to the last line of the undo buffer matching REGEXP."
+  (goto-char (point-max))
+  (should (re-search-backward regexp nil t))
+  (beginning-of-line))
+
+(ert-deftest swank-mcp-undo-asks-and-refuses-what-the-user-changed-since ()
   (swank-mcp-tests--with-port
-    (let ((port (swank-mcp-start)))
-      ;; The user's definition, from Emacs; the agent's replacement, through the binary.
-      (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "interactive-eval")
-                               "(defun swank-mcp-undo-subject () :users)"))
-      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-undo-subject () :agents)"))))
+    (let ((port (swank-mcp-start))
+          (message-log-max t))
+      (swank-mcp-tests--user-eval "(defun swank-mcp-greet () :users-first)")
+      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-greet () :agents)"))))
+      ;; The user redefines it after the agent did.
+      (swank-mcp-tests--user-eval "(defun swank-mcp-greet () :users-newer)")
       (let ((buffer (swank-mcp-undo)))
         (unwind-protect
             (with-current-buffer buffer
-              (goto-char (point-max))
-              (should (re-search-backward "^ *[0-9]+ .*function +COMMON-LISP-USER::SWANK-MCP-UNDO-SUBJECT" nil t))
-              (swank-mcp-undo-restore)
-              (let ((output-and-value (swank-mcp-tests--eval
-                                       `(,(swank-mcp-tests--server-function "eval-and-grab-output")
-                                         "(swank-mcp-undo-subject)"))))
-                (should (equal (car (split-string (cadr output-and-value))) ":USERS")))
-              (goto-char (point-max))
-              (should (re-search-backward "SWANK-MCP-UNDO-SUBJECT.*(restored)" nil t)))
+              (should (string-match-p "SWANK-MCP-GREET: replaced a definition with no source file (defined at the REPL)"
+                                      (buffer-string)))
+              (should-not (string-match-p "at defined at" (buffer-string)))
+              ;; Asked first: no means nothing happens.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (let ((questions (swank-mcp-tests--answering '(nil) (swank-mcp-undo-restore))))
+                (should (string-match-p "\\`Restore entry [0-9]+, function COMMON-LISP-USER::SWANK-MCP-GREET\\? \\'"
+                                        (car questions))))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              ;; Yes, but the definition changed since: refused, saying what changed, and not forced.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (let ((questions (swank-mcp-tests--answering '(t nil) (swank-mcp-undo-restore))))
+                (should (string-match-p "changed since: redefined after the agent's call.*Restore anyway"
+                                        (cadr questions))))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              (should-not (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              ;; Forced, the definition the agent replaced is back.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (swank-mcp-tests--answering '(t t) (swank-mcp-undo-restore))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-FIRST"))
+              (should (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              ;; A page at a time, with the journal's own paging.
+              (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-paged () :agents)"))))
+              (let ((swank-mcp-undo-page-size 1)
+                    (entry-numbers (lambda ()
+                                     (let ((numbers '()))
+                                       (goto-char (point-min))
+                                       (while (re-search-forward "^ *\\([0-9]+\\)  " nil t)
+                                         (push (string-to-number (match-string 1)) numbers))
+                                       numbers))))
+                (revert-buffer)
+                (let ((newest (funcall entry-numbers)))
+                  (should (equal (length newest) 1))
+                  (should (string-match-p "older entries: < shows them" (buffer-string)))
+                  (swank-mcp-undo-older)
+                  (should (equal (funcall entry-numbers) (list (1- (car newest)))))
+                  (should (string-match-p "1 newer entries: > shows them" (buffer-string)))
+                  (swank-mcp-undo-newer)
+                  (should (equal (funcall entry-numbers) newest))
+                  (should-error (swank-mcp-undo-newer) :type 'user-error))))
           (kill-buffer buffer))))))
+
+(ert-deftest swank-mcp-undo-restores-methods-a-class-and-says-where-the-file-stands ()
+  (swank-mcp-tests--with-port
+    (let* ((port (swank-mcp-start))
+           (root (make-temp-file "swank-mcp-undo" t))
+           (file (expand-file-name "agent.lisp" root))
+           (server nil))
+      (with-temp-file file
+        (insert "(in-package :cl-user)\n(defun swank-mcp-from-file () :agents-file-version)\n"))
+      (swank-mcp-tests--user-eval
+       "(progn (defclass swank-mcp-shape () ((users-slot :initform 1)))
+               (defgeneric swank-mcp-area (shape))
+               (defmethod swank-mcp-area ((shape swank-mcp-shape)) :users-method)
+               (defun swank-mcp-from-file () :users-version))")
+      (unwind-protect
+          (progn
+            (setq server (swank-mcp-tests--mcp-start port "--root" root))
+            (swank-mcp-tests--mcp-initialize server)
+            (swank-mcp-tests--mcp-call
+             server 2 "evaluate-lisp"
+             '((code . "(progn (defclass swank-mcp-shape () ((agents-slot :initform 2)))
+                               (defmethod swank-mcp-area ((shape swank-mcp-shape)) :agents-method)
+                               (defmethod swank-mcp-area ((shape integer)) :agents-added-method))")))
+            (swank-mcp-tests--mcp-response server 2)
+            (swank-mcp-tests--mcp-call server 3 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-from-file")))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-area 3)"))) ":AGENTS-ADDED-METHOD"))
+            (let ((buffer (swank-mcp-undo)))
+              (unwind-protect
+                  (with-current-buffer buffer
+                    (should (string-match-p "class +COMMON-LISP-USER::SWANK-MCP-SHAPE (redefined): replaced"
+                                            (buffer-string)))
+                    (should (string-match-p "method +COMMON-LISP-USER::SWANK-MCP-AREA ((INTEGER)): added: restoring removes it" (buffer-string)))
+                    ;; Every entry from the class on, newest first.
+                    (swank-mcp-tests--undo-goto "class +COMMON-LISP-USER::SWANK-MCP-SHAPE")
+                    (swank-mcp-tests--answering '(t) (swank-mcp-undo-restore-since))
+                    (let ((said (with-current-buffer "*Messages*" (buffer-string))))
+                      (should (string-match-p "Restored [0-9]+ method COMMON-LISP-USER::SWANK-MCP-AREA: removed" said))
+                      (should (string-match-p (format "Restored [0-9]+ function COMMON-LISP-USER::SWANK-MCP-FROM-FILE: .*Only the image changed: %s still holds the agent's version (line 2)"
+                                                      (regexp-quote file))
+                                              said)))
+                    (dolist (line (split-string (buffer-string) "\n"))
+                      (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\|FROM-FILE\\)" line)
+                        (should (string-match-p "(restored)\\'" line)))))
+                (kill-buffer buffer)))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-from-file)"))) ":USERS-VERSION"))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval
+                                               "(swank-mcp-area (make-instance 'swank-mcp-shape))")))
+                           ":USERS-METHOD"))
+            (should (string-match-p "NO-APPLICABLE-METHOD\\|no applicable method"
+                                    (swank-mcp-tests--user-eval
+                                     "(handler-case (swank-mcp-area 3) (error (e) (princ-to-string (type-of e))))")))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval
+                                               "(mapcar #'sb-mop:slot-definition-name (sb-mop:class-direct-slots (find-class 'swank-mcp-shape)))")))
+                           "(USERS-SLOT)")))
+        (when server (delete-process server))))))
 
 (provide 'swank-mcp-tests)
 
