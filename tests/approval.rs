@@ -129,3 +129,63 @@ async fn an_unknown_confirm_name_stops_the_server_with_the_list() {
     assert!(!output.status.success(), "{said}");
     assert!(said.contains("--confirm names \"evaluate-lips\"") && said.contains("evaluate-lisp"), "{said}");
 }
+
+/// How the image's activity record (which the user's Emacs shows) has the call whose input
+/// contains `marker`: `state|client|text`, once the call's end has been noted.
+async fn recorded(marker: &str) -> String {
+    let options = swank_mcp::swank::ConnectOptions {
+        connect_timeout: Duration::from_secs(5),
+        secret: None,
+        protocol: swank_mcp::swank::Protocol::Auto,
+    };
+    let endpoint = swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port: common::shared_image_port() };
+    let user = swank_mcp::swank::Connection::connect(endpoint, &options).await.unwrap();
+    let code = format!(
+        "(let ((r (find-if (lambda (p) (search {marker:?} (getf p :input)))
+                           (let ((since (and (find-package \"MCP-AGENT-HELPER\")
+                                             (find-symbol \"ACTIVITY-SINCE\" \"MCP-AGENT-HELPER\"))))
+                             (and since (second (funcall since 0)))))))
+           (if (and r (getf r :text))
+               (format nil \"~(~A~)|~A|~A\" (getf r :state) (getf r :client) (getf r :text))
+               \"\"))"
+    );
+    let form = swank_mcp::swank::Form::call(
+        "cl",
+        "eval",
+        [swank_mcp::swank::Form::call("cl", "read-from-string", [swank_mcp::swank::Form::string(code)])],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = user.rex(form.clone(), "COMMON-LISP-USER", swank_mcp::swank::Thread::New).await.unwrap();
+        let found = found.as_str().unwrap_or_default().to_string();
+        if !found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_images_record_has_declined_timed_out_and_done_calls_with_the_text_the_agent_received() {
+    let mut client = client(&["--confirm", "evaluate-lisp", "--confirm-timeout", "1s"]).await;
+    send_call(&mut client, 2, "evaluate-lisp", json!({"code": "(list :record-declined-marker)"})).await;
+    let asked = elicitation(&mut client).await;
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    let declined = client.receive().await;
+    assert_eq!(recorded("record-declined-marker").await, format!("declined|approval-tests|{}", text(&declined)));
+
+    send_call(&mut client, 3, "evaluate-lisp", json!({"code": "(list :record-timed-out-marker)"})).await;
+    elicitation(&mut client).await;
+    let withdrawn = client.receive().await;
+    assert_eq!(withdrawn["method"], "notifications/cancelled", "{withdrawn}");
+    let timed_out = client.receive().await;
+    assert_eq!(recorded("record-timed-out-marker").await, format!("timed-out|approval-tests|{}", text(&timed_out)));
+
+    send_call(&mut client, 4, "evaluate-lisp", json!({"code": "(progn (princ :record-output) :record-done-marker)"}))
+        .await;
+    let asked = elicitation(&mut client).await;
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})).await;
+    let done = client.receive().await;
+    assert!(text(&done).contains("RECORD-OUTPUT"), "{done}");
+    assert_eq!(recorded("record-done-marker").await, format!("done|approval-tests|{}", text(&done)));
+}

@@ -5,8 +5,9 @@
 //! those the human declined, those that failed before reaching the image, and the text as the
 //! agent gets it, after formatting.
 //!
-//! Notes go out in order on a task of their own, so that a call never waits for its record, and
-//! only to an image this server is already connected to: recording never connects or launches one.
+//! Notes go out in order on a task of their own, so that a call never waits for its record. A
+//! call refused before it reached the image is recorded too, which connects to an image given by
+//! `--port` or `--connect`; an image `--launch` would start is not started for a record.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -90,8 +91,8 @@ impl ActivityFeed {
         let (notes, mut queue) = mpsc::unbounded_channel::<Note>();
         tokio::spawn(async move {
             while let Some(note) = queue.recv().await {
-                // An image this server is not connected to is not connected to for a record.
-                if note.image.current_connection().is_none() {
+                // An image this server would start is not started for a record.
+                if note.image.current_connection().is_none() && note.image.launches() {
                     continue;
                 }
                 let limits = CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
