@@ -648,6 +648,54 @@ Return what it printed."
                            "(USERS-SLOT)")))
         (when server (delete-process server))))))
 
+;;;;; At home in Emacs
+
+(ert-deftest swank-mcp-commands-are-bound-under-the-front-ends-prefix ()
+  (swank-mcp-tests--connect)
+  (let ((map (symbol-value (intern (format "%s-mode-map" swank-mcp-tests--backend)))))
+    (should (eq (lookup-key map (kbd "C-c C-x m a")) #'swank-mcp-activity))
+    (should (eq (lookup-key map (kbd "C-c C-x m u")) #'swank-mcp-undo))
+    (should (eq (lookup-key map (kbd "C-c C-x m m")) #'swank-mcp-approval-mode))
+    (should (eq (lookup-key map (kbd "C-c C-x m r")) #'swank-mcp-revoke-session-allowances))
+    ;; The front end's own bindings under the same prefix stay.
+    (should (eq (lookup-key map (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend))))
+    (should (eq (lookup-key map (kbd "C-c C-x c")) (intern (format "%s-list-connections" swank-mcp-tests--backend))))))
+
+(ert-deftest swank-mcp-approval-mode-shows-in-the-mode-line-and-allowances-can-be-revoked ()
+  (swank-mcp-tests--with-port
+    (let ((swank-mcp-poll-interval 0.1)
+          (port (swank-mcp-start))
+          (server nil))
+      (swank-mcp-approval-mode 1)
+      (unwind-protect
+          (progn
+            (should (equal (cadr (assq 'swank-mcp-approval-mode minor-mode-alist)) " MCP-approve"))
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
+            (swank-mcp-tests--mcp-initialize server)
+            ;; a: run, and allow evaluate-lisp for the rest of the session.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 1)")))
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-approve-for-session))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 2))) :json-false))
+            ;; Allowed: the next call runs unasked.
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 2)")))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
+            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2))
+            ;; Revoked: the next call waits for an answer again.
+            (should (equal (swank-mcp-revoke-session-allowances) '(("evaluate-lisp" "ert"))))
+            (should-not (swank-mcp-revoke-session-allowances))
+            (swank-mcp-tests--mcp-call server 4 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 3)")))
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer, again"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-decline))
+            (should (string-match-p "declined by the user"
+                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
+            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2)))
+        (swank-mcp-approval-mode -1)
+        (when server (delete-process server))))
+    (should-not swank-mcp-approval-mode)))
+
 (provide 'swank-mcp-tests)
 
 ;;; swank-mcp-tests.el ends here

@@ -899,6 +899,7 @@ buffer *swank-mcp approval*, where y runs it, n declines it and a runs it and
 allows the tool for the rest of the agent's session."
   :global t
   :group 'swank-mcp
+  :lighter " MCP-approve"
   (when (timerp swank-mcp--approval-timer)
     (cancel-timer swank-mcp--approval-timer)
     (setq swank-mcp--approval-timer nil))
@@ -1001,6 +1002,59 @@ BACKEND says how to reach the image."
   "Run the call shown, and allow its tool for the rest of the agent's session."
   (interactive)
   (swank-mcp--answer :always))
+
+;;;;; Taking back "allow for the session"
+
+;;;###autoload
+(defun swank-mcp-revoke-session-allowances ()
+  "Make every tool you allowed for an agent's session need your approval again.
+This applies to every image Emacs is connected to.  Return the tools revoked,
+each (TOOL CLIENT)."
+  (interactive)
+  (let ((revoked
+         (cl-loop for (connection . backend) in (swank-mcp--connections)
+                  append (swank-mcp--eval connection backend
+                                          (swank-mcp--helper-call "REVOKE-SESSION-ALLOWANCES")))))
+    (message "swank-mcp: %s"
+             (if revoked
+                 (format "%s need%s your approval again"
+                         (mapconcat (lambda (allowance) (format "%s (for %s)" (car allowance) (cadr allowance)))
+                                    revoked ", ")
+                         (if (cdr revoked) "" "s"))
+               "no tool was allowed for a session"))
+    revoked))
+
+;;;;; Key bindings
+
+(defvar swank-mcp-command-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "a") #'swank-mcp-activity)
+    (define-key map (kbd "u") #'swank-mcp-undo)
+    (define-key map (kbd "m") #'swank-mcp-approval-mode)
+    (define-key map (kbd "r") #'swank-mcp-revoke-session-allowances)
+    (define-key map (kbd "s") #'swank-mcp-start)
+    (define-key map (kbd "q") #'swank-mcp-stop)
+    (define-key map (kbd "i") #'swank-mcp-status)
+    map)
+  "The swank-mcp commands, under `swank-mcp-key-prefix' in SLIME and SLY buffers.")
+
+(defcustom swank-mcp-key-prefix (kbd "C-c C-x m")
+  "The key of `swank-mcp-command-map' in `slime-mode-map' and `sly-mode-map'.
+The default is under the prefix of SLIME's and SLY's own commands for
+threads and connections, where neither binds m.  Set it before swank-mcp
+is loaded; nil binds nothing."
+  :type '(choice key-sequence (const :tag "No binding" nil))
+  :group 'swank-mcp)
+
+(defun swank-mcp--bind-keys (map)
+  "Bind `swank-mcp-command-map' in MAP under `swank-mcp-key-prefix'."
+  (when (and swank-mcp-key-prefix (keymapp map))
+    (define-key map swank-mcp-key-prefix swank-mcp-command-map)))
+
+(defvar slime-mode-map)
+(defvar sly-mode-map)
+(with-eval-after-load 'slime (swank-mcp--bind-keys slime-mode-map))
+(with-eval-after-load 'sly (swank-mcp--bind-keys sly-mode-map))
 
 (provide 'swank-mcp)
 

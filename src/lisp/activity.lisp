@@ -188,3 +188,38 @@ returns the approvals waiting, each (:ID :SESSION :TOOL :TEXT)."
   "Emacs left approval mode: new requests are refused at once."
   (setf *approver-until* 0)
   t)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Tools allowed for a session
+;;;
+;;; The user's "allow for the session" answer in Emacs is kept here, where Emacs can take it back
+;;; (swank-mcp-revoke-session-allowances): the agent's server asks before it skips an approval.
+
+(defvar *session-allowances* '()
+  "The tools the user allowed in Emacs for the rest of an agent's session: (session tool client),
+newest first.")
+
+(defvar *allowance-lock* (sb-thread:make-mutex :name "mcp-agent-helper allowances"))
+
+(defun allow-for-session (tool client &key session token)
+  "The user allowed TOOL for the rest of SESSION, the session of the agent's client CLIENT."
+  (declare (ignore token))
+  (sb-thread:with-mutex (*allowance-lock*)
+    (pushnew (list session tool client) *session-allowances* :test #'equal))
+  (list :allowed t))
+
+(defun session-allowed-p (tool &key session token)
+  "Whether TOOL is still allowed for SESSION: (:ALLOWED boolean)."
+  (declare (ignore token))
+  (sb-thread:with-mutex (*allowance-lock*)
+    (list :allowed (and (find-if (lambda (allowance)
+                                   (and (equal (first allowance) session) (equal (second allowance) tool)))
+                                 *session-allowances*)
+                        t))))
+
+(defun revoke-session-allowances ()
+  "For Emacs: every tool allowed for a session needs the user's approval again. Returns what was
+allowed, each (tool client), oldest first."
+  (sb-thread:with-mutex (*allowance-lock*)
+    (prog1 (mapcar #'rest (reverse *session-allowances*))
+      (setf *session-allowances* '()))))

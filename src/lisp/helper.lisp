@@ -34,6 +34,7 @@
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
            #:note-activity #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
            #:answer-approval #:leave-approval-mode
+           #:allow-for-session #:session-allowed-p #:revoke-session-allowances
            #:inspect-value #:end-session #:handle-count #:start-worker
            #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
 

@@ -88,8 +88,11 @@ struct Server {
     elicitation: AtomicBool,
     /// `clientInfo.name` from `initialize`, for the audit log.
     client_name: Mutex<String>,
-    /// Tools the human allowed for the rest of the session when asked to approve a call.
+    /// Tools the human allowed for the rest of the session when the client asked them.
     allowed_for_session: Mutex<HashSet<String>>,
+    /// Tools the human allowed for the rest of the session in Emacs: the image keeps the
+    /// allowance, which Emacs can revoke, so it is checked there before each call.
+    allowed_in_emacs: Mutex<HashSet<String>>,
     /// The record of every call the user's Emacs shows.
     activity: ActivityFeed,
 }
@@ -134,6 +137,7 @@ where
         elicitation: AtomicBool::new(false),
         client_name: Mutex::new("unknown client".to_string()),
         allowed_for_session: Mutex::new(HashSet::new()),
+        allowed_in_emacs: Mutex::new(HashSet::new()),
         activity: ActivityFeed::start(),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
@@ -462,7 +466,7 @@ impl Server {
         let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
         let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let asks = self.needs_approval(name);
+        let asks = self.needs_approval(name, &arguments, &cancel).await;
         let record = self.activity.begin(
             &self.toolbox,
             name,
@@ -470,7 +474,8 @@ impl Server {
             &client,
             if asks { CallState::Waiting } else { CallState::Running },
         );
-        let (output, approved, arguments, refusal) = match self.approval(name, &arguments, &cancel).await {
+        let approval = if asks { self.approval(name, &arguments, &client, &cancel).await } else { Ok(()) };
+        let (output, approved, arguments, refusal) = match approval {
             Ok(()) => {
                 if asks {
                     self.activity.update(&record, CallState::Running);
@@ -526,34 +531,52 @@ impl Server {
         Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_output()))))
     }
 
-    /// Whether a call of `name` waits for the human's approval now.
-    fn needs_approval(&self, name: &str) -> bool {
-        self.options.confirm.requires(name)
-            && !self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+    /// Whether a call of `name` waits for the human's approval now: `--confirm` names it, and the
+    /// human has not allowed it for the session (or has revoked that in Emacs).
+    async fn needs_approval(&self, name: &str, arguments: &Option<Value>, cancel: &CancellationToken) -> bool {
+        if !self.options.confirm.requires(name)
+            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+        {
+            return false;
+        }
+        if !self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+            return true;
+        }
+        if self.toolbox.still_allowed_in_emacs(arguments, name, cancel.clone()).await {
+            return false;
+        }
+        self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        true
     }
 
-    /// Waits for the human's approval of a call `--confirm` names; when there is none, how the
-    /// call ends (for the record) and the output to return instead of running it.
+    /// Waits for the human's approval of a call that needs it; when there is none, how the call
+    /// ends (for the record) and the output to return instead of running it.
     async fn approval(
         self: &Arc<Self>,
         name: &str,
         arguments: &Option<Value>,
+        client: &str,
         cancel: &CancellationToken,
     ) -> Result<(), (CallState, ToolOutput)> {
-        if !self.needs_approval(name) {
-            return Ok(());
-        }
         let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let limit = self.options.confirm.timeout;
         let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel)
             .await
             .map_err(|output| (CallState::Failed, output))?;
-        let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
+        let in_client = version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire);
+        let verdict = if in_client {
             super::approval::ask(&self.requests, name, &shown, limit, cancel).await
         } else {
             super::approval::ask_emacs(&self.toolbox, name, arguments, shown, &version, limit, cancel).await
         };
         match verdict {
+            Verdict::Approved { for_session: true } if !in_client => {
+                // Not kept when the image cannot keep it: the next call asks again.
+                if self.toolbox.allow_in_emacs(arguments, name, client).await.is_ok() {
+                    self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+                }
+                Ok(())
+            }
             Verdict::Approved { for_session } => {
                 if for_session {
                     self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
