@@ -652,6 +652,10 @@ Return what it printed."
 
 (ert-deftest swank-mcp-commands-are-bound-under-the-front-ends-prefix ()
   (swank-mcp-tests--connect)
+  ;; A Lisp source buffer, as the user visits one.
+  (with-temp-buffer
+    (lisp-mode)
+    (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1))
   (let ((map (symbol-value (intern (format "%s-mode-map" swank-mcp-tests--backend)))))
     (should (eq (lookup-key map (kbd "C-c C-x m a")) #'swank-mcp-activity))
     (should (eq (lookup-key map (kbd "C-c C-x m u")) #'swank-mcp-undo))

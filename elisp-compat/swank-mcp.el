@@ -1046,15 +1046,24 @@ is loaded; nil binds nothing."
   :type '(choice key-sequence (const :tag "No binding" nil))
   :group 'swank-mcp)
 
-(defun swank-mcp--bind-keys (map)
-  "Bind `swank-mcp-command-map' in MAP under `swank-mcp-key-prefix'."
-  (when (and swank-mcp-key-prefix (keymapp map))
-    (define-key map swank-mcp-key-prefix swank-mcp-command-map)))
-
 (defvar slime-mode-map)
 (defvar sly-mode-map)
-(with-eval-after-load 'slime (swank-mcp--bind-keys slime-mode-map))
-(with-eval-after-load 'sly (swank-mcp--bind-keys sly-mode-map))
+
+;;;###autoload
+(defun swank-mcp--bind-keys ()
+  "Bind `swank-mcp-command-map' in SLIME's or SLY's mode map.
+It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook' and
+`sly-mode-hook': the maps exist once the mode does, and binding again
+changes nothing.  Autoloaded, so that the hooks load swank-mcp."
+  (when swank-mcp-key-prefix
+    (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p sly-mode-map)))
+      (when (and (keymapp map) (not (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map)))
+        (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
+
+;;;###autoload
+(add-hook 'slime-mode-hook #'swank-mcp--bind-keys)
+;;;###autoload
+(add-hook 'sly-mode-hook #'swank-mcp--bind-keys)
 
 (provide 'swank-mcp)
 
