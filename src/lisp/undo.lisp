@@ -277,6 +277,13 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
           (line (format nil "~A:~D" file line))
           (t file))))
 
+(defun where-text (location)
+  "Where a location plist says a definition was made, to follow \"now\": \"defined at file:line\",
+or its origin, which already says \"defined at the REPL\" or \"built into SBCL\"."
+  (if (getf location :file)
+      (format nil "defined at ~A" (location-plist-text location))
+      (location-plist-text location)))
+
 (defun unrestorable-reason (entry)
   (format nil "the class was new, and a class cannot be taken out of the image: (setf (find-class '~A) nil) ~
                takes its name away (its instances and methods stay), or restart the image"
@@ -339,8 +346,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
                             journaled agent call)"))
               (t
                (format nil "changed since: redefined after the agent's call, not by a journaled agent call (by ~
-                            the user at their REPL, a file load, or another program), now defined at ~A"
-                       (location-plist-text (location-of (current-source entry) (entry-name entry))))))))))
+                            the user at their REPL, a file load, or another program), now ~A"
+                       (where-text (location-of (current-source entry) (entry-name entry))))))))))
 
 (defun restore-entry (entry)
   "Puts back the definition ENTRY replaced, or removes the agent's when there was none."
