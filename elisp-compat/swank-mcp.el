@@ -640,40 +640,42 @@ the buffer of each change while it is open."
     (setq swank-mcp--activity-calls nil)
     (mapc #'swank-mcp--activity-show calls)))
 
+(defun swank-mcp--activity-take-record (calls)
+  "Show CALLS, the image's whole record, oldest first.
+A call the image told of meanwhile keeps the newer of its two states, and
+the calls it told of that CALLS lack, which started later, stay after them."
+  (let* ((told swank-mcp--activity-calls)
+         (id (lambda (call) (plist-get call :id)))
+         (merged (mapcar (lambda (call)
+                           (let ((newer (cl-find (plist-get call :id) told :key id :test #'equal)))
+                             (if (and newer (> (plist-get newer :version) (plist-get call :version)))
+                                 newer
+                               call)))
+                         calls))
+         (later (cl-remove-if (lambda (call) (cl-find (plist-get call :id) calls :key id :test #'equal))
+                              told)))
+    (setq swank-mcp--activity-calls (append later (reverse merged)))
+    (swank-mcp--activity-redisplay)))
+
 (defun swank-mcp--activity-read-record ()
-  "Ask the image for its whole record of calls, and show it.
-Asked once the buffer has subscribed, so that no change is missed.  A call
-the image told of meanwhile keeps the newer of its two states, and the calls
-stay in the order they started."
+  "Ask the image for its whole record of calls, and show it when it comes.
+Asked once the buffer has subscribed, so that no change is missed."
   (let ((buffer (current-buffer)))
-    (swank-mcp--eval-async
-     swank-mcp--activity-connection swank-mcp--activity-backend
-     (swank-mcp--helper-call "ACTIVITY-RECORDS")
-     (lambda (calls)
-       (when (buffer-live-p buffer)
-         (with-current-buffer buffer
-           (let* ((told swank-mcp--activity-calls)
-                  (merged (mapcar (lambda (call)
-                                    (let ((newer (cl-find (plist-get call :id) told
-                                                          :key (lambda (c) (plist-get c :id)) :test #'equal)))
-                                      (if (and newer (> (plist-get newer :version) (plist-get call :version)))
-                                          newer
-                                        call)))
-                                  calls))
-                  (later (cl-remove-if (lambda (c)
-                                         (cl-find (plist-get c :id) calls
-                                                  :key (lambda (call) (plist-get call :id)) :test #'equal))
-                                       told)))
-             (setq swank-mcp--activity-calls (append later (reverse merged)))
-             (swank-mcp--activity-redisplay))))))))
+    (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
+                           (swank-mcp--helper-call "ACTIVITY-RECORDS")
+                           (lambda (calls)
+                             (when (buffer-live-p buffer)
+                               (with-current-buffer buffer
+                                 (swank-mcp--activity-take-record calls)))))))
 
 (defun swank-mcp--activity-revert (&rest _)
   "Read the image's whole record again, for `revert-buffer'."
   (unless swank-mcp--activity-channel
     (user-error "The connection of this buffer closed"))
   (setq swank-mcp--activity-calls nil)
-  (swank-mcp--activity-redisplay)
-  (swank-mcp--activity-read-record))
+  (swank-mcp--activity-take-record
+   (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
+                    (swank-mcp--helper-call "ACTIVITY-RECORDS"))))
 
 (defun swank-mcp--activity-starts ()
   "Return the start of each call shown, in order."
