@@ -554,7 +554,8 @@ the buffer of each change while it is open."
             (insert (propertize "The connection closed.\n" 'face 'shadow))))))))
 
 (defun swank-mcp--activity-stop ()
-  "Unsubscribe this buffer in the image: it tells the buffer nothing more."
+  "Unsubscribe this buffer in the image.
+The image tells it nothing more then."
   (when swank-mcp--activity-channel
     (swank-mcp--unsubscribe swank-mcp--activity-connection swank-mcp--activity-backend
                             swank-mcp--activity-channel)
@@ -641,9 +642,10 @@ the buffer of each change while it is open."
     (mapc #'swank-mcp--activity-show calls)))
 
 (defun swank-mcp--activity-take-record (calls)
-  "Show CALLS, the image's whole record, oldest first.
-A call the image told of meanwhile keeps the newer of its two states, and
-the calls it told of that CALLS lack, which started later, stay after them."
+  "Show the whole record the image sent, oldest first.
+CALLS is that record.  A call the image told of meanwhile keeps the newer
+of its two states, and the calls it told of that CALLS lack, which started
+later, stay after them."
   (let* ((told swank-mcp--activity-calls)
          (id (lambda (call) (plist-get call :id)))
          (merged (mapcar (lambda (call)
@@ -658,7 +660,7 @@ the calls it told of that CALLS lack, which started later, stay after them."
     (swank-mcp--activity-redisplay)))
 
 (defun swank-mcp--activity-read-record ()
-  "Ask the image for its whole record of calls, and show it when it comes.
+  "Ask the image for its whole record; show it when it comes.
 Asked once the buffer has subscribed, so that no change is missed."
   (let ((buffer (current-buffer)))
     (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
@@ -1198,7 +1200,7 @@ is loaded; nil binds nothing."
 (defvar sly-mode-map)
 
 ;;;###autoload
-(defun swank-mcp--bind-keys ()
+(defun swank-mcp-bind-keys ()
   "Bind `swank-mcp-command-map' in SLIME's or SLY's mode map.
 It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook' and
 `sly-mode-hook': the maps exist once the mode does, and binding again
@@ -1209,9 +1211,9 @@ changes nothing.  Autoloaded, so that the hooks load swank-mcp."
         (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
 
 ;;;###autoload
-(add-hook 'slime-mode-hook #'swank-mcp--bind-keys)
+(add-hook 'slime-mode-hook #'swank-mcp-bind-keys)
 ;;;###autoload
-(add-hook 'sly-mode-hook #'swank-mcp--bind-keys)
+(add-hook 'sly-mode-hook #'swank-mcp-bind-keys)
 
 (provide 'swank-mcp)
 
