@@ -32,7 +32,7 @@
            #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
-           #:note-activity #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
+           #:note-activities #:activity-since #:stop-watching-activity #:request-approval #:pending-approvals
            #:answer-approval #:leave-approval-mode
            #:allow-for-session #:session-allowed-p #:revoke-session-allowances
            #:inspect-value #:end-session #:handle-count #:start-worker
