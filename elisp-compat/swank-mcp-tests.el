@@ -821,8 +821,12 @@ Return what it printed."
                                                       (regexp-quote file))
                                               said)))
                     (dolist (line (split-string (buffer-string) "\n"))
-                      (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\|FROM-FILE\\)" line)
-                        (should (string-match-p "(restored)\\'" line)))))
+                      (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
+                        (should (string-match-p "(restored)\\'" line))))
+                    ;; The entry itself says where the file stands.
+                    (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*(restored; only in the image: %s still holds the agent's version)$"
+                                                    (regexp-quote file))
+                                            (buffer-string))))
                 (kill-buffer buffer)))
             (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-from-file)"))) ":USERS-VERSION"))
             (should (equal (car (split-string (swank-mcp-tests--user-eval

@@ -28,14 +28,21 @@
 ;;
 ;; Keeping the human in charge of what the agent does in the image:
 ;;
-;;   M-x swank-mcp-activity  a buffer (one per connection) showing each tool
-;;                           call the agents make in this image as it happens;
-;;                           RET shows a call's full reply
+;;   M-x swank-mcp-activity  a buffer (one per connection) showing every tool
+;;                           call the agents make in this image, with its
+;;                           state; RET shows the text the agent received
+;;   M-x swank-mcp-undo      what the agents defined, to put back what it
+;;                           replaced (asking first)
 ;;   M-x swank-mcp-approval-mode
 ;;                           calls that swank-mcp runs with --confirm wait for
 ;;                           your y (run), n (decline) or a (run, and allow the
 ;;                           tool for the rest of the agent's session), shown
 ;;                           with their code or diff
+;;   M-x swank-mcp-revoke-session-allowances
+;;                           take back every "allow for the session"
+;;
+;; In SLIME and SLY buffers these are under C-c C-x m (`swank-mcp-key-prefix'):
+;; a activity, u undo, m approval mode, r revoke, s start, q stop, i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -879,7 +886,11 @@ entries, \\[revert-buffer] reads the journal again.\n")
                          (propertize (plist-get entry :name) 'face 'font-lock-function-name-face)
                          (if (plist-get entry :detail) (format " %s" (plist-get entry :detail)) "")
                          (swank-mcp--undo-replaced-text entry)
-                         (cond (restored (propertize "  (restored)" 'face 'shadow))
+                         (cond ((and restored (plist-get entry :agent-file))
+                                (propertize (format "  (restored; only in the image: %s still holds the agent's version)"
+                                                    (plist-get (plist-get entry :agent-file) :file))
+                                            'face 'shadow))
+                               (restored (propertize "  (restored)" 'face 'shadow))
                                ((not restorable)
                                 (propertize (format "  (cannot be restored: %s)" (plist-get entry :note))
                                             'face 'shadow))

@@ -57,41 +57,56 @@ one it was told of, or one in the whole record it asked for meanwhile.")
    (milliseconds :initform nil :accessor record-milliseconds)
    (text :initform nil :accessor record-text)))
 
-(defun note-activity (id tool state &key input client package text milliseconds session token)
-  "A server's note that its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
-reply the agent received, and MILLISECONDS, how long the call took, once it ended. A note that
-arrives after its call's end (notes of one call come in order, but the end is final) changes
-nothing. The Emacs activity buffers are told of each change."
+(defun note-activities (notes &key session token)
+  "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
+MILLISECONDS): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the reply
+the agent received, and MILLISECONDS, how long the call took, once it ended. A note that arrives
+after its call's end (notes of one call come in order, but the end is final) changes nothing. The
+Emacs activity buffers are told of each change."
   (declare (ignore session token))
-  (unless (and (stringp id) (stringp tool) (member state *call-states*))
-    (return-from note-activity
-      (list :failure (format nil "NOTE-ACTIVITY takes a call id, a tool name and one of ~{~(~S~)~^, ~}."
-                             *call-states*))))
-  (let ((changed
-          (sb-thread:with-mutex (*activity-lock*)
-            (let ((record (find id *activity* :key #'record-id :test #'string=))
-                  (changed nil))
-              (cond ((null record)
-                     (setf record (make-instance 'activity-record :id id :tool tool :client client
-                                                                  :input (or input "") :package package
-                                                                  :state state)
-                           changed t)
-                     (push record *activity*)
-                     (when (> (length *activity*) *activity-limit*)
-                       (setf *activity* (subseq *activity* 0 *activity-limit*))))
-                    ((member (record-state record) '(:waiting :running))
-                     (setf (record-state record) state
-                           changed t)))
-              (when (and text (eq (record-state record) state))
-                (setf (record-text record) text
-                      (record-milliseconds record) milliseconds
-                      changed t))
-              (when changed
-                (setf (record-version record) (incf *activity-version*))
-                (record-plist record))))))
+  (let ((bad (find-if-not (lambda (note)
+                            (and (consp note) (stringp (first note)) (stringp (second note))
+                                 (member (third note) *call-states*)))
+                          notes))
+        (changed '()))
+    (when bad
+      (return-from note-activities
+        (list :failure (format nil "Each note is a call id, a tool name, one of ~{~(~S~)~^, ~} and keywords: ~S"
+                               *call-states* bad))))
+    ;; A note that does not fit NOTE-ACTIVITY's arguments is reported, not taken to the debugger
+    ;; with the lock held.
+    (handler-case (sb-thread:with-mutex (*activity-lock*)
+                    (dolist (note notes)
+                      (let ((plist (apply #'note-activity note)))
+                        (when plist (push plist changed)))))
+      (error (condition)
+        (return-from note-activities (list :failure (format nil "A note was not recorded: ~A" condition)))))
+    (dolist (plist (nreverse changed))
+      (apply #'tell-emacs :activity :call plist))
+    (list :recorded (length notes))))
+
+(defun note-activity (id tool state &key input client package text milliseconds)
+  "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
+  (let ((record (find id *activity* :key #'record-id :test #'string=))
+        (changed nil))
+    (cond ((null record)
+           (setf record (make-instance 'activity-record :id id :tool tool :client client
+                                                        :input (or input "") :package package
+                                                        :state state)
+                 changed t)
+           (push record *activity*)
+           (when (> (length *activity*) *activity-limit*)
+             (setf *activity* (subseq *activity* 0 *activity-limit*))))
+          ((member (record-state record) '(:waiting :running))
+           (setf (record-state record) state
+                 changed t)))
+    (when (and text (eq (record-state record) state))
+      (setf (record-text record) text
+            (record-milliseconds record) milliseconds
+            changed t))
     (when changed
-      (apply #'tell-emacs :activity :call changed)))
-  (list :recorded t))
+      (setf (record-version record) (incf *activity-version*))
+      (record-plist record))))
 
 (defun outcome-line (text)
   "The first line of TEXT that says something, cut to 200 characters: how the call ended."

@@ -32,7 +32,7 @@
            #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
-           #:note-activity #:activity-records #:request-approval #:answer-approval
+           #:note-activities #:activity-records #:request-approval #:answer-approval
            #:allow-for-session #:session-allowed-p #:revoke-session-allowances
            #:inspect-value #:end-session #:handle-count #:start-worker
            #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))

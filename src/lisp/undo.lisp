@@ -290,7 +290,8 @@ or its origin, which already says \"defined at the REPL\" or \"built into SBCL\"
           (entry-name-text entry)))
 
 (defun entry-plist (entry)
-  "ENTRY as the undo tool shows it."
+  "ENTRY as the undo tool shows it; :AGENT-FILE is where the agent's definition came from, when
+that was a file, which undo leaves as it is."
   (list :number (entry-number entry)
         :time (time-text (entry-time entry))
         :kind (kind-text entry)
@@ -299,7 +300,8 @@ or its origin, which already says \"defined at the REPL\" or \"built into SBCL\"
         :restorable (and (restorable-p entry) t)
         :restored (entry-restored entry)
         :previous (and (entry-previous entry) (location-of (entry-source entry) (entry-name entry)))
-        :note (and (not (restorable-p entry)) (unrestorable-reason entry))))
+        :note (and (not (restorable-p entry)) (unrestorable-reason entry))
+        :agent-file (agent-file entry)))
 
 (defun current-definition (entry)
   "What ENTRY's name holds now, in the terms of ENTRY-INSTALLED: NIL when nothing."
@@ -377,10 +379,15 @@ or its origin, which already says \"defined at the REPL\" or \"built into SBCL\"
   (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
         :detail (entry-detail entry)
         :now (and (current-definition entry) (location-of (current-source entry) (entry-name entry)))
-        :agent-file (file-location-of (if (eq (entry-kind entry) :class)
-                                          (entry-installed-source entry)
-                                          (definition-source (entry-installed entry)))
-                                      (entry-name entry))))
+        :agent-file (agent-file entry)))
+
+(defun agent-file (entry)
+  "Where the agent's definition ENTRY made came from, when it was a file (edit-lisp-form's load,
+load-form, load-file): a location plist, or NIL."
+  (file-location-of (if (eq (entry-kind entry) :class)
+                        (entry-installed-source entry)
+                        (definition-source (entry-installed entry)))
+                    (entry-name entry)))
 
 (defun journal-page (journal before page-size)
   "The entries of JOURNAL (newest first) numbered below BEFORE (all when NIL), the newest

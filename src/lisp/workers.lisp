@@ -57,6 +57,7 @@ acknowledgement of the first, 40 ms, in one call of fifty."
          (stream (and socket-io (ignore-errors (funcall socket-io)))))
     (when (typep stream 'sb-sys:fd-stream)
       (sb-alien:with-alien ((on sb-alien:int 1))
+        ;; IPPROTO_TCP and TCP_NODELAY are 6 and 1 on Linux, the BSDs and macOS alike.
         (sb-alien:alien-funcall
          (sb-alien:extern-alien "setsockopt" (function sb-alien:int sb-alien:int sb-alien:int sb-alien:int
                                                        (* sb-alien:int) sb-alien:unsigned-int))

@@ -27,6 +27,10 @@ const MAX_RECORDED_CHARS: usize = 20_000;
 /// The input shown for a call; the rest is counted.
 const MAX_INPUT_CHARS: usize = 4_000;
 
+/// How long the first note of a batch waits for others: a call that ends sooner is recorded by
+/// one request, and the record is this much behind the calls.
+const GATHER: Duration = Duration::from_millis(5);
+
 /// How long the image may take to take one note.
 const NOTE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -86,18 +90,35 @@ pub struct RecordedCall {
 }
 
 impl ActivityFeed {
-    /// A feed whose notes a task of its own sends; call within the server's runtime.
+    /// A feed whose notes a task of its own sends; call within the server's runtime. The notes
+    /// that come within [`GATHER`] of the first, or while a batch is on its way, go together in
+    /// one request per image: a quick call's start and end cost the image one request, and a
+    /// busy agent's calls one request at a time.
     pub fn start() -> Self {
         let (notes, mut queue) = mpsc::unbounded_channel::<Note>();
         tokio::spawn(async move {
-            while let Some(note) = queue.recv().await {
-                // An image this server would start is not started for a record.
-                if note.image.current_connection().is_none() && note.image.launches() {
-                    continue;
+            while let Some(first) = queue.recv().await {
+                tokio::time::sleep(GATHER).await;
+                let mut batches: Vec<(Arc<Image>, Vec<Form>)> = Vec::new();
+                let mut next = Some(first);
+                while let Some(note) = next {
+                    match batches.iter_mut().find(|(image, _)| Arc::ptr_eq(image, &note.image)) {
+                        Some((_, forms)) => forms.push(Form::List(note.form)),
+                        None => batches.push((note.image, vec![Form::List(note.form)])),
+                    }
+                    next = queue.try_recv().ok();
                 }
-                let limits = CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
-                if let Err(error) = note.image.call_helper("note-activity", note.form, &limits).await {
-                    tracing::debug!(%error, "the activity record could not be updated");
+                for (image, forms) in batches {
+                    // An image this server would start is not started for a record.
+                    if image.current_connection().is_none() && image.launches() {
+                        continue;
+                    }
+                    let limits =
+                        CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
+                    let notes = vec![Form::call("cl", "quote", [Form::List(forms)])];
+                    if let Err(error) = image.call_helper("note-activities", notes, &limits).await {
+                        tracing::debug!(%error, "the activity record could not be updated");
+                    }
                 }
             }
         });
