@@ -1,9 +1,9 @@
-"""What the Emacs activity feed (src/lisp/activity.lisp) costs a tool call, closed and open.
+"""What an open Emacs activity buffer (src/lisp/activity.lisp) costs a tool call.
 
 Interleaves rounds of `evaluate-lisp "(+ 1 2)"` through the swank-mcp binary with the feed closed
-(no Emacs subscribed: the image records nothing) and open (a raw swank connection subscribed with
-the form an *swank-mcp activity* buffer sends, printed by elisp-compat/swank-mcp.el in a batch
-Emacs, and told of every call), against one image. Reuses the clients of
+(no Emacs subscribed: the server's notes go into the image's record, which tells nobody) and open
+(a raw swank connection subscribed with the form an *swank-mcp activity* buffer sends, printed by
+elisp-compat/swank-mcp.el in a batch Emacs, and told of every change), against one image. Reuses the clients of
 benches/overhead_client.py. Standalone, like that script:
     python3 benches/activity_cost.py --port 4005 --server target/release/swank-mcp [--calls 1000]
 """

@@ -367,6 +367,13 @@ What it writes collects in the process buffer, one JSON message a line."
       (skip-chars-backward "\n")
       (buffer-substring-no-properties (line-beginning-position) (point)))))
 
+(defun swank-mcp-tests--wait-approval-subscription ()
+  "Wait until the image has every approval subscription of approval mode."
+  (swank-mcp-tests--wait "the approval subscription"
+                         (lambda () (cl-every (lambda (subscribed)
+                                                (swank-mcp--subscribed-p (nth 1 subscribed) (nth 2 subscribed)))
+                                              swank-mcp--approval-channels))))
+
 (defmacro swank-mcp-tests--with-approvals (bindings &rest body)
   "Run BODY with approval mode on and an MCP server for the port opened.
 BINDINGS is (SERVER . ARGUMENTS): SERVER is bound to the server, started
@@ -380,10 +387,7 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
            (progn
              (setq ,(car bindings) (apply #'swank-mcp-tests--mcp-start port (list ,@(cdr bindings))))
              (swank-mcp-tests--mcp-initialize ,(car bindings))
-             (swank-mcp-tests--wait "the approval subscription"
-                                    (lambda () (cl-every (lambda (subscribed)
-                                                           (swank-mcp--subscribed-p (nth 1 subscribed) (nth 2 subscribed)))
-                                                         swank-mcp--approval-channels)))
+             (swank-mcp-tests--wait-approval-subscription)
              ,@body)
          (swank-mcp-approval-mode -1)
          (when ,(car bindings) (delete-process ,(car bindings)))))))
@@ -494,40 +498,121 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-REFUSED*") :unbound)))
         (when server (delete-process server))))))
 
-(ert-deftest swank-mcp-activity-shows-agent-calls-within-a-second ()
+;;;;; The activity record
+
+(defun swank-mcp-tests--activity-text (buffer)
+  "The text of activity BUFFER."
+  (with-current-buffer buffer (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun swank-mcp-tests--wait-activity (buffer what regexp)
+  "Wait until activity BUFFER matches REGEXP, naming WHAT."
+  (swank-mcp-tests--wait what (lambda () (string-match-p regexp (swank-mcp-tests--activity-text buffer)))))
+
+(defun swank-mcp-tests--goto-call (buffer regexp)
+  "Move point in activity BUFFER to the last call whose lines match REGEXP."
+  (with-current-buffer buffer
+    (goto-char (point-max))
+    (should (re-search-backward regexp nil t))))
+
+(defun swank-mcp-tests--reply-shown ()
+  "The text RET on a call showed."
+  (with-current-buffer "*swank-mcp reply*" (buffer-string)))
+
+(ert-deftest swank-mcp-activity-records-every-call-with-its-state ()
   (swank-mcp-tests--with-port
     (let* ((port (swank-mcp-start))
-           (buffer (swank-mcp-activity)))
+           (root (make-temp-file "swank-mcp-activity" t))
+           (file (expand-file-name "forms.lisp" root))
+           (buffer nil)
+           (server nil))
+      (with-temp-file file
+        (insert "(defun swank-mcp-loaded-marker () :loaded)\n"))
+      (swank-mcp-approval-mode 1)
       (unwind-protect
           (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer buffer
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            ;; Each `eval' below is a server of its own: the feed outlives them.
-            (dolist (marker '("first-activity-marker" "second-activity-marker"))
-              (let ((result (swank-mcp-tests--run port "eval" (format "(list :%s (+ 1 2))" marker))))
-                (should (eql (car result) 0))
-                (swank-mcp-tests--wait
-                 (format "%s in the activity buffer" marker)
-                 (lambda () (with-current-buffer buffer
-                              (string-match-p (format "(list :%s (\\+ 1 2))\n +=> (:%s 3)" marker (upcase marker))
-                                              (buffer-string))))
-                 1)))
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "load-form" "--root" root))
+            (swank-mcp-tests--mcp-initialize server)
+            ;; A call made before the buffer opens is in the record too.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp"
+                                       '((code . "(progn (princ \"activity-output-marker\") (list :activity-marker (+ 1 2)))")))
+            (let ((done (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+              (setq buffer (swank-mcp-activity))
+              (swank-mcp-tests--wait-activity buffer "the evaluation, done"
+                                              "evaluate-lisp  (ert)  done  [0-9]+ ms\n +(progn (princ")
+              ;; RET shows the reply as the agent received it, its output included.
+              (swank-mcp-tests--goto-call buffer "activity-output-marker")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (string-match-p "activity-output-marker" done))
+              (should (equal (swank-mcp-tests--reply-shown) done)))
+            (swank-mcp-tests--wait-approval-subscription)
+            ;; A load-form waits for approval, shown as such, and is declined.
+            (swank-mcp-tests--mcp-call server 3 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
+            (swank-mcp-tests--wait-activity buffer "the load-form waiting" "load-form  (ert)  waiting for approval")
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-decline))
+            (let ((declined (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 3))))
+              (swank-mcp-tests--wait-activity buffer "the load-form declined" "load-form  (ert)  declined  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "load-form  (ert)  declined")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (equal (swank-mcp-tests--reply-shown) declined)))
+            ;; Approved, it compiles into the image and is recorded as done.
+            (swank-mcp-tests--mcp-call server 4 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
+            (with-current-buffer (swank-mcp-tests--wait
+                                  "the second approval"
+                                  (lambda () (let ((approval (get-buffer swank-mcp--approval-buffer-name)))
+                                               (and approval
+                                                    (equal (plist-get (nth 2 (buffer-local-value 'swank-mcp--approval-shown
+                                                                                                 approval))
+                                                                      :tool)
+                                                           "load-form")
+                                                    approval))))
+              (swank-mcp-approve))
+            (let ((loaded (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
+              (swank-mcp-tests--wait-activity buffer "the load-form done" "load-form  (ert)  done  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "load-form  (ert)  done")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (equal (swank-mcp-tests--reply-shown) loaded)))
+            ;; A failed call, with the error the agent got.
+            (swank-mcp-tests--mcp-call server 5 "evaluate-lisp" '((code . "(error \"activity-failure-marker\")")))
+            (let ((failed (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 5))))
+              (swank-mcp-tests--wait-activity buffer "the failed call" "evaluate-lisp  (ert)  failed  [0-9]+ ms")
+              (swank-mcp-tests--goto-call buffer "activity-failure-marker")
+              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+              (should (string-match-p "activity-failure-marker" failed))
+              (should (equal (swank-mcp-tests--reply-shown) failed)))
             (with-current-buffer buffer
-              (should (string-match-p "evaluate-lisp  (default-[0-9]+" (buffer-string)))
-              (should (string-match-p "=> (:SECOND-ACTIVITY-MARKER 3)\n\\'" (buffer-string)))
-              (goto-char (point-max))
-              (forward-line -1)
-              (swank-mcp-activity-show-reply)
-              (with-current-buffer "*swank-mcp reply*"
-                (should (string-match-p ":SECOND-ACTIVITY-MARKER" (buffer-string)))))
-            (should-not (string-match-p "activity-marker" (swank-mcp-tests--repl-text))))
-        (kill-buffer buffer))
-      ;; Closed: the image records nothing any more.
-      (swank-mcp-tests--wait "the image to stop recording"
-                             (lambda () (swank-mcp-tests--eval
-                                         '(cl:not (cl:funcall (cl:find-symbol "TOLD-P" "MCP-AGENT-HELPER") :activity))))))))
+              ;; n and p go from call to call.
+              (goto-char (point-min))
+              (swank-mcp-activity-next)
+              (should (looking-at "[0-9:]+  evaluate-lisp .* done"))
+              (swank-mcp-activity-next 2)
+              (should (looking-at "[0-9:]+  load-form .* done"))
+              (swank-mcp-activity-previous)
+              (should (looking-at "[0-9:]+  load-form .* declined"))
+              (swank-mcp-activity-next 2)
+              (should (looking-at "[0-9:]+  evaluate-lisp .* failed"))
+              (should-error (swank-mcp-activity-next) :type 'user-error)
+              ;; A filter by state, then by tool.
+              (swank-mcp-activity-filter '(state . :failed))
+              (should (string-match-p "failed" (buffer-string)))
+              (should-not (string-match-p "load-form\\|  done" (buffer-string)))
+              (swank-mcp-activity-filter '(tool . "load-form"))
+              (should (string-match-p "declined" (buffer-string)))
+              (should-not (string-match-p "evaluate-lisp  (ert)" (buffer-string)))
+              (swank-mcp-activity-filter nil)
+              ;; g reads the whole record again.
+              (let ((before (buffer-substring-no-properties (point-min) (point-max))))
+                (let ((inhibit-read-only t)) (erase-buffer))
+                (revert-buffer)
+                (should (equal (buffer-substring-no-properties (point-min) (point-max)) before))))
+            (should-not (string-match-p "activity-output-marker\\|activity-failure-marker"
+                                        (swank-mcp-tests--repl-text))))
+        (swank-mcp-approval-mode -1)
+        (when server (delete-process server))
+        (when buffer (kill-buffer buffer))))))
 
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
@@ -614,26 +699,198 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
                        (swank-mcp-tests--median prompts) (apply #'max prompts))))
         (kill-buffer activity)))))
 
-(ert-deftest swank-mcp-undo-puts-back-what-the-agent-replaced ()
+;;;;; Undo
+
+(defun swank-mcp-tests--user-eval (code)
+  "Evaluate CODE (a string) in the image as the user's C-x C-e does.
+Return what it printed."
+  (cadr (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "eval-and-grab-output") ,code))))
+
+(defmacro swank-mcp-tests--answering (answers &rest body)
+  "Run BODY with `y-or-n-p' answering ANSWERS in turn; return the questions asked."
+  (declare (indent 1) (debug t))
+  `(let ((answers ,answers)
+         (questions '()))
+     (cl-letf (((symbol-function 'y-or-n-p)
+                (lambda (question)
+                  (push question questions)
+                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
+                  (pop answers))))
+       ,@body)
+     (should (null answers))
+     (nreverse questions)))
+
+(defun swank-mcp-tests--undo-goto (regexp)
+  "Move to the last line of the undo buffer matching REGEXP."
+  (goto-char (point-max))
+  (should (re-search-backward regexp nil t))
+  (beginning-of-line))
+
+(ert-deftest swank-mcp-undo-asks-and-refuses-what-the-user-changed-since ()
   (swank-mcp-tests--with-port
-    (let ((port (swank-mcp-start)))
-      ;; The user's definition, from Emacs; the agent's replacement, through the binary.
-      (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "interactive-eval")
-                               "(defun swank-mcp-undo-subject () :users)"))
-      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-undo-subject () :agents)"))))
+    (let ((port (swank-mcp-start))
+          (message-log-max t))
+      (swank-mcp-tests--user-eval "(defun swank-mcp-greet () :users-first)")
+      (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-greet () :agents)"))))
+      ;; The user redefines it after the agent did.
+      (swank-mcp-tests--user-eval "(defun swank-mcp-greet () :users-newer)")
       (let ((buffer (swank-mcp-undo)))
         (unwind-protect
             (with-current-buffer buffer
-              (goto-char (point-max))
-              (should (re-search-backward "^ *[0-9]+ .*function +COMMON-LISP-USER::SWANK-MCP-UNDO-SUBJECT" nil t))
-              (swank-mcp-undo-restore)
-              (let ((output-and-value (swank-mcp-tests--eval
-                                       `(,(swank-mcp-tests--server-function "eval-and-grab-output")
-                                         "(swank-mcp-undo-subject)"))))
-                (should (equal (car (split-string (cadr output-and-value))) ":USERS")))
-              (goto-char (point-max))
-              (should (re-search-backward "SWANK-MCP-UNDO-SUBJECT.*(restored)" nil t)))
+              (should (string-match-p "SWANK-MCP-GREET: replaced a definition with no source file (defined at the REPL)"
+                                      (buffer-string)))
+              (should-not (string-match-p "at defined at" (buffer-string)))
+              ;; Asked first: no means nothing happens.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (let ((questions (swank-mcp-tests--answering '(nil) (swank-mcp-undo-restore))))
+                (should (string-match-p "\\`Restore entry [0-9]+, function COMMON-LISP-USER::SWANK-MCP-GREET\\? \\'"
+                                        (car questions))))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              ;; Yes, but the definition changed since: refused, saying what changed, and not forced.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (let ((questions (swank-mcp-tests--answering '(t nil) (swank-mcp-undo-restore))))
+                (should (string-match-p "changed since: redefined after the agent's call.*Restore anyway"
+                                        (cadr questions))))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              (should-not (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              ;; Forced, the definition the agent replaced is back.
+              (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
+              (swank-mcp-tests--answering '(t t) (swank-mcp-undo-restore))
+              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-FIRST"))
+              (should (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              ;; A page at a time, with the journal's own paging.
+              (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-paged () :agents)"))))
+              (let ((swank-mcp-undo-page-size 1)
+                    (entry-numbers (lambda ()
+                                     (let ((numbers '()))
+                                       (goto-char (point-min))
+                                       (while (re-search-forward "^ *\\([0-9]+\\)  " nil t)
+                                         (push (string-to-number (match-string 1)) numbers))
+                                       numbers))))
+                (revert-buffer)
+                (let ((newest (funcall entry-numbers)))
+                  (should (equal (length newest) 1))
+                  (should (string-match-p "older entries: < shows them" (buffer-string)))
+                  (swank-mcp-undo-older)
+                  (should (equal (funcall entry-numbers) (list (1- (car newest)))))
+                  (should (string-match-p "1 newer entries: > shows them" (buffer-string)))
+                  (swank-mcp-undo-newer)
+                  (should (equal (funcall entry-numbers) newest))
+                  (should-error (swank-mcp-undo-newer) :type 'user-error))))
           (kill-buffer buffer))))))
+
+(ert-deftest swank-mcp-undo-restores-methods-a-class-and-says-where-the-file-stands ()
+  (swank-mcp-tests--with-port
+    (let* ((port (swank-mcp-start))
+           (root (make-temp-file "swank-mcp-undo" t))
+           (file (expand-file-name "agent.lisp" root))
+           (server nil))
+      (with-temp-file file
+        (insert "(in-package :cl-user)\n(defun swank-mcp-from-file () :agents-file-version)\n"))
+      (swank-mcp-tests--user-eval
+       "(progn (defclass swank-mcp-shape () ((users-slot :initform 1)))
+               (defgeneric swank-mcp-area (shape))
+               (defmethod swank-mcp-area ((shape swank-mcp-shape)) :users-method)
+               (defun swank-mcp-from-file () :users-version))")
+      (unwind-protect
+          (progn
+            (setq server (swank-mcp-tests--mcp-start port "--root" root))
+            (swank-mcp-tests--mcp-initialize server)
+            (swank-mcp-tests--mcp-call
+             server 2 "evaluate-lisp"
+             '((code . "(progn (defclass swank-mcp-shape () ((agents-slot :initform 2)))
+                               (defmethod swank-mcp-area ((shape swank-mcp-shape)) :agents-method)
+                               (defmethod swank-mcp-area ((shape integer)) :agents-added-method))")))
+            (swank-mcp-tests--mcp-response server 2)
+            (swank-mcp-tests--mcp-call server 3 "load-form"
+                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-from-file")))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-area 3)"))) ":AGENTS-ADDED-METHOD"))
+            (let ((buffer (swank-mcp-undo)))
+              (unwind-protect
+                  (with-current-buffer buffer
+                    (should (string-match-p "class +COMMON-LISP-USER::SWANK-MCP-SHAPE (redefined): replaced"
+                                            (buffer-string)))
+                    (should (string-match-p "method +COMMON-LISP-USER::SWANK-MCP-AREA ((INTEGER)): added: restoring removes it" (buffer-string)))
+                    ;; Every entry from the class on, newest first.
+                    (swank-mcp-tests--undo-goto "class +COMMON-LISP-USER::SWANK-MCP-SHAPE")
+                    (swank-mcp-tests--answering '(t) (swank-mcp-undo-restore-since))
+                    (let ((said (with-current-buffer "*Messages*" (buffer-string))))
+                      (should (string-match-p "Restored [0-9]+ method COMMON-LISP-USER::SWANK-MCP-AREA: removed" said))
+                      (should (string-match-p (format "Restored [0-9]+ function COMMON-LISP-USER::SWANK-MCP-FROM-FILE: .*Only the image changed: %s still holds the agent's version (line 2)"
+                                                      (regexp-quote file))
+                                              said)))
+                    (dolist (line (split-string (buffer-string) "\n"))
+                      (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
+                        (should (string-match-p "(restored)\\'" line))))
+                    ;; The entry itself says where the file stands.
+                    (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*(restored; only in the image: %s still holds the agent's version)$"
+                                                    (regexp-quote file))
+                                            (buffer-string))))
+                (kill-buffer buffer)))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-from-file)"))) ":USERS-VERSION"))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval
+                                               "(swank-mcp-area (make-instance 'swank-mcp-shape))")))
+                           ":USERS-METHOD"))
+            (should (string-match-p "NO-APPLICABLE-METHOD\\|no applicable method"
+                                    (swank-mcp-tests--user-eval
+                                     "(handler-case (swank-mcp-area 3) (error (e) (princ-to-string (type-of e))))")))
+            (should (equal (car (split-string (swank-mcp-tests--user-eval
+                                               "(mapcar #'sb-mop:slot-definition-name (sb-mop:class-direct-slots (find-class 'swank-mcp-shape)))")))
+                           "(USERS-SLOT)")))
+        (when server (delete-process server))))))
+
+;;;;; At home in Emacs
+
+(ert-deftest swank-mcp-commands-are-bound-under-the-front-ends-prefix ()
+  (swank-mcp-tests--connect)
+  ;; A Lisp source buffer, as the user visits one.
+  (with-temp-buffer
+    (lisp-mode)
+    (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1))
+  (let ((map (symbol-value (intern (format "%s-mode-map" swank-mcp-tests--backend)))))
+    (should (eq (lookup-key map (kbd "C-c C-x m a")) #'swank-mcp-activity))
+    (should (eq (lookup-key map (kbd "C-c C-x m u")) #'swank-mcp-undo))
+    (should (eq (lookup-key map (kbd "C-c C-x m m")) #'swank-mcp-approval-mode))
+    (should (eq (lookup-key map (kbd "C-c C-x m r")) #'swank-mcp-revoke-session-allowances))
+    ;; The front end's own bindings under the same prefix stay.
+    (should (eq (lookup-key map (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend))))
+    (should (eq (lookup-key map (kbd "C-c C-x c")) (intern (format "%s-list-connections" swank-mcp-tests--backend))))))
+
+(ert-deftest swank-mcp-approval-mode-shows-in-the-mode-line-and-allowances-can-be-revoked ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start))
+          (server nil))
+      (swank-mcp-approval-mode 1)
+      (unwind-protect
+          (progn
+            (should (equal (cadr (assq 'swank-mcp-approval-mode minor-mode-alist)) " MCP-approve"))
+            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
+            (swank-mcp-tests--mcp-initialize server)
+            (swank-mcp-tests--wait-approval-subscription)
+            ;; a: run, and allow evaluate-lisp for the rest of the session.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 1)")))
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-approve-for-session))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 2))) :json-false))
+            ;; Allowed: the next call runs unasked.
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 2)")))
+            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
+            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2))
+            ;; Revoked: the next call waits for an answer again.
+            (should (equal (swank-mcp-revoke-session-allowances) '(("evaluate-lisp" "ert"))))
+            (should-not (swank-mcp-revoke-session-allowances))
+            (swank-mcp-tests--mcp-call server 4 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 3)")))
+            (with-current-buffer (swank-mcp-tests--wait "the approval buffer, again"
+                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+              (swank-mcp-decline))
+            (should (string-match-p "declined by the user"
+                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
+            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2)))
+        (swank-mcp-approval-mode -1)
+        (when server (delete-process server))))
+    (should-not swank-mcp-approval-mode)))
 
 (provide 'swank-mcp-tests)
 

@@ -28,14 +28,21 @@
 ;;
 ;; Keeping the human in charge of what the agent does in the image:
 ;;
-;;   M-x swank-mcp-activity  a buffer (one per connection) showing each tool
-;;                           call the agents make in this image as it happens;
-;;                           RET shows a call's full reply
+;;   M-x swank-mcp-activity  a buffer (one per connection) showing every tool
+;;                           call the agents make in this image, with its
+;;                           state; RET shows the text the agent received
+;;   M-x swank-mcp-undo      what the agents defined, to put back what it
+;;                           replaced (asking first)
 ;;   M-x swank-mcp-approval-mode
 ;;                           calls that swank-mcp runs with --confirm wait for
 ;;                           your y (run), n (decline) or a (run, and allow the
 ;;                           tool for the rest of the agent's session), shown
 ;;                           with their code or diff
+;;   M-x swank-mcp-revoke-session-allowances
+;;                           take back every "allow for the session"
+;;
+;; In SLIME and SLY buffers these are under C-c C-x m (`swank-mcp-key-prefix'):
+;; a activity, u undo, m approval mode, r revoke, s start, q stop, i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -332,11 +339,12 @@ Return a list of (PORT . DESCRIPTION), one per open port."
 ;; The image tells Emacs, through the helper swank-mcp loads into it (package
 ;; MCP-AGENT-HELPER, src/lisp/activity.lisp): the activity buffer and
 ;; approval mode each open a channel of the SLIME or SLY connection and
-;; subscribe it in the image, which then sends one message down it when an
-;; agent's call starts, ends, or waits for approval.  Nothing is asked of the
-;; image otherwise, and it records nothing while nobody subscribes.  Messages
-;; arrive as the connection's other events do: Emacs never waits for the
-;; image, and nothing is written to the REPL buffer.
+;; subscribe it in the image, which then sends one message down it when a
+;; call of an agent changes state (waiting for approval, running, ended) or
+;; waits for approval.  Nothing is asked of the image otherwise, but for the
+;; whole record once when the activity buffer opens or is refreshed.
+;; Messages arrive as the connection's other events do: Emacs never waits for
+;; the image, and nothing is written to the REPL buffer.
 
 (defun swank-mcp--helper-call (function &rest arguments)
   "Return a form to call the helper's FUNCTION (a string) with ARGUMENTS.
@@ -405,12 +413,13 @@ variable of that connection."
         (cl:remove-if (cl:lambda (feed) (cl:and (cl:eq (cl:first feed) ,connection) (cl:eql (cl:second feed) ,id)))
                       feeds)))))
 
-(defun swank-mcp--subscribe (connection backend topic operations)
+(defun swank-mcp--subscribe (connection backend topic operations &optional subscribed)
   "Subscribe a new channel of CONNECTION to TOPIC; return the channel.
 TOPIC is :activity or :approvals; BACKEND says how to reach the image.
 OPERATIONS is an alist of message keywords and the functions that handle
 them, called with the channel and the message's plist.  The channel's
-:subscribed property is set once the image has it."
+:subscribed property is set once the image has it, and then SUBSCRIBED, a
+function of no arguments, is called when given."
   (let ((table (make-hash-table :test 'eq))
         (channel nil))
     (pcase-dolist (`(,message . ,function) operations)
@@ -420,7 +429,10 @@ them, called with the channel and the message's plist.  The channel's
         (setq channel (funcall (swank-mcp--backend-make-channel backend) table "swank-mcp"))))
     (swank-mcp--eval-async connection backend
                            (swank-mcp--subscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel) topic)
-                           (lambda (_) (funcall (swank-mcp--backend-channel-put backend) channel :subscribed t)))
+                           (lambda (_)
+                             (funcall (swank-mcp--backend-channel-put backend) channel :subscribed t)
+                             (when subscribed
+                               (funcall subscribed))))
     channel))
 
 (defun swank-mcp--unsubscribe (connection backend channel)
@@ -460,18 +472,40 @@ has dropped it: a message sent meanwhile must find it."
   "The channel down which the image tells this buffer of calls.")
 (defvar-local swank-mcp--activity-entries nil
   "The calls shown: a hash table of call id -> (START . END) markers.")
+(defvar-local swank-mcp--activity-calls nil
+  "Every call the image reported, shown or filtered out.
+A list of plists, newest first.")
+(defvar-local swank-mcp--activity-filter nil
+  "Nil to show every call, else (KIND . VALUE): KIND `tool' or `state'.")
+
+(defconst swank-mcp--call-states
+  '((:waiting "waiting for approval" warning)
+    (:running "running" warning)
+    (:declined "declined" error)
+    (:timed-out "timed out" error)
+    (:cancelled "cancelled" shadow)
+    (:failed "failed" error)
+    (:done "done" success))
+  "Each state a call can be in, with how it is named and its face.")
 
 (defvar swank-mcp-activity-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'swank-mcp-activity-show-reply)
+    (define-key map (kbd "n") #'swank-mcp-activity-next)
+    (define-key map (kbd "p") #'swank-mcp-activity-previous)
+    (define-key map (kbd "/") #'swank-mcp-activity-filter)
     map)
   "Keymap of `swank-mcp-activity-mode'.")
 
 (define-derived-mode swank-mcp-activity-mode special-mode "swank-mcp activity"
   "The tool calls agents make in a Lisp image, newest at the bottom.
-\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the full reply of the call at
-point."
+Each shows its state: waiting for approval, running, declined, timed out,
+cancelled, failed or done.
+\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the reply the agent received for the call at
+point, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move between calls, \\[swank-mcp-activity-filter] shows only one
+tool's or one state's calls, \\[revert-buffer] reads the whole record again."
   (setq truncate-lines t)
+  (setq-local revert-buffer-function #'swank-mcp--activity-revert)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
 
 (defun swank-mcp--subscribed-p (backend channel)
@@ -481,8 +515,9 @@ point."
 ;;;###autoload
 (defun swank-mcp-activity ()
   "Show each tool call of agents in the current connection's image, as it happens.
-The buffer is one per connection; the image records calls, and tells it of
-them, only while it is open."
+The buffer is one per connection.  The image keeps the record of the last
+200 calls, so the calls made before the buffer opened show too, and tells
+the buffer of each change while it is open."
   (interactive)
   (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
                (name (format "*swank-mcp activity: %s*"
@@ -496,15 +531,17 @@ them, only while it is open."
               swank-mcp--activity-backend backend
               swank-mcp--activity-entries (make-hash-table :test 'equal))
         (let ((inhibit-read-only t))
-          (insert (propertize (format "Tool calls of agents in the image of the %s; RET shows a reply.\n"
-                                      (swank-mcp--describe-connection connection backend))
-                              'face 'shadow)))
+          (insert (swank-mcp--activity-header)))
         (setq swank-mcp--activity-channel
               (swank-mcp--subscribe connection backend :activity
                                     `((:call . ,(lambda (_channel &rest call)
                                                   (when (buffer-live-p buffer)
                                                     (with-current-buffer buffer
-                                                      (swank-mcp--activity-show call))))))))
+                                                      (swank-mcp--activity-show call))))))
+                                    (lambda ()
+                                      (when (buffer-live-p buffer)
+                                        (with-current-buffer buffer
+                                          (swank-mcp--activity-read-record))))))
         (add-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--activity-connection-closed)))
     (when (called-interactively-p 'any)
       (display-buffer buffer))
@@ -525,104 +562,243 @@ them, only while it is open."
 
 (defun swank-mcp--activity-stop ()
   "Unsubscribe this buffer in the image.
-The image records calls only while an activity buffer subscribes."
+The image tells it nothing more then."
   (when swank-mcp--activity-channel
     (swank-mcp--unsubscribe swank-mcp--activity-connection swank-mcp--activity-backend
                             swank-mcp--activity-channel)
     (setq swank-mcp--activity-channel nil)))
 
 (defun swank-mcp--activity-text (call)
-  "The lines that show CALL, a plist from the image's ACTIVITY-SINCE."
+  "The lines that show CALL, a plist from the image's RECORD-PLIST."
   (let* ((milliseconds (plist-get call :milliseconds))
+         (state (or (assq (plist-get call :state) swank-mcp--call-states)
+                    (list nil (format "%s" (plist-get call :state)) 'warning)))
          (input (string-trim (or (plist-get call :input) "")))
          (input-lines (split-string input "\n"))
          (shown (mapconcat (lambda (line) (concat "    " line))
                            (if (> (length input-lines) 12)
                                (append (cl-subseq input-lines 0 12) (list "..."))
                              input-lines)
-                           "\n")))
+                           "\n"))
+         (outcome (plist-get call :outcome)))
     (propertize
      (concat (propertize (plist-get call :time) 'face 'shadow) "  "
              (propertize (plist-get call :tool) 'face 'font-lock-function-name-face)
-             (propertize (format "  (%s%s)" (plist-get call :session)
+             (propertize (format "  (%s%s)" (or (plist-get call :client) "unknown client")
                                  (if (plist-get call :package) (format ", in %s" (plist-get call :package)) ""))
                          'face 'shadow)
-             (if milliseconds (format "  %d ms" milliseconds) (propertize "  running" 'face 'warning))
+             "  " (propertize (nth 1 state) 'face (nth 2 state))
+             (if milliseconds (format "  %d ms" milliseconds) "")
              "\n"
              (if (string-empty-p input) "" (concat (swank-mcp--fontify shown 'lisp-mode) "\n"))
-             (if milliseconds
-                 (let ((outcome (or (plist-get call :outcome) "")))
-                   (concat "    " (propertize outcome 'face (if (string-match-p "\\`\\(\\[ERROR\\]\\|failed\\)" outcome)
-                                                                'error
-                                                              'success))
-                           "\n"))
+             (if outcome
+                 (concat "    " (propertize outcome 'face (if (eq (car state) :done) 'success 'error)) "\n")
                ""))
-     'swank-mcp-reply (plist-get call :reply))))
+     'swank-mcp-call (plist-get call :id))))
+
+(defun swank-mcp--activity-shown-p (call)
+  "Whether CALL passes the buffer's filter."
+  (pcase swank-mcp--activity-filter
+    (`(tool . ,tool) (equal (plist-get call :tool) tool))
+    (`(state . ,state) (eq (plist-get call :state) state))
+    (_ t)))
 
 (defun swank-mcp--activity-show (call)
-  "Show CALL, replacing its lines when they are shown already."
+  "Record CALL and show it, replacing its lines when they are shown already."
   (let* ((inhibit-read-only t)
          (id (plist-get call :id))
          (shown (gethash id swank-mcp--activity-entries))
          (at-end (= (point) (point-max)))
          (windows (cl-remove-if-not (lambda (window) (= (window-point window) (point-max)))
                                     (get-buffer-window-list (current-buffer) nil t))))
+    (setq swank-mcp--activity-calls
+          (cons call (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal)))
     (save-excursion
-      (if shown
-          (progn (goto-char (car shown))
-                 (delete-region (car shown) (cdr shown)))
-        (goto-char (point-max)))
-      (let ((start (point-marker)))
-        (insert (swank-mcp--activity-text call))
-        (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries)))
+      (when shown
+        (delete-region (car shown) (cdr shown))
+        (remhash id swank-mcp--activity-entries))
+      (when (swank-mcp--activity-shown-p call)
+        (goto-char (if shown (car shown) (point-max)))
+        (let ((start (point-marker)))
+          (insert (swank-mcp--activity-text call))
+          (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries))))
     ;; Newest at the bottom: whoever was at the end follows it.
     (when at-end (goto-char (point-max)))
     (dolist (window windows)
       (set-window-point window (point-max)))))
 
+(defun swank-mcp--activity-header ()
+  "The first line of the activity buffer."
+  (propertize (format "Tool calls of agents in the image of the %s%s.\n"
+                      (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
+                      (pcase swank-mcp--activity-filter
+                        (`(,kind . ,value)
+                         (format "; only %s %s (/ to change)" kind
+                                 (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
+                        (_ "")))
+              'face 'shadow))
+
+(defun swank-mcp--activity-redisplay ()
+  "Show again every call recorded that passes the filter, oldest first."
+  (let ((inhibit-read-only t)
+        (calls (reverse swank-mcp--activity-calls)))
+    (erase-buffer)
+    (clrhash swank-mcp--activity-entries)
+    (insert (swank-mcp--activity-header))
+    (setq swank-mcp--activity-calls nil)
+    (mapc #'swank-mcp--activity-show calls)))
+
+(defun swank-mcp--activity-take-record (calls)
+  "Show the whole record the image sent, oldest first.
+CALLS is that record.  A call the image told of meanwhile keeps the newer
+of its two states, and the calls it told of that CALLS lack, which started
+later, stay after them."
+  (let* ((told swank-mcp--activity-calls)
+         (id (lambda (call) (plist-get call :id)))
+         (merged (mapcar (lambda (call)
+                           (let ((newer (cl-find (plist-get call :id) told :key id :test #'equal)))
+                             (if (and newer (> (plist-get newer :version) (plist-get call :version)))
+                                 newer
+                               call)))
+                         calls))
+         (later (cl-remove-if (lambda (call) (cl-find (plist-get call :id) calls :key id :test #'equal))
+                              told)))
+    (setq swank-mcp--activity-calls (append later (reverse merged)))
+    (swank-mcp--activity-redisplay)))
+
+(defun swank-mcp--activity-read-record ()
+  "Ask the image for its whole record; show it when it comes.
+Asked once the buffer has subscribed, so that no change is missed."
+  (let ((buffer (current-buffer)))
+    (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
+                           (swank-mcp--helper-call "ACTIVITY-RECORDS")
+                           (lambda (calls)
+                             (when (buffer-live-p buffer)
+                               (with-current-buffer buffer
+                                 (swank-mcp--activity-take-record calls)))))))
+
+(defun swank-mcp--activity-revert (&rest _)
+  "Read the image's whole record again, for `revert-buffer'."
+  (unless swank-mcp--activity-channel
+    (user-error "The connection of this buffer closed"))
+  (setq swank-mcp--activity-calls nil)
+  (swank-mcp--activity-take-record
+   (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
+                    (swank-mcp--helper-call "ACTIVITY-RECORDS"))))
+
+(defun swank-mcp--activity-starts ()
+  "Return the start of each call shown, in order."
+  (let ((starts '())
+        (position (point-min)))
+    ;; Calls side by side differ by id: each change of the property is a start or an end.
+    (while (setq position (next-single-property-change position 'swank-mcp-call))
+      (when (get-text-property position 'swank-mcp-call)
+        (push position starts)))
+    (nreverse starts)))
+
+(defun swank-mcp-activity-next (&optional count)
+  "Move to the start of the next call, or the COUNTth next.
+A negative COUNT moves back."
+  (interactive "p")
+  (let ((count (or count 1)))
+    (dotimes (_ (abs count))
+      (let* ((starts (swank-mcp--activity-starts))
+             (next (if (< count 0)
+                       (car (last (cl-remove-if-not (lambda (start) (< start (point))) starts)))
+                     (cl-find-if (lambda (start) (> start (point))) starts))))
+        (unless next
+          (user-error "No %s call" (if (< count 0) "earlier" "later")))
+        (goto-char next)))))
+
+(defun swank-mcp-activity-previous (&optional count)
+  "Move to the start of the previous call, or the COUNTth previous."
+  (interactive "p")
+  (swank-mcp-activity-next (- (or count 1))))
+
+(defun swank-mcp-activity-filter (filter)
+  "Show only the work of one tool, or in one state, by FILTER.
+FILTER is (tool . NAME), (state . KEYWORD) such as (state . :failed), or
+nil for every call.  Interactively, read a tool name or a state; an empty
+answer shows every call."
+  (interactive
+   (let* ((states (mapcar (lambda (state) (nth 1 state)) swank-mcp--call-states))
+          (tools (delete-dups (mapcar (lambda (call) (plist-get call :tool)) swank-mcp--activity-calls)))
+          (answer (completing-read "Show only the calls of tool or in state (empty: all): "
+                                   (append tools states) nil nil)))
+     (list (cond ((string-empty-p answer) nil)
+                 ((member answer states)
+                  (cons 'state (car (cl-find answer swank-mcp--call-states :key #'cadr :test #'equal))))
+                 (t (cons 'tool answer))))))
+  (setq swank-mcp--activity-filter filter)
+  (swank-mcp--activity-redisplay)
+  (goto-char (point-max)))
+
 (defun swank-mcp-activity-show-reply ()
-  "Show the full reply of the call at point."
+  "Show the reply the agent received for the call at point, exactly as it got it."
   (interactive)
-  (let ((reply (get-text-property (point) 'swank-mcp-reply)))
-    (unless reply
-      (user-error "No finished call here"))
+  (let* ((id (get-text-property (point) 'swank-mcp-call))
+         (call (cl-find id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))
+         (text (plist-get call :text)))
+    (unless text
+      (user-error (if call "This call has not ended yet" "No call here")))
     (with-current-buffer (get-buffer-create "*swank-mcp reply*")
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert (swank-mcp--fontify reply 'lisp-mode)))
+        (insert text))
       (special-mode)
+      (setq header-line-format
+            (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
+                    (nth 1 (assq (plist-get call :state) swank-mcp--call-states))))
       (goto-char (point-min))
       (display-buffer (current-buffer)))))
 
 ;;;;; Undo
 
+(defcustom swank-mcp-undo-page-size 50
+  "Journal entries the undo buffer lists at a time."
+  :type 'integer
+  :group 'swank-mcp)
+
 (defvar-local swank-mcp--undo-connection nil
   "The connection whose image's journal this undo buffer shows.")
 (defvar-local swank-mcp--undo-backend nil
   "The backend of `swank-mcp--undo-connection'.")
+(defvar-local swank-mcp--undo-before nil
+  "The page shown: the entries numbered below this, or the newest when nil.")
+(defvar-local swank-mcp--undo-page nil
+  "The journal's last listing: its plist, with :older and :newer counts.")
 
 (defvar swank-mcp-undo-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "r") #'swank-mcp-undo-restore)
     (define-key map (kbd "R") #'swank-mcp-undo-restore-since)
-    (define-key map (kbd "g") #'swank-mcp-undo-refresh)
+    (define-key map (kbd "n") #'next-line)
+    (define-key map (kbd "p") #'previous-line)
+    (define-key map (kbd "<") #'swank-mcp-undo-older)
+    (define-key map (kbd ">") #'swank-mcp-undo-newer)
     map)
   "Keymap of `swank-mcp-undo-mode'.")
 
 (define-derived-mode swank-mcp-undo-mode special-mode "swank-mcp undo"
-  "The definitions agents' calls replaced in a Lisp image, oldest first.
-\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] puts back the definition of the entry at point,
-\\[swank-mcp-undo-restore-since] every entry from the one at point on, newest first;
-\\[swank-mcp-undo-refresh] reads the journal again."
-  (setq truncate-lines t))
+  "The definitions agents' calls made in a Lisp image, oldest first.
+\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] puts back what the entry at point replaced (after asking),
+\\[swank-mcp-undo-restore-since] every entry from the one at point on, newest first; an entry
+whose definition changed since is restored only when you force it.
+\\[swank-mcp-undo-older] and \\[swank-mcp-undo-newer] show older and newer entries, \\[revert-buffer] reads the
+journal again."
+  (setq truncate-lines t)
+  (setq-local revert-buffer-function (lambda (&rest _) (swank-mcp-undo-refresh))))
 
 ;;;###autoload
 (defun swank-mcp-undo ()
-  "List what agents replaced in the current image, to restore it.
-The journal of the functions and macros their calls replaced lives in the
-image.  Restoring an entry puts back the definition it replaced, so the
-function behaves as before and \\[xref-find-definitions] finds it where it
-was.  Methods and classes are listed only."
+  "List what agents defined in the current image, to restore what it replaced.
+The journal of the functions, macros, methods and classes their calls
+defined lives in the image.  Restoring an entry puts back the definition it
+replaced (a function behaves as before and \\[xref-find-definitions] finds it
+where it was; a method the agent added is removed; a class gets its
+previous slots back), after asking.  A definition changed since the
+agent's call, by you or another agent, is not overwritten unless you force
+it."
   (interactive)
   (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
                (buffer (get-buffer-create
@@ -647,62 +823,180 @@ Signal a `user-error' with the image's message when it reports a failure."
           ((plist-get reply :error) (user-error "%s" (plist-get (plist-get reply :error) :message)))
           (t reply))))
 
+(defun swank-mcp--location-text (location)
+  "LOCATION, a plist (:file :line :column :note :origin), as one might read it."
+  (let ((file (plist-get location :file)))
+    (if file
+        (concat file
+                (if (plist-get location :line) (format ":%d" (plist-get location :line)) "")
+                (if (plist-get location :note) (format " (%s)" (plist-get location :note)) ""))
+      (or (plist-get location :origin) "no source file"))))
+
+(defun swank-mcp--made-text (location)
+  "Return the place of a definition, from LOCATION.
+That is \"defined at FILE:LINE\", or the origin of a definition without a
+file, which says it already (\"defined at the REPL, no source file\")."
+  (if (plist-get location :file)
+      (format "defined at %s" (swank-mcp--location-text location))
+    (swank-mcp--location-text location)))
+
+(defun swank-mcp--undo-replaced-text (entry)
+  "What the journal ENTRY's definition replaced, in words."
+  (let ((previous (plist-get entry :previous))
+        (kind (plist-get entry :kind)))
+    (cond ((and previous (plist-get previous :file))
+           (format "replaced the definition from %s" (swank-mcp--location-text previous)))
+          (previous
+           (format "replaced a definition with no source file (%s)"
+                   (string-remove-suffix ", no source file" (swank-mcp--location-text previous))))
+          ((equal kind "method") "added: restoring removes it")
+          ((equal kind "class") "new")
+          (t "new: restoring undefines it"))))
+
 (defun swank-mcp-undo-refresh ()
   "Read the image's journal again."
   (interactive)
-  (let ((reply (swank-mcp--undo-call))
+  (let ((reply (apply #'swank-mcp--undo-call
+                      :page-size swank-mcp-undo-page-size
+                      (and swank-mcp--undo-before (list :before swank-mcp--undo-before))))
         (line (line-number-at-pos))
         (inhibit-read-only t))
+    (setq swank-mcp--undo-page reply)
     (erase-buffer)
-    (insert (propertize (format "Definitions agents replaced in the image of the %s.\n"
+    (insert (propertize (format "Definitions agents made in the image of the %s.\n"
                                 (swank-mcp--describe-connection swank-mcp--undo-connection
                                                                 swank-mcp--undo-backend))
                         'face 'shadow)
-            (propertize "r restores the entry at point, R every entry from it on, g reads the journal again.\n"
+            (propertize (substitute-command-keys
+                         "\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] restores the entry at point, \
+\\[swank-mcp-undo-restore-since] every entry from it on, \\[swank-mcp-undo-older]/\\[swank-mcp-undo-newer] older/newer \
+entries, \\[revert-buffer] reads the journal again.\n")
                         'face 'shadow))
     (when (> (plist-get reply :older) 0)
-      (insert (propertize (format "(%d older entries not shown)\n" (plist-get reply :older)) 'face 'shadow)))
+      (insert (propertize (substitute-command-keys
+                           (format "(%d older entries: \\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-older] shows them)\n"
+                                   (plist-get reply :older)))
+                          'face 'shadow)))
     (dolist (entry (plist-get reply :entries))
       (let ((restorable (plist-get entry :restorable))
             (restored (plist-get entry :restored)))
         (insert (propertize
-                 (format "%4d  %s  %-14s %s%s%s\n"
+                 (format "%4d  %s  %-8s %s%s: %s%s\n"
                          (plist-get entry :number) (plist-get entry :time) (plist-get entry :kind)
                          (propertize (plist-get entry :name) 'face 'font-lock-function-name-face)
-                         (if (plist-get entry :detail) (format "  %s" (plist-get entry :detail)) "")
-                         (cond (restored (propertize "  (restored)" 'face 'shadow))
-                               ((not restorable) (propertize "  (cannot be restored automatically)" 'face 'shadow))
+                         (if (plist-get entry :detail) (format " %s" (plist-get entry :detail)) "")
+                         (swank-mcp--undo-replaced-text entry)
+                         (cond ((and restored (plist-get entry :agent-file))
+                                (propertize (format "  (restored; only in the image: %s still holds the agent's version)"
+                                                    (plist-get (plist-get entry :agent-file) :file))
+                                            'face 'shadow))
+                               (restored (propertize "  (restored)" 'face 'shadow))
+                               ((not restorable)
+                                (propertize (format "  (cannot be restored: %s)" (plist-get entry :note))
+                                            'face 'shadow))
                                (t "")))
                  'swank-mcp-entry (plist-get entry :number)))))
+    (when (> (or (plist-get reply :newer) 0) 0)
+      (insert (propertize (substitute-command-keys
+                           (format "(%d newer entries: \\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-newer] shows them)\n"
+                                   (plist-get reply :newer)))
+                          'face 'shadow)))
     (goto-char (point-min))
     (forward-line (1- line))))
 
-(defun swank-mcp--undo-entry-at-point ()
-  "The journal number of the entry at point."
-  (or (get-text-property (line-beginning-position) 'swank-mcp-entry)
-      (user-error "No journal entry on this line")))
+(defun swank-mcp-undo-older ()
+  "List the entries older than those shown."
+  (interactive)
+  (let ((first (cl-find-if #'identity (mapcar (lambda (entry) (plist-get entry :number))
+                                              (plist-get swank-mcp--undo-page :entries)))))
+    (unless (and first (> (plist-get swank-mcp--undo-page :older) 0))
+      (user-error "No older entries"))
+    (setq swank-mcp--undo-before first)
+    (swank-mcp-undo-refresh)
+    (goto-char (point-max))))
 
-(defun swank-mcp--undo-report (reply)
-  "Say what REPLY restored and skipped."
-  (message "%s" (string-join
-                 (append (mapcar (lambda (r) (format "Restored %d %s" (plist-get r :number) (plist-get r :name)))
-                                 (plist-get reply :restored))
-                         (mapcar (lambda (s) (format "Skipped %d %s: %s" (plist-get s :number) (plist-get s :name)
-                                                     (plist-get s :reason)))
-                                 (plist-get reply :skipped)))
-                 "; ")))
+(defun swank-mcp-undo-newer ()
+  "List the entries newer than those shown."
+  (interactive)
+  (unless (> (or (plist-get swank-mcp--undo-page :newer) 0) 0)
+    (user-error "No newer entries"))
+  (let* ((last (plist-get (car (last (plist-get swank-mcp--undo-page :entries))) :number))
+         (before (+ last 1 swank-mcp-undo-page-size)))
+    ;; The page ending just before BEFORE starts after LAST, unless fewer entries follow.
+    (setq swank-mcp--undo-before (if (> swank-mcp-undo-page-size (plist-get swank-mcp--undo-page :newer))
+                                     nil
+                                   before))
+    (swank-mcp-undo-refresh)
+    (goto-char (point-min))))
+
+(defun swank-mcp--undo-entry-at-point ()
+  "The journal entry at point, as the listing gave it."
+  (let ((number (or (get-text-property (line-beginning-position) 'swank-mcp-entry)
+                    (user-error "No journal entry on this line"))))
+    (cl-find number (plist-get swank-mcp--undo-page :entries) :key (lambda (entry) (plist-get entry :number)))))
+
+(defun swank-mcp--undo-restored-text (restored)
+  "What became of the entry RESTORED, a plist of the journal's reply."
+  (let ((now (plist-get restored :now))
+        (kind (plist-get restored :kind))
+        (file (plist-get restored :agent-file)))
+    (concat (format "Restored %d %s %s: " (plist-get restored :number) kind (plist-get restored :name))
+            (cond ((and now (equal kind "method"))
+                   (format "the method it replaced is back, %s" (swank-mcp--made-text now)))
+                  ((equal kind "method") "removed (the agent added it)")
+                  (now (format "now %s" (swank-mcp--made-text now)))
+                  (t "undefined again (it was new)"))
+            (if file
+                (format ".  Only the image changed: %s still holds the agent's version%s"
+                        (plist-get file :file)
+                        (if (plist-get file :line) (format " (line %d)" (plist-get file :line)) ""))
+              ""))))
+
+(defun swank-mcp--undo-restore (what arguments)
+  "Restore WHAT (a description) with the journal ARGUMENTS, after asking.
+An entry refused because its definition changed since is restored only when
+the user, told what changed, says to force it."
+  (when (y-or-n-p (format "Restore %s? " what))
+    (let* ((reply (apply #'swank-mcp--undo-call arguments))
+           (changed (cl-remove-if-not (lambda (skipped) (plist-get skipped :changed)) (plist-get reply :skipped)))
+           (forced (and changed
+                        (y-or-n-p (format "%s.  Restore anyway, overwriting that definition? "
+                                          (mapconcat (lambda (skipped)
+                                                       (format "Entry %d %s %s %s" (plist-get skipped :number)
+                                                               (plist-get skipped :kind) (plist-get skipped :name)
+                                                               (plist-get skipped :reason)))
+                                                     changed "; ")))
+                        (swank-mcp--undo-call :entries `',(mapcar (lambda (skipped) (plist-get skipped :number))
+                                                                 changed)
+                                              :force t))))
+      (swank-mcp-undo-refresh)
+      (message "%s"
+               (string-join
+                (append (mapcar #'swank-mcp--undo-restored-text
+                                (append (plist-get reply :restored) (plist-get forced :restored)))
+                        (mapcar (lambda (skipped) (format "Not restored %d %s: %s" (plist-get skipped :number)
+                                                          (plist-get skipped :name) (plist-get skipped :reason)))
+                                (append (cl-remove-if (lambda (skipped) (and forced (plist-get skipped :changed)))
+                                                      (plist-get reply :skipped))
+                                        (plist-get forced :skipped))))
+                "\n")))))
 
 (defun swank-mcp-undo-restore ()
-  "Put back the definition the entry at point replaced."
+  "Put back what the entry at point replaced, after asking.
+A definition changed since the agent's call is overwritten only when you
+say to force it."
   (interactive)
-  (swank-mcp--undo-report (swank-mcp--undo-call :entries `'(,(swank-mcp--undo-entry-at-point))))
-  (swank-mcp-undo-refresh))
+  (let ((entry (swank-mcp--undo-entry-at-point)))
+    (swank-mcp--undo-restore (format "entry %d, %s %s" (plist-get entry :number) (plist-get entry :kind)
+                                     (plist-get entry :name))
+                             (list :entries `'(,(plist-get entry :number))))))
 
 (defun swank-mcp-undo-restore-since ()
-  "Put back every entry from the one at point on, newest first."
+  "Put back every entry from the one at point on, newest first, after asking."
   (interactive)
-  (swank-mcp--undo-report (swank-mcp--undo-call :since (swank-mcp--undo-entry-at-point)))
-  (swank-mcp-undo-refresh))
+  (let ((entry (swank-mcp--undo-entry-at-point)))
+    (swank-mcp--undo-restore (format "every entry from %d on" (plist-get entry :number))
+                             (list :since (plist-get entry :number)))))
 
 ;;;;; Approval mode
 
@@ -741,6 +1035,7 @@ and a message in the echo area.  There y runs it, n declines it and a runs
 it and allows the tool for the rest of the agent's session."
   :global t
   :group 'swank-mcp
+  :lighter " MCP-approve"
   (dolist (backend (list swank-mcp--slime swank-mcp--sly))
     (if swank-mcp-approval-mode
         (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)
@@ -868,6 +1163,68 @@ Return what the image says: :taken, or :ended when the request had ended."
   "Run the call shown, and allow its tool for the rest of the agent's session."
   (interactive)
   (swank-mcp--answer :always))
+
+;;;;; Taking back "allow for the session"
+
+;;;###autoload
+(defun swank-mcp-revoke-session-allowances ()
+  "Make every tool you allowed for an agent's session need your approval again.
+This applies to every image Emacs is connected to.  Return the tools revoked,
+each (TOOL CLIENT)."
+  (interactive)
+  (let ((revoked
+         (cl-loop for (connection . backend) in (swank-mcp--connections)
+                  append (swank-mcp--eval connection backend
+                                          (swank-mcp--helper-call "REVOKE-SESSION-ALLOWANCES")))))
+    (message "swank-mcp: %s"
+             (if revoked
+                 (format "%s need%s your approval again"
+                         (mapconcat (lambda (allowance) (format "%s (for %s)" (car allowance) (cadr allowance)))
+                                    revoked ", ")
+                         (if (cdr revoked) "" "s"))
+               "no tool was allowed for a session"))
+    revoked))
+
+;;;;; Key bindings
+
+(defvar swank-mcp-command-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "a") #'swank-mcp-activity)
+    (define-key map (kbd "u") #'swank-mcp-undo)
+    (define-key map (kbd "m") #'swank-mcp-approval-mode)
+    (define-key map (kbd "r") #'swank-mcp-revoke-session-allowances)
+    (define-key map (kbd "s") #'swank-mcp-start)
+    (define-key map (kbd "q") #'swank-mcp-stop)
+    (define-key map (kbd "i") #'swank-mcp-status)
+    map)
+  "The swank-mcp commands, under `swank-mcp-key-prefix' in SLIME and SLY buffers.")
+
+(defcustom swank-mcp-key-prefix (kbd "C-c C-x m")
+  "The key of `swank-mcp-command-map' in `slime-mode-map' and `sly-mode-map'.
+The default is under the prefix of SLIME's and SLY's own commands for
+threads and connections, where neither binds m.  Set it before swank-mcp
+is loaded; nil binds nothing."
+  :type '(choice key-sequence (const :tag "No binding" nil))
+  :group 'swank-mcp)
+
+(defvar slime-mode-map)
+(defvar sly-mode-map)
+
+;;;###autoload
+(defun swank-mcp-bind-keys ()
+  "Bind `swank-mcp-command-map' in SLIME's or SLY's mode map.
+It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook' and
+`sly-mode-hook': the maps exist once the mode does, and binding again
+changes nothing.  Autoloaded, so that the hooks load swank-mcp."
+  (when swank-mcp-key-prefix
+    (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p sly-mode-map)))
+      (when (and (keymapp map) (not (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map)))
+        (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
+
+;;;###autoload
+(add-hook 'slime-mode-hook #'swank-mcp-bind-keys)
+;;;###autoload
+(add-hook 'sly-mode-hook #'swank-mcp-bind-keys)
 
 (provide 'swank-mcp)
 

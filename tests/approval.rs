@@ -152,10 +152,19 @@ impl Emacs {
     /// Connects and subscribes channel 1 to the image's approvals, with the form
     /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs).
     async fn in_approval_mode() -> Self {
+        Self::subscribed(":approvals").await
+    }
+
+    /// Connects and subscribes channel 1 to `topic` (`:approvals` or `:activity`) with the
+    /// package's form.
+    async fn subscribed(topic: &str) -> Self {
         let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
         let printed = std::process::Command::new("emacs")
             .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
-            .arg("(let ((print-escape-newlines t)) (princ (prin1-to-string (swank-mcp--subscribe-form swank-mcp--slime 1 :approvals))))")
+            .arg(format!(
+                "(let ((print-escape-newlines t)) (princ (prin1-to-string (swank-mcp--subscribe-form swank-mcp--slime 1 \
+                 {topic}))))"
+            ))
             .output()
             .expect("emacs (emacs-nox) prints the subscription form");
         assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
@@ -292,4 +301,83 @@ async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
     );
     client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
     assert!(is_error(&client.receive().await));
+}
+
+/// How the image's activity record (which the user's Emacs shows) has the call whose input
+/// contains `marker`: `state|client|text`, once the call's end has been noted.
+async fn recorded(marker: &str) -> String {
+    let options = swank_mcp::swank::ConnectOptions {
+        connect_timeout: Duration::from_secs(5),
+        secret: None,
+        protocol: swank_mcp::swank::Protocol::Auto,
+    };
+    let endpoint = swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port: common::shared_image_port() };
+    let user = swank_mcp::swank::Connection::connect(endpoint, &options).await.unwrap();
+    let code = format!(
+        "(let ((r (find-if (lambda (p) (search {marker:?} (getf p :input)))
+                           (let ((records (and (find-package \"MCP-AGENT-HELPER\")
+                                               (find-symbol \"ACTIVITY-RECORDS\" \"MCP-AGENT-HELPER\"))))
+                             (and records (funcall records))))))
+           (if (and r (getf r :text))
+               (format nil \"~(~A~)|~A|~A\" (getf r :state) (getf r :client) (getf r :text))
+               \"\"))"
+    );
+    let form = swank_mcp::swank::Form::call(
+        "cl",
+        "eval",
+        [swank_mcp::swank::Form::call("cl", "read-from-string", [swank_mcp::swank::Form::string(code)])],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = user.rex(form.clone(), "COMMON-LISP-USER", swank_mcp::swank::Thread::New).await.unwrap();
+        let found = found.as_str().unwrap_or_default().to_string();
+        if !found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_images_record_has_declined_timed_out_and_done_calls_with_the_text_the_agent_received() {
+    let mut client = client(&["--confirm", "evaluate-lisp", "--confirm-timeout", "1s"]).await;
+    send_call(&mut client, 2, "evaluate-lisp", json!({"code": "(list :record-declined-marker)"})).await;
+    let asked = elicitation(&mut client).await;
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    let declined = client.receive().await;
+    assert_eq!(recorded("record-declined-marker").await, format!("declined|approval-tests|{}", text(&declined)));
+
+    send_call(&mut client, 3, "evaluate-lisp", json!({"code": "(list :record-timed-out-marker)"})).await;
+    elicitation(&mut client).await;
+    let withdrawn = client.receive().await;
+    assert_eq!(withdrawn["method"], "notifications/cancelled", "{withdrawn}");
+    let timed_out = client.receive().await;
+    assert_eq!(recorded("record-timed-out-marker").await, format!("timed-out|approval-tests|{}", text(&timed_out)));
+
+    send_call(&mut client, 4, "evaluate-lisp", json!({"code": "(progn (princ :record-output) :record-done-marker)"}))
+        .await;
+    let asked = elicitation(&mut client).await;
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})).await;
+    let done = client.receive().await;
+    assert!(text(&done).contains("RECORD-OUTPUT"), "{done}");
+    assert_eq!(recorded("record-done-marker").await, format!("done|approval-tests|{}", text(&done)));
+}
+
+#[tokio::test]
+async fn an_activity_buffer_is_told_each_state_of_a_call_with_the_text_the_agent_received() {
+    let mut emacs = Emacs::subscribed(":activity").await;
+    let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
+    let mut approver = Emacs::in_approval_mode().await;
+    send_call(&mut client, 7, "evaluate-lisp", json!({"code": "(list :pushed-record-marker)"})).await;
+    let waiting = emacs.told(":call", "pushed-record-marker").await;
+    assert!(waiting.contains(":state :waiting") && waiting.contains(":client \"approval-tests\""), "{waiting}");
+    let id = approval_id(&approver.told(":approval", "pushed-record-marker").await);
+    assert_eq!(approver.eval(&format!("(mcp-agent-helper:answer-approval {id} :yes)")).await, "(:ok :taken)");
+    let running = emacs.told(":call", "pushed-record-marker").await;
+    assert!(running.contains(":state :running") && running.contains(":text nil"), "{running}");
+    let reply = client.receive().await;
+    let done = emacs.told(":call", "pushed-record-marker").await;
+    assert!(done.contains(":state :done"), "{done}");
+    let shown = format!(":text {:?}", text(&reply));
+    assert!(done.contains(&shown), "{done} lacks {shown}");
 }

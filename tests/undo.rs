@@ -252,6 +252,8 @@ async fn undo_refuses_what_was_changed_since_unless_forced() {
         "{refused}"
     );
     assert!(refused.contains("undo with force: true restores it anyway"), "{refused}");
+    // Where it is now, in words: not "now defined at defined at the REPL".
+    assert!(refused.contains("), now defined at the REPL, no source file;"), "{refused}");
     assert_eq!(structured["skipped"][0]["changed"], true, "{structured}");
     let (kept, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-greet 1)"})).await;
     assert!(kept.contains("(:HUMAN 1)"), "the human's definition stays: {kept}");
@@ -332,7 +334,7 @@ async fn methods_are_removed_or_put_back_and_a_class_gets_its_slots_back() {
     assert!(restored.contains("Restored 3 entries"), "{restored}");
     assert!(restored.contains("((INTEGER)): removed (it was added)"), "{restored}");
     assert!(
-        restored.contains(&format!("((UNDO-BOX)): the method it replaced is back, from {file_name}:7:1")),
+        restored.contains(&format!("((UNDO-BOX)): the method it replaced is back, defined at {file_name}:7:1")),
         "{restored}"
     );
     assert!(

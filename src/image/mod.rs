@@ -583,6 +583,11 @@ impl Image {
         self.launcher.as_ref().and_then(|launcher| launcher.take_replacement_note()).or(changed)
     }
 
+    /// Whether this server starts the image it talks to (`--launch`), running or not yet.
+    pub fn launches(&self) -> bool {
+        self.launcher.is_some()
+    }
+
     /// Whether this server started the image it talks to (and the pid of that process).
     pub fn launched_pid(&self) -> Option<Option<u32>> {
         self.launcher.as_ref().and_then(|launcher| launcher.pid())

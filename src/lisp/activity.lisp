@@ -1,12 +1,14 @@
 ;;;; What the user's Emacs sees of the agents' work in this image (elisp-compat/swank-mcp.el):
-;;;; the activity feed, a bounded record of the tool calls agents make here, and approvals,
+;;;; the activity record, a bounded record of every tool call agents make here, and approvals,
 ;;;; calls waiting for the user's yes in Emacs (swank-mcp-approval-mode).
 ;;;;
-;;;; The image tells Emacs: an activity buffer or approval mode subscribes a channel of its
-;;;; connection (*EMACS-FEEDS*), and each call's start, end and approval is sent down it as one
-;;;; message. Nothing runs while no agent works, and nothing is recorded while no Emacs
-;;;; subscribes, so the feed costs a call one comparison then. Both live in the image: an agent's
-;;;; server that reconnects (or a new one) changes nothing on the Emacs side.
+;;;; The record is fed by the agents' servers (src/mcp/activity.rs), which alone see every call:
+;;;; those waiting for approval, declined, refused before they reach the image, and the reply
+;;;; text exactly as the agent receives it. The image tells Emacs: an activity buffer or approval
+;;;; mode subscribes a channel of its connection (*EMACS-FEEDS*), and each change of a call's
+;;;; state, and each approval, is sent down it as one message. Nothing runs while no agent works.
+;;;; Both live in the image, so an agent's server that reconnects (or a new one) changes nothing
+;;;; on the Emacs side, and a buffer opened later still shows the calls made before.
 ;;;;
 ;;;; Loaded after loading.lisp, under the rules of helper.lisp.
 
@@ -18,10 +20,6 @@
 connection's Emacs and returns NIL once the connection has closed. Emacs adds and removes its
 entries itself (swank-mcp--subscribe-form), with the server's names, which this file may not
 mention, and maybe before any agent has loaded this helper.")
-
-(defun told-p (topic)
-  "Whether an Emacs subscribed to TOPIC."
-  (find topic *emacs-feeds* :key #'third))
 
 (defun tell-emacs (topic &rest message)
   "Sends MESSAGE, a flat list (one line in Emacs's event log), to each Emacs subscribed to TOPIC;
@@ -40,122 +38,107 @@ forgets those whose connection closed. True when one was told."
 
 (defparameter *activity-limit* 200)
 
-(defparameter *full-reply-limit* 20000
-  "Characters of a call's reply kept for Emacs to show.")
+(defvar *activity-version* 0
+  "Counts every change to a record, so that Emacs can tell which of two plists of a call is newer:
+one it was told of, or one in the whole record it asked for meanwhile.")
 
-(defparameter *tool-names*
-  '((evaluate . "evaluate-lisp") (compile-code . "compile-form") (expand-form . "macroexpand-form")
-    (class-info . "class-info") (describe-symbol . "describe-symbol") (apropos-search . "apropos-search")
-    (find-definition . "find-definition") (xref . "xref") (status . "lisp-status")
-    (load-system . "load-system") (undo-journal . "undo"))
-  "The tool each helper entry point serves.")
+(defparameter *call-states* '(:waiting :running :declined :timed-out :cancelled :failed :done)
+  "Where a call can be; the first two are not an end.")
 
 (defclass activity-record ()
-  ((token :initarg :token :reader record-token)
+  ((version :initform (incf *activity-version*) :accessor record-version)
+   (id :initarg :id :reader record-id)
    (tool :initarg :tool :reader record-tool)
+   (client :initarg :client :reader record-client)
    (input :initarg :input :reader record-input)
    (package :initarg :package :reader record-package)
    (started :initform (get-universal-time) :reader record-started)
-   (started-real :initform (get-internal-real-time) :reader record-started-real)
+   (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
-   (outcome :initform nil :accessor record-outcome)
-   (reply :initform nil :accessor record-reply)))
+   (text :initform nil :accessor record-text)))
 
-(defun helper-request ()
-  "The tool name and arguments of the request this thread serves: the server evaluates it with
-EVAL, so the evaluator's frame holds the form, (MCP-AGENT-HELPER:EVALUATE \"code\" :SESSION ...)."
-  (let ((found (block walk
-                 (ignore-errors
-                  (internal-call
-                   "SB-DEBUG" "MAP-BACKTRACE"
-                   (lambda (frame)
-                     ;; Only the evaluator's frames have their arguments read: reading every
-                     ;; frame's made the walk ten times slower.
-                     (when (member (internal-call "SB-DI" "DEBUG-FUN-NAME" (internal-call "SB-DI" "FRAME-DEBUG-FUN" frame))
-                                   *evaluator-functions*)
-                       (let ((form (first (nth-value 1 (frame-name-and-args frame)))))
-                         (when (and (consp form) (assoc (first form) *tool-names*))
-                           (return-from walk form)))))))
-                 nil)))
-    (and found (values (cdr (assoc (first found) *tool-names*)) (rest found)))))
+(defun note-activities (notes &key session token)
+  "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
+MILLISECONDS): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the reply
+the agent received, and MILLISECONDS, how long the call took, once it ended. A note that arrives
+after its call's end (notes of one call come in order, but the end is final) changes nothing. The
+Emacs activity buffers are told of each change."
+  (declare (ignore session token))
+  (let ((bad (find-if-not (lambda (note)
+                            (and (consp note) (stringp (first note)) (stringp (second note))
+                                 (member (third note) *call-states*)))
+                          notes))
+        (changed '()))
+    (when bad
+      (return-from note-activities
+        (list :failure (format nil "Each note is a call id, a tool name, one of ~{~(~S~)~^, ~} and keywords: ~S"
+                               *call-states* bad))))
+    ;; A note that does not fit NOTE-ACTIVITY's arguments is reported, not taken to the debugger
+    ;; with the lock held.
+    (handler-case (sb-thread:with-mutex (*activity-lock*)
+                    (dolist (note notes)
+                      (let ((plist (apply #'note-activity note)))
+                        (when plist (push plist changed)))))
+      (error (condition)
+        (return-from note-activities (list :failure (format nil "A note was not recorded: ~A" condition)))))
+    (dolist (plist (nreverse changed))
+      (apply #'tell-emacs :activity :call plist))
+    (list :recorded (length notes))))
 
-(defun request-input (tool arguments)
-  "What the user is shown of a call's input: its code, symbol or system, and for xref the kind."
-  (let ((first (first arguments)))
-    (cond ((equal tool "xref") (format nil "~A ~(~A~)" first (second arguments)))
-          ((equal tool "undo")
-           (format nil "~@[entries ~A~]~@[since ~A~]" (getf arguments :entries) (getf arguments :since)))
-          ((stringp first) first)
-          (t ""))))
+(defun note-activity (id tool state &key input client package text milliseconds)
+  "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
+  (let ((record (find id *activity* :key #'record-id :test #'string=))
+        (changed nil))
+    (cond ((null record)
+           (setf record (make-instance 'activity-record :id id :tool tool :client client
+                                                        :input (or input "") :package package
+                                                        :state state)
+                 changed t)
+           (push record *activity*)
+           (when (> (length *activity*) *activity-limit*)
+             (setf *activity* (subseq *activity* 0 *activity-limit*))))
+          ((member (record-state record) '(:waiting :running))
+           (setf (record-state record) state
+                 changed t)))
+    (when (and text (eq (record-state record) state))
+      (setf (record-text record) text
+            (record-milliseconds record) milliseconds
+            changed t))
+    (when changed
+      (setf (record-version record) (incf *activity-version*))
+      (record-plist record))))
 
-(defun note-call-start (token)
-  "Records that the call under TOKEN starts, and tells the Emacs activity buffers, when one is open."
-  (when (told-p :activity)
-    (multiple-value-bind (tool arguments) (helper-request)
-      (when tool
-        (let* ((keys (member-if #'keywordp arguments))
-               (record (make-instance 'activity-record
-                                      :token token :tool tool :input (request-input tool arguments)
-                                      :package (and (stringp (getf keys :package)) (getf keys :package)))))
-          (sb-thread:with-mutex (*activity-lock*)
-            (push record *activity*)
-            (when (> (length *activity*) *activity-limit*)
-              (setf *activity* (subseq *activity* 0 *activity-limit*))))
-          (apply #'tell-emacs :activity :call (record-plist record)))))))
-
-(defun outcome-line (outcome)
-  "One line saying how a call ended, from what CALL-REGISTERED's function returned: (:OK values)
-for evaluate-lisp, each value (text dropped); (:OK plist) for the other tools; (:FAILURE
-message); or an error report."
-  (flet ((one-line (text)
-           (let ((line (substitute #\Space #\Newline (string-trim '(#\Space #\Newline) text))))
-             (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line))))
-    (cond ((and (consp outcome) (eq (first outcome) :ok))
-           (let ((values (second outcome)))
-             (cond ((null values) "no values")
-                   ;; evaluate-lisp's values, each (text dropped).
-                   ((and (consp (first values)) (stringp (first (first values))))
-                    (one-line (format nil "=> ~{~A~^, ~}" (mapcar #'first values))))
-                   ((and (consp (first values)) (getf (first values) :failure))
-                    (one-line (format nil "failed: ~A" (getf (first values) :failure))))
-                   (t "done"))))
-          ((and (consp outcome) (eq (first outcome) :failure))
-           (one-line (format nil "failed: ~A" (second outcome))))
-          ((and (consp outcome) (getf outcome :type))
-           (one-line (format nil "[ERROR] ~A: ~A" (getf outcome :type) (getf outcome :message))))
-          (t "done"))))
-
-(defun note-call-end (token outcome)
-  "Records how the call under TOKEN ended, if its start was recorded, and tells the Emacs activity
-buffers still open."
-  (when (and *activity* (told-p :activity))
-    (let ((record (sb-thread:with-mutex (*activity-lock*)
-                    (let ((record (find token *activity* :key #'record-token :test #'equal)))
-                      (when (and record (null (record-milliseconds record)))
-                        (setf (record-milliseconds record)
-                              (round (* 1000 (- (get-internal-real-time) (record-started-real record)))
-                                     internal-time-units-per-second)
-                              (record-outcome record) (ignore-errors (outcome-line outcome))
-                              (record-reply record) (ignore-errors (print-briefly outcome :length 200 :level 8
-                                                                                          :limit *full-reply-limit*)))
-                        record)))))
-      (when record
-        (apply #'tell-emacs :activity :call (record-plist record))))))
+(defun outcome-line (text)
+  "The first line of TEXT that says something, cut to 200 characters: how the call ended."
+  (let* ((lines (loop for start = 0 then (1+ end)
+                      for end = (position #\Newline text :start start)
+                      collect (string-trim " " (subseq text start end))
+                      while end))
+         (line (or (find-if (lambda (line) (plusp (length line))) lines) "")))
+    (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
 (defun record-plist (record)
-  "What Emacs is told of RECORD: (:ID :TIME :SESSION :TOOL :INPUT :PACKAGE :MILLISECONDS :OUTCOME
-:REPLY), :MILLISECONDS NIL while the call runs."
-  (list :id (record-token record)
+  "What Emacs is told of RECORD: (:ID :VERSION :TIME :CLIENT :TOOL :INPUT :PACKAGE :STATE
+:MILLISECONDS :OUTCOME :TEXT); :TEXT, the reply the agent received, and :MILLISECONDS are NIL
+until the call ends."
+  (list :id (record-id record)
+        :version (record-version record)
         :time (multiple-value-bind (s m h) (decode-universal-time (record-started record))
                 (format nil "~2,'0D:~2,'0D:~2,'0D" h m s))
-        :session (let ((token (record-token record)))
-                   (subseq token 0 (or (position #\- token :from-end t) (length token))))
+        :client (record-client record)
         :tool (record-tool record)
         :input (record-input record)
         :package (record-package record)
+        :state (record-state record)
         :milliseconds (record-milliseconds record)
-        :outcome (record-outcome record)
-        :reply (record-reply record)))
+        :outcome (and (record-text record) (outcome-line (record-text record)))
+        :text (record-text record)))
+
+(defun activity-records ()
+  "For an Emacs activity buffer that opens or is refreshed: every recorded call, oldest first, as
+RECORD-PLIST. Later changes come down its channel."
+  (sb-thread:with-mutex (*activity-lock*)
+    (mapcar #'record-plist (reverse *activity*))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Approvals in Emacs
@@ -220,3 +203,38 @@ and gets it, :ENDED when it had already ended (timed out, cancelled), so that no
              (sb-thread:signal-semaphore (approval-answered approval))
              :taken)
             (t :ended)))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Tools allowed for a session
+;;;
+;;; The user's "allow for the session" answer in Emacs is kept here, where Emacs can take it back
+;;; (swank-mcp-revoke-session-allowances): the agent's server asks before it skips an approval.
+
+(defvar *session-allowances* '()
+  "The tools the user allowed in Emacs for the rest of an agent's session: (session tool client),
+newest first.")
+
+(defvar *allowance-lock* (sb-thread:make-mutex :name "mcp-agent-helper allowances"))
+
+(defun allow-for-session (tool client &key session token)
+  "The user allowed TOOL for the rest of SESSION, the session of the agent's client CLIENT."
+  (declare (ignore token))
+  (sb-thread:with-mutex (*allowance-lock*)
+    (pushnew (list session tool client) *session-allowances* :test #'equal))
+  (list :allowed t))
+
+(defun session-allowed-p (tool &key session token)
+  "Whether TOOL is still allowed for SESSION: (:ALLOWED boolean)."
+  (declare (ignore token))
+  (sb-thread:with-mutex (*allowance-lock*)
+    (list :allowed (and (find-if (lambda (allowance)
+                                   (and (equal (first allowance) session) (equal (second allowance) tool)))
+                                 *session-allowances*)
+                        t))))
+
+(defun revoke-session-allowances ()
+  "For Emacs: every tool allowed for a session needs the user's approval again. Returns what was
+allowed, each (tool client), oldest first."
+  (sb-thread:with-mutex (*allowance-lock*)
+    (prog1 (mapcar #'rest (reverse *session-allowances*))
+      (setf *session-allowances* '()))))

@@ -32,7 +32,8 @@
            #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
            #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
            #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
-           #:request-approval #:answer-approval
+           #:note-activities #:activity-records #:request-approval #:answer-approval
+           #:allow-for-session #:session-allowed-p #:revoke-session-allowances
            #:inspect-value #:end-session #:handle-count #:start-worker
            #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
 
@@ -394,17 +395,12 @@ or, when the evaluation is aborted, the report it was aborted with."
       (remhash token *early-cancellations*)
       (unless early
         (setf (gethash token *running*) evaluation)))
-    ;; For the Emacs activity feed (activity.lisp); nothing unless an Emacs watches.
-    (note-call-start token)
     (unwind-protect
-         (let ((outcome (multiple-value-list
-                         (catch (evaluation-tag evaluation)
-                           (when early
-                             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
-                           (multiple-value-prog1 (funcall function evaluation)
-                             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done)))))))
-           (note-call-end token (first outcome))
-           (values-list outcome))
+         (catch (evaluation-tag evaluation)
+           (when early
+             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
+           (multiple-value-prog1 (funcall function evaluation)
+             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
       (setf (evaluation-state evaluation) :done)
       (sb-thread:with-mutex (*registry-lock*)
         (remhash token *running*)

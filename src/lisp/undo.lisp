@@ -277,13 +277,21 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
           (line (format nil "~A:~D" file line))
           (t file))))
 
+(defun where-text (location)
+  "Where a location plist says a definition was made, to follow \"now\": \"defined at file:line\",
+or its origin, which already says \"defined at the REPL\" or \"built into SBCL\"."
+  (if (getf location :file)
+      (format nil "defined at ~A" (location-plist-text location))
+      (location-plist-text location)))
+
 (defun unrestorable-reason (entry)
   (format nil "the class was new, and a class cannot be taken out of the image: (setf (find-class '~A) nil) ~
                takes its name away (its instances and methods stay), or restart the image"
           (entry-name-text entry)))
 
 (defun entry-plist (entry)
-  "ENTRY as the undo tool shows it."
+  "ENTRY as the undo tool shows it; :AGENT-FILE is where the agent's definition came from, when
+that was a file, which undo leaves as it is."
   (list :number (entry-number entry)
         :time (time-text (entry-time entry))
         :kind (kind-text entry)
@@ -292,7 +300,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
         :restorable (and (restorable-p entry) t)
         :restored (entry-restored entry)
         :previous (and (entry-previous entry) (location-of (entry-source entry) (entry-name entry)))
-        :note (and (not (restorable-p entry)) (unrestorable-reason entry))))
+        :note (and (not (restorable-p entry)) (unrestorable-reason entry))
+        :agent-file (agent-file entry)))
 
 (defun current-definition (entry)
   "What ENTRY's name holds now, in the terms of ENTRY-INSTALLED: NIL when nothing."
@@ -339,8 +348,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
                             journaled agent call)"))
               (t
                (format nil "changed since: redefined after the agent's call, not by a journaled agent call (by ~
-                            the user at their REPL, a file load, or another program), now defined at ~A"
-                       (location-plist-text (location-of (current-source entry) (entry-name entry))))))))))
+                            the user at their REPL, a file load, or another program), now ~A"
+                       (where-text (location-of (current-source entry) (entry-name entry))))))))))
 
 (defun restore-entry (entry)
   "Puts back the definition ENTRY replaced, or removes the agent's when there was none."
@@ -370,10 +379,15 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
         :detail (entry-detail entry)
         :now (and (current-definition entry) (location-of (current-source entry) (entry-name entry)))
-        :agent-file (file-location-of (if (eq (entry-kind entry) :class)
-                                          (entry-installed-source entry)
-                                          (definition-source (entry-installed entry)))
-                                      (entry-name entry))))
+        :agent-file (agent-file entry)))
+
+(defun agent-file (entry)
+  "Where the agent's definition ENTRY made came from, when it was a file (edit-lisp-form's load,
+load-form, load-file): a location plist, or NIL."
+  (file-location-of (if (eq (entry-kind entry) :class)
+                        (entry-installed-source entry)
+                        (definition-source (entry-installed entry)))
+                    (entry-name entry)))
 
 (defun journal-page (journal before page-size)
   "The entries of JOURNAL (newest first) numbered below BEFORE (all when NIL), the newest

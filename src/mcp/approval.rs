@@ -69,7 +69,11 @@ pub enum Verdict {
         /// Calls of this tool need no approval any more in this session.
         for_session: bool,
     },
-    /// Do not run the call; the output says why.
+    /// The human declined the call; the output says so.
+    Declined(ToolOutput),
+    /// Nobody answered within the time limit; the output says so.
+    TimedOut(ToolOutput),
+    /// Do not run the call: nobody could be asked, or asking failed; the output says why.
     Refused(ToolOutput),
     /// The client cancelled the call while it waited.
     Cancelled,
@@ -102,17 +106,24 @@ pub async fn ask_emacs(
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
+    let started = std::time::Instant::now();
     match toolbox.ask_emacs(arguments, (tool, client), shown, limit, cancel.clone()).await {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
-        Ok(EmacsVerdict::No) => Verdict::Refused(declined(tool)),
+        Ok(EmacsVerdict::No) => Verdict::Declined(declined(tool)),
         Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, version)),
-        Ok(EmacsVerdict::Timeout) => Verdict::Refused(unanswered(tool, limit)),
-        Err(error) => Verdict::Refused(ToolOutput::error(format!(
-            "{tool} was not run: asking for approval in Emacs failed. {}",
-            error.0
-        ))),
+        Ok(EmacsVerdict::Timeout) => Verdict::TimedOut(unanswered(tool, limit)),
+        Err(error) => {
+            let output =
+                ToolOutput::error(format!("{tool} was not run: asking for approval in Emacs failed. {}", error.0));
+            // The image did not end the request by the limit: nobody answered in time.
+            if started.elapsed() >= limit {
+                Verdict::TimedOut(output)
+            } else {
+                Verdict::Refused(output)
+            }
+        }
     }
 }
 
@@ -161,7 +172,7 @@ pub async fn ask(
     let answer = tokio::select! {
         answer = requests.request("elicitation/create", params) => answer,
         _ = cancel.cancelled() => return Verdict::Cancelled,
-        _ = tokio::time::sleep(limit) => return Verdict::Refused(unanswered(tool, limit)),
+        _ = tokio::time::sleep(limit) => return Verdict::TimedOut(unanswered(tool, limit)),
     };
     let not_run =
         |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
@@ -181,7 +192,7 @@ pub async fn ask(
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         },
-        Ok(result) if result.action == "decline" => Verdict::Refused(declined(tool)),
+        Ok(result) if result.action == "decline" => Verdict::Declined(declined(tool)),
         Ok(result) if result.action == "cancel" => {
             not_run("the user dismissed the approval request without answering.".to_string())
         }

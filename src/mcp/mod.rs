@@ -1,6 +1,7 @@
 //! The MCP layer: newline-delimited JSON-RPC 2.0 on stdio, the lifecycle, `tools/list`,
 //! `tools/call` and cancellation. It knows tools only through [`crate::tools::Toolbox`].
 
+pub mod activity;
 pub mod approval;
 pub mod audit;
 pub mod client_requests;

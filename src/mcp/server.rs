@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use super::activity::{ActivityFeed, CallState};
 use super::approval::{ConfirmPolicy, Verdict, ELICITATION_SINCE};
 use super::audit::{AuditLog, Entry as AuditEntry, Outcome as AuditOutcome};
 use super::client_requests::ClientRequests;
@@ -93,8 +94,13 @@ struct Server {
     elicitation: AtomicBool,
     /// `clientInfo.name` from `initialize`, for the audit log and the approval prompt in Emacs.
     client_name: Mutex<String>,
-    /// Tools the human allowed for the rest of the session when asked to approve a call.
+    /// Tools the human allowed for the rest of the session when the client asked them.
     allowed_for_session: Mutex<HashSet<String>>,
+    /// Tools the human allowed for the rest of the session in Emacs: the image keeps the
+    /// allowance, which Emacs can revoke, so it is checked there before each call.
+    allowed_in_emacs: Mutex<HashSet<String>>,
+    /// The record of every call the user's Emacs shows.
+    activity: ActivityFeed,
 }
 
 /// What a server does besides running tools: approvals (`--confirm`) and the audit log.
@@ -142,6 +148,8 @@ where
         elicitation: AtomicBool::new(false),
         client_name: Mutex::new("unknown client".to_string()),
         allowed_for_session: Mutex::new(HashSet::new()),
+        allowed_in_emacs: Mutex::new(HashSet::new()),
+        activity: ActivityFeed::start(),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -468,16 +476,43 @@ impl Server {
         let cancel = CancellationToken::new();
         let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
-        let (output, approved, arguments) = match self.approval(name, &arguments, &cancel).await {
+        let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let asks = self.needs_approval(name, &arguments, &cancel).await;
+        let record = self.activity.begin(
+            &self.toolbox,
+            name,
+            &arguments,
+            &client,
+            if asks { CallState::Waiting } else { CallState::Running },
+        );
+        let approval = if asks { self.approval(name, &arguments, &client, &cancel).await } else { Ok(()) };
+        let (output, approved, arguments, refusal) = match approval {
             Ok(()) => {
+                if asks {
+                    self.activity.update(&record, CallState::Running);
+                }
                 let progress = self.progress_for(progress_token);
                 // The arguments are kept for the audit log only when there is one.
                 let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
                 let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
-                (output, true, kept)
+                (output, true, kept, None)
             }
-            Err(refused) => (Some(refused), false, arguments),
+            Err((state, refused)) => (Some(refused), false, arguments, Some(state)),
         };
+        match (&output, refusal) {
+            _ if cancel.is_cancelled() => self.activity.end(
+                &record,
+                CallState::Cancelled,
+                "(The client cancelled the call: it was sent no reply.)",
+            ),
+            (None, _) => self.activity.end(&record, CallState::Failed, &format!("Unknown tool: {name}")),
+            (Some(output), Some(state)) => self.activity.end(&record, state, &output.text),
+            (Some(output), None) => self.activity.end(
+                &record,
+                if output.is_error { CallState::Failed } else { CallState::Done },
+                &output.text,
+            ),
+        }
         drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         if let Some(audit) = &self.options.audit {
@@ -510,37 +545,65 @@ impl Server {
         ))))
     }
 
-    /// Waits for the human's approval of a call `--confirm` names; the output to return instead
-    /// of running it when there is none.
+    /// Whether a call of `name` waits for the human's approval now: `--confirm` names it, and the
+    /// human has not allowed it for the session (or has revoked that in Emacs).
+    async fn needs_approval(&self, name: &str, arguments: &Option<Value>, cancel: &CancellationToken) -> bool {
+        if !self.options.confirm.requires(name)
+            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+        {
+            return false;
+        }
+        if !self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+            return true;
+        }
+        if self.toolbox.still_allowed_in_emacs(arguments, name, cancel.clone()).await {
+            return false;
+        }
+        self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        true
+    }
+
+    /// Waits for the human's approval of a call that needs it; when there is none, how the call
+    /// ends (for the record) and the output to return instead of running it.
     async fn approval(
         self: &Arc<Self>,
         name: &str,
         arguments: &Option<Value>,
+        client: &str,
         cancel: &CancellationToken,
-    ) -> Result<(), ToolOutput> {
-        if !self.options.confirm.requires(name)
-            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
-        {
-            return Ok(());
-        }
+    ) -> Result<(), (CallState, ToolOutput)> {
         let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let limit = self.options.confirm.timeout;
-        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel).await?;
-        let verdict = if version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire) {
+        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel)
+            .await
+            .map_err(|output| (CallState::Failed, output))?;
+        let in_client = version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire);
+        let verdict = if in_client {
             super::approval::ask(&self.requests, name, &shown, limit, cancel).await
         } else {
-            let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            super::approval::ask_emacs(&self.toolbox, (name, &client), arguments, shown, &version, limit, cancel).await
+            super::approval::ask_emacs(&self.toolbox, (name, client), arguments, shown, &version, limit, cancel).await
         };
         match verdict {
+            Verdict::Approved { for_session: true } if !in_client => {
+                // Not kept when the image cannot keep it: the next call asks again.
+                if self.toolbox.allow_in_emacs(arguments, name, client).await.is_ok() {
+                    self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+                }
+                Ok(())
+            }
             Verdict::Approved { for_session } => {
                 if for_session {
                     self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
                 }
                 Ok(())
             }
-            Verdict::Refused(output) => Err(output),
-            Verdict::Cancelled => Err(ToolOutput::error(format!("{name} was not run: the client cancelled the call."))),
+            Verdict::Declined(output) => Err((CallState::Declined, output)),
+            Verdict::TimedOut(output) => Err((CallState::TimedOut, output)),
+            Verdict::Refused(output) => Err((CallState::Failed, output)),
+            Verdict::Cancelled => Err((
+                CallState::Cancelled,
+                ToolOutput::error(format!("{name} was not run: the client cancelled the call.")),
+            )),
         }
     }
 }

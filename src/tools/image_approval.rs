@@ -70,3 +70,47 @@ impl Toolbox {
         Ok(decode::<Reply>("request-approval", &reply)?.verdict)
     }
 }
+
+#[derive(Deserialize)]
+struct Allowance {
+    allowed: bool,
+}
+
+impl Toolbox {
+    /// Tells the image `arguments` name that the user allowed `tool` in Emacs for the rest of this
+    /// session, for the agent's client `client`: kept there, where Emacs can revoke it.
+    pub async fn allow_in_emacs(
+        self: &std::sync::Arc<Self>,
+        arguments: &Option<Value>,
+        tool: &str,
+        client: &str,
+    ) -> Result<(), ToolError> {
+        let args = Arguments::from_value(arguments.clone().filter(Value::is_object))?;
+        let context = ToolContext {
+            toolbox: self.clone(),
+            settings: self.settings.clone(),
+            cancel: CancellationToken::new(),
+            progress: Progress::none(),
+        };
+        let request = vec![Form::string(tool), Form::string(client)];
+        context.call_helper(&args, "allow-for-session", request).await?;
+        Ok(())
+    }
+
+    /// Whether `tool`, which the user allowed in Emacs for this session, still is: the user may
+    /// have revoked it (swank-mcp-revoke-session-allowances). Asking failed counts as revoked.
+    pub async fn still_allowed_in_emacs(
+        self: &std::sync::Arc<Self>,
+        arguments: &Option<Value>,
+        tool: &str,
+        cancel: CancellationToken,
+    ) -> bool {
+        let Ok(args) = Arguments::from_value(arguments.clone().filter(Value::is_object)) else { return false };
+        let context =
+            ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress: Progress::none() };
+        match context.call_helper(&args, "session-allowed-p", vec![Form::string(tool)]).await {
+            Ok(reply) => decode::<Allowance>("session-allowed-p", &reply).is_ok_and(|found| found.allowed),
+            Err(_) => false,
+        }
+    }
+}

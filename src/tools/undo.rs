@@ -152,6 +152,15 @@ fn replaced_text(location: &Location) -> String {
     }
 }
 
+/// Where a definition was made: `defined at file:line`, or the origin of one without a file,
+/// which says it already (`defined at the REPL, no source file`).
+fn made(location: &Location) -> String {
+    match &location.file {
+        Some(_) => format!("defined at {location}"),
+        None => location.to_string(),
+    }
+}
+
 impl Entry {
     fn render(&self) -> String {
         let what = what(&self.kind, &self.name, &self.detail);
@@ -177,10 +186,10 @@ impl Restored {
     fn render(&self) -> String {
         let what = what(&self.kind, &self.name, &self.detail);
         let result = match (&self.now, self.kind.as_str()) {
-            (Some(location), "method") => format!("the method it replaced is back, from {location}"),
+            (Some(location), "method") => format!("the method it replaced is back, {}", made(location)),
             (None, "method") => "removed (it was added)".to_string(),
-            (Some(location), "class") => format!("its previous definition is back, from {location}"),
-            (Some(location), _) => format!("now defined at {location}"),
+            (Some(location), "class") => format!("its previous definition is back, {}", made(location)),
+            (Some(location), _) => format!("now {}", made(location)),
             (None, _) => "undefined again (it was new)".to_string(),
         };
         format!("  {} {what}: {result}", self.number)
