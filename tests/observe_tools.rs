@@ -484,3 +484,58 @@ async fn a_long_test_run_shows_its_end_and_names_the_handle_of_the_rest() {
     assert!(after.contains("progress line 2999 of a chatty test"), "the end of the output is shown: {after}");
     assert!(after.contains("Did 1 check"), "FiveAM's verdict, at the end, is shown: {after}");
 }
+
+/// A run with more failures than a reply describes names the handle that holds them all, and
+/// reading there from the note's offset gives the failures not shown, to the last.
+#[tokio::test]
+async fn failures_past_those_described_are_behind_a_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = shared();
+    std::fs::write(
+        dir.path().join("obs-failing.asd"),
+        "(asdf:defsystem \"obs-failing\" :depends-on (\"fiveam\") :components ((:file \"obs-failing\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("obs-failing.lisp"),
+        "(defpackage :obs-failing (:use :cl :fiveam))
+(in-package :obs-failing)
+(def-suite failing-suite)
+(in-suite failing-suite)
+(test many-failures (dotimes (i 60) (is (= i (+ i 1000)))))
+",
+    )
+    .unwrap();
+    common::eval_ok(
+        &tb,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.path().join("obs-failing.asd").display().to_string()),
+    )
+    .await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-failing", "suite": "obs-failing::failing-suite"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert_eq!(output.text.matches("[FAIL] ").count(), 50, "{}", output.text);
+    let note = output.text.lines().find(|line| line.starts_with("[... 10 more failures")).unwrap_or_else(|| {
+        panic!("{}", output.text);
+    });
+    assert!(note.contains("at most 50 per framework; inspect @"), "{note}");
+    let after = &note[note.find("inspect @").unwrap() + "inspect ".len()..];
+    let mut words = after.split(' ');
+    let handle = words.next().unwrap();
+    let offset: u64 = words.nth(2).unwrap().parse().unwrap();
+    let rest = call(&tb, "inspect", json!({"handle": handle, "offset": offset})).await;
+    assert!(!rest.is_error, "{}", rest.text);
+    assert_eq!(rest.text.matches("[FAIL] ").count(), 10, "{}", rest.text);
+    assert!(!rest.text.contains("more characters"), "the rest is read to its end: {}", rest.text);
+    // The same check fails 60 times with other values: each failure's expected and actual values
+    // are the ones its own reason names.
+    let mut seen = std::collections::BTreeSet::new();
+    for block in output.text.split("[FAIL] ").skip(1).chain(rest.text.split("[FAIL] ").skip(1)) {
+        let line = |label: &str| {
+            block.lines().find_map(|l| l.trim().strip_prefix(label)).unwrap_or_else(|| panic!("{label} in {block}"))
+        };
+        let (expected, actual) = (line("Expected: "), line("Actual: "));
+        assert!(line("Reason: ").ends_with(&format!("evaluated to {actual} which is not = to {expected}")), "{block}");
+        seen.insert(expected.parse::<u64>().unwrap());
+    }
+    assert_eq!(seen, (0..60).collect(), "every failure is described once, shown or behind the handle");
+}

@@ -16,7 +16,8 @@
 (in-package #:mcp-agent-helper)
 
 (defparameter *max-test-failures* 50
-  "Failures described per reply; the rest are counted.")
+  "Failures described per reply; the others are kept behind a handle, up to *MAX-KEPT-WARNINGS*,
+and the rest counted.")
 
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
@@ -64,12 +65,15 @@
 
 (defun collect-fiveam-expectation (process-failure test-expr &optional reason-format &rest format-arguments)
   "Keeps the values an IS check with a default reason compared: FiveAM passes (actual-form actual
-predicate expected) to its reason's format control."
+predicate expected) to its reason's format control. They are kept with the reason's text, which
+the failure FiveAM records carries too: the same check in a loop fails with other values each
+time, and FiveAM's results do not come in the order the checks ran."
   (when (and (outermost-fiveam-check-p) (stringp reason-format) (search "evaluated to" reason-format)
              (= (length format-arguments) 4))
     (destructuring-bind (actual-form actual predicate expected) format-arguments
       (declare (ignore actual-form predicate))
-      (push (list test-expr expected actual) (collection-expectations *test-collection*))))
+      (push (list test-expr expected actual (apply #'format nil reason-format format-arguments))
+            (collection-expectations *test-collection*))))
   (apply process-failure test-expr reason-format format-arguments))
 
 (defun count-fiveam-check (add-result result-type &rest arguments)
@@ -242,10 +246,14 @@ a framework in), and absent otherwise."
           ((:failed :error)
            (incf (getf counts (if (eq kind :failed) :failed :errors)))
            (incf failure-count)
-           (when (<= failure-count *max-test-failures*)
+           (when (<= failure-count *max-kept-warnings*)
              (let* ((expr (slot-if-bound result "TEST-EXPR"))
+                    (reason (slot-if-bound result "REASON"))
                     (expectation (and (eq kind :failed) expr
-                                      (find expr expectations :key #'first)))
+                                      (find-if (lambda (expectation)
+                                                 (and (eq (first expectation) expr)
+                                                      (equal (fourth expectation) reason)))
+                                               expectations)))
                     (condition (and (eq kind :error) (slot-if-bound result "ACTUAL-CONDITION")))
                     (name (and test-case (slot-if-bound test-case "NAME"))))
                (when expectation
@@ -255,17 +263,30 @@ a framework in), and absent otherwise."
                            :form (and expr (print-form-briefly expr))
                            :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
                                                             (condition-message condition)))
-                                         (t (let ((reason (slot-if-bound result "REASON")))
-                                              (and (stringp reason)
-                                                   (string-trim '(#\Space #\Newline) (fold-blank-lines reason))))))
+                                         ((stringp reason)
+                                          (string-trim '(#\Space #\Newline) (fold-blank-lines reason))))
                            :expected (and expectation (print-briefly (second expectation) :package package))
                            :actual (and expectation (print-briefly (third expectation) :package package)))
                      failures)))))))
-    (list :framework "FiveAM"
-          :tests (count-if #'identity tests)
+    (framework-results "FiveAM" (count-if #'identity tests) counts failures failure-count)))
+
+(defun failure-text (failure)
+  "FAILURE (a plist of a framework's report) as the run-tests reply shows it."
+  (destructuring-bind (&key kind test form reason expected actual) failure
+    (format nil "[~:[FAIL~;ERROR~]] ~A~@[~%  Form: ~A~]~:[~*~*~;~%  Expected: ~A~%  Actual: ~A~]~@[~%  Reason: ~A~]"
+            (equal kind "error") test form (and expected actual) expected actual reason)))
+
+(defun framework-results (framework tests counts failures failure-count)
+  "A framework's report for run-tests: its counts; :FAILURES, the first *MAX-TEST-FAILURES* of
+FAILURES (newest first, as collected); :FAILURES-REST, the handle of every failure kept as text and
+the offset of the first not shown (see REST-LISTING); :FAILURES-DROPPED, how many were not shown."
+  (let ((failures (reverse failures)))
+    (list :framework framework
+          :tests tests
           :passed (getf counts :passed) :failed (getf counts :failed)
-          :errors (getf counts :errors) :skipped (getf counts :skipped)
-          :failures (nreverse failures)
+          :errors (getf counts :errors 0) :skipped (getf counts :skipped 0)
+          :failures (subseq failures 0 (min (length failures) *max-test-failures*))
+          :failures-rest (rest-listing (mapcar #'failure-text failures) *max-test-failures*)
           :failures-dropped (max 0 (- failure-count *max-test-failures*)))))
 
 (defun fold-blank-lines (text)
@@ -341,7 +362,7 @@ status, and each failed check with the test it is in."
                          (:failed
                           (incf (getf counts :failed))
                           (incf failure-count)
-                          (when (<= failure-count *max-test-failures*)
+                          (when (<= failure-count *max-kept-warnings*)
                             (let ((comparison (call "COMPARISON" result)))
                               (push (list :kind "failure"
                                           :test (if current-test (text current-test) "(unnamed test)")
@@ -355,12 +376,7 @@ status, and each failed check with the test it is in."
                                           :expected (and comparison (text (call "EXPECTED" result)))
                                           :actual (and comparison (text (call "VALUE" result))))
                                     failures)))))))))
-      (list :framework "Parachute"
-            :tests tests
-            :passed (getf counts :passed) :failed (getf counts :failed)
-            :errors 0 :skipped (getf counts :skipped)
-            :failures (nreverse failures)
-            :failures-dropped (max 0 (- failure-count *max-test-failures*))))))
+      (framework-results "Parachute" tests counts failures failure-count))))
 
 (defun rt-values-text (values package)
   "An RT test's values as one text: the value, or (VALUES a b) for several."
@@ -390,7 +406,7 @@ whose values differ from the expected ones failed, one that signalled an error i
                (let ((kind (if compared :failed :errors)))
                  (incf (getf counts kind))
                  (incf failure-count)
-                 (when (<= failure-count *max-test-failures*)
+                 (when (<= failure-count *max-kept-warnings*)
                    (push (list :kind (if compared "failure" "error")
                                :test (print-briefly name :package package)
                                :form (print-form-briefly form)
@@ -399,12 +415,7 @@ whose values differ from the expected ones failed, one that signalled an error i
                                :expected (rt-values-text expected package)
                                :actual (and compared (rt-values-text (first compared) package)))
                          failures)))))))
-    (list :framework "RT"
-          :tests (length outcomes)
-          :passed (getf counts :passed) :failed (getf counts :failed)
-          :errors (getf counts :errors) :skipped 0
-          :failures (nreverse failures)
-          :failures-dropped (max 0 (- failure-count *max-test-failures*)))))
+    (framework-results "RT" (length outcomes) counts failures failure-count)))
 
 (defun muffle-if-possible (warning)
   "Muffles WARNING when it can be (a warning SIGNALled rather than WARNed has no MUFFLE-WARNING

@@ -18,6 +18,11 @@ use crate::swank::Form;
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Failures described in a reply per framework, and kept behind a handle (the helper's
+/// *MAX-TEST-FAILURES* and *MAX-KEPT-WARNINGS*).
+const MAX_SHOWN_FAILURES: u64 = 50;
+const MAX_KEPT_FAILURES: u64 = 10_000;
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
@@ -102,6 +107,10 @@ struct Results {
     errors: u64,
     skipped: u64,
     failures: Vec<Failure>,
+    /// When some were not shown: the handle of every failure kept, as text, and the offset of the
+    /// first not shown.
+    #[serde(skip_serializing)]
+    failures_rest: Option<(String, u64)>,
     #[serde(rename(serialize = "failures_dropped"))]
     failures_dropped: u64,
 }
@@ -242,8 +251,27 @@ impl TestReport {
                 }
                 sections.push(block);
             }
-            if results.failures_dropped > 0 {
-                sections.push(format!("[... {} more failures not shown]", group_thousands(results.failures_dropped)));
+            let dropped = results.failures_dropped;
+            match &results.failures_rest {
+                _ if dropped == 0 => {}
+                Some((handle, offset)) => {
+                    let not_kept = (dropped + MAX_SHOWN_FAILURES).saturating_sub(MAX_KEPT_FAILURES);
+                    sections.push(format!(
+                        "[... {} more failures not shown: at most 50 per framework; inspect {handle} with offset \
+                         {offset} for {}]",
+                        group_thousands(dropped),
+                        if not_kept == 0 {
+                            "them".to_string()
+                        } else {
+                            format!(
+                                "the next {}; the last {} were not kept (at most 10,000 per framework)",
+                                group_thousands(dropped - not_kept),
+                                group_thousands(not_kept)
+                            )
+                        }
+                    ));
+                }
+                None => sections.push(format!("[... {} more failures not shown]", group_thousands(dropped))),
             }
         }
         sections.extend(self.stdout.section("[stdout]", max_output));
@@ -281,7 +309,7 @@ mod tests {
                 "(:system \"demo\" :ran \"FiveAM suite DEMO::ALL\" :frameworks (\"FiveAM\") :milliseconds 1200 \
                  :results ((:framework \"FiveAM\" :tests 2 :passed 1 :failed 1 :errors 0 :skipped 0 :failures \
                  ((:kind \"failure\" :test \"DEMO::ADDS\" :form \"(= 5 (ADD 2 3))\" :reason \"(ADD 2 3) evaluated to 6 which is not = to 5\" \
-                 :expected \"5\" :actual \"6\")) :failures-dropped 0)) :compiler-errors () :stdout (\"\" 0) :run-error nil)",
+                 :expected \"5\" :actual \"6\")) :failures-rest nil :failures-dropped 0)) :compiler-errors () :stdout (\"\" 0) :run-error nil)",
             )
             .unwrap(),
         )
