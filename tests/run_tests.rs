@@ -1,7 +1,8 @@
 //! run-tests against real SBCL + cl-swank images, each suite's counts compared with what the same
 //! suite prints when `sbcl --non-interactive` runs it from a shell: FiveAM's own tests (which run
 //! FiveAM inside tests), an `app` + `app/tests` project whose test-op is what loads FiveAM, RT
-//! suites (Debian's alexandria-tests and a project of ours); and the compiler's and reader's
+//! suites (Debian's alexandria-tests and a project of ours), a Parachute suite (opt-in: Parachute
+//! is not in Debian); and the compiler's and reader's
 //! messages at file:line:column when a system cannot be built. The projects are in
 //! fixtures/projects/.
 
@@ -312,4 +313,51 @@ async fn a_read_error_is_shown_at_its_line_with_the_readers_message() {
         "{}",
         output.text
     );
+}
+
+/// Parachute's summary as its plain report prints it: (passed, failed, skipped).
+fn parachute_summary(output: &str) -> (u64, u64, u64) {
+    let last = &output[output.rfind("Passed:").unwrap_or_else(|| panic!("no Parachute summary in:\n{output}"))..];
+    (number_after(last, "Passed:"), number_after(last, "Failed:"), number_after(last, "Skipped:"))
+}
+
+/// Parachute is not packaged in Debian: point `SWANK_MCP_PARACHUTE_DIR` at a directory holding
+/// Parachute and what it depends on (documentation-utils, trivial-indent, form-fiddle,
+/// trivial-custom-debugger) and run `cargo test --test run_tests -- --ignored`.
+#[tokio::test]
+#[ignore = "needs Parachute's sources in SWANK_MCP_PARACHUTE_DIR"]
+async fn a_parachute_suite_is_counted_as_the_shell_counts_it() {
+    let sources = std::env::var("SWANK_MCP_PARACHUTE_DIR").expect("SWANK_MCP_PARACHUTE_DIR names Parachute's sources");
+    let registry =
+        format!("(asdf:initialize-source-registry '(:source-registry (:tree {sources:?}) :inherit-configuration))");
+    let orbit = asd("orbit/orbit.asd");
+    let shell_output =
+        shell(&[registry.clone(), format!("(asdf:load-asd {orbit:?})"), "(asdf:test-system \"orbit\")".into()]).await;
+    let (passed, failed, skipped) = parachute_summary(&shell_output);
+
+    // A fresh image, so that the test-op is what loads Parachute.
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    common::eval_ok(&tb, &format!("(require :asdf) {registry}")).await;
+    register(&tb, &[&orbit]).await;
+    let output = call(&tb, "run-tests", json!({"system": "orbit"})).await;
+    let results = results_of(&output, "Parachute");
+    assert_eq!(
+        (count(&results, "passed"), count(&results, "failed") + count(&results, "errors"), count(&results, "skipped")),
+        (passed, failed, skipped),
+        "the shell's run printed Passed: {passed}, Failed: {failed}, Skipped: {skipped}; run-tests said:\n{}",
+        output.text
+    );
+    assert_eq!(output.is_error, failed > 0, "{}", output.text);
+    assert!(
+        output.text.contains(
+            "[FAIL] ORBIT-TESTS::APOAPSIDES\n  Form: (PARACHUTE:IS = 3/2 (ORBIT:APOAPSIS 1 1/2))\n  Expected: 3/2\n  \
+             Actual: 1/2"
+        ),
+        "{}",
+        output.text
+    );
+    // The reply's own [stdout] has Parachute's summary, as the shell's does.
+    assert_eq!(parachute_summary(&output.text), (passed, failed, skipped), "{}", output.text);
+    drop(image);
 }
