@@ -13,12 +13,17 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use swank_mcp::image::{ImageSettings, LaunchSettings};
+use swank_mcp::mcp::activity::{ActivityFeed, CallState};
 use swank_mcp::mcp::approval::ConfirmPolicy;
 use swank_mcp::mcp::audit::AuditLog;
 use swank_mcp::mcp::ServeOptions;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
+
+/// How `swank-mcp eval`'s calls are named in the image's activity record, where an MCP client's
+/// calls have the client's name.
+const SHELL_CLIENT: &str = "swank-mcp eval";
 
 /// The most output a section may keep: four sections of this size still fit one swank frame
 /// (16 MiB) with room for the rest of the reply.
@@ -349,10 +354,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 arguments["image"] = image.into();
             }
             let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
-            let output = toolbox
-                .call(evaluate, Some(arguments), CancellationToken::new())
-                .await
-                .with_context(|| format!("{evaluate} is not offered here (see --read-only and --tools)"))?;
+            // Recorded as an agent's calls are: an agent with a shell may run this command, and
+            // the human watching the image's activity buffer should see what it ran.
+            let activity = ActivityFeed::start();
+            let arguments = Some(arguments);
+            let record = activity.begin(&toolbox, evaluate, &arguments, SHELL_CLIENT, CallState::Running);
+            let output = toolbox.call(evaluate, arguments, CancellationToken::new()).await;
+            let output = match output {
+                Some(output) => output,
+                None => {
+                    let refusal = format!("{evaluate} is not offered here (see --read-only and --tools)");
+                    activity.end(&record, CallState::Failed, &refusal);
+                    activity.finish().await;
+                    bail!(refusal);
+                }
+            };
+            activity.end(&record, if output.is_error { CallState::Failed } else { CallState::Done }, &output.text);
+            activity.finish().await;
             // A one-shot session: nothing of it is of use once this command has printed.
             toolbox.end_sessions().await;
             let mut stdout = std::io::stdout().lock();

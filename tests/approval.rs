@@ -3,7 +3,8 @@
 //! that an edit's approval shows its diff. Approvals in Emacs are answered here by a swank
 //! connection that subscribes as `swank-mcp-approval-mode` does, with the form the Emacs package
 //! itself prints. (tests/python/sdk_approval.py has a real client accepting and declining;
-//! elisp-compat/swank-mcp-tests.el answers from a real SLIME and SLY.)
+//! elisp-compat/swank-mcp-tests.el answers from a real SLIME and SLY.) And that the image's record,
+//! which Emacs shows, has each call with its state and the text its caller received.
 
 mod common;
 
@@ -380,4 +381,18 @@ async fn an_activity_buffer_is_told_each_state_of_a_call_with_the_text_the_agent
     assert!(done.contains(":state :done"), "{done}");
     let shown = format!(":text {:?}", text(&reply));
     assert!(done.contains(&shown), "{done} lacks {shown}");
+}
+
+#[tokio::test]
+async fn a_shell_eval_is_in_the_images_record_too() {
+    // An agent with a shell can run `swank-mcp eval`; the human's record shows it as well.
+    let port = common::shared_image_port().to_string();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &port, "eval", "(list :shell-record-marker)"])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "=> (:SHELL-RECORD-MARKER)\n");
+    assert_eq!(recorded("shell-record-marker").await, "done|swank-mcp eval|=> (:SHELL-RECORD-MARKER)");
 }

@@ -72,9 +72,10 @@ struct Note {
     form: Vec<Form>,
 }
 
-/// The feed of one MCP session's calls into the images' records.
+/// The feed of one MCP session's calls, or of one `swank-mcp eval`, into the images' records.
 pub struct ActivityFeed {
     notes: mpsc::UnboundedSender<Note>,
+    sender: tokio::task::JoinHandle<()>,
     next_call: AtomicU64,
 }
 
@@ -96,7 +97,7 @@ impl ActivityFeed {
     /// busy agent's calls one request at a time.
     pub fn start() -> Self {
         let (notes, mut queue) = mpsc::unbounded_channel::<Note>();
-        tokio::spawn(async move {
+        let sender = tokio::spawn(async move {
             while let Some(first) = queue.recv().await {
                 tokio::time::sleep(GATHER).await;
                 let mut batches: Vec<(Arc<Image>, Vec<Form>)> = Vec::new();
@@ -122,7 +123,14 @@ impl ActivityFeed {
                 }
             }
         });
-        Self { notes, next_call: AtomicU64::new(1) }
+        Self { notes, sender, next_call: AtomicU64::new(1) }
+    }
+
+    /// Returns once every note given so far has been sent (or has failed): a one-shot command
+    /// that exits right after its call would otherwise take the call's end with it.
+    pub async fn finish(self) {
+        drop(self.notes);
+        let _ = self.sender.await;
     }
 
     /// A call of `tool` with `arguments` starts (in `state`), for the client named `client`.
