@@ -57,14 +57,30 @@
 
 (defun swank-mcp-tests--wait (what predicate &optional seconds)
   "Process input until PREDICATE returns non-nil; return that value.
-Fail, naming WHAT, after SECONDS (default 30)."
+Fail, naming WHAT, after SECONDS (default 30), with what the swank-mcp
+processes wrote."
   (let ((deadline (+ (float-time) (or seconds 30)))
         value)
     (while (not (setq value (funcall predicate)))
       (when (> (float-time) deadline)
-        (ert-fail (format "timed out waiting for %s" what)))
+        (ert-fail (format "timed out waiting for %s%s" what (swank-mcp-tests--servers-said))))
       (accept-process-output nil 0.1))
     value))
+
+(defun swank-mcp-tests--servers-said ()
+  "The end of what the running swank-mcp servers wrote, and of their log."
+  (mapconcat (lambda (buffer)
+               (with-current-buffer buffer
+                 (format "\n--- %s:\n%s" (buffer-name)
+                         (buffer-substring-no-properties (max (point-min) (- (point-max) 4000)) (point-max)))))
+             (cl-remove-if-not
+              #'buffer-live-p
+              (cons (get-buffer "*swank-mcp-stderr*")
+                    (cl-loop for process in (process-list)
+                             when (and (string-prefix-p "swank-mcp" (process-name process))
+                                       (process-live-p process))
+                             collect (process-buffer process))))
+             ""))
 
 (defun swank-mcp-tests--connect ()
   "Return the connection to an SBCL started the way `slime' or `sly' start it."
@@ -148,6 +164,8 @@ user: the image may be waiting for it."
     (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p process))) 60)
     (accept-process-output process 0.1)
     (prog1 (cons (process-exit-status process) (with-current-buffer output (buffer-string)))
+      (unless (eql (process-exit-status process) 0)
+        (message "swank-mcp %S exited with %s:%s" args (process-exit-status process) (swank-mcp-tests--servers-said)))
       (kill-buffer output))))
 
 ;;;; The client configuration
