@@ -230,3 +230,70 @@ async fn hostile_mcp_input_gets_the_right_answer_and_the_server_carries_on() {
     let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 40 2)"})).await;
     assert_eq!(common::text(&reply), "=> 42");
 }
+
+/// Reads one frame from `socket`; false when the peer closed it first.
+async fn read_frame(socket: &mut tokio::net::TcpStream) -> bool {
+    let mut header = [0u8; 6];
+    if socket.read_exact(&mut header).await.is_err() {
+        return false;
+    }
+    let length = std::str::from_utf8(&header).ok().and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0);
+    socket.read_exact(&mut vec![0u8; length]).await.is_ok()
+}
+
+#[tokio::test]
+async fn a_connection_born_dead_is_replaced_by_a_second_one() {
+    // As Slynk 1.0.43 sometimes makes one: it reads the handshake and never answers anything,
+    // while the next connection to the same port works.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (dead_closed_tx, dead_closed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut dead, _) = listener.accept().await.unwrap();
+        assert!(read_frame(&mut dead).await, "the client sends its handshake");
+        tokio::spawn(async move {
+            // Whatever else comes, until the client closes it.
+            while read_frame(&mut dead).await {}
+            let _ = dead_closed_tx.send(());
+        });
+        let (mut live, _) = listener.accept().await.unwrap();
+        assert!(read_frame(&mut live).await);
+        let reply = "(:return (:ok ((:pid 4242 :style :spawn :lisp-implementation (:type \"SBCL\" :version \"2.2.9\") \
+                     :version \"2.27\") \"SWANK\" nil)) 1)";
+        live.write_all(format!("{:06x}{reply}", reply.len()).as_bytes()).await.unwrap();
+        // Kept open for as long as the client wants it.
+        while read_frame(&mut live).await {}
+    });
+    let options = ConnectOptions { connect_timeout: Duration::from_secs(5), secret: None, protocol: Protocol::Auto };
+    let started = Instant::now();
+    let connection = Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "answered by the second connection, not at the time limit");
+    assert_eq!(connection.info().pid, Some(4242));
+    // The dead connection is closed, so that the server can end its threads.
+    tokio::time::timeout(Duration::from_secs(5), dead_closed).await.expect("the dead connection is closed").unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_fails_at_the_time_limit_with_both_connections_tried() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted_tx, mut accepted) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = accepted_tx.send(());
+            tokio::spawn(async move { while read_frame(&mut socket).await {} });
+        }
+    });
+    let options = ConnectOptions { connect_timeout: Duration::from_secs(2), secret: None, protocol: Protocol::Auto };
+    let started = Instant::now();
+    let error = Connection::connect(Endpoint { host: "127.0.0.1".into(), port }, &options).await.err().unwrap();
+    let elapsed = started.elapsed();
+    assert!(error.to_string().contains("no answer to connection-info"), "{error}");
+    // The first connection's limit (5 s for the handshake), not the second's.
+    assert!(elapsed >= Duration::from_secs(5) && elapsed < Duration::from_secs(8), "{elapsed:?}");
+    let mut connections = 0;
+    while accepted.try_recv().is_ok() {
+        connections += 1;
+    }
+    assert_eq!(connections, 2);
+}

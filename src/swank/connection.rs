@@ -29,6 +29,11 @@ use super::reader::read;
 use super::sexp::{Form, Sexp};
 use crate::outbox::Outbox;
 
+/// How long a handshake may go unanswered before [`Connection::connect`] tries a second
+/// connection beside the first: far above the few milliseconds a live server takes, even a
+/// loaded one.
+const SECOND_CONNECTION_AFTER: Duration = Duration::from_secs(1);
+
 /// How long a closing connection keeps trying to write what is still queued.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -269,7 +274,33 @@ impl Drop for Shared {
 
 impl Connection {
     /// Connects, authenticates when a secret is given, and asks the server who it is.
+    ///
+    /// A handshake that has gone unanswered for [`SECOND_CONNECTION_AFTER`] gets a second
+    /// connection beside it, and the first to answer is kept: Slynk (SLY 1.0.43) sometimes
+    /// starts a connection's reader thread before it has recorded the control thread the reader
+    /// hands every message to, and such a connection never answers anything. SLIME's swank sets
+    /// that thread first. About 1 connection in 185 was born dead so on a loaded 2-core machine.
+    /// The first connection keeps its whole time limit, so a server that is merely slow is
+    /// answered by whichever connection it answers first, and the call fails only when the
+    /// first one does.
     pub async fn connect(endpoint: Endpoint, options: &ConnectOptions) -> Result<Self, ConnectError> {
+        let first = Self::connect_once(endpoint.clone(), options);
+        tokio::pin!(first);
+        tokio::select! {
+            result = &mut first => return result,
+            () = tokio::time::sleep(SECOND_CONNECTION_AFTER) => {}
+        }
+        tracing::debug!(%endpoint, "no answer to the handshake yet; a second connection is tried beside the first");
+        let second = Self::connect_once(endpoint, options);
+        tokio::pin!(second);
+        // The connection that loses is dropped, which closes it.
+        tokio::select! {
+            result = &mut first => result,
+            Ok(connection) = &mut second => Ok(connection),
+        }
+    }
+
+    async fn connect_once(endpoint: Endpoint, options: &ConnectOptions) -> Result<Self, ConnectError> {
         let address = (endpoint.host.as_str(), endpoint.port);
         let stream = match tokio::time::timeout(options.connect_timeout, TcpStream::connect(address)).await {
             Err(_) => return Err(ConnectError::Timeout(endpoint, options.connect_timeout)),
