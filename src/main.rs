@@ -354,22 +354,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 arguments["image"] = image.into();
             }
             let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
+            if !toolbox.definitions().any(|tool| tool.name == evaluate) {
+                bail!("{evaluate} is not offered here (see --read-only and --tools)");
+            }
             // Recorded as an agent's calls are: an agent with a shell may run this command, and
             // the human watching the image's activity buffer should see what it ran.
             let activity = ActivityFeed::start();
             let arguments = Some(arguments);
             let record = activity.begin(&toolbox, evaluate, &arguments, SHELL_CLIENT, CallState::Running);
-            let output = toolbox.call(evaluate, arguments, CancellationToken::new()).await;
-            let output = match output {
-                Some(output) => output,
-                None => {
-                    let refusal = format!("{evaluate} is not offered here (see --read-only and --tools)");
-                    activity.end(&record, CallState::Failed, &refusal);
-                    activity.finish().await;
-                    bail!(refusal);
-                }
-            };
-            activity.end(&record, if output.is_error { CallState::Failed } else { CallState::Done }, &output.text);
+            let output = toolbox
+                .call(evaluate, arguments, CancellationToken::new())
+                .await
+                .with_context(|| format!("{evaluate} is not offered here"))?;
+            // A call that could not reach the image is not recorded there: connecting again
+            // only for that would double the wait on a server that does not answer.
+            if record.image_connected() {
+                let state = if output.is_error { CallState::Failed } else { CallState::Done };
+                activity.end(&record, state, &output.text);
+            }
             activity.finish().await;
             // A one-shot session: nothing of it is of use once this command has printed.
             toolbox.end_sessions().await;

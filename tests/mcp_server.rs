@@ -341,6 +341,32 @@ async fn cli_eval_prints_the_text_and_sets_the_exit_code() {
 }
 
 #[tokio::test]
+async fn cli_eval_against_a_silent_server_fails_once_not_twice() {
+    // Accepts connections and never answers. The call's failure is not followed by a second
+    // wait for the activity record's sake.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = std::time::Instant::now();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &port, "--connect-timeout", "1s", "eval", "(+ 1 2)"])
+        .output()
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains("no answer to connection-info"), "{said}");
+    // The handshake's 5 s, once.
+    assert!(elapsed < Duration::from_secs(9), "{elapsed:?}");
+}
+
+#[tokio::test]
 async fn launch_starts_a_private_image_and_stops_it_on_exit() {
     let port = common::dead_port().to_string();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))

@@ -90,6 +90,13 @@ pub struct RecordedCall {
     started: std::time::Instant,
 }
 
+impl RecordedCall {
+    /// Whether the image the call is recorded in has a live connection now.
+    pub fn image_connected(&self) -> bool {
+        self.image.as_ref().is_some_and(|image| image.current_connection().is_some())
+    }
+}
+
 impl ActivityFeed {
     /// A feed whose notes a task of its own sends; call within the server's runtime. The notes
     /// that come within [`GATHER`] of the first, or while a batch is on its way, go together in
