@@ -121,11 +121,7 @@ async fn peer_sending(bytes: &'static [u8]) -> u16 {
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            let mut header = [0u8; 6];
-            if socket.read_exact(&mut header).await.is_ok() {
-                let length = std::str::from_utf8(&header).ok().and_then(|h| usize::from_str_radix(h, 16).ok());
-                let _ = socket.read_exact(&mut vec![0u8; length.unwrap_or(0)]).await;
-            }
+            read_frame(&mut socket).await;
             let _ = socket.write_all(bytes).await;
         }
     });
