@@ -406,7 +406,8 @@ or, when the evaluation is aborted, the report it was aborted with."
         (remhash token *running*)
         (note-finished token))
       (rearm-stack-guard)
-      (forget-finished-threads))))
+      (forget-finished-threads)
+      (close-dead-connections))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The server's mailboxes of finished threads
