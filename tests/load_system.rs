@@ -67,6 +67,7 @@ async fn loads_alexandria_from_debian() {
 
 #[tokio::test]
 async fn a_missing_system_is_an_error_naming_it() {
+    let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
     let output = call(&tb, "load-system", json!({"system": "load-test-no-such-system"})).await;
     assert!(output.is_error);
@@ -83,6 +84,7 @@ async fn a_missing_system_is_an_error_naming_it() {
 
 #[tokio::test]
 async fn warnings_are_summarised_and_failures_keep_them() {
+    let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
     let dir = tempfile::tempdir().unwrap();
     let asd = write_system(
@@ -199,6 +201,7 @@ async fn long_loads_send_progress_notifications() {
 
 #[tokio::test]
 async fn a_form_the_compiler_cannot_process_is_an_error_at_its_line() {
+    let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
     let dir = tempfile::tempdir().unwrap();
     let asd = write_system(

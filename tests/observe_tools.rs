@@ -46,6 +46,7 @@ async fn demo_system(toolbox: &Arc<Toolbox>, dir: &Path) {
 
 #[tokio::test]
 async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
+    let _asdf = common::shared_asdf_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let tb = shared();
     demo_system(&tb, dir.path()).await;
@@ -452,6 +453,7 @@ async fn an_allocation_profile_names_the_users_functions() {
 
 #[tokio::test]
 async fn a_long_test_run_shows_its_end_and_names_the_handle_of_the_rest() {
+    let _asdf = common::shared_asdf_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let tb = shared();
     std::fs::write(
@@ -489,6 +491,7 @@ async fn a_long_test_run_shows_its_end_and_names_the_handle_of_the_rest() {
 /// reading there from the note's offset gives the failures not shown, to the last.
 #[tokio::test]
 async fn failures_past_those_described_are_behind_a_handle() {
+    let _asdf = common::shared_asdf_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let tb = shared();
     std::fs::write(

@@ -250,6 +250,7 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
 
 #[tokio::test]
 async fn a_suite_named_in_the_wrong_package_gets_near_names() {
+    let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
     register(&tb, &[&asd("inventory/inventory.asd")]).await;
     call(&tb, "load-system", json!({"system": "inventory/tests"})).await;
@@ -264,6 +265,7 @@ async fn a_suite_named_in_the_wrong_package_gets_near_names() {
 
 #[tokio::test]
 async fn a_read_error_is_shown_at_its_line_with_the_readers_message() {
+    let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
     let shelf = asd("shelf/shelf.asd");
     register(&tb, &[&shelf]).await;

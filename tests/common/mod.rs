@@ -47,6 +47,14 @@ pub fn shared_image_port() -> u16 {
     })
 }
 
+/// ASDF is not thread-safe: two tests loading .asd files or systems into the shared image at once
+/// can corrupt its tables ("failed AVER ... HASH-TABLE-SIZE" in PUTHASH). A test that uses the
+/// shared image's ASDF holds this for its duration.
+pub async fn shared_asdf_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 pub fn settings() -> Settings {
     Settings {
         eval_timeout: Duration::from_secs(30),
