@@ -178,8 +178,13 @@ which had the only use for its handles. (Its REPL state stays for a server that 
      (dolist (name ended)
        (remhash name *session-handles*)))))
 
+(defvar *connection-closed-functions* '()
+  "What this helper put on the servers' connection-closed hooks, for connections the server
+could not close (CLOSE-DEAD-CONNECTIONS).")
+
 (defun add-connection-closed-hook (function-name)
   "Adds FUNCTION-NAME (called with the connection) to the servers' connection-closed hooks, once."
+  (pushnew function-name *connection-closed-functions*)
   (loop for package-name in '("SWANK" "SLYNK")
         for symbol = (first (existing-symbols package-name "*CONNECTION-CLOSED-HOOK*"))
         when (and symbol (boundp symbol) (listp (symbol-value symbol)))

@@ -121,23 +121,27 @@ should count, as they do in a thread spawned for it."
 
 ;;; Connections the server could not close
 
+(defun server-reader-thread-accessor ()
+  "The server's reader of a connection's reader thread, or NIL."
+  (loop for package-name in '("SWANK" "SLYNK")
+        for package = (find-package package-name)
+        for function = (and package (server-function package "MCONN.READER-THREAD"))
+        when function return function))
+
 (defun connection-serving-p (connection)
   "False once the server's reader thread of CONNECTION has ended; true for a connection the
 server serves without one."
-  (let* ((accessor (loop for package-name in '("SWANK" "SLYNK")
-                         for package = (find-package package-name)
-                         for function = (and package (server-function package "MCONN.READER-THREAD"))
-                         when function return function))
+  ;; Looked up once, when the helper loads: this runs after every call.
+  (let* ((accessor (load-time-value (server-reader-thread-accessor)))
          (reader (and accessor (ignore-errors (funcall accessor connection)))))
     (or (not (typep reader 'sb-thread:thread))
         (sb-thread:thread-alive-p reader))))
 
 (defun close-dead-connections ()
-  "Does for connections whose reader thread has ended what the connection-closed hooks do:
-releases their sessions' handles and ends their workers. Swank 2.27 stops closing a connection
-when closing its socket fails, which it does when the client went away (killed, say) while a
-reply was still buffered, and then runs none of the hooks; the handles' objects and the workers
-would otherwise stay for as long as the image runs."
+  "Calls this helper's connection-closed hooks for connections whose reader thread has ended:
+swank 2.27 stops closing a connection when closing its socket fails, which it does when the
+client went away (killed, say) while a reply was still buffered, and then runs none of the hooks;
+the sessions' handles and the connections' workers would otherwise stay as long as the image runs."
   (let ((connections '()))
     (sb-ext:with-locked-hash-table (*session-handles*)
       (maphash (lambda (session table)
@@ -149,5 +153,5 @@ would otherwise stay for as long as the image runs."
         (pushnew (car entry) connections)))
     (dolist (connection connections)
       (unless (or (null connection) (connection-serving-p connection))
-        (release-handles-of-connection connection)
-        (end-workers connection)))))
+        (dolist (function *connection-closed-functions*)
+          (funcall function connection))))))
