@@ -13,7 +13,13 @@ use super::ImageError;
 /// The helper's files in load order (the digest covers them all). Public for the replay tests,
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
-    include_str!("../lisp/helper.lisp"),
+    include_str!("../lisp/package.lisp"),
+    include_str!("../lisp/capture.lisp"),
+    include_str!("../lisp/calls.lisp"),
+    include_str!("../lisp/conditions.lisp"),
+    include_str!("../lisp/sessions.lisp"),
+    include_str!("../lisp/tool-calls.lisp"),
+    include_str!("../lisp/printing.lisp"),
     include_str!("../lisp/names.lisp"),
     include_str!("../lisp/handles.lisp"),
     include_str!("../lisp/observe.lisp"),

@@ -10,7 +10,7 @@
 ;;;; Both live in the image, so an agent's server that reconnects (or a new one) changes nothing
 ;;;; on the Emacs side, and a buffer opened later still shows the calls made before.
 ;;;;
-;;;; Loaded after loading.lisp, under the rules of helper.lisp.
+;;;; Loaded after loading.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,12 +1,12 @@
 ;;;; The debugger tool: requests that run in a thread parked in the server's debugger (see PARK in
-;;;; helper.lisp), sent by the Rust side to that thread as SLIME sends SLDB's requests. They run
+;;;; tool-calls.lisp), sent by the Rust side to that thread as SLIME sends SLDB's requests. They run
 ;;;; inside the parked evaluation's dynamic extent, so *PARKED* and *EVALUATION* are the ones it
 ;;;; parked with, and frame numbers are the server's debugger's (frame 0 is where the condition
 ;;;; was signalled).
 ;;;;
 ;;;; Frames are reached through the server's backend (SWANK/BACKEND or SLYNK-BACKEND), found by
 ;;;; name like the mailbox list: it knows the debugger's stack top, and how to evaluate in, restart
-;;;; and return from a frame of this SBCL. Loaded after helper.lisp, under the same rules.
+;;;; and return from a frame of this SBCL. Loaded after printing.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -7,7 +7,7 @@
 ;;;; when the session ends (END-SESSION, which the server calls when it exits) or its connection
 ;;;; closes (the server's connection-closed hook).
 ;;;;
-;;;; Loaded after helper.lisp, under the same rules.
+;;;; Loaded after printing.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

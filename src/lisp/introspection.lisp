@@ -1,7 +1,7 @@
 ;;;; The introspection tools: describe-symbol, apropos-search, find-definition, xref, class-info
 ;;;; and lisp-status.
 ;;;;
-;;;; Loaded after helper.lisp, under the same rules. Nothing here reads user text with the Lisp
+;;;; Loaded after printing.lisp, under the rules of package.lisp. Nothing here reads user text with the Lisp
 ;;;; reader: symbol names are parsed by hand and looked up with FIND-SYMBOL, so asking about a
 ;;;; name never interns it.
 

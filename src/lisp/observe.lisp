@@ -3,8 +3,8 @@
 ;;;; and unhandled errors come back in a [background] section), the threads tool and the profile
 ;;;; tool.
 ;;;;
-;;;; Loaded after helper.lisp and before evaluate.lisp (whose EVALUATE binds the specials defined
-;;;; here), under the rules of helper.lisp. The two hooks installed into the image (SBCL's TRACE
+;;;; Loaded after printing.lisp and before evaluate.lisp (whose EVALUATE binds the specials defined
+;;;; here), under the rules of package.lisp. The two hooks installed into the image (SBCL's TRACE
 ;;;; with a report function of ours, and an encapsulation of SB-THREAD:MAKE-THREAD) are inert
 ;;;; outside the agent's tool calls.
 

@@ -26,7 +26,7 @@
 ;;;; with the exit guard (evaluate.lisp), the helper's only changes that outlast a call; each costs
 ;;;; the image's own definitions one special-variable test when no agent call runs.
 ;;;;
-;;;; Loaded after systems.lisp, under the rules of helper.lisp.
+;;;; Loaded after systems.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

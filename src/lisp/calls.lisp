@@ -1,0 +1,235 @@
+;;;; Running a call under a token, so that a timeout or a cancellation interrupts the right
+;;;; thread; the server's mailboxes of finished threads, dropped after each call; and what a
+;;;; call that will not stop is doing.
+;;;;
+;;;; Loaded after capture.lisp, under the rules of package.lisp.
+
+(in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread
+
+(defvar *registry-lock* (sb-thread:make-mutex :name "mcp-agent-helper registry"))
+
+(defvar *running* (make-hash-table :test 'equal)
+  "Token -> the EVALUATION in progress under that token.")
+
+(defvar *early-cancellations* (make-hash-table :test 'equal)
+  "Token -> (kind . reason) for cancellations that arrived before their evaluation started: the
+cancel request and the evaluation run in different worker threads, in either order.")
+
+(defvar *recently-finished* (make-hash-table :test 'equal)
+  "Token -> the internal real time its evaluation finished, for the last calls only: it tells a
+call whose reply never reached the client apart from one that never started.")
+
+(defparameter *recently-finished-limit* 256)
+
+(defun note-finished (token)
+  "Records that TOKEN's evaluation finished. Called with *REGISTRY-LOCK* held."
+  (when (>= (hash-table-count *recently-finished*) *recently-finished-limit*)
+    (clrhash *recently-finished*))
+  (setf (gethash token *recently-finished*) (get-internal-real-time)))
+
+(defclass evaluation ()
+  ((thread :initform sb-thread:*current-thread* :reader evaluation-thread)
+   ;; A fresh tag per evaluation: an interrupt queued for an earlier evaluation on a reused
+   ;; thread can never throw into a later one.
+   (tag :initform (list 'evaluation) :reader evaluation-tag)
+   ;; :RUNNING until the result is complete. An interrupt delivered after that finds it
+   ;; :DONE and does nothing, so a late cancellation cannot unwind a finished call.
+   (state :initform :running :accessor evaluation-state)))
+
+(defun abort-evaluation (evaluation report)
+  (when (eq (evaluation-state evaluation) :running)
+    (throw (evaluation-tag evaluation) report)))
+
+(defun stack-guard-offset ()
+  "Byte offset of this thread's control-stack-guard-page-protected flag: the first byte of the
+thread's state word in SBCL's thread structure."
+  (destructuring-bind (&optional slot word-bytes) (existing-symbols "SB-VM" "THREAD-STATE-WORD-SLOT" "N-WORD-BYTES")
+    (and word-bytes (boundp slot) (boundp word-bytes) (* (symbol-value slot) (symbol-value word-bytes)))))
+
+(defun current-thread-sap-function ()
+  (let ((name (first (existing-symbols "SB-THREAD" "CURRENT-THREAD-SAP"))))
+    (and name (fboundp name) (fdefinition name))))
+
+(defun rearm-stack-guard ()
+  "Re-protects this thread's control stack guard page if a stack exhaustion left it disabled.
+SBCL re-protects it only when the stack grows back through the page next to it; an exhaustion
+unwound by a THROW (as the debugger hook does) skips that, and SBCL 2.2 recycles the thread's
+memory with the guard still off, so the next exhaustion in a swank worker kills the whole image
+instead of signalling an error."
+  ;; Runs after every call: the lookups by name are done once, when the helper loads, and the
+  ;; runtime's function is looked up only in the rare case that the guard is off. Its address is
+  ;; never kept, since a saved and restarted image may have the runtime elsewhere.
+  (let ((offset (load-time-value (stack-guard-offset)))
+        (thread-sap (load-time-value (current-thread-sap-function))))
+    (when (and offset thread-sap (zerop (sb-sys:sap-ref-8 (funcall thread-sap) offset)))
+      (let ((reset (sb-sys:find-foreign-symbol-address "reset_thread_control_stack_guard_page")))
+        (when reset
+          (sb-alien:alien-funcall
+           (sb-alien:sap-alien (sb-sys:int-sap reset) (function sb-alien:void sb-alien:system-area-pointer))
+           (funcall thread-sap)))))))
+
+(defvar *evaluation* nil
+  "The EVALUATION the current thread runs for a tool call, if any.")
+
+(defvar *agent-call* nil
+  "The token of the tool call running in this thread, while it runs: what the undo journal
+(undo.lisp) journals is what is defined while this is bound.")
+
+(defvar *agent-session* nil
+  "The session of the agent's evaluation running in this thread (or of the agent's code running
+in it: an agent thread, timer, interruption; see observe.lisp).")
+
+(defvar *exit-allowed* nil
+  "True while agent code that may end the image runs: a tool call that allows it, or what such a
+call started (see REFUSE-AGENT-EXIT).")
+
+(defvar *journal-additions* t
+  "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
+class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
+push the replacements out of the bounded journal.")
+
+(defun call-registered (token function)
+  "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
+or, when the evaluation is aborted, the report it was aborted with."
+  (let* ((evaluation (make-instance 'evaluation))
+         (*evaluation* evaluation)
+         (early nil)
+         (*agent-call* token))
+    (reset-send-counter)
+    (sb-thread:with-mutex (*registry-lock*)
+      (setf early (gethash token *early-cancellations*))
+      (remhash token *early-cancellations*)
+      (unless early
+        (setf (gethash token *running*) evaluation)))
+    (unwind-protect
+         (catch (evaluation-tag evaluation)
+           (when early
+             (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
+           (multiple-value-prog1 (funcall function evaluation)
+             (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
+      (setf (evaluation-state evaluation) :done)
+      (sb-thread:with-mutex (*registry-lock*)
+        (remhash token *running*)
+        (note-finished token))
+      (rearm-stack-guard)
+      (forget-finished-threads)
+      (close-dead-connections))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The server's mailboxes of finished threads
+;;;
+;;; The SBCL backends of swank and slynk keep a mailbox for every thread that ever exchanged a
+;;; message, in one list searched linearly on every message, and never drop one. Each tool call
+;;; runs in a worker thread of its own, so an agent's calls would grow that list without bound:
+;;; after 86,000 calls every request to the image (the user's own SLIME requests too) took
+;;; 700 us longer and the dead threads could never be collected. A finished thread's mailbox
+;;; can never be read again, so dropping it changes nothing else.
+
+(defun server-mailbox-registry ()
+  "The symbols of the server backend's mailbox list and its lock, and the readers of a mailbox's
+thread and queue, or NIL when the attached server has no such list."
+  (loop for package-name in '("SWANK/SBCL" "SLYNK-SBCL")
+        for package = (find-package package-name)
+        for names = (and package
+                         (mapcar (lambda (name) (find-symbol name package))
+                                 '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))
+        when (and names (every #'identity names)
+                  (boundp (first names)) (boundp (second names))
+                  (fboundp (third names)) (fboundp (fourth names)))
+          return names))
+
+(defun forget-finished-threads ()
+  "Drops the server's mailboxes of threads that have finished and have nothing queued."
+  ;; Looked up once, when the helper loads: the server it is loaded through is already there.
+  (destructuring-bind (&optional list-symbol lock-symbol thread-reader queue-reader)
+      (load-time-value (server-mailbox-registry))
+    (when (and list-symbol (typep (symbol-value lock-symbol) 'sb-thread:mutex))
+      (flet ((finished-p (mailbox)
+               (let ((thread (ignore-errors (funcall thread-reader mailbox))))
+                 (and (typep thread 'sb-thread:thread)
+                      (not (sb-thread:thread-alive-p thread))
+                      (null (ignore-errors (funcall queue-reader mailbox)))))))
+        (sb-thread:with-mutex ((symbol-value lock-symbol))
+          (let ((mailboxes (symbol-value list-symbol)))
+            (when (some #'finished-p mailboxes)
+              (setf (symbol-value list-symbol) (remove-if #'finished-p mailboxes)))))))))
+
+(defun cancel (token kind reason)
+  "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
+the text to report. Returns T when an evaluation was interrupted, NIL when it had not started
+yet (it will abort as soon as it does)."
+  (let ((evaluation (sb-thread:with-mutex (*registry-lock*)
+                      (or (gethash token *running*)
+                          ;; An evaluation that already finished needs no cancelling later.
+                          (progn (unless (gethash token *recently-finished*)
+                                   (setf (gethash token *early-cancellations*) (cons kind reason)))
+                                 nil)))))
+    ;; Interrupted outside the lock: every call takes it to register, so a target thread slow to
+    ;; take the interruption must never hold up the rest of the image.
+    (when evaluation
+      (interrupt-evaluation evaluation kind reason)
+      t)))
+
+(defun interrupt-evaluation (evaluation kind reason)
+  "Makes EVALUATION's thread unwind it with a report of KIND and REASON, unless it is done."
+  (sb-thread:interrupt-thread
+   (evaluation-thread evaluation)
+   (lambda ()
+     (when (eq (evaluation-state evaluation) :running)
+       (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t)))))))
+
+(defun thread-text (thread)
+  (format nil "~S" (sb-thread:thread-name thread)))
+
+(defun waiting-text (thread)
+  "What THREAD waits for, when it waits for a lock or a condition, or NIL."
+  (let ((waiting-for (ignore-errors (internal-call "SB-THREAD" "THREAD-WAITING-FOR" thread))))
+    (typecase waiting-for
+      (null nil)
+      (sb-thread:mutex
+       (let ((owner (sb-thread:mutex-owner waiting-for)))
+         (format nil "waits for the lock ~S~:[~;, held by thread ~:*~A~]"
+                 (sb-thread:mutex-name waiting-for) (and owner (thread-text owner)))))
+      (t (format nil "waits on ~A" (ignore-errors (princ-to-string waiting-for)))))))
+
+(defun stuck-report (token)
+  "Why the evaluation under TOKEN has not unwound after an interruption, for the error the
+client shows: lines saying where it is and which threads of the image wait for a lock, and who
+holds it. Takes no lock it could wait on for long, since the image may be deadlocked."
+  (let ((lines '()))
+    (flet ((note (control &rest arguments)
+             (push (apply #'format nil control arguments) lines)))
+      (if (sb-thread:grab-mutex *registry-lock* :timeout 0.5)
+          (multiple-value-bind (evaluation finished)
+              (unwind-protect (values (gethash token *running*) (gethash token *recently-finished*))
+                (sb-thread:release-mutex *registry-lock*))
+            (cond (evaluation
+                   (let ((thread (evaluation-thread evaluation)))
+                     (note "The evaluation runs in thread ~A~:[, which is not waiting for a lock~;, which ~:*~A~]."
+                           (thread-text thread) (waiting-text thread))))
+                  (finished
+                   (note "The evaluation finished ~,1F s ago, but its reply did not reach swank-mcp."
+                         (/ (- (get-internal-real-time) finished) internal-time-units-per-second)))
+                  (t
+                   (note "The evaluation has not started: its request waits in the image."))))
+          (let ((owner (sb-thread:mutex-owner *registry-lock*)))
+            (note "The helper's registry lock is held~@[ by thread ~A~]." (and owner (thread-text owner)))))
+      (dolist (thread (sb-thread:list-all-threads))
+        (let ((waiting (waiting-text thread)))
+          (when waiting
+            (note "Thread ~A ~A." (thread-text thread) waiting)))))
+    (format nil "~{~A~^~%~}" (reverse lines))))
+
+(defun interruption-report (kind reason backtrace)
+  (list :kind kind
+        :type (ecase kind
+                (:timeout "EVALUATION-TIMEOUT")
+                (:cancelled "EVALUATION-CANCELLED")
+                (:aborted "EVALUATION-ABORTED"))
+        :class nil
+        :message reason
+        :backtrace backtrace
+        :restarts nil))

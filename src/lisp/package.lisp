@@ -1,0 +1,87 @@
+;;;; The swank-mcp helper: the Lisp side of the tools, put into the attached image by
+;;;; bootstrap.lisp once per revision of its text. This first file makes the helper's package and
+;;;; the few things every other file needs to be read (NEW, INTERNAL-CALL). What every tool shares
+;;;; follows, one file per purpose: capture.lisp (output capture), calls.lisp (running a call
+;;;; under a token that a timeout or cancellation can interrupt), conditions.lisp (backtraces and
+;;;; condition reports), sessions.lisp, tool-calls.lisp (reading the user's code, RUN-TOOL and
+;;;; FAIL) and printing.lisp. Then the tools' own files: names.lisp, handles.lisp, observe.lisp,
+;;;; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp, testing.lisp,
+;;;; undo.lisp, loading.lisp, activity.lisp, inspect.lisp and workers.lisp, in that order.
+;;;;
+;;;; Rules every helper file keeps, because it runs inside somebody else's live image:
+;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
+;;;;   no *FEATURES* push, no changes to the readtable, the printer or the debugger hooks
+;;;;   outside the dynamic extent of a call). The one exception is the undo journal's hooks on
+;;;;   definitions (undo.lisp), installed once and inert outside tool calls.
+;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
+;;;;   not mention either package. (The package name avoids the word "swank" for the same
+;;;;   reason: Slynk's reader rewrites any token containing it.) The exceptions find the server's
+;;;;   parts by name: FORGET-FINISHED-THREADS its mailbox list, the debugger tool its backend,
+;;;;   START-WORKER (workers.lisp) its request loop.
+;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
+;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
+;;;;   state that must survive a reload.
+;;;; - It names no SBCL internal in its source (see EXISTING-SYMBOLS): one that a future SBCL
+;;;;   drops must fail the tool that needs it, not the helper's load.
+;;;; - What a session makes once is made with NEW; what every call makes, with MAKE-INSTANCE of
+;;;;   a quoted class (see NEW).
+
+(defpackage #:mcp-agent-helper
+  (:use #:common-lisp)
+  (:export #:*version* #:evaluate #:cancel
+           #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
+           #:find-definition #:xref #:status #:load-system #:load-activity
+           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
+           #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
+           #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
+           #:note-activities #:activity-records #:request-approval #:answer-approval
+           #:allow-for-session #:session-allowed-p #:revoke-session-allowances
+           #:inspect-value #:end-session #:handle-count #:start-worker
+           #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
+
+(in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Instances
+
+(defun new (class &rest initargs)
+  "MAKE-INSTANCE of CLASS through the generic path, for what a session makes once. With a quoted
+class SBCL compiles an optimized constructor at the first instance, some 2 ms holding the world
+lock, on the first call of a fresh image; the instances it makes after that take a tenth of the
+time or less (evaluate-lisp's four per call: 9 us a call instead of 18), so what every call makes
+is made that way."
+  (apply #'make-instance class initargs))
+
+;;; ------------------------------------------------------------------------------------------
+;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)
+
+(defun existing-symbols (package-name &rest names)
+  "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
+SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids, and
+SB-IMPL:X is a read error once X is no longer external: either way the whole helper would fail
+to load. So this file names no SBCL internal in its source; it finds them here."
+  (let ((package (find-package package-name)))
+    (and package
+         (loop for name in names
+               for symbol = (find-symbol name package)
+               when symbol collect symbol))))
+
+(defun sbcl-internal (package-name name)
+  "The symbol PACKAGE-NAME:NAME of SBCL's internals, or a failure of the one tool that needs it
+when this SBCL lacks it."
+  (or (first (existing-symbols package-name name))
+      (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
+            (lisp-implementation-version) package-name name)))
+
+(defmacro internal-call (package-name name &rest arguments)
+  "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
+  `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
+
+(defun encapsulate-once (function-name tag wrapper)
+  "Encapsulates FUNCTION-NAME with WRAPPER under TAG, unless it already is: a reload of the
+helper finds its encapsulations in place. Does nothing where SBCL has no encapsulations, so that
+the helper still loads there."
+  (when (and (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
+             (fboundp function-name)
+             (not (internal-call "SB-INT" "ENCAPSULATED-P" function-name tag)))
+    (internal-call "SB-INT" "ENCAPSULATE" function-name tag wrapper)))
