@@ -118,6 +118,11 @@ package reading may intern into.")
 (defvar *forms-read* '()
   "Per call: the forms read from the user's code, and the expansions of the macros in them.")
 
+(defvar *expansion-failed* nil
+  "Per call: true once a macro's expander signalled an error. It may have interned names before
+(DEFSTRUCT interns MAKE-X before it finds that its :INCLUDE names no structure), which no
+expansion holds.")
+
 (defun present-symbols (package)
   (let ((set (make-hash-table :test 'eq)))
     (with-package-iterator (next package :internal :external)
@@ -210,7 +215,8 @@ keyword's value is itself, which says nothing.)"
 code never leaves names behind (a stray symbol can later clash with an imported one): those in
 the forms read and their expansions, and those a read that failed part-way (or a feature
 expression) interned: a symbol new in a package reading could intern into, whose name CODE
-spells. (Only those: another thread may be interning meanwhile.)"
+spells, or any such symbol once an expansion failed part-way. (Not every new symbol in every
+call: another thread may be interning meanwhile.)"
   (flet ((forget (symbol)
            (let* ((home (symbol-package symbol))
                   (before (cdr (assoc home *symbol-snapshots*))))
@@ -227,13 +233,14 @@ spells. (Only those: another thread may be interning meanwhile.)"
                            (unless (or (gethash symbol before) (not (eq (symbol-package symbol) package)))
                              (push symbol new)))))
                  (dolist (symbol new)
-                   (when (search (symbol-name symbol) spelled :test #'char-equal)
+                   (when (or *expansion-failed* (search (symbol-name symbol) spelled :test #'char-equal))
                      (forget symbol))))))))
 
 (defun call-leaving-image-unchanged (code package function)
   (let ((*symbol-snapshots* '())
         (*info-snapshots* (make-hash-table :test 'eq))
-        (*forms-read* '()))
+        (*forms-read* '())
+        (*expansion-failed* nil))
     (note-package package)
     (note-package (find-package '#:keyword))
     (mapc #'note-package (let ((*package* package)) (qualified-packages code)))
@@ -485,7 +492,10 @@ follow it until the stack runs out, which can take the image down."
   "The macroexpand hook of compile-form and macroexpand-form: an image macro's expansion may hold
 the request's code (or write a MACROLET around it), so every expansion is neutralized too. Its
 symbols are remembered: DEFSTRUCT and the like intern names as they expand."
-  (let ((expansion (neutralize (funcall expander form environment))))
+  (let ((expansion (neutralize (handler-bind ((error (lambda (condition)
+                                                       (declare (ignore condition))
+                                                       (setf *expansion-failed* t))))
+                                 (funcall expander form environment)))))
     (when (circular-code-p expansion)
       (error 'circular-code :form form :expansion-p t))
     (remember-form expansion)
