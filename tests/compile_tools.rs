@@ -290,6 +290,13 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
         assert!(!expansion.contains(macro_name), "{macro_name} left in {expansion}");
     }
     assert!(expansion.contains("(if (oddp x)"), "{expansion}");
+    // What the expansion keeps from evaluating is shown as written: LOAD-TIME-VALUE, and
+    // COMPILER-LET where one step leaves it in place.
+    let output = expand(&tb, json!({"form": "(flet ((g () (load-time-value (when t 1)))) (g))", "full": true})).await;
+    let shown = "(flet ((g ()\n         (load-time-value\n          (if t\n              1))))\n  (g))";
+    assert!(output.text.ends_with(shown), "{}", output.text);
+    let output = expand(&tb, json!({"form": "(when t (sb-cltl2:compiler-let ((x 1)) x))"})).await;
+    assert!(output.text.ends_with("(if t\n    (sb-cltl2:compiler-let ((x 1)) x))"), "{}", output.text);
     // A symbol macro is a macro call too.
     common::eval_ok(&tb, "(define-symbol-macro macroexpand-test-sm (car *macroexpand-test-list*))").await;
     assert_eq!(
