@@ -241,16 +241,18 @@ dropped)."
           result
           (append result (list :stdout (capture-report stdout)))))))
 
+(defconstant +o-path+ #o10000000
+  "Linux's O_PATH, which SB-POSIX lacks: a descriptor that names a file without opening it for
+reading (opening a device can act on it; a FIFO would block).")
+
 (defun call-with-checked-file (file device inode function)
   "Calls FUNCTION with a name that opens FILE as the server read it beneath its roots: the file
 of device DEVICE and inode INODE (decimal texts). The server sends only the path, and a directory
-on it swapped for a symlink since would lead the image elsewhere: so the image opens FILE once
-(never blocking, should it now be a FIFO), checks that it is that file, and compiles it through
-/proc/self/fd, which names what it opened whatever happens to the path; *COMPILE-FILE-TRUENAME*
-is still the file's own name."
-  (let ((descriptor (handler-case (posix "OPEN" (sb-ext:native-namestring file)
-                                         (logior (posix-flag "O-RDONLY") (posix-flag "O-NONBLOCK")
-                                                 (posix-flag "O-NOCTTY")))
+on it swapped for a symlink since would lead the image elsewhere: so the image takes a handle on
+FILE once, checks that it is that file, and compiles it through /proc/self/fd, which names what
+the handle holds whatever happens to the path; *COMPILE-FILE-TRUENAME* is still the file's own
+name."
+  (let ((descriptor (handler-case (posix "OPEN" (sb-ext:native-namestring file) +o-path+)
                       (error (e)
                         (fail "The image cannot open the file ~A (~A): it was moved since swank-mcp ~
                                read it, or the image runs on another machine, in another file system ~
@@ -264,7 +266,7 @@ is still the file's own name."
              (fail "The image found another file at ~A than swank-mcp read: the file was replaced, or a ~
                     directory on its path, in between (or the image sees another file system). Nothing ~
                     was loaded; load it again." file))
-           (unless (probe-file name)
+           (unless (probe-file "/proc/self/fd/")
              (fail "The image has no /proc/self/fd, through which load-file compiles exactly the file ~
                     swank-mcp checked; nothing was loaded."))
            (funcall function name))
