@@ -707,6 +707,25 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (should-error (swank-mcp-cancel-call) :type 'user-error))
         (kill-buffer activity)))))
 
+(ert-deftest swank-mcp-a-call-whose-server-went-away-is-not-left-running ()
+  (swank-mcp-tests--with-approvals (server)
+    (let ((activity (swank-mcp-activity)))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 3) :server-goes-away)")))
+            (swank-mcp-tests--wait-activity activity "the call, running" "running\n.*server-goes-away")
+            ;; The agent's server is killed: it can never say how the call ended.
+            (delete-process server)
+            (swank-mcp-tests--wait-activity activity "the call, ended by the image"
+                                            "server gone\n.*server-goes-away.*\n +The agent's server went away before this call ended")
+            (should (string-match-p "No agent's call is running or waiting"
+                                    (cadr (should-error (swank-mcp-cancel-call) :type 'user-error)))))
+        (kill-buffer activity)))))
+
 (ert-deftest swank-mcp-cancel-call-declines-a-call-waiting-for-approval ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
     (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-waiting* t)")))

@@ -572,7 +572,9 @@ A list of plists, newest first.")
     (:timed-out "timed out" error)
     (:cancelled "cancelled" shadow)
     (:failed "failed" error)
-    (:done "done" success))
+    (:done "done" success)
+    ;; The image's own end of a call whose server went away first.
+    (:lost "server gone" shadow))
   "Each state a call can be in, with how it is named and its face.")
 
 (defvar swank-mcp-activity-mode-map
@@ -588,7 +590,8 @@ A list of plists, newest first.")
 (define-derived-mode swank-mcp-activity-mode special-mode "swank-mcp activity"
   "The tool calls agents make in a Lisp image, newest at the bottom.
 Each shows its state: waiting for approval, running, declined, timed out,
-cancelled, failed or done.
+cancelled, failed, done, or server gone (the agent's server went away
+before the call ended).
 \\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the reply the agent received for the call at
 point, or the prompt of a call waiting for approval, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move
 between calls, \\[swank-mcp-activity-filter] shows only one tool's or one state's calls, \\[swank-mcp-cancel-call] ends

@@ -45,7 +45,8 @@ forgets those whose connection closed. True when one was told."
 one it was told of, or one in the whole record it asked for meanwhile.")
 
 (defparameter *call-states* '(:waiting :running :declined :timed-out :cancelled :failed :done)
-  "Where a call can be; the first two are not an end.")
+  "Where a call can be, as the agents' servers note it; the first two are not an end. The image
+itself ends a call in :LOST when its server's connection closes first (END-CALLS-OF-CONNECTION).")
 
 (defclass activity-record ()
   ((version :initform (incf *activity-version*) :accessor record-version)
@@ -60,7 +61,9 @@ one it was told of, or one in the whole record it asked for meanwhile.")
    (text :initform nil :accessor record-text)
    ;; Set when the user cancelled the call in Emacs: its end, an error the interruption made,
    ;; is recorded as :CANCELLED.
-   (cancelled :initform nil :accessor record-cancelled)))
+   (cancelled :initform nil :accessor record-cancelled)
+   ;; The connection of the agent's server that sent the last note of the call.
+   (connection :initform (server-connection) :accessor record-connection)))
 
 (defun note-activities (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
@@ -106,6 +109,7 @@ Emacs activity buffers are told of each change."
              (setf *activity* (subseq *activity* 0 *activity-limit*))))
           ((member (record-state record) '(:waiting :running))
            (setf (record-state record) state
+                 (record-connection record) (server-connection)
                  changed t)))
     (when (and text (eq (record-state record) state))
       (setf (record-text record) text
@@ -114,6 +118,29 @@ Emacs activity buffers are told of each change."
     (when changed
       (setf (record-version record) (incf *activity-version*))
       (record-plist record))))
+
+(defparameter *lost-call*
+  "The agent's server went away before this call ended (its connection to the image closed); how \
+the call ended is not known."
+  "The reply text of a call in :LOST.")
+
+(defun end-calls-of-connection (connection)
+  "The server's connection-closed hook: the calls of the agent's server on CONNECTION that have
+not ended never will, as far as the record can tell; they are ended in :LOST, so that neither the
+activity buffer nor M-x swank-mcp-cancel-call takes them for running."
+  (ignore-errors
+   (let ((changed (sb-thread:with-mutex (*activity-lock*)
+                    (loop for record in *activity*
+                          when (and (eq (record-connection record) connection)
+                                    (member (record-state record) '(:waiting :running)))
+                            do (setf (record-state record) :lost
+                                     (record-text record) *lost-call*
+                                     (record-version record) (incf *activity-version*))
+                            and collect (record-plist record)))))
+     (dolist (plist changed)
+       (apply #'tell-emacs :activity :call plist)))))
+
+(add-connection-closed-hook 'end-calls-of-connection)
 
 (defun outcome-line (text)
   "The first line of TEXT that says something, cut to 200 characters: how the call ended."
