@@ -295,7 +295,10 @@ it is when called as a command)."
       (push (list connection backend port) swank-mcp--servers))
     (swank-mcp--show-configuration port (swank-mcp--describe-connection connection backend) interactive)
     (when interactive
-      (message "swank-mcp: port %d is open; the client configuration is in %s" port swank-mcp--buffer-name))
+      (message "swank-mcp: port %d is open; the client configuration is in %s%s" port swank-mcp--buffer-name
+               (if (executable-find swank-mcp-program)
+                   ""
+                 (format " (but this Emacs does not find %s)" swank-mcp-program))))
     port))
 
 ;;;###autoload
@@ -372,9 +375,7 @@ swank-mcp-stop and swank-mcp-status.\n"))
 the clients below will fail to start it unless it is on their PATH.  Set `swank-mcp-program'
 to its absolute file name (M-x customize-variable RET swank-mcp-program), then M-x swank-mcp-start.\n\n"
                          swank-mcp-program)
-                 'face 'warning))
-        (when display
-          (message "swank-mcp: %s is not found; see %s" swank-mcp-program swank-mcp--buffer-name)))
+                 'face 'warning)))
       (insert (format "swank-mcp can attach on port %d to the image of the %s.\n\n" port where)
               (swank-mcp-client-configuration port)
               (format "
