@@ -857,8 +857,13 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
                                                     (regexp-quote file)))
             (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, C-c C-c cancel the call, g read again\\.\n"
                                     (swank-mcp-tests--activity-text buffer)))
-            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
-                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+            ;; RET on the waiting call goes to its prompt.
+            (swank-mcp-tests--wait "the approval buffer" (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+            (swank-mcp-tests--goto-call buffer "load-form  (ert)  waiting for approval")
+            (with-current-buffer buffer (swank-mcp-activity-show-reply))
+            (with-current-buffer (window-buffer (selected-window))
+              (should (equal (buffer-name) swank-mcp--approval-buffer-name))
+              (should (string-match-p "\\`ert asks to run load-form\\." (buffer-string)))
               (swank-mcp-decline))
             (let ((declined (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 3))))
               (swank-mcp-tests--wait-activity buffer "the load-form declined" "load-form  (ert)  declined  [0-9]+ ms")
