@@ -236,17 +236,23 @@ call: another thread may be interning meanwhile.)"
                    (when (or *expansion-failed* (search (symbol-name symbol) spelled :test #'char-equal))
                      (forget symbol))))))))
 
+(defvar *unchanged-lock* (sb-thread:make-mutex :name "mcp-agent-helper reading request code")
+  "Held by a call that reads request code to leave the image unchanged: two at once that read the
+same new name would each see it as its own, and the first to finish would unintern the symbol the
+other still reads and prints.")
+
 (defun call-leaving-image-unchanged (code package function)
-  (let ((*symbol-snapshots* '())
-        (*info-snapshots* (make-hash-table :test 'eq))
-        (*forms-read* '())
-        (*expansion-failed* nil))
-    (note-package package)
-    (note-package (find-package '#:keyword))
-    (mapc #'note-package (let ((*package* package)) (qualified-packages code)))
-    (unwind-protect (funcall function)
-      (restore-function-info)
-      (forget-new-symbols code))))
+  (sb-thread:with-recursive-lock (*unchanged-lock*)
+    (let ((*symbol-snapshots* '())
+          (*info-snapshots* (make-hash-table :test 'eq))
+          (*forms-read* '())
+          (*expansion-failed* nil))
+      (note-package package)
+      (note-package (find-package '#:keyword))
+      (mapc #'note-package (let ((*package* package)) (qualified-packages code)))
+      (unwind-protect (funcall function)
+        (restore-function-info)
+        (forget-new-symbols code)))))
 
 (defmacro leaving-image-unchanged ((code package) &body body)
   "Runs BODY, which reads CODE in PACKAGE (calling REMEMBER-FORM on each form it reads) and may
