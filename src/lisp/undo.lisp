@@ -145,9 +145,17 @@ method an agent's call adds, and the one with the same qualifiers and specialize
     (multiple-value-prog1 (apply definer arguments)
       (when journaling
         (ignore-errors
+         ;; PCL puts a new method first, and the one it replaces has its qualifiers and
+         ;; specializers (interned objects): a test per method, not a search through all of them
+         ;; per method, which made a call defining N methods of one function cost N^3.
          (let* ((after (sb-mop:generic-function-methods (generic-function-named name)))
-                (added (find-if-not (lambda (method) (member method before)) after))
-                (replaced (find-if-not (lambda (method) (member method after)) before)))
+                (added (let ((newest (first after))) (and newest (not (member newest before)) newest)))
+                (replaced (and added
+                               (find-if (lambda (method)
+                                          (and (equal (method-qualifiers method) (method-qualifiers added))
+                                               (equal (sb-mop:method-specializers method)
+                                                      (sb-mop:method-specializers added))))
+                                        before))))
            (when added
              (journal :method name :previous replaced :source (definition-source replaced)
                                    :installed added :detail (method-detail added name)))))))))
