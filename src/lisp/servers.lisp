@@ -34,13 +34,27 @@ it SWANK-BACKEND) and the package of its SBCL backend, where its mailboxes and t
    (implementation :initarg :implementation :reader server-implementation
                    :documentation "The package of its SBCL backend, or NIL.")
    ;; Found once, since they are used in every call.
-   (connection-variable :reader server-connection-variable
+   (connection-variable :initarg :connection-variable :reader server-connection-variable
                         :documentation "*EMACS-CONNECTION*: bound in the threads serving its requests.")
-   (send-counter :reader server-send-counter)
-   (reader-thread :reader server-reader-thread
+   (send-counter :initarg :send-counter :reader server-send-counter)
+   (reader-thread :initarg :reader-thread :reader server-reader-thread
                   :documentation "The function that gives a connection's reader thread, or NIL.")
-   (mailboxes :reader server-mailboxes
+   (mailboxes :initarg :mailboxes :reader server-mailboxes
               :documentation "(list-variable lock-variable thread-reader queue-reader), or NIL.")))
+
+(defun found-function (symbol)
+  (and symbol (fboundp symbol) (fdefinition symbol)))
+
+(defun mailbox-registry (implementation)
+  "The symbols of the mailbox list of the SBCL backend IMPLEMENTATION and its lock, and the readers
+of a mailbox's thread and queue, or NIL when it has no such list."
+  (let ((names (and implementation
+                    (mapcar (lambda (name) (find-symbol name implementation))
+                            '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))))
+    (and names (every #'identity names)
+         (boundp (first names)) (boundp (second names))
+         (fboundp (third names)) (fboundp (fourth names))
+         names)))
 
 (defun server-symbol (server name &optional (package (server-package server)))
   "The symbol NAME of PACKAGE (by default SERVER's own), or NIL."
@@ -48,21 +62,7 @@ it SWANK-BACKEND) and the package of its SBCL backend, where its mailboxes and t
 
 (defun server-function (server name &optional (package (server-package server)))
   "The function NAME of SERVER's package (or of PACKAGE), or NIL."
-  (let ((symbol (server-symbol server name package)))
-    (and symbol (fboundp symbol) (fdefinition symbol))))
-
-(defmethod initialize-instance :after ((server server) &key)
-  (with-slots (connection-variable send-counter reader-thread mailboxes implementation) server
-    (setf connection-variable (server-symbol server "*EMACS-CONNECTION*")
-          send-counter (server-symbol server "*SEND-COUNTER*")
-          reader-thread (server-function server "MCONN.READER-THREAD")
-          mailboxes (let ((names (and implementation
-                                      (mapcar (lambda (name) (find-symbol name implementation))
-                                              '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))))
-                      (and names (every #'identity names)
-                           (boundp (first names)) (boundp (second names))
-                           (fboundp (third names)) (fboundp (fourth names))
-                           names)))))
+  (found-function (server-symbol server name package)))
 
 (defvar *servers* '()
   "The SERVERs of the server packages seen so far, made when first seen.")
@@ -72,17 +72,26 @@ it SWANK-BACKEND) and the package of its SBCL backend, where its mailboxes and t
 (defun make-server (kind)
   "The SERVER of KIND (an entry of *SERVER-KINDS*) when its package exists, else NIL."
   (destructuring-bind (&key package backends implementation) kind
-    (let ((found (find-package package)))
-      (and found
-           (new 'server :package found
+    (let ((package (find-package package))
+          (implementation (find-package implementation)))
+      (and package
+           (new 'server :package package
                         :backend (some #'find-package backends)
-                        :implementation (find-package implementation))))))
+                        :implementation implementation
+                        :connection-variable (find-symbol "*EMACS-CONNECTION*" package)
+                        :send-counter (find-symbol "*SEND-COUNTER*" package)
+                        :reader-thread (found-function (find-symbol "MCONN.READER-THREAD" package))
+                        :mailboxes (mailbox-registry implementation))))))
 
 (defun servers ()
   "The SERVER of each server package in the image. One loaded after the helper is found the first
 time it is asked for here, and gets the helper's footprint (see INSTALL-SERVER)."
   (let ((known *servers*))
-    (if (= (length known) (length *server-kinds*))
+    ;; Asked several times a call: the lock is taken only when a server package is new.
+    (if (notany (lambda (kind)
+                  (let ((package (find-package (getf kind :package))))
+                    (and package (not (find package known :key #'server-package)))))
+                *server-kinds*)
         known
         (let ((new '()))
           (sb-thread:with-mutex (*servers-lock*)
