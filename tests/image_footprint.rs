@@ -234,6 +234,16 @@ async fn uninstall_takes_every_change_out_and_the_next_call_installs_again() {
     assert!(ok && out.starts_with("=> 3"), "{out}");
     settle(&raw, "(changed-since-start)", EVERYTHING_INSTALLED).await;
 
+    // A server attached meanwhile loses its session and its worker threads, and its next call
+    // installs the helper again.
+    let toolbox = common::toolbox(image.port);
+    common::eval_ok(&toolbox, "(list :attached)").await;
+    assert!(swank_mcp(image.port, &["uninstall"]).await.0);
+    assert_eq!(ask(&raw, "(changed-since-start)").await, "NIL");
+    assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+    let with_its_worker = format!("{} :WORKERS)", EVERYTHING_INSTALLED.trim_end_matches(')'));
+    settle(&raw, "(changed-since-start)", &with_its_worker).await;
+
     // A second uninstall finds it again; a third finds nothing to take out.
     assert!(swank_mcp(image.port, &["uninstall"]).await.0);
     let (ok, out) = swank_mcp(image.port, &["uninstall"]).await;
