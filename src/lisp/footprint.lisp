@@ -19,7 +19,10 @@
 ;;;; Besides these, the helper changes the servers' own state as it serves calls (servers.lisp,
 ;;;; workers.lisp): it drops finished threads' mailboxes and ids, restarts a worker's message
 ;;;; count at each call, and sets TCP_NODELAY on the socket of a connection that asks for
-;;;; workers; and it runs worker threads, which UNINSTALL ends.
+;;;; workers; and it runs worker threads, which UNINSTALL ends. Some tools change the image for
+;;;; as long as they need to: run-tests encapsulates the test frameworks' functions and LOAD
+;;;; while a run reads results (testing.lisp), and what the trace tool traces stays traced until
+;;;; its session ends; UNINSTALL, which refuses while a call runs, finds neither.
 ;;;;
 ;;;; Loaded after package.lisp, under its rules.
 
