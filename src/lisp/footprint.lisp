@@ -22,7 +22,8 @@
 ;;;; workers; and it runs worker threads, which UNINSTALL ends. Some tools change the image for
 ;;;; as long as they need to: run-tests encapsulates the test frameworks' functions and LOAD
 ;;;; while a run reads results (testing.lisp), and what the trace tool traces stays traced until
-;;;; its session ends; UNINSTALL, which refuses while a call runs, finds neither.
+;;;; its session ends. UNINSTALL refuses while a call runs and ends every session, so it leaves
+;;;; neither.
 ;;;;
 ;;;; Loaded after package.lisp, under its rules.
 
