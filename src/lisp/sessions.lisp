@@ -93,10 +93,11 @@ being the last, the helper is uninstalled."
 
 (defun connection-closed (connection)
   "On each server's connection-closed hook (see footprint.lisp): a connection's client has gone,
-and with it the sessions that called through it and its worker threads. Never signals: it runs
-inside the server's closing of the connection."
+and with it the sessions that called through it, its worker threads and its calls in the activity
+record. Never signals: it runs inside the server's closing of the connection."
   (ignore-errors (end-sessions (lambda (session) (eq (session-connection session) connection))))
   (ignore-errors (end-workers connection))
+  (ignore-errors (end-calls-of-connection connection))
   (ignore-errors (uninstall-if-pending)))
 
 (defun close-dead-connections ()

@@ -412,8 +412,7 @@ impl Server {
             )),
             "tools/list" => {
                 let title_field = self.structured_output();
-                let tools: Vec<Value> = self.toolbox.definitions().map(|d| d.to_json(title_field)).collect();
-                Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
+                Ok(Some(ResultBody::Json(json!({ "tools": self.toolbox.tool_list(title_field) }))))
             }
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {
@@ -485,7 +484,7 @@ impl Server {
             &client,
             if asks { CallState::Waiting } else { CallState::Running },
         );
-        let approval = if asks { self.approval(name, &arguments, &client, &cancel).await } else { Ok(()) };
+        let approval = if asks { record.run(self.approval(name, &arguments, &client, &cancel)).await } else { Ok(()) };
         let (output, approved, arguments, refusal) = match approval {
             Ok(()) => {
                 if asks {
@@ -494,7 +493,8 @@ impl Server {
                 let progress = self.progress_for(progress_token);
                 // The arguments are kept for the audit log only when there is one.
                 let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
-                let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
+                let output =
+                    record.run(self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress)).await;
                 (output, true, kept, None)
             }
             Err((state, refused)) => (Some(refused), false, arguments, Some(state)),
