@@ -154,7 +154,8 @@ its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see
 REST-LISTING), :WARNING-COUNT, :STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the
 compiler's errors (a form it could not compile, a file it could not read) at file:line:column;
-:STDOUT (text dropped); and :LOAD-ERROR, a report when the load failed (its output and warnings are
+:RELOADED, the files of loaded systems it loaded again (see RELOADED-FILES); :STDOUT (text
+dropped); and :LOAD-ERROR, a report when the load failed (its output and warnings are
 kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
@@ -187,6 +188,7 @@ kept)."
              ;; The undefined-function warnings the compilation unit held back when an error
              ;; came: a unit that is aborted never reports them.
              (pending '())
+             (reloaded nil)
              (result
                (run-tool
                 token
@@ -203,7 +205,8 @@ kept)."
                   (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
                   (unwind-protect
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
-                             (*load-verbose* nil) (*load-print* nil))
+                             (*load-verbose* nil) (*load-print* nil)
+                             (stamps (source-file-stamps)))
                          (handler-bind ((condition (lambda (condition)
                                                      (let ((text (compiler-error-text condition)))
                                                        (when text (note :error text)))))
@@ -212,7 +215,8 @@ kept)."
                                         (error (lambda (e)
                                                  (declare (ignore e))
                                                  (setf pending (pending-undefined-warnings)))))
-                           (funcall (asdf-function "LOAD-SYSTEM") system :force force))
+                           (unwind-protect (funcall (asdf-function "LOAD-SYSTEM") system :force force)
+                             (setf reloaded (reloaded-files stamps))))
                          (list :loaded t))
                     (remhash session *loading-threads*)))
                 :stdout stdout)))
@@ -232,5 +236,68 @@ kept)."
                   :warning-count (getf counts :warning)
                   :style-warning-count (getf counts :style-warning)
                   :note-count (getf counts :note)
+                  :reloaded reloaded
                   :stdout (capture-report stdout)
                   :load-error (without-asdf-frames (getf result :error))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; What a load reloaded
+;;;
+;;; Loading a system (load-system, or the load a test-op makes first) makes ASDF compile and load
+;;; again every file of a loaded system that changed since it was loaded, and the files that
+;;; depend on it: their definitions replace the image's, among them any the user changed only in
+;;; the image. The replies say which files; the undo journal (undo.lisp) has what they replaced.
+
+(defun asdf-symbol (name)
+  (find-symbol name '#:asdf))
+
+(defun source-file-stamps ()
+  "Before a load: the number the next journal entry gets, followed by every source file of the
+systems loaded now as (component load-stamp compile-stamp)."
+  (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
+         (registered (or (asdf-symbol "REGISTERED-SYSTEM") (asdf-symbol "FIND-SYSTEM")))
+         (source-file (find-class (asdf-symbol "CL-SOURCE-FILE") nil))
+         (parent (find-class (asdf-symbol "PARENT-COMPONENT") nil))
+         (make-operation (asdf-function "MAKE-OPERATION"))
+         (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
+         (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
+         (files '()))
+    (labels ((walk (component)
+               (cond ((typep component source-file)
+                      (push (list component (funcall time load-op component) (funcall time compile-op component))
+                            files))
+                     ((typep component parent)
+                      (mapc #'walk (funcall (asdf-function "COMPONENT-CHILDREN") component))))))
+      (when (and time (fboundp time) source-file parent)
+        (dolist (name (funcall (asdf-function "ALREADY-LOADED-SYSTEMS")))
+          (let ((system (funcall registered name)))
+            (when system (walk system))))))
+    ;; The journal is defined after this file.
+    (cons (symbol-value '*next-journal-number*) files)))
+
+(defun reloaded-files (stamps)
+  "The files of STAMPS (see SOURCE-FILE-STAMPS) that the load since loaded again: NIL, or
+(:FILES ((system file recompiled changed) ...) :JOURNAL (first last)), FILE relative to the
+system's directory, RECOMPILED whether it was compiled again, CHANGED whether its source is newer
+than what was loaded (else it was reloaded for depending on a changed one), and the journal
+entries made since, if any."
+  (destructuring-bind (journal-before . files) stamps
+    (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
+           (make-operation (asdf-function "MAKE-OPERATION"))
+           (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
+           (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
+           (pathname-of (asdf-function "COMPONENT-PATHNAME"))
+           (reloaded (loop for (component loaded compiled) in files
+                           for system = (funcall (asdf-function "COMPONENT-SYSTEM") component)
+                           for source = (funcall pathname-of component)
+                           when (and loaded (not (eql loaded (funcall time load-op component))))
+                             collect (list (funcall (asdf-function "COMPONENT-NAME") system)
+                                           (enough-namestring source (funcall pathname-of system))
+                                           (not (eql compiled (funcall time compile-op component)))
+                                           ;; A stamp is the write date of what was loaded.
+                                           (let ((written (and source (ignore-errors (file-write-date source)))))
+                                             (and written (> written (or compiled loaded)) t)))))
+           (journal-after (symbol-value '*next-journal-number*)))
+      (and reloaded
+           (list :files reloaded
+                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after))))))))

@@ -324,6 +324,8 @@ impl TopForm {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutlineEntry {
     pub(crate) lines: LineRange,
+    /// Its bytes in the file, start and end, reader conditionals included.
+    pub(crate) span: (usize, usize),
     /// How many wrapping forms it is inside: 0 for a top-level form.
     pub depth: usize,
     /// The reader conditionals in front of the form (`#+sbcl`), empty if none.
@@ -397,6 +399,7 @@ fn outline_entry(cst: &Cst, lines: &LineIndex, base: usize, form: &TopForm) -> O
     let span = cst.span(form.item);
     OutlineEntry {
         lines: lines.lines(base + span.start..base + span.end),
+        span: (base + span.start, base + span.end),
         depth: form.ancestors.len(),
         conditions: form.conditions_shown(cst).trim_end().to_string(),
         operator: form.head.as_ref().map(|h| h.operator_shown(cst)),

@@ -100,6 +100,27 @@ impl Arguments {
         }
     }
 
+    /// Whether the call gives `name` (a null counts as not given).
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.0.get(name).is_some_and(|value| !value.is_null())
+    }
+
+    /// The names of the arguments given.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
+    }
+
+    /// A list of objects, each read as the arguments of its own; absent means none.
+    pub(crate) fn optional_object_list(&self, name: &str) -> Result<Option<Vec<Arguments>>, ArgumentError> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) if items.iter().all(Value::is_object) => {
+                Ok(Some(items.iter().filter_map(Value::as_object).map(|object| Arguments(object.clone())).collect()))
+            }
+            Some(other) => Err(wrong_type(name, "an array of objects", other)),
+        }
+    }
+
     /// A number from 0 to `max`, or a name.
     pub(crate) fn optional_number_or_name(
         &self,
