@@ -396,10 +396,16 @@ first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
 
 (defun fiveam-report (collection package)
   "The tally of COLLECTION's FiveAM runs: each outermost run's results, a test's checks in it."
-  (let ((tally (make-tally "FiveAM" package))
-        (expectations (reverse (collection-expectations collection))))
+  (let* ((tally (make-tally "FiveAM" package))
+         (expectations (reverse (collection-expectations collection)))
+         ;; The place of each expectation: the order the checks failed in, which FiveAM's
+         ;; results do not keep.
+         (order (let ((table (make-hash-table :test 'eq)))
+                  (loop for expectation in expectations for i from 0 do (setf (gethash expectation table) i))
+                  table)))
     (dolist (results (reverse (collection-fiveam-runs collection)))
-      (let ((in-this-run (make-hash-table :test 'eq)))
+      (let ((in-this-run (make-hash-table :test 'eq))
+            (failures '()))
         (dolist (result results)
           (let* ((kind (fiveam-result-kind result))
                  (test-case (slot-if-bound result "TEST-CASE"))
@@ -419,14 +425,19 @@ first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
                      (condition (and (eq kind :error) (slot-if-bound result "ACTUAL-CONDITION"))))
                 (when expectation
                   (setf expectations (remove expectation expectations :count 1)))
-                (tally-failure tally tested kind
-                               :form expr
-                               :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
-                                                                (condition-message condition)))
-                                             ((stringp reason)
-                                              (string-trim '(#\Space #\Newline) (fold-blank-lines reason))))
-                               :expected (and expectation (value-text (second expectation) tested))
-                               :actual (and expectation (value-text (third expectation) tested)))))))))
+                (push (list tested kind expr reason expectation condition) failures)))))
+        (dolist (failure (stable-sort (nreverse failures) #'<
+                                      :key (lambda (failure)
+                                             (gethash (fifth failure) order most-positive-fixnum))))
+          (destructuring-bind (tested kind expr reason expectation condition) failure
+            (tally-failure tally tested kind
+                           :form expr
+                           :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
+                                                            (condition-message condition)))
+                                         ((stringp reason)
+                                          (string-trim '(#\Space #\Newline) (fold-blank-lines reason))))
+                           :expected (and expectation (value-text (second expectation) tested))
+                           :actual (and expectation (value-text (third expectation) tested)))))))
     (tally-report tally)))
 
 (defun fold-blank-lines (text)
