@@ -56,17 +56,17 @@ async fn tools_are_listed_with_schemas_and_annotations_without_an_image() {
 }
 
 /// Every agent session carries the tool list in its context before its first call: it stays
-/// under 20,000 bytes with every tool offered, and the workflow that ties the tools together is
+/// under 18,000 bytes with every tool offered, and the workflow that ties the tools together is
 /// said once, in the instructions, rather than in each description.
 #[tokio::test]
-async fn the_tool_list_is_at_most_20000_bytes_with_every_tool_and_the_workflow_is_in_the_instructions() {
+async fn the_tool_list_is_at_most_18000_bytes_with_every_tool_and_the_workflow_is_in_the_instructions() {
     let mut client = McpClient::for_port(common::dead_port()).await;
     let initialized = client.initialize().await;
     let reply = client.request("tools/list", json!({})).await;
     let bytes = serde_json::to_string(&reply).unwrap().len();
     let tools = reply["result"]["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 22, "{reply}");
-    assert!(bytes <= 20_000, "tools/list is {bytes} bytes");
+    assert!(bytes <= 18_000, "tools/list is {bytes} bytes");
     for tool in tools {
         let description = tool["description"].as_str().unwrap();
         assert!(!description.is_empty() && tool.get("outputSchema").is_none(), "{tool}");
@@ -76,6 +76,11 @@ async fn the_tool_list_is_at_most_20000_bytes_with_every_tool_and_the_workflow_i
     for step in ["edit-lisp-form with load: true", "run-tests", "debug: true", "undo", "inspect"] {
         assert!(instructions.contains(step), "{step} in {instructions}");
     }
+    // The loop that fixes failing tests, in its order.
+    let steps =
+        ["run-tests", "find-definition with source: true", "operation \"patch\"", "load: true", "then run-tests again"];
+    let places: Vec<Option<usize>> = steps.iter().map(|step| instructions.find(step)).collect();
+    assert!(places.iter().all(Option::is_some) && places.windows(2).all(|pair| pair[0] < pair[1]), "{instructions}");
 }
 
 #[tokio::test]

@@ -24,45 +24,27 @@ pub fn definition() -> ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
         description:
-            "Structurally edit one definition (defun, defmacro, defclass, defmethod, ...) of a Lisp source file: \
-            replace, delete, patch (old_text to new_text inside it), or insert forms beside it; or several edits, \
-            all or none. Prefer it to rewriting files or text substitution: text that does not read is refused. \
-            Returns the diff; load: true also compiles the change into the image.",
+            "Edit one definition (defun, defmacro, defclass, defmethod...) of a Lisp file on its syntax tree: \
+            replace it, delete it, insert forms beside it, or patch old_text to new_text inside it; several edits \
+            all or none. Use it rather than rewriting files: text that does not read is refused. Returns the diff; \
+            load: true compiles the change into the image.",
         input_schema: json!({
             "type": "object",
             "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root."
-                },
-                "form_type": {
-                    "type": "string",
-                    "description": "The operator, e.g. \"defun\", \"defmethod\" (case and package prefix ignored)."
-                },
+                "file_path": {"type": "string"},
+                "form_type": {"type": "string", "description": "The operator, e.g. \"defun\"."},
                 "form_name": {
                     "type": "string",
-                    "description": "As lisp-outline shows it: \"foo\", \"(setf foo)\"; a method as \"name [qualifiers] (specializers)\", e.g. \"area :around (shape)\"."
+                    "description": "As lisp-outline shows it: \"foo\", \"(setf foo)\", a method \"area :around (shape)\"."
                 },
-                "operation": {
-                    "type": "string",
-                    "enum": Operation::NAMES,
-                    "description": "insert_* put content beside the form and its comments; delete removes them."
-                },
+                "operation": {"type": "string", "enum": Operation::NAMES},
                 "content": {"type": "string", "description": "Whole top-level form(s); not for delete or patch."},
-                "old_text": {"type": "string", "description": "patch: text occurring exactly once in the form."},
-                "new_text": {"type": "string", "description": "patch: what replaces old_text."},
-                "index": {"type": "integer", "minimum": 1, "description": "Which match, 1-based, when several match."},
-                "edits": {
-                    "type": "array",
-                    "items": {"type": "object"},
-                    "description": "Several edits, each with the fields above (file_path ... index), applied in order."
-                },
-                "dry_run": {"type": "boolean", "default": false, "description": "Return the diff; write and load nothing."},
-                "load": {
-                    "type": "boolean",
-                    "default": false,
-                    "description": "Compile the change into the image as load-form does (delete: remove the definition)."
-                },
+                "old_text": {"type": "string", "description": "patch: text found once in the form."},
+                "new_text": {"type": "string"},
+                "index": {"type": "integer", "minimum": 1, "description": "1-based, among several matches."},
+                "edits": {"type": "array", "items": {"type": "object"}, "description": "Edits, each with the fields above."},
+                "dry_run": {"type": "boolean", "description": "Return the diff; write and load nothing."},
+                "load": {"type": "boolean", "description": "Compile the change into the image (delete: remove the definition)."},
                 "large_file": large_file_schema()
             },
             "additionalProperties": false

@@ -18,16 +18,16 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
         title: "Find definitions",
-        description: "Where symbols are defined: each definition (function, method, variable, class, type...) at \
-            file:line:column, found again in the file's current text if it changed since, or \"defined at the \
-            REPL\"; with source: true, each definition's current text too. In pages of 50.",
+        description: "Where symbols are defined: each definition (function, method, variable, class...) at \
+            file:line:column in the file's current text, or \"defined at the REPL\"; source: true adds each one's \
+            text. In pages of 50.",
         input_schema: json!({
             "type": "object",
             "required": ["symbol"],
             "properties": {
-                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name; several separated by spaces."},
-                "source": {"type": "boolean", "default": false, "description": "Also each definition's text, as its file has it now."},
-                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."},
+                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name; several with spaces between."},
+                "source": {"type": "boolean"},
+                "package": {"type": "string", "description": "For unqualified names."},
                 "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Definitions to skip (the next page's offset)."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many (up to 2,000)."}
             }

@@ -18,14 +18,14 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-check-parens",
         title: "Check Lisp parentheses",
         description:
-            "Check that Lisp source (file_path or code) reads as complete forms; on a problem, gives the line and \
-            column where reading failed and of the open paren, and where a missing ) likely belongs.",
+            "Check that Lisp source (file_path or code) reads as complete forms; else where reading failed, the open \
+            paren, and where a missing ) likely belongs.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": {
                     "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
+                    "description": "Under an allowed root or an ASDF system's directory."
                 },
                 "code": {
                     "type": "string",

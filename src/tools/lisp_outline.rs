@@ -18,15 +18,15 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-outline",
         title: "Outline a Lisp file",
         description:
-            "List a Lisp file's top-level forms, one line each (lines, reader conditional, operator and name; \
-            definitions inside progn, eval-when etc. indented under them), with source: true each form's text too. \
-            edit-lisp-form and load-form take these names. In pages.",
+            "A Lisp file's top-level forms, one line each: lines, reader conditional, operator and name (forms in \
+            progn, eval-when etc. indented), as edit-lisp-form and load-form take them; source: true adds each \
+            form's text. In pages.",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "file_path": {
                     "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
+                    "description": "Under an allowed root or an ASDF system's directory."
                 },
                 "offset": {
                     "type": "integer",
@@ -41,7 +41,7 @@ pub fn definition() -> ToolDefinition {
                     "default": MAX_ENTRIES,
                     "description": "At most this many forms."
                 },
-                "source": {"type": "boolean", "default": false, "description": "Each form's text too, about 16,000 characters a page."},
+                "source": {"type": "boolean", "description": "Pages of about 16,000 characters then."},
                 "large_file": large_file_schema()
             },
             "required": ["file_path"],

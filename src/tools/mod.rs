@@ -67,17 +67,13 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
 pub(crate) fn loaded_file_schema() -> Value {
     serde_json::json!({
         "type": "string",
-        "description": "The file: absolute, or relative to the first --root; under an allowed root, at the same path for the image."
+        "description": "Under an allowed root, at the same path for the image."
     })
 }
 
 /// The `large_file` argument's schema, shared by the source tools.
 pub(crate) fn large_file_schema() -> Value {
-    serde_json::json!({
-        "type": "boolean",
-        "default": false,
-        "description": "Read a file over 64 MiB too."
-    })
+    serde_json::json!({"type": "boolean", "description": "Read a file over 64 MiB too."})
 }
 
 /// What a tool's function gives back.

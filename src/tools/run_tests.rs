@@ -30,9 +30,9 @@ fn definition() -> ToolDefinition {
         name: "run-tests",
         title: "Run tests",
         description:
-            "Run a system's tests (asdf:test-system), or after loading it one suite or test (FiveAM, Parachute; RT \
-            tests too). Replies with the counts and each failing test's form, expected and actual values; the output \
-            stays behind a handle. Limit 10 minutes.",
+            "Run a system's tests (asdf:test-system), or after loading it one FiveAM or Parachute suite or FiveAM, \
+            Parachute or RT test. Replies with the counts and each failing test's form, expected and actual values. \
+            Limit 10 minutes.",
         input_schema: json!({
             "type": "object",
             "required": ["system"],
