@@ -76,6 +76,8 @@ async fn the_tool_list_is_at_most_18000_bytes_with_every_tool_and_the_workflow_i
     for step in ["edit-lisp-form with load: true", "run-tests", "debug: true", "undo", "inspect"] {
         assert!(instructions.contains(step), "{step} in {instructions}");
     }
+    // What every file_path is, said once.
+    assert!(instructions.contains("file_path is absolute or relative to the first --root"), "{instructions}");
     // The loop that fixes failing tests, in its order.
     let steps =
         ["run-tests", "find-definition with source: true", "operation \"patch\"", "load: true", "then run-tests again"];

@@ -601,20 +601,17 @@ fn outline_lists_the_forms() {
 fn definitions_describe_the_tools_honestly() {
     let edit = edit_lisp_form::definition();
     assert_eq!(edit.name, "edit-lisp-form");
-    assert!(edit.description.contains("Prefer it to rewriting files or text substitution"));
+    // As the contract asks: the model is told to prefer it to rewriting whole files.
+    assert!(edit.description.contains("Use it rather than rewriting files"));
     // With `load`, it changes the image too.
     assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
     // One edit's fields, or `edits`: which are required depends on which the call gives.
     assert_eq!(edit.input_schema.get("required"), None);
     assert_eq!(edit.input_schema["properties"]["edits"]["type"], json!("array"));
     assert!(edit.input_schema["properties"]["operation"]["enum"].as_array().unwrap().contains(&json!("patch")));
-    assert!(edit.description.contains("load: true also compiles the change into the image"));
+    assert!(edit.description.contains("load: true compiles the change into the image"));
     assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
     assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
-    assert!(edit.input_schema["properties"]["file_path"]["description"]
-        .as_str()
-        .unwrap_or_default()
-        .contains("relative to"));
 
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);
@@ -780,4 +777,19 @@ fn the_outline_gives_each_forms_text_with_source() {
         "wrapped.lisp: 2 top-level forms, 5 lines\nforms 1 to 1:\n1-3  progn\n(progn\n  (defun a () 1)\n  (defun b () 2))\n... 1 \
          more; use `offset: 1` for the next page."
     );
+}
+
+#[test]
+fn escaped_names_are_told_apart_as_sbcls_reader_tells_them() {
+    // The contract compares names with string-equal; SBCL reads `|foo|` as another symbol than
+    // `foo`, and `|FOO|` as the same one.
+    let project = Project::new();
+    let file = project.file("escaped.lisp", "(defun |foo| () 1)\n\n(defun foo () 2)\n");
+    for (form_name, line) in [("foo", "line 3"), ("|FOO|", "line 3"), ("|foo|", "line 1")] {
+        let output = project.edit(json!({
+            "file_path": file, "form_type": "defun", "form_name": form_name,
+            "operation": "replace", "content": "(x)", "dry_run": true,
+        }));
+        assert!(!output.is_error && output.text.contains(&format!("({line})")), "{form_name}: {}", output.text);
+    }
 }
