@@ -416,13 +416,15 @@ fn copied_project(name: &str) -> tempfile::TempDir {
     dir
 }
 
-/// Rewrites `path` with `from` replaced by `to` (once), dated a few seconds ahead, so that ASDF
-/// sees it newer than the fasl it compiled from it in the same second.
+/// Rewrites `path` with `from` replaced by `to` (once), dated two seconds past both now and its
+/// previous date: ASDF's stamps are write dates in seconds, and a change made within the second
+/// of the last compile, or of the previous change, would look like none.
 fn change_file(path: &std::path::Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(path).unwrap();
     assert_eq!(text.matches(from).count(), 1, "{from:?} in {}", path.display());
+    let previous = std::fs::metadata(path).and_then(|metadata| metadata.modified()).unwrap();
     std::fs::write(path, text.replacen(from, to, 1)).unwrap();
-    let later = std::time::SystemTime::now() + Duration::from_secs(5);
+    let later = previous.max(std::time::SystemTime::now()) + Duration::from_secs(2);
     std::fs::File::options().write(true).open(path).and_then(|file| file.set_modified(later)).unwrap();
 }
 
@@ -492,6 +494,27 @@ async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures(
         "{}",
         output.text
     );
+
+    // The compiler's warnings on the system's files come into the reply, and so do an error
+    // outside any test and the output's last lines before it.
+    change_file(
+        &dir.path().join("tally.lisp"),
+        "(defun word-count (text)",
+        "(defun uses-nothing () *no-such-variable*)\n\n(defun word-count (text)",
+    );
+    change_file(&dir.path().join("tests.lisp"), "(null failures)))", "(error \"The checks could not finish.\")))");
+    let output = call(&tb, "run-tests", json!({"system": "tally"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nThe checks could not finish.\n"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "\n\n[compiler warnings] 1 warning building the system\nWARNING: undefined variable: \
+             TALLY::*NO-SUCH-VARIABLE*\n"
+        ),
+        "{}",
+        output.text
+    );
+    assert!(output.text.ends_with("\n5 checks. Unexpected failures: none"), "{}", output.text);
 }
 
 /// Alexandria's three seeded bugs (as benches/bugfix_path.py seeds them): (file, correct text,
@@ -614,8 +637,8 @@ async fn a_seeded_library_is_fixed_in_the_loop_within_the_replies_budgets() {
     assert!(output.text.contains("\nRT: 249 tests, run twice by the test-op: all passed.\n"), "{}", output.text);
     assert!(
         output.text.contains(
-            "\nBefore the tests, ASDF reloaded 3 files of alexandria (alexandria-1/numbers.lisp, alexandria-1/lists.lisp, \
-             alexandria-1/binding.lisp) changed since loaded and "
+            "\nBefore the tests, ASDF reloaded 3 files of alexandria (alexandria-1/binding.lisp, alexandria-1/lists.lisp, \
+             alexandria-1/numbers.lisp) changed since loaded and "
         ),
         "{}",
         output.text

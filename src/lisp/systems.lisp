@@ -206,7 +206,8 @@ kept)."
                   (unwind-protect
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
                              (*load-verbose* nil) (*load-print* nil)
-                             (stamps (source-file-stamps)))
+                             (planned (planned-reloads "LOAD-OP" system))
+                             (completed nil))
                          (handler-bind ((condition (lambda (condition)
                                                      (let ((text (compiler-error-text condition)))
                                                        (when text (note :error text)))))
@@ -215,8 +216,9 @@ kept)."
                                         (error (lambda (e)
                                                  (declare (ignore e))
                                                  (setf pending (pending-undefined-warnings)))))
-                           (unwind-protect (funcall (asdf-function "LOAD-SYSTEM") system :force force)
-                             (setf reloaded (reloaded-files stamps))))
+                           (unwind-protect (progn (funcall (asdf-function "LOAD-SYSTEM") system :force force)
+                                                  (setf completed t))
+                             (setf reloaded (reloaded-files planned completed))))
                          (list :loaded t))
                     (remhash session *loading-threads*)))
                 :stdout stdout)))
@@ -247,53 +249,60 @@ kept)."
 ;;; again every file of a loaded system that changed since it was loaded, and the files that
 ;;; depend on it: their definitions replace the image's, among them any the user changed only in
 ;;; the image. The replies say which files; the undo journal (undo.lisp) has what they replaced.
+;;; Which files is known from ASDF's plan, made before the load: the stamps it keeps are write
+;;; dates in seconds, which a file compiled twice within a second leaves as they were.
 
 (defun asdf-symbol (name)
   (find-symbol name '#:asdf))
 
-(defun source-file-stamps ()
-  "Before a load: the number the next journal entry gets, followed by every source file of the
-systems loaded now as (component load-stamp compile-stamp)."
-  (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
-         (registered (or (asdf-symbol "REGISTERED-SYSTEM") (asdf-symbol "FIND-SYSTEM")))
-         (source-file (find-class (asdf-symbol "CL-SOURCE-FILE") nil))
-         (parent (find-class (asdf-symbol "PARENT-COMPONENT") nil))
-         (make-operation (asdf-function "MAKE-OPERATION"))
-         (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
-         (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
-         (files '()))
-    (labels ((walk (component)
-               (cond ((typep component source-file)
-                      (push (list component (funcall time load-op component) (funcall time compile-op component))
-                            files))
-                     ((typep component parent)
-                      (mapc #'walk (funcall (asdf-function "COMPONENT-CHILDREN") component))))))
-      (when (and time (fboundp time) source-file parent)
-        (dolist (name (funcall (asdf-function "ALREADY-LOADED-SYSTEMS")))
-          (let ((system (funcall registered name)))
-            (when system (walk system))))))
-    ;; The journal is defined after this file.
-    (cons (symbol-value '*next-journal-number*) files)))
+(defun planned-reloads (operation system)
+  "Before ASDF performs OPERATION (a name: \"LOAD-OP\", \"TEST-OP\") on SYSTEM: the number the
+next journal entry gets, followed by each source file of a loaded system that its plan loads
+again, as (component load-stamp compile-stamp recompiled): its stamps now, and whether the plan
+compiles it again. Nothing when ASDF cannot say."
+  (cons (symbol-value '*next-journal-number*) ; the journal is defined after this file
+        (ignore-errors
+         (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
+                (make-operation (asdf-function "MAKE-OPERATION"))
+                (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
+                (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
+                (plan (funcall (asdf-symbol "CALL-WITH-ASDF-SESSION")
+                               (lambda ()
+                                 (funcall (asdf-function "MAKE-PLAN") nil (asdf-symbol operation) system))))
+                (actions (mapcar (lambda (action)
+                                   (cons (type-of (funcall (asdf-symbol "ACTION-OPERATION") action))
+                                         (funcall (asdf-symbol "ACTION-COMPONENT") action)))
+                                 (funcall (asdf-symbol "PLAN-ACTIONS") plan))))
+           (loop for (operation-type . component) in actions
+                 for loaded = (and (typep component (asdf-symbol "CL-SOURCE-FILE"))
+                                   (eq operation-type (type-of load-op))
+                                   (funcall time load-op component))
+                 when loaded
+                   collect (list component loaded (funcall time compile-op component)
+                                 (and (find-if (lambda (action)
+                                                 (and (eq (car action) (type-of compile-op))
+                                                      (eq (cdr action) component)))
+                                               actions)
+                                      t)))))))
 
-(defun reloaded-files (stamps)
-  "The files of STAMPS (see SOURCE-FILE-STAMPS) that the load since loaded again: NIL, or
-(:FILES ((system file recompiled changed) ...) :JOURNAL (first last)), FILE relative to the
-system's directory, RECOMPILED whether it was compiled again, CHANGED whether its source is newer
-than what was loaded (else it was reloaded for depending on a changed one), and the journal
-entries made since, if any."
-  (destructuring-bind (journal-before . files) stamps
-    (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
-           (make-operation (asdf-function "MAKE-OPERATION"))
-           (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
-           (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
+(defun reloaded-files (planned completed)
+  "The files of PLANNED (see PLANNED-RELOADS) that the load loaded again: all of them when it
+COMPLETED, else those whose stamp moved. NIL, or (:FILES ((system file recompiled changed) ...)
+:JOURNAL (first last)): FILE relative to the system's directory, RECOMPILED whether it was
+compiled again, CHANGED whether its source is newer than what was loaded (else it was reloaded
+for depending on a changed one), and the journal entries made since, if any."
+  (destructuring-bind (journal-before . files) planned
+    (let* ((load-op (funcall (asdf-function "MAKE-OPERATION") (asdf-symbol "LOAD-OP")))
            (pathname-of (asdf-function "COMPONENT-PATHNAME"))
-           (reloaded (loop for (component loaded compiled) in files
+           (reloaded (loop for (component loaded compiled recompiled) in files
                            for system = (funcall (asdf-function "COMPONENT-SYSTEM") component)
                            for source = (funcall pathname-of component)
-                           when (and loaded (not (eql loaded (funcall time load-op component))))
+                           when (or completed
+                                    (not (eql loaded (funcall (asdf-symbol "COMPONENT-OPERATION-TIME")
+                                                              load-op component))))
                              collect (list (funcall (asdf-function "COMPONENT-NAME") system)
                                            (enough-namestring source (funcall pathname-of system))
-                                           (not (eql compiled (funcall time compile-op component)))
+                                           recompiled
                                            ;; A stamp is the write date of what was loaded.
                                            (let ((written (and source (ignore-errors (file-write-date source)))))
                                              (and written (> written (or compiled loaded)) t)))))

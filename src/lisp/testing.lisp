@@ -566,13 +566,16 @@ differ from the expected ones failed, one that signalled an error is an error."
 
 (defun build-warning-text (warning)
   "The text of WARNING, a full warning the compiler gave on a file of the system under test, with
-its place; NIL for any other condition (style-warnings, a warning the tests themselves give)."
-  (and *compile-file-truename*
-       (not (typep warning 'style-warning))
-       (not (asdf-summary-warning-p warning))
-       (not (muffled-by-sbcl-p warning))
-       (format nil "~A: ~A~A" (warning-category warning) (compiler-message warning)
-               (warning-place (compiler-context)))))
+its place; NIL for any other condition (style-warnings, a warning the tests give, or their COMPILE
+gives). The compiler gives some at the end of the compilation unit, outside the file's
+compilation, with the file's context."
+  (let ((context (compiler-context)))
+    (and (not (typep warning 'style-warning))
+         (not (asdf-summary-warning-p warning))
+         (not (muffled-by-sbcl-p warning))
+         (or *compile-file-truename*
+             (typep (and context (context-slot context "COMPILER-ERROR-CONTEXT-FILE-NAME")) '(or pathname string)))
+         (format nil "~A: ~A~A" (warning-category warning) (compiler-message warning) (warning-place context)))))
 
 (defun muffle-if-possible (warning)
   "Muffles WARNING when it can be (a warning SIGNALled rather than WARNed has no MUFFLE-WARNING
@@ -632,7 +635,8 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
                     (let ((*test-collection* collection)
                           (*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
                           (*journal-additions* nil)
-                          (stamps (source-file-stamps)))
+                          (planned (planned-reloads (if (or suite test) "LOAD-OP" "TEST-OP") system))
+                          (completed nil))
                       (flet ((building (function)
                                ;; The compiler's errors say why the system could not be built,
                                ;; its warnings where it may be wrong.
@@ -668,10 +672,11 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
                                           (:rt (funcall (find-symbol "DO-TEST" (rt-package-of name)) name)))))
                                      (t
                                       (setf ran (format nil "asdf:test-system ~S" system))
-                                      (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system))))))
+                                      (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system)))))
+                               (setf completed t))
                           ;; The test-op loads the test system too: what was reloaded is known
                           ;; once it ran.
-                          (setf reloaded (reloaded-files stamps)))))
+                          (setf reloaded (reloaded-files planned completed)))))
                     (list :ok t))
                   :stdout stdout)
               (change-test-hooks -1)
