@@ -6,21 +6,21 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::{prepare_edit, AllowedRoots, EditError, EditRequest, Operation};
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source").join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }
 
-/// Runs a source tool as the server does, its failure as the output the client gets.
-fn run(tool: &Tool, arguments: &Arguments, roots: &AllowedRoots) -> ToolOutput {
+/// Runs a source tool as the server does, its arguments checked first, its failure as the output
+/// the client gets.
+fn run(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
     let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    run(arguments, roots).unwrap_or_else(ToolOutput::from)
-}
-
-fn args(value: Value) -> Arguments {
-    Arguments::from_value(Some(value)).expect("an object")
+    tool.arguments(arguments)
+        .map_err(ToolError::from)
+        .and_then(|args| run(&args, roots))
+        .unwrap_or_else(ToolOutput::from)
 }
 
 /// A temporary directory with `root/` as the only allowed root and `outside/` beside it.
@@ -62,7 +62,7 @@ impl Project {
     }
 
     fn edit(&self, arguments: Value) -> ToolOutput {
-        run(&edit_lisp_form::TOOL, &args(arguments), &self.roots)
+        run(&edit_lisp_form::TOOL, arguments, &self.roots)
     }
 
     /// Runs an edit that must succeed and returns the tool's text.
@@ -439,9 +439,9 @@ fn files_outside_the_roots_are_refused() {
         assert!(output.text.contains("is outside the allowed roots"), "{}", output.text);
         assert!(output.text.contains("--root"), "{}", output.text);
     }
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": outside}), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
-    let output = run(&lisp_check_parens::TOOL, &args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_check_parens::TOOL, json!({"file_path": outside}), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
     assert_eq!(fs::read_to_string(&outside).expect("read"), "(defun secret () 1)\n");
 }
@@ -536,7 +536,7 @@ fn bad_arguments_are_explained() {
 #[test]
 fn check_parens_reports_the_problem_and_its_opener() {
     let project = Project::new();
-    let check = |arguments: Value| run(&lisp_check_parens::TOOL, &args(arguments), &project.roots);
+    let check = |arguments: Value| run(&lisp_check_parens::TOOL, arguments, &project.roots);
 
     let output = check(json!({"code": "(defun f (x)\n  (g x))\n(f 1)"}));
     assert!(!output.is_error);
@@ -571,7 +571,7 @@ fn check_parens_reports_the_problem_and_its_opener() {
 fn outline_lists_the_forms() {
     let project = Project::new();
     project.file("shapes.asd", fixture("shapes.asd"));
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.asd"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "shapes.asd"}), &project.roots);
     assert!(!output.is_error, "{}", output.text);
     assert_eq!(
         output.text,
@@ -579,7 +579,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("shapes.lisp", fixture("shapes.lisp"));
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "shapes.lisp"}), &project.roots);
     let lines: Vec<&str> = output.text.lines().collect();
     assert_eq!(lines[0], "shapes.lisp: 22 top-level forms, 81 lines");
     assert!(lines.contains(&"30-31  defmethod area (circle)"), "{}", output.text);
@@ -592,7 +592,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("broken.lisp", "(a \"b)");
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "broken.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "broken.lisp"}), &project.roots);
     assert!(output.is_error);
     assert!(output.text.contains("end of file inside a string"), "{}", output.text);
 }
@@ -606,12 +606,12 @@ fn definitions_describe_the_tools_honestly() {
     // With `load`, it changes the image too.
     assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
     // One edit's fields, or `edits`: which are required depends on which the call gives.
-    assert_eq!(edit.input_schema.get("required"), None);
-    assert_eq!(edit.input_schema["properties"]["edits"]["type"], json!("array"));
-    assert!(edit.input_schema["properties"]["operation"]["enum"].as_array().unwrap().contains(&json!("patch")));
+    assert_eq!(edit.input_schema().get("required"), None);
+    assert_eq!(edit.input_schema()["properties"]["edits"]["type"], json!("array"));
+    assert!(edit.input_schema()["properties"]["operation"]["enum"].as_array().unwrap().contains(&json!("patch")));
     assert!(edit.description.contains("load: true compiles the change into the image"));
-    assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
-    assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
+    assert_eq!(edit.input_schema()["properties"]["dry_run"]["type"], json!("boolean"));
+    assert_eq!(edit.input_schema()["properties"]["index"]["minimum"], json!(1));
 
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);
@@ -731,7 +731,13 @@ fn a_batch_is_applied_all_or_none() {
         json!({"edits": [patch(&other, "one", "1", "10"), {"file_path": other, "form_type": "defun", "form_name": "two",
                          "operation": "patch", "old": "2", "new_text": "20"}]}),
     );
-    assert!(unknown.starts_with("Edit 2 of 2: unknown field `old`; an edit has file_path, form_type"), "{unknown}");
+    assert!(
+        unknown.starts_with(
+            "In element 2 of `edits`: Unknown argument `old`: did you mean `old_text`? each element of `edits` takes \
+             `file_path`, `form_type`"
+        ),
+        "{unknown}"
+    );
     let mixed = project.edit_err("other.lisp", json!({"edits": [patch(&other, "one", "1", "10")], "file_path": other}));
     assert!(mixed.contains("Give one edit's fields or `edits`, not both"), "{mixed}");
 
@@ -753,11 +759,8 @@ fn a_batch_is_applied_all_or_none() {
 fn the_outline_gives_each_forms_text_with_source() {
     let project = Project::new();
     let file = project.file("shapes.lisp", fixture("shapes.lisp"));
-    let output = run(
-        &lisp_outline::TOOL,
-        &args(json!({"file_path": file, "source": true, "offset": 17, "limit": 2})),
-        &project.roots,
-    );
+    let output =
+        run(&lisp_outline::TOOL, json!({"file_path": file, "source": true, "offset": 17, "limit": 2}), &project.roots);
     assert!(!output.is_error, "{}", output.text);
     assert_eq!(
         output.text,
@@ -768,10 +771,9 @@ fn the_outline_gives_each_forms_text_with_source() {
     // A wrapper's text holds its nested forms, which are not repeated; the next offset counts
     // top-level forms.
     let wrapped = project.file("wrapped.lisp", "(progn\n  (defun a () 1)\n  (defun b () 2))\n\n(defun c () 3)\n");
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": wrapped, "limit": 1})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": wrapped, "limit": 1}), &project.roots);
     assert!(output.text.ends_with("... 1 more; use `offset: 1` for the next page."), "{}", output.text);
-    let output =
-        run(&lisp_outline::TOOL, &args(json!({"file_path": wrapped, "source": true, "limit": 1})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": wrapped, "source": true, "limit": 1}), &project.roots);
     assert_eq!(
         output.text,
         "wrapped.lisp: 2 top-level forms, 5 lines\nforms 1 to 1:\n1-3  progn\n(progn\n  (defun a () 1)\n  (defun b () 2))\n... 1 \

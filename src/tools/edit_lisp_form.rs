@@ -12,43 +12,64 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::load_plan;
 use super::{
-    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
 use crate::swank::Form;
+
+/// One edit's arguments, as a call gives them alone or as an element of `edits`.
+const FILE_PATH: Param = Param::text("file_path", "");
+const FORM_TYPE: Param = Param::text("form_type", "The operator, e.g. \"defun\".");
+const FORM_NAME: Param = Param::text("form_name", "As lisp-outline shows it, e.g. \"area :around (shape)\".");
+const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
+const CONTENT: Param = Param::text("content", "Whole top-level form(s); not for delete or patch.");
+const OLD_TEXT: Param = Param::text("old_text", "patch: text found once in the form.");
+const NEW_TEXT: Param = Param::text("new_text", "");
+
+/// An element of `edits`: one edit, whose target and operation it must give.
+const EDIT: &[Param] = &[
+    FILE_PATH.required(),
+    FORM_TYPE.required(),
+    FORM_NAME.required(),
+    OPERATION.required(),
+    CONTENT,
+    OLD_TEXT,
+    NEW_TEXT,
+    FORM_INDEX,
+];
+
+/// The arguments: the schema and the checks. One edit's fields, or `edits`: which of them the
+/// call must give depends on which it gives, and is checked by [`edit_arguments`].
+const ARGUMENTS: &[Param] = &[
+    FILE_PATH,
+    FORM_TYPE,
+    FORM_NAME,
+    OPERATION,
+    CONTENT,
+    OLD_TEXT,
+    NEW_TEXT,
+    FORM_INDEX,
+    Param::objects("edits", EDIT, "Edits, each with the fields above."),
+    Param::flag("dry_run", "Return the diff; write and load nothing."),
+    Param::flag("load", "Compile the change into the image."),
+    LARGE_FILE_ARGUMENT,
+];
+
+fn unknown_operation(operation: &Value) -> String {
+    let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
+    format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
+}
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
-        description:
-            "Edit one definition (defun, defmacro, defclass, defmethod...) of a Lisp file on its syntax tree: \
-            replace it, delete it, insert forms beside it, or patch old_text to new_text inside it; several edits \
-            all or none. Use it rather than rewriting files: text that does not read is refused. Returns the diff; \
-            load: true compiles the change into the image.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": {"type": "string"},
-                "form_type": {"type": "string", "description": "The operator, e.g. \"defun\"."},
-                "form_name": {
-                    "type": "string",
-                    "description": "As lisp-outline shows it: \"foo\", \"(setf foo)\", a method \"area :around (shape)\"."
-                },
-                "operation": {"type": "string", "enum": Operation::NAMES},
-                "content": {"type": "string", "description": "Whole top-level form(s); not for delete or patch."},
-                "old_text": {"type": "string", "description": "patch: text found once in the form."},
-                "new_text": {"type": "string"},
-                "index": {"type": "integer", "minimum": 1, "description": "1-based, among several matches."},
-                "edits": {"type": "array", "items": {"type": "object"}, "description": "Edits, each with the fields above."},
-                "dry_run": {"type": "boolean", "description": "Return the diff; write and load nothing."},
-                "load": {"type": "boolean", "description": "Compile the change into the image (delete: remove the definition)."},
-                "large_file": large_file_schema()
-            },
-            "additionalProperties": false
-        }),
+        description: "Edit one definition (defun, defmethod, defclass...) of a Lisp file on its syntax tree: replace, \
+            delete, insert beside it, or patch old_text to new_text in it; several edits all or none. Use it \
+            rather than rewriting files. Returns the diff; load: true compiles the change into the image.",
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -58,10 +79,6 @@ pub const TOOL: Tool = Tool {
     definition,
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
 };
-
-/// The fields of one edit, in the call or in an element of `edits`.
-const EDIT_FIELDS: [&str; 8] =
-    ["file_path", "form_type", "form_name", "operation", "content", "old_text", "new_text", "index"];
 
 /// One edit as the call gives it.
 struct EditArguments {
@@ -77,10 +94,7 @@ struct EditArguments {
 impl EditArguments {
     fn read(args: &Arguments) -> Result<Self, ToolError> {
         let operation = args.required_str("operation")?;
-        let operation = Operation::parse(operation).ok_or_else(|| {
-            let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
-            ToolError::new(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
-        })?;
+        let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
         let (content, old_text) = match operation {
             Operation::Patch => {
                 if args.optional_str("content")?.is_some() {
@@ -94,11 +108,13 @@ impl EditArguments {
             _ => (args.required_str("content")?, ""),
         };
         if operation != Operation::Patch {
-            if let Some(field) = ["old_text", "new_text"].into_iter().find(|field| args.has(field)) {
-                return Err(ToolError::new(format!(
-                    "`{field}` goes with `operation: \"patch\"`; `{}` takes `content`.",
-                    operation.name()
-                )));
+            for field in ["old_text", "new_text"] {
+                if args.optional_str(field)?.is_some() {
+                    return Err(ToolError::new(format!(
+                        "`{field}` goes with `operation: \"patch\"`; `{}` takes `content`.",
+                        operation.name()
+                    )));
+                }
             }
         }
         Ok(EditArguments {
@@ -108,10 +124,7 @@ impl EditArguments {
             operation,
             content: content.to_string(),
             old_text: old_text.to_string(),
-            index: match args.optional_u64("index", u64::from(u32::MAX))? {
-                Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
-                index => index.and_then(|i| usize::try_from(i).ok()),
-            },
+            index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
         })
     }
 
@@ -132,11 +145,13 @@ impl EditArguments {
 
 /// The edits a call asks for: its `edits`, or itself.
 fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
-    let Some(edits) = args.optional_object_list("edits")? else { return Ok(vec![EditArguments::read(args)?]) };
-    if let Some(field) = EDIT_FIELDS.into_iter().find(|field| args.has(field)) {
-        return Err(ToolError::new(format!(
-            "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
-        )));
+    let Some(edits) = args.optional_objects("edits")? else { return Ok(vec![EditArguments::read(args)?]) };
+    for field in ["file_path", "form_type", "form_name", "operation", "content", "old_text", "new_text"] {
+        if args.optional_str(field)?.is_some() {
+            return Err(ToolError::new(format!(
+                "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
+            )));
+        }
     }
     if edits.is_empty() {
         return Err(ToolError::new("`edits` is empty: give at least one edit."));
@@ -145,14 +160,8 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
         .iter()
         .enumerate()
         .map(|(i, edit)| {
-            let numbered = |error: ToolError| ToolError::new(format!("Edit {} of {}: {}", i + 1, edits.len(), error.0));
-            if let Some(unknown) = edit.keys().find(|key| !EDIT_FIELDS.contains(&key.as_str())) {
-                return Err(numbered(ToolError::new(format!(
-                    "unknown field `{unknown}`; an edit has {}.",
-                    EDIT_FIELDS.join(", ")
-                ))));
-            }
-            EditArguments::read(edit).map_err(numbered)
+            EditArguments::read(edit)
+                .map_err(|error| ToolError::new(format!("Edit {} of {}: {}", i + 1, edits.len(), error.0)))
         })
         .collect()
 }
@@ -178,8 +187,7 @@ struct EditedFile {
 /// what loading their forms needs (each file's new text: a copy of the whole file).
 fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited, ToolError> {
     let edits = edit_arguments(args)?;
-    let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
-    args.optional_bool("load")?;
+    let dry_run = args.flag("dry_run")?;
     let requests: Vec<FileEdit> = edits.iter().map(EditArguments::request).collect();
     let prepared = prepare_edits(roots, &requests, read_limit(args)?).map_err(|refused| {
         if edits.len() == 1 {
@@ -249,7 +257,7 @@ fn edit_text(report: &EditReport, dry_run: bool) -> String {
 /// The edits alone, as a source tool runs them (what the server runs when there is nothing to
 /// load).
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    if args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false) {
+    if args.flag("load")? && !args.flag("dry_run")? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
     let edited = edit(args, roots, false)?;
@@ -257,7 +265,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let load = args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false);
+    let load = args.flag("load")? && !args.flag("dry_run")?;
     let owned = args.clone();
     if !load {
         return context.on_files(move |roots| run(&owned, roots)).await;

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::image_sources::roots_holding;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -14,24 +14,22 @@ use super::LARGE_FILE;
 use crate::source::{locate_definition, top_level_form_at, AllowedRoots};
 use crate::swank::Form;
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("symbol", "name, pkg:name or pkg::name; several with spaces between.").required(),
+    Param::flag("source", ""),
+    super::SYMBOL_PACKAGE,
+    Param::integer("offset", 0, "The next page's offset."),
+    Param::integer("limit", 1, "At most this many.").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
         title: "Find definitions",
         description: "Where symbols are defined: each definition (function, method, variable, class...) at \
-            file:line:column in the file's current text, or \"defined at the REPL\"; source: true adds each one's \
-            text. In pages of 50.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["symbol"],
-            "properties": {
-                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name; several with spaces between."},
-                "source": {"type": "boolean"},
-                "package": {"type": "string", "description": "For unqualified names."},
-                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Definitions to skip (the next page's offset)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many (up to 2,000)."}
-            }
-        }),
+            file:line:column in the file's current text; source: true adds its text. In pages of 50.",
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -45,12 +43,9 @@ pub const MAX_DEFINITIONS: u64 = 2_000;
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let offset = args.optional_u64("offset", i64::MAX as u64)?.unwrap_or(0);
-    let limit = match args.optional_u64("limit", MAX_DEFINITIONS)? {
-        Some(0) => return Err(ToolError::new(format!("Argument `limit` must be from 1 to {MAX_DEFINITIONS}."))),
-        limit => limit.unwrap_or(DEFAULT_DEFINITIONS),
-    };
-    let with_source = args.optional_bool("source")?.unwrap_or(false);
+    let offset = args.optional_u64("offset")?.unwrap_or(0);
+    let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
+    let with_source = args.flag("source")?;
     let names = symbol_names(args.required_str("symbol")?);
     if names.is_empty() {
         return Err(ToolError::new("Argument `symbol` names no symbol: give one, or several separated by spaces."));
@@ -408,6 +403,7 @@ pub(crate) fn split_top_level(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :total 2 :definitions \
          ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
