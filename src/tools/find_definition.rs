@@ -161,6 +161,10 @@ struct Definition {
     /// With `source`: the definition's text as its file has it now, when it was found there.
     #[serde(skip)]
     pub text: Option<String>,
+    /// With `source`: the file as the reply names it, relative to the first root when it is
+    /// under it (as `file_path` takes it), with the text's line and column.
+    #[serde(skip)]
+    pub shown: Option<String>,
 }
 
 /// The note of a definition found again in the file's current text.
@@ -178,6 +182,7 @@ impl Definitions {
             };
             if with_source {
                 definition.text = texts.text_of(&definition.source, span);
+                definition.shown = texts.shown(&definition.source);
             }
         }
     }
@@ -247,10 +252,11 @@ impl Definitions {
 impl Definition {
     /// `function at /src/a.lisp:3:1`, then its text on the lines after.
     fn with_source(&self) -> String {
-        match &self.text {
-            Some(text) => format!("{} at {}\n{text}", self.kind, self.source),
-            None if self.source.file.is_none() => format!("{}: {}", self.kind, self.source),
-            None => format!("{} at {} (its text was not found there)", self.kind, self.source),
+        match (&self.text, &self.shown) {
+            (Some(text), Some(shown)) => format!("{} at {shown}\n{text}", self.kind),
+            (Some(text), None) => format!("{} at {}\n{text}", self.kind, self.source),
+            (None, _) if self.source.file.is_none() => format!("{}: {}", self.kind, self.source),
+            (None, _) => format!("{} at {} (its text was not found there)", self.kind, self.source),
         }
     }
 }
@@ -321,6 +327,14 @@ impl<'a> CurrentTexts<'a> {
             }
             None
         }
+    }
+
+    /// `file:line:column` of `source` with the file relative to the first root, when it is
+    /// under it: what `file_path` takes, and shorter.
+    fn shown(&self, source: &Location) -> Option<String> {
+        let relative = Path::new(source.file.as_deref()?).strip_prefix(self.roots.paths()[0]).ok()?;
+        let note = source.note.as_ref().map(|note| format!(" ({note})")).unwrap_or_default();
+        Some(format!("{}:{}:{}{note}", relative.display(), source.line?, source.column?))
     }
 
     /// The text of the definition at `source`: the form [`CurrentTexts::relocate`] found
