@@ -321,7 +321,7 @@ mod tests {
     fn an_edited_form_behind_a_conditional_is_loaded_with_it() {
         let source = b"(in-package :app)\n#+sbcl\n(defun f () 2)\n(defun g () (progn 3))\n";
         let start = 25;
-        let plan = LoadPlan::for_spans(source, &[start..start + 14]).unwrap();
+        let plan = LoadPlan::for_spans(source, std::slice::from_ref(&(start..start + 14))).unwrap();
         assert_eq!(plan.targets.len(), 1);
         assert_eq!(plan.targets[0].described, "#+sbcl defun f");
         assert_eq!(plan.targets[0].guards, [("+".to_string(), "sbcl".to_string())]);

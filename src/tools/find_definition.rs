@@ -71,9 +71,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if with_source {
         for definitions in found.iter().flatten() {
             for file in definitions.definitions.iter().filter_map(|d| d.source.file.clone()) {
-                if !system_roots.contains_key(&file) {
-                    let roots = roots_holding(context, &file).await?;
-                    system_roots.insert(file, roots);
+                if let std::collections::hash_map::Entry::Vacant(entry) = system_roots.entry(file) {
+                    let roots = roots_holding(context, entry.key()).await?;
+                    entry.insert(roots);
                 }
             }
         }
