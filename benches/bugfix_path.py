@@ -13,11 +13,16 @@ Then walks an expert's path twice, on two such copies:
 - from a shell (sbcl --non-interactive, grep, sed): the test-op with its output filtered to the
   failures, grep of the three definitions, sed of the three fixes followed by the test-op again.
 
+With --previous BINARY, also the path a revision before find-definition's `source` and
+edit-lisp-form's `patch` and `edits` allowed, on a third copy, with that binary: run-tests, one
+evaluate-lisp snippet printing the three definitions from their files, three edit-lisp-form calls
+replacing each definition whole with load: true, run-tests.
+
 Prints, per step, the characters of the request the agent writes and of the reply it reads, and
 the totals; checks that each path ends with the whole suite passing. The shell path leaves
-nothing loaded in any image; the MCP path leaves the fixes loaded in the image it worked in.
+nothing loaded in any image; the MCP paths leave the fixes loaded in the image they worked in.
 
-    python3 benches/bugfix_path.py --server target/release/swank-mcp [--json]
+    python3 benches/bugfix_path.py --server target/release/swank-mcp [--previous OLD-BINARY] [--json]
 """
 
 import argparse
@@ -94,8 +99,8 @@ class Server:
         self.process.wait(timeout=60)
 
 
-def mcp_path(server_binary, directory):
-    """The expert's path over MCP; returns [(step, request characters, reply text, is_error)]."""
+def started(server_binary, directory):
+    """A server on a private image that knows where the library is (not a step of the agent's)."""
     server = Server([server_binary, "--launch", "--port", str(free_port()), "--root", directory, "--eval-timeout", "10m"])
     server.request(
         "initialize",
@@ -103,9 +108,24 @@ def mcp_path(server_binary, directory):
     )
     server.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     server.process.stdin.flush()
-    # The user's image knows where the library is: not a step of the agent's.
     _, failed = server.call("evaluate-lisp", {"code": f"(progn (require :asdf) {registry_form(directory)} t)"})
     assert not failed
+    return server
+
+
+def walk(server, steps):
+    """Makes the calls `steps`; returns [(tool, request characters, reply text, is_error)]."""
+    walked = []
+    for tool, arguments in steps:
+        text, failed = server.call(tool, arguments)
+        walked.append((tool, len(json.dumps({"name": tool, "arguments": arguments})), text, failed))
+    server.close()
+    return walked
+
+
+def mcp_path(server_binary, directory):
+    """The expert's path over MCP; returns [(step, request characters, reply text, is_error)]."""
+    server = started(server_binary, directory)
     patches = [
         ("alexandria-1/numbers.lisp", "defun", "count-permutations", "(- n k) n)", "(1+ (- n k)) n)"),
         ("alexandria-1/binding.lisp", "defmacro", "when-let", "(when (or", "(when (and"),
@@ -142,13 +162,75 @@ def mcp_path(server_binary, directory):
         ),
         ("run-tests", {"system": "alexandria-tests"}),
     ]
-    walked = []
-    for tool, arguments in steps:
-        text, failed = server.call(tool, arguments)
-        request = json.dumps({"name": tool, "arguments": arguments})
-        walked.append((tool, len(request), text, failed))
-    server.close()
-    return walked
+    return walk(server, steps)
+
+
+# Prints each definition's text from its file, as an agent wrote it before find-definition took
+# `source`.
+READ_DEFINITIONS = """(dolist (name '(alexandria:count-permutations alexandria:when-let alexandria:flatten))
+  (let* ((source (first (sb-introspect:find-definition-sources-by-name
+                         name (if (macro-function name) :macro :function))))
+         (file (sb-introspect:definition-source-pathname source))
+         (text (uiop:read-file-string file))
+         (start (sb-introspect:definition-source-character-offset source)))
+    (format t "~A~%~A~%~%" file (subseq text start (nth-value 1 (read-from-string text t nil :start start))))))"""
+
+
+def form_text(text, head):
+    """The text of the top-level form of `text` starting with `head`, up to its closing paren."""
+    start = text.index(head)
+    depth, i, in_string = 0, start, False
+    while True:
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == ";":
+            i = text.index("\n", i)
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start : i + 1]
+        i += 1
+
+
+def previous_path(server_binary, directory):
+    """The path before `source`, `patch` and `edits`: each definition replaced whole."""
+    server = started(server_binary, directory)
+    replacements = []
+    for file, form_type, form_name in [
+        ("alexandria-1/numbers.lisp", "defun", "count-permutations"),
+        ("alexandria-1/binding.lisp", "defmacro", "when-let"),
+        ("alexandria-1/lists.lisp", "defun", "flatten"),
+    ]:
+        with open(os.path.join(ALEXANDRIA, file)) as f:
+            fixed = form_text(f.read(), f"({form_type} {form_name} ")
+        replacements.append(
+            (
+                "edit-lisp-form",
+                {
+                    "file_path": os.path.join(directory, file),
+                    "form_type": form_type,
+                    "form_name": form_name,
+                    "operation": "replace",
+                    "content": fixed,
+                    "load": True,
+                },
+            )
+        )
+    steps = [
+        ("run-tests", {"system": "alexandria-tests"}),
+        ("evaluate-lisp", {"code": READ_DEFINITIONS}),
+        *replacements,
+        ("run-tests", {"system": "alexandria-tests"}),
+    ]
+    return walk(server, steps)
 
 
 def shell_path(directory):
@@ -184,6 +266,7 @@ def shell_path(directory):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the swank-mcp binary")
+    parser.add_argument("--previous", help="a swank-mcp binary of a revision before source, patch and edits")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--show", action="store_true", help="print each reply and output too")
     options = parser.parse_args()
@@ -193,6 +276,10 @@ def main():
         os.makedirs(os.path.join(parent, "shell"))
         mcp = mcp_path(os.path.abspath(options.server), seeded_copy(os.path.join(parent, "mcp")))
         shell = shell_path(seeded_copy(os.path.join(parent, "shell")))
+        previous = None
+        if options.previous:
+            os.makedirs(os.path.join(parent, "previous"))
+            previous = previous_path(os.path.abspath(options.previous), seeded_copy(os.path.join(parent, "previous")))
 
     red, green = mcp[0][2], mcp[-1][2]
     assert mcp[0][3] and all(test in red for test in FAILING), red
@@ -205,12 +292,19 @@ def main():
         "shell": [{"step": command.split(" && ", 1)[1][:60], "request": request, "reply": len(output)}
                   for command, request, output, _ in shell],
     }
+    walks = [("swank-mcp", "mcp", mcp), ("shell", "shell", shell)]
+    if previous:
+        assert not previous[-1][3] and "No tests failed." in previous[-1][2], previous[-1][2]
+        figures["previous"] = [{"step": step, "request": request, "reply": len(text)}
+                               for step, request, text, _ in previous]
+        walks.append(("swank-mcp, previous revision", "previous", previous))
     for path in figures.values():
         path.append({"step": "total", "request": sum(s["request"] for s in path), "reply": sum(s["reply"] for s in path)})
     if options.json:
         print(json.dumps(figures, indent=2))
         return
-    for name, path, walked in (("swank-mcp", figures["mcp"], mcp), ("shell", figures["shell"], shell)):
+    for name, key, walked in walks:
+        path = figures[key]
         print(f"{name}: {len(walked)} calls")
         print(f"  {'request':>8} {'reply':>8}  step")
         for step in path:
@@ -221,6 +315,9 @@ def main():
         print()
     mcp_total, shell_total = figures["mcp"][-1]["reply"], figures["shell"][-1]["reply"]
     print(f"reply characters, swank-mcp / shell: {mcp_total / shell_total:.2f}")
+    if previous:
+        previous_total = figures["previous"][-1]["reply"]
+        print(f"reply characters, swank-mcp / previous revision: {mcp_total / previous_total:.2f}")
 
 
 if __name__ == "__main__":
