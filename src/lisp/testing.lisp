@@ -300,16 +300,18 @@ REASON, EXPECTED and ACTUAL as texts."
 (defparameter *max-values-shown* 20
   "The failures of one check (a check in a loop) a failing test's text lists.")
 
-(defun tested-text (tested)
+(defun tested-text (tested &optional limit)
   "TESTED's failures as the reply shows them: one line naming it, then each check that failed
 once, its form with its expected and actual values (or the reason, when there are no values); a
-check that failed several times (in a loop) shows its form once, then each failure's values. A
-failure that only some of the failing runs had says which."
+check that failed several times (in a loop) shows its form once, then each failure's values, at
+most LIMIT of them when given. A failure that only some of the failing runs had says which.
+Returns the text, and whether LIMIT left failures out."
   (let ((runs (length (tested-statuses tested)))
         (failed-runs (failed-runs tested))
         ;; Each distinct failure, (fields . runs newest first), newest first: a failure repeated
         ;; in several runs is one.
-        (distinct '()))
+        (distinct '())
+        (cut nil))
     (dolist (failure (reverse (tested-failures tested)))
       (let ((same (assoc (rest failure) distinct :test #'equal)))
         (if same
@@ -317,34 +319,46 @@ failure that only some of the failing runs had says which."
             (push (list (rest failure) (first failure)) distinct))))
     (setf distinct (reverse distinct))
     (flet ((check (entry) (subseq (car entry) 0 2)))
-      (with-output-to-string (out)
-        (format out "[~:[FAIL~;ERROR~]] ~A~@[ (failed in ~A of ~D only)~]"
-                (find :error distinct :key #'caar) (tested-name tested)
-                (and (< (length failed-runs) runs) (runs-text failed-runs)) runs)
-        (dolist (check (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t))
-          (let* ((group (remove-if-not (lambda (entry) (equal (check entry) check)) distinct))
-                 (several (rest group)))
-            (format out "~@[~%  Form: ~A~]~:[~; (~D failures)~]" (second check) several (length group))
-            (loop for ((nil nil reason expected actual) . newest-runs) in group
-                  for shown from 1
-                  for only = (and (< (length newest-runs) (length failed-runs)) (runs-text (reverse newest-runs)))
-                  do (cond ((> shown *max-values-shown*)
-                            (format out "~%  ... ~D more" (- (length group) *max-values-shown*))
-                            (loop-finish))
-                           ((and expected actual several)
-                            (format out "~%  Expected: ~A  Actual: ~A~@[ (~A)~]" expected actual only))
-                           ((and expected actual)
-                            (format out "~%  Expected: ~A~%  Actual: ~A~@[ (~A)~]" expected actual only))
-                           (reason
-                            (format out "~%  Reason: ~A~@[ (~A)~]" reason only))))))))))
+      (values
+       (with-output-to-string (out)
+         (format out "[~:[FAIL~;ERROR~]] ~A~@[ (failed in ~A of ~D only)~]"
+                 (find :error distinct :key #'caar) (tested-name tested)
+                 (and (< (length failed-runs) runs) (runs-text failed-runs)) runs)
+         (dolist (check (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t))
+           (let* ((group (remove-if-not (lambda (entry) (equal (check entry) check)) distinct))
+                  (several (rest group)))
+             (format out "~@[~%  Form: ~A~]~:[~; (~D failures)~]" (second check) several (length group))
+             (loop for ((nil nil reason expected actual) . newest-runs) in group
+                   for shown from 1
+                   for only = (and (< (length newest-runs) (length failed-runs)) (runs-text (reverse newest-runs)))
+                   do (cond ((and limit (> shown limit))
+                             (format out "~%  ... ~D more" (- (length group) limit))
+                             (setf cut t)
+                             (loop-finish))
+                            ((and expected actual several)
+                             (format out "~%  Expected: ~A  Actual: ~A~@[ (~A)~]" expected actual only))
+                            ((and expected actual)
+                             (format out "~%  Expected: ~A~%  Actual: ~A~@[ (~A)~]" expected actual only))
+                            (reason
+                             (format out "~%  Reason: ~A~@[ (~A)~]" reason only)))))))
+       cut))))
+
+(defun tested-shown-text (tested)
+  "TESTED's text as a reply shows it: at most *MAX-VALUES-SHOWN* failures of one check, and then a
+handle of the whole text."
+  (multiple-value-bind (text cut) (tested-text tested *max-values-shown*)
+    (let ((handle (and cut (let ((whole (tested-text tested))) (text-handle whole 0 (length whole))))))
+      (if handle
+          (format nil "~A~%  [every failure of this test: inspect ~A]" text handle)
+          text))))
 
 (defun tally-report (tally)
   "The tally as run-tests replies with it: :FRAMEWORK; :TESTS, the distinct tests; :RUNS, how
 many times each ran, and :UNIFORM, whether all ran that many times; :PASSED, :FAILED, :ERRORS and
 :SKIPPED, the tests by their worst run; :FAILED-EVERY-RUN, the failing tests that failed in each
 of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the first *MAX-TEST-FAILURES*
-failing tests (:TEST :KIND :FAILED-RUNS :TEXT :FAILURES, each failure (:RUN :FORM :REASON
-:EXPECTED :ACTUAL)); :FAILING-REST, the handle of every failing test's text and the offset of the
+failing tests (:TEST :KIND :FAILED-RUNS :TEXT :FAILURES, the first *MAX-VALUES-SHOWN* failures,
+each (:RUN :FORM :REASON :EXPECTED :ACTUAL)); :FAILING-REST, the handle of every failing test's text and the offset of the
 first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
   (let* ((all (reverse (tally-order tally)))
          (counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
@@ -370,9 +384,10 @@ first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
                          collect (list :test (tested-name tested)
                                        :kind (if (member :error (tested-statuses tested)) "error" "failure")
                                        :failed-runs (failed-runs tested)
-                                       :text (tested-text tested)
+                                       :text (tested-shown-text tested)
                                        :failures (loop for (run kind form reason expected actual)
                                                          in (reverse (tested-failures tested))
+                                                       repeat *max-values-shown*
                                                        collect (list :run run
                                                                      :kind (if (eq kind :error) "error" "failure")
                                                                      :form form :reason reason
