@@ -5,6 +5,7 @@
 //! image as `load-form` loads them.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -181,6 +182,8 @@ struct EditedFile {
     shown: String,
     text: Vec<u8>,
     spans: Vec<std::ops::Range<usize>>,
+    /// When the file written was last modified, for the image to record (it never opens the file).
+    modified: Option<SystemTime>,
 }
 
 /// Makes the edits `args` ask for, all or none, writing nothing for a dry run. With `for_load`,
@@ -215,6 +218,7 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited
                         shown: report.file.clone(),
                         text: Vec::new(),
                         spans: Vec::new(),
+                        modified: None,
                     });
                     files.len() - 1
                 }
@@ -234,6 +238,9 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited
             _ => ToolError::new(format!("Writing {file} failed: {error} No file was written.")),
         })?
     };
+    for file in &mut files {
+        file.modified = roots.open(&file.path).ok().and_then(|opened| opened.metadata.modified().ok());
+    }
     let texts: Vec<String> = reports.iter().map(|report| edit_text(report, dry_run)).collect();
     let structured = match reports.as_slice() {
         [report] => structured(report, dry_run),
@@ -296,7 +303,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             sections.push(format!("Nothing to load from {}: the new text holds no form.", file.shown));
             continue;
         }
-        match load_plan(context, args, &file.path, &plan).await {
+        match load_plan(context, args, &file.path, file.modified, &plan).await {
             Ok(loaded) => {
                 let (text, load_failed, load) = loaded.render(&file.shown, &plan, None);
                 sections.push(text);

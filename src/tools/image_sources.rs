@@ -83,7 +83,7 @@ pub(crate) async fn roots_holding(context: &ToolContext, file_path: &str) -> Res
         }
     }
     match found.into_iter().max_by_key(|dir| dir.as_os_str().len()) {
-        Some(directory) => AllowedRoots::new(vec![directory])
+        Some(directory) => AllowedRoots::exact(vec![directory])
             .map_err(|e| ToolError::new(format!("Cannot open the system directory holding `{file_path}`: {e}."))),
         None => Ok(configured),
     }
