@@ -211,7 +211,7 @@ async fn abort_and_the_timeout_leave_no_thread_behind() {
     settle_thread_count(&toolbox, before).await;
 }
 
-/// The README's worked example: an error with restarts, the function fixed, the write retried.
+/// docs/tools.md's worked example: an error with restarts, the function fixed, the write retried.
 #[tokio::test]
 async fn the_readme_example_retries_after_the_fix() {
     let toolbox = common::toolbox(common::shared_image_port());

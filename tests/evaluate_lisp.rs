@@ -51,7 +51,7 @@ async fn contract_examples() {
     let first = common::private_image().await;
     let output = eval_code(&common::toolbox(first.port), "(foo 42)").await;
     assert!(output.is_error);
-    // The contract's example, then the restarts SBCL offered (the README's evaluate-lisp section
+    // The contract's example, then the restarts SBCL offered (docs/tools.md's evaluate-lisp section
     // says why the reply goes beyond the contract).
     assert_eq!(
         output.text,

@@ -1,7 +1,7 @@
 ;;;; The helper's footprint: everything it changes in the image outside its own package, listed
 ;;;; here, put in by INSTALL (which ENSURE-HELPER, in bootstrap.lisp, calls after each load of the
 ;;;; helper) and taken out by UNINSTALL. No other file changes anything outside the package;
-;;;; README.md's list of what swank-mcp changes in an image is this file's.
+;;;; docs/security.md's list of what swank-mcp changes in an image is this file's.
 ;;;;
 ;;;; - Encapsulations of SBCL functions (*ENCAPSULATIONS*): SB-THREAD:MAKE-THREAD, SB-EXT:EXIT,
 ;;;;   SB-EXT:MAKE-TIMER, SB-THREAD:INTERRUPT-THREAD, SB-EXT:FINALIZE and SB-IMPL::RUN-EXPIRED-TIMERS

@@ -52,7 +52,7 @@ impl ToolDefinition {
     /// destructive, not idempotent, open world).
     ///
     /// No `outputSchema`: every agent session carries this list in its context, and the schemas
-    /// of the structured results would more than double it; the README describes them.
+    /// of the structured results would more than double it; docs/tools.md describes them.
     pub(crate) fn list_entry(&self, title_field: bool, images: &[&str]) -> Value {
         let hints = &self.annotations;
         let mut annotations = serde_json::Map::new();

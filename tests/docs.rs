@@ -1,0 +1,294 @@
+//! The documentation's shape: README.md stays a page read in five minutes, and no relative link in
+//! the repository's markdown (README.md, docs/, the other READMEs) points at nothing: every linked
+//! file exists inside the repository, and every `#anchor` into a markdown file names one of its
+//! headings, as GitHub makes anchors of them.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const README_MAX_LINES: usize = 250;
+
+#[test]
+fn the_readme_is_read_in_five_minutes() {
+    let readme = fs::read_to_string(repository().join("README.md")).expect("README.md reads");
+    let lines = readme.lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail into docs/ and link to it"
+    );
+}
+
+#[test]
+fn every_relative_link_in_the_documentation_leads_somewhere() {
+    let root = repository();
+    let documents = markdown_files(&root);
+    assert!(documents.iter().any(|path| path.starts_with(root.join("docs"))), "docs/ holds markdown files");
+    let broken = broken_links(&root, &documents);
+    assert!(broken.is_empty(), "links that point at nothing:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_check_finds_a_missing_file_a_missing_heading_and_a_way_out_of_the_repository() {
+    let outside = tempfile::tempdir().expect("a temporary directory");
+    let root = outside.path().join("repository");
+    fs::create_dir_all(root.join("docs")).unwrap();
+    fs::write(outside.path().join("beside.md"), "# Beside\n").unwrap();
+    fs::write(
+        root.join("docs/guide.md"),
+        "# Guide\n\n## Approving calls: `--confirm`\n\n## Approving calls: `--confirm`\n\n\
+         ```\n## not a heading\n```\n",
+    )
+    .unwrap();
+    fs::write(
+        root.join("README.md"),
+        "# Title\n\n\
+         [fine](docs/guide.md#approving-calls---confirm), [second](docs/guide.md#approving-calls---confirm-1),\n\
+         [here](#title), [web](https://example.com/x#y), `[code](nowhere.md)`\n\n\
+         [no file](docs/missing.md) and [no heading](docs/guide.md#not-a-heading)\n\n\
+         [out](../beside.md)\n\n\
+         ```\n[fenced](nowhere.md)\n```\n",
+    )
+    .unwrap();
+    let broken = broken_links(&root, &markdown_files(&root));
+    assert_eq!(broken.len(), 3, "{broken:#?}");
+    assert!(broken[0].contains("README.md:6: docs/missing.md"), "{broken:#?}");
+    assert!(broken[1].contains("README.md:6: docs/guide.md#not-a-heading"), "{broken:#?}");
+    assert!(broken[2].contains("README.md:8: ../beside.md"), "{broken:#?}");
+}
+
+#[test]
+fn anchors_follow_githubs_rules() {
+    assert_eq!(anchor("Approving calls: `--confirm`"), "approving-calls---confirm");
+    assert_eq!(anchor("The helper's footprint in your image"), "the-helpers-footprint-in-your-image");
+    assert_eq!(anchor("Watching: `M-x swank-mcp-activity`"), "watching-m-x-swank-mcp-activity");
+    assert_eq!(anchor("The loop: edit, load, run"), "the-loop-edit-load-run");
+    assert_eq!(anchor("[Linked](x.md) *and* snake_case"), "linked-and-snake_case");
+}
+
+fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The markdown files of the repository, leaving out build output and hidden directories.
+fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut directories = vec![root.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        for entry in fs::read_dir(&directory).expect("the directory reads") {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !name.starts_with('.') && name != "target" {
+                    directories.push(path);
+                }
+            } else if name.ends_with(".md") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Each relative link that leads nowhere, as `FILE:LINE: TARGET: why`.
+fn broken_links(root: &Path, documents: &[PathBuf]) -> Vec<String> {
+    let root = root.canonicalize().expect("the repository's path resolves");
+    let mut headings = HashMap::new();
+    let mut broken = Vec::new();
+    for document in documents {
+        let text = fs::read_to_string(document).expect("the document reads");
+        let shown = document.strip_prefix(&root).unwrap_or(document).display().to_string();
+        for (line, target) in links(&text) {
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            if let Err(why) = check_link(&root, document, path, fragment, &mut headings) {
+                broken.push(format!("{shown}:{line}: {target}: {why}"));
+            }
+        }
+    }
+    broken
+}
+
+fn check_link(
+    root: &Path,
+    document: &Path,
+    path: &str,
+    fragment: &str,
+    headings: &mut HashMap<PathBuf, Vec<String>>,
+) -> Result<(), String> {
+    let target = if path.is_empty() {
+        document.to_path_buf()
+    } else {
+        let joined = document.parent().expect("a document has a directory").join(path);
+        let resolved = joined.canonicalize().map_err(|_| "no such file".to_string())?;
+        if !resolved.starts_with(root) {
+            return Err("outside the repository".into());
+        }
+        resolved
+    };
+    if fragment.is_empty() || target.extension().is_none_or(|extension| extension != "md") {
+        return Ok(());
+    }
+    let anchors = headings.entry(target.clone()).or_insert_with(|| {
+        let text = fs::read_to_string(&target).unwrap_or_default();
+        heading_anchors(&text)
+    });
+    if anchors.iter().any(|anchor| anchor == fragment) {
+        Ok(())
+    } else {
+        Err(format!("no heading has this anchor (there are: {})", anchors.join(", ")))
+    }
+}
+
+/// The lines of `text` outside fenced code blocks, with their line numbers from 1.
+fn prose(text: &str) -> Vec<(usize, &str)> {
+    let mut fence: Option<(char, usize)> = None;
+    let mut lines = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let marker = trimmed.chars().next().filter(|c| *c == '`' || *c == '~');
+        let run = marker.map_or(0, |c| trimmed.chars().take_while(|d| *d == c).count());
+        match (fence, marker) {
+            (None, Some(c)) if run >= 3 => fence = Some((c, run)),
+            (Some((c, opened)), Some(d)) if c == d && run >= opened && trimmed[run..].trim().is_empty() => fence = None,
+            (None, _) => lines.push((index + 1, line)),
+            (Some(_), _) => {}
+        }
+    }
+    lines
+}
+
+/// The prose with every inline code span blanked out (a span may run over several lines), so
+/// that what code spans show is never taken for a link.
+fn without_code_spans(prose: &[(usize, &str)]) -> Vec<(usize, String)> {
+    let mut open: Option<usize> = None;
+    let mut result = Vec::new();
+    for (number, line) in prose {
+        let mut kept = String::new();
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c != '`' {
+                if open.is_none() {
+                    kept.push(c);
+                }
+                continue;
+            }
+            let mut run = 1;
+            while chars.peek() == Some(&'`') {
+                chars.next();
+                run += 1;
+            }
+            open = match open {
+                None => Some(run),
+                Some(opened) if opened == run => None,
+                unchanged => unchanged,
+            };
+        }
+        // A paragraph ends at a blank line, and an unclosed span with it.
+        if line.trim().is_empty() {
+            open = None;
+        }
+        result.push((*number, kept));
+    }
+    result
+}
+
+/// The relative targets of inline links and images (`[text](target)`) and of reference
+/// definitions (`[label]: target`), with the line each is on.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (number, line) in without_code_spans(&prose(text)) {
+        let mut rest = line.as_str();
+        while let Some(start) = rest.find("](") {
+            let after = &rest[start + 2..];
+            let target = link_target(after);
+            found.push((number, target.to_string()));
+            rest = &after[target.len().min(after.len())..];
+        }
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            if let Some(end) = trimmed.find("]:") {
+                let target = trimmed[end + 2..].split_whitespace().next().unwrap_or("");
+                found.push((number, target.to_string()));
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(number, target)| (number, target.trim_start_matches('<').trim_end_matches('>').to_string()))
+        .filter(|(_, target)| !target.is_empty() && !has_scheme(target))
+        .collect()
+}
+
+/// The destination at the start of `after`: up to white space or the `)` that closes the link,
+/// parentheses inside it balanced.
+fn link_target(after: &str) -> &str {
+    let mut depth = 0;
+    for (index, c) in after.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => return &after[..index],
+            ')' => depth -= 1,
+            c if c.is_whitespace() => return &after[..index],
+            _ => {}
+        }
+    }
+    after
+}
+
+fn has_scheme(target: &str) -> bool {
+    match target.split_once(':') {
+        Some((scheme, _)) => {
+            !scheme.is_empty()
+                && scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        }
+        None => false,
+    }
+}
+
+/// The anchors GitHub gives the ATX headings of a markdown file, in order; a repeated heading
+/// gets `-1`, `-2`, ... after the first.
+fn heading_anchors(text: &str) -> Vec<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut anchors = Vec::new();
+    for (_, line) in prose(text) {
+        let trimmed = line.trim_start();
+        let level = trimmed.chars().take_while(|c| *c == '#').count();
+        if line.len() - trimmed.len() > 3 || !(1..=6).contains(&level) {
+            continue;
+        }
+        let title = &trimmed[level..];
+        if !(title.is_empty() || title.starts_with(' ') || title.starts_with('\t')) {
+            continue;
+        }
+        let title = title.trim().trim_end_matches('#').trim_end();
+        let base = anchor(title);
+        let count = seen.entry(base.clone()).or_insert(0);
+        anchors.push(if *count == 0 { base.clone() } else { format!("{base}-{count}") });
+        *count += 1;
+    }
+    anchors
+}
+
+/// GitHub's anchor of a heading: its text as shown (a link's text, a code span's content),
+/// lower case, without punctuation but `-` and `_`, each space a `-`.
+fn anchor(title: &str) -> String {
+    let mut shown = String::new();
+    let mut rest = title;
+    while let Some(start) = rest.find('[') {
+        let Some(close) = rest[start..].find("](") else { break };
+        let after = &rest[start + close + 2..];
+        let target = link_target(after);
+        shown.push_str(&rest[..start]);
+        shown.push_str(&rest[start + 1..start + close]);
+        rest = after.get(target.len() + 1..).unwrap_or("");
+    }
+    shown.push_str(rest);
+    shown
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
