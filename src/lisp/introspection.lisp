@@ -136,6 +136,19 @@ false. Returns the position after it and whether a form was produced."
           (when (<= after i) (return nil))
           (setf i after))))))
 
+(defun read-form-start (octets position)
+  "Where the form that the reader reads from byte POSITION starts: past layout and past the
+#+/#- forms it drops. SBCL records the position a top-level form's read began at, which is
+before the conditionals it dropped (and its form number counts only the forms read)."
+  (loop
+    (let ((start (skip-layout octets position)))
+      (when (>= start (length octets))
+        (return (min position (length octets))))
+      (multiple-value-bind (after produced) (skip-form octets start)
+        (when (or produced (<= after start))
+          (return start))
+        (setf position after)))))
+
 (defun octet-line-and-column (octets position)
   "1-based line and column (in characters, decoding UTF-8) of byte POSITION."
   (let* ((line-start (let ((newline (position 10 octets :end position :from-end t)))
@@ -186,7 +199,7 @@ file."
                (offset (sb-introspect:definition-source-character-offset source))
                (form-index (first (sb-introspect:definition-source-form-path source)))
                (start (and octets
-                           (cond (offset (skip-layout octets (min offset (length octets))))
+                           (cond (offset (read-form-start octets (min offset (length octets))))
                                  (form-index (toplevel-form-start octets form-index)))))
                (recorded-date (sb-introspect:definition-source-file-write-date source))
                (current-date (ignore-errors (file-write-date file))))
@@ -772,7 +785,8 @@ unexported names of an SB- package, which no user program refers to."
                       (let* ((*package* package)
                              (names (lambda (classes) (mapcar (lambda (c) (name-text (class-name c) package)) classes)))
                              (direct-slots (sb-mop:class-direct-slots class))
-                             (accessors (and (typep class 'structure-class) (structure-slot-accessors class))))
+                             (accessors (and (typep class 'structure-class) (structure-slot-accessors class)))
+                             (inherited (and finalized (inherited-slot-plists class package))))
                         (list :name (name-text symbol package)
                               :package (and (symbol-package symbol) (package-name (symbol-package symbol)))
                               :metaclass (name-text (class-name (class-of class)) package)
@@ -785,17 +799,12 @@ unexported names of an SB- package, which no user program refers to."
                               :not-finalized why
                               :documentation (documentation-text class t)
                               :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
-                              :inherited-slots (and finalized (inherited-slot-plists class package))
+                              :inherited-slots inherited
                               :slot-count (and finalized (length (sb-mop:class-slots class)))
-                              :slot-sources (and finalized
-                                                 (funcall names
-                                                          (remove-if-not
-                                                           (lambda (c)
-                                                             ;; Finalizing a class leaves its
-                                                             ;; superclasses as they were.
-                                                             (and (finalize-if-possible c package)
-                                                                  (sb-mop:class-slots c)))
-                                                           (sb-mop:class-direct-superclasses class)))))))))))))
+                              ;; The classes whose own slots are inherited, not the direct
+                              ;; superclasses they came through.
+                              :slot-sources (remove-duplicates (mapcar (lambda (slot) (getf slot :from)) inherited)
+                                                               :test #'string= :from-end t))))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; lisp-status
