@@ -184,7 +184,9 @@ impl<'a> CurrentTexts<'a> {
             if changed {
                 source.note = Some(RELOCATED.to_string());
             }
-        } else if let Some(place) = places.first() {
+        } else if let Some(place) = places.first().filter(|_| changed) {
+            // Only a changed file moves a definition: in one compiled as it is, SBCL's record is
+            // where the definition is, whatever other form of that name the text holds.
             (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
             source.note = Some(RELOCATED.to_string());
         } else if changed {
