@@ -281,6 +281,8 @@ pub struct DebuggerSession {
     pub number: u64,
     /// The server's id of the thread waiting in the debugger.
     pub thread: i64,
+    /// That thread's number in the threads tool's list, which lisp-status names it by.
+    pub listed_thread: u64,
     /// `TYPE: message` of the condition it stopped with, for lisp-status.
     pub condition: String,
     /// When it stopped.
@@ -309,8 +311,8 @@ pub enum SessionUnavailable {
 pub struct DebuggerSessionSummary {
     /// `D<number>`'s number.
     pub number: u64,
-    /// The server's id of the waiting thread.
-    pub thread: i64,
+    /// The waiting thread's number in the threads tool's list.
+    pub thread: u64,
     /// `TYPE: message`.
     pub condition: String,
     /// How long it has waited.
@@ -520,7 +522,7 @@ impl Image {
             .map(|(&number, slot)| match slot {
                 SessionSlot::Waiting(session) => DebuggerSessionSummary {
                     number,
-                    thread: session.thread,
+                    thread: session.listed_thread,
                     condition: session.condition.clone(),
                     age: session.since.elapsed(),
                     busy: false,
