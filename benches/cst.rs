@@ -10,7 +10,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use swank_mcp::source::{AllowedRoots, Cst};
-use swank_mcp::tools::{edit_lisp_form, Arguments, Run};
+use swank_mcp::tools::{edit_lisp_form, Run};
 
 /// One chunk of typical library code, with every kind of node the reader knows about.
 fn chunk(i: usize) -> String {
@@ -85,11 +85,12 @@ fn edit_end_to_end(c: &mut Criterion) {
     group.bench_function(format!("replace one defun in a {}-line file", text.lines().count()), |b| {
         b.iter(|| {
             turn.set(1 - turn.get());
-            let args = Arguments::from_value(Some(json!({
+            let args = edit_lisp_form::TOOL
+                .arguments(json!({
                 "file_path": "big.lisp", "form_type": "defun", "form_name": name,
                 "operation": "replace", "content": bodies[turn.get()],
-            })))
-            .expect("arguments");
+                }))
+                .expect("arguments");
             black_box(edit(&args, &roots).expect("the edit applies"))
         })
     });

@@ -14,11 +14,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
 
 fn run(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
     let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    run(&Arguments::from_value(Some(arguments)).expect("object"), roots).unwrap_or_else(ToolOutput::from)
+    tool.arguments(arguments)
+        .map_err(ToolError::from)
+        .and_then(|args| run(&args, roots))
+        .unwrap_or_else(ToolOutput::from)
 }
 
 fn edit(roots: &AllowedRoots, file: &str, body: &str) -> ToolOutput {

@@ -9,11 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
 
 fn run(tool: &Tool, arguments: serde_json::Value, roots: &AllowedRoots) -> ToolOutput {
     let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    run(&Arguments::from_value(Some(arguments)).expect("object"), roots).unwrap_or_else(ToolOutput::from)
+    tool.arguments(arguments)
+        .map_err(ToolError::from)
+        .and_then(|args| run(&args, roots))
+        .unwrap_or_else(ToolOutput::from)
 }
 
 /// Counts the heap in use and its peak, to tell the parse's own allocations from the RSS.

@@ -6,21 +6,21 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::{prepare_edit, AllowedRoots, EditError, EditRequest, Operation};
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Arguments, Run, Tool, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source").join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }
 
-/// Runs a source tool as the server does, its failure as the output the client gets.
-fn run(tool: &Tool, arguments: &Arguments, roots: &AllowedRoots) -> ToolOutput {
+/// Runs a source tool as the server does, its arguments checked first, its failure as the output
+/// the client gets.
+fn run(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
     let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    run(arguments, roots).unwrap_or_else(ToolOutput::from)
-}
-
-fn args(value: Value) -> Arguments {
-    Arguments::from_value(Some(value)).expect("an object")
+    tool.arguments(arguments)
+        .map_err(ToolError::from)
+        .and_then(|args| run(&args, roots))
+        .unwrap_or_else(ToolOutput::from)
 }
 
 /// A temporary directory with `root/` as the only allowed root and `outside/` beside it.
@@ -62,7 +62,7 @@ impl Project {
     }
 
     fn edit(&self, arguments: Value) -> ToolOutput {
-        run(&edit_lisp_form::TOOL, &args(arguments), &self.roots)
+        run(&edit_lisp_form::TOOL, arguments, &self.roots)
     }
 
     /// Runs an edit that must succeed and returns the tool's text.
@@ -439,9 +439,9 @@ fn files_outside_the_roots_are_refused() {
         assert!(output.text.contains("is outside the allowed roots"), "{}", output.text);
         assert!(output.text.contains("--root"), "{}", output.text);
     }
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": outside}), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
-    let output = run(&lisp_check_parens::TOOL, &args(json!({"file_path": outside})), &project.roots);
+    let output = run(&lisp_check_parens::TOOL, json!({"file_path": outside}), &project.roots);
     assert!(output.is_error && output.text.contains("outside the allowed roots"), "{}", output.text);
     assert_eq!(fs::read_to_string(&outside).expect("read"), "(defun secret () 1)\n");
 }
@@ -535,7 +535,7 @@ fn bad_arguments_are_explained() {
 #[test]
 fn check_parens_reports_the_problem_and_its_opener() {
     let project = Project::new();
-    let check = |arguments: Value| run(&lisp_check_parens::TOOL, &args(arguments), &project.roots);
+    let check = |arguments: Value| run(&lisp_check_parens::TOOL, arguments, &project.roots);
 
     let output = check(json!({"code": "(defun f (x)\n  (g x))\n(f 1)"}));
     assert!(!output.is_error);
@@ -570,7 +570,7 @@ fn check_parens_reports_the_problem_and_its_opener() {
 fn outline_lists_the_forms() {
     let project = Project::new();
     project.file("shapes.asd", fixture("shapes.asd"));
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.asd"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "shapes.asd"}), &project.roots);
     assert!(!output.is_error, "{}", output.text);
     assert_eq!(
         output.text,
@@ -578,7 +578,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("shapes.lisp", fixture("shapes.lisp"));
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "shapes.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "shapes.lisp"}), &project.roots);
     let lines: Vec<&str> = output.text.lines().collect();
     assert_eq!(lines[0], "shapes.lisp: 22 top-level forms, 81 lines");
     assert!(lines.contains(&"30-31  defmethod area (circle)"), "{}", output.text);
@@ -591,7 +591,7 @@ fn outline_lists_the_forms() {
     );
 
     project.file("broken.lisp", "(a \"b)");
-    let output = run(&lisp_outline::TOOL, &args(json!({"file_path": "broken.lisp"})), &project.roots);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": "broken.lisp"}), &project.roots);
     assert!(output.is_error);
     assert!(output.text.contains("end of file inside a string"), "{}", output.text);
 }
@@ -603,11 +603,11 @@ fn definitions_describe_the_tools_honestly() {
     assert!(edit.description.contains("Prefer it to rewriting files or text substitution"));
     // With `load`, it changes the image too.
     assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
-    assert_eq!(edit.input_schema["required"], json!(["file_path", "form_type", "form_name", "operation"]));
+    assert_eq!(edit.input_schema()["required"], json!(["file_path", "form_type", "form_name", "operation"]));
     assert!(edit.description.contains("load: true also compiles the change into the image"));
-    assert_eq!(edit.input_schema["properties"]["dry_run"]["type"], json!("boolean"));
-    assert_eq!(edit.input_schema["properties"]["index"]["minimum"], json!(1));
-    assert!(edit.input_schema["properties"]["file_path"]["description"]
+    assert_eq!(edit.input_schema()["properties"]["dry_run"]["type"], json!("boolean"));
+    assert_eq!(edit.input_schema()["properties"]["index"]["minimum"], json!(1));
+    assert!(edit.input_schema()["properties"]["file_path"]["description"]
         .as_str()
         .unwrap_or_default()
         .contains("relative to"));

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::client_requests::{ClientRequests, RequestFailed};
 use crate::source::LoadPlan;
 use crate::tools::image_approval::EmacsVerdict;
-use crate::tools::{read_limit, Arguments, ToolOutput, Toolbox};
+use crate::tools::{read_limit, ToolOutput, Toolbox};
 
 /// Stands for every offered tool that is not read-only in `--confirm`.
 pub const MUTATING: &str = "mutating";
@@ -249,7 +249,10 @@ fn loaded_text(
     arguments: &Option<Value>,
 ) -> Result<String, ToolOutput> {
     let refused = |error: String| ToolOutput::error(format!("{tool} was not run: {error}"));
-    let args = Arguments::from_value(arguments.clone()).map_err(|e| refused(e.0))?;
+    let args = toolbox
+        .arguments(tool, arguments.clone())
+        .ok_or_else(|| refused(format!("{tool} is not offered.")))?
+        .map_err(|e| refused(e.0))?;
     let file = toolbox
         .roots()
         .read(Path::new(file_path), read_limit(&args).map_err(|e| refused(e.0))?)
@@ -260,7 +263,7 @@ fn loaded_text(
     }
     let form_type = args.required_str("form_type").map_err(|e| refused(e.0))?;
     let form_name = args.required_str("form_name").map_err(|e| refused(e.0))?;
-    let index = args.optional_u64("index", u64::from(u32::MAX)).map_err(|e| refused(e.0))?;
+    let index = args.optional_u64("index").map_err(|e| refused(e.0))?;
     let index = index.and_then(|i| usize::try_from(i).ok());
     let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(refused)?;
     let Some(target) = plan.targets.first() else {

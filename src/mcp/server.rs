@@ -412,8 +412,7 @@ impl Server {
             )),
             "tools/list" => {
                 let title_field = self.structured_output();
-                let tools: Vec<Value> = self.toolbox.definitions().map(|d| d.to_json(title_field)).collect();
-                Ok(Some(ResultBody::Json(json!({ "tools": tools }))))
+                Ok(Some(ResultBody::Json(json!({ "tools": self.toolbox.tool_list(title_field) }))))
             }
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {

@@ -4,8 +4,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("query", "Part of the name, e.g. \"hash-table\".").required(),
+    Param::text("package", "Only symbols accessible in this package (default: all)."),
+    Param::flag("external_only", "Only external symbols."),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -14,15 +21,7 @@ fn definition() -> ToolDefinition {
         description:
             "Find symbols whose names contain query (case-insensitive), with what each names; exact and prefix \
             matches first, the list capped.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["query"],
-            "properties": {
-                "query": {"type": "string", "description": "Part of the name, e.g. \"hash-table\"."},
-                "package": {"type": "string", "description": "Only symbols accessible in this package (default: all)."},
-                "external_only": {"type": "boolean", "description": "Only external symbols.", "default": false}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -33,7 +32,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let query = args.required_str("query")?;
     let package = args.optional_str("package")?;
-    let external_only = args.optional_bool("external_only")?.unwrap_or(false);
+    let external_only = args.flag("external_only")?;
     let request = vec![
         Form::string(query),
         Form::Keyword("package"),

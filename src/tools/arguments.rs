@@ -1,98 +1,388 @@
-//! Typed access to a tool call's `arguments` object.
+//! A tool's arguments, declared once: each tool lists its [`Param`]s, and that one list gives both
+//! the `inputSchema` that `tools/list` shows and the checks a call's `arguments` pass before the
+//! tool runs (docs/design.md, "One call"). So the schema and the checks cannot disagree: an
+//! argument the list does not name is refused, naming the nearest one it does; a declared
+//! minimum, maximum or set of values is enforced where it is declared.
 //!
-//! Every accessor returns an [`ArgumentError`] whose text tells the model exactly which argument
-//! was wrong and what was expected, so a bad call can be corrected on the next try instead of
+//! Every refusal is an [`ArgumentError`] whose text tells the model exactly which argument was
+//! wrong and what was expected, so a bad call can be corrected on the next try instead of
 //! surfacing as a protocol error.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// A bad `arguments` object or argument; the text is the message for the model.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
 pub struct ArgumentError(pub String);
 
-/// A tool call's `arguments`: a JSON object, read one argument at a time.
-#[derive(Debug, Clone, Default)]
-pub struct Arguments(Map<String, Value>);
+/// The largest integer an argument takes unless it declares less, which the schema leaves unsaid:
+/// the largest every JSON client carries exactly (2^53 - 1), a fixnum in the image, and more than
+/// any count, offset or number a tool takes.
+const LARGEST: u64 = (1 << 53) - 1;
 
-impl Arguments {
-    /// Accepts the `arguments` member of `tools/call`; absent or `null` means "no arguments".
-    pub fn from_value(value: Option<Value>) -> Result<Self, ArgumentError> {
-        match value {
-            None | Some(Value::Null) => Ok(Self(Map::new())),
-            Some(Value::Object(map)) => Ok(Self(map)),
-            Some(other) => Err(ArgumentError(format!("`arguments` must be a JSON object, got {}.", describe(&other)))),
+/// One argument of a tool: its name, the values it takes, and what the schema says of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    name: &'static str,
+    kind: Kind,
+    required: bool,
+    description: &'static str,
+    default: Option<Shown>,
+    /// The refusal of a value of the right type that the argument does not take, when the tool
+    /// explains it better than "must be from ... to ...".
+    explain: Option<fn(&Value) -> String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Text,
+    OneOf(&'static [&'static str]),
+    Flag,
+    Integer(Range),
+    Integers(Range),
+    Texts,
+    IntegerOrName(Range),
+}
+
+/// The integers an argument takes; `max` when it declares one.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    min: u64,
+    max: Option<u64>,
+}
+
+impl Range {
+    fn holds(self, n: u64) -> bool {
+        n >= self.min && n <= self.max.unwrap_or(LARGEST)
+    }
+
+    fn describe(self) -> String {
+        match (self.min, self.max) {
+            (min, Some(max)) => format!("an integer from {min} to {max}"),
+            (min, None) => format!("an integer of {min} or more"),
         }
     }
 
+    fn schema(self, schema: &mut Map<String, Value>) {
+        schema.insert("minimum".into(), self.min.into());
+        if let Some(max) = self.max {
+            schema.insert("maximum".into(), max.into());
+        }
+    }
+}
+
+/// The default value the schema shows.
+#[derive(Debug, Clone, Copy)]
+enum Shown {
+    Integer(u64),
+    Text(&'static str),
+}
+
+impl Param {
+    const fn new(name: &'static str, kind: Kind, description: &'static str) -> Self {
+        Param { name, kind, required: false, description, default: None, explain: None }
+    }
+
+    /// A string.
+    pub const fn text(name: &'static str, description: &'static str) -> Self {
+        Self::new(name, Kind::Text, description)
+    }
+
+    /// One of `choices`.
+    pub const fn one_of(name: &'static str, choices: &'static [&'static str], description: &'static str) -> Self {
+        Self::new(name, Kind::OneOf(choices), description)
+    }
+
+    /// True or false; false when absent.
+    pub const fn flag(name: &'static str, description: &'static str) -> Self {
+        Self::new(name, Kind::Flag, description)
+    }
+
+    /// An integer from `min`.
+    pub const fn integer(name: &'static str, min: u64, description: &'static str) -> Self {
+        Self::new(name, Kind::Integer(Range { min, max: None }), description)
+    }
+
+    /// A list of integers from `min`.
+    pub const fn integers(name: &'static str, min: u64, description: &'static str) -> Self {
+        Self::new(name, Kind::Integers(Range { min, max: None }), description)
+    }
+
+    /// A list of strings.
+    pub const fn texts(name: &'static str, description: &'static str) -> Self {
+        Self::new(name, Kind::Texts, description)
+    }
+
+    /// An integer from 0, or a name.
+    pub const fn integer_or_name(name: &'static str, description: &'static str) -> Self {
+        Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None }), description)
+    }
+
+    /// The call must give it.
+    pub const fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// An integer argument takes at most `max`.
+    pub const fn at_most(mut self, max: u64) -> Self {
+        self.kind = match self.kind {
+            Kind::Integer(range) => Kind::Integer(Range { min: range.min, max: Some(max) }),
+            Kind::Integers(range) => Kind::Integers(Range { min: range.min, max: Some(max) }),
+            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { min: range.min, max: Some(max) }),
+            other => other,
+        };
+        self
+    }
+
+    /// The schema shows this integer as the default.
+    pub const fn default_integer(mut self, default: u64) -> Self {
+        self.default = Some(Shown::Integer(default));
+        self
+    }
+
+    /// The schema shows this string as the default.
+    pub const fn default_text(mut self, default: &'static str) -> Self {
+        self.default = Some(Shown::Text(default));
+        self
+    }
+
+    /// A value of the right type that the argument does not take is refused with `explain`'s text.
+    pub const fn explained(mut self, explain: fn(&Value) -> String) -> Self {
+        self.explain = Some(explain);
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its JSON Schema.
+    fn schema(&self) -> Value {
+        let mut schema = Map::new();
+        let (kind, range) = match self.kind {
+            Kind::Text => ("string", None),
+            Kind::OneOf(choices) => {
+                schema.insert("enum".into(), json!(choices));
+                ("string", None)
+            }
+            Kind::Flag => {
+                schema.insert("default".into(), false.into());
+                ("boolean", None)
+            }
+            Kind::Integer(range) => ("integer", Some(range)),
+            Kind::Integers(range) => {
+                let mut items = Map::new();
+                items.insert("type".into(), "integer".into());
+                range.schema(&mut items);
+                schema.insert("items".into(), items.into());
+                ("array", None)
+            }
+            Kind::Texts => {
+                schema.insert("items".into(), json!({"type": "string"}));
+                ("array", None)
+            }
+            Kind::IntegerOrName(range) => {
+                schema.insert("type".into(), json!(["integer", "string"]));
+                range.schema(&mut schema);
+                ("", None)
+            }
+        };
+        if !kind.is_empty() {
+            schema.insert("type".into(), kind.into());
+        }
+        if let Some(range) = range {
+            range.schema(&mut schema);
+        }
+        match self.default {
+            Some(Shown::Integer(n)) => schema.insert("default".into(), n.into()),
+            Some(Shown::Text(text)) => schema.insert("default".into(), text.into()),
+            None => None,
+        };
+        if !self.description.is_empty() {
+            schema.insert("description".into(), self.description.into());
+        }
+        schema.into()
+    }
+
+    /// What it takes, for a refusal of a value of the wrong type.
+    fn expected(&self) -> String {
+        match self.kind {
+            Kind::Text => "a string".into(),
+            Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
+            Kind::Flag => "true or false".into(),
+            Kind::Integer(range) => range.describe(),
+            Kind::Integers(Range { min, max: Some(max) }) => format!("a list of integers from {min} to {max}"),
+            Kind::Integers(Range { min, max: None }) => format!("a list of integers of {min} or more"),
+            Kind::Texts => "an array of strings".into(),
+            Kind::IntegerOrName(range) => format!("{} or a name", range.describe()),
+        }
+    }
+
+    /// Checks a value the call gives; `null` counts as absent and is never checked.
+    fn check(&self, value: &Value) -> Result<(), ArgumentError> {
+        let wrong =
+            || ArgumentError(format!("Argument `{}` must be {}, got {}.", self.name, self.expected(), describe(value)));
+        let refused = || match self.explain {
+            Some(explain) => ArgumentError(explain(value)),
+            None => wrong(),
+        };
+        match (self.kind, value) {
+            (Kind::Text, Value::String(_)) | (Kind::Flag, Value::Bool(_)) => Ok(()),
+            (Kind::OneOf(choices), Value::String(text)) if !choices.contains(&text.as_str()) => {
+                Err(match self.explain {
+                    Some(explain) => ArgumentError(explain(value)),
+                    None => ArgumentError(format!("Unknown {} {value}: use one of {}.", self.name, choices.join(", "))),
+                })
+            }
+            (Kind::OneOf(_), Value::String(_)) => Ok(()),
+            (Kind::Integer(range) | Kind::IntegerOrName(range), Value::Number(_)) => match integer(value) {
+                Some(n) if range.holds(n) => Ok(()),
+                Some(_) => Err(refused()),
+                None => Err(wrong()),
+            },
+            (Kind::IntegerOrName(_), Value::String(_)) => Ok(()),
+            (Kind::Integers(range), Value::Array(items)) => {
+                let numbers: Option<Vec<u64>> = items.iter().map(integer).collect();
+                match numbers {
+                    Some(numbers) if numbers.iter().all(|n| range.holds(*n)) => Ok(()),
+                    Some(_) => Err(refused()),
+                    None => Err(wrong()),
+                }
+            }
+            (Kind::Texts, Value::Array(items)) if items.iter().all(Value::is_string) => Ok(()),
+            _ => Err(wrong()),
+        }
+    }
+}
+
+/// A non-negative integer. Integral floats (`5.0`) count, because some clients serialise every
+/// number as a float.
+fn integer(value: &Value) -> Option<u64> {
+    let Value::Number(n) = value else { return None };
+    n.as_u64()
+        .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= LARGEST as f64).map(|f| f as u64))
+}
+
+/// The `inputSchema` of a tool taking `params`, and an `image` argument naming one of `images`
+/// when there is more than one to choose from.
+pub(crate) fn input_schema(params: &[Param], images: &[&str]) -> Value {
+    let mut properties: Map<String, Value> = params.iter().map(|p| (p.name.to_string(), p.schema())).collect();
+    if let [default, _, ..] = images {
+        properties.insert("image".into(), json!({"type": "string", "enum": images, "default": default}));
+    }
+    let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
+    let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+/// A tool call's `arguments`: a JSON object whose every member the tool declares and whose every
+/// value it takes, read one argument at a time.
+#[derive(Debug, Clone, Default)]
+pub struct Arguments {
+    values: Map<String, Value>,
+    params: &'static [Param],
+}
+
+impl Arguments {
+    /// Checks the `arguments` member of a call of `tool`, which takes `params` and, when `images`
+    /// is given, an `image` argument naming one of them. Absent or `null` means no arguments.
+    pub fn read(
+        tool: &str,
+        params: &'static [Param],
+        images: Option<&[&str]>,
+        value: Option<Value>,
+    ) -> Result<Self, ArgumentError> {
+        let values = match value {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map,
+            Some(other) => {
+                return Err(ArgumentError(format!("`arguments` must be a JSON object, got {}.", describe(&other))))
+            }
+        };
+        for (name, value) in &values {
+            match (params.iter().find(|p| p.name == name), images) {
+                (Some(param), _) if !value.is_null() => param.check(value)?,
+                (Some(_), _) => {}
+                (None, Some(images)) if name == "image" => check_image(value, images)?,
+                (None, _) => return Err(unknown(tool, name, params, images.is_some_and(|images| images.len() > 1))),
+            }
+        }
+        if let Some(missing) = params.iter().find(|p| p.required && values.get(p.name).is_none_or(Value::is_null)) {
+            return Err(missing_argument(missing.name, &missing.expected()));
+        }
+        Ok(Self { values, params })
+    }
+
+    /// Arguments that only name the image to work in, for a request the server makes on its own.
+    pub(crate) fn for_image(image: &str) -> Self {
+        Self { values: Map::from_iter([("image".to_string(), Value::from(image))]), params: &[] }
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.values.get(name).filter(|value| !value.is_null())
+    }
+
+    /// The declaration of `name`; an argument read that its tool does not declare is a bug of
+    /// the tool's, refused rather than read unchecked.
+    fn param(&self, name: &str) -> Result<&Param, ArgumentError> {
+        self.params.iter().find(|p| p.name == name).ok_or_else(|| {
+            ArgumentError(format!("swank-mcp failed: the tool reads an argument `{name}` it does not declare (a bug)."))
+        })
+    }
+
+    /// A string the call must give. Besides the arguments the tool requires, for one that only
+    /// some calls need (the `content` of an edit other than a delete).
     pub(crate) fn required_str(&self, name: &str) -> Result<&str, ArgumentError> {
-        match self.0.get(name) {
-            None | Some(Value::Null) => Err(ArgumentError(format!("Missing required argument `{name}` (a string)."))),
-            Some(Value::String(s)) => Ok(s),
-            Some(other) => Err(wrong_type(name, "a string", other)),
+        match self.optional_str(name)? {
+            Some(text) => Ok(text),
+            None => Err(missing_argument(name, "a string")),
         }
     }
 
     pub(crate) fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
-        match self.0.get(name) {
-            None | Some(Value::Null) => Ok(None),
+        match self.get(name) {
+            None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(wrong_type(name, "a string", other)),
         }
     }
 
-    pub(crate) fn optional_bool(&self, name: &str) -> Result<Option<bool>, ArgumentError> {
-        match self.0.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
+    /// A flag: false when absent.
+    pub(crate) fn flag(&self, name: &str) -> Result<bool, ArgumentError> {
+        match self.get(name) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
             Some(other) => Err(wrong_type(name, "true or false", other)),
         }
     }
 
-    /// A non-negative integer no larger than `max`. Integral floats (`5.0`) are accepted because
-    /// some clients serialise every number as a float.
-    pub fn optional_u64(&self, name: &str, max: u64) -> Result<Option<u64>, ArgumentError> {
-        let value = match self.0.get(name) {
-            None | Some(Value::Null) => return Ok(None),
-            Some(value) => value,
-        };
-        let expected = format!("an integer from 0 to {max}");
-        let number = match value {
-            Value::Number(n) => {
-                n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
-            }
-            _ => None,
-        };
-        match number {
-            Some(n) if n <= max => Ok(Some(n)),
-            _ => Err(wrong_type(name, &expected, value)),
-        }
+    /// An integer, in the range its declaration gives.
+    pub fn optional_u64(&self, name: &str) -> Result<Option<u64>, ArgumentError> {
+        let param = self.param(name)?;
+        let Some(value) = self.get(name) else { return Ok(None) };
+        param.check(value)?;
+        integer(value).map(Some).ok_or_else(|| wrong_type(name, &param.expected(), value))
     }
 
-    /// A list of integers from 0 to `max`, or `None` when absent; an empty list
-    /// counts as absent.
-    pub fn optional_u64_list(&self, name: &str, max: u64) -> Result<Option<Vec<u64>>, ArgumentError> {
-        let items = match self.0.get(name) {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::Array(items)) => items,
-            Some(other) => return Err(wrong_type(name, &format!("a list of integers from 0 to {max}"), other)),
-        };
-        let mut numbers = Vec::with_capacity(items.len());
-        for item in items {
-            let single = Arguments(Map::from_iter([(name.to_string(), item.clone())]));
-            match single.optional_u64(name, max) {
-                Ok(Some(n)) => numbers.push(n),
-                _ => {
-                    return Err(wrong_type(name, &format!("a list of integers from 0 to {max}"), &items.clone().into()))
-                }
-            }
-        }
+    /// A list of integers in the range its declaration gives, or `None` when absent; an empty
+    /// list counts as absent.
+    pub fn optional_u64_list(&self, name: &str) -> Result<Option<Vec<u64>>, ArgumentError> {
+        let param = self.param(name)?;
+        let Some(value) = self.get(name) else { return Ok(None) };
+        param.check(value)?;
+        let numbers: Vec<u64> = value.as_array().into_iter().flatten().filter_map(integer).collect();
         Ok((!numbers.is_empty()).then_some(numbers))
     }
+
     /// A list of strings; absent means none.
     pub(crate) fn optional_str_list(&self, name: &str) -> Result<Vec<&str>, ArgumentError> {
-        match self.0.get(name) {
-            None | Some(Value::Null) => Ok(Vec::new()),
+        match self.get(name) {
+            None => Ok(Vec::new()),
             Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
                 Ok(items.iter().filter_map(Value::as_str).collect())
             }
@@ -100,17 +390,12 @@ impl Arguments {
         }
     }
 
-    /// A number from 0 to `max`, or a name.
-    pub(crate) fn optional_number_or_name(
-        &self,
-        name: &str,
-        max: u64,
-    ) -> Result<Option<NumberOrName<'_>>, ArgumentError> {
-        match self.0.get(name) {
+    /// A number in the range its declaration gives, or a name.
+    pub(crate) fn optional_number_or_name(&self, name: &str) -> Result<Option<NumberOrName<'_>>, ArgumentError> {
+        match self.get(name) {
             Some(Value::String(text)) => Ok(Some(NumberOrName::Name(text))),
-            Some(Value::Number(_)) => Ok(self.optional_u64(name, max)?.map(NumberOrName::Number)),
-            None | Some(Value::Null) => Ok(None),
-            Some(other) => Err(wrong_type(name, &format!("an integer from 0 to {max} or a name"), other)),
+            None => Ok(None),
+            Some(_) => Ok(self.optional_u64(name)?.map(NumberOrName::Number)),
         }
     }
 }
@@ -122,6 +407,75 @@ pub enum NumberOrName<'a> {
     Number(u64),
     /// Given as a string.
     Name(&'a str),
+}
+
+/// The refusal of an `image` argument that names none of `images`.
+pub(crate) fn unknown_image(name: &str, images: &[&str]) -> ArgumentError {
+    ArgumentError(format!("Unknown image {name:?}; the configured images are: {}.", images.join(", ")))
+}
+
+fn check_image(value: &Value, images: &[&str]) -> Result<(), ArgumentError> {
+    match value {
+        Value::Null => Ok(()),
+        Value::String(name) if images.contains(&name.as_str()) => Ok(()),
+        Value::String(name) => Err(unknown_image(name, images)),
+        other => Err(wrong_type("image", "a string", other)),
+    }
+}
+
+/// The refusal of an argument `tool` does not take: the nearest one it does, and all of them, as
+/// its schema lists them (`image` only when there are images to choose from).
+fn unknown(tool: &str, name: &str, params: &[Param], image_listed: bool) -> ArgumentError {
+    let mut names: Vec<&str> = params.iter().map(|p| p.name).collect();
+    if image_listed {
+        names.push("image");
+    }
+    let guess = nearest(name, &names).map(|near| format!(": did you mean `{near}`?")).unwrap_or_else(|| ".".into());
+    let takes = match names.as_slice() {
+        [] => format!("{tool} takes no arguments"),
+        names => format!("{tool} takes {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+    };
+    ArgumentError(format!("Unknown argument `{name}`{guess} {takes}; the call was not run."))
+}
+
+/// The name in `names` that `name` most likely misspells: the same but for case, `_` and `-`, or
+/// a prefix of it, or within a few edits.
+fn nearest<'a>(name: &str, names: &[&'a str]) -> Option<&'a str> {
+    let plain =
+        |text: &str| text.chars().filter(|c| !matches!(c, '_' | '-')).flat_map(char::to_lowercase).collect::<String>();
+    let wanted = plain(name);
+    let distance = |candidate: &str| {
+        let candidate = plain(candidate);
+        if candidate == wanted {
+            0
+        } else if !wanted.is_empty() && (candidate.starts_with(&wanted) || wanted.starts_with(&candidate)) {
+            1
+        } else {
+            edit_distance(&wanted, &candidate)
+        }
+    };
+    let (best, score) = names.iter().map(|n| (*n, distance(n))).min_by_key(|(_, score)| *score)?;
+    (score <= (wanted.chars().count() / 3).max(2)).then_some(best)
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+fn missing_argument(name: &str, expected: &str) -> ArgumentError {
+    ArgumentError(format!("Missing required argument `{name}` ({expected})."))
 }
 
 fn wrong_type(name: &str, expected: &str, got: &Value) -> ArgumentError {
@@ -149,41 +503,98 @@ fn describe(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
-    fn args(v: Value) -> Arguments {
-        Arguments::from_value(Some(v)).unwrap()
+    const PARAMS: &[Param] = &[
+        Param::text("code", "").required(),
+        Param::flag("dry_run", ""),
+        Param::integer("n", 0, "").at_most(10),
+        Param::integer("timeout_ms", 1, "").at_most(100),
+        Param::integers("entries", 1, "").explained(|_| "Entries count from 1.".into()),
+        Param::one_of("mode", &["cpu", "time"], "").default_text("cpu"),
+        Param::integer_or_name("restart", "").at_most(9),
+        Param::texts("functions", ""),
+    ];
+
+    fn read(value: Value) -> Result<Arguments, String> {
+        Arguments::read("tool", PARAMS, None, Some(value)).map_err(|e| e.0)
     }
 
     #[test]
     fn wrong_types_name_the_argument_and_the_value() {
-        let a = args(json!({"code": 5, "flag": "yes", "n": -1}));
-        assert_eq!(a.required_str("code").unwrap_err().0, "Argument `code` must be a string, got number 5.");
-        assert!(a.optional_bool("flag").unwrap_err().0.contains("true or false"));
-        assert!(a.optional_u64("n", 10).unwrap_err().0.contains("from 0 to 10"));
-        assert!(a.required_str("missing").unwrap_err().0.contains("Missing required"));
+        assert_eq!(read(json!({"code": 5})).unwrap_err(), "Argument `code` must be a string, got number 5.");
+        assert!(read(json!({"code": "x", "dry_run": "yes"})).unwrap_err().contains("true or false"));
+        assert!(read(json!({"code": "x", "n": -1})).unwrap_err().contains("from 0 to 10"));
+        assert_eq!(read(json!({})).unwrap_err(), "Missing required argument `code` (a string).");
+        assert!(read(json!({"code": "x", "restart": true})).unwrap_err().contains("from 0 to 9 or a name"));
+        assert!(read(json!({"code": "x", "functions": [1]})).unwrap_err().contains("an array of strings"));
     }
 
     #[test]
-    fn integral_floats_count_as_integers() {
-        let a = args(json!({"n": 5.0, "m": 5.5}));
-        assert_eq!(a.optional_u64("n", 10).unwrap(), Some(5));
-        assert!(a.optional_u64("m", 10).is_err());
+    fn declared_bounds_and_choices_are_enforced() {
+        assert!(read(json!({"code": "x", "timeout_ms": 0})).unwrap_err().contains("from 1 to 100, got number 0"));
+        assert!(read(json!({"code": "x", "timeout_ms": 101})).is_err());
+        assert_eq!(read(json!({"code": "x", "entries": [2, 0]})).unwrap_err(), "Entries count from 1.");
+        assert!(read(json!({"code": "x", "entries": "3"})).unwrap_err().contains("a list of integers of 1 or more"));
+        assert_eq!(
+            read(json!({"code": "x", "mode": "fast"})).unwrap_err(),
+            "Unknown mode \"fast\": use one of cpu, time."
+        );
+        assert!(read(json!({"code": "x", "restart": 10})).is_err());
+        let args = read(json!({"code": "x", "n": 5.0, "restart": "USE-VALUE", "entries": [3, 1.0]})).unwrap();
+        assert_eq!(args.optional_u64("n").unwrap(), Some(5));
+        assert_eq!(args.optional_number_or_name("restart").unwrap(), Some(NumberOrName::Name("USE-VALUE")));
+        assert_eq!(args.optional_u64_list("entries").unwrap(), Some(vec![3, 1]));
+        assert!(read(json!({"code": "x", "n": 5.5})).is_err());
     }
 
     #[test]
-    fn integer_lists_are_read_whole_or_refused() {
-        let a = args(json!({"ok": [3, 1.0], "empty": [], "bad": [1, "2"], "scalar": 4}));
-        assert_eq!(a.optional_u64_list("ok", 10).unwrap(), Some(vec![3, 1]));
-        assert_eq!(a.optional_u64_list("empty", 10).unwrap(), None);
-        assert_eq!(a.optional_u64_list("absent", 10).unwrap(), None);
-        assert!(a.optional_u64_list("bad", 10).unwrap_err().0.contains("a list of integers"));
-        assert!(a.optional_u64_list("scalar", 10).unwrap_err().0.contains("got number 4"));
+    fn an_unknown_argument_is_refused_naming_the_nearest() {
+        let error = read(json!({"code": "x", "dryrun": true})).unwrap_err();
+        assert!(error.starts_with("Unknown argument `dryrun`: did you mean `dry_run`? tool takes `code`, "), "{error}");
+        assert!(read(json!({"code": "x", "timeout": 5})).unwrap_err().contains("did you mean `timeout_ms`?"));
+        assert!(read(json!({"code": "x", "dryRun": true})).unwrap_err().contains("did you mean `dry_run`?"));
+        let error = read(json!({"code": "x", "zzzzzz": 1})).unwrap_err();
+        assert!(error.starts_with("Unknown argument `zzzzzz`. tool takes"), "{error}");
+        // Even as null.
+        assert!(read(json!({"code": "x", "dryrun": null})).is_err());
+        let error = Arguments::read("status", &[], None, Some(json!({"verbose": true}))).unwrap_err().0;
+        assert_eq!(error, "Unknown argument `verbose`. status takes no arguments; the call was not run.");
+    }
+
+    #[test]
+    fn the_image_argument_names_a_configured_image() {
+        let read = |value| Arguments::read("tool", PARAMS, Some(&["one", "two"]), Some(value)).map_err(|e| e.0);
+        assert!(read(json!({"code": "x", "image": "two"})).is_ok());
+        assert_eq!(
+            read(json!({"code": "x", "image": "three"})).unwrap_err(),
+            "Unknown image \"three\"; the configured images are: one, two."
+        );
+        assert!(Arguments::read("tool", PARAMS, None, Some(json!({"code": "x", "image": "one"}))).is_err());
+    }
+
+    #[test]
+    fn the_schema_says_what_the_checks_take() {
+        let schema = input_schema(PARAMS, &["only"]);
+        assert_eq!(schema["required"], json!(["code"]));
+        assert_eq!(schema["additionalProperties"], json!(false));
+        assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer", "minimum": 1, "maximum": 100}));
+        assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean", "default": false}));
+        assert_eq!(schema["properties"]["mode"], json!({"type": "string", "enum": ["cpu", "time"], "default": "cpu"}));
+        assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer", "minimum": 1}));
+        assert!(schema["properties"].get("image").is_none());
+        let several = input_schema(PARAMS, &["one", "two"]);
+        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"], "default": "one"}));
     }
 
     #[test]
     fn non_object_arguments_are_rejected() {
-        assert!(Arguments::from_value(Some(json!([1]))).is_err());
-        assert!(Arguments::from_value(None).is_ok());
+        assert!(Arguments::read("tool", &[], None, Some(json!([1]))).is_err());
+        assert!(Arguments::read("tool", &[], None, None).is_ok());
+    }
+
+    #[test]
+    fn an_argument_read_but_not_declared_is_an_error_not_a_guess() {
+        let args = read(json!({"code": "x"})).unwrap();
+        assert!(args.optional_u64("undeclared").unwrap_err().0.contains("a bug"));
     }
 }

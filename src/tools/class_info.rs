@@ -5,8 +5,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("class", "Class name to inspect").required(),
+    Param::text("package", "Package name (defaults to CL-USER)"),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -15,20 +21,7 @@ fn definition() -> ToolDefinition {
         description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
             metaclass. Works with any class in the running image. Also its documentation and each inherited slot's \
             class; class may be pkg:name, and a missing class offers near names.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["class"],
-            "properties": {
-                "class": {
-                    "type": "string",
-                    "description": "Class name to inspect"
-                },
-                "package": {
-                    "type": "string",
-                    "description": "Package name (defaults to CL-USER)"
-                }
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -5,8 +5,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("code", "Common Lisp code to compile").required(),
+    Param::text("package", "Package context for compilation (default: CL-USER)"),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -16,20 +22,7 @@ fn definition() -> ToolDefinition {
             "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and other \
             issues that only appear at compile time. Useful for checking code correctness before evaluation. Nothing \
             is defined; a macro the code defines is not run (its uses get a WARNING).",
-        input_schema: json!({
-            "type": "object",
-            "required": ["code"],
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "Common Lisp code to compile"
-                },
-                "package": {
-                    "type": "string",
-                    "description": "Package context for compilation (default: CL-USER)"
-                }
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

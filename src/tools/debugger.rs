@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::arguments::NumberOrName;
 use super::evaluate_lisp::EvaluationReply;
 use super::lisp_reply::{check_failure, decode, restarts_section, Captured, ErrorReport};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{
     next_debugger_session_number, CallLimits, DebuggerSession, Evaluating, Evaluation, Image, SessionUnavailable,
 };
@@ -27,6 +27,28 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Frames shown when an evaluation stops, and by `backtrace` without `end`.
 const FRAMES_SHOWN: u64 = 20;
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("session", "e.g. \"D1\".").required(),
+    Param::one_of(
+        "action",
+        &["backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame", "restart_frame", "abort"],
+        "",
+    )
+    .required(),
+    Param::integer("frame", 0, "Frame number, as backtrace shows it."),
+    Param::integer("start", 0, "backtrace: first frame (default 0)."),
+    Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
+    Param::text(
+        "code",
+        "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns.",
+    ),
+    Param::integer_or_name("restart", "invoke_restart: its number or name, e.g. \"USE-VALUE\"."),
+    Param::texts("arguments", "invoke_restart: forms whose values are its arguments."),
+    Param::integer("timeout_ms", 1, "Limit of this action and what it resumes (default: --eval-timeout).")
+        .at_most(MAX_TIMEOUT_MS),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "debugger",
@@ -35,28 +57,7 @@ fn definition() -> ToolDefinition {
             "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1): \
             see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
             redefine its function), abort. Resuming returns its result, or a new session if it stops again.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["session", "action"],
-            "properties": {
-                "session": {"type": "string", "description": "e.g. \"D1\"."},
-                "action": {
-                    "type": "string",
-                    "enum": ["backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame",
-                             "restart_frame", "abort"]
-                },
-                "frame": {"type": "integer", "minimum": 0, "description": "Frame number, as backtrace shows it."},
-                "start": {"type": "integer", "minimum": 0, "description": "backtrace: first frame (default 0)."},
-                "end": {"type": "integer", "minimum": 0, "description": "backtrace: frame after the last (default start + 20)."},
-                "code": {"type": "string", "description": "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns."},
-                "restart": {"type": ["integer", "string"], "description": "invoke_restart: its number or name, e.g. \"USE-VALUE\"."},
-                "arguments": {"type": "array", "items": {"type": "string"}, "description": "invoke_restart: forms whose values are its arguments."},
-                "timeout_ms": {
-                    "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
-                    "description": "Limit of this action and what it resumes (default: --eval-timeout)."
-                }
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -67,7 +68,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let number = session_number(args.required_str("session")?)?;
     let action = Action::read(args)?;
-    let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
+    let timeout_ms = args.optional_u64("timeout_ms")?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
@@ -144,19 +145,19 @@ enum Action<'a> {
 impl<'a> Action<'a> {
     fn read(args: &'a Arguments) -> Result<Self, ToolError> {
         let frame = || -> Result<u64, ToolError> {
-            args.optional_u64("frame", u32::MAX as u64)?
+            args.optional_u64("frame")?
                 .ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
         };
         Ok(match args.required_str("action")? {
             "backtrace" => {
-                let start = args.optional_u64("start", u32::MAX as u64)?.unwrap_or(0);
-                let end = args.optional_u64("end", u32::MAX as u64)?.unwrap_or(start + FRAMES_SHOWN);
+                let start = args.optional_u64("start")?.unwrap_or(0);
+                let end = args.optional_u64("end")?.unwrap_or(start.saturating_add(FRAMES_SHOWN));
                 Action::Backtrace { start, end }
             }
             "frame" => Action::Frame { frame: frame()? },
             "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: args.required_str("code")? },
             "invoke_restart" => Action::InvokeRestart {
-                restart: args.optional_number_or_name("restart", u32::MAX as u64)?.ok_or_else(|| {
+                restart: args.optional_number_or_name("restart")?.ok_or_else(|| {
                     ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
                 })?,
                 arguments: args.optional_str_list("arguments")?,
@@ -175,7 +176,7 @@ impl<'a> Action<'a> {
 
     /// The helper function that does it in the stopped thread, and its arguments.
     fn request(&self) -> (&'static str, Vec<Form>) {
-        let integer = |n: u64| Form::Integer(n as i64);
+        let integer = |n: u64| Form::Integer(i64::try_from(n).unwrap_or(i64::MAX));
         match self {
             Action::Backtrace { start, end } => {
                 ("debugger-report", vec![Form::Keyword("start"), integer(*start), Form::Keyword("end"), integer(*end)])

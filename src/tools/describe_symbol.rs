@@ -6,7 +6,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, Location};
-use super::{symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{
+    symbol_request, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+};
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[super::SYMBOL, super::SYMBOL_PACKAGE];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -16,14 +21,7 @@ fn definition() -> ToolDefinition {
             "Say what a symbol names in the image (function, macro, generic function with its methods, variable with \
             its value, class, type) with its syntax, documentation and source file. Evaluates and interns nothing; a \
             missing symbol offers near names.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["symbol"],
-            "properties": {
-                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
-                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

@@ -11,11 +11,39 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::load_plan;
 use super::{
-    large_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("file_path", "Absolute, or relative to the first --root.").required(),
+    Param::text("form_type", "The operator, e.g. \"defun\" (case and package prefix ignored).").required(),
+    Param::text(
+        "form_name",
+        "As lisp-outline shows it: \"foo\", \"(setf foo)\"; a method as \"name [qualifiers] (specializers)\", e.g. \"area :around (shape)\"; a bare name matches all its methods.",
+    )
+    .required(),
+    Param::one_of(
+        "operation",
+        &Operation::NAMES,
+        "insert_before and insert_after put content beside the form and its attached comments; delete removes it with them.",
+    )
+    .required()
+    .explained(unknown_operation),
+    Param::text("content", "Whole top-level form(s); not for delete."),
+    FORM_INDEX,
+    Param::flag("dry_run", "Return the diff; write and load nothing."),
+    Param::flag("load", "Compile the change into the image as load-form does (delete: remove the definition)."),
+    LARGE_FILE_ARGUMENT,
+];
+
+fn unknown_operation(operation: &Value) -> String {
+    let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
+    format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
+}
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -27,50 +55,7 @@ pub fn definition() -> ToolDefinition {
             replace, delete, or insert forms beside it. Prefer it to rewriting files or text substitution: the form \
             is found by operator and name, only its text changes, and content that does not read is refused. Returns \
             the diff; load: true also compiles the change into the image.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root."
-                },
-                "form_type": {
-                    "type": "string",
-                    "description": "The operator, e.g. \"defun\", \"defmethod\" (case and package prefix ignored)."
-                },
-                "form_name": {
-                    "type": "string",
-                    "description": "As lisp-outline shows it: \"foo\", \"(setf foo)\"; a method as \"name [qualifiers] (specializers)\", e.g. \"area :around (shape)\"; a bare name matches all its methods."
-                },
-                "operation": {
-                    "type": "string",
-                    "enum": Operation::NAMES,
-                    "description": "insert_before and insert_after put content beside the form and its attached comments; delete removes it with them."
-                },
-                "content": {
-                    "type": "string",
-                    "description": "Whole top-level form(s); not for delete."
-                },
-                "index": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Which match, 1-based, when several match."
-                },
-                "dry_run": {
-                    "type": "boolean",
-                    "default": false,
-                    "description": "Return the diff; write and load nothing."
-                },
-                "load": {
-                    "type": "boolean",
-                    "default": false,
-                    "description": "Compile the change into the image as load-form does (delete: remove the definition)."
-                },
-                "large_file": large_file_schema()
-            },
-            "required": ["file_path", "form_type", "form_name", "operation"],
-            "additionalProperties": false
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -95,10 +80,7 @@ struct Edited {
 fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
     let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
-    let operation = Operation::parse(operation).ok_or_else(|| {
-        let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
-        ToolError::new(format!("Argument `operation` must be one of {}; got \"{operation}\".", names.join(", ")))
-    })?;
+    let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
     let content = match (operation, args.optional_str("content")?) {
         (Operation::Delete, content) => content.unwrap_or_default(),
         (_, Some(content)) => content,
@@ -109,13 +91,9 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edite
         form_name: args.required_str("form_name")?,
         operation,
         content,
-        index: match args.optional_u64("index", u64::from(u32::MAX))? {
-            Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
-            index => index.and_then(|i| usize::try_from(i).ok()),
-        },
+        index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
     };
-    let dry_run = args.optional_bool("dry_run")?.unwrap_or(false);
-    args.optional_bool("load")?;
+    let dry_run = args.flag("dry_run")?;
 
     let prepared = prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?;
     let shown = prepared.shown().to_string();
@@ -134,7 +112,7 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edite
 /// The edit alone, as a source tool runs it (what the server runs when there is nothing to
 /// load).
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    if args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false) {
+    if args.flag("load")? && !args.flag("dry_run")? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
     let (_, text, structured) = edit(args, roots, false)?;
@@ -142,7 +120,7 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let load = args.optional_bool("load")?.unwrap_or(false) && !args.optional_bool("dry_run")?.unwrap_or(false);
+    let load = args.flag("load")? && !args.flag("dry_run")?;
     let owned = args.clone();
     if !load {
         return context.on_files(move |roots| run(&owned, roots)).await;

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::debugger;
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::CallLimits;
 use crate::swank::{Form, Sexp};
 
@@ -20,6 +20,17 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 const MAX_PRINT_LENGTH: u64 = 1_000_000;
 const MAX_PRINT_LEVEL: u64 = 10_000;
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
+    Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
+    Param::integer("timeout_ms", 1, "Interrupt it after this long (default: --eval-timeout, 30 s).")
+        .at_most(MAX_TIMEOUT_MS),
+    Param::integer("print_length", 0, "*PRINT-LENGTH* of the values (default 200).").at_most(MAX_PRINT_LENGTH),
+    Param::integer("print_level", 0, "*PRINT-LEVEL* of the values (default 10).").at_most(MAX_PRINT_LEVEL),
+    Param::flag("debug", "On an unhandled error, stop in the debugger and return a session for the debugger tool."),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
@@ -29,42 +40,7 @@ fn definition() -> ToolDefinition {
             Forms run one at a time; IN-PACKAGE changes the session's package. Replies with [stdout], [stderr], \
             [warnings] and `=> value` lines (with a handle, @3, for inspect); an error as [ERROR] TYPE, message, \
             backtrace and restarts, unwound.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["code"],
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms."
-                },
-                "package": {
-                    "type": "string",
-                    "description": "Package context for evaluation. Defaults to CL-USER or the last-used package."
-                },
-                "timeout_ms": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_TIMEOUT_MS,
-                    "description": "Interrupt it after this long (default: --eval-timeout, 30 s)."
-                },
-                "print_length": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_PRINT_LENGTH,
-                    "description": "*PRINT-LENGTH* of the values (default 200)."
-                },
-                "print_level": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_PRINT_LEVEL,
-                    "description": "*PRINT-LEVEL* of the values (default 10)."
-                },
-                "debug": {
-                    "type": "boolean",
-                    "description": "On an unhandled error, stop in the debugger and return a session for the debugger tool (default false)."
-                }
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -75,10 +51,10 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
     let package = args.optional_str("package")?;
-    let timeout_ms = args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?;
-    let debug = args.optional_bool("debug")?.unwrap_or(false);
-    let print_length = args.optional_u64("print_length", MAX_PRINT_LENGTH)?;
-    let print_level = args.optional_u64("print_level", MAX_PRINT_LEVEL)?;
+    let timeout_ms = args.optional_u64("timeout_ms")?;
+    let debug = args.flag("debug")?;
+    let print_length = args.optional_u64("print_length")?;
+    let print_level = args.optional_u64("print_level")?;
     let image = context.image(args)?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),

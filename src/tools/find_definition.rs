@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{
-    symbol_request, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
+    symbol_request, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,6 +14,14 @@ use super::LARGE_FILE;
 use crate::source::{locate_definition, AllowedRoots};
 use crate::swank::Form;
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    super::SYMBOL,
+    super::SYMBOL_PACKAGE,
+    Param::integer("offset", 0, "Definitions to skip (the next page's offset)."),
+    Param::integer("limit", 1, "At most this many.").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
@@ -21,16 +29,7 @@ fn definition() -> ToolDefinition {
         description: "Where a symbol is defined: each definition (function, method, variable, class, type...) at \
             file:line:column, found again in the file's current text if it changed since, or \"defined at the \
             REPL\". In pages of 50; the last line gives the next offset.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["symbol"],
-            "properties": {
-                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
-                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."},
-                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Definitions to skip (the next page's offset)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEFINITIONS, "default": DEFAULT_DEFINITIONS, "description": "At most this many (up to 2,000)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -44,11 +43,8 @@ pub const MAX_DEFINITIONS: u64 = 2_000;
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let offset = args.optional_u64("offset", i64::MAX as u64)?.unwrap_or(0);
-    let limit = match args.optional_u64("limit", MAX_DEFINITIONS)? {
-        Some(0) => return Err(ToolError::new(format!("Argument `limit` must be from 1 to {MAX_DEFINITIONS}."))),
-        limit => limit.unwrap_or(DEFAULT_DEFINITIONS),
-    };
+    let offset = args.optional_u64("offset")?.unwrap_or(0);
+    let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
     let mut request = symbol_request(args)?;
     request.extend([
         Form::Keyword("offset"),
@@ -297,6 +293,7 @@ pub(crate) fn split_top_level(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::swank::read;
+    use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :total 2 :definitions \
          ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \

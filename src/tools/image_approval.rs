@@ -48,7 +48,7 @@ impl Toolbox {
         limit: Duration,
         cancel: CancellationToken,
     ) -> Result<EmacsVerdict, ToolError> {
-        let args = Arguments::from_value(arguments.clone().filter(Value::is_object))?;
+        let args = image_arguments(arguments);
         let context =
             ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress: Progress::none() };
         let advice = "The image did not end the approval request at --confirm-timeout; the call was not run and \
@@ -85,7 +85,7 @@ impl Toolbox {
         tool: &str,
         client: &str,
     ) -> Result<(), ToolError> {
-        let args = Arguments::from_value(arguments.clone().filter(Value::is_object))?;
+        let args = image_arguments(arguments);
         let context = ToolContext {
             toolbox: self.clone(),
             settings: self.settings.clone(),
@@ -105,12 +105,20 @@ impl Toolbox {
         tool: &str,
         cancel: CancellationToken,
     ) -> bool {
-        let Ok(args) = Arguments::from_value(arguments.clone().filter(Value::is_object)) else { return false };
+        let args = image_arguments(arguments);
         let context =
             ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress: Progress::none() };
         match context.call_helper(&args, "session-allowed-p", vec![Form::string(tool)]).await {
             Ok(reply) => decode::<Allowance>("session-allowed-p", &reply).is_ok_and(|found| found.allowed),
             Err(_) => false,
         }
+    }
+}
+
+/// The call's `image` argument alone, which names the image to ask.
+fn image_arguments(arguments: &Option<Value>) -> Arguments {
+    match arguments.as_ref().and_then(|arguments| arguments.get("image")).and_then(Value::as_str) {
+        Some(image) => Arguments::for_image(image),
+        None => Arguments::default(),
     }
 }

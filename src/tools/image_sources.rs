@@ -83,7 +83,7 @@ async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<Allowe
 
 /// The image's ASDF system directories, resolved; `None` when the image cannot say.
 async fn ask(context: &ToolContext, image: &str) -> Option<Vec<PathBuf>> {
-    let args = Arguments::from_value(Some(serde_json::json!({ "image": image }))).ok()?;
+    let args = Arguments::for_image(image);
     let reply = context.call_helper_within(&args, "system-directories", Vec::new(), ASK_TIMEOUT, "").await.ok()?;
     let directories = decode::<Directories>("system-directories", &reply).ok()?.directories;
     Some(directories.iter().filter_map(|dir| Path::new(dir).canonicalize().ok()).collect())

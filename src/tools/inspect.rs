@@ -3,17 +3,23 @@
 //! behind a handle (a string, or output a reply cut) read in slices.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 /// Parts shown per page when the call gives no limit.
 const DEFAULT_PARTS: u64 = 50;
 const MAX_PARTS: u64 = 1000;
-/// Far past any string or kept text (a swank frame holds 16 MiB).
-const MAX_OFFSET: u64 = 1 << 40;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("handle", "A handle from a reply, e.g. \"@3\"."),
+    Param::text("code", "Code whose first value to inspect."),
+    Param::text("package", "Package to read code in."),
+    Param::integer("offset", 0, "First part or character (default 0)."),
+    Param::integer("limit", 1, "Parts (default 50, at most 1,000) or characters (default --max-output) to show."),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -22,16 +28,7 @@ fn definition() -> ToolDefinition {
         description: "Show a value as SLIME's inspector does: its type and parts (slots, elements, entries, methods, \
             bindings), each with a handle to inspect next. Give a handle (@3) or code. For a string or a cut \
             output's handle, offset and limit count characters.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "handle": {"type": "string", "description": "A handle from a reply, e.g. \"@3\"."},
-                "code": {"type": "string", "description": "Code whose first value to inspect."},
-                "package": {"type": "string", "description": "Package to read code in (default: the session's)."},
-                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "description": "First part or character (default 0)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET, "description": "Parts (default 50, at most 1,000) or characters (default --max-output) to show."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
 }
@@ -43,11 +40,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let handle = args.optional_str("handle")?;
     let code = args.optional_str("code")?;
     let package = super::package_argument(args)?;
-    let offset = args.optional_u64("offset", MAX_OFFSET)?.unwrap_or(0);
-    let limit = args.optional_u64("limit", MAX_OFFSET)?;
-    if limit == Some(0) {
-        return Err(ToolError::new("`limit` must be at least 1."));
-    }
+    let offset = args.optional_u64("offset")?.unwrap_or(0);
+    let limit = args.optional_u64("limit")?;
     let target =
         match (handle, code) {
             (Some(handle), None) => [Form::Keyword("handle"), Form::string(handle)],

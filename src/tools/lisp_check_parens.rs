@@ -7,10 +7,17 @@ use serde_json::{json, Value};
 
 use super::image_sources::read_seeing_images;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    parse_permit, read_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    ToolResult, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("file_path", "Under an allowed root or an ASDF system's directory."),
+    Param::text("code", "Text to check instead of a file."),
+    LARGE_FILE_ARGUMENT,
+];
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -20,21 +27,7 @@ pub fn definition() -> ToolDefinition {
         description:
             "Check that Lisp source (file_path or code) reads as complete forms; on a problem, gives the line and \
             column where reading failed and of the open paren, and where a missing ) likely belongs.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
-                },
-                "code": {
-                    "type": "string",
-                    "description": "Text to check instead of a file."
-                },
-                "large_file": large_file_schema()
-            },
-            "additionalProperties": false
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }

@@ -7,10 +7,18 @@ use serde_json::json;
 
 use super::image_sources::read_seeing_images;
 use super::{
-    large_file_schema, parse_permit, read_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError,
-    ToolOutput, ToolResult,
+    parse_permit, read_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    ToolResult, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("file_path", "Under an allowed root or an ASDF system's directory.").required(),
+    Param::integer("offset", 0, "Forms to skip (the next page's offset)."),
+    Param::integer("limit", 1, "At most this many forms.").at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
+    LARGE_FILE_ARGUMENT,
+];
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -21,31 +29,7 @@ pub fn definition() -> ToolDefinition {
             "List a Lisp file's top-level forms, one line each (lines, reader conditional, operator and name; \
             definitions inside progn, eval-when etc. indented under them). Read it before edit-lisp-form or \
             load-form, which take these names. Long files come in pages.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": {
-                    "type": "string",
-                    "description": "The file: absolute, or relative to the first --root; under an allowed root or an ASDF system's directory."
-                },
-                "offset": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": 0,
-                    "description": "Forms to skip (the next page's offset)."
-                },
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_ENTRIES,
-                    "default": MAX_ENTRIES,
-                    "description": "At most this many forms."
-                },
-                "large_file": large_file_schema()
-            },
-            "required": ["file_path"],
-            "additionalProperties": false
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }
@@ -67,11 +51,8 @@ pub const MAX_ENTRIES: u64 = 2_000;
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file_path = args.required_str("file_path")?;
-    let offset = args.optional_u64("offset", u64::from(u32::MAX))?.unwrap_or(0) as usize;
-    let limit = match args.optional_u64("limit", MAX_ENTRIES)? {
-        Some(0) => return Err(ToolError::new(format!("Argument `limit` must be from 1 to {MAX_ENTRIES}."))),
-        limit => limit.unwrap_or(MAX_ENTRIES) as usize,
-    };
+    let offset = args.optional_u64("offset")?.unwrap_or(0) as usize;
+    let limit = args.optional_u64("limit")?.unwrap_or(MAX_ENTRIES) as usize;
     let file = roots.read(Path::new(file_path), read_limit(args)?)?;
     let _permit = parse_permit(file.bytes.len());
     // No tree of the whole file: only the page's forms are parsed.

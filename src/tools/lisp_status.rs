@@ -18,7 +18,7 @@ fn definition() -> ToolDefinition {
         description:
             "What swank-mcp is attached to: the Lisp and its version, swank or slynk, host:port and pid, your \
             session's package, threads, evaluations running or in the debugger, heap and *features*.",
-        input_schema: json!({"type": "object", "properties": {}}),
+        arguments: &[],
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }

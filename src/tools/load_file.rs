@@ -8,11 +8,14 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::LoadReport;
 use super::{
-    large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
-    ToolResult,
+    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolResult, LARGE_FILE_ARGUMENT,
+    LOADED_FILE,
 };
 use crate::source::definition_count;
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -21,15 +24,7 @@ fn definition() -> ToolDefinition {
         description:
             "Compile and load a whole file, as Emacs's C-c C-k, so that its definitions point at it. Replies with \
             every compiler message at file:line:column; a compile error loads nothing.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": loaded_file_schema(),
-                "large_file": large_file_schema()
-            },
-            "required": ["file_path"],
-            "additionalProperties": false
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }
 }

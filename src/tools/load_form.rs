@@ -9,11 +9,20 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{
-    large_file_schema, loaded_file_schema, read_limit, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, ToolResult,
+    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
 use crate::source::{LoadPlan, LoadTarget};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    LOADED_FILE,
+    Param::text("form_type", "The operator, e.g. \"defun\".").required(),
+    Param::text("form_name", "As lisp-outline shows it.").required(),
+    FORM_INDEX,
+    LARGE_FILE_ARGUMENT,
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -23,18 +32,7 @@ fn definition() -> ToolDefinition {
             "Compile one definition of a file into the image, as Emacs's C-c C-c: found as edit-lisp-form finds it, \
             compiled under the file's name so that find-definition and backtraces point at it. Replies with the \
             compiler's messages at file:line:column; a compile error loads nothing.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "file_path": loaded_file_schema(),
-                "form_type": {"type": "string", "description": "The operator, e.g. \"defun\"."},
-                "form_name": {"type": "string", "description": "As lisp-outline shows it."},
-                "index": {"type": "integer", "minimum": 1, "description": "Which match, 1-based, when several match."},
-                "large_file": large_file_schema()
-            },
-            "required": ["file_path", "form_type", "form_name"],
-            "additionalProperties": false
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }
 }
@@ -46,10 +44,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file_path = args.required_str("file_path")?;
     let form_type = args.required_str("form_type")?;
     let form_name = args.required_str("form_name")?;
-    let index = match args.optional_u64("index", u64::from(u32::MAX))? {
-        Some(0) => return Err(ToolError::new("Argument `index` is 1-based: use 1 for the first match.")),
-        index => index.and_then(|i| usize::try_from(i).ok()),
-    };
+    let index = args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok());
     let file = context.roots().read(Path::new(file_path), read_limit(args)?)?;
     let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
     let loaded = load_plan(context, args, &file.path, &plan).await?;

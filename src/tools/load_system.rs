@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 /// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
@@ -17,6 +17,12 @@ const MAX_KEPT_WARNINGS: u64 = 10_000;
 /// is meant for single evaluations.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("system", "e.g. \"alexandria\".").required(),
+    Param::flag("force", "Recompile and reload the system itself."),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-system",
@@ -25,14 +31,7 @@ fn definition() -> ToolDefinition {
             "Load an ASDF system and its dependencies (asdf:load-system), compiling what is out of date; replies with \
             the time, the compiler's errors and warnings at file:line:column, and the output. Sends progress; limit \
             10 minutes.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["system"],
-            "properties": {
-                "system": {"type": "string", "description": "e.g. \"alexandria\"."},
-                "force": {"type": "boolean", "description": "Recompile and reload the system itself.", "default": false}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -42,7 +41,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let system = args.required_str("system")?;
-    let force = args.optional_bool("force")?.unwrap_or(false);
+    let force = args.flag("force")?;
     let request = vec![
         Form::string(system),
         Form::Keyword("force"),

@@ -5,8 +5,15 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::{Form, Sexp};
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("form", "The Lisp form to expand (as a string)").required(),
+    Param::flag("full", "If true, fully expand all macros recursively (default: false, single step)"),
+    Param::text("package", "Package to read the form in."),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -15,25 +22,7 @@ fn definition() -> ToolDefinition {
         description:
             "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, LOOP, or \
             WITH-* generate. A MACROLET in the form is not run.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["form"],
-            "properties": {
-                "form": {
-                    "type": "string",
-                    "description": "The Lisp form to expand (as a string)"
-                },
-                "full": {
-                    "type": "boolean",
-                    "description": "If true, fully expand all macros recursively (default: false, single step)",
-                    "default": false
-                },
-                "package": {
-                    "type": "string",
-                    "description": "Package to read the form in (default: the session's)."
-                }
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -45,7 +34,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = vec![
         Form::string(args.required_str("form")?),
         Form::Keyword("full"),
-        if args.optional_bool("full")?.unwrap_or(false) { Form::T } else { Form::Nil },
+        if args.flag("full")? { Form::T } else { Form::Nil },
         Form::Keyword("package"),
         super::package_argument(args)?,
         Form::Keyword("max-output"),

@@ -44,7 +44,7 @@ use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
 use crate::image::{CallLimits, Image, ImageSettings};
-pub use arguments::{ArgumentError, Arguments};
+pub use arguments::{ArgumentError, Arguments, Param};
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use progress::{Progress, ProgressUpdate};
 
@@ -53,7 +53,7 @@ pub const LARGE_FILE: u64 = 64 * 1024 * 1024;
 
 /// The size limit a source tool reads `file_path` with: [`LARGE_FILE`], unless `large_file` is true.
 pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>, ToolError> {
-    Ok(if args.optional_bool("large_file")?.unwrap_or(false) {
+    Ok(if args.flag("large_file")? {
         None
     } else {
         Some((
@@ -63,22 +63,22 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
     })
 }
 
-/// The `file_path` argument's schema for the tools that load a file into the image.
-pub(crate) fn loaded_file_schema() -> Value {
-    serde_json::json!({
-        "type": "string",
-        "description": "The file: absolute, or relative to the first --root; under an allowed root, at the same path for the image."
-    })
-}
+/// The `file_path` argument of the tools that load a file into the image.
+pub(crate) const LOADED_FILE: Param =
+    Param::text("file_path", "Under an allowed root; the image reads it at the same path.").required();
 
-/// The `large_file` argument's schema, shared by the source tools.
-pub(crate) fn large_file_schema() -> Value {
-    serde_json::json!({
-        "type": "boolean",
-        "default": false,
-        "description": "Read a file over 64 MiB too."
-    })
-}
+/// The `index` argument of the tools that find a definition in a file as edit-lisp-form does.
+pub(crate) const FORM_INDEX: Param = Param::integer("index", 1, "Which match, 1-based, when several do.")
+    .explained(|_| "Argument `index` is 1-based: use 1 for the first match.".to_string());
+
+/// The `symbol` argument of the tools that ask about one symbol.
+pub(crate) const SYMBOL: Param = Param::text("symbol", "name, pkg:name or pkg::name.").required();
+
+/// The `package` argument of the tools that ask about one symbol.
+pub(crate) const SYMBOL_PACKAGE: Param = Param::text("package", "Package for an unqualified name.");
+
+/// The `large_file` argument, shared by the source tools.
+pub(crate) const LARGE_FILE_ARGUMENT: Param = Param::flag("large_file", "Read a file over 64 MiB too.");
 
 /// What a tool's function gives back.
 pub type ToolResult = Result<ToolOutput, ToolError>;
@@ -89,6 +89,15 @@ pub struct Tool {
     pub definition: fn() -> ToolDefinition,
     /// The tool's function, and whether it needs an image.
     pub run: Run,
+}
+
+impl Tool {
+    /// `arguments` checked against the tool's declaration, as a server with one image checks
+    /// them (without the `image` argument).
+    pub fn arguments(&self, arguments: Value) -> Result<Arguments, ArgumentError> {
+        let definition = (self.definition)();
+        Arguments::read(definition.name, definition.arguments, None, Some(arguments))
+    }
 }
 
 /// How a tool runs.
@@ -135,24 +144,22 @@ static TOOLS: &[Tool] = &[
     undo::TOOL,
 ];
 
-/// Every tool's definition and how it runs, with an `image` argument offered in the image tools'
-/// schemas when there are several images.
-fn all_tools(images: &[Arc<Image>]) -> Vec<(ToolDefinition, &'static Run)> {
-    let names: Vec<&str> = images.iter().map(|i| i.name()).collect();
+/// A tool a [`Toolbox`] offers.
+struct Offered {
+    definition: ToolDefinition,
+    run: &'static Run,
+    /// It takes the `image` argument.
+    image_argument: bool,
+}
+
+/// Every tool's definition and how it runs.
+fn all_tools() -> Vec<Offered> {
     TOOLS
         .iter()
-        .map(|tool| {
-            let mut definition = (tool.definition)();
-            let image_argument = matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. });
-            if let (true, [default, _, ..]) = (image_argument, names.as_slice()) {
-                if let Some(properties) = definition.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
-                    properties.insert(
-                        "image".into(),
-                        serde_json::json!({"type": "string", "enum": names, "default": default}),
-                    );
-                }
-            }
-            (definition, &tool.run)
+        .map(|tool| Offered {
+            definition: (tool.definition)(),
+            run: &tool.run,
+            image_argument: matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. }),
         })
         .collect()
 }
@@ -190,9 +197,8 @@ pub struct Toolbox {
     settings: Settings,
     images: Vec<Arc<Image>>,
     roots: AllowedRoots,
-    /// The tools offered and how each runs; the definitions are built once, since their schemas
-    /// are too big to rebuild for every call.
-    offered: Vec<(ToolDefinition, &'static Run)>,
+    /// The tools offered and how each runs.
+    offered: Vec<Offered>,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -214,8 +220,7 @@ impl Toolbox {
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
         let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
-        let offered = all_tools(&images);
-        Self { settings, images, roots, offered }
+        Self { settings, images, roots, offered: all_tools() }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
@@ -224,7 +229,7 @@ impl Toolbox {
             let known: Vec<&str> = self.definitions().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
         }
-        self.offered.retain(|(d, _)| {
+        self.offered.retain(|Offered { definition: d, .. }| {
             (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
                 && (!selection.read_only || d.annotations.read_only)
         });
@@ -253,7 +258,33 @@ impl Toolbox {
 
     /// The tools this server offers.
     pub fn definitions(&self) -> impl Iterator<Item = &ToolDefinition> {
-        self.offered.iter().map(|(definition, _)| definition)
+        self.offered.iter().map(|offered| &offered.definition)
+    }
+
+    /// The `tools/list` entries of the tools this server offers: an image tool takes an `image`
+    /// argument when there are several images.
+    pub fn tool_list(&self, title_field: bool) -> Vec<Value> {
+        let names = self.image_names();
+        self.offered
+            .iter()
+            .map(|offered| {
+                let images: &[&str] = if offered.image_argument { &names } else { &[] };
+                offered.definition.list_entry(title_field, images)
+            })
+            .collect()
+    }
+
+    /// A call's `arguments` for tool `name`, checked against its declaration; `None` when the
+    /// tool is not offered.
+    pub fn arguments(&self, name: &str, arguments: Option<Value>) -> Option<Result<Arguments, ArgumentError>> {
+        let offered = self.offered.iter().find(|offered| offered.definition.name == name)?;
+        let names = self.image_names();
+        let images = offered.image_argument.then_some(names.as_slice());
+        Some(Arguments::read(name, offered.definition.arguments, images, arguments))
+    }
+
+    fn image_names(&self) -> Vec<&str> {
+        self.images.iter().map(|image| image.name()).collect()
     }
 
     /// Runs tool `name`; `None` when there is no such tool.
@@ -275,8 +306,8 @@ impl Toolbox {
         progress: Progress,
     ) -> Option<ToolOutput> {
         // A tool left out by --tools or --read-only does not exist for the client.
-        let run = self.offered.iter().find(|(d, _)| d.name == name).map(|(_, run)| *run)?;
-        let args = match Arguments::from_value(arguments) {
+        let run = self.offered.iter().find(|offered| offered.definition.name == name)?.run;
+        let args = match self.arguments(name, arguments)? {
             Ok(args) => args,
             Err(e) => return Some(ToolError::from(e).into()),
         };
@@ -347,7 +378,7 @@ impl ToolContext {
             None => Ok(images[0].clone()),
             Some(name) => images.iter().find(|i| i.name() == name).cloned().ok_or_else(|| {
                 let known: Vec<&str> = images.iter().map(|i| i.name()).collect();
-                ToolError::new(format!("Unknown image {name:?}; the configured images are: {}.", known.join(", ")))
+                arguments::unknown_image(name, &known).into()
             }),
         }
     }

@@ -4,6 +4,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::arguments::{input_schema, Param};
+
 /// The MCP tool annotations. They are hints for the client (for example, whether to ask the user
 /// before a call), so each tool states them honestly rather than leaving the defaults.
 #[derive(Debug, Clone, Copy)]
@@ -27,20 +29,31 @@ pub struct ToolDefinition {
     pub(crate) title: &'static str,
     /// What the model reads to decide when and how to use the tool.
     pub description: &'static str,
-    /// JSON Schema of the `arguments` object.
-    pub input_schema: Value,
+    /// Its arguments: the one declaration that gives both the schema and the checks.
+    pub arguments: &'static [Param],
     /// Hints for the client.
     pub annotations: Annotations,
 }
 
 impl ToolDefinition {
-    /// The `tools/list` entry. The title is a field of its own from protocol revision 2025-06-18
-    /// on, and an annotation before. A hint is left out where it says what the specification's
-    /// default says (not read-only, destructive, not idempotent, open world).
+    /// JSON Schema of the `arguments` object, without the `image` argument.
+    pub fn input_schema(&self) -> Value {
+        input_schema(self.arguments, &[])
+    }
+
+    /// The `tools/list` entry, without the `image` argument.
+    pub fn to_json(&self, title_field: bool) -> Value {
+        self.list_entry(title_field, &[])
+    }
+
+    /// The `tools/list` entry, with an `image` argument when `images` offers a choice. The title
+    /// is a field of its own from protocol revision 2025-06-18 on, and an annotation before. A
+    /// hint is left out where it says what the specification's default says (not read-only,
+    /// destructive, not idempotent, open world).
     ///
     /// No `outputSchema`: every agent session carries this list in its context, and the schemas
     /// of the structured results would more than double it; the README describes them.
-    pub fn to_json(&self, title_field: bool) -> Value {
+    pub(crate) fn list_entry(&self, title_field: bool, images: &[&str]) -> Value {
         let hints = &self.annotations;
         let mut annotations = serde_json::Map::new();
         for (hint, value, default) in [
@@ -56,7 +69,7 @@ impl ToolDefinition {
         let mut tool = json!({
             "name": self.name,
             "description": self.description,
-            "inputSchema": self.input_schema,
+            "inputSchema": input_schema(self.arguments, images),
         });
         if title_field {
             tool["title"] = self.title.into();

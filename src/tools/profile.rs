@@ -4,17 +4,24 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
-    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
+    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::swank::Form;
 
 const MODES: [&str; 3] = ["cpu", "alloc", "time"];
 /// As evaluate-lisp's `timeout_ms`.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("code", "e.g. \"(my-app::build-index)\".").required(),
+    Param::one_of("mode", &MODES, "").default_text("cpu"),
+    Param::text("package", "Package to read code in."),
+    Param::integer("timeout_ms", 1, "Time limit (default: --eval-timeout).").at_most(MAX_TIMEOUT_MS),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -24,16 +31,7 @@ fn definition() -> ToolDefinition {
             "Run code once and say where its time went: mode cpu (default) or alloc samples it with sb-sprof and \
             lists the top 15 functions (allocation counted to the code that made it); time runs it under TIME. Only \
             the calling thread is profiled.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["code"],
-            "properties": {
-                "code": {"type": "string", "description": "e.g. \"(my-app::build-index)\"."},
-                "mode": {"type": "string", "enum": MODES, "default": "cpu"},
-                "package": {"type": "string", "description": "Package to read code in (default: the session's)."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Time limit (default: --eval-timeout)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -44,11 +42,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
     let mode = args.optional_str("mode")?.unwrap_or("cpu");
-    if !MODES.contains(&mode) {
-        return Err(ToolError::new(format!("Unknown mode {mode:?}: use one of {}.", MODES.join(", "))));
-    }
-    let timeout =
-        args.optional_u64("timeout_ms", MAX_TIMEOUT_MS)?.map_or(context.settings.eval_timeout, Duration::from_millis);
+    let timeout = args.optional_u64("timeout_ms")?.map_or(context.settings.eval_timeout, Duration::from_millis);
     let request = vec![
         Form::string(code),
         Form::Keyword("mode"),

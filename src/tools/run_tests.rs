@@ -11,7 +11,8 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{
-    package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult,
+    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    ToolResult,
 };
 use crate::swank::Form;
 
@@ -23,6 +24,14 @@ const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_SHOWN_FAILURES: u64 = 50;
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::text("system", "The system to test, or to load first, e.g. \"my-app/tests\".").required(),
+    Param::text("suite", "A suite to run instead of the test-op, e.g. \"my-app-tests::all\"."),
+    Param::text("test", "One test to run instead of the test-op."),
+    Param::text("package", "Package to read suite or test in."),
+];
+
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
@@ -32,16 +41,7 @@ fn definition() -> ToolDefinition {
             tests too). Replies with the outermost run's counts, each failure's test, form, expected and actual \
             values, and the output; an error when a check failed, the build failed, or no counts were read and the \
             output does not say it passed. Limit 10 minutes.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["system"],
-            "properties": {
-                "system": {"type": "string", "description": "The system to test, or to load first, e.g. \"my-app/tests\"."},
-                "suite": {"type": "string", "description": "A suite to run instead of the test-op, e.g. \"my-app-tests::all\"."},
-                "test": {"type": "string", "description": "One test to run instead of the test-op."},
-                "package": {"type": "string", "description": "Package to read suite or test in (default: the session's)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
 }

@@ -2,13 +2,19 @@
 //! backtrace, and interrupting or aborting a thread.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::one_of("action", &ACTIONS, "").default_text("list"),
+    Param::integer_or_name("thread", "Its number from the list, or its name."),
+    Param::flag("force", "Act on a thread you did not start."),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -18,14 +24,7 @@ fn definition() -> ToolDefinition {
             "The image's threads: list (the default: state, the lock it waits for and its holder, whether you started \
             it), backtrace, interrupt (into its debugger, as SLIME's C-c C-c), abort. interrupt and abort need force \
             for threads you did not start.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "action": {"type": "string", "enum": ACTIONS, "default": "list"},
-                "thread": {"type": ["string", "integer"], "description": "Its number from the list, or its name."},
-                "force": {"type": "boolean", "default": false, "description": "Act on a thread you did not start."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -35,10 +34,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let action = args.optional_str("action")?.unwrap_or("list");
-    if !ACTIONS.contains(&action) {
-        return Err(ToolError::new(format!("Unknown action {action:?}: use one of {}.", ACTIONS.join(", "))));
-    }
-    let thread = match args.optional_number_or_name("thread", u32::MAX as u64)? {
+    let thread = match args.optional_number_or_name("thread")? {
         Some(super::arguments::NumberOrName::Number(n)) => Some(n.to_string()),
         Some(super::arguments::NumberOrName::Name(name)) => Some(name.to_string()),
         None => None,
@@ -48,7 +44,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             "The {action} action needs thread: a number or name from {{\"action\": \"list\"}}."
         )));
     }
-    let force = args.optional_bool("force")?.unwrap_or(false);
+    let force = args.flag("force")?;
     let request = vec![
         Form::Keyword("action"),
         Form::string(action),

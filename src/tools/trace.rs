@@ -2,11 +2,19 @@
 //! during this session's following evaluations in their `[trace]` section; or untraces them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::lisp_reply::decode;
-use super::{package_argument, Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{
+    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+};
 use crate::swank::Form;
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::texts("functions", "foo, pkg::foo, (setf foo), (method area :around (shape))."),
+    Param::flag("untrace", "Untrace these, or everything this session traces."),
+    Param::text("package", "Package for unqualified names."),
+];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -16,18 +24,7 @@ fn definition() -> ToolDefinition {
             "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
             evaluate-lisp calls come back in their [trace] section; calls by others print nothing. untrace: true \
             takes them off (all, when no functions are given).",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "functions": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "foo, pkg::foo, (setf foo), (method area :around (shape))."
-                },
-                "untrace": {"type": "boolean", "default": false, "description": "Untrace these, or everything this session traces."},
-                "package": {"type": "string", "description": "Package for unqualified names (default: the session's)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
@@ -37,7 +34,7 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let functions = args.optional_str_list("functions")?;
-    let untrace = args.optional_bool("untrace")?.unwrap_or(false);
+    let untrace = args.flag("untrace")?;
     let package = package_argument(args)?;
     if functions.is_empty() && !untrace {
         return Err(super::ToolError::new(

@@ -7,12 +7,21 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::source::AllowedRoots;
 use crate::swank::Form;
 
-/// Larger than any entry number an image reaches; keeps the numbers within Lisp fixnums.
-const MAX_ENTRY: u64 = 1 << 40;
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    Param::integers("entries", 1, "Entry numbers to restore.").explained(numbered_from_one),
+    Param::integer("since", 1, "Restore this entry and every later one.").explained(numbered_from_one),
+    Param::flag("force", "Restore entries changed since too."),
+    Param::integer("before", 1, "List the entries numbered below this one.").explained(numbered_from_one),
+];
+
+fn numbered_from_one(_: &serde_json::Value) -> String {
+    "Journal entries are numbered from 1; call undo without arguments to list them.".to_string()
+}
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -22,15 +31,7 @@ fn definition() -> ToolDefinition {
             "Undo what agents' calls defined in the image: each function, macro, method and class their code added or \
             replaced is journaled (not the user's own). No arguments lists the newest 20 entries; entries or since \
             restores them, newest first. An entry changed since is refused unless force.",
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "entries": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "Entry numbers to restore."},
-                "since": {"type": "integer", "minimum": 1, "description": "Restore this entry and every later one."},
-                "force": {"type": "boolean", "default": false, "description": "Restore entries changed since too."},
-                "before": {"type": "integer", "minimum": 1, "description": "List the entries numbered below this one."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
@@ -39,10 +40,10 @@ fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let entries = args.optional_u64_list("entries", MAX_ENTRY)?;
-    let since = args.optional_u64("since", MAX_ENTRY)?;
-    let before = args.optional_u64("before", MAX_ENTRY)?;
-    let force = args.optional_bool("force")?.unwrap_or(false);
+    let entries = args.optional_u64_list("entries")?;
+    let since = args.optional_u64("since")?;
+    let before = args.optional_u64("before")?;
+    let force = args.flag("force")?;
     if entries.is_some() && since.is_some() {
         return Err(ToolError::new("Give either `entries` or `since`, not both."));
     }
@@ -50,9 +51,6 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return Err(ToolError::new(
             "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
         ));
-    }
-    if entries.iter().flatten().chain(since.iter()).chain(before.iter()).any(|n| *n == 0) {
-        return Err(ToolError::new("Journal entries are numbered from 1; call undo without arguments to list them."));
     }
     let number = |n: u64| Form::Integer(n as i64);
     let request = vec![

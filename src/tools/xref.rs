@@ -6,10 +6,21 @@ use serde_json::{json, Value};
 
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::swank::Form;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
+
+/// The arguments: the schema and the checks.
+const ARGUMENTS: &[Param] = &[
+    super::SYMBOL,
+    Param::one_of("kind", &KINDS, "Which relation.").required().explained(unknown_kind),
+    super::SYMBOL_PACKAGE,
+];
+
+fn unknown_kind(kind: &serde_json::Value) -> String {
+    format!("Unknown xref kind {kind}: use {}.", KINDS.join(", "))
+}
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -19,15 +30,7 @@ fn definition() -> ToolDefinition {
             "Cross-references of compiled code, with file and line (found again if the file changed since): callers \
             (calls), callees, who references, binds or sets a variable, macro uses (macroexpands), methods \
             specializing on a class (specializes). Inlined calls leave none.",
-        input_schema: json!({
-            "type": "object",
-            "required": ["symbol", "kind"],
-            "properties": {
-                "symbol": {"type": "string", "description": "name, pkg:name or pkg::name."},
-                "kind": {"type": "string", "enum": KINDS, "description": "Which relation."},
-                "package": {"type": "string", "description": "Package for an unqualified name (default: the session's)."}
-            }
-        }),
+        arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
