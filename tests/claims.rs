@@ -218,8 +218,7 @@ async fn undo_locations_are_found_in_the_current_text() {
     let listed = ok(&toolbox, "undo", json!({})).await;
     let entry = listed
         .lines()
-        .filter(|line| line.contains("function COMMON-LISP-USER::CLAIMS-UNDO-B: replaced"))
-        .next_back()
+        .rfind(|line| line.contains("function COMMON-LISP-USER::CLAIMS-UNDO-B: replaced"))
         .unwrap_or_else(|| panic!("an entry replacing B in {listed}"));
     let (line, column) = line_and_column(second, "(defun claims-undo-b");
     assert!(entry.contains(&format!("{}:{line}:{column}", file.display())), "{entry}");
@@ -321,7 +320,7 @@ async fn the_profile_shows_the_rows_it_promises() {
             i + 3
         ));
     }
-    code.push_str(")");
+    code.push(')');
     common::eval_ok(&toolbox, &code).await;
     let run: String = (0..20).map(|i| format!("(claims-burn-{i} 500000)")).collect::<Vec<_>>().join(" ");
     let reply = ok(&toolbox, "profile", json!({"code": format!("(dotimes (k 10) {run})")})).await;
@@ -402,8 +401,7 @@ async fn undo_names_an_agents_definition_as_the_agents() {
     let listed = ok(&toolbox, "undo", json!({})).await;
     let entry = listed
         .lines()
-        .filter(|line| line.contains("CLAIMS-AGENT-MADE: replaced"))
-        .next_back()
+        .rfind(|line| line.contains("CLAIMS-AGENT-MADE: replaced"))
         .unwrap_or_else(|| panic!("an entry replacing CLAIMS-AGENT-MADE in {listed}"));
     assert!(entry.contains("(defined by an agent's tool call, no source file)"), "{entry}");
     let number: u64 = entry.split_whitespace().next().unwrap().parse().unwrap();
