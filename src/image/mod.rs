@@ -281,8 +281,6 @@ pub struct DebuggerSession {
     pub number: u64,
     /// The server's id of the thread waiting in the debugger.
     pub thread: i64,
-    /// That thread's number in the threads tool's list, which lisp-status names it by.
-    pub listed_thread: u64,
     /// `TYPE: message` of the condition it stopped with, for lisp-status.
     pub condition: String,
     /// When it stopped.
@@ -311,8 +309,8 @@ pub enum SessionUnavailable {
 pub struct DebuggerSessionSummary {
     /// `D<number>`'s number.
     pub number: u64,
-    /// The waiting thread's number in the threads tool's list.
-    pub thread: u64,
+    /// The server's id of the waiting thread.
+    pub thread: i64,
     /// `TYPE: message`.
     pub condition: String,
     /// How long it has waited.
@@ -522,7 +520,7 @@ impl Image {
             .map(|(&number, slot)| match slot {
                 SessionSlot::Waiting(session) => DebuggerSessionSummary {
                     number,
-                    thread: session.listed_thread,
+                    thread: session.thread,
                     condition: session.condition.clone(),
                     age: session.since.elapsed(),
                     busy: false,

@@ -310,15 +310,6 @@ list starts in the code, so that conditions can be placed at the subform they ar
                                (setf (gethash list positions) start))
                              list))
                          nil readtable)
-    ;; A #. form is skipped, not evaluated, and stands for the one element its value is in the
-    ;; form the compiler read: the subforms after it keep their places (under *READ-EVAL* NIL
-    ;; it would stop the reading, and every condition of the form would be placed at its start).
-    (set-dispatch-macro-character #\# #\.
-                                  (lambda (stream sub-char argument)
-                                    (declare (ignore sub-char argument))
-                                    (let ((*read-suppress* t)) (read stream t nil t))
-                                    (make-symbol "READ-TIME-VALUE"))
-                                  readtable)
     readtable))
 
 (defun read-failure (condition code form-start stream-position)

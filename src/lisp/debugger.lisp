@@ -105,8 +105,7 @@ output so far."
   (debugger-command
    (lambda ()
      (let ((condition (parked-condition *parked*)))
-       (list :thread (thread-number sb-thread:*current-thread*)
-             :condition (condition-report (if (typep condition 'error) :error :debugger)
+       (list :condition (condition-report (if (typep condition 'error) :error :debugger)
                                           condition nil (parked-restarts *parked*))
              :frames (debugger-frames start (max start (min end (+ start 1000))))
              :stdout (captured-so-far (parked-stdout *parked*))

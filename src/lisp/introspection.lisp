@@ -814,9 +814,15 @@ unexported names of an SB- package, which no user program refers to."
     :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
   "Features worth naming in a status line; the rest are counted.")
 
-(defun status (&key session token)
-  "Facts about the image only it can give: threads, the session's package, features, memory, and
-:TOOL-CALLS, the other tool calls running in it."
+(defun listed-thread-number (server-thread-id)
+  "The threads tool's number of the thread the server knows by SERVER-THREAD-ID, or NIL."
+  (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
+    (and (typep thread 'sb-thread:thread) (thread-number thread))))
+
+(defun status (&key session token debugger-threads)
+  "Facts about the image only it can give: threads, the session's package, features, memory,
+:TOOL-CALLS, the other tool calls running in it, and :DEBUGGER-THREADS, the threads tool's numbers
+of the threads the server knows by the ids DEBUGGER-THREADS."
   (run-tool token
             (lambda ()
               (let ((session (find-session session))
@@ -838,4 +844,5 @@ unexported names of an SB- package, which no user program refers to."
                       :quicklisp (and (find-package '#:ql) t)
                       :tool-calls (sb-thread:with-mutex (*registry-lock*)
                                     ;; Not counting this call itself.
-                                    (max 0 (1- (hash-table-count *running*)))))))))
+                                    (max 0 (1- (hash-table-count *running*))))
+                      :debugger-threads (mapcar #'listed-thread-number debugger-threads))))))

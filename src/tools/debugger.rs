@@ -312,7 +312,6 @@ pub(crate) async fn stopped(
     image.keep_debugger_session(DebuggerSession {
         number,
         thread,
-        listed_thread: report.thread,
         condition,
         since: std::time::Instant::now(),
         evaluation,
@@ -328,8 +327,6 @@ fn first_line(text: &str) -> &str {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct StopReport {
-    /// The stopped thread's number in the threads tool's list.
-    thread: u64,
     condition: ErrorReport,
     frames: Vec<(u64, String)>,
     stdout: Captured,
@@ -413,7 +410,7 @@ mod tests {
     #[test]
     fn a_stop_report_lists_the_restarts_frames_and_how_to_go_on() {
         let reply = read(
-            "(:thread 6 :condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
+            "(:condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
              :backtrace nil :restarts ((\"RETRY-WRITE\" \"Retry the write\") (\"\" \"Anonymous\"))) \
              :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :stdout (\"saving\" 0) :stderr (\"\" 0))",
         )
