@@ -362,8 +362,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let activity = ActivityFeed::start();
             let arguments = Some(arguments);
             let record = activity.begin(&toolbox, evaluate, &arguments, SHELL_CLIENT, CallState::Running);
-            let output = toolbox
-                .call(evaluate, arguments, CancellationToken::new())
+            let output = record
+                .run(toolbox.call(evaluate, arguments, CancellationToken::new()))
                 .await
                 .with_context(|| format!("{evaluate} is not offered here"))?;
             // A call that could not reach the image is not recorded there: connecting again

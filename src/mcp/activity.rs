@@ -95,6 +95,11 @@ impl RecordedCall {
     pub fn image_connected(&self) -> bool {
         self.image.as_ref().is_some_and(|image| image.current_connection().is_some())
     }
+
+    /// Runs `work` as this call, so that the image knows which call its evaluations are for.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> F::Output {
+        crate::image::call_tag::for_call(&self.id, &self.tool, work).await
+    }
 }
 
 impl ActivityFeed {

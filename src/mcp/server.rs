@@ -484,7 +484,7 @@ impl Server {
             &client,
             if asks { CallState::Waiting } else { CallState::Running },
         );
-        let approval = if asks { self.approval(name, &arguments, &client, &cancel).await } else { Ok(()) };
+        let approval = if asks { record.run(self.approval(name, &arguments, &client, &cancel)).await } else { Ok(()) };
         let (output, approved, arguments, refusal) = match approval {
             Ok(()) => {
                 if asks {
@@ -493,7 +493,8 @@ impl Server {
                 let progress = self.progress_for(progress_token);
                 // The arguments are kept for the audit log only when there is one.
                 let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
-                let output = self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress).await;
+                let output =
+                    record.run(self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress)).await;
                 (output, true, kept, None)
             }
             Err((state, refused)) => (Some(refused), false, arguments, Some(state)),
