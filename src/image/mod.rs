@@ -19,7 +19,7 @@ pub mod call_tag;
 pub mod helper;
 pub mod launch;
 
-use helper::{load_helper, start_worker, HELPER_PACKAGE};
+use helper::{load_helper, retry_after_reload, start_worker, Helper, HELPER_PACKAGE};
 use launch::Launcher;
 
 /// How long an interrupted evaluation may take to unwind and report before the call gives up on
@@ -613,9 +613,15 @@ impl Image {
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let form = self.helper_form(function, args, &token);
-        self.keep_workers(&connection);
-        let call = connection.rex_on_worker(form, "COMMON-LISP-USER");
-        self.supervise(&connection, &token, deadline, limits, call).await
+        let mut reloaded = false;
+        loop {
+            self.keep_workers(&connection);
+            let call = connection.rex_on_worker(form.clone(), "COMMON-LISP-USER");
+            let reply = self.supervise(&connection, &token, deadline, limits, call).await?;
+            if !retry_after_reload(&connection, &reply, &mut reloaded, deadline, limits).await? {
+                return Ok(reply);
+            }
+        }
     }
 
     /// Starts one more worker thread in the background when none is idle, up to [`MAX_WORKERS`]:
@@ -646,8 +652,18 @@ impl Image {
         let connection = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let form = self.helper_form(function, args, &token);
-        let rex = connection.rex_debuggable(form, "COMMON-LISP-USER")?;
-        self.follow(Evaluating { connection, token, rex }, deadline, limits).await
+        let mut reloaded = false;
+        loop {
+            let rex = connection.rex_debuggable(form.clone(), "COMMON-LISP-USER")?;
+            let evaluating = Evaluating { connection: connection.clone(), token: token.clone(), rex };
+            let evaluation = self.follow(evaluating, deadline, limits).await?;
+            if let Evaluation::Returned(reply) = &evaluation {
+                if retry_after_reload(&connection, reply, &mut reloaded, deadline, limits).await? {
+                    continue;
+                }
+            }
+            return Ok(evaluation);
+        }
     }
 
     /// Waits for what an evaluation does next, within `deadline`: it returns, or stops in the
@@ -709,7 +725,7 @@ impl Image {
             Form::Keyword("token"),
             Form::string(token.to_string()),
         ];
-        Form::call(HELPER_PACKAGE, function, args.into_iter().chain(session))
+        Helper::current().call(function, args.into_iter().chain(session))
     }
 
     /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`

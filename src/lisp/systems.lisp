@@ -9,9 +9,6 @@
 
 (defparameter *max-system-warnings* 50)
 
-(defvar *loading-threads* (make-hash-table :test 'equal :synchronized t)
-  "Session -> the thread running that session's load-system, for LOAD-ACTIVITY.")
-
 (defun asdf-function (name)
   (let ((symbol (find-symbol name '#:asdf)))
     (if (and symbol (fboundp symbol))
@@ -28,11 +25,11 @@
   (let ((file (or *compile-file-truename* *load-truename*)))
     (and file (ignore-errors (sb-ext:native-namestring file)))))
 
-(defun load-activity (&key session token)
+(define-entry load-activity (&key session token)
   "What the session's running load-system is doing, for progress reports: (:ACTIVITY text), the
 text \"compiling FILE\", \"loading FILE\" or NIL."
   (declare (ignore token))
-  (let ((thread (gethash session *loading-threads*)))
+  (let ((thread (session-loading-thread (find-session session))))
     (flet ((file-of (variable)
              (multiple-value-bind (value ok) (sb-thread:symbol-value-in-thread variable thread nil)
                (and ok value (ignore-errors (sb-ext:native-namestring value))))))
@@ -151,7 +148,7 @@ a WARNING, the others STYLE-WARNINGs, as SBCL signals them at the unit's end."
                                      category (funcall kind-of warning) (qualified-name (funcall name-of warning))
                                      (warning-place (first (funcall contexts-of warning)))))))))))
 
-(defun load-system (system &key force session token (max-output 65536))
+(define-entry load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see
 REST-LISTING), :WARNING-COUNT, :STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the
@@ -162,7 +159,7 @@ kept)."
         (*max-output* max-output)
         (*handles* (session-handles session))
         ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
-        (*agent-session* session)
+        (*agent-session* (find-session session))
         (warnings '())
         (errors '())
         (kept 0)
@@ -202,7 +199,7 @@ kept)."
                              directory to one of them, or load its .asd file with ASDF:LOAD-ASD.~A"
                             system (string-downcase system) (did-you-mean (systems-near system))))
                     (setf was-loaded (and (funcall (asdf-function "COMPONENT-LOADED-P") found) t)))
-                  (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
+                  (setf (session-loading-thread (find-session session)) sb-thread:*current-thread*)
                   (unwind-protect
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
                              (*load-verbose* nil) (*load-print* nil))
@@ -216,8 +213,9 @@ kept)."
                                                  (setf pending (pending-undefined-warnings)))))
                            (funcall (asdf-function "LOAD-SYSTEM") system :force force))
                          (list :loaded t))
-                    (remhash session *loading-threads*)))
-                :stdout stdout)))
+                    (setf (session-loading-thread (find-session session)) nil)))
+                :stdout stdout
+                :turn (list *asdf-turn* (format nil "load-system of ~S" system)))))
         (when (getf result :error)
           (loop for (category text) in pending do (note category text)))
         (if (getf result :failure)

@@ -22,9 +22,6 @@ and the rest counted.")
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
 
-(defvar *test-runs* (make-hash-table :test 'equal :synchronized t)
-  "Session -> the TEST-COLLECTION of its running run-tests call, for TEST-ACTIVITY.")
-
 (defvar *test-hooks-lock* (sb-thread:make-mutex :name "mcp-agent-helper test hooks"))
 
 (defvar *test-hooks-users* 0
@@ -424,15 +421,15 @@ restart): compiling the system under test is not what the reply is about."
     (when restart
       (invoke-restart restart))))
 
-(defun test-activity (&key session token)
+(define-entry test-activity (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
   (declare (ignore token))
-  (let ((collection (gethash session *test-runs*)))
+  (let ((collection (session-test-run (find-session session))))
     (list :activity (and collection (plusp (collection-checks collection))
                          (format nil "~:D check~:P done, ~:D failed" (collection-checks collection)
                                  (collection-problems collection))))))
 
-(defun run-tests (system &key suite test package session token (max-output 65536))
+(define-entry run-tests (system &key suite test package session token (max-output 65536))
   "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or the FiveAM,
 Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to
 :STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS reports, one per framework that
@@ -441,13 +438,13 @@ ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
          (*max-output* max-output)
          (*handles* (session-handles session))
          ;; What the tests start runs as the agent's (see observe.lisp).
-         (*agent-session* session)
+         (*agent-session* (find-session session))
          (collection (make-instance 'test-collection))
          (started (get-internal-real-time))
          (target-package nil)
          (compiler-errors '())
          (ran nil))
-    (setf (gethash session *test-runs*) collection)
+    (setf (session-test-run (find-session session)) collection)
     (change-test-hooks 1)
     (let ((result
             (unwind-protect
@@ -489,9 +486,10 @@ ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
                                (setf ran (format nil "asdf:test-system ~S" system))
                                (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system)))))))
                     (list :ok t))
-                  :stdout stdout)
+                  :stdout stdout
+                  :turn (list *asdf-turn* (format nil "run-tests of ~S" system)))
               (change-test-hooks -1)
-              (remhash session *test-runs*))))
+              (setf (session-test-run (find-session session)) nil))))
       (if (getf result :failure)
           result
           (list :system system

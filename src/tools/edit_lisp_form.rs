@@ -4,6 +4,7 @@
 //! forms are then loaded into the image as `load-form` loads them.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -71,6 +72,8 @@ struct Edited {
     shown: String,
     path: PathBuf,
     new_text: Vec<u8>,
+    /// When the file written was last modified, for the image to record (it never opens the file).
+    modified: Option<SystemTime>,
     report: EditReport,
 }
 
@@ -100,13 +103,14 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edite
     let path = prepared.path().to_path_buf();
     let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
     let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
+    let modified = if for_load { roots.open(&path).ok().and_then(|file| file.metadata.modified().ok()) } else { None };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
     } else {
         format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
     };
     let structured = structured(&report, &shown, dry_run);
-    Ok((Edited { shown, path, new_text, report }, text, structured))
+    Ok((Edited { shown, path, new_text, modified, report }, text, structured))
 }
 
 /// The edit alone, as a source tool runs it (what the server runs when there is nothing to
@@ -126,7 +130,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return context.on_files(move |roots| run(&owned, roots)).await;
     }
     let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true)).await?;
-    let Edited { shown, path, new_text, report } = edited;
+    let Edited { shown, path, new_text, modified, report } = edited;
     if let Some(removed) = &report.removed {
         let request = vec![
             Form::string(removed.text.clone()),
@@ -152,7 +156,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return Ok(ToolOutput::success(format!("{text}\n\nNothing to load: the new text holds no form."))
             .with_structured(structured));
     }
-    let loaded = match load_plan(context, args, &path, &plan).await {
+    let loaded = match load_plan(context, args, &path, modified, &plan).await {
         Ok(loaded) => loaded,
         Err(error) => {
             return Ok(ToolOutput::error(format!(

@@ -35,8 +35,15 @@ pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::p
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     let counted = definition_count(&file.bytes);
+    // The image opens the path again, and must load only the file read here (see
+    // CALL-WITH-CHECKED-FILE in loading.lisp); an inode may pass i64, hence text.
+    let (device, inode) = file.identity;
     let request = vec![
         Form::string(file.path.display().to_string()),
+        Form::Keyword("device"),
+        Form::string(device.to_string()),
+        Form::Keyword("inode"),
+        Form::string(inode.to_string()),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];

@@ -3,6 +3,7 @@
 //! to the helper and how its report reads.
 
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -47,15 +48,17 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let index = args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok());
     let file = context.roots().read(Path::new(file_path), read_limit(args)?)?;
     let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
-    let loaded = load_plan(context, args, &file.path, &plan).await?;
+    let loaded = load_plan(context, args, &file.path, file.modified, &plan).await?;
     Ok(loaded.into_output(&file.shown, &plan, None))
 }
 
-/// Sends `plan` to the image to compile and load, as the text of the file at `path`.
+/// Sends `plan` to the image to compile and load, as the text of the file at `path` last modified
+/// at `modified` (the image never opens the path, which may lead elsewhere by then).
 pub(crate) async fn load_plan(
     context: &ToolContext,
     args: &Arguments,
     path: &Path,
+    modified: Option<SystemTime>,
     plan: &LoadPlan,
 ) -> Result<LoadReport, ToolError> {
     let guards = plan
@@ -80,11 +83,22 @@ pub(crate) async fn load_plan(
         Form::string(String::from_utf8_lossy(&plan.text).into_owned()),
         Form::Keyword("guards"),
         Form::call("cl", "list", guards),
+        Form::Keyword("write-date"),
+        universal_time(modified),
         Form::Keyword("max-output"),
         Form::Integer(context.settings.max_output as i64),
     ];
     let reply = context.call_helper(args, "load-source", request).await?;
     decode::<LoadReport>("load-source", &reply)
+}
+
+/// `time` as a Lisp universal time (whole seconds since 1900, as FILE-WRITE-DATE gives it), or
+/// `nil`.
+fn universal_time(time: Option<SystemTime>) -> Form {
+    const UNIX_EPOCH_AS_UNIVERSAL_TIME: u64 = 2_208_988_800;
+    time.and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .and_then(|since| i64::try_from(since.as_secs() + UNIX_EPOCH_AS_UNIVERSAL_TIME).ok())
+        .map_or(Form::Nil, Form::Integer)
 }
 
 /// The helper's answer to `load-source` and `load-source-file`.
