@@ -144,9 +144,6 @@ activity buffer nor M-x swank-mcp-cancel-call takes them for running."
      (dolist (plist changed)
        (apply #'tell-emacs :activity :call plist)))))
 
-<<<<<<< HEAD
-(add-connection-closed-hook 'end-calls-of-connection)
-
 (defun section-heading-p (line)
   "True for a line that only names a section of a reply, such as [warnings] or [stdout]."
   (and (> (length line) 2)
@@ -154,8 +151,6 @@ activity buffer nor M-x swank-mcp-cancel-call takes them for running."
        (char= (char line (1- (length line))) #\])
        (notany (lambda (c) (char= c #\Space)) line)))
 
-=======
->>>>>>> main
 (defun outcome-line (text)
   "How the call ended, cut to 200 characters: an evaluation's value (its line \"=> ...\", which
 follows its output's and warnings' sections), else the first line of TEXT that says something,

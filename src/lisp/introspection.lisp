@@ -811,21 +811,15 @@ unexported names of an SB- package, which no user program refers to."
     :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
   "Features worth naming in a status line; the rest are counted.")
 
-<<<<<<< HEAD
 (defun listed-thread-number (server-thread-id)
   "The threads tool's number of the thread the server knows by SERVER-THREAD-ID, or NIL."
   (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
     (and (typep thread 'sb-thread:thread) (thread-number thread))))
 
-(defun status (&key session token debugger-threads)
+(define-entry status (&key session token debugger-threads)
   "Facts about the image only it can give: threads, the session's package, features, memory,
 :TOOL-CALLS, the other tool calls running in it, and :DEBUGGER-THREADS, the threads tool's numbers
 of the threads the server knows by the ids DEBUGGER-THREADS."
-=======
-(define-entry status (&key session token)
-  "Facts about the image only it can give: threads, the session's package, features, memory, and
-:TOOL-CALLS, the other tool calls running in it."
->>>>>>> main
   (run-tool token
             (lambda ()
               (let ((session (find-session session))

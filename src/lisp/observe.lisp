@@ -528,13 +528,8 @@ agent's evaluation, which the debugger tool acts on) or the server's own (SLIME'
   (list :number (thread-number thread)
         :name (safe-princ (sb-thread:thread-name thread))
         :alive (and (sb-thread:thread-alive-p thread) t)
-<<<<<<< HEAD
         :waiting (ignore-errors (or (debugger-text thread) (waiting-text thread)))
-        :agent (equal (gethash thread *agent-threads*) session)
-=======
-        :waiting (ignore-errors (waiting-text thread))
         :agent (eq (gethash thread *agent-threads*) session)
->>>>>>> main
         :current (eq thread sb-thread:*current-thread*)))
 
 (defparameter *max-thread-frames* 40
