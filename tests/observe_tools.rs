@@ -194,14 +194,16 @@ async fn a_thread_the_agent_started_is_listed_and_aborted() {
          (sb-thread:make-thread (lambda () (loop (sleep 0.05))) :name \"obs-agent-sleeper\")",
     )
     .await;
+    // Past its start, which SBCL spends in its own machinery: a thread just made may still wait
+    // there for a lock (PCL's "GF lock"), which the list rightly says, and a backtrace there has
+    // no frame of the code's own.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let list = call(&tb, "threads", json!({})).await;
     assert!(!list.is_error, "{}", list.text);
     let line = list.text.lines().find(|line| line.contains("\"obs-agent-sleeper\"")).unwrap_or_default();
     assert!(line.ends_with("\"obs-agent-sleeper\" (yours)"), "{}", list.text);
     assert!(list.text.contains("(this call)"), "{}", list.text);
 
-    // Past its start, which SBCL spends in its own machinery (a backtrace there has no frame of the code's own).
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let backtrace = call(&tb, "threads", json!({"action": "backtrace", "thread": "obs-agent-sleeper"})).await;
     assert!(backtrace.text.contains("Backtrace:\n"), "{}", backtrace.text);
     assert!(backtrace.text.contains("SLEEP") || backtrace.text.contains("NANOSLEEP"), "{}", backtrace.text);
