@@ -7,9 +7,11 @@
 
 #![warn(missing_docs)]
 
+pub mod emacs;
 pub mod image;
 pub mod mcp;
 pub mod outbox;
+pub mod pipeline;
 pub mod source;
 pub mod swank;
 pub mod tools;

@@ -183,6 +183,11 @@ impl PreparedEdit {
         &self.new_bytes
     }
 
+    /// The whole file as it was read.
+    pub fn old_text(&self) -> &[u8] {
+        &self.snapshot.bytes
+    }
+
     /// Writes the edit atomically, unless the file changed since it was read. An edit that
     /// changes nothing writes nothing.
     pub fn commit(self) -> Result<EditReport, EditError> {

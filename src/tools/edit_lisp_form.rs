@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::load_plan;
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
-use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation};
+use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation, PreparedEdit};
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -64,6 +64,7 @@ pub fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool {
     definition,
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
+    preview: Some(preview),
 };
 
 /// What the edit left for the load: the file's real path and new text, and the edit's report.
@@ -74,10 +75,8 @@ struct Edited {
     report: EditReport,
 }
 
-/// Edits the file as `args` say, writing nothing for a dry run: what a load needs next (the new
-/// text only when `for_load`: it is a copy of the whole file), the reply's text and its
-/// structured facts.
-fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
+/// The edit `args` ask for, computed on the file as it is now; nothing is written.
+fn prepare(args: &Arguments, roots: &AllowedRoots) -> Result<PreparedEdit, ToolError> {
     let file_path = args.required_str("file_path")?;
     let operation = args.required_str("operation")?;
     let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
@@ -93,9 +92,26 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edite
         content,
         index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
     };
-    let dry_run = args.flag("dry_run")?;
+    Ok(prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?)
+}
 
-    let prepared = prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?;
+/// Edits the file as `args` say, writing nothing for a dry run, and only if it still reads as it
+/// did for the preview the human `approved`: what a load needs next (the new text only when
+/// `for_load`: it is a copy of the whole file), the reply's text and its structured facts.
+fn edit(
+    args: &Arguments,
+    roots: &AllowedRoots,
+    for_load: bool,
+    approved: Option<Fingerprint>,
+) -> Result<(Edited, String, Value), ToolError> {
+    let dry_run = args.flag("dry_run")?;
+    let prepared = prepare(args, roots)?;
+    Fingerprint::check(approved, "edit-lisp-form", &format!("`{}`", prepared.shown()), prepared.old_text())?;
+    finish(prepared, dry_run, for_load)
+}
+
+/// Writes `prepared`, unless `dry_run`.
+fn finish(prepared: PreparedEdit, dry_run: bool, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
     let shown = prepared.shown().to_string();
     let path = prepared.path().to_path_buf();
     let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
@@ -109,23 +125,35 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<(Edite
     Ok((Edited { shown, path, new_text, report }, text, structured))
 }
 
+/// What the human approving the edit is shown: its dry run, with the diff.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let prepared = prepare(args, roots)?;
+    let fingerprint = Fingerprint::of(prepared.old_text());
+    let (_, text, _) = finish(prepared, true, false)?;
+    Ok(Preview { text, fingerprint: Some(fingerprint) })
+}
+
 /// The edit alone, as a source tool runs it (what the server runs when there is nothing to
 /// load).
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    edit_alone(args, roots, None)
+}
+
+fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerprint>) -> ToolResult {
     if args.flag("load")? && !args.flag("dry_run")? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
-    let (_, text, structured) = edit(args, roots, false)?;
+    let (_, text, structured) = edit(args, roots, false, approved)?;
     Ok(ToolOutput::success(text).with_structured(structured))
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let load = args.flag("load")? && !args.flag("dry_run")?;
-    let owned = args.clone();
+    let (owned, approved) = (args.clone(), context.approved);
     if !load {
-        return context.on_files(move |roots| run(&owned, roots)).await;
+        return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
-    let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true)).await?;
+    let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true, approved)).await?;
     let Edited { shown, path, new_text, report } = edited;
     if let Some(removed) = &report.removed {
         let request = vec![

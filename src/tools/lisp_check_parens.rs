@@ -42,6 +42,7 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
+    preview: None,
 };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {

@@ -44,6 +44,7 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
+    preview: None,
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.

@@ -8,10 +8,10 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::LoadReport;
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolResult, LARGE_FILE_ARGUMENT,
-    LOADED_FILE,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::source::definition_count;
+use crate::source::{definition_count, AllowedRoots};
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -30,10 +30,23 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
+
+/// What the human approving the load is shown: the file it compiles.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let file = roots
+        .read(Path::new(args.required_str("file_path")?), read_limit(args)?)
+        .map_err(|error| ToolError::new(format!("load-file was not run: {error}")))?;
+    Ok(Preview {
+        text: format!("Compiles and loads the file {}:\n{}", file.shown, String::from_utf8_lossy(&file.bytes)),
+        fingerprint: Some(Fingerprint::of(&file.bytes)),
+    })
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     let counted = definition_count(&file.bytes);
     let request = vec![
         Form::string(file.path.display().to_string()),

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::source::{LoadPlan, LoadTarget};
+use crate::source::{AllowedRoots, LoadPlan, LoadTarget, SourceFile};
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -38,17 +38,49 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let file_path = args.required_str("file_path")?;
+    let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
+    let plan = plan(args, &file)?;
+    let loaded = load_plan(context, args, &file.path, &plan).await?;
+    Ok(loaded.into_output(&file.shown, &plan, None))
+}
+
+/// The definition `args` name in `file`, to load.
+fn plan(args: &Arguments, file: &SourceFile) -> Result<LoadPlan, ToolError> {
     let form_type = args.required_str("form_type")?;
     let form_name = args.required_str("form_name")?;
     let index = args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok());
-    let file = context.roots().read(Path::new(file_path), read_limit(args)?)?;
-    let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
-    let loaded = load_plan(context, args, &file.path, &plan).await?;
-    Ok(loaded.into_output(&file.shown, &plan, None))
+    LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)
+}
+
+/// What the human approving the load is shown: the lines of the definition it compiles, with
+/// where they are.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let refused = |error: ToolError| ToolError::new(format!("load-form was not run: {error}"));
+    let file =
+        roots.read(Path::new(args.required_str("file_path")?), read_limit(args)?).map_err(|e| refused(e.into()))?;
+    let plan = plan(args, &file).map_err(refused)?;
+    let Some(target) = plan.targets.first() else {
+        return Err(refused(ToolError::new(format!("no such definition in {}.", file.shown))));
+    };
+    let text = String::from_utf8_lossy(&file.bytes);
+    let lines: Vec<&str> =
+        text.lines().skip(target.lines.first - 1).take(target.lines.last + 1 - target.lines.first).collect();
+    Ok(Preview {
+        text: format!(
+            "Compiles {} from {}:{}-{} into the image:\n{}",
+            target.described,
+            file.shown,
+            target.lines.first,
+            target.lines.last,
+            lines.join("\n")
+        ),
+        fingerprint: Some(Fingerprint::of(&file.bytes)),
+    })
 }
 
 /// Sends `plan` to the image to compile and load, as the text of the file at `path`.

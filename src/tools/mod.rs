@@ -12,7 +12,6 @@ pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
 pub mod find_definition;
-pub mod image_approval;
 pub(crate) mod image_sources;
 pub mod inspect;
 pub mod lisp_check_parens;
@@ -24,6 +23,7 @@ pub mod load_form;
 pub mod load_system;
 pub mod macroexpand_form;
 pub mod output;
+pub mod preview;
 pub mod profile;
 pub mod progress;
 pub mod run_tests;
@@ -46,6 +46,7 @@ use crate::swank::{Form, Sexp};
 use crate::image::{CallLimits, Image, ImageSettings};
 pub use arguments::{ArgumentError, Arguments, Param};
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
+pub use preview::{Fingerprint, Preview};
 pub use progress::{Progress, ProgressUpdate};
 
 /// Files larger than this are read by the source tools only when asked with `large_file`.
@@ -89,7 +90,13 @@ pub struct Tool {
     pub definition: fn() -> ToolDefinition,
     /// The tool's function, and whether it needs an image.
     pub run: Run,
+    /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
+    /// the code or arguments: an edit's diff, the code a load compiles.
+    pub preview: Option<PreviewFn>,
 }
+
+/// A tool's preview of a call, made on the allowed roots.
+pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>;
 
 impl Tool {
     /// `arguments` checked against the tool's declaration, as a server with one image checks
@@ -145,11 +152,18 @@ static TOOLS: &[Tool] = &[
 ];
 
 /// A tool a [`Toolbox`] offers.
-struct Offered {
+pub struct Offered {
     definition: ToolDefinition,
-    run: &'static Run,
+    tool: &'static Tool,
     /// It takes the `image` argument.
     image_argument: bool,
+}
+
+impl Offered {
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.definition.name
+    }
 }
 
 /// Every tool's definition and how it runs.
@@ -158,7 +172,7 @@ fn all_tools() -> Vec<Offered> {
         .iter()
         .map(|tool| Offered {
             definition: (tool.definition)(),
-            run: &tool.run,
+            tool,
             image_argument: matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. }),
         })
         .collect()
@@ -211,11 +225,6 @@ pub struct ToolSelection {
 }
 
 impl Toolbox {
-    /// The directories the source tools may read and write.
-    pub(crate) fn roots(&self) -> &AllowedRoots {
-        &self.roots
-    }
-
     /// `images` must not be empty; the first one is the default.
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
@@ -274,20 +283,45 @@ impl Toolbox {
             .collect()
     }
 
-    /// A call's `arguments` for tool `name`, checked against its declaration; `None` when the
-    /// tool is not offered.
-    pub fn arguments(&self, name: &str, arguments: Option<Value>) -> Option<Result<Arguments, ArgumentError>> {
-        let offered = self.offered.iter().find(|offered| offered.definition.name == name)?;
+    /// The tool `name`, if this toolbox offers it: a tool left out by --tools or --read-only does
+    /// not exist for the client.
+    pub fn tool(&self, name: &str) -> Option<&Offered> {
+        self.offered.iter().find(|offered| offered.definition.name == name)
+    }
+
+    /// Checks a call's `arguments` for `tool` against its declaration.
+    pub fn check_arguments(&self, tool: &Offered, arguments: &Option<Value>) -> Result<(), ArgumentError> {
         let names = self.image_names();
-        let images = offered.image_argument.then_some(names.as_slice());
-        Some(Arguments::read(name, offered.definition.arguments, images, arguments))
+        let images = tool.image_argument.then_some(names.as_slice());
+        Arguments::check(tool.name(), tool.definition.arguments, images, arguments)
+    }
+
+    /// A call's `arguments` for `tool`, which [`Toolbox::check_arguments`] passed.
+    pub(crate) fn accept_arguments(&self, tool: &Offered, arguments: Option<Value>) -> Arguments {
+        Arguments::accept(tool.definition.arguments, arguments)
+    }
+
+    /// The image a call with `arguments` works in: the one its `image` argument names, or the
+    /// default; `None` when it names none that is configured.
+    pub fn image_for(&self, arguments: &Option<Value>) -> Option<Arc<Image>> {
+        match arguments.as_ref().and_then(|arguments| arguments.get("image")).and_then(Value::as_str) {
+            Some(name) => self.images.iter().find(|image| image.name() == name).cloned(),
+            None => self.images.first().cloned(),
+        }
+    }
+
+    /// The time limit of an evaluation when the call gives none, which the requests the server
+    /// makes of its own (to Emacs, through the image) take too.
+    pub(crate) fn eval_timeout(&self) -> Duration {
+        self.settings.eval_timeout
     }
 
     fn image_names(&self) -> Vec<&str> {
         self.images.iter().map(|image| image.name()).collect()
     }
 
-    /// Runs tool `name`; `None` when there is no such tool.
+    /// Runs tool `name`, its arguments checked first but never approved nor observed (the
+    /// [`crate::pipeline`] does that for a server's calls); `None` when there is no such tool.
     pub async fn call(
         self: &Arc<Self>,
         name: &str,
@@ -305,31 +339,51 @@ impl Toolbox {
         cancel: CancellationToken,
         progress: Progress,
     ) -> Option<ToolOutput> {
-        // A tool left out by --tools or --read-only does not exist for the client.
-        let run = self.offered.iter().find(|offered| offered.definition.name == name)?.run;
-        let args = match self.arguments(name, arguments)? {
-            Ok(args) => args,
-            Err(e) => return Some(ToolError::from(e).into()),
-        };
-        let result = match run {
-            Run::Image(tool) | Run::Source { call: tool, .. } => {
-                let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
-                let result = tool(&context, &args).await;
-                // A fresh image in place of one that ended is news the agent must not miss: its
-                // earlier definitions are gone.
-                match context.image(&args).ok().and_then(|image| image.take_replacement_note()) {
-                    Some(note) => match result {
-                        Ok(mut output) => {
-                            output.text = format!("{note}\n\n{}", output.text);
-                            Ok(output)
-                        }
-                        Err(error) => Err(ToolError::new(format!("{note}\n\n{}", error.0))),
-                    },
-                    None => result,
+        let tool = self.tool(name)?;
+        if let Err(error) = self.check_arguments(tool, &arguments) {
+            return Some(ToolError::from(error).into());
+        }
+        let args = self.accept_arguments(tool, arguments);
+        Some(self.run(tool, &args, cancel, progress, None).await)
+    }
+
+    /// What the human approving a call of `tool` with `args` is shown: the tool's own preview, or
+    /// the call's code or arguments.
+    pub(crate) async fn preview(self: &Arc<Self>, tool: &Offered, args: &Arguments) -> Result<Preview, ToolError> {
+        let Some(preview) = tool.tool.preview else { return Ok(preview::of_arguments(args)) };
+        let (toolbox, args) = (self.clone(), args.clone());
+        tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+    }
+
+    /// Runs `tool` with `args`, which [`Toolbox::check_arguments`] passed; `approved` is the
+    /// fingerprint of what the human approved, which the tool checks before it acts.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        tool: &Offered,
+        args: &Arguments,
+        cancel: CancellationToken,
+        progress: Progress,
+        approved: Option<Fingerprint>,
+    ) -> ToolOutput {
+        let (Run::Image(function) | Run::Source { call: function, .. }) = tool.tool.run;
+        let context =
+            ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved };
+        let result = function(&context, args).await;
+        // A fresh image in place of one that ended is news the agent must not miss: its earlier
+        // definitions are gone.
+        let result = match context.image(args).ok().and_then(|image| image.take_replacement_note()) {
+            Some(note) => match result {
+                Ok(mut output) => {
+                    output.text = format!("{note}\n\n{}", output.text);
+                    Ok(output)
                 }
-            }
+                Err(error) => Err(ToolError::new(format!("{note}\n\n{}", error.0))),
+            },
+            None => result,
         };
-        Some(result.unwrap_or_else(ToolOutput::from))
+        result.unwrap_or_else(ToolOutput::from)
     }
 }
 
@@ -347,6 +401,8 @@ pub struct ToolContext {
     pub(crate) settings: Settings,
     pub(crate) cancel: CancellationToken,
     pub(crate) progress: Progress,
+    /// The fingerprint of what the human approved, when the call was approved with one.
+    pub(crate) approved: Option<Fingerprint>,
 }
 
 impl ToolContext {
