@@ -30,6 +30,9 @@
 (defconst swank-mcp-tests--start-timeout 300
   "Seconds the first start may take: it compiles swank and its contribs once.")
 
+;; The tests answer a prompt as soon as it shows; one test checks the delay itself.
+(setq swank-mcp-approval-read-delay 0)
+
 (defvar swank-mcp-tests--connection nil
   "The connection to the image the tests started.")
 
@@ -119,11 +122,15 @@ processes wrote."
   "The symbol NAME (a string) of the test image's server package."
   (intern (format "%s:%s" (if (eq swank-mcp-tests--backend 'sly) "slynk" "swank") name)))
 
+(defun swank-mcp-tests--repl-buffer ()
+  "The user's REPL buffer, or nil while there is none."
+  (pcase swank-mcp-tests--backend
+    ('slime (slime-output-buffer))
+    ('sly (sly-mrepl--find-buffer swank-mcp-tests--connection))))
+
 (defun swank-mcp-tests--repl-text ()
   "The text of the user's REPL buffer (empty while there is none)."
-  (let ((repl (pcase swank-mcp-tests--backend
-                ('slime (slime-output-buffer))
-                ('sly (sly-mrepl--find-buffer swank-mcp-tests--connection)))))
+  (let ((repl (swank-mcp-tests--repl-buffer)))
     (if repl
         (with-current-buffer repl (buffer-substring-no-properties (point-min) (point-max)))
       "")))
@@ -202,7 +209,21 @@ user: the image may be waiting for it."
       (should (eql (swank-mcp-start) port))
       (should (equal (mapcar #'car (swank-mcp-status)) (list port)))
       (with-current-buffer swank-mcp--buffer-name
-        (should (string-match-p (format "claude mcp add .* --port %d$" port) (buffer-string)))))))
+        (should (string-match-p (format "claude mcp add .* --port %d$" port) (buffer-string)))
+        ;; How to approve and watch the agent's calls, and the keys.
+        (should (string-match-p "add \"--confirm\", \"mutating\" to the arguments" (buffer-string)))
+        (should (string-match-p "turn on M-x swank-mcp-approval-mode (C-c C-x m m)" (buffer-string)))
+        (should (string-match-p "C-c C-x m is swank-mcp's prefix: a activity, m approval mode, p the prompt"
+                                (buffer-string))))
+      ;; A program this Emacs cannot find is said so.
+      (let ((swank-mcp-program (getenv "SWANK_MCP_BIN")))
+        (when swank-mcp-program
+          (swank-mcp-start)
+          (should-not (string-match-p "Warning" (with-current-buffer swank-mcp--buffer-name (buffer-string))))))
+      (let ((swank-mcp-program "/nonexistent/bin/swank-mcp"))
+        (swank-mcp-start)
+        (should (string-match-p "\\`Warning: `swank-mcp-program' is \"/nonexistent/bin/swank-mcp\", which this Emacs does not find"
+                                (with-current-buffer swank-mcp--buffer-name (buffer-string))))))))
 
 (ert-deftest swank-mcp-start-takes-the-next-free-port ()
   (swank-mcp-tests--with-port
@@ -333,7 +354,12 @@ What it writes collects in the process buffer, one JSON message a line."
    (format "the response to request %s" id)
    (lambda ()
      (with-current-buffer (process-buffer process)
-       (cl-loop for line in (split-string (buffer-string) "\n" t)
+       ;; Whole lines only: the last may still be arriving.
+       (cl-loop for line in (split-string (buffer-substring (point-min)
+                                                            (save-excursion (goto-char (point-max))
+                                                                            (skip-chars-backward "^\n")
+                                                                            (point)))
+                                          "\n" t)
                 for message = (let ((json-object-type 'alist) (json-array-type 'list) (json-key-type 'symbol))
                                 (json-read-from-string line))
                 when (equal (alist-get 'id message) id) return message)))
@@ -416,15 +442,40 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
     (should (eq (alist-get 'isError (alist-get 'result response)) :json-false))
     (swank-mcp-tests--result-text response)))
 
+(defmacro swank-mcp-tests--confirming (answers &rest body)
+  "Run BODY with `yes-or-no-p' answering ANSWERS in turn; return the questions."
+  (declare (indent 1) (debug t))
+  `(let ((answers ,answers)
+         (questions '()))
+     (cl-letf (((symbol-function 'yes-or-no-p)
+                (lambda (question)
+                  (push question questions)
+                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
+                  (pop answers))))
+       ,@body)
+     (should (null answers))
+     (nreverse questions)))
+
+(defun swank-mcp-tests--responded-p (process id)
+  "Whether PROCESS has answered request ID."
+  (with-current-buffer (process-buffer process)
+    (string-match-p (format "\"id\":%d[,}]" id) (buffer-string))))
+
 (ert-deftest swank-mcp-approval-mode-waits-for-the-users-answer ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
     ;; n: declined, and nothing changed in the image.
     (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :first)")))
     (with-current-buffer (swank-mcp-tests--prompt ":first")
-      ;; Named by its MCP client, shown with its code, in the selected window.
+      ;; Named by its MCP client, shown with its code and how to answer, in a window that is
+      ;; not selected.
       (should (string-match-p "\\`ert asks to run evaluate-lisp\\.$" (buffer-string)))
+      (should (string-match-p "^C-c C-c runs it, C-c C-k declines it, C-c C-a runs it and allows evaluate-lisp"
+                              (buffer-string)))
       (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
-      (should (eq (window-buffer (selected-window)) (current-buffer)))
+      (should (get-buffer-window (current-buffer)))
+      (should-not (eq (window-buffer (selected-window)) (current-buffer)))
+      (should (string-match-p "ert asks to run evaluate-lisp\\.  Answer in \\*swank-mcp approval\\* (C-c C-x m p goes there)"
+                              (swank-mcp-tests--last-message)))
       (should (eq (swank-mcp-decline) :taken)))
     (let ((response (swank-mcp-tests--mcp-response server 2)))
       (should (eq (alist-get 'isError (alist-get 'result response)) t))
@@ -478,6 +529,9 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
     (let ((response (swank-mcp-tests--mcp-response server 3)))
       (should (eq (alist-get 'isError (alist-get 'result response)) t)))
     (swank-mcp-tests--wait "the stale prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))) 1)
+    ;; The echo area says why it went, and that nothing ran.
+    (should (string-match-p "nobody answered in time: the approval request of evaluate-lisp timed out (--confirm-timeout) and it did not run"
+                            (swank-mcp-tests--last-message)))
     (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-UNANSWERED*") :unbound))))
 
 (ert-deftest swank-mcp-approvals-waiting-together-are-counted ()
@@ -489,16 +543,246 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-first-of-two* 1)")))
             (swank-mcp-tests--prompt "first-of-two")
             (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-second-of-two* 2)")))
-            (with-current-buffer (swank-mcp-tests--prompt "(1 of 2 waiting)")
+            (with-current-buffer (swank-mcp-tests--prompt "(1 of 2)")
               (should (string-match-p "first-of-two" (buffer-string)))
               ;; The prompt is beside the activity buffer, not in its place.
               (should (get-buffer-window activity))
-              (swank-mcp-approve))
+              (swank-mcp-decline)
+              ;; The echo area ends on the call shown next.
+              (should (string-match-p "evaluate-lisp declined; it does not run\\.  Next: ert asks to run evaluate-lisp\\. (2 of 2)"
+                                      (swank-mcp-tests--last-message))))
             (with-current-buffer (swank-mcp-tests--prompt "second-of-two")
-              (should-not (string-match-p "of 2" (buffer-string)))
+              (should (string-match-p "\\`ert asks to run evaluate-lisp\\. (2 of 2)$" (buffer-string)))
               (swank-mcp-approve))
+            (should (string-match-p "declined by the user" (swank-mcp-tests--result-text
+                                                             (swank-mcp-tests--mcp-response server 2))))
+            (swank-mcp-tests--response-ok server 3)
+            ;; Both calls stay in the activity buffer, the declined one too.
+            (swank-mcp-tests--wait-activity activity "both calls, ended"
+                                            "declined.*\n.*first-of-two\\(.\\|\n\\)*done.*\n.*second-of-two"))
+        (kill-buffer activity)))))
+
+;;;;; A prompt never takes what the user types
+
+(ert-deftest swank-mcp-a-prompt-never-takes-the-keys-typed-in-a-lisp-buffer ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (let ((source (generate-new-buffer "swank-mcp-typing.lisp")))
+      (unwind-protect
+          (progn
+            (delete-other-windows)
+            (switch-to-buffer source)
+            (lisp-mode)
+            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            ;; The user is typing when the agent's call asks for approval.
+            (execute-kbd-macro "(defv")
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-typed-through* :ran)")))
+            (swank-mcp-tests--prompt "typed-through")
+            ;; Every key the prompt once answered (y, n, a, q) goes on to the Lisp buffer.
+            (execute-kbd-macro "ar *any-way* 0) ; yes, no, always, quit\n")
+            (should (equal (with-current-buffer source (buffer-string))
+                           "(defvar *any-way* 0) ; yes, no, always, quit\n"))
+            (should (eq (window-buffer (selected-window)) source))
+            ;; The call still waits, and nothing ran.
+            (swank-mcp-tests--idle 0.5)
+            (should-not (swank-mcp-tests--responded-p server 2))
+            (should (swank-mcp--approval-shown))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TYPED-THROUGH*") :unbound))
+            ;; Answered by an explicit act: the user goes to the prompt (C-c C-x m p), reads, and
+            ;; declines (C-c C-k); an answer before the call could be read is refused.
+            (execute-kbd-macro (kbd "C-c C-x m p"))
+            (should (eq (window-buffer (selected-window)) (get-buffer swank-mcp--approval-buffer-name)))
+            (let ((swank-mcp-approval-read-delay 60))
+              (should (string-match-p "This call was shown a moment ago: read it, then answer"
+                                      (cadr (should-error (execute-kbd-macro (kbd "C-c C-k")) :type 'user-error)))))
+            (should (swank-mcp--approval-shown))
+            (execute-kbd-macro (kbd "C-c C-k"))
+            (should (string-match-p "declined by the user"
+                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TYPED-THROUGH*") :unbound))
+            (should (eq (window-buffer (selected-window)) source)))
+        (kill-buffer source)))))
+
+(ert-deftest swank-mcp-a-hidden-prompt-comes-back-with-the-next-call ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-hidden-first* 1)")))
+    (swank-mcp-tests--prompt "hidden-first")
+    (swank-mcp-show-approval)
+    ;; q hides it; the call goes on waiting.
+    (execute-kbd-macro "q")
+    (should-not (get-buffer-window swank-mcp--approval-buffer-name))
+    (should (string-match-p "1 call still waits for your answer; C-c C-x m p shows the prompt again"
+                            (swank-mcp-tests--last-message)))
+    ;; The next call brings the window back, with a message naming it.
+    (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-hidden-second* 2)")))
+    (swank-mcp-tests--wait "the prompt's window" (lambda () (get-buffer-window swank-mcp--approval-buffer-name)))
+    (should (string-match-p "ert asks to run evaluate-lisp\\. (2 of 2)  Answer in" (swank-mcp-tests--last-message)))
+    (with-current-buffer (swank-mcp-tests--prompt "(1 of 2)")
+      (should (string-match-p "hidden-first" (buffer-string)))
+      (swank-mcp-approve))
+    (with-current-buffer (swank-mcp-tests--prompt "hidden-second")
+      (swank-mcp-approve))
+    (swank-mcp-tests--response-ok server 2)
+    (swank-mcp-tests--response-ok server 3)))
+
+(ert-deftest swank-mcp-overlapping-calls-all-stay-in-the-activity-buffer ()
+  (swank-mcp-tests--with-approvals (server)
+    (let ((activity (swank-mcp-activity)))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            ;; The first starts first and ends first.
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 0.5) :overlapping-first)")))
+            (swank-mcp-tests--wait-activity activity "the first call, running" "overlapping-first")
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(progn (sleep 1.5) :overlapping-second)")))
             (swank-mcp-tests--response-ok server 2)
-            (swank-mcp-tests--response-ok server 3))
+            (swank-mcp-tests--response-ok server 3)
+            (swank-mcp-tests--wait-activity activity "the second call, done"
+                                            "done.*\n.*overlapping-second")
+            (swank-mcp-tests--idle 0.2)
+            (let ((text (swank-mcp-tests--activity-text activity)))
+              (should (string-match-p "done.*\n.*overlapping-first" text))
+              (should (string-match-p "done.*\n.*overlapping-second" text))))
+        (kill-buffer activity)))))
+
+;;;;; Stopping the agent
+
+(defun swank-mcp-tests--thread-names ()
+  "The names of the image's threads, as its thread list shows them."
+  (swank-mcp-tests--eval '(cl:mapcar 'sb-thread:thread-name (sb-thread:list-all-threads))))
+
+(ert-deftest swank-mcp-cancel-call-stops-the-agents-running-call ()
+  (swank-mcp-tests--with-approvals (server)
+    (let ((activity (swank-mcp-activity)))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :first-loop")))
+            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :second-loop")))
+            (swank-mcp-tests--wait-activity activity "both loops, running"
+                                            "running\n.*first-loop\\(.\\|\n\\)*running\n.*second-loop")
+            ;; The image's thread list, and the agent's threads tool, name each worker by its call.
+            (swank-mcp-tests--wait "the workers named by their calls"
+                                   (lambda () (>= (cl-count-if (lambda (name)
+                                                                 (and (stringp name)
+                                                                      (string-match-p "\\`swank-mcp evaluate-lisp, call .*-call-[0-9]+\\'"
+                                                                                      name)))
+                                                               (swank-mcp-tests--thread-names))
+                                                  2)))
+            (swank-mcp-tests--mcp-call server 4 "threads" '((action . "list")))
+            (should (string-match-p "\"swank-mcp evaluate-lisp, call [^\"]*-call-[0-9]+\""
+                                    (swank-mcp-tests--response-ok server 4)))
+            ;; M-x swank-mcp-cancel-call: the newest call.  The agent is told within a second.
+            (let ((start (float-time)))
+              (swank-mcp-cancel-call)
+              (should (string-match-p "cancelled evaluate-lisp (ert): its evaluation was interrupted, and the agent is told"
+                                      (swank-mcp-tests--last-message)))
+              (let ((response (swank-mcp-tests--mcp-response server 3 1)))
+                (message "swank-mcp: the agent was told of the cancellation after %.0f ms"
+                         (* 1000 (- (float-time) start)))
+                (should (eq (alist-get 'isError (alist-get 'result response)) t))
+                (should (string-match-p "EVALUATION-CANCELLED\nThe user cancelled this call in Emacs (M-x swank-mcp-cancel-call)"
+                                        (swank-mcp-tests--result-text response)))))
+            (should-not (swank-mcp-tests--responded-p server 2))
+            ;; In the activity buffer, C-c C-c on a call cancels that one.
+            (swank-mcp-tests--wait-activity activity "the second loop, cancelled"
+                                            "cancelled.*\n.*second-loop.*\n +Cancelled in Emacs\\.")
+            (let ((window (display-buffer activity)))
+              (swank-mcp-tests--goto-call activity "first-loop")
+              (set-window-point window (with-current-buffer activity (point)))
+              (with-selected-window window
+                (execute-kbd-macro (kbd "C-c C-c"))))
+            (should (string-match-p "The user cancelled this call in Emacs"
+                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2 1))))
+            (swank-mcp-tests--wait-activity activity "the first loop, cancelled"
+                                            "cancelled.*\n.*first-loop.*\n +Cancelled in Emacs\\.")
+            ;; The workers have their own names back, and nothing is left to cancel.
+            (should-not (cl-find-if (lambda (name) (and (stringp name) (string-match-p "evaluate-lisp, call" name)))
+                                    (swank-mcp-tests--thread-names)))
+            (should-error (swank-mcp-cancel-call) :type 'user-error))
+        (kill-buffer activity)))))
+
+(ert-deftest swank-mcp-a-call-whose-server-went-away-is-not-left-running ()
+  (swank-mcp-tests--with-approvals (server)
+    (let ((activity (swank-mcp-activity)))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 3) :server-goes-away)")))
+            (swank-mcp-tests--wait-activity activity "the call, running" "running\n.*server-goes-away")
+            ;; The agent's server is killed: it can never say how the call ended.
+            (delete-process server)
+            (swank-mcp-tests--wait-activity activity "the call, ended by the image"
+                                            "server gone\n.*server-goes-away.*\n +The agent's server went away before this call ended")
+            (should (string-match-p "No agent's call is running or waiting"
+                                    (cadr (should-error (swank-mcp-cancel-call) :type 'user-error)))))
+        (kill-buffer activity)))))
+
+(ert-deftest swank-mcp-cancel-call-declines-a-call-waiting-for-approval ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-waiting* t)")))
+    (swank-mcp-tests--prompt "cancelled-waiting")
+    (swank-mcp-cancel-call)
+    (should (string-match-p "declined evaluate-lisp (ert), which waited for approval; it does not run"
+                            (swank-mcp-tests--last-message)))
+    (should (string-match-p "declined by the user"
+                            (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+    (swank-mcp-tests--wait "the prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))))
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CANCELLED-WAITING*") :unbound))))
+
+;;;;; The user's event log
+
+(defun swank-mcp-tests--events-text ()
+  "The text of the connection's event log (*slime-events*, or SLY's)."
+  (with-current-buffer (if (eq swank-mcp-tests--backend 'sly)
+                           (sly--events-buffer swank-mcp-tests--connection)
+                         (slime-events-buffer))
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(ert-deftest swank-mcp-a-burst-of-calls-leaves-the-users-event-log-alone ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "load-file")
+    (let ((activity (swank-mcp-activity))
+          (calls 100))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the activity subscription"
+                                   (lambda () (with-current-buffer activity
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
+            (swank-mcp-tests--response-ok server 2)
+            (swank-mcp-tests--idle 0.5)
+            (swank-mcp-tests--eval '(cl:identity "users-own-history-marker"))
+            (let ((before (length (swank-mcp-tests--events-text))))
+              (dotimes (i calls)
+                (swank-mcp-tests--mcp-call server (+ 100 i) "evaluate-lisp"
+                                           `((code . ,(format "(progn \"a burst of calls\" (list :burst %d))" i)))))
+              (dotimes (i calls)
+                (swank-mcp-tests--mcp-response server (+ 100 i)))
+              (swank-mcp-tests--wait "the burst's last call, done"
+                                     (lambda () (string-match-p (format "done.*\n.*:burst %d)" (1- calls))
+                                                                (swank-mcp-tests--activity-text activity))))
+              (let* ((text (swank-mcp-tests--events-text))
+                     (added (substring text before))
+                     (lines (split-string added "\n" t)))
+                (message "swank-mcp event log (%s): %d characters, %d lines for %d calls"
+                         swank-mcp-tests--backend (length added) (length lines) calls)
+                ;; Each message on one line of its own, short.
+                (dolist (line lines)
+                  (should (string-match-p "\\`(:channel-send [0-9]+ :call :id \"[^\"]+\" :state :[a-z-]+ :tool \"evaluate-lisp\" :version \u2026)\\'"
+                                          line))
+                  (unless (<= (length line) 160) (ert-fail (substring line 0 400))))
+                ;; Under a third of what the log keeps, and the user's own request is still there.
+                (should (< (length added) 33000))
+                (should (string-match-p "users-own-history-marker" text)))))
         (kill-buffer activity)))))
 
 (ert-deftest swank-mcp-without-approval-mode-a-confirmed-call-is-refused ()
@@ -567,8 +851,19 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (swank-mcp-tests--mcp-call server 3 "load-form"
                                        `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
             (swank-mcp-tests--wait-activity buffer "the load-form waiting" "load-form  (ert)  waiting for approval")
-            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
-                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+            ;; Its arguments one to a line, not as JSON; and the keys in the header.
+            (swank-mcp-tests--wait-activity buffer "the load-form's arguments"
+                                            (format "waiting for approval\n    file_path: %s\n    form_name: swank-mcp-loaded-marker\n    form_type: defun\n"
+                                                    (regexp-quote file)))
+            (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, C-c C-c cancel the call, g read again\\.\n"
+                                    (swank-mcp-tests--activity-text buffer)))
+            ;; RET on the waiting call goes to its prompt.
+            (swank-mcp-tests--wait "the approval buffer" (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+            (swank-mcp-tests--goto-call buffer "load-form  (ert)  waiting for approval")
+            (with-current-buffer buffer (swank-mcp-activity-show-reply))
+            (with-current-buffer (window-buffer (selected-window))
+              (should (equal (buffer-name) swank-mcp--approval-buffer-name))
+              (should (string-match-p "\\`ert asks to run load-form\\." (buffer-string)))
               (swank-mcp-decline))
             (let ((declined (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 3))))
               (swank-mcp-tests--wait-activity buffer "the load-form declined" "load-form  (ert)  declined  [0-9]+ ms")
@@ -602,9 +897,9 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
               (should (string-match-p "activity-failure-marker" failed))
               (should (equal (swank-mcp-tests--reply-shown) failed)))
             (with-current-buffer buffer
-              ;; n and p go from call to call.
-              (goto-char (point-min))
-              (swank-mcp-activity-next)
+              ;; n and p go from call to call (the record holds the calls of other tests too).
+              (swank-mcp-tests--goto-call buffer "activity-output-marker")
+              (forward-line -1)
               (should (looking-at "[0-9:]+  evaluate-lisp .* done"))
               (swank-mcp-activity-next 2)
               (should (looking-at "[0-9:]+  load-form .* done"))
@@ -871,9 +1166,17 @@ Return what it printed."
     (should (eq (lookup-key map (kbd "C-c C-x m u")) #'swank-mcp-undo))
     (should (eq (lookup-key map (kbd "C-c C-x m m")) #'swank-mcp-approval-mode))
     (should (eq (lookup-key map (kbd "C-c C-x m r")) #'swank-mcp-revoke-session-allowances))
+    (should (eq (lookup-key map (kbd "C-c C-x m p")) #'swank-mcp-show-approval))
+    (should (eq (lookup-key map (kbd "C-c C-x m c")) #'swank-mcp-cancel-call))
     ;; The front end's own bindings under the same prefix stay.
     (should (eq (lookup-key map (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend))))
-    (should (eq (lookup-key map (kbd "C-c C-x c")) (intern (format "%s-list-connections" swank-mcp-tests--backend))))))
+    (should (eq (lookup-key map (kbd "C-c C-x c")) (intern (format "%s-list-connections" swank-mcp-tests--backend)))))
+  ;; In the REPL too, where SLIME has no slime-mode, beside the front end's own keys.
+  (let ((repl (swank-mcp-tests--wait "the REPL buffer" #'swank-mcp-tests--repl-buffer)))
+    (with-current-buffer repl
+      (should (eq (key-binding (kbd "C-c C-x m a")) #'swank-mcp-activity))
+      (should (eq (key-binding (kbd "C-c C-x m c")) #'swank-mcp-cancel-call))
+      (should (eq (key-binding (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend)))))))
 
 (ert-deftest swank-mcp-approval-mode-shows-in-the-mode-line-and-allowances-can-be-revoked ()
   (swank-mcp-tests--with-port
@@ -886,11 +1189,18 @@ Return what it printed."
             (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
             (swank-mcp-tests--mcp-initialize server)
             (swank-mcp-tests--wait-approval-subscription)
-            ;; a: run, and allow evaluate-lisp for the rest of the session.
+            ;; C-c C-a: run, and allow evaluate-lisp for the rest of the session, once confirmed.
             (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 1)")))
             (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
                                                         (lambda () (get-buffer swank-mcp--approval-buffer-name)))
-              (swank-mcp-approve-for-session))
+              (let ((questions (swank-mcp-tests--confirming '(nil) (should-not (swank-mcp-approve-for-session)))))
+                (should (equal questions '("Run evaluate-lisp now, and every later evaluate-lisp call of ert without \
+asking you, for the rest of its session? "))))
+              ;; Not confirmed: the call still waits.
+              (should (string-match-p "not answered; evaluate-lisp still waits" (swank-mcp-tests--last-message)))
+              (should (swank-mcp--approval-shown))
+              (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") :unbound))
+              (swank-mcp-tests--confirming '(t) (should (eq (swank-mcp-approve-for-session) :taken))))
             (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 2))) :json-false))
             ;; Allowed: the next call runs unasked.
             (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 2)")))

@@ -31,18 +31,27 @@
 ;;   M-x swank-mcp-activity  a buffer (one per connection) showing every tool
 ;;                           call the agents make in this image, with its
 ;;                           state; RET shows the text the agent received
+;;   M-x swank-mcp-cancel-call
+;;                           end the agent's newest call (in the activity
+;;                           buffer, C-c C-c ends the call at point); the
+;;                           agent is told that you cancelled it
 ;;   M-x swank-mcp-undo      what the agents defined, to put back what it
 ;;                           replaced (asking first)
 ;;   M-x swank-mcp-approval-mode
 ;;                           calls that swank-mcp runs with --confirm wait for
-;;                           your y (run), n (decline) or a (run, and allow the
-;;                           tool for the rest of the agent's session), shown
-;;                           with their code or diff
+;;                           your answer, shown with their code or diff in a
+;;                           window of their own that does not take your keys:
+;;                           there C-c C-c runs the call, C-c C-k declines it,
+;;                           C-c C-a runs it and allows the tool for the rest
+;;                           of the agent's session (after asking you)
+;;   M-x swank-mcp-show-approval
+;;                           go to the prompt of the calls waiting
 ;;   M-x swank-mcp-revoke-session-allowances
 ;;                           take back every "allow for the session"
 ;;
-;; In SLIME and SLY buffers these are under C-c C-x m (`swank-mcp-key-prefix'):
-;; a activity, u undo, m approval mode, r revoke, s start, q stop, i status.
+;; In SLIME and SLY buffers, the SLIME REPL included, these are under
+;; C-c C-x m (`swank-mcp-key-prefix'): a activity, c cancel, u undo,
+;; m approval mode, p the prompt, r revoke, s start, q stop, i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -86,6 +95,22 @@ Give an absolute file name when it is not on the clients' PATH."
 
 (defconst swank-mcp--buffer-name "*swank-mcp*"
   "The buffer that shows the client configuration.")
+
+(defconst swank-mcp--approval-buffer-name "*swank-mcp approval*"
+  "The buffer that shows a call waiting for approval.")
+
+(defvar swank-mcp--approvals nil
+  "Calls waiting for approval: a list of (CONNECTION BACKEND PLIST), oldest first.")
+
+(defcustom swank-mcp-key-prefix (kbd "C-c C-x m")
+  "The key of `swank-mcp-command-map' in SLIME's and SLY's buffers.
+It is bound in `slime-mode-map', `slime-repl-mode-map' (the SLIME REPL,
+which has no `slime-mode') and `sly-mode-map'.
+The default is under the prefix of SLIME's and SLY's own commands for
+threads and connections, where neither binds m.  Set it before swank-mcp
+is loaded; nil binds nothing."
+  :type '(choice key-sequence (const :tag "No binding" nil))
+  :group 'swank-mcp)
 
 ;; SLIME and SLY are both optional: only the one the user runs is loaded.
 (declare-function slime-current-connection "ext:slime" ())
@@ -133,7 +158,8 @@ Give an absolute file name when it is not on the clients' PATH."
   channel-put
   channel-get
   connected-hook       ; hook run when a connection is set up
-  close-hooks)         ; hook run with a connection that closed
+  close-hooks          ; hook run with a connection that closed
+  log-event)           ; the front end's function that writes an event in its event log
 
 (defconst swank-mcp--slime
   (swank-mcp--make-backend
@@ -156,7 +182,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :channel-put #'slime-channel-put
    :channel-get #'slime-channel-get
    :connected-hook 'slime-connected-hook
-   :close-hooks 'slime-net-process-close-hooks))
+   :close-hooks 'slime-net-process-close-hooks
+   :log-event 'slime-log-event))
 
 (defconst swank-mcp--sly
   (swank-mcp--make-backend
@@ -179,7 +206,8 @@ Give an absolute file name when it is not on the clients' PATH."
    :channel-put #'sly-channel-put
    :channel-get #'sly-channel-get
    :connected-hook 'sly-connected-hook
-   :close-hooks 'sly-net-process-close-hooks))
+   :close-hooks 'sly-net-process-close-hooks
+   :log-event 'sly-log-event))
 
 (defvar swank-mcp--servers nil
   "The servers `swank-mcp-start' opened: a list of (CONNECTION BACKEND PORT).")
@@ -267,7 +295,10 @@ it is when called as a command)."
       (push (list connection backend port) swank-mcp--servers))
     (swank-mcp--show-configuration port (swank-mcp--describe-connection connection backend) interactive)
     (when interactive
-      (message "swank-mcp: port %d is open; the client configuration is in %s" port swank-mcp--buffer-name))
+      (message "swank-mcp: port %d is open; the client configuration is in %s%s" port swank-mcp--buffer-name
+               (if (executable-find swank-mcp-program)
+                   ""
+                 (format " (but this Emacs does not find %s)" swank-mcp-program))))
     port))
 
 ;;;###autoload
@@ -321,15 +352,44 @@ Return a list of (PORT . DESCRIPTION), one per open port."
      (json-encode `((servers . ((,swank-mcp-server-name . ((type . "stdio") ,@server))))))
      "\n")))
 
+(defun swank-mcp--keys-text ()
+  "Return where the commands are bound, for the *swank-mcp* buffer."
+  (if swank-mcp-key-prefix
+      (format "In SLIME and SLY buffers (the REPL too), %s is swank-mcp's prefix: a activity, \
+m approval mode, p the prompt of a call waiting, c cancel the agent's call, u undo, r revoke \
+\"allow for the session\", s start, q stop, i status.\n"
+              (key-description swank-mcp-key-prefix))
+    "The commands are M-x swank-mcp-activity, swank-mcp-approval-mode, swank-mcp-show-approval, \
+swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-start, \
+swank-mcp-stop and swank-mcp-status.\n"))
+
 (defun swank-mcp--show-configuration (port where display)
   "Fill the *swank-mcp* buffer for PORT opened in WHERE; show it when DISPLAY."
   (with-current-buffer (get-buffer-create swank-mcp--buffer-name)
     (special-mode)
     (let ((inhibit-read-only t))
       (erase-buffer)
+      (unless (executable-find swank-mcp-program)
+        (insert (propertize
+                 (format "Warning: `swank-mcp-program' is %S, which this Emacs does not find (`executable-find'):
+the clients below will fail to start it unless it is on their PATH.  Set `swank-mcp-program'
+to its absolute file name (M-x customize-variable RET swank-mcp-program), then M-x swank-mcp-start.\n\n"
+                         swank-mcp-program)
+                 'face 'warning)))
       (insert (format "swank-mcp can attach on port %d to the image of the %s.\n\n" port where)
               (swank-mcp-client-configuration port)
-              "\nM-x swank-mcp-stop closes the port; M-x swank-mcp-status lists open ones.\n"))
+              (format "
+To approve the agent's calls before they run, add \"--confirm\", \"mutating\" to the arguments
+above (every tool that changes something; or name tools: \"--confirm\", \"evaluate-lisp,load-file\"),
+and turn on M-x swank-mcp-approval-mode%s: each call then waits for your answer in
+the buffer %s, which opens at the bottom of the frame without taking your keys.
+M-x swank-mcp-activity shows every call of the agent, and M-x swank-mcp-cancel-call ends one.
+
+"
+                      (if swank-mcp-key-prefix (format " (%s m)" (key-description swank-mcp-key-prefix)) "")
+                      swank-mcp--approval-buffer-name)
+              (swank-mcp--keys-text)
+              "M-x swank-mcp-stop closes the port; M-x swank-mcp-status lists open ones.\n"))
     (goto-char (point-min))
     (when display
       (display-buffer (current-buffer)))))
@@ -413,6 +473,30 @@ variable of that connection."
         (cl:remove-if (cl:lambda (feed) (cl:and (cl:eq (cl:first feed) ,connection) (cl:eql (cl:second feed) ,id)))
                       feeds)))))
 
+(defvar swank-mcp--own-channels (make-hash-table)
+  "The ids of the channels swank-mcp subscribed, whose messages are logged briefly.")
+
+(defconst swank-mcp--logged-elements 10
+  "How many elements of a message down a swank-mcp channel the event log shows.")
+
+(defun swank-mcp--log-briefly (log event &rest arguments)
+  "Write EVENT with LOG, the front end's event logger, called with ARGUMENTS.
+A message down one of swank-mcp's channels is written on one short line:
+the event with the message's elements in it, the first few of them.  The
+image sends one for each change of each call of an agent, and the front
+end's event log (*slime-events*, *sly-events*) keeps only its last 100,000
+characters, which are there for the user's own requests: a burst of an
+agent's calls must not push them out."
+  (apply log
+         (if (and (eq (car-safe event) :channel-send) (gethash (nth 1 event) swank-mcp--own-channels))
+             ;; Flat, so that the pretty printer keeps it on one line.
+             (let ((flat (append (list :channel-send (nth 1 event)) (nth 2 event))))
+               (if (> (length flat) swank-mcp--logged-elements)
+                   (append (cl-subseq flat 0 swank-mcp--logged-elements) (list (intern "\u2026")))
+                 flat))
+           event)
+         arguments))
+
 (defun swank-mcp--subscribe (connection backend topic operations &optional subscribed)
   "Subscribe a new channel of CONNECTION to TOPIC; return the channel.
 TOPIC is :activity or :approvals; BACKEND says how to reach the image.
@@ -427,6 +511,8 @@ function of no arguments, is called when given."
     (with-current-buffer (swank-mcp--request-buffer)
       (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
         (setq channel (funcall (swank-mcp--backend-make-channel backend) table "swank-mcp"))))
+    (puthash (funcall (swank-mcp--backend-channel-id backend) channel) t swank-mcp--own-channels)
+    (advice-add (swank-mcp--backend-log-event backend) :around #'swank-mcp--log-briefly)
     (swank-mcp--eval-async connection backend
                            (swank-mcp--subscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel) topic)
                            (lambda (_)
@@ -444,6 +530,8 @@ has dropped it: a message sent meanwhile must find it."
     (swank-mcp--eval-async connection backend
                            (swank-mcp--unsubscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel))
                            (lambda (_)
+                             (remhash (funcall (swank-mcp--backend-channel-id backend) channel)
+                                      swank-mcp--own-channels)
                              (with-current-buffer (swank-mcp--request-buffer)
                                (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
                                  (funcall (swank-mcp--backend-close-channel backend) channel)))))))
@@ -485,7 +573,9 @@ A list of plists, newest first.")
     (:timed-out "timed out" error)
     (:cancelled "cancelled" shadow)
     (:failed "failed" error)
-    (:done "done" success))
+    (:done "done" success)
+    ;; The image's own end of a call whose server went away first.
+    (:lost "server gone" shadow))
   "Each state a call can be in, with how it is named and its face.")
 
 (defvar swank-mcp-activity-mode-map
@@ -494,16 +584,19 @@ A list of plists, newest first.")
     (define-key map (kbd "n") #'swank-mcp-activity-next)
     (define-key map (kbd "p") #'swank-mcp-activity-previous)
     (define-key map (kbd "/") #'swank-mcp-activity-filter)
+    (define-key map (kbd "C-c C-c") #'swank-mcp-cancel-call)
     map)
   "Keymap of `swank-mcp-activity-mode'.")
 
 (define-derived-mode swank-mcp-activity-mode special-mode "swank-mcp activity"
   "The tool calls agents make in a Lisp image, newest at the bottom.
 Each shows its state: waiting for approval, running, declined, timed out,
-cancelled, failed or done.
+cancelled, failed, done, or server gone (the agent's server went away
+before the call ended).
 \\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the reply the agent received for the call at
-point, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move between calls, \\[swank-mcp-activity-filter] shows only one
-tool's or one state's calls, \\[revert-buffer] reads the whole record again."
+point, or the prompt of a call waiting for approval, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move
+between calls, \\[swank-mcp-activity-filter] shows only one tool's or one state's calls, \\[swank-mcp-cancel-call] ends
+the call at point, \\[revert-buffer] reads the whole record again."
   (setq truncate-lines t)
   (setq-local revert-buffer-function #'swank-mcp--activity-revert)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
@@ -568,13 +661,40 @@ The image tells it nothing more then."
                             swank-mcp--activity-channel)
     (setq swank-mcp--activity-channel nil)))
 
+(defconst swank-mcp--lisp-arguments '(code content form)
+  "The arguments of tools that hold Lisp source, shown fontified as Lisp.")
+
+(defun swank-mcp--input-text (input)
+  "Return INPUT, the code or the arguments of a call, for the activity buffer.
+Code is fontified as Lisp; arguments, which come as a JSON object, are
+shown one to a line, and those that hold Lisp source are fontified as
+such."
+  (let ((arguments (and (string-prefix-p "{" input)
+                        (condition-case nil
+                            (let ((json-object-type 'alist) (json-key-type 'symbol) (json-array-type 'list))
+                              (json-read-from-string input))
+                          (error nil)))))
+    (cond ((null arguments)
+           (if (string-prefix-p "{" input) input (swank-mcp--fontify input 'lisp-mode)))
+          ((not (consp arguments)) input)
+          (t
+           (mapconcat
+            (pcase-lambda (`(,name . ,value))
+              (let ((text (if (stringp value) value (json-encode value))))
+                (concat (propertize (format "%s:" name) 'face 'font-lock-keyword-face)
+                        (if (string-match-p "\n" text) "\n" " ")
+                        (if (and (stringp value) (memq name swank-mcp--lisp-arguments))
+                            (swank-mcp--fontify text 'lisp-mode)
+                          text))))
+            arguments "\n")))))
+
 (defun swank-mcp--activity-text (call)
   "The lines that show CALL, a plist from the image's RECORD-PLIST."
   (let* ((milliseconds (plist-get call :milliseconds))
          (state (or (assq (plist-get call :state) swank-mcp--call-states)
                     (list nil (format "%s" (plist-get call :state)) 'warning)))
          (input (string-trim (or (plist-get call :input) "")))
-         (input-lines (split-string input "\n"))
+         (input-lines (split-string (swank-mcp--input-text input) "\n"))
          (shown (mapconcat (lambda (line) (concat "    " line))
                            (if (> (length input-lines) 12)
                                (append (cl-subseq input-lines 0 12) (list "..."))
@@ -590,7 +710,7 @@ The image tells it nothing more then."
              "  " (propertize (nth 1 state) 'face (nth 2 state))
              (if milliseconds (format "  %d ms" milliseconds) "")
              "\n"
-             (if (string-empty-p input) "" (concat (swank-mcp--fontify shown 'lisp-mode) "\n"))
+             (if (string-empty-p input) "" (concat shown "\n"))
              (if outcome
                  (concat "    " (propertize outcome 'face (if (eq (car state) :done) 'success 'error)) "\n")
                ""))
@@ -613,29 +733,38 @@ The image tells it nothing more then."
                                     (get-buffer-window-list (current-buffer) nil t))))
     (setq swank-mcp--activity-calls
           (cons call (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal)))
+    ;; The new lines go in before the old ones are deleted: inserted where the old lines
+    ;; were deleted, they would land before the next call's start marker (which stays put
+    ;; at an insertion), and that call's next change would delete them with its own.
     (save-excursion
-      (when shown
-        (delete-region (car shown) (cdr shown))
+      (goto-char (if shown (car shown) (point-max)))
+      (if (swank-mcp--activity-shown-p call)
+          (let ((start (point-marker)))
+            (insert (swank-mcp--activity-text call))
+            (puthash id (cons start (point-marker)) swank-mcp--activity-entries))
         (remhash id swank-mcp--activity-entries))
-      (when (swank-mcp--activity-shown-p call)
-        (goto-char (if shown (car shown) (point-max)))
-        (let ((start (point-marker)))
-          (insert (swank-mcp--activity-text call))
-          (puthash id (cons start (copy-marker (point))) swank-mcp--activity-entries))))
+      (when shown
+        (delete-region (point) (cdr shown))
+        (set-marker (car shown) nil)
+        (set-marker (cdr shown) nil)))
     ;; Newest at the bottom: whoever was at the end follows it.
     (when at-end (goto-char (point-max)))
     (dolist (window windows)
       (set-window-point window (point-max)))))
 
 (defun swank-mcp--activity-header ()
-  "The first line of the activity buffer."
-  (propertize (format "Tool calls of agents in the image of the %s%s.\n"
-                      (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
-                      (pcase swank-mcp--activity-filter
-                        (`(,kind . ,value)
-                         (format "; only %s %s (/ to change)" kind
-                                 (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
-                        (_ "")))
+  "Return the first lines of the activity buffer: what is in it, and its keys."
+  (propertize (concat
+               (format "Tool calls of agents in the image of the %s%s.\n"
+                       (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
+                       (pcase swank-mcp--activity-filter
+                         (`(,kind . ,value)
+                          (format "; only %s %s" kind
+                                  (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
+                         (_ "")))
+               (substitute-command-keys
+                "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] the reply (or the prompt of a call waiting), \
+\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \\[revert-buffer] read again.\n"))
               'face 'shadow))
 
 (defun swank-mcp--activity-redisplay ()
@@ -734,23 +863,38 @@ answer shows every call."
   (goto-char (point-max)))
 
 (defun swank-mcp-activity-show-reply ()
-  "Show the reply the agent received for the call at point, exactly as it got it."
+  "Show the reply the agent received for the call at point, exactly as it got it.
+On a call waiting for approval, go to its prompt."
   (interactive)
-  (let* ((id (get-text-property (point) 'swank-mcp-call))
+  (let* ((id (or (get-text-property (point) 'swank-mcp-call) (user-error "No call here")))
          (call (cl-find id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))
-         (text (plist-get call :text)))
-    (unless text
-      (user-error (if call "This call has not ended yet" "No call here")))
-    (with-current-buffer (get-buffer-create "*swank-mcp reply*")
-      (let ((inhibit-read-only t))
-        (erase-buffer)
-        (insert text))
-      (special-mode)
-      (setq header-line-format
-            (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
-                    (nth 1 (assq (plist-get call :state) swank-mcp--call-states))))
-      (goto-char (point-min))
-      (display-buffer (current-buffer)))))
+         (approval (cl-find-if (lambda (approval)
+                                 (and (eq (car approval) swank-mcp--activity-connection)
+                                      (equal (plist-get (nth 2 approval) :call) id)))
+                               swank-mcp--approvals))
+         (text (and (not approval)
+                    (plist-get (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
+                                                (swank-mcp--helper-call "ACTIVITY-REPLY" id))
+                               :text))))
+    (cond (approval (swank-mcp-show-approval approval))
+          ((null text)
+           (user-error (if (memq (plist-get call :state) '(:waiting :running))
+                           "This call has not ended yet"
+                         "The image no longer keeps this call's reply")))
+          (t (swank-mcp--show-reply call text)))))
+
+(defun swank-mcp--show-reply (call text)
+  "Show TEXT, the reply the agent received for CALL."
+  (with-current-buffer (get-buffer-create "*swank-mcp reply*")
+    (let ((inhibit-read-only t))
+      (erase-buffer)
+      (insert text))
+    (special-mode)
+    (setq header-line-format
+          (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
+                  (nth 1 (assq (plist-get call :state) swank-mcp--call-states))))
+    (goto-char (point-min))
+    (display-buffer (current-buffer))))
 
 ;;;;; Undo
 
@@ -999,40 +1143,76 @@ say to force it."
                              (list :since (plist-get entry :number)))))
 
 ;;;;; Approval mode
+;;
+;; A prompt must never take keys meant for something else: it is shown in a
+;; window of its own that is not selected, so that what the user types goes
+;; on reaching the buffer they type in, and it is answered only by a key
+;; sequence no typing makes (C-c C-c, C-c C-k, C-c C-a, as a commit message
+;; buffer is), in the prompt's own buffer.  "Allow for the session" asks
+;; again, and a prompt whose call has just taken the place of another takes
+;; no answer for a moment (`swank-mcp-approval-read-delay').
 
-(defconst swank-mcp--approval-buffer-name "*swank-mcp approval*"
-  "The buffer that shows a call waiting for approval.")
+(defcustom swank-mcp-approval-read-delay 1.0
+  "Seconds a call must have been shown in the prompt before it takes an answer.
+An answer sooner, such as a second \\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] meant for the call shown before,
+is refused, so that a call is never answered before it could be read."
+  :type 'number
+  :group 'swank-mcp)
+
+(defconst swank-mcp--approval-display-action
+  '((display-buffer-reuse-window display-buffer-in-side-window)
+    (side . bottom)
+    (window-height . swank-mcp--fit-approval-window)
+    (inhibit-same-window . t))
+  "How the prompt is shown: beside the windows shown, so that they stay.")
 
 (defvar swank-mcp--approval-channels nil
   "The channels subscribed to approvals: a list of (CONNECTION BACKEND CHANNEL).")
 
-(defvar swank-mcp--approvals nil
-  "Calls waiting for approval: a list of (CONNECTION BACKEND PLIST), oldest first.")
+(defvar swank-mcp--approvals-in-batch 0
+  "How many calls asked for approval since none was waiting.
+The prompt numbers the calls of such a batch: the second of two is (2 of 2).")
+
+(defvar swank-mcp--answering nil
+  "The approval whose answer is on its way to the image.
+The image may say that its request ended before it answers: that end is
+the answer's own.")
 
 (defvar-local swank-mcp--approval-shown nil
-  "The approval the approval buffer shows: (CONNECTION BACKEND PLIST).")
+  "The approval the approval buffer shows: an element of `swank-mcp--approvals'.")
+
+(defvar-local swank-mcp--approval-shown-since 0
+  "When the approval buffer began to show `swank-mcp--approval-shown'.")
 
 (defvar swank-mcp-approval-buffer-mode-map
   (let ((map (make-sparse-keymap)))
-    (define-key map "y" #'swank-mcp-approve)
-    (define-key map "n" #'swank-mcp-decline)
-    (define-key map "a" #'swank-mcp-approve-for-session)
+    (define-key map (kbd "C-c C-c") #'swank-mcp-approve)
+    (define-key map (kbd "C-c C-k") #'swank-mcp-decline)
+    (define-key map (kbd "C-c C-a") #'swank-mcp-approve-for-session)
+    (define-key map (kbd "q") #'swank-mcp-approval-hide)
     map)
   "Keymap of `swank-mcp-approval-buffer-mode'.")
 
 (define-derived-mode swank-mcp-approval-buffer-mode special-mode "swank-mcp approval"
   "A tool call that waits for your approval.
 \\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] runs it, \\[swank-mcp-decline] declines it,
-\\[swank-mcp-approve-for-session] runs it and allows the tool for the agent's session.")
+\\[swank-mcp-approve-for-session] runs it and allows the tool for the agent's session, after asking you.
+\\[swank-mcp-approval-hide] hides the window: the call goes on waiting.
+No key that typing makes answers: a prompt that comes while you type in
+another buffer leaves your keys to that buffer."
+  (setq truncate-lines nil))
 
 ;;;###autoload
 (define-minor-mode swank-mcp-approval-mode
   "Approve in Emacs the tool calls swank-mcp runs with --confirm.
 While it is on, every image Emacs is connected to (SLIME and SLY) tells
-Emacs of calls waiting for approval; each is shown with its code or diff in
-the buffer *swank-mcp approval*, in a window that is selected, with a bell
-and a message in the echo area.  There y runs it, n declines it and a runs
-it and allows the tool for the rest of the agent's session."
+Emacs of calls waiting for approval.  Each is shown with its code or diff in
+the buffer *swank-mcp approval*, in a window at the bottom of the frame
+that is not selected, with a bell and a message in the echo area: you go on
+typing where you were.  Go to that window (\\[swank-mcp-show-approval]),
+read, and answer there: \\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] runs the call, \\[swank-mcp-decline] declines it,
+\\[swank-mcp-approve-for-session] runs it and allows the tool for the rest of the agent's
+session (after asking you)."
   :global t
   :group 'swank-mcp
   :lighter " MCP-approve"
@@ -1069,85 +1249,180 @@ it and allows the tool for the rest of the agent's session."
                    `((:approval . ,(lambda (_channel &rest plist)
                                      (swank-mcp--approval-add connection backend plist)))
                      (:approval-ended . ,(lambda (_channel &rest plist)
-                                           (swank-mcp--approval-remove connection (plist-get plist :id)))))))
+                                           (swank-mcp--approval-ended connection plist))))))
             swank-mcp--approval-channels))))
+
+(defun swank-mcp--fit-approval-window (window)
+  "Make WINDOW as tall as the prompt in it, up to half its frame."
+  (fit-window-to-buffer window (max window-min-height (/ (frame-height (window-frame window)) 2))))
+
+(defun swank-mcp--approval-key (command)
+  "The keys of COMMAND in the prompt, as text."
+  (substitute-command-keys (format "\\<swank-mcp-approval-buffer-mode-map>\\[%s]" command)))
+
+(defun swank-mcp--approval-go-key ()
+  "Return the keys that go to the prompt, as text."
+  (if swank-mcp-key-prefix
+      (format "%s p" (key-description swank-mcp-key-prefix))
+    "M-x swank-mcp-show-approval"))
+
+(defun swank-mcp--approval-number (approval)
+  "Return \" (N of M)\" for APPROVAL, the Nth of a batch of M that came together.
+Return \"\" for a call that came alone."
+  (let ((position (cl-position approval swank-mcp--approvals)))
+    (if (or (null position) (< swank-mcp--approvals-in-batch 2))
+        ""
+      (format " (%d of %d)"
+              (+ (- swank-mcp--approvals-in-batch (length swank-mcp--approvals)) position 1)
+              swank-mcp--approvals-in-batch))))
+
+(defun swank-mcp--approval-heading (approval)
+  "The first line of the prompt for APPROVAL."
+  (let ((plist (nth 2 approval)))
+    (format "%s asks to run %s.%s"
+            (or (plist-get plist :client) "The agent")
+            (plist-get plist :tool)
+            (swank-mcp--approval-number approval))))
 
 (defun swank-mcp--approval-add (connection backend plist)
   "Note the approval PLIST that CONNECTION's image asks for, and show it.
-BACKEND says how to reach the image."
-  (setq swank-mcp--approvals (append swank-mcp--approvals (list (list connection backend plist))))
+BACKEND says how to reach the image.  The prompt shows the oldest call
+waiting; each new one is announced with its window, a bell and a message."
+  (let ((approval (list connection backend plist)))
+    (setq swank-mcp--approvals (append swank-mcp--approvals (list approval)))
+    (cl-incf swank-mcp--approvals-in-batch)
+    (let ((buffer (swank-mcp--approval-show)))
+      (when buffer
+        (display-buffer buffer swank-mcp--approval-display-action)
+        (ding t)
+        (message "swank-mcp: %s  Answer in %s (%s goes there)."
+                 (swank-mcp--approval-heading approval) swank-mcp--approval-buffer-name
+                 (swank-mcp--approval-go-key))))))
+
+(defun swank-mcp--approval-find (connection id)
+  "The approval ID of CONNECTION's image that waits, or nil."
+  (cl-find-if (lambda (approval)
+                (and (eq (car approval) connection) (eql (plist-get (nth 2 approval) :id) id)))
+              swank-mcp--approvals))
+
+(defun swank-mcp--approval-remove (approval)
+  "Forget APPROVAL: it was answered or has ended."
+  (setq swank-mcp--approvals (delq approval swank-mcp--approvals))
+  (unless swank-mcp--approvals
+    (setq swank-mcp--approvals-in-batch 0))
   (swank-mcp--approval-show))
 
-(defun swank-mcp--approval-remove (connection id)
-  "Forget the approval ID of CONNECTION's image: it was answered or has ended."
+(defun swank-mcp--approval-next-text ()
+  "Return the heading of the next call in the prompt, if one waits."
+  (let ((next (swank-mcp--approval-shown)))
+    (if next
+        (format "  Next: %s" (swank-mcp--approval-heading next))
+      "")))
+
+(defun swank-mcp--approval-ended (connection plist)
+  "The image ended the approval request PLIST of CONNECTION's image.
+PLIST has the request's :id and :verdict.  A request not answered here
+ended by itself: the echo area says how, and that nothing ran."
+  (let ((approval (swank-mcp--approval-find connection (plist-get plist :id))))
+    (when (and approval (not (eq approval swank-mcp--answering)))
+      (let ((tool (plist-get (nth 2 approval) :tool)))
+        (swank-mcp--approval-remove approval)
+        (message "swank-mcp: %s%s"
+                 (pcase (plist-get plist :verdict)
+                   (:timeout (format "nobody answered in time: the approval request of %s timed out \
+\(--confirm-timeout) and it did not run." tool))
+                   (:cancelled (format "the agent withdrew its request: %s was cancelled and did not run." tool))
+                   ((or :yes :always) (format "%s was approved in another Emacs." tool))
+                   (:no (format "%s was declined in another Emacs; it did not run." tool))
+                   (_ (format "the approval request of %s ended; %s did not run." tool tool)))
+                 (swank-mcp--approval-next-text))))))
+
+(defun swank-mcp--approval-shown ()
+  "Return the approval in the prompt, or nil when none waits."
+  (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+    (and buffer (buffer-local-value 'swank-mcp--approval-shown buffer))))
+
+(defun swank-mcp--approval-show (&optional wanted)
+  "Show WANTED, the approval shown, or the oldest waiting; return the buffer.
+When none waits, close the buffer and return nil.  The buffer is not
+displayed here.  Approvals of connections that closed are dropped: nobody can
+answer them."
   (setq swank-mcp--approvals
-        (cl-remove-if (lambda (approval)
-                        (and (eq (car approval) connection) (eql (plist-get (nth 2 approval) :id) id)))
-                      swank-mcp--approvals))
-  (swank-mcp--approval-show))
-
-(defun swank-mcp--approval-heading (plist)
-  "The first line of the prompt for the approval PLIST."
-  (let ((waiting (length swank-mcp--approvals)))
-    (format "%s asks to run %s%s."
-            (or (plist-get plist :client) "The agent")
-            (plist-get plist :tool)
-            (if (> waiting 1) (format " (1 of %d waiting)" waiting) ""))))
-
-(defun swank-mcp--approval-show ()
-  "Show the oldest approval waiting, or close the buffer when none is.
-A new one is shown in a selected window, with a bell and a message."
-  (let ((buffer (get-buffer swank-mcp--approval-buffer-name))
-        (next (car swank-mcp--approvals)))
-    (cond ((null next)
-           (when buffer
-             (quit-windows-on buffer)
-             (kill-buffer buffer)))
-          (t
-           (with-current-buffer (get-buffer-create swank-mcp--approval-buffer-name)
-             (let ((inhibit-read-only t)
-                   (plist (nth 2 next))
-                   (new (not (equal swank-mcp--approval-shown next))))
-               (unless (derived-mode-p 'swank-mcp-approval-buffer-mode)
-                 (swank-mcp-approval-buffer-mode))
-               (setq swank-mcp--approval-shown next)
-               (erase-buffer)
-               (insert (propertize (swank-mcp--approval-heading plist) 'face 'bold) "\n"
-                       (substitute-command-keys
-                        "\\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] run it, \
-\\[swank-mcp-decline] decline it, \\[swank-mcp-approve-for-session] run it and allow the tool for the session.\n\n")
-                       (swank-mcp--fontify-shown (plist-get plist :text))
-                       "\n")
-               (goto-char (point-min))
-               (when new
-                 ;; Beside the windows shown, so that the activity buffer stays in view.
-                 (select-window (display-buffer (current-buffer)
-                                                '((display-buffer-reuse-window display-buffer-in-side-window)
-                                                  (side . bottom)
-                                                  (window-height . fit-window-to-buffer))))
-                 (ding t)
-                 (message "swank-mcp: %s (y, n or a in %s)"
-                          (swank-mcp--approval-heading plist) swank-mcp--approval-buffer-name))))))))
+        (cl-remove-if-not (lambda (approval) (process-live-p (car approval))) swank-mcp--approvals))
+  (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+    (if (null swank-mcp--approvals)
+        (progn
+          (setq swank-mcp--approvals-in-batch 0)
+          (when buffer
+            (quit-windows-on buffer)
+            (kill-buffer buffer))
+          nil)
+      (with-current-buffer (get-buffer-create swank-mcp--approval-buffer-name)
+        (unless (derived-mode-p 'swank-mcp-approval-buffer-mode)
+          (swank-mcp-approval-buffer-mode))
+        (let ((inhibit-read-only t)
+              (shown (cond ((memq wanted swank-mcp--approvals) wanted)
+                           ((memq swank-mcp--approval-shown swank-mcp--approvals) swank-mcp--approval-shown)
+                           (t (car swank-mcp--approvals)))))
+          (if (eq shown swank-mcp--approval-shown)
+              ;; The same call, whose number may have changed: the rest stays, and so
+              ;; does where the user scrolled to.
+              (save-excursion
+                (goto-char (point-min))
+                (delete-region (point) (line-end-position))
+                (insert (propertize (swank-mcp--approval-heading shown) 'face 'bold)))
+            (setq swank-mcp--approval-shown shown
+                  swank-mcp--approval-shown-since (float-time))
+            (erase-buffer)
+            (insert (propertize (swank-mcp--approval-heading shown) 'face 'bold) "\n"
+                    (propertize
+                     (format "%s runs it, %s declines it, %s runs it and allows %s for the rest of \
+the session (after asking you).  %s hides this window; the call goes on waiting.\n\n"
+                             (swank-mcp--approval-key 'swank-mcp-approve)
+                             (swank-mcp--approval-key 'swank-mcp-decline)
+                             (swank-mcp--approval-key 'swank-mcp-approve-for-session)
+                             (plist-get (nth 2 shown) :tool)
+                             (swank-mcp--approval-key 'swank-mcp-approval-hide))
+                     'face 'shadow)
+                    (swank-mcp--fontify-shown (or (plist-get (nth 2 shown) :text) ""))
+                    "\n")
+            (goto-char (point-min))
+            (dolist (window (get-buffer-window-list (current-buffer) nil t))
+              (set-window-point window (point-min))
+              (set-window-start window (point-min)))))
+        (current-buffer)))))
 
 (defun swank-mcp--answer (verdict)
   "Answer the approval shown in the current buffer with VERDICT.
-Return what the image says: :taken, or :ended when the request had ended."
+Return what the image says: :taken, or :ended when the request had ended;
+nil when the user took back an answer that needed confirming."
   (let ((shown swank-mcp--approval-shown))
-    (unless shown
-      (user-error "No call waits for approval here"))
+    (unless (and (derived-mode-p 'swank-mcp-approval-buffer-mode) (memq shown swank-mcp--approvals))
+      (user-error "No call waits for approval here; answer in %s" swank-mcp--approval-buffer-name))
+    (when (< (- (float-time) swank-mcp--approval-shown-since) swank-mcp-approval-read-delay)
+      (user-error "This call was shown a moment ago: read it, then answer"))
     (pcase-let* ((`(,connection ,backend ,plist) shown)
-                 (tool (plist-get plist :tool))
-                 (taken (swank-mcp--eval connection backend
-                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict))))
-      (swank-mcp--approval-remove connection (plist-get plist :id))
-      (if (eq taken :taken)
-          (message "swank-mcp: %s %s" tool
-                   (pcase verdict
-                     (:yes "approved; it runs now")
-                     (:no "declined; it does not run")
-                     (:always "approved, and allowed for the rest of the session")))
-        (message "swank-mcp: this request (%s) already ended; nothing ran" tool))
-      (or taken :ended))))
+                 (tool (plist-get plist :tool)))
+      (if (and (eq verdict :always)
+               (not (yes-or-no-p (format "Run %s now, and every later %s call of %s without asking you, \
+for the rest of its session? "
+                                         tool tool (or (plist-get plist :client) "this agent")))))
+          (progn (message "swank-mcp: not answered; %s still waits" tool)
+                 nil)
+        (let ((taken (let ((swank-mcp--answering shown))
+                       (swank-mcp--eval connection backend
+                                        (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)))))
+          (swank-mcp--approval-remove shown)
+          (message "swank-mcp: %s%s"
+                   (if (eq taken :taken)
+                       (format "%s %s" tool
+                               (pcase verdict
+                                 (:yes "approved; it runs now.")
+                                 (:no "declined; it does not run.")
+                                 (:always "approved, and allowed for the rest of the session.")))
+                     (format "this request (%s) already ended; nothing ran." tool))
+                   (swank-mcp--approval-next-text))
+          (or taken :ended))))))
 
 (defun swank-mcp-approve ()
   "Run the call shown."
@@ -1160,9 +1435,27 @@ Return what the image says: :taken, or :ended when the request had ended."
   (swank-mcp--answer :no))
 
 (defun swank-mcp-approve-for-session ()
-  "Run the call shown, and allow its tool for the rest of the agent's session."
+  "Run the call shown, and allow its tool for the rest of the agent's session.
+You are asked to confirm it first."
   (interactive)
   (swank-mcp--answer :always))
+
+(defun swank-mcp-approval-hide ()
+  "Hide the prompt; what is in it waits on for your answer."
+  (interactive)
+  (quit-window)
+  (message "swank-mcp: %d call%s still wait%s for your answer; %s shows the prompt again."
+           (length swank-mcp--approvals) (if (cdr swank-mcp--approvals) "s" "")
+           (if (cdr swank-mcp--approvals) "" "s") (swank-mcp--approval-go-key)))
+
+(defun swank-mcp-show-approval (&optional approval)
+  "Go to the prompt, where what waits for your approval is shown.
+With APPROVAL, an element of `swank-mcp--approvals', the prompt shows that one."
+  (interactive)
+  (let ((buffer (swank-mcp--approval-show approval)))
+    (unless buffer
+      (user-error "No call waits for your approval"))
+    (select-window (display-buffer buffer swank-mcp--approval-display-action))))
 
 ;;;;; Taking back "allow for the session"
 
@@ -1185,6 +1478,39 @@ each (TOOL CLIENT)."
                "no tool was allowed for a session"))
     revoked))
 
+;;;;; Stopping an agent's call
+
+;;;###autoload
+(defun swank-mcp-cancel-call ()
+  "End an agent's call: the newest one running or waiting for approval.
+In an activity buffer, the call at point.  A running call's evaluation in
+the image is interrupted at once, and so is any it would start after, and
+the agent receives the reply that you cancelled the call; what it did
+before that stays done.  A call waiting for approval is declined.  Return
+the image's answer, a plist."
+  (interactive)
+  (pcase-let* ((`(,connection . ,backend)
+                (if (derived-mode-p 'swank-mcp-activity-mode)
+                    (cons swank-mcp--activity-connection swank-mcp--activity-backend)
+                  (swank-mcp--require-current)))
+               (call (and (derived-mode-p 'swank-mcp-activity-mode)
+                          (get-text-property (point) 'swank-mcp-call)))
+               (reply (swank-mcp--eval connection backend
+                                       (swank-mcp--helper-call "CANCEL-CALL" (or call 'cl:nil))))
+               (record (or (plist-get reply :cancelled) (plist-get reply :declined))))
+    (cond ((null reply) (user-error "No agent has worked in this image yet"))
+          ((plist-get reply :failure) (user-error "%s" (plist-get reply :failure)))
+          (t
+           (message "swank-mcp: %s"
+                    (format (cond ((plist-get reply :declined)
+                                   "declined %s (%s), which waited for approval; it does not run.")
+                                  ((> (plist-get reply :interrupted) 0)
+                                   "cancelled %s (%s): its evaluation was interrupted, and the agent is told.")
+                                  (t "cancelled %s (%s): it had no evaluation running in the image; it stops \
+at its next one, and the agent is told."))
+                            (plist-get record :tool) (or (plist-get record :client) "unknown client")))
+           reply))))
+
 ;;;;; Key bindings
 
 (defvar swank-mcp-command-map
@@ -1192,6 +1518,8 @@ each (TOOL CLIENT)."
     (define-key map (kbd "a") #'swank-mcp-activity)
     (define-key map (kbd "u") #'swank-mcp-undo)
     (define-key map (kbd "m") #'swank-mcp-approval-mode)
+    (define-key map (kbd "p") #'swank-mcp-show-approval)
+    (define-key map (kbd "c") #'swank-mcp-cancel-call)
     (define-key map (kbd "r") #'swank-mcp-revoke-session-allowances)
     (define-key map (kbd "s") #'swank-mcp-start)
     (define-key map (kbd "q") #'swank-mcp-stop)
@@ -1199,30 +1527,27 @@ each (TOOL CLIENT)."
     map)
   "The swank-mcp commands, under `swank-mcp-key-prefix' in SLIME and SLY buffers.")
 
-(defcustom swank-mcp-key-prefix (kbd "C-c C-x m")
-  "The key of `swank-mcp-command-map' in `slime-mode-map' and `sly-mode-map'.
-The default is under the prefix of SLIME's and SLY's own commands for
-threads and connections, where neither binds m.  Set it before swank-mcp
-is loaded; nil binds nothing."
-  :type '(choice key-sequence (const :tag "No binding" nil))
-  :group 'swank-mcp)
-
 (defvar slime-mode-map)
+(defvar slime-repl-mode-map)
 (defvar sly-mode-map)
 
 ;;;###autoload
 (defun swank-mcp-bind-keys ()
-  "Bind `swank-mcp-command-map' in SLIME's or SLY's mode map.
-It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook' and
-`sly-mode-hook': the maps exist once the mode does, and binding again
-changes nothing.  Autoloaded, so that the hooks load swank-mcp."
+  "Bind `swank-mcp-command-map' in SLIME's and SLY's mode maps.
+It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook',
+`slime-repl-mode-hook' and `sly-mode-hook': the maps exist once the mode
+does, and binding again changes nothing.  Autoloaded, so that the hooks
+load swank-mcp."
   (when swank-mcp-key-prefix
-    (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p sly-mode-map)))
+    (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p slime-repl-mode-map)
+                       (bound-and-true-p sly-mode-map)))
       (when (and (keymapp map) (not (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map)))
         (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
 
 ;;;###autoload
 (add-hook 'slime-mode-hook #'swank-mcp-bind-keys)
+;;;###autoload
+(add-hook 'slime-repl-mode-hook #'swank-mcp-bind-keys)
 ;;;###autoload
 (add-hook 'sly-mode-hook #'swank-mcp-bind-keys)
 

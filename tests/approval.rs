@@ -315,12 +315,14 @@ async fn recorded(marker: &str) -> String {
     let endpoint = swank_mcp::swank::Endpoint { host: "127.0.0.1".into(), port: common::shared_image_port() };
     let user = swank_mcp::swank::Connection::connect(endpoint, &options).await.unwrap();
     let code = format!(
-        "(let ((r (find-if (lambda (p) (search {marker:?} (getf p :input)))
-                           (let ((records (and (find-package \"MCP-AGENT-HELPER\")
-                                               (find-symbol \"ACTIVITY-RECORDS\" \"MCP-AGENT-HELPER\"))))
-                             (and records (funcall records))))))
-           (if (and r (getf r :text))
-               (format nil \"~(~A~)|~A|~A\" (getf r :state) (getf r :client) (getf r :text))
+        "(let* ((r (find-if (lambda (p) (search {marker:?} (getf p :input)))
+                            (let ((records (and (find-package \"MCP-AGENT-HELPER\")
+                                                (find-symbol \"ACTIVITY-RECORDS\" \"MCP-AGENT-HELPER\"))))
+                              (and records (funcall records)))))
+                (text (and r (getf (funcall (find-symbol \"ACTIVITY-REPLY\" \"MCP-AGENT-HELPER\") (getf r :id))
+                                   :text))))
+           (if text
+               (format nil \"~(~A~)|~A|~A\" (getf r :state) (getf r :client) text)
                \"\"))"
     );
     let form = swank_mcp::swank::Form::call(
@@ -365,7 +367,7 @@ async fn the_images_record_has_declined_timed_out_and_done_calls_with_the_text_t
 }
 
 #[tokio::test]
-async fn an_activity_buffer_is_told_each_state_of_a_call_with_the_text_the_agent_received() {
+async fn an_activity_buffer_is_told_each_state_of_a_call_and_asks_for_the_text_the_agent_received() {
     let mut emacs = Emacs::subscribed(":activity").await;
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
     let mut approver = Emacs::in_approval_mode().await;
@@ -375,12 +377,15 @@ async fn an_activity_buffer_is_told_each_state_of_a_call_with_the_text_the_agent
     let id = approval_id(&approver.told(":approval", "pushed-record-marker").await);
     assert_eq!(approver.eval(&format!("(mcp-agent-helper:answer-approval {id} :yes)")).await, "(:ok :taken)");
     let running = emacs.told(":call", "pushed-record-marker").await;
-    assert!(running.contains(":state :running") && running.contains(":text nil"), "{running}");
+    assert!(running.contains(":state :running") && running.contains(":outcome nil"), "{running}");
     let reply = client.receive().await;
     let done = emacs.told(":call", "pushed-record-marker").await;
-    assert!(done.contains(":state :done"), "{done}");
-    let shown = format!(":text {:?}", text(&reply));
-    assert!(done.contains(&shown), "{done} lacks {shown}");
+    // The first line of the reply comes with the call's end; the whole text, when asked for.
+    assert!(done.contains(":state :done") && done.contains(":outcome \"=> (:PUSHED-RECORD-MARKER) @"), "{done}");
+    let id = &done[done.find(":id ").unwrap() + 4..];
+    let id = &id[..id.find(' ').unwrap()];
+    let asked = emacs.eval(&format!("(mcp-agent-helper::activity-reply {id})")).await;
+    assert_eq!(asked, format!("(:ok (:text {:?}))", text(&reply)));
 }
 
 #[tokio::test]

@@ -10,7 +10,6 @@
 //! recorded too, which connects to an image given by `--port` or `--connect`; an image `--launch`
 //! would start is not started for a record.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,7 +120,6 @@ impl Note {
 pub struct ActivityFeed {
     notes: mpsc::UnboundedSender<Note>,
     sender: tokio::task::JoinHandle<()>,
-    next_call: AtomicU64,
     /// A call that ended without a connection to its image is not recorded there: for a
     /// one-shot command, which would otherwise connect again only for that, doubling the wait on
     /// a server that does not answer.
@@ -171,7 +169,7 @@ impl ActivityFeed {
                 }
             }
         });
-        Self { notes, sender, next_call: AtomicU64::new(1), one_shot }
+        Self { notes, sender, one_shot }
     }
 }
 
@@ -188,7 +186,7 @@ impl Observer for ActivityFeed {
             _ => String::new(),
         };
         let call = Arc::new(RecordedCall {
-            id: format!("{}-call-{}", image.session(), self.next_call.fetch_add(1, Ordering::Relaxed)),
+            id: start.id.to_string(),
             image,
             tool: start.tool.to_string(),
             input,

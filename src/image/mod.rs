@@ -15,6 +15,7 @@ use crate::swank::{
     ConnectError, ConnectOptions, Connection, DebuggableRex, Endpoint, Form, RexError, RexEvent, Sexp, Thread,
 };
 
+pub mod call_tag;
 pub mod helper;
 pub mod launch;
 
@@ -594,7 +595,7 @@ impl Image {
     }
 
     fn new_token(&self) -> String {
-        format!("{}-{}", self.session, self.next_token.fetch_add(1, Ordering::Relaxed))
+        call_tag::token(&self.session, self.next_token.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Calls `function` of the helper with `args` plus `:session` and `:token`, in a fresh

@@ -8,7 +8,9 @@
 ;;;; mode subscribes a channel of its connection (*EMACS-FEEDS*), and each change of a call's
 ;;;; state, and each approval, is sent down it as one message. Nothing runs while no agent works.
 ;;;; Both live in the image, so an agent's server that reconnects (or a new one) changes nothing
-;;;; on the Emacs side, and a buffer opened later still shows the calls made before.
+;;;; on the Emacs side, and a buffer opened later still shows the calls made before. The user can
+;;;; also end an agent's call from Emacs (CANCEL-CALL): the evaluations of a call are registered
+;;;; under tokens that name it (TOKEN-CALL, calls.lisp).
 ;;;;
 ;;;; Loaded after loading.lisp, under the rules of package.lisp.
 
@@ -43,7 +45,8 @@ forgets those whose connection closed. True when one was told."
 one it was told of, or one in the whole record it asked for meanwhile.")
 
 (defparameter *call-states* '(:waiting :running :declined :timed-out :cancelled :failed :done)
-  "Where a call can be; the first two are not an end.")
+  "Where a call can be, as the agents' servers note it; the first two are not an end. The image
+itself ends a call in :LOST when its server's connection closes first (END-CALLS-OF-CONNECTION).")
 
 (defclass activity-record ()
   ((version :initform (incf *activity-version*) :accessor record-version)
@@ -55,7 +58,12 @@ one it was told of, or one in the whole record it asked for meanwhile.")
    (started :initform (get-universal-time) :reader record-started)
    (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
-   (text :initform nil :accessor record-text)))
+   (text :initform nil :accessor record-text)
+   ;; Set when the user cancelled the call in Emacs: its end, an error the interruption made,
+   ;; is recorded as :CANCELLED.
+   (cancelled :initform nil :accessor record-cancelled)
+   ;; The connection of the agent's server that sent the last note of the call.
+   (connection :initform (server-connection) :accessor record-connection)))
 
 (defun note-activities (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
@@ -89,6 +97,8 @@ Emacs activity buffers are told of each change."
   "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
   (let ((record (find id *activity* :key #'record-id :test #'string=))
         (changed nil))
+    (when (and record (record-cancelled record) (eq state :failed))
+      (setf state :cancelled))
     (cond ((null record)
            (setf record (make-instance 'activity-record :id id :tool tool :client client
                                                         :input (or input "") :package package
@@ -99,6 +109,7 @@ Emacs activity buffers are told of each change."
              (setf *activity* (subseq *activity* 0 *activity-limit*))))
           ((member (record-state record) '(:waiting :running))
            (setf (record-state record) state
+                 (record-connection record) (server-connection)
                  changed t)))
     (when (and text (eq (record-state record) state))
       (setf (record-text record) text
@@ -107,6 +118,29 @@ Emacs activity buffers are told of each change."
     (when changed
       (setf (record-version record) (incf *activity-version*))
       (record-plist record))))
+
+(defparameter *lost-call*
+  "The agent's server went away before this call ended (its connection to the image closed); how \
+the call ended is not known."
+  "The reply text of a call in :LOST.")
+
+(defun end-calls-of-connection (connection)
+  "The server's connection-closed hook: the calls of the agent's server on CONNECTION that have
+not ended never will, as far as the record can tell; they are ended in :LOST, so that neither the
+activity buffer nor M-x swank-mcp-cancel-call takes them for running."
+  (ignore-errors
+   (let ((changed (sb-thread:with-mutex (*activity-lock*)
+                    (loop for record in *activity*
+                          when (and (eq (record-connection record) connection)
+                                    (member (record-state record) '(:waiting :running)))
+                            do (setf (record-state record) :lost
+                                     (record-text record) *lost-call*
+                                     (record-version record) (incf *activity-version*))
+                            and collect (record-plist record)))))
+     (dolist (plist changed)
+       (apply #'tell-emacs :activity :call plist)))))
+
+(add-connection-closed-hook 'end-calls-of-connection)
 
 (defun outcome-line (text)
   "The first line of TEXT that says something, cut to 200 characters: how the call ended."
@@ -117,22 +151,36 @@ Emacs activity buffers are told of each change."
          (line (or (find-if (lambda (line) (plusp (length line))) lines) "")))
     (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
+(defparameter *user-cancellation*
+  "The user cancelled this call in Emacs (M-x swank-mcp-cancel-call); what it did before that stays done."
+  "Why a call the user cancelled was interrupted, as the agent's reply says it.")
+
 (defun record-plist (record)
-  "What Emacs is told of RECORD: (:ID :VERSION :TIME :CLIENT :TOOL :INPUT :PACKAGE :STATE
-:MILLISECONDS :OUTCOME :TEXT); :TEXT, the reply the agent received, and :MILLISECONDS are NIL
-until the call ends."
+  "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
+:MILLISECONDS :OUTCOME); :OUTCOME, the first line of the reply the agent received, and
+:MILLISECONDS are NIL until the call ends. The reply itself is asked for (ACTIVITY-REPLY): every
+message to Emacs is written in its event log (*slime-events*), which keeps the last 100,000
+characters, where the user's own requests must not be pushed out by an agent's burst of calls."
   (list :id (record-id record)
+        :state (record-state record)
+        :tool (record-tool record)
         :version (record-version record)
         :time (multiple-value-bind (s m h) (decode-universal-time (record-started record))
                 (format nil "~2,'0D:~2,'0D:~2,'0D" h m s))
         :client (record-client record)
-        :tool (record-tool record)
         :input (record-input record)
         :package (record-package record)
-        :state (record-state record)
         :milliseconds (record-milliseconds record)
-        :outcome (and (record-text record) (outcome-line (record-text record)))
-        :text (record-text record)))
+        :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
+                        "Cancelled in Emacs.")
+                       ((record-text record) (outcome-line (record-text record))))))
+
+(defun activity-reply (id)
+  "For Emacs: the reply the agent received for its call ID, as (:TEXT text); the text is NIL
+until the call ends, and the whole answer NIL once the call is no longer recorded."
+  (sb-thread:with-mutex (*activity-lock*)
+    (let ((record (find id *activity* :key #'record-id :test #'string=)))
+      (and record (list :text (record-text record))))))
 
 (defun activity-records ()
   "For an Emacs activity buffer that opens or is refreshed: every recorded call, oldest first, as
@@ -145,6 +193,8 @@ RECORD-PLIST. Later changes come down its channel."
 
 (defclass approval ()
   ((id :initarg :id :reader approval-id)
+   ;; The agent's call waiting for it, as the activity record names it, or NIL.
+   (call :initarg :call :reader approval-call)
    (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
              :reader approval-answered)
    (verdict :initform nil :accessor approval-verdict)))
@@ -167,14 +217,16 @@ as for any call. Emacs is told when the request ends, however it ends, so that i
    token
    (lambda ()
      (let* ((approval (make-instance 'approval :id (sb-thread:with-mutex (*approval-lock*)
-                                                     (incf *next-approval-id*))))
+                                                     (incf *next-approval-id*))
+                                               :call (token-call token)))
             (id (approval-id approval))
             (verdict :cancelled))
        ;; Registered before Emacs hears of it, so that an answer at once finds it.
        (sb-thread:with-mutex (*approval-lock*)
          (push approval *approvals*))
        (unwind-protect
-            (if (not (tell-emacs :approvals :approval :id id :client client :tool tool :text text))
+            (if (not (tell-emacs :approvals :approval :id id :call (approval-call approval)
+                                                      :client client :tool tool :text text))
                 (setf verdict :unavailable)
                 (progn
                   ;; A semaphore, not a condition variable: SBCL 2.2.9's CONDITION-WAIT returns from
@@ -198,11 +250,67 @@ and gets it, :ENDED when it had already ended (timed out, cancelled), so that no
     (error "An approval is answered :YES, :NO or :ALWAYS, not ~S." verdict))
   (sb-thread:with-mutex (*approval-lock*)
     (let ((approval (find id *approvals* :key #'approval-id)))
-      (cond ((and approval (null (approval-verdict approval)))
-             (setf (approval-verdict approval) verdict)
-             (sb-thread:signal-semaphore (approval-answered approval))
-             :taken)
-            (t :ended)))))
+      (if (and approval (give-verdict approval verdict)) :taken :ended))))
+
+(defun give-verdict (approval verdict)
+  "Answers APPROVAL with VERDICT unless it has an answer; true when it took this one. Called with
+*APPROVAL-LOCK* held."
+  (unless (approval-verdict approval)
+    (setf (approval-verdict approval) verdict)
+    (sb-thread:signal-semaphore (approval-answered approval))
+    t))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Cancelling an agent's call from Emacs
+
+(defparameter *cancelled-calls-limit* 256)
+
+(defun cancel-call (&optional id)
+  "For Emacs (M-x swank-mcp-cancel-call): ends the agent's call ID, by default the newest one
+still waiting or running. A call waiting for approval is declined. A running call's evaluations
+are interrupted, and any it starts later abort at once, each with a report that says the user
+cancelled it, which the agent receives. Returns (:DECLINED plist) or (:CANCELLED plist
+:INTERRUPTED n), where plist is the call's RECORD-PLIST and N how many evaluations were running,
+or (:FAILURE message)."
+  (let ((record (sb-thread:with-mutex (*activity-lock*)
+                  (let ((record (if id
+                                    (find id *activity* :key #'record-id :test #'string=)
+                                    (find-if (lambda (record) (member (record-state record) '(:waiting :running)))
+                                             *activity*))))
+                    (when (and record (member (record-state record) '(:waiting :running)))
+                      (setf (record-cancelled record) t))
+                    record))))
+    (cond ((null record)
+           (list :failure (if id
+                              "That call is no longer in the image's record."
+                              "No agent's call is running or waiting for approval in this image.")))
+          ((not (record-cancelled record))
+           (list :failure (format nil "That ~A call has already ended (~(~A~))."
+                                  (record-tool record) (record-state record))))
+          ((decline-approvals-of (record-id record))
+           (list :declined (record-plist record)))
+          (t
+           (list :cancelled (record-plist record)
+                 :interrupted (interrupt-call (record-id record) *user-cancellation*))))))
+
+(defun decline-approvals-of (call)
+  "Declines the approvals CALL waits for; true when there was one."
+  (sb-thread:with-mutex (*approval-lock*)
+    (let ((declined nil))
+      (dolist (approval *approvals* declined)
+        (when (and (equal (approval-call approval) call) (give-verdict approval :no))
+          (setf declined t))))))
+
+(defun interrupt-call (call reason)
+  "Interrupts every evaluation of the agent's CALL with REASON, and makes the ones it starts later
+abort at once. Returns how many were running."
+  (let ((tokens (sb-thread:with-mutex (*registry-lock*)
+                  (when (>= (hash-table-count *cancelled-calls*) *cancelled-calls-limit*)
+                    (clrhash *cancelled-calls*))
+                  (setf (gethash call *cancelled-calls*) (cons :cancelled reason))
+                  (loop for token being the hash-keys of *running*
+                        when (equal (token-call token) call) collect token))))
+    (count-if (lambda (token) (cancel token :cancelled reason)) tokens)))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Tools allowed for a session

@@ -91,16 +91,40 @@ call started (see REFUSE-AGENT-EXIT).")
 class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
 push the replacements out of the bounded journal.")
 
+(defvar *cancelled-calls* (make-hash-table :test 'equal)
+  "Agent's call id -> (kind . reason) for the tool calls the user cancelled in Emacs (CANCEL-CALL
+in activity.lisp): an evaluation of such a call that starts later aborts at once.")
+
+(defun token-call (token)
+  "The agent's tool call TOKEN's evaluation is for, as two values, its id in the activity record
+and its tool; NIL for a token made outside a call. The agent's server makes such a token
+CALL-ID/TOOL/N (src/image/call_tag.rs), where only the id may hold a slash."
+  (let* ((last (position #\/ token :from-end t))
+         (before (and last (position #\/ token :from-end t :end last))))
+    (when before
+      (values (subseq token 0 before) (subseq token (1+ before) last)))))
+
+(defun name-thread-for-call (token)
+  "Names the current thread after the agent's call TOKEN is for, as the image's thread lists
+(SLIME's, the threads tool's) show it. Returns a list of the name it had, or NIL when TOKEN is
+no call's."
+  (multiple-value-bind (call tool) (token-call token)
+    (when call
+      (list (shiftf (sb-thread:thread-name sb-thread:*current-thread*)
+                    (format nil "swank-mcp ~A, call ~A" tool call))))))
+
 (defun call-registered (token function)
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
 or, when the evaluation is aborted, the report it was aborted with."
   (let* ((evaluation (make-instance 'evaluation))
          (*evaluation* evaluation)
          (early nil)
-         (*agent-call* token))
+         (*agent-call* token)
+         (named-from (name-thread-for-call token)))
     (reset-send-counter)
     (sb-thread:with-mutex (*registry-lock*)
-      (setf early (gethash token *early-cancellations*))
+      (setf early (or (gethash token *early-cancellations*)
+                      (gethash (token-call token) *cancelled-calls*)))
       (remhash token *early-cancellations*)
       (unless early
         (setf (gethash token *running*) evaluation)))
@@ -111,6 +135,8 @@ or, when the evaluation is aborted, the report it was aborted with."
            (multiple-value-prog1 (funcall function evaluation)
              (sb-sys:without-interrupts (setf (evaluation-state evaluation) :done))))
       (setf (evaluation-state evaluation) :done)
+      (when named-from
+        (setf (sb-thread:thread-name sb-thread:*current-thread*) (first named-from)))
       (sb-thread:with-mutex (*registry-lock*)
         (remhash token *running*)
         (note-finished token))

@@ -8,12 +8,14 @@
 pub mod approval;
 pub mod observe;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::{Progress, ToolOutput, Toolbox};
+use crate::image::call_tag;
+use crate::tools::{Progress, ToolError, ToolOutput, Toolbox};
 use approval::Approvals;
 pub use approval::{Ask, Caller, ConfirmPolicy, Verdict};
 use observe::{CallStart, Ending, Observation, Observer};
@@ -24,6 +26,8 @@ pub struct Pipeline {
     toolbox: Arc<Toolbox>,
     approvals: Approvals,
     observers: Vec<Box<dyn Observer>>,
+    /// The number of the next call, for its id.
+    next_call: AtomicU64,
 }
 
 /// One call to make.
@@ -44,7 +48,7 @@ impl Pipeline {
     /// Calls go to the tools `toolbox` offers, wait for approval as `confirm` says, and are told
     /// to `observers`.
     pub fn new(toolbox: Arc<Toolbox>, confirm: ConfirmPolicy, observers: Vec<Box<dyn Observer>>) -> Self {
-        Self { toolbox, approvals: Approvals::new(confirm), observers }
+        Self { toolbox, approvals: Approvals::new(confirm), observers, next_call: AtomicU64::new(1) }
     }
 
     /// The tools calls go to.
@@ -58,46 +62,47 @@ impl Pipeline {
         let Call { tool: name, arguments, caller, cancel, progress } = call;
         let toolbox = &self.toolbox;
         let image = toolbox.image_for(&arguments);
-        let Some(tool) = toolbox.tool(name) else {
-            let start = CallStart {
-                tool: name,
-                arguments: &arguments,
-                client: &caller.client,
-                image: image.as_ref(),
-                waiting: false,
-            };
-            end(self.begin(&start), Ending::UnknownTool, &format!("Unknown tool: {name}"));
-            return None;
-        };
-        let checked = toolbox.check_arguments(tool, &arguments);
-        let asks = checked.is_ok() && self.approvals.needed(toolbox, name, image.as_ref(), &cancel).await;
-        let start = CallStart {
+        let number = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-call-{number}", image.as_ref().map_or("", |image| image.session()));
+        let start = |waiting| CallStart {
+            id: &id,
             tool: name,
             arguments: &arguments,
             client: &caller.client,
             image: image.as_ref(),
-            waiting: asks,
+            waiting,
         };
-        let mut observations = self.begin(&start);
+        let Some(tool) = toolbox.tool(name) else {
+            end(self.begin(&start(false)), Ending::UnknownTool, &format!("Unknown tool: {name}"));
+            return None;
+        };
+        let checked = toolbox.check_arguments(tool, &arguments);
+        let asks = checked.is_ok() && self.approvals.needed(toolbox, name, image.as_ref(), &cancel).await;
+        let mut observations = self.begin(&start(asks));
         let (ending, output) = match checked {
-            Err(error) => (Ending::Failed, ToolOutput::from(crate::tools::ToolError::from(error))),
+            Err(error) => (Ending::Failed, ToolOutput::from(ToolError::from(error))),
             Ok(()) => {
                 let args = toolbox.accept_arguments(tool, arguments);
-                let approved = if asks {
-                    self.approvals.obtain(toolbox, (tool, &args), image.as_ref(), caller, &cancel).await
-                } else {
-                    Ok(None)
-                };
-                match approved {
-                    Err(refused) => refused,
-                    Ok(fingerprint) => {
-                        if asks {
-                            observations.iter_mut().for_each(|observation| observation.running());
+                // The image names the threads of the call's evaluations after it, and the user
+                // can cancel it by its id (from Emacs, while it waits or runs).
+                call_tag::for_call(&id, name, async {
+                    let approved = if asks {
+                        self.approvals.obtain(toolbox, (tool, &args), image.as_ref(), caller, &cancel).await
+                    } else {
+                        Ok(None)
+                    };
+                    match approved {
+                        Err(refused) => refused,
+                        Ok(fingerprint) => {
+                            if asks {
+                                observations.iter_mut().for_each(|observation| observation.running());
+                            }
+                            let output = toolbox.run(tool, &args, cancel.clone(), progress, fingerprint).await;
+                            (if output.is_error { Ending::Failed } else { Ending::Done }, output)
                         }
-                        let output = toolbox.run(tool, &args, cancel.clone(), progress, fingerprint).await;
-                        (if output.is_error { Ending::Failed } else { Ending::Done }, output)
                     }
-                }
+                })
+                .await
             }
         };
         let ending = if cancel.is_cancelled() { Ending::Cancelled } else { ending };

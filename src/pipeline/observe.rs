@@ -13,6 +13,9 @@ use crate::image::Image;
 
 /// A call as it starts.
 pub struct CallStart<'a> {
+    /// Its id, unique among the calls of the servers attached to its image (the image's record
+    /// and the tokens of the call's evaluations there carry it).
+    pub id: &'a str,
     /// The tool called, which may not exist.
     pub tool: &'a str,
     /// Its arguments, as the caller sent them.
