@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::image::{CallLimits, Image};
+use crate::image::{CallLimits, Image, Request};
 use crate::pipeline::observe::{CallStart, Ending, Observation, Observer};
 use crate::swank::Form;
 
@@ -89,28 +89,19 @@ struct Note {
 }
 
 impl Note {
-    /// The note as `note-activities` takes it.
+    /// The note as `note-activities` takes it: `(id tool state :key value...)`.
     fn form(&self) -> Form {
         let call = &self.call;
-        let mut form = vec![
-            Form::string(call.id.clone()),
-            Form::string(call.tool.clone()),
-            Form::Keyword(self.state.keyword()),
-            Form::Keyword("input"),
-            Form::string(call.input.clone()),
-            Form::Keyword("client"),
-            Form::string(call.client.clone()),
-        ];
+        let mut form = vec![call.id.as_str().into(), call.tool.as_str().into(), Form::Keyword(self.state.keyword())];
+        let mut key = |key, value: Form| form.extend([Form::Keyword(key), value]);
+        key("input", call.input.as_str().into());
+        key("client", call.client.as_str().into());
         if let Some(package) = &call.package {
-            form.extend([Form::Keyword("package"), Form::string(package.clone())]);
+            key("package", package.as_str().into());
         }
         if let Some((text, took)) = &self.ended {
-            form.extend([
-                Form::Keyword("text"),
-                Form::string(text.clone()),
-                Form::Keyword("milliseconds"),
-                Form::Integer(i64::try_from(took.as_millis()).unwrap_or(i64::MAX)),
-            ]);
+            key("text", text.as_str().into());
+            key("milliseconds", u64::try_from(took.as_millis()).unwrap_or(u64::MAX).into());
         }
         Form::List(form)
     }
@@ -162,8 +153,8 @@ impl ActivityFeed {
                     }
                     let limits =
                         CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
-                    let notes = vec![Form::call("cl", "quote", [Form::List(forms)])];
-                    if let Err(error) = image.call_helper("note-activities", notes, &limits).await {
+                    let notes = Request::new("note-activities").arg(Form::call("cl", "quote", [Form::List(forms)]));
+                    if let Err(error) = image.call_helper(notes, &limits).await {
                         tracing::debug!(%error, "the activity record could not be updated");
                     }
                 }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::image::{CallLimits, Image};
-use crate::swank::Form;
+use crate::image::{CallLimits, Image, Request};
 use crate::tools::lisp_reply::{check_failure, decode};
 use crate::tools::ToolError;
 
@@ -38,14 +37,9 @@ struct Reply {
     verdict: EmacsVerdict,
 }
 
-/// Calls `function` of the helper in `image` and checks the reply.
-async fn call(
-    image: &Image,
-    function: &'static str,
-    request: Vec<Form>,
-    limits: &CallLimits,
-) -> Result<crate::swank::Sexp, ToolError> {
-    let reply = image.call_helper(function, request, limits).await?;
+/// Makes `request` of the helper in `image` and checks the reply.
+async fn call(image: &Image, request: Request, limits: &CallLimits) -> Result<crate::swank::Sexp, ToolError> {
+    let reply = image.call_helper(request, limits).await?;
     check_failure(&reply)?;
     Ok(reply)
 }
@@ -59,15 +53,9 @@ pub async fn ask(
     limit: Duration,
     cancel: CancellationToken,
 ) -> Result<EmacsVerdict, ToolError> {
-    let limit_ms = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
-    let request = vec![
-        Form::string(tool),
-        Form::string(text),
-        Form::Keyword("client"),
-        Form::string(client),
-        Form::Keyword("timeout-ms"),
-        Form::Integer(limit_ms),
-    ];
+    let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+    let request =
+        Request::new("request-approval").arg(tool).arg(text).key("client", client).key("timeout-ms", limit_ms);
     // The image ends the wait itself at `limit`, so that an answer is taken or refused in one
     // place (an answer after that is told "already ended"); this margin only guards against
     // an image that stopped answering.
@@ -77,7 +65,7 @@ pub async fn ask(
                          nothing changed.",
         cancel,
     };
-    let reply = call(image, "request-approval", request, &limits).await?;
+    let reply = call(image, request, &limits).await?;
     Ok(decode::<Reply>("request-approval", &reply)?.verdict)
 }
 
@@ -90,7 +78,7 @@ struct Allowance {
 /// agent's client `client`: kept there, where Emacs can revoke it.
 pub async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout: Duration) -> Result<(), ToolError> {
     let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
-    call(image, "allow-for-session", vec![Form::string(tool), Form::string(client)], &limits).await?;
+    call(image, Request::new("allow-for-session").arg(tool).arg(client), &limits).await?;
     Ok(())
 }
 
@@ -98,7 +86,7 @@ pub async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout:
 /// revoked it (swank-mcp-revoke-session-allowances). Asking failed counts as revoked.
 pub async fn still_allowed(image: &Image, tool: &str, timeout: Duration, cancel: CancellationToken) -> bool {
     let limits = CallLimits { timeout, timeout_advice: "", cancel };
-    match call(image, "session-allowed-p", vec![Form::string(tool)], &limits).await {
+    match call(image, Request::new("session-allowed-p").arg(tool), &limits).await {
         Ok(reply) => decode::<Allowance>("session-allowed-p", &reply).is_ok_and(|found| found.allowed),
         Err(_) => false,
     }

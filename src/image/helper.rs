@@ -101,20 +101,6 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageEr
     }
 }
 
-/// Asks the helper for a worker thread serving this connection's requests and lends it to later
-/// calls ([`Connection::rex_on_worker`]). A server that cannot keep one answers nil; calls then
-/// run in a thread each, as without workers.
-pub(crate) async fn start_worker(connection: &Connection) {
-    let request = Form::call(HELPER_PACKAGE, "start-worker", []);
-    match connection.rex(request, "COMMON-LISP-USER", Thread::New).await {
-        Ok(reply) => match reply.as_i64() {
-            Some(thread) => connection.add_worker(thread),
-            None => tracing::debug!(%reply, "the server keeps no worker threads"),
-        },
-        Err(e) => tracing::debug!(error = %e, "starting a worker thread failed"),
-    }
-}
-
 /// `*VERSION*` of the helper's package, or nil, asked with nothing SBCL would compile: a macro
 /// such as `ignore-errors` would make it wait for the world lock.
 fn version_question() -> Form {

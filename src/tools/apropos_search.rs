@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -34,14 +34,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let query = args.required_str("query")?;
     let package = args.optional_str("package")?;
     let external_only = args.flag("external_only")?;
-    let request = vec![
-        Form::string(query),
-        Form::Keyword("package"),
-        package.map_or(Form::Nil, Form::string),
-        Form::Keyword("external-only"),
-        if external_only { Form::T } else { Form::Nil },
-    ];
-    let found = decode::<Matches>("apropos-search", &context.call_helper(args, "apropos-search", request).await?)?;
+    let request = Request::new("apropos-search").arg(query).key("package", package).key("external-only", external_only);
+    let found = decode::<Matches>("apropos-search", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(found.render(query, package)).with_structured(found.structured()))
 }
 

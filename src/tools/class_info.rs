@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -32,8 +32,8 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request =
-        vec![Form::string(args.required_str("class")?), Form::Keyword("package"), super::package_argument(args)?];
-    let class = decode::<ClassInfo>("class-info", &context.call_helper(args, "class-info", request).await?)?;
+        Request::new("class-info").arg(args.required_str("class")?).key("package", super::package_argument(args)?);
+    let class = decode::<ClassInfo>("class-info", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }
 

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -32,14 +32,11 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![
-        Form::string(args.required_str("code")?),
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "compile-code", request).await?;
+    let request = Request::new("compile-code")
+        .arg(args.required_str("code")?)
+        .key("package", super::package_argument(args)?)
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     Ok(decode::<CompileReport>("compile-code", &reply)?.into_output(context.settings.max_output))
 }
 

@@ -31,7 +31,7 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let reply = context.call_helper(args, "describe-symbol", symbol_request(args)?).await?;
+    let reply = context.call_helper(args, symbol_request("describe-symbol", args)?).await?;
     let description = decode::<Description>("describe-symbol", &reply)?;
     Ok(ToolOutput::success(description.render()).with_structured(description.structured()))
 }

@@ -14,8 +14,8 @@ use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
+use crate::image::Request;
 use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation, PreparedEdit};
-use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -156,12 +156,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true, approved)).await?;
     let Edited { shown, path, new_text, report } = edited;
     if let Some(removed) = &report.removed {
-        let request = vec![
-            Form::string(removed.text.clone()),
-            Form::Keyword("package"),
-            removed.package.clone().map_or(Form::Nil, Form::string),
-        ];
-        let reply = context.call_helper(args, "unload-definition", request).await;
+        let request =
+            Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
+        let reply = context.call_helper(args, request).await;
         let note = match reply.and_then(|reply| decode::<Unloaded>("unload-definition", &reply)) {
             Ok(unloaded) => unloaded.note,
             Err(error) => {

@@ -12,7 +12,6 @@ use std::path::Path;
 
 use super::LARGE_FILE;
 use crate::source::{locate_definition, AllowedRoots};
-use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -46,14 +45,8 @@ pub const DEFAULT_DEFINITIONS: u64 = 50;
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let offset = args.optional_u64("offset")?.unwrap_or(0);
     let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
-    let mut request = symbol_request(args)?;
-    request.extend([
-        Form::Keyword("offset"),
-        Form::Integer(offset as i64),
-        Form::Keyword("limit"),
-        Form::Integer(limit as i64),
-    ]);
-    let reply = context.call_helper(args, "find-definition", request).await?;
+    let request = symbol_request("find-definition", args)?.key("offset", offset).key("limit", limit);
+    let reply = context.call_helper(args, request).await?;
     let mut found = decode::<Definitions>("find-definition", &reply)?;
     found = context
         .on_files(move |roots| {

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::lisp_reply::decode;
 use super::{Arguments, ToolContext, ToolError, ToolResult};
+use crate::image::Request;
 use crate::source::{AllowedRoots, PathError};
 
 /// How long asking the image for its systems may take; a source tool must not hang on an image.
@@ -84,7 +85,7 @@ async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<Allowe
 /// The image's ASDF system directories, resolved; `None` when the image cannot say.
 async fn ask(context: &ToolContext, image: &str) -> Option<Vec<PathBuf>> {
     let args = Arguments::for_image(image);
-    let reply = context.call_helper_within(&args, "system-directories", Vec::new(), ASK_TIMEOUT, "").await.ok()?;
+    let reply = context.call_helper_within(&args, Request::new("system-directories"), ASK_TIMEOUT, "").await.ok()?;
     let directories = decode::<Directories>("system-directories", &reply).ok()?.directories;
     Some(directories.iter().filter_map(|dir| Path::new(dir).canonicalize().ok()).collect())
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::DebuggerSessionSummary;
+use crate::image::Request;
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -29,7 +30,7 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let image = context.image(args)?;
-    let facts = decode::<ImageFacts>("status", &context.call_helper(args, "status", Vec::new()).await?)?;
+    let facts = decode::<ImageFacts>("status", &context.call_helper(args, Request::new("status")).await?)?;
     let Some(connection) = image.current_connection() else {
         return Err(ToolError::new(
             "The connection to the image closed while its status was read; call lisp-status again to reconnect.",
@@ -47,7 +48,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         pid: launched.flatten().map(i64::from).or(info.pid),
         session: image.session().to_string(),
         in_flight: connection.pending_count() as u64,
-        debugger_sessions: image.debugger_sessions(),
+        debugger_sessions: context.debugger_sessions().in_image(&image),
         images: match context.toolbox.images() {
             [_] => Vec::new(),
             all => {

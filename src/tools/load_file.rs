@@ -11,8 +11,8 @@ use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
+use crate::image::Request;
 use crate::source::{definition_count, AllowedRoots};
-use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
@@ -48,12 +48,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     let counted = definition_count(&file.bytes);
-    let request = vec![
-        Form::string(file.path.display().to_string()),
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "load-source-file", request).await?;
+    let request = Request::new("load-source-file")
+        .arg(file.path.display().to_string())
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     let report = decode::<LoadReport>("load-source-file", &reply)?;
     let contents = match counted {
         Some((forms, definitions)) => format!(

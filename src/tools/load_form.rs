@@ -12,6 +12,7 @@ use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
+use crate::image::Request;
 use crate::source::{AllowedRoots, LoadPlan, LoadTarget, SourceFile};
 use crate::swank::Form;
 
@@ -95,27 +96,16 @@ pub(crate) async fn load_plan(
         .iter()
         .flat_map(|target| {
             target.guards.iter().map(|(marker, feature)| {
-                Form::call(
-                    "cl",
-                    "list",
-                    [
-                        Form::string(format!("#{marker}{feature}")),
-                        Form::string(marker.clone()),
-                        Form::string(feature.clone()),
-                    ],
-                )
+                Form::list_of([format!("#{marker}{feature}"), marker.clone(), feature.clone()])
             })
         })
         .collect::<Vec<_>>();
-    let request = vec![
-        Form::string(path.display().to_string()),
-        Form::string(String::from_utf8_lossy(&plan.text).into_owned()),
-        Form::Keyword("guards"),
-        Form::call("cl", "list", guards),
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "load-source", request).await?;
+    let request = Request::new("load-source")
+        .arg(path.display().to_string())
+        .arg(String::from_utf8_lossy(&plan.text).into_owned())
+        .key("guards", Form::list_of(guards))
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     decode::<LoadReport>("load-source", &reply)
 }
 

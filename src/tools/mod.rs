@@ -8,6 +8,7 @@ pub mod arguments;
 pub mod class_info;
 pub mod compile_form;
 pub mod debugger;
+pub mod debugger_sessions;
 pub mod describe_symbol;
 pub mod edit_lisp_form;
 pub mod evaluate_lisp;
@@ -43,8 +44,9 @@ pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
-use crate::image::{CallLimits, Image, ImageSettings};
+use crate::image::{CallLimits, Image, ImageSettings, Request};
 pub use arguments::{ArgumentError, Arguments, Param};
+use debugger_sessions::DebuggerSessions;
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use preview::{Fingerprint, Preview};
 pub use progress::{Progress, ProgressUpdate};
@@ -180,13 +182,13 @@ fn all_tools() -> Vec<Offered> {
 
 /// The optional `package` argument as the helper takes it: its name, or nil for the session's.
 fn package_argument(args: &Arguments) -> Result<Form, ArgumentError> {
-    Ok(args.optional_str("package")?.map_or(Form::Nil, Form::string))
+    Ok(args.optional_str("package")?.into())
 }
 
-/// The helper arguments of a tool that asks about one symbol, `{symbol, package?}`: the name as a
-/// string (read in the image) and the package or nil.
-fn symbol_request(args: &Arguments) -> Result<Vec<Form>, ArgumentError> {
-    Ok(vec![Form::string(args.required_str("symbol")?), Form::Keyword("package"), package_argument(args)?])
+/// The request of a tool that asks `function` about one symbol, `{symbol, package?}`: the name as
+/// a string (read in the image) and the package or nil.
+fn symbol_request(function: &'static str, args: &Arguments) -> Result<Request, ArgumentError> {
+    Ok(Request::new(function).arg(args.required_str("symbol")?).key("package", package_argument(args)?))
 }
 
 /// Server-wide settings the tools read.
@@ -213,6 +215,8 @@ pub struct Toolbox {
     roots: AllowedRoots,
     /// The tools offered and how each runs.
     offered: Vec<Offered>,
+    /// Evaluations stopped in an image's debugger, for the debugger tool.
+    debugger_sessions: DebuggerSessions,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -229,7 +233,7 @@ impl Toolbox {
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
         let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
-        Self { settings, images, roots, offered: all_tools() }
+        Self { settings, images, roots, offered: all_tools(), debugger_sessions: DebuggerSessions::default() }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
@@ -252,9 +256,7 @@ impl Toolbox {
 
     /// Aborts the evaluations stopped in the debugger of every image, for a server that exits.
     pub async fn abort_debugger_sessions(&self) {
-        for image in &self.images {
-            image.abort_debugger_sessions().await;
-        }
+        self.debugger_sessions.abort_all().await;
     }
 
     /// Ends this server's session in every image it is connected to, for a server that exits:
@@ -416,6 +418,11 @@ impl ToolContext {
         &self.toolbox.roots
     }
 
+    /// The evaluations stopped in an image's debugger.
+    pub(crate) fn debugger_sessions(&self) -> &DebuggerSessions {
+        &self.toolbox.debugger_sessions
+    }
+
     /// Runs `work` on the allowed roots off the async workers, as the source tools run.
     pub(crate) async fn on_files<T: Send + 'static>(
         &self,
@@ -442,14 +449,9 @@ impl ToolContext {
     /// Calls `function` of the helper in the image `args` names, within the server's evaluation
     /// time limit and with this call's cancellation, and checks the reply: a failure the helper
     /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
-    pub async fn call_helper(
-        &self,
-        args: &Arguments,
-        function: &'static str,
-        request: Vec<Form>,
-    ) -> Result<Sexp, ToolError> {
+    pub async fn call_helper(&self, args: &Arguments, request: Request) -> Result<Sexp, ToolError> {
         let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
-        self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
+        self.call_helper_within(args, request, self.settings.eval_timeout, advice).await
     }
 
     /// [`ToolContext::call_helper_within`] for a long call (a load, a test run), reporting
@@ -458,14 +460,14 @@ impl ToolContext {
     pub(crate) async fn call_helper_reporting(
         &self,
         args: &Arguments,
-        call: (&'static str, Vec<Form>, Duration, &'static str),
+        call: (Request, Duration, &'static str),
         activity_function: &'static str,
         doing: &str,
     ) -> Result<Sexp, ToolError> {
         const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
         const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
-        let (function, request, timeout, timeout_advice) = call;
-        let run = self.call_helper_within(args, function, request, timeout, timeout_advice);
+        let (request, timeout, timeout_advice) = call;
+        let run = self.call_helper_within(args, request, timeout, timeout_advice);
         tokio::pin!(run);
         let started = tokio::time::Instant::now();
         let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
@@ -475,7 +477,7 @@ impl ToolContext {
                 _ = ticker.tick(), if self.progress.is_enabled() => {
                     // A report without the activity is still progress: any failure to get it is ignored.
                     let activity = self
-                        .call_helper_within(args, activity_function, Vec::new(), ACTIVITY_TIMEOUT, "")
+                        .call_helper_within(args, Request::new(activity_function), ACTIVITY_TIMEOUT, "")
                         .await
                         .ok()
                         .and_then(|reply| crate::swank::from_sexp::<Activity>(&reply).ok())
@@ -493,14 +495,13 @@ impl ToolContext {
     pub async fn call_helper_within(
         &self,
         args: &Arguments,
-        function: &'static str,
-        request: Vec<Form>,
+        request: Request,
         timeout: Duration,
         timeout_advice: &'static str,
     ) -> Result<Sexp, ToolError> {
         let image = self.image(args)?;
         let limits = CallLimits { timeout, timeout_advice, cancel: self.cancel.clone() };
-        let reply = image.call_helper(function, request, &limits).await?;
+        let reply = image.call_helper(request, &limits).await?;
         lisp_reply::check_failure(&reply)?;
         Ok(reply)
     }

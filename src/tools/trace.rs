@@ -7,6 +7,7 @@ use super::lisp_reply::decode;
 use super::{
     package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
+use crate::image::Request;
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -43,14 +44,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
              everything this session traces, pass {\"untrace\": true}.",
         ));
     }
-    let request = vec![
-        Form::call("cl", "list", functions.into_iter().map(Form::string)),
-        Form::Keyword("untrace"),
-        if untrace { Form::T } else { Form::Nil },
-        Form::Keyword("package"),
-        package,
-    ];
-    let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, "trace-functions", request).await?)?;
+    let request =
+        Request::new("trace-functions").arg(Form::list_of(functions)).key("untrace", untrace).key("package", package);
+    let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
 }
 

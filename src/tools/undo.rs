@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, Location};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::image::Request;
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -50,20 +51,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
         ));
     }
-    let number = |n: u64| Form::Integer(n as i64);
-    let request = vec![
-        Form::Keyword("entries"),
-        entries.map_or(Form::Nil, |numbers| Form::call("cl", "list", numbers.into_iter().map(number))),
-        Form::Keyword("since"),
-        since.map_or(Form::Nil, number),
-        Form::Keyword("force"),
-        if force { Form::T } else { Form::Nil },
-        Form::Keyword("before"),
-        before.map_or(Form::Nil, number),
-        Form::Keyword("page-size"),
-        Form::Integer(PAGE_SIZE as i64),
-    ];
-    let reply = context.call_helper(args, "undo-journal", request).await?;
+    let request = Request::new("undo-journal")
+        .key("entries", entries.map(Form::list_of))
+        .key("since", since)
+        .key("force", force)
+        .key("before", before)
+        .key("page-size", PAGE_SIZE);
+    let reply = context.call_helper(args, request).await?;
     let journal = decode::<Journal>("undo-journal", &reply)?;
     Ok(ToolOutput::success(journal.render()).with_structured(journal.structured()))
 }

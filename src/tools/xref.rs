@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
 
@@ -40,13 +40,11 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![
-        Form::string(args.required_str("symbol")?),
-        Form::string(args.required_str("kind")?),
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-    ];
-    let mut found = decode::<References>("xref", &context.call_helper(args, "xref", request).await?)?;
+    let request = Request::new("xref")
+        .arg(args.required_str("symbol")?)
+        .arg(args.required_str("kind")?)
+        .key("package", super::package_argument(args)?);
+    let mut found = decode::<References>("xref", &context.call_helper(args, request).await?)?;
     found = context
         .on_files(move |roots| {
             let mut texts = CurrentTexts::new(roots);
