@@ -1,6 +1,8 @@
 //! `swank-mcp`: an MCP stdio server for AI agents on one side, a swank/slynk client attached to a
 //! live Common Lisp image on the other; plus one-shot `eval` and `status` commands for people
 //! and scripts.
+//!
+//! See docs/design.md, "Layers".
 
 use std::io::Write as _;
 use std::path::PathBuf;

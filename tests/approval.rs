@@ -151,14 +151,18 @@ struct Emacs {
 
 impl Emacs {
     /// Connects and subscribes channel 1 to the image's approvals, with the form
-    /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs).
-    async fn in_approval_mode() -> Self {
+    /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs); `None`, and the
+    /// test is skipped, without Emacs.
+    async fn in_approval_mode() -> Option<Self> {
         Self::subscribed(":approvals").await
     }
 
     /// Connects and subscribes channel 1 to `topic` (`:approvals` or `:activity`) with the
-    /// package's form.
-    async fn subscribed(topic: &str) -> Self {
+    /// package's form; `None` without Emacs.
+    async fn subscribed(topic: &str) -> Option<Self> {
+        if !common::have(common::Needed::Emacs) {
+            return None;
+        }
         let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
         let printed = std::process::Command::new("emacs")
             .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
@@ -173,7 +177,7 @@ impl Emacs {
         let stream = TcpStream::connect(("127.0.0.1", common::shared_image_port())).await.unwrap();
         let mut emacs = Self { stream, next_request: 1, unread: Default::default() };
         assert_eq!(emacs.eval(&form).await, "(:ok t)");
-        emacs
+        Some(emacs)
     }
 
     async fn send(&mut self, message: &str) {
@@ -235,7 +239,7 @@ fn approval_id(message: &str) -> u64 {
 
 #[tokio::test]
 async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
-    let mut emacs = Emacs::in_approval_mode().await;
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
     send_call(&mut client, 5, "evaluate-lisp", json!({"code": "(defparameter *answered-after-two-seconds* :ran)"}))
         .await;
@@ -254,7 +258,7 @@ async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
 
 #[tokio::test]
 async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
-    let mut emacs = Emacs::in_approval_mode().await;
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "2s"], json!({})).await;
     let started = Instant::now();
     send_call(&mut client, 6, "evaluate-lisp", json!({"code": "(defparameter *answered-too-late* :ran)"})).await;
@@ -368,9 +372,9 @@ async fn the_images_record_has_declined_timed_out_and_done_calls_with_the_text_t
 
 #[tokio::test]
 async fn an_activity_buffer_is_told_each_state_of_a_call_and_asks_for_the_text_the_agent_received() {
-    let mut emacs = Emacs::subscribed(":activity").await;
+    let Some(mut emacs) = Emacs::subscribed(":activity").await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
-    let mut approver = Emacs::in_approval_mode().await;
+    let Some(mut approver) = Emacs::in_approval_mode().await else { return };
     send_call(&mut client, 7, "evaluate-lisp", json!({"code": "(list :pushed-record-marker)"})).await;
     let waiting = emacs.told(":call", "pushed-record-marker").await;
     assert!(waiting.contains(":state :waiting") && waiting.contains(":client \"approval-tests\""), "{waiting}");
@@ -502,7 +506,7 @@ fn audit_lines(path: &Path) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_shell_eval_under_confirm_is_approved_in_emacs_and_audited() {
-    let mut emacs = Emacs::in_approval_mode().await;
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
     let port = common::shared_image_port().to_string();

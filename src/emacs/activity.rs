@@ -9,6 +9,8 @@
 //! builds the requests and sends them in order. A call refused before it reached the image is
 //! recorded too, which connects to an image given by `--port` or `--connect`; an image `--launch`
 //! would start is not started for a record.
+//!
+//! See docs/design.md, "Emacs".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

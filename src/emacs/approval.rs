@@ -3,6 +3,8 @@
 //! request until one answers or `--confirm-timeout` passes (`lisp/activity.lisp`). And the
 //! allowances for the rest of a session that the person gives there, which the image keeps so
 //! that Emacs can revoke them.
+//!
+//! See docs/design.md, "Emacs".
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! What the user's Emacs is offered through the image (docs/design.md, "Layers"): the approval of
+//! What the user's Emacs is offered through the image (docs/design.md, "Emacs"): the approval of
 //! calls (`swank-mcp-approval-mode`) and the record of every call (`M-x swank-mcp-activity`),
 //! both kept in the image by `lisp/activity.lisp` and pushed from there to the Emacs connections
 //! that subscribe (elisp-compat/swank-mcp.el). Not tools: the server asks these of the image on

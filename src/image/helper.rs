@@ -5,6 +5,8 @@
 //! revision, it sends the bootstrap (`lisp/bootstrap.lisp`), which loads the helper compiled in
 //! the image machine's cache directory, or asks for the source, compiles it there and loads that;
 //! where the cache cannot be written it loads the source as it is.
+//!
+//! See docs/design.md, "The helper in the image, and why it is loaded as it is".
 
 use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 

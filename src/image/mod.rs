@@ -1,8 +1,8 @@
 //! The image layer (docs/design.md, "Layers"): the Lisp images the tools work in. Each one is
 //! where it is configured, its connection ([`slot`]: made on first use and remade after a loss,
 //! with the helper loaded into it), the calls made in it ([`calls`]: within a time limit and the
-//! caller's cancellation, supervised), the worker threads it keeps for them ([`workers`]), what
-//! tells a restarted image from the one before ([`identity`]), and this server's REPL session
+//! caller's cancellation, supervised), the worker threads it keeps for them (`workers.rs`), what
+//! tells a restarted image from the one before (`identity.rs`), and this server's REPL session
 //! there.
 
 use std::path::PathBuf;

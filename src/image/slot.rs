@@ -125,7 +125,7 @@ pub(super) struct Attempt {
 
 impl Image {
     /// The connection, made (and the helper loaded) if there is none, waiting at most
-    /// [`STANDALONE_LIMIT`] and the grace: for callers with no time limit of their own.
+    /// `STANDALONE_LIMIT` and the grace: for callers with no time limit of their own.
     pub async fn connection(&self) -> Result<Connection, CallError> {
         let limits = CallLimits { timeout: STANDALONE_LIMIT, timeout_advice: "", cancel: CancellationToken::new() };
         Ok(self.connection_by(Instant::now() + STANDALONE_LIMIT, &limits).await?.connection)

@@ -2,6 +2,8 @@
 //! duration), written and flushed when the call ends, so that `tail -f FILE | jq` follows the
 //! agent. When the file would pass its size limit it is renamed to `FILE.1` (replacing the
 //! previous one) and a new file is started.
+//!
+//! See docs/design.md, "One call".
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

@@ -1,6 +1,8 @@
 //! Asking the human through the MCP client (`elicitation/create`, protocol 2025-06-18 and later),
 //! for a client that declared the capability: the caller's own way to ask, which the
 //! [`crate::pipeline`] takes before the image's Emacs.
+//!
+//! See docs/design.md, "One call".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! cancellation. Hand-written, as rust-analyzer's `lsp-server` is for LSP: one reader loop that
 //! owns dispatch and runs every tool call concurrently beside it, so that a slow evaluation never
 //! delays a quick one; responses go out through an [`Outbox`].
+//!
+//! See docs/design.md, "One call".
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -108,7 +110,7 @@ pub struct ServeOptions {
     /// Send each result's facts as `structuredContent` too. Off unless asked for: a client may show
     /// the model that JSON in place of the reply's text (Claude Code does, anthropics/claude-code
     /// issue 79944), and the text is the whole reply: the notes on what was cut and where the rest
-    /// is, the [background] section, why a call was refused.
+    /// is, the `[background]` section, why a call was refused.
     pub structured_content: bool,
 }
 

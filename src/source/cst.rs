@@ -4,6 +4,8 @@
 //! printing the leaves in order gives the input back byte for byte. Nodes live in one arena and
 //! the tree is built with an explicit stack: neither parsing nor dropping a deeply nested input
 //! recurses.
+//!
+//! See docs/design.md, "Source files".
 
 use std::fmt;
 use std::ops::Range;

@@ -1,5 +1,7 @@
 //! `edit-lisp-form`'s engine: find one top-level form and replace it or insert new forms next to
 //! it, changing no other byte of the file.
+//!
+//! See docs/design.md, "Source files".
 
 use std::io;
 use std::ops::Range;

@@ -4,6 +4,8 @@
 //! Symbols are compared the way the contract allows (`string-equal` on the symbol name): package
 //! prefixes and escapes are dropped and case is folded, so `CL:DEFUN`, `defun` and `|defun|` are
 //! the same operator.
+//!
+//! See docs/design.md, "Source files".
 
 use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind, ParseError};
 

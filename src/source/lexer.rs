@@ -7,6 +7,8 @@
 //!
 //! The lexer only cuts the input into lexemes; nesting is handled by the tree builder in
 //! [`super::cst`] with an explicit stack, so no input can exhaust the call stack.
+//!
+//! See docs/design.md, "Source files".
 
 use nom::bytes::complete::{tag, take_till, take_while, take_while1};
 use nom::combinator::{recognize, value};

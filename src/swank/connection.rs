@@ -9,6 +9,8 @@
 //!
 //! When the socket closes, every pending request fails at once with a message naming the
 //! endpoint, as helix's LSP transport does, rather than waiting for a reply that cannot come.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::collections::HashMap;
 use std::fmt;
@@ -265,7 +267,7 @@ impl Drop for Shared {
 impl Connection {
     /// Connects, authenticates when a secret is given, and asks the server who it is.
     ///
-    /// A handshake that has gone unanswered for [`SECOND_CONNECTION_AFTER`] gets a second
+    /// A handshake that has gone unanswered for `SECOND_CONNECTION_AFTER` gets a second
     /// connection beside it, and the first to answer is kept: Slynk (SLY 1.0.43) sometimes
     /// starts a connection's reader thread before it has recorded the control thread the reader
     /// hands every message to, and such a connection never answers anything. SLIME's swank sets

@@ -4,6 +4,8 @@
 //!
 //! Built with `nom` for the leaves; nesting is walked by hand so that depth can be bounded and a
 //! hostile peer cannot overflow the stack.
+//!
+//! See docs/design.md, "The swank client".
 
 use nom::{bytes::complete::take_while, character::complete::char, IResult, Parser};
 

@@ -6,6 +6,8 @@
 //! `|...|`, and both servers read requests in a package that uses nothing, so only qualified
 //! symbols, keywords, strings, integers and lists may ever be printed. Making that a type rather
 //! than a convention means no code path can send anything else.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};

@@ -1,4 +1,6 @@
 //! `apropos-search`: the symbols whose names contain a string, with what each names.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

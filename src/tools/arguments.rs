@@ -1,6 +1,6 @@
 //! A tool's arguments, declared once: each tool lists its [`Param`]s, and that one list gives both
 //! the `inputSchema` that `tools/list` shows and the checks a call's `arguments` pass before the
-//! tool runs (docs/design.md, "One call"). So the schema and the checks cannot disagree: an
+//! tool runs (docs/design.md, "The toolbox"). So the schema and the checks cannot disagree: an
 //! argument the list does not name is refused, naming the nearest one it does; a declared
 //! minimum, maximum or set of values is enforced where it is declared.
 //!

@@ -1,5 +1,7 @@
 //! `class-info`: a CLOS class's metaclass, superclasses, subclasses, precedence list and slots,
 //! per `contracts/class-info.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

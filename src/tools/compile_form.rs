@@ -1,5 +1,7 @@
 //! `compile-form`: compiles code in the image without running or defining anything, per
 //! `contracts/compile-form.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -5,6 +5,8 @@
 //! helper request sent to that thread: it runs inside the stopped evaluation, where the frames
 //! are. An action that moves the evaluation on (a restart, returning from or restarting a frame,
 //! abort) is followed until the evaluation returns or stops again.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! `describe-symbol`: everything a symbol names in the image (function, macro, generic function
 //! and its methods, variable and its value, class, type), with call syntax, documentation and
 //! source file.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

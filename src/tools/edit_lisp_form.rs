@@ -2,6 +2,8 @@
 //! top level, or inside a top-level `progn`, `eval-when` and the like), on the concrete syntax
 //! tree (contract: `edit-lisp-form.ja.md`). The edit runs in this process; with `load`, the new
 //! forms are then loaded into the image as `load-form` loads them.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::{Path, PathBuf};
 

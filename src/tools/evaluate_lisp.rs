@@ -1,5 +1,7 @@
 //! `evaluate-lisp`: evaluates code in the image's REPL session, per
 //! `contracts/evaluate-lisp.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,6 @@
 //! `find-definition`: where each definition of a symbol is, as file:line:column.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

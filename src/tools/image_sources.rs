@@ -1,6 +1,8 @@
 //! Source files the image points to: `lisp-outline` and `lisp-check-parens` may read (never
 //! write) files in the directories of the ASDF systems the image knows, where `find-definition`
 //! sends an agent, besides the files under `--root`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! `inspect`: what SLIME's inspector shows of a value (its type, slots, elements, hash-table
 //! entries, function and class facts), paged, each part with a handle to walk into; and the text
 //! behind a handle (a string, or output a reply cut) read in slices.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 

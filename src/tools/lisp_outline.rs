@@ -1,5 +1,7 @@
 //! `lisp-outline`: a compact map of a Lisp source file's top-level forms, one line each, read
 //! from the source CST in this process.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 

@@ -1,5 +1,7 @@
 //! `lisp-status`: what swank-mcp is attached to: implementation, server, connection, the
 //! session's package, threads, evaluations in flight, memory and features.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,7 @@
 //! `load-file`: compile a whole source file and load it into the image (Emacs's C-c C-k), with
 //! every compiler condition at file:line:column.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 

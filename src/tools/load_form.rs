@@ -1,6 +1,8 @@
 //! `load-form`: compile one definition of a source file into the image, with its source location
 //! (Emacs's C-c C-c). Also what `edit-lisp-form` with `load` and `load-file` share: the request
 //! to the helper and how its report reads.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 

@@ -1,5 +1,7 @@
 //! `load-system`: ASDF's `load-system` in the image, with its output and compiler warnings
 //! captured and summarised, and progress reports while it runs.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! `macroexpand-form`: expands a macro form in the image, one step or fully, per
 //! `contracts/macroexpand-form.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::json;

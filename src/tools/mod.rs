@@ -1,37 +1,52 @@
-//! The tools layer: one module per tool. Each builds its request, runs it (in the attached image
-//! or, for source-file tools, in this process) and formats the reply as its contract says.
-//! Nothing here knows about JSON-RPC; the MCP layer hands over a name, arguments and a
-//! cancellation token and gets back a [`ToolOutput`].
+//! The tools layer (docs/design.md, "Layers"): one module per tool. Each declares its arguments
+//! once, builds its request, runs it (in the attached image or, for source-file tools, in this
+//! process) and formats the reply as its contract says. Nothing here knows about JSON-RPC, nor
+//! about approvals or records: the [`crate::pipeline`] hands over a checked call and a
+//! cancellation token, and gets back a [`ToolOutput`].
 
-pub mod apropos_search;
 pub mod arguments;
-pub mod class_info;
-pub mod compile_form;
-pub mod debugger;
 pub mod debugger_sessions;
-pub mod describe_symbol;
-pub mod edit_lisp_form;
-pub mod evaluate_lisp;
-pub mod find_definition;
 pub(crate) mod image_sources;
-pub mod inspect;
-pub mod lisp_check_parens;
-pub mod lisp_outline;
 pub(crate) mod lisp_reply;
-pub mod lisp_status;
-pub mod load_file;
-pub mod load_form;
-pub mod load_system;
-pub mod macroexpand_form;
 pub mod output;
 pub mod preview;
-pub mod profile;
 pub mod progress;
-pub mod run_tests;
-pub mod threads;
-pub mod trace;
-pub mod undo;
-pub mod xref;
+
+/// Declares each tool's module and lists its `TOOL` in the order `tools/list` shows them.
+macro_rules! tools {
+    ($($tool:ident),* $(,)?) => {
+        $(pub mod $tool;)*
+
+        /// Every tool, in the order `tools/list` shows them.
+        static TOOLS: &[Tool] = &[$($tool::TOOL),*];
+    };
+}
+
+// Adding a tool is its own file and a line here.
+tools! {
+    evaluate_lisp,
+    inspect,
+    debugger,
+    compile_form,
+    macroexpand_form,
+    class_info,
+    describe_symbol,
+    apropos_search,
+    find_definition,
+    xref,
+    load_system,
+    run_tests,
+    trace,
+    profile,
+    threads,
+    lisp_status,
+    edit_lisp_form,
+    load_form,
+    load_file,
+    lisp_check_parens,
+    lisp_outline,
+    undo,
+}
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,32 +141,6 @@ pub enum Run {
         image_argument: bool,
     },
 }
-
-/// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
-static TOOLS: &[Tool] = &[
-    evaluate_lisp::TOOL,
-    inspect::TOOL,
-    debugger::TOOL,
-    compile_form::TOOL,
-    macroexpand_form::TOOL,
-    class_info::TOOL,
-    describe_symbol::TOOL,
-    apropos_search::TOOL,
-    find_definition::TOOL,
-    xref::TOOL,
-    load_system::TOOL,
-    run_tests::TOOL,
-    trace::TOOL,
-    profile::TOOL,
-    threads::TOOL,
-    lisp_status::TOOL,
-    edit_lisp_form::TOOL,
-    load_form::TOOL,
-    load_file::TOOL,
-    lisp_check_parens::TOOL,
-    lisp_outline::TOOL,
-    undo::TOOL,
-];
 
 /// A tool a [`Toolbox`] offers.
 pub struct Offered {

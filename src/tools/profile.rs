@@ -1,5 +1,7 @@
 //! `profile`: runs code once under SBCL's statistical profiler (sb-sprof, CPU or allocation
 //! mode) or under TIME, and reports where the time went.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //! for each failure its test, form, reason, expected and actual values. A run no framework's
 //! results were read from is judged by what its output says, and is never reported as passing
 //! on no evidence. Progress reports while it runs.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! `threads`: the image's threads (what each waits for, which the agent started), a thread's
 //! backtrace, and interrupting or aborting a thread.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 

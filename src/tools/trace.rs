@@ -1,5 +1,7 @@
 //! `trace`: traces functions and methods with SBCL's TRACE, reporting the calls that happen
 //! during this session's following evaluations in their `[trace]` section; or untraces them.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 

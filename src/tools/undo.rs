@@ -1,5 +1,7 @@
 //! `undo`: the image's journal of the definitions agents' calls replaced (`lisp/undo.lisp`), and
 //! putting replaced functions and macros back.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};

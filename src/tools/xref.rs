@@ -1,5 +1,7 @@
 //! `xref`: who calls, references, binds, sets or macroexpands a name, what a function calls, and
 //! which methods specialize on a class, from SBCL's cross-reference data.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
