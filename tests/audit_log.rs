@@ -58,3 +58,34 @@ async fn the_log_is_rotated_past_its_size() {
     assert!(std::fs::metadata(&log).unwrap().len() <= 1024);
     assert_eq!(current.last().unwrap()["arguments"]["code"].as_str().unwrap().split(' ').nth(1), Some("11"));
 }
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// The log holds every call's arguments: it and its rotated file are readable by their owner
+/// alone, and a log an older swank-mcp left open to others is closed to them (issue 29.4).
+#[tokio::test]
+async fn the_log_and_its_rotated_file_are_readable_by_their_owner_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let port = common::shared_image_port().to_string();
+    let mut client =
+        McpClient::start(&["--port", &port, "--audit-log", log.to_str().unwrap(), "--audit-log-max-size", "1K"]).await;
+    client.initialize().await;
+    assert_eq!(mode(&log), 0o600);
+    for i in 0..12 {
+        client.call_tool("lisp-check-parens", json!({"code": format!("(list {i} \"{}\")", "x".repeat(100))})).await;
+    }
+    assert_eq!((mode(&log), mode(&dir.path().join("audit.jsonl.1"))), (0o600, 0o600));
+
+    let older = dir.path().join("older.jsonl");
+    std::fs::write(&older, "{}\n").unwrap();
+    std::fs::set_permissions(&older, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let mut client = McpClient::start(&["--port", &port, "--audit-log", older.to_str().unwrap()]).await;
+    client.initialize().await;
+    assert_eq!(mode(&older), 0o600);
+    assert_eq!(std::fs::read_to_string(&older).unwrap(), "{}\n", "what it held is kept");
+}

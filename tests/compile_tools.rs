@@ -290,6 +290,13 @@ async fn full_expansion_leaves_no_macro_call_anywhere() {
         assert!(!expansion.contains(macro_name), "{macro_name} left in {expansion}");
     }
     assert!(expansion.contains("(if (oddp x)"), "{expansion}");
+    // What the expansion keeps from evaluating is shown as written: LOAD-TIME-VALUE, and
+    // COMPILER-LET where one step leaves it in place.
+    let output = expand(&tb, json!({"form": "(flet ((g () (load-time-value (when t 1)))) (g))", "full": true})).await;
+    let shown = "(flet ((g ()\n         (load-time-value\n          (if t\n              1))))\n  (g))";
+    assert!(output.text.ends_with(shown), "{}", output.text);
+    let output = expand(&tb, json!({"form": "(when t (sb-cltl2:compiler-let ((x 1)) x))"})).await;
+    assert!(output.text.ends_with("(if t\n    (sb-cltl2:compiler-let ((x 1)) x))"), "{}", output.text);
     // A symbol macro is a macro call too.
     common::eval_ok(&tb, "(define-symbol-macro macroexpand-test-sm (car *macroexpand-test-list*))").await;
     assert_eq!(
@@ -347,4 +354,51 @@ async fn a_timeout_interrupts_compilation_and_still_leaves_nothing_behind() {
     );
     let tb = common::toolbox(port);
     assert_eq!(common::eval_ok(&tb, "(find-symbol \"COMPILE-TEST-WAITS\")").await, "=> NIL\n=> NIL");
+}
+
+/// The warnings of compiling `code` as a file in a fresh `sbcl --non-interactive`, as a shell
+/// would: each message, in order.
+fn compile_file_warnings(code: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("code.lisp");
+    std::fs::write(&file, code).unwrap();
+    let script = format!(
+        "(handler-bind ((warning (lambda (w) (format t \"~&WARNING-MESSAGE: ~A~%\" w)))) \
+         (compile-file {:?} :output-file {:?}))",
+        file.display().to_string(),
+        dir.path().join("code.fasl").display().to_string()
+    );
+    let output = std::process::Command::new("sbcl")
+        .args(["--non-interactive", "--no-sysinit", "--no-userinit", "--eval", &script])
+        .output()
+        .expect("sbcl runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("WARNING-MESSAGE: ").map(str::to_string))
+        .collect()
+}
+
+/// A use of a macro the code itself defines is not expanded (its expander never runs), but what
+/// it mentions counts as used: compile-form warns about what a shell's compile-file of the same
+/// text warns about, and nothing else but the refusal (issue 32.1).
+#[tokio::test]
+async fn an_unexpanded_macro_use_warns_only_as_compile_file_does() {
+    let tb = common::toolbox(common::shared_image_port());
+    let code = "(defpackage :compile-test-twice (:use :cl))\n(in-package :compile-test-twice)\n\
+                (defmacro twice (x) `(progn ,x ,x))\n\
+                (defun use-twice (s) (twice (print s)))\n\
+                (defun use-local (s) (flet ((show (x) (print x))) (twice (show s)) (values)))\n\
+                (defun not-used (s) (twice 1))\n";
+    common::eval_ok(&tb, "(defpackage :compile-test-twice (:use :cl))").await;
+    let output = common::call(&tb, "compile-form", json!({"code": code, "package": "COMPILE-TEST-TWICE"})).await;
+    let structured = output.structured_value().unwrap();
+    let conditions = structured["conditions"].as_array().unwrap();
+    let (refused, others): (Vec<&str>, Vec<&str>) = conditions
+        .iter()
+        .map(|c| c["message"].as_str().unwrap())
+        .partition(|message| message.contains("was not expanded: TWICE is a macro that this code itself defines"));
+    assert_eq!(refused.len(), 3, "{}", output.text);
+    assert_eq!(others, compile_file_warnings(code), "{}", output.text);
+    assert_eq!(others, ["The variable S is defined but never used."], "only NOT-USED's S: {}", output.text);
 }

@@ -255,3 +255,65 @@ async fn load_file_reports_each_warning_at_its_line() {
     assert!(edit.is_error && edit.text.contains("outside the allowed roots"), "{}", edit.text);
     drop(image);
 }
+
+/// Puts `root/sub` back as the directory it was, after a swap.
+fn restore(root: &Path) {
+    let sub = root.join("sub");
+    if sub.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&sub).unwrap();
+        std::fs::rename(root.join("sub.inside"), &sub).unwrap();
+    }
+}
+
+/// The server checks a file through its handle on the root but hands the image a path: a
+/// directory on it swapped for a symlink in between must not make the image load a file outside
+/// the roots (issue 29.3). The swap comes at delays that span the server's read of a file large
+/// enough to take a while, so that some land between that read and the image's open.
+#[tokio::test]
+async fn load_file_never_loads_a_file_outside_the_roots_through_a_swapped_directory() {
+    let port = common::shared_image_port();
+    let base = tempfile::tempdir().unwrap();
+    let base = base.path().canonicalize().unwrap();
+    let (root, outside) = (base.join("root"), base.join("outside"));
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    let padding = format!("#|{}|#\n", "x".repeat(8 << 20));
+    std::fs::write(root.join("sub/race.lisp"), format!("{padding}(defun cl-user::load-race-inside () t)\n")).unwrap();
+    std::fs::write(outside.join("sub/race.lisp"), format!("{padding}(defun cl-user::load-race-outside () t)\n"))
+        .unwrap();
+    let tb = toolbox(port, &root);
+    let file = root.join("sub/race.lisp").display().to_string();
+    let mut outcomes = Vec::new();
+    for delay in (0..48).step_by(3) {
+        restore(&root);
+        let loading = {
+            let (tb, file) = (tb.clone(), file.clone());
+            tokio::spawn(async move { call(&tb, "load-file", json!({"file_path": file})).await })
+        };
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        std::fs::rename(root.join("sub"), root.join("sub.inside")).unwrap();
+        std::os::unix::fs::symlink(outside.join("sub"), root.join("sub")).unwrap();
+        let output = loading.await.unwrap();
+        assert_eq!(
+            eval(&tb, "(fboundp 'cl-user::load-race-outside)").await,
+            "=> NIL",
+            "after a swap {delay} ms into the call, the image loaded the file outside the root: {}",
+            output.text
+        );
+        // Loaded from inside, refused by the server (the swap came first), or by the image (the
+        // path led elsewhere, or nowhere, when it opened it).
+        let outcome = [
+            "Compiled and loaded sub/race.lisp",
+            "is outside the allowed roots",
+            "The image found another file at",
+            "it was moved since swank-mcp read it",
+        ]
+        .into_iter()
+        .position(|said| output.text.contains(said));
+        assert!(outcome.is_some(), "{delay} ms: {}", output.text);
+        outcomes.push((delay, outcome));
+    }
+    restore(&root);
+    eval(&tb, "(fmakunbound 'cl-user::load-race-inside)").await;
+    eprintln!("(delay ms, outcome): {outcomes:?}");
+}

@@ -36,6 +36,26 @@ fn attempts(marker: &Path) -> Vec<(&'static str, String)> {
         ("read-time evaluation", format!("(list #.{touch})")),
         ("symbol-macrolet with load-time-value", format!("(symbol-macrolet ((q (load-time-value {touch}))) q)")),
         ("an image macro wrapping request code in a macrolet", format!("(rc-image-macrolet {touch} nil)")),
+        // What the compiler and MACROEXPAND-ALL's walker evaluate themselves (issue 29.1), alone
+        // and nested.
+        ("compiler-let", format!("(sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) nil)")),
+        ("compiler-let in a defun", format!("(defun rc-f2 () (sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) nil))")),
+        ("compiler-let in flet", format!("(flet ((g () (sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) nil))) (g))")),
+        ("compiler-let in locally", format!("(locally (declare (optimize speed)) (sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) nil))")),
+        ("compiler-let in a let body", format!("(let ((a 1)) a (sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) a))")),
+        ("compiler-let in labels in a macrolet body", format!("(macrolet ((m () 1)) (labels ((g () (sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) (m)))) (g)))")),
+        ("compiler-let in a circular vector", format!("(defun rc-f4 () (list #1=#((sb-cltl2:compiler-let ((*rc-x* (progn {touch} 1))) nil) #1#)))")),
+        ("load-time-value beside a circular list", format!("(defun rc-f3 () (list (load-time-value (progn {touch} 1)) '#1=(a . #1#)))")),
+        ("load-time-value beside a circular vector", format!("(defun rc-f5 () (list (load-time-value (progn {touch} 1)) #1=#(1 #1#)))")),
+        ("load-time-value in flet", format!("(flet ((g () (load-time-value (progn {touch} 1)))) (g))")),
+        ("load-time-value in locally", format!("(locally (declare (optimize speed)) (load-time-value (progn {touch} 1)))")),
+        ("load-time-value in a let body", format!("(let ((a 1)) a (load-time-value (progn {touch} 1)))")),
+        ("load-time-value in circular code", format!("(defun rc-f6 () #1=(progn (load-time-value (progn {touch} 1)) #1#))")),
+        ("a macrolet in circular code", format!("(defun rc-f7 () #1=(progn (macrolet ((m () {touch} 1)) (m)) #1#))")),
+        ("satisfies in muffle-conditions", "(defun rc-f8 (x) (declare (sb-ext:muffle-conditions (or (satisfies rc-writes-markers) style-warning))) (+ x \"a\"))".to_string()),
+        ("satisfies in muffle-conditions in flet", "(flet ((g (x) (locally (declare (sb-ext:muffle-conditions (satisfies rc-writes-markers))) (+ x \"a\")))) (g 1))".to_string()),
+        ("a structure-class defclass", format!("(defclass rc-sc () ((a :initform (load-time-value {touch}))) (:metaclass structure-class))")),
+        ("a structure-class defclass in a let body", format!("(let () (defclass rc-sc2 () ((a :initform (load-time-value {touch}))) (:metaclass structure-class)))")),
     ]
 }
 
@@ -44,18 +64,27 @@ fn attempts(marker: &Path) -> Vec<(&'static str, String)> {
 const DEFINED: &str = "(let ((found '())) \
      (do-symbols (s :rc-test) \
        (when (and (eq (symbol-package s) (find-package :rc-test)) \
-                  (or (fboundp s) (compiler-macro-function s) (sb-int:info :type :kind s) \
+                  (or (fboundp s) (compiler-macro-function s) (sb-int:info :type :kind s) (find-class s nil) \
                       (sb-int:info :setf :expander s) (eq (sb-int:info :variable :kind s) :macro))) \
          (push s found))) \
      (sort (mapcar #'symbol-name found) #'string<))";
 
 /// A package for the attempts, with one macro of the image's own that puts its argument into a
-/// MACROLET definition, as some library macros do.
-async fn prepare(toolbox: &Arc<Toolbox>) {
+/// MACROLET definition, as some library macros do, and a function of the image's that creates
+/// `marker` (and the other tests' markers) when anything calls it.
+async fn prepare(toolbox: &Arc<Toolbox>, marker: &Path) {
     common::eval_ok(
         toolbox,
-        "(defpackage :rc-test (:use :cl)) \
-         (defmacro rc-test::rc-image-macrolet (&body body) `(macrolet ((rc-test::inner () ,@body)) (rc-test::inner)))",
+        &format!(
+            "(defpackage :rc-test (:use :cl)) \
+             (defmacro rc-test::rc-image-macrolet (&body body) `(macrolet ((rc-test::inner () ,@body)) (rc-test::inner))) \
+             (defvar rc-test::*markers* '()) \
+             (pushnew {:?} rc-test::*markers* :test #'equal) \
+             (defun rc-test::rc-writes-markers (x) \
+               (dolist (marker rc-test::*markers* x) \
+                 (with-open-file (s marker :direction :output :if-exists :supersede) (print :ran s))))",
+            marker.display().to_string()
+        ),
     )
     .await;
 }
@@ -64,9 +93,9 @@ async fn prepare(toolbox: &Arc<Toolbox>) {
 async fn under_read_only_no_request_code_runs_and_nothing_stays_defined() {
     let port = common::shared_image_port();
     let toolbox = common::toolbox(port);
-    prepare(&toolbox).await;
     let directory = tempfile::tempdir().unwrap();
     let marker = directory.path().join("ran");
+    prepare(&toolbox, &marker).await;
     let mut client = common::McpClient::start(&["--port", &port.to_string(), "--read-only"]).await;
     client.initialize().await;
     for (name, code) in attempts(&marker) {
@@ -82,17 +111,17 @@ async fn under_read_only_no_request_code_runs_and_nothing_stays_defined() {
     }
     assert_eq!(
         common::without_handle(&common::eval_ok(&toolbox, DEFINED).await),
-        "=> (\"RC-IMAGE-MACROLET\")",
-        "only the image's own macro is defined"
+        "=> (\"RC-IMAGE-MACROLET\" \"RC-WRITES-MARKERS\")",
+        "only the image's own macro and function are defined"
     );
 }
 
 #[tokio::test]
 async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
     let toolbox = common::toolbox(common::shared_image_port());
-    prepare(&toolbox).await;
     let directory = tempfile::tempdir().unwrap();
     let marker = directory.path().join("ran");
+    prepare(&toolbox, &marker).await;
     let code = format!("(defun rc-f (x)\n  (macrolet ((twice (y) {} `(list ,y ,y)))\n    (twice x)))", touch(&marker));
     let output = common::call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
     assert!(!marker.exists());
@@ -140,12 +169,68 @@ async fn refused_macros_are_named_with_the_reason_and_where_they_are_used() {
 #[tokio::test]
 async fn without_read_only_compile_form_runs_nothing_and_leaves_nothing_defined() {
     let toolbox = common::toolbox(common::shared_image_port());
-    prepare(&toolbox).await;
     let directory = tempfile::tempdir().unwrap();
     let marker = directory.path().join("ran");
+    prepare(&toolbox, &marker).await;
     for (name, code) in attempts(&marker) {
         let output = common::call(&toolbox, "compile-form", json!({"code": code, "package": "RC-TEST"})).await;
         assert!(!marker.exists(), "compile-form ran the code of {name}: {}", output.text);
     }
-    assert_eq!(common::without_handle(&common::eval_ok(&toolbox, DEFINED).await), "=> (\"RC-IMAGE-MACROLET\")");
+    assert_eq!(
+        common::without_handle(&common::eval_ok(&toolbox, DEFINED).await),
+        "=> (\"RC-IMAGE-MACROLET\" \"RC-WRITES-MARKERS\")"
+    );
+}
+
+/// Reading the request interns nothing, however reading or compiling ends (issue 29.2): a read
+/// error after a symbol was read, an unclosed form, a feature expression, escaped names, a macro
+/// whose expansion fails after interning names, and every attempt above. In a package of its
+/// own, which no other test reads in.
+#[tokio::test]
+async fn reading_and_compiling_intern_nothing_even_when_they_fail() {
+    let port = common::shared_image_port();
+    let toolbox = common::toolbox(port);
+    let directory = tempfile::tempdir().unwrap();
+    let marker = directory.path().join("ran");
+    common::eval_ok(&toolbox, "(defpackage :rc-intern (:use :cl))").await;
+    let count =
+        "(let ((n 0)) (do-symbols (s :rc-intern) (when (eq (symbol-package s) (find-package :rc-intern)) (incf n))) n)";
+    let before = common::eval_ok(&toolbox, count).await;
+    let mut client = common::McpClient::start(&["--port", &port.to_string(), "--read-only"]).await;
+    client.initialize().await;
+    let failing = [
+        ("compile-form", "code", "(defun f () (list cl-user::swank-mcp-leak-1 #.(+ 1 2)))"),
+        ("compile-form", "code", "(defun rc-leak-2 () (list rc-leak-3"),
+        (
+            "compile-form",
+            "code",
+            "(list #+swank-mcp-leak-feature-4 rc-leak-5 (defstruct (rc-leak-6 (:include rc-leak-7))))",
+        ),
+        ("macroexpand-form", "form", "(when cl-user::swank-mcp-leak-8 #.(+ 1 2))"),
+        ("macroexpand-form", "form", "(when rc-leak-9 (list rc-leak-10"),
+        ("macroexpand-form", "form", "(rc-leak-11 #:rc-leak-12 |rc-leak 13| rc-l\\eak-14"),
+    ];
+    for (tool, key, code) in failing {
+        let reply = client.call_tool(tool, json!({key: code, "package": "RC-INTERN"})).await;
+        assert!(common::is_error(&reply), "{tool} {code}: {}", common::text(&reply));
+    }
+    for (name, code) in attempts(&marker) {
+        client.call_tool("compile-form", json!({"code": code, "package": "RC-INTERN"})).await;
+        for full in [true, false] {
+            client.call_tool("macroexpand-form", json!({"form": code, "package": "RC-INTERN", "full": full})).await;
+        }
+        assert!(!marker.exists(), "the code of {name} ran");
+    }
+    assert_eq!(common::eval_ok(&toolbox, count).await, before, "a symbol was left interned in RC-INTERN");
+    assert_eq!(
+        common::without_handle(
+            &common::eval_ok(
+                &toolbox,
+                "(list (find-symbol \"SWANK-MCP-LEAK-1\" :cl-user) (find-symbol \"SWANK-MCP-LEAK-8\" :cl-user) \
+                 (find-symbol \"SWANK-MCP-LEAK-FEATURE-4\" :keyword))"
+            )
+            .await
+        ),
+        "=> (NIL NIL NIL)"
+    );
 }

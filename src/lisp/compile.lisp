@@ -10,6 +10,102 @@
   (require :sb-cltl2))
 
 ;;; ------------------------------------------------------------------------------------------
+;;; The parts of a form
+
+(defun graph-node-p (x)
+  "Whether X is a part of a form that holds other objects: a cons, or an array of element type
+T (a vector literal, or an array a macro put in its expansion)."
+  (or (consp x)
+      (and (arrayp x) (eq (array-element-type x) t))))
+
+(defun map-children (function node)
+  "Calls FUNCTION on each object NODE (see GRAPH-NODE-P) holds."
+  (if (consp node)
+      (progn (funcall function (car node))
+             (funcall function (cdr node)))
+      (dotimes (i (array-total-size node))
+        (funcall function (row-major-aref node i)))))
+
+(defun graph-nodes (tree)
+  "The conses and arrays reachable from TREE, each once, however shared or circular."
+  (let ((seen (make-hash-table :test 'eq))
+        (nodes '())
+        (stack (list tree)))
+    (loop while stack
+          do (let ((x (pop stack)))
+               (when (and (graph-node-p x) (not (gethash x seen)))
+                 (setf (gethash x seen) t)
+                 (push x nodes)
+                 (map-children (lambda (child) (when (graph-node-p child) (push child stack))) x))))
+    nodes))
+
+(defun map-symbols (function object)
+  "Calls FUNCTION on every symbol but NIL in OBJECT, a form: in its conses and arrays, however
+shared or circular."
+  (flet ((visit (x) (when (and x (symbolp x)) (funcall function x))))
+    (visit object)
+    (dolist (node (graph-nodes object))
+      (map-children #'visit node))))
+
+(defun list-elements (list)
+  "The elements of LIST up to its end, a dotted tail or the first cons met again."
+  (let ((seen (make-hash-table :test 'eq))
+        (elements '()))
+    (loop while (and (consp list) (not (gethash list seen)))
+          do (setf (gethash list seen) t)
+             (push (car list) elements)
+             (setf list (cdr list)))
+    (nreverse elements)))
+
+(defvar *request-conses* nil
+  "Per call: the conses of the forms read from the request (an EQ set). A local macro whose
+definition holds one of them carries the request's code, even when an image macro wrote the
+MACROLET around it.")
+
+(defun rewrite-tree (tree target-p rebuild)
+  "TREE with each cons for which TARGET-P is true replaced by a new cons that (FUNCALL REBUILD
+CONS NEW REWRITTEN) fills in, REWRITTEN giving the rewritten version of any part of TREE. Only
+the conses and arrays on a path to a replaced cons are copied, so that every cycle through one
+goes through its replacement; the rest is TREE's own. Copies of the request's conses are the
+request's too."
+  (let* ((nodes (graph-nodes tree))
+         (targets (remove-if-not (lambda (node) (and (consp node) (funcall target-p node))) nodes)))
+    (if (null targets)
+        tree
+        (let ((targeted (make-hash-table :test 'eq))
+              (parents (make-hash-table :test 'eq))
+              (copies (make-hash-table :test 'eq)))
+          (dolist (target targets)
+            (setf (gethash target targeted) t))
+          (dolist (node nodes)
+            (map-children (lambda (child)
+                            (when (graph-node-p child)
+                              (push node (gethash child parents))))
+                          node))
+          (let ((pending targets))
+            (loop while pending
+                  do (let ((node (pop pending)))
+                       (unless (gethash node copies)
+                         (setf (gethash node copies)
+                               (if (consp node) (cons nil nil) (make-array (array-dimensions node))))
+                         (dolist (parent (gethash node parents))
+                           (push parent pending))))))
+          (flet ((rewritten (x) (or (gethash x copies) x)))
+            (maphash (lambda (original copy)
+                       (cond ((gethash original targeted)
+                              (funcall rebuild original copy #'rewritten))
+                             ((consp original)
+                              (setf (car copy) (rewritten (car original))
+                                    (cdr copy) (rewritten (cdr original))))
+                             (t
+                              (dotimes (i (array-total-size original))
+                                (setf (row-major-aref copy i) (rewritten (row-major-aref original i))))))
+                       (when (and *request-conses* (consp original) (gethash original *request-conses*))
+                         (setf (gethash copy *request-conses*) t)))
+                     copies)
+            (rewritten tree))))))
+
+;;; ------------------------------------------------------------------------------------------
 ;;; Leaving the image as it was
 
 (defvar *symbol-snapshots* '()
@@ -20,7 +116,12 @@ package reading may intern into.")
   "Per call: symbol -> its global function information before anything was compiled.")
 
 (defvar *forms-read* '()
-  "Per call: the forms read from the user's code.")
+  "Per call: the forms read from the user's code, and the expansions of the macros in them.")
+
+(defvar *expansion-failed* nil
+  "Per call: true once a macro's expander signalled an error. It may have interned names before
+(DEFSTRUCT interns MAKE-X before it finds that its :INCLUDE names no structure), which no
+expansion holds.")
 
 (defun present-symbols (package)
   (let ((set (make-hash-table :test 'eq)))
@@ -39,36 +140,22 @@ package reading may intern into.")
   (or (member char '(#\Space #\Tab #\Newline #\Return #\Page))
       (find char "()'`,\";#")))
 
+(defun without-escapes (text)
+  "TEXT without the characters that escape others in a token, | and \\."
+  (remove-if (lambda (c) (find c "|\\")) text))
+
 (defun qualified-packages (code)
-  "The existing packages CODE names in pkg::name tokens: reading those interns into them."
+  "The existing packages CODE names in pkg::name tokens (through the current package's local
+nicknames too): reading those interns into them."
   (let ((packages '()) (start 0))
     (loop for colons = (search "::" code :start2 start)
           while colons
           do (let* ((token-start (1+ (or (position-if #'code-delimiter-p code :end colons :from-end t) -1)))
                     (package (and (< token-start colons)
-                                  (find-package-loosely (subseq code token-start colons)))))
+                                  (find-package-loosely (without-escapes (subseq code token-start colons))))))
                (when package (push package packages))
                (setf start (+ colons 2))))
     packages))
-
-(defun map-symbols (function object)
-  "Calls FUNCTION on every symbol in OBJECT, a form: conses (circular ones included) and vectors."
-  (let ((seen (make-hash-table :test 'eq)))
-    (labels ((walk (x)
-               (loop
-                 (typecase x
-                   (symbol (when x (funcall function x)) (return))
-                   (cons (when (gethash x seen) (return))
-                         (setf (gethash x seen) t)
-                         (walk (car x))
-                         (setf x (cdr x)))
-                   (simple-vector
-                    (when (gethash x seen) (return))
-                    (setf (gethash x seen) t)
-                    (map nil #'walk x)
-                    (return))
-                   (t (return))))))
-      (walk object))))
 
 (defparameter *symbol-info-access*
   (let ((symbols (append (existing-symbols "SB-KERNEL" "SYMBOL-%INFO")
@@ -88,8 +175,8 @@ this SBCL has them; without them the information is not restored.")
           (t info))))
 
 (defun remember-form (form)
-  "Records FORM as read, and the global function information of its symbols before it is
-compiled."
+  "Records FORM as read (or as a macro's expansion), and the global function information of its
+symbols before it is compiled."
   (push form *forms-read*)
   (when *symbol-info-access*
     (map-symbols (lambda (symbol)
@@ -123,27 +210,49 @@ keyword's value is itself, which says nothing.)"
                 (or (boundp symbol)
                     (not (eq :unknown (internal-call "SB-INT" "INFO" :variable :kind symbol))))))))
 
-(defun forget-new-symbols ()
-  "Uninterns the symbols that reading the code created, so that asking about code never leaves
-names behind (a stray symbol can later clash with an imported one)."
-  (dolist (form *forms-read*)
-    (map-symbols (lambda (symbol)
-                   (let* ((home (symbol-package symbol))
-                          (before (cdr (assoc home *symbol-snapshots*))))
-                     (when (and before (not (gethash symbol before)) (inert-symbol-p symbol))
-                       (unintern symbol home))))
-                 form)))
+(defun forget-new-symbols (code)
+  "Uninterns the symbols that reading CODE and expanding its macros created, so that asking about
+code never leaves names behind (a stray symbol can later clash with an imported one): those in
+the forms read and their expansions, and those a read that failed part-way (or a feature
+expression) interned: a symbol new in a package reading could intern into, whose name CODE
+spells, or any such symbol once an expansion failed part-way. (Not every new symbol in every
+call: another thread may be interning meanwhile.)"
+  (flet ((forget (symbol)
+           (let* ((home (symbol-package symbol))
+                  (before (cdr (assoc home *symbol-snapshots*))))
+             (when (and before (not (gethash symbol before)) (inert-symbol-p symbol))
+               (unintern symbol home)))))
+    (dolist (form *forms-read*)
+      (map-symbols #'forget form))
+    (let ((spelled (without-escapes code)))
+      (loop for (package . before) in *symbol-snapshots*
+            do (let ((new '()))
+                 (with-package-iterator (next package :internal :external)
+                   (loop (multiple-value-bind (more symbol) (next)
+                           (unless more (return))
+                           (unless (or (gethash symbol before) (not (eq (symbol-package symbol) package)))
+                             (push symbol new)))))
+                 (dolist (symbol new)
+                   (when (or *expansion-failed* (search (symbol-name symbol) spelled :test #'char-equal))
+                     (forget symbol))))))))
+
+(defvar *unchanged-lock* (sb-thread:make-mutex :name "mcp-agent-helper reading request code")
+  "Held by a call that reads request code to leave the image unchanged: two at once that read the
+same new name would each see it as its own, and the first to finish would unintern the symbol the
+other still reads and prints.")
 
 (defun call-leaving-image-unchanged (code package function)
-  (let ((*symbol-snapshots* '())
-        (*info-snapshots* (make-hash-table :test 'eq))
-        (*forms-read* '()))
-    (note-package package)
-    (note-package (find-package '#:keyword))
-    (mapc #'note-package (qualified-packages code))
-    (unwind-protect (funcall function)
-      (restore-function-info)
-      (forget-new-symbols))))
+  (sb-thread:with-recursive-lock (*unchanged-lock*)
+    (let ((*symbol-snapshots* '())
+          (*info-snapshots* (make-hash-table :test 'eq))
+          (*forms-read* '())
+          (*expansion-failed* nil))
+      (note-package package)
+      (note-package (find-package '#:keyword))
+      (mapc #'note-package (let ((*package* package)) (qualified-packages code)))
+      (unwind-protect (funcall function)
+        (restore-function-info)
+        (forget-new-symbols code)))))
 
 (defmacro leaving-image-unchanged ((code package) &body body)
   "Runs BODY, which reads CODE in PACKAGE (calling REMEMBER-FORM on each form it reads) and may
@@ -153,27 +262,53 @@ compile it, then undoes what reading and compiling changed in the image."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running none of the request's code
 ;;;
-;;; Compiling with COMPILE runs no DEFUN, DEFTYPE or EVAL-WHEN body (none is at top level), and
-;;; *READ-EVAL* is off while reading; what would still run is a macro's expander, since the
-;;; compiler calls it. The image's own macros may expand, but an expander whose code came with
-;;; the request (a MACROLET, or a DEFMACRO that later forms see as one) is replaced by a stub
-;;; before anything compiles it: compiling the real one would already evaluate any
-;;; LOAD-TIME-VALUE in it, and calling it would run the rest.
+;;; What SBCL 2.2.9 evaluates while COMPILE compiles a lambda or MACROEXPAND-ALL walks a form
+;;; (from its sources: compiler/ir1tran, ir1-translators, main, proclaim, constantp,
+;;; code/typep, pcl/walk, pcl/defclass, contrib/sb-cltl2):
+;;; - a macro's expander, as the compiler and the walker call it, and a MACROLET's definitions,
+;;;   compiled as soon as the MACROLET is met;
+;;; - LOAD-TIME-VALUE, which COMPILE evaluates at once (also when it compiles a MACROLET's
+;;;   definition or a DEFMACRO's body that holds one);
+;;; - SB-CLTL2:COMPILER-LET, whose bindings the compiler and the walker both evaluate;
+;;; - the predicate of a SATISFIES type in a MUFFLE-CONDITIONS or UNMUFFLE-CONDITIONS
+;;;   declaration, which the compiler calls on each condition it signals;
+;;; - a DEFCLASS whose metaclass is a STRUCTURE-CLASS: the macro defines the class (and compiles
+;;;   its slots' initforms) while it expands.
+;;; Nothing else evaluates the request's code: a SATISFIES type elsewhere is only tried on a
+;;; constant when its predicate is foldable (pure), constant folding calls only foldable
+;;; functions, and EVAL-WHEN (:COMPILE-TOPLEVEL) acts only at top level, which nothing in a
+;;; lambda given to COMPILE is, so DEFTYPE, DEFSETF, DEFINE-SETF-EXPANDER, DEFINE-COMPILER-MACRO,
+;;; DEFINE-SYMBOL-MACRO, DEFCONSTANT, DEFGLOBAL, DEFSTRUCT, DECLAIM and the like define nothing
+;;; while the code compiles. *READ-EVAL* is off while reading.
+;;;
+;;; The image's own macros may expand. Before the compiler or the walker sees any form, the
+;;; request's or a macro's expansion (through *MACROEXPAND-HOOK*), NEUTRALIZE rewrites each of
+;;; those wherever it is in it (its conses and arrays walked whole, however shared or
+;;; circular): a MACROLET definition that holds the request's code (even one an image macro
+;;; wrote around it) becomes a stub that never runs it; LOAD-TIME-VALUE becomes a function call,
+;;; its form code to check; COMPILER-LET and such a DEFCLASS become macros that refuse them; a
+;;; muffling declaration with a SATISFIES type in it is emptied. In compile-form a refused form
+;;; is reported with a warning and compiled as a stand-in; in macroexpand-form it is an error.
 
-(defvar *request-conses* nil
-  "Per call: the conses of the forms read from the request (an EQ set). A local macro whose
-definition holds one of them carries the request's code, even when an image macro wrote the
-MACROLET around it.")
+(defvar *replacements* nil
+  "Per call: each part NEUTRALIZE made that stands for a part of the form (a stub for a MACROLET
+definition, an emptied declaration) -> that part, to show expansions as the user wrote them.")
 
-(defvar *disarmed-definitions* nil
-  "Per call: stub definition -> the request's definition it stands for, to show expansions as
-the user wrote them.")
+(defparameter *stand-in-operators*
+  '((load-time-value-at-run-time . load-time-value)
+    (refused-compiler-let . sb-cltl2:compiler-let)
+    (refused-defclass . defclass))
+  "Operator NEUTRALIZE puts in place of another -> that other.")
 
-(defvar *refusal* nil
-  "The REQUEST-MACRO-REFUSED just signalled, until the compiler's report of it is recorded.")
+(defvar *refusal-recorder* nil
+  "In compile-form, a function of a REQUEST-CODE-REFUSED and the form refused that records the
+refusal, the form then compiled as a stand-in (see UNEXPANDED-STAND-IN). In macroexpand-form,
+NIL: a refusal is an error, as the expansion cannot go on.")
 
-(define-condition request-macro-refused (error)
-  ((form :initarg :form :reader refused-form))
+(define-condition request-code-refused (error)
+  ((form :initarg :form :reader refused-form)))
+
+(define-condition request-macro-refused (request-code-refused) ()
   (:report (lambda (condition stream)
              (let ((form (refused-form condition)))
                (format stream "~A was not expanded: ~S is a macro that this code itself defines ~
@@ -183,115 +318,205 @@ the user wrote them.")
                                or load its file), then check the code that uses it."
                        (print-form-briefly form) (first form))))))
 
-(defun refuse-request-macro (form)
-  "The body of every stub: says which macro call could not be expanded, and why."
-  (error (setf *refusal* (make-condition 'request-macro-refused :form form))))
+(define-condition compiler-let-refused (request-code-refused) ()
+  (:report (lambda (condition stream)
+             (format stream "~A was not compiled or expanded: SBCL evaluates the bindings of ~
+                             SB-CLTL2:COMPILER-LET while it compiles or expands the form, and ~
+                             compile-form and macroexpand-form never run the request's code."
+                     (print-form-briefly (refused-form condition))))))
+
+(define-condition structure-defclass-refused (request-code-refused) ()
+  (:report (lambda (condition stream)
+             (format stream "~A was not compiled or expanded: SBCL defines a class whose metaclass ~
+                             is a STRUCTURE-CLASS while it expands its DEFCLASS, and compile-form ~
+                             and macroexpand-form define nothing."
+                     (print-form-briefly (refused-form condition))))))
+
+(defun unexpanded-stand-in (form environment)
+  "What compile-form compiles in place of FORM, a use of code it does not run: a call of unknown
+result on the lexical variables and local functions FORM mentions, so that the compiler reports
+none of them as unused and no code after FORM as unreachable, as it would not with FORM
+expanded. Under a CAR, so that it is a place too (FORM may be one, in a SETF)."
+  (let ((mentioned '()))
+    (map-symbols (lambda (symbol)
+                   (let ((reference
+                           (cond ((eq (sb-cltl2:variable-information symbol environment) :lexical)
+                                  symbol)
+                                 ((multiple-value-bind (kind local) (sb-cltl2:function-information symbol environment)
+                                    (and (eq kind :function) local))
+                                  `(function ,symbol)))))
+                     (when reference
+                       (pushnew reference mentioned :test #'equal))))
+                 (rest form))
+    `(car (funcall (symbol-value ',(make-symbol "UNEXPANDED")) ,@(reverse mentioned)))))
+
+(defun refuse (condition-type form environment &optional (shown form))
+  "What a stub does with FORM, a use of code that must not run (SHOWN as the user wrote it): in
+compile-form, record the refusal and give the stand-in; in macroexpand-form, signal it."
+  (let ((refusal (make-condition condition-type :form shown)))
+    (if *refusal-recorder*
+        (progn (funcall *refusal-recorder* refusal form)
+               (unexpanded-stand-in form environment))
+        (error refusal))))
+
+(defun refuse-request-macro (form environment)
+  "The body of every stub of the request's macros."
+  (refuse 'request-macro-refused form environment))
+
+(defmacro refused-compiler-let (&whole form &environment environment &rest arguments)
+  "What NEUTRALIZE puts in place of SB-CLTL2:COMPILER-LET."
+  (declare (ignore arguments))
+  (refuse 'compiler-let-refused form environment (cons 'sb-cltl2:compiler-let (rest form))))
+
+(defmacro refused-defclass (&whole form &environment environment &rest arguments)
+  "What NEUTRALIZE puts in place of a DEFCLASS whose metaclass is a STRUCTURE-CLASS."
+  (declare (ignore arguments))
+  (refuse 'structure-defclass-refused form environment (cons 'defclass (rest form))))
+
+(defun load-time-value-at-run-time (form-value &optional read-only-p)
+  "What NEUTRALIZE puts in place of LOAD-TIME-VALUE: a function, so that its form is compiled as
+the code it is and nothing evaluates it while compiling."
+  (declare (ignore read-only-p))
+  form-value)
 
 (defun note-request-code (form)
   "Records FORM's conses as the request's."
-  (let ((seen *request-conses*))
-    (labels ((walk (x)
-               (loop while (and (consp x) (not (gethash x seen)))
-                     do (setf (gethash x seen) t)
-                        (walk (car x))
-                        (setf x (cdr x)))))
-      (walk form))))
+  (dolist (node (graph-nodes form))
+    (when (consp node)
+      (setf (gethash node *request-conses*) t))))
 
 (defun holds-request-code-p (tree)
-  (let ((seen (make-hash-table :test 'eq)))
-    (labels ((walk (x)
-               (loop while (and (consp x) (not (gethash x seen)))
-                     do (when (gethash x *request-conses*)
-                          (return-from holds-request-code-p t))
-                        (setf (gethash x seen) t)
-                        (walk (car x))
-                        (setf x (cdr x)))))
-      (walk tree)
-      nil)))
+  (some (lambda (node) (gethash node *request-conses*)) (graph-nodes tree)))
+
+(defun request-definition-p (definition)
+  "Whether DEFINITION, a MACROLET binding (NAME LAMBDA-LIST . BODY), carries the request's code."
+  (and (consp definition) (symbolp (car definition)) (holds-request-code-p definition)))
+
+(defun structure-metaclass-p (options)
+  "Whether the DEFCLASS OPTIONS name a metaclass that is a STRUCTURE-CLASS."
+  (some (lambda (option)
+          (and (consp option) (eq (car option) :metaclass) (consp (cdr option))
+               (let ((metaclass (and (symbolp (cadr option)) (find-class (cadr option) nil))))
+                 (and metaclass (subtypep metaclass 'structure-class)))))
+        (list-elements options)))
+
+(defun neutral-target-p (x)
+  "Whether NEUTRALIZE replaces the cons X (see above)."
+  (case (car x)
+    (macrolet (and (consp (cdr x))
+                   (some #'request-definition-p (list-elements (cadr x)))))
+    ((load-time-value sb-cltl2:compiler-let) t)
+    (defclass (let ((tail (cdr x)))
+                (loop repeat 3 while (consp tail) do (setf tail (cdr tail)))
+                (structure-metaclass-p tail)))
+    ((sb-ext:muffle-conditions sb-ext:unmuffle-conditions)
+     (map-symbols (lambda (symbol)
+                    (when (eq symbol 'satisfies)
+                      (return-from neutral-target-p t)))
+                  (cdr x))
+     nil)))
 
 (defun stub-definition (definition)
-  "DEFINITION, a MACROLET binding (NAME LAMBDA-LIST . BODY), or a stub for it when its code is
-the request's."
-  (if (and (consp definition) (symbolp (first definition)) (holds-request-code-p definition))
-      (let* ((form (make-symbol "FORM"))
-             (arguments (make-symbol "ARGUMENTS"))
-             (stub `(,(first definition) (&whole ,form &rest ,arguments)
-                     (declare (ignore ,arguments))
-                     (refuse-request-macro ,form))))
-        (setf (gethash stub *disarmed-definitions*) definition)
-        stub)
-      definition))
+  "A stub for DEFINITION, a MACROLET binding that carries the request's code."
+  (let* ((form (make-symbol "FORM"))
+         (environment (make-symbol "ENVIRONMENT"))
+         (arguments (make-symbol "ARGUMENTS"))
+         (stub `(,(car definition) (&whole ,form &environment ,environment &rest ,arguments)
+                 (declare (ignore ,arguments))
+                 (refuse-request-macro ,form ,environment))))
+    (setf (gethash stub *replacements*) definition)
+    stub))
 
-(defun map-sharing (function list)
-  "LIST with FUNCTION applied to each element (a dotted tail included), sharing LIST's conses
-where nothing changed. A cycle along the list is left as it is."
-  (let ((items '()) (tail list) (spine (make-hash-table :test 'eq)))
-    (loop while (and (consp tail) (not (gethash tail spine)))
-          do (setf (gethash tail spine) t)
-             (push (funcall function (car tail)) items)
-             (setf tail (cdr tail)))
-    (let* ((new-tail (if (consp tail) tail (funcall function tail)))
-           (result new-tail))
-      ;; Rebuild from the end, reusing each original cons whose element and rest are unchanged.
-      (let ((originals '()))
-        (loop for cons = list then (cdr cons)
-              repeat (length items)
-              do (push cons originals))
-        (loop for item in items
-              for original in originals
-              do (setf result (if (and (eq item (car original)) (eq result (cdr original)))
-                                  original
-                                  (cons item result)))))
-      result)))
+(defun neutral-replacement (x new rewritten)
+  "Fills NEW, the cons that replaces X in NEUTRALIZE's result."
+  (case (car x)
+    (macrolet
+     (setf (car new) 'macrolet
+           (cdr new) (cons (mapcar (lambda (definition)
+                                     (if (request-definition-p definition)
+                                         (stub-definition definition)
+                                         (funcall rewritten definition)))
+                                   (list-elements (cadr x)))
+                           (funcall rewritten (cddr x)))))
+    ((sb-ext:muffle-conditions sb-ext:unmuffle-conditions)
+     (setf (car new) (car x)
+           (cdr new) nil
+           (gethash new *replacements*) x))
+    (t
+     (setf (car new) (car (rassoc (car x) *stand-in-operators*))
+           (cdr new) (funcall rewritten (cdr x))))))
 
-(defun disarm (tree)
-  "TREE with the request's local macro definitions replaced by stubs (see above)."
-  (let ((done (make-hash-table :test 'eq)))
-    (labels ((walk (x)
-               (cond ((atom x) x)
-                     ((nth-value 1 (gethash x done)) (gethash x done))
-                     (t
-                      ;; A cons met again (shared or circular) stands for itself meanwhile.
-                      (setf (gethash x done) x)
-                      (setf (gethash x done)
-                            (if (and (eq (first x) 'macrolet) (consp (rest x)) (listp (second x)))
-                                (let ((definitions (map-sharing #'stub-definition (second x)))
-                                      (body (map-sharing #'walk (cddr x))))
-                                  (if (and (eq definitions (second x)) (eq body (cddr x)))
-                                      x
-                                      (list* 'macrolet definitions body)))
-                                (map-sharing #'walk x)))))))
-      (walk tree))))
+(defun neutralize (tree)
+  "TREE with everything SBCL would evaluate while compiling or expanding it made inert (see
+above)."
+  (rewrite-tree tree #'neutral-target-p #'neutral-replacement))
 
 (defun rearm (tree)
-  "TREE, an expansion of disarmed code, with the stubs shown as the definitions they replaced."
-  (if (zerop (hash-table-count *disarmed-definitions*))
-      tree
-      (let ((done (make-hash-table :test 'eq)))
-        (labels ((walk (x)
-                   (cond ((atom x) x)
-                         ((nth-value 1 (gethash x *disarmed-definitions*)) (gethash x *disarmed-definitions*))
-                         ((nth-value 1 (gethash x done)) (gethash x done))
-                         (t (setf (gethash x done) x)
-                            (setf (gethash x done) (map-sharing #'walk x))))))
-          (walk tree)))))
+  "TREE, an expansion of neutralized code, as the user wrote it: stubs and emptied declarations
+shown as what they replaced, stand-in operators as the operators they stand for."
+  (rewrite-tree tree
+                (lambda (x)
+                  (or (nth-value 1 (gethash x *replacements*))
+                      (assoc (car x) *stand-in-operators*)))
+                (lambda (x new rewritten)
+                  (multiple-value-bind (original replaced) (gethash x *replacements*)
+                    (if replaced
+                        (setf (car new) (car original)
+                              (cdr new) (cdr original))
+                        (setf (car new) (cdr (assoc (car x) *stand-in-operators*))
+                              (cdr new) (funcall rewritten (cdr x))))))))
 
-(defun disarming-expansion-hook (expander form environment)
-  "The macroexpand hook of compile-form and macroexpand-form: an image macro's expansion may wrap
-request code in a MACROLET of its own, so every expansion is disarmed too."
-  (disarm (funcall expander form environment)))
+(define-condition circular-code (error)
+  ((form :initarg :form :reader circular-form)
+   (expansion-p :initarg :expansion-p :initform nil :reader circular-expansion-p))
+  (:report (lambda (condition stream)
+             (format stream "~A ~:[is~;expands into~] code that holds itself (a #1= ... #1# other ~
+                             than in a quoted constant): compiling or expanding it would never end."
+                     (print-form-briefly (circular-form condition)) (circular-expansion-p condition)))))
+
+(defun circular-code-p (form)
+  "True when FORM holds itself other than in a quoted constant: the compiler and the walker would
+follow it until the stack runs out, which can take the image down."
+  (let ((on-path (make-hash-table :test 'eq))
+        (done (make-hash-table :test 'eq)))
+    (labels ((walk (x)
+               (when (and (consp x) (not (eq (car x) 'quote)))
+                 (let ((chain '()))
+                   (loop while (and (consp x) (not (gethash x done)))
+                         do (when (gethash x on-path) (return-from circular-code-p t))
+                            (setf (gethash x on-path) t)
+                            (push x chain)
+                            (walk (car x))
+                            (setf x (cdr x)))
+                   (dolist (cons chain)
+                     (remhash cons on-path)
+                     (setf (gethash cons done) t))))))
+      (walk form)
+      nil)))
+
+(defun neutralizing-expansion-hook (expander form environment)
+  "The macroexpand hook of compile-form and macroexpand-form: an image macro's expansion may hold
+the request's code (or write a MACROLET around it), so every expansion is neutralized too. Its
+symbols are remembered: DEFSTRUCT and the like intern names as they expand."
+  (let ((expansion (neutralize (handler-bind ((error (lambda (condition)
+                                                       (declare (ignore condition))
+                                                       (setf *expansion-failed* t))))
+                                 (funcall expander form environment)))))
+    (when (circular-code-p expansion)
+      (error 'circular-code :form form :expansion-p t))
+    (remember-form expansion)
+    expansion))
 
 (defun call-running-no-request-code (function)
   (let ((*request-conses* (make-hash-table :test 'eq))
-        (*disarmed-definitions* (make-hash-table :test 'eq))
-        (*refusal* nil)
-        (*macroexpand-hook* 'disarming-expansion-hook)
+        (*replacements* (make-hash-table :test 'eq))
+        (*macroexpand-hook* 'neutralizing-expansion-hook)
         (*read-eval* nil))
     (funcall function)))
 
 (defmacro running-no-request-code (&body body)
   "Runs BODY, which reads the request's code (calling NOTE-REQUEST-CODE on each form it reads)
-and DISARMs it before compiling or expanding it."
+and NEUTRALIZEs it before compiling or expanding it."
   `(call-running-no-request-code (lambda () ,@body)))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -373,36 +598,6 @@ from the outside in, if the compiler knows it."
   (let ((symbol (if (consp name) (second name) name)))
     (map-symbols (lambda (s) (when (eq s symbol) (return-from tree-contains-p t))) tree)
     nil))
-
-(defun without-load-time-values (lambda)
-  "LAMBDA, or, when any LOAD-TIME-VALUE is in its expansion, that expansion with each
-(LOAD-TIME-VALUE FORM) turned into (PROGN FORM): COMPILE evaluates LOAD-TIME-VALUE forms at
-once, and compile-form must run nothing. The expansion tolerates macros that fail (the compiler
-reports those when it compiles LAMBDA itself). Returns the lambda to compile and the expansion,
-whose symbols include those the macros interned."
-  (let* ((found nil)
-         (expansion (let ((*macroexpand-hook*
-                            (lambda (expander form environment)
-                              ;; A refusal here is only reported when the lambda is compiled.
-                              (let ((*refusal* nil))
-                                (handler-case (disarming-expansion-hook expander form environment)
-                                  (error () '(progn)))))))
-                      (handler-case (sb-cltl2:macroexpand-all lambda)
-                        (error () lambda)))))
-    (labels ((strip (x)
-               (cond ((atom x) x)
-                     ((eq (first x) 'load-time-value)
-                      (setf found t)
-                      (list 'progn (strip (second x))))
-                     (t (let ((tail x) (out '()))
-                          (loop while (consp tail)
-                                do (push (strip (car tail)) out)
-                                   (setf tail (cdr tail)))
-                          (let ((result (nreverse out)))
-                            (when tail (setf (cdr (last result)) tail))
-                            result))))))
-      (let ((stripped (if (circular-p expansion) expansion (strip expansion))))
-        (values (if found stripped lambda) expansion)))))
 
 ;;; One compilation: the code, what the reader recorded of it, and what compiling it found so
 ;;; far. DEFCLASS, not DEFSTRUCT, so that reloading the helper redefines it harmlessly.
@@ -492,10 +687,10 @@ the lambda and the path from it to FORM."
   (multiple-value-bind (lambda prefix) (wrap-form compilation form)
     (setf (current-entry compilation)
           (list form (or (gethash form (compilation-positions compilation)) start) prefix))
-    (handler-case (multiple-value-bind (compilable expansion) (without-load-time-values (disarm lambda))
-                    ;; DEFSTRUCT and the like intern names as they expand.
-                    (remember-form expansion)
-                    (compile nil compilable))
+    (handler-case (let ((neutral (neutralize lambda)))
+                    (if (circular-code-p neutral)
+                        (record-condition compilation "ERROR" (make-condition 'circular-code :form form))
+                        (compile nil neutral)))
       ;; Errors the compiler did not turn into an ERROR condition itself, such as a package
       ;; lock violation.
       (error (e) (record-condition compilation "ERROR" e)))
@@ -511,11 +706,7 @@ the lambda and the path from it to FORM."
     (handler-bind ((condition
                      (lambda (c)
                        (when (typep c compiler-error)
-                         ;; A stub's refusal is a warning: the code may well be right, but its
-                         ;; uses of the macro were not checked.
-                         (if *refusal*
-                             (record "WARNING" (shiftf *refusal* nil))
-                             (record "ERROR" (funcall encapsulated c))))))
+                         (record "ERROR" (funcall encapsulated c)))))
                    (sb-ext:compiler-note
                      (lambda (c) (record "NOTE" c)))
                    (warning
@@ -537,6 +728,15 @@ the lambda and the path from it to FORM."
             :conditions conditions
             :read-error (read-failure-report compilation)))))
 
+(defun refusal-recorder (compilation)
+  "The *REFUSAL-RECORDER* of COMPILATION: each refused form is a warning, once (the compiler may
+expand a form more than once), since the code may well be right but that part went unchecked."
+  (let ((refused (make-hash-table :test 'eq)))
+    (lambda (refusal form)
+      (unless (gethash form refused)
+        (setf (gethash form refused) t)
+        (record-condition compilation "WARNING" refusal)))))
+
 (defun compile-forms (code package)
   "Reads CODE in PACKAGE and compiles each form as (LAMBDA () FORM), in one compilation unit.
 Earlier DEFMACROs and IN-PACKAGEs of the code apply to the forms after them, as in a file, but
@@ -546,7 +746,8 @@ only within the call. Returns the plist COMPILE-CODE describes."
     (running-no-request-code
       (leaving-image-unchanged (code package)
         (let ((*package* package)
-              (*readtable* (position-recording-readtable (compilation-positions compilation))))
+              (*readtable* (position-recording-readtable (compilation-positions compilation)))
+              (*refusal-recorder* (refusal-recorder compilation)))
           ;; Outside the unit, to see the warnings it defers to its end.
           (call-recording-conditions
            compilation
@@ -585,20 +786,24 @@ plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CO
 ;;; macroexpand-form
 
 (defun circular-p (object)
-  "True when OBJECT, a form, contains itself. (Shared structure is not circular.)"
+  "True when OBJECT, a form, contains itself through its conses or arrays. (Shared structure is
+not circular.)"
   (let ((on-path (make-hash-table :test 'eq))
         (done (make-hash-table :test 'eq)))
     (labels ((walk (x)
                (let ((chain '()))
-                 (loop while (and (consp x) (not (gethash x done)))
+                 (loop while (and (graph-node-p x) (not (gethash x done)))
                        do (when (gethash x on-path) (return-from circular-p t))
                           (setf (gethash x on-path) t)
                           (push x chain)
-                          (walk (car x))
-                          (setf x (cdr x)))
-                 (dolist (cons chain)
-                   (remhash cons on-path)
-                   (setf (gethash cons done) t)))))
+                          (if (consp x)
+                              (progn (walk (car x))
+                                     (setf x (cdr x)))
+                              (progn (map-children #'walk x)
+                                     (return))))
+                 (dolist (node chain)
+                   (remhash node on-path)
+                   (setf (gethash node done) t)))))
       (walk object)
       nil)))
 
@@ -635,11 +840,14 @@ the user would type it, and its message; the macro's internals are no backtrace 
 (defun expansion-report (form full max-output)
   "The plist EXPAND-FORM returns for FORM, read."
   (multiple-value-bind (expansion expanded)
-      (handler-case (let ((disarmed (disarm form)))
+      (handler-case (let ((neutral (neutralize form)))
+                      (when (circular-code-p neutral)
+                        (error 'circular-code :form form))
                       (if full
-                          (let ((expansion (rearm (sb-cltl2:macroexpand-all disarmed))))
-                            (values expansion (not (equal expansion form))))
-                          (multiple-value-bind (expansion expanded) (macroexpand-1 disarmed)
+                          ;; The walker gives back the very form when no macro is in it.
+                          (let ((walked (sb-cltl2:macroexpand-all neutral)))
+                            (values (rearm walked) (not (eq walked neutral))))
+                          (multiple-value-bind (expansion expanded) (macroexpand-1 neutral)
                             (values (rearm expansion) expanded))))
         (error (e)
           (return-from expansion-report (list :error (macro-error-report e)))))

@@ -26,13 +26,20 @@
                            (get-universal-time) (random (expt 36 8) (make-random-state t)) type)
                    (temporary-directory)))
 
+(defun posix (name &rest arguments)
+  "Calls SB-POSIX's function NAME, the contrib required on first use."
+  (require :sb-posix)
+  (apply (find-symbol name '#:sb-posix) arguments))
+
+(defun posix-flag (name)
+  (require :sb-posix)
+  (symbol-value (find-symbol name '#:sb-posix)))
+
 (defun set-write-date (pathname universal-time)
-  "Gives PATHNAME the write date UNIVERSAL-TIME (with SB-POSIX, required on demand)."
+  "Gives PATHNAME the write date UNIVERSAL-TIME."
   (ignore-errors
-   (require :sb-posix)
-   (let ((unix-time (- universal-time (encode-universal-time 0 0 0 1 1 1970 0)))
-         (utimes (find-symbol "UTIMES" '#:sb-posix)))
-     (funcall utimes (sb-ext:native-namestring pathname) unix-time unix-time))))
+   (let ((unix-time (- universal-time (encode-universal-time 0 0 0 1 1 1970 0))))
+     (posix "UTIMES" (sb-ext:native-namestring pathname) unix-time unix-time))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where a compiler condition is, in a file's octets
@@ -200,13 +207,14 @@ through in this image."
                    (eq (and holds t) (string= marker "+")))))
              guards))
 
-(defun load-source (file text &key guards session token (max-output 65536))
+(defun load-source (file text &key guards write-date session token (max-output 65536))
   "Compiles TEXT, the file FILE with everything but some definitions blanked out (see the top of
 this file), and loads it, for load-form. GUARDS are the reader conditionals in front of the
-definitions, (label marker feature-text) each. Returns a plist: :LOADED; the counts :WARNINGS
-:ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each (:SEVERITY :MESSAGE :FORM :LINE :COLUMN) with
-LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in this image;
-:STDOUT (text dropped)."
+definitions, (label marker feature-text) each. WRITE-DATE is FILE's as the server read it (the
+image never looks at FILE itself). Returns a plist: :LOADED; the counts :WARNINGS :ERRORS
+:STYLE-WARNINGS :NOTES; :CONDITIONS, each (:SEVERITY :MESSAGE :FORM :LINE :COLUMN) with LINE and
+COLUMN in FILE; :INACTIVE, the guards that keep their definition out in this image; :STDOUT (text
+dropped)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
@@ -222,8 +230,8 @@ LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in
                                  (with-open-file (out source :direction :output :element-type '(unsigned-byte 8)
                                                              :if-exists :supersede)
                                    (write-sequence octets out))
-                                 (let ((date (ignore-errors (file-write-date file))))
-                                   (when date (set-write-date source date)))
+                                 (when write-date
+                                   (set-write-date source write-date))
                                  (let ((report (compile-and-load source octets :source-name file)))
                                    (setf (getf report :inactive) (inactive-guards guards))
                                    report))
@@ -233,22 +241,54 @@ LINE and COLUMN in FILE; :INACTIVE, the guards that keep their definition out in
           result
           (append result (list :stdout (capture-report stdout)))))))
 
-(defun load-source-file (file &key session token (max-output 65536))
-  "Compiles and loads FILE for load-file. Returns the plist LOAD-SOURCE does, without :INACTIVE.
-New definitions are not listed in the undo journal (a file's hundreds would push out the
-replacements); replaced functions and macros are."
+(defconstant +o-path+ #o10000000
+  "Linux's O_PATH, which SB-POSIX lacks: a descriptor that names a file without opening it for
+reading (opening a device can act on it; a FIFO would block).")
+
+(defun call-with-checked-file (file device inode function)
+  "Calls FUNCTION with a name that opens FILE as the server read it beneath its roots: the file
+of device DEVICE and inode INODE (decimal texts). The server sends only the path, and a directory
+on it swapped for a symlink since would lead the image elsewhere: so the image takes a handle on
+FILE once, checks that it is that file, and compiles it through /proc/self/fd, which names what
+the handle holds whatever happens to the path; *COMPILE-FILE-TRUENAME* is still the file's own
+name."
+  (let ((descriptor (handler-case (posix "OPEN" (sb-ext:native-namestring file) +o-path+)
+                      (error (e)
+                        (fail "The image cannot open the file ~A (~A): it was moved since swank-mcp ~
+                               read it, or the image runs on another machine, in another file system ~
+                               namespace or as another user than swank-mcp. Nothing was loaded."
+                              file (condition-message e))))))
+    (unwind-protect
+         (let ((opened (posix "FSTAT" descriptor))
+               (name (format nil "/proc/self/fd/~D" descriptor)))
+           (unless (and (eql (posix "STAT-DEV" opened) (parse-integer device))
+                        (eql (posix "STAT-INO" opened) (parse-integer inode)))
+             (fail "The image found another file at ~A than swank-mcp read: the file was replaced, or a ~
+                    directory on its path, in between (or the image sees another file system). Nothing ~
+                    was loaded; load it again." file))
+           (unless (probe-file "/proc/self/fd/")
+             (fail "The image has no /proc/self/fd, through which load-file compiles exactly the file ~
+                    swank-mcp checked; nothing was loaded."))
+           (funcall function name))
+      (posix "CLOSE" descriptor))))
+
+(defun load-source-file (file &key device inode session token (max-output 65536))
+  "Compiles and loads FILE for load-file: the file of DEVICE and INODE that the server read (see
+CALL-WITH-CHECKED-FILE). Returns the plist LOAD-SOURCE does, without :INACTIVE. New definitions
+are not listed in the undo journal (a file's hundreds would push out the replacements); replaced
+functions and macros are."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
         (*agent-session* session))
     (let ((result (run-tool token
                             (lambda ()
-                              (unless (probe-file file)
-                                (fail "The image cannot see the file ~A: it runs on another machine, or in ~
-                                       another file system namespace, than swank-mcp." file))
-                              (let ((*journal-additions* nil)
-                                    (*file-octets* (make-hash-table :test 'equal)))
-                                (compile-and-load file (read-file-octets file) :source-name file)))
+                              (call-with-checked-file
+                               file device inode
+                               (lambda (opened)
+                                 (let ((*journal-additions* nil)
+                                       (*file-octets* (make-hash-table :test 'equal)))
+                                   (compile-and-load opened (read-file-octets opened) :source-name file)))))
                             :stdout stdout)))
       (if (getf result :failure)
           result

@@ -1,12 +1,14 @@
 //! `--audit-log FILE`: one JSON line per tool call (time, client, tool, arguments, outcome,
 //! duration), written and flushed when the call ends, so that `tail -f FILE | jq` follows the
 //! agent. When the file would pass its size limit it is renamed to `FILE.1` (replacing the
-//! previous one) and a new file is started.
+//! previous one) and a new file is started. The log holds every call's arguments, so it is
+//! readable by its owner alone (`0600`), the rotated file too.
 //!
 //! See docs/design.md, "One call".
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -167,10 +169,25 @@ impl Observation for Audited {
     }
 }
 
+/// Opens `path` for appending, creating it readable and writable by its owner alone. An existing
+/// log that others may read (one an older swank-mcp made `0644`) is made owner-only too, or not
+/// used.
 fn open_appending(path: &Path) -> std::io::Result<Open> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
-    let size = file.metadata()?.len();
-    Ok(Open { file, size })
+    let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    let metadata = file.metadata()?;
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        file.set_permissions(Permissions::from_mode(mode & 0o700)).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "it is open to other users (mode {mode:o}) and cannot be made readable by its owner alone: {e}"
+                ),
+            )
+        })?;
+        tracing::warn!(path = %path.display(), "the audit log was open to other users (mode {mode:o}); it is now readable by its owner alone");
+    }
+    Ok(Open { file, size: metadata.len() })
 }
 
 #[cfg(test)]

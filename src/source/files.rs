@@ -163,6 +163,23 @@ impl AllowedRoots {
         Ok(AllowedRoots { roots })
     }
 
+    /// Opens each of `directories`, canonical paths, as a root, refusing any that is no longer
+    /// reached without a symlink: a path resolved earlier (for example an ASDF system's
+    /// directory) that now leads elsewhere would make the root elsewhere too.
+    pub fn exact(directories: Vec<PathBuf>) -> io::Result<Self> {
+        let roots = directories
+            .into_iter()
+            .map(|path| {
+                let flags = libc::O_PATH | libc::O_DIRECTORY;
+                let dir =
+                    openat2(libc::AT_FDCWD, &path, flags, libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS)
+                        .map_err(|e| io::Error::new(e.kind(), format!("directory `{}`: {e}", path.display())))?;
+                Ok(Root { path, dir: Arc::new(dir) })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(AllowedRoots { roots })
+    }
+
     /// The roots' canonical paths, first root first.
     pub fn paths(&self) -> Vec<&Path> {
         self.roots.iter().map(|r| r.path.as_path()).collect()
@@ -276,7 +293,13 @@ impl AllowedRoots {
         let OpenedFile { shown, path, mut file, metadata, .. } = self.open(path)?;
         check_size(&shown, &metadata, limit)?;
         match read_all(&mut file, &metadata) {
-            Ok(bytes) => Ok(SourceFile { shown, path, bytes }),
+            Ok(bytes) => Ok(SourceFile {
+                shown,
+                path,
+                bytes,
+                identity: (metadata.dev(), metadata.ino()),
+                modified: metadata.modified().ok(),
+            }),
             Err(source) => Err(PathError::Read { path: shown, source }),
         }
     }
@@ -332,21 +355,26 @@ impl AllowedRoots {
 /// How `openat2` resolves beneath a root: never above it, and never through `/proc` magic links.
 const RESOLVE: u64 = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
 
-/// `openat2(dir, rel, flags | O_CLOEXEC, resolve)`, retried on `EAGAIN` (a concurrent rename
-/// the kernel could not rule out) and `EINTR`.
+/// `openat2(dir, rel, flags | O_CLOEXEC, resolve)` (see [`openat2`]).
 fn open_beneath(dir: &OwnedFd, rel: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-    let name = c_path(rel.as_os_str())?;
+    openat2(dir.as_raw_fd(), rel, flags, resolve)
+}
+
+/// `openat2(dir, path, flags | O_CLOEXEC, resolve)`, retried on `EAGAIN` (a concurrent rename
+/// the kernel could not rule out) and `EINTR`.
+fn openat2(dir: RawFd, path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
+    let name = c_path(path.as_os_str())?;
     // SAFETY: open_how is plain data; zeroed is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = resolve;
     for _ in 0..64 {
-        // SAFETY: valid descriptor, NUL-terminated path and an open_how of the size passed.
+        // SAFETY: a valid descriptor (or AT_FDCWD), NUL-terminated path and an open_how of the size passed.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_openat2,
-                dir.as_raw_fd(),
+                dir,
                 name.as_ptr(),
                 &how as *const libc::open_how,
                 std::mem::size_of::<libc::open_how>(),
@@ -527,6 +555,11 @@ pub struct SourceFile {
     /// The file's real path, with no symbolic link in it.
     pub path: PathBuf,
     pub(crate) bytes: Vec<u8>,
+    /// Device and inode of the file read: what another process that opens `path` must find
+    /// there, since the path may lead elsewhere by then.
+    pub(crate) identity: (u64, u64),
+    /// When the file read was last modified.
+    pub(crate) modified: Option<SystemTime>,
 }
 
 /// A file as it was read for an edit (see [`AllowedRoots::snapshot`]), to write the edit back

@@ -6,6 +6,7 @@
 //! See docs/design.md, "The toolbox".
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -74,6 +75,8 @@ struct Edited {
     shown: String,
     path: PathBuf,
     new_text: Vec<u8>,
+    /// When the file written was last modified, for the image to record (it never opens the file).
+    modified: Option<SystemTime>,
     report: EditReport,
 }
 
@@ -109,29 +112,35 @@ fn edit(
     let dry_run = args.flag("dry_run")?;
     let prepared = prepare(args, roots)?;
     Fingerprint::check(approved, "edit-lisp-form", &format!("`{}`", prepared.shown()), prepared.old_text())?;
-    finish(prepared, dry_run, for_load)
+    finish(prepared, roots, dry_run, for_load)
 }
 
 /// Writes `prepared`, unless `dry_run`.
-fn finish(prepared: PreparedEdit, dry_run: bool, for_load: bool) -> Result<(Edited, String, Value), ToolError> {
+fn finish(
+    prepared: PreparedEdit,
+    roots: &AllowedRoots,
+    dry_run: bool,
+    for_load: bool,
+) -> Result<(Edited, String, Value), ToolError> {
     let shown = prepared.shown().to_string();
     let path = prepared.path().to_path_buf();
     let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
     let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
+    let modified = if for_load { roots.open(&path).ok().and_then(|file| file.metadata.modified().ok()) } else { None };
     let text = if report.diff.is_empty() {
         format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
     } else {
         format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
     };
     let structured = structured(&report, &shown, dry_run);
-    Ok((Edited { shown, path, new_text, report }, text, structured))
+    Ok((Edited { shown, path, new_text, modified, report }, text, structured))
 }
 
 /// What the human approving the edit is shown: its dry run, with the diff.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
     let prepared = prepare(args, roots)?;
     let fingerprint = Fingerprint::of(prepared.old_text());
-    let (_, text, _) = finish(prepared, true, false)?;
+    let (_, text, _) = finish(prepared, roots, true, false)?;
     Ok(Preview { text, fingerprint: Some(fingerprint) })
 }
 
@@ -156,7 +165,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
     let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true, approved)).await?;
-    let Edited { shown, path, new_text, report } = edited;
+    let Edited { shown, path, new_text, modified, report } = edited;
     if let Some(removed) = &report.removed {
         let request =
             Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
@@ -179,7 +188,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return Ok(ToolOutput::success(format!("{text}\n\nNothing to load: the new text holds no form."))
             .with_structured(structured));
     }
-    let loaded = match load_plan(context, args, &path, &plan).await {
+    let loaded = match load_plan(context, args, &path, modified, &plan).await {
         Ok(loaded) => loaded,
         Err(error) => {
             return Ok(ToolOutput::error(format!(

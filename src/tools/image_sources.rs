@@ -78,7 +78,7 @@ async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<Allowe
         }
     }
     match found.into_iter().max_by_key(|dir| dir.as_os_str().len()) {
-        Some(directory) => AllowedRoots::new(vec![directory])
+        Some(directory) => AllowedRoots::exact(vec![directory])
             .map_err(|e| ToolError::new(format!("Cannot open the system directory holding `{file_path}`: {e}."))),
         None => Ok(configured),
     }

@@ -50,8 +50,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     let counted = definition_count(&file.bytes);
+    // The image opens the path again, and must load only the file read here (see
+    // CALL-WITH-CHECKED-FILE in loading.lisp); an inode may pass i64, hence text.
+    let (device, inode) = file.identity;
     let request = Request::new("load-source-file")
         .arg(file.path.display().to_string())
+        .key("device", device.to_string())
+        .key("inode", inode.to_string())
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     let report = decode::<LoadReport>("load-source-file", &reply)?;

@@ -5,6 +5,7 @@
 //! See docs/design.md, "The toolbox".
 
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -48,7 +49,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
     let plan = plan(args, &file)?;
-    let loaded = load_plan(context, args, &file.path, &plan).await?;
+    let loaded = load_plan(context, args, &file.path, file.modified, &plan).await?;
     Ok(loaded.into_output(&file.shown, &plan, None))
 }
 
@@ -86,11 +87,13 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
     })
 }
 
-/// Sends `plan` to the image to compile and load, as the text of the file at `path`.
+/// Sends `plan` to the image to compile and load, as the text of the file at `path` last modified
+/// at `modified` (the image never opens the path, which may lead elsewhere by then).
 pub(crate) async fn load_plan(
     context: &ToolContext,
     args: &Arguments,
     path: &Path,
+    modified: Option<SystemTime>,
     plan: &LoadPlan,
 ) -> Result<LoadReport, ToolError> {
     let guards = plan
@@ -106,9 +109,19 @@ pub(crate) async fn load_plan(
         .arg(path.display().to_string())
         .arg(String::from_utf8_lossy(&plan.text).into_owned())
         .key("guards", Form::list_of(guards))
+        .key("write-date", universal_time(modified))
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     decode::<LoadReport>("load-source", &reply)
+}
+
+/// `time` as a Lisp universal time (whole seconds since 1900, as FILE-WRITE-DATE gives it), or
+/// `nil`.
+fn universal_time(time: Option<SystemTime>) -> Form {
+    const UNIX_EPOCH_AS_UNIVERSAL_TIME: u64 = 2_208_988_800;
+    time.and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .and_then(|since| i64::try_from(since.as_secs() + UNIX_EPOCH_AS_UNIVERSAL_TIME).ok())
+        .map_or(Form::Nil, Form::Integer)
 }
 
 /// The helper's answer to `load-source` and `load-source-file`.
