@@ -182,7 +182,7 @@ impl Image {
         deadline: Instant,
         limits: &CallLimits,
     ) -> Result<Option<Sexp>, CallError> {
-        let request = stopped.connection.rex(request.form([]), "COMMON-LISP-USER", Thread::Id(thread));
+        let request = stopped.connection.rex(request.form(), "COMMON-LISP-USER", Thread::Id(thread));
         let call = async {
             match request.await {
                 // Unwound without entering the debugger itself: control went back into the
@@ -194,13 +194,9 @@ impl Image {
         self.supervise(&stopped.connection, &stopped.token, deadline, limits, call).await
     }
 
+    /// The form of `request`, made as this server's session, under `token`.
     fn helper_form(&self, request: Request, token: &str) -> Form {
-        request.form([
-            Form::Keyword("session"),
-            Form::string(self.session.clone()),
-            Form::Keyword("token"),
-            Form::string(token.to_string()),
-        ])
+        request.key("session", self.session.as_str()).key("token", token).form()
     }
 
     /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`
@@ -232,7 +228,7 @@ impl Image {
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),
         };
         tracing::debug!(%token, kind, "interrupting an evaluation");
-        let cancel = Request::new("cancel").arg(token).arg(Form::Keyword(kind)).arg(reason).form([]);
+        let cancel = Request::new("cancel").arg(token).arg(Form::Keyword(kind)).arg(reason).form();
         let canceller = connection.clone();
         // A task of its own, so that the interruption goes out even if this call is dropped; its
         // answer, or the lack of one, tells whether the connection still works.
@@ -315,7 +311,7 @@ impl Image {
 /// threads wait for locks held by whom. The question runs in a thread of its own and takes no
 /// lock it could wait on, so it answers even when the image is deadlocked.
 async fn stuck_report(connection: &Connection, token: String) -> String {
-    let request = connection.rex(Request::new("stuck-report").arg(token).form([]), "COMMON-LISP-USER", Thread::New);
+    let request = connection.rex(Request::new("stuck-report").arg(token).form(), "COMMON-LISP-USER", Thread::New);
     let report = match tokio::time::timeout(UNWIND_GRACE, request).await {
         Ok(Ok(report)) => report.as_str().map(str::to_string),
         Ok(Err(e)) => Some(format!("Asking the image what the thread does failed: {e}")),
@@ -353,7 +349,7 @@ impl Evaluating {
     /// left waiting for a client that is gone. Whether it unwound within a moment.
     pub async fn abort(self, thread: i64) -> bool {
         let Evaluating { connection, mut rex, .. } = self;
-        let abort = Request::new("debugger-abort").form([]);
+        let abort = Request::new("debugger-abort").form();
         let unwound = async {
             let _ = connection.rex(abort, "COMMON-LISP-USER", Thread::Id(thread)).await;
             while !matches!(rex.next().await, RexEvent::Returned(_)) {}

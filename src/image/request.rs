@@ -44,9 +44,9 @@ impl Request {
         self.function
     }
 
-    /// The form that makes the call, with `more` arguments after the request's own.
-    pub(crate) fn form(self, more: impl IntoIterator<Item = Form>) -> Form {
-        Form::call(HELPER_PACKAGE, self.function, self.args.into_iter().chain(more))
+    /// The form that makes the call.
+    pub(crate) fn form(self) -> Form {
+        Form::call(HELPER_PACKAGE, self.function, self.args)
     }
 }
 
@@ -63,7 +63,7 @@ mod tests {
             .key_if("print-length", None::<u64>)
             .key_if("debug", Some(true));
         assert_eq!(
-            request.form([]).to_wire(),
+            request.form().to_wire(),
             "(mcp-agent-helper:evaluate \"(+ 1 2)\" :package nil :max-output 100 :debug t)"
         );
     }

@@ -6,8 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::helper::HELPER_PACKAGE;
 use super::lock;
+use super::request::Request;
 use crate::swank::{Connection, Form, RexError, Sexp, Thread};
 
 /// Worker threads kept per connection; calls beyond them run in new threads.
@@ -32,8 +32,7 @@ impl Workers {
     /// Asks the helper for a worker thread serving `connection`'s requests and keeps it for later
     /// calls. A server that cannot keep one answers nil; calls then run in a thread each.
     pub(crate) async fn start(&self, connection: &Connection) {
-        let request = Form::call(HELPER_PACKAGE, "start-worker", []);
-        match connection.rex(request, "COMMON-LISP-USER", Thread::New).await {
+        match connection.rex(Request::new("start-worker").form(), "COMMON-LISP-USER", Thread::New).await {
             Ok(reply) => match reply.as_i64() {
                 Some(thread) => {
                     let mut state = lock(&self.state);
