@@ -150,6 +150,12 @@ enum Command {
     },
     /// Say what swank-mcp connects to and what answers there.
     Status,
+    /// Take swank-mcp's helper out of the image: its encapsulations, hooks, threads, sessions and package.
+    Uninstall {
+        /// Only once the last session of a swank-mcp attached to the image has ended.
+        #[arg(long)]
+        when_sessions_end: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -395,6 +401,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             eval(&cli, &toolbox, arguments).await
         }
         Some(Command::Status) => status(&toolbox).await,
+        Some(Command::Uninstall { when_sessions_end }) => {
+            for image in toolbox.images() {
+                let done = swank_mcp::image::helper::uninstall(image, *when_sessions_end).await?;
+                println!("{}: {done}", image.name());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

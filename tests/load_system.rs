@@ -223,3 +223,74 @@ async fn a_form_the_compiler_cannot_process_is_an_error_at_its_line() {
     );
     assert!(output.text.contains("\n1 error, 0 warnings, 0 style-warnings, "), "{}", output.text);
 }
+
+/// ASDF is not thread-safe: two loads at once can break its tables. The tools' ASDF work takes
+/// turns in the image, so parallel calls (two agents, or one agent's parallel tool calls) all
+/// succeed.
+#[tokio::test]
+async fn twenty_load_system_and_run_tests_calls_at_once_all_succeed() {
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    let inventory = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/projects/inventory/inventory.asd");
+    register(&tb, &inventory).await;
+    let calls = (0..20).map(|i| {
+        let tb = tb.clone();
+        async move {
+            if i % 2 == 0 {
+                ("load-system", call(&tb, "load-system", json!({"system": "inventory", "force": true})).await)
+            } else {
+                ("run-tests", call(&tb, "run-tests", json!({"system": "inventory"})).await)
+            }
+        }
+    });
+    for (tool, output) in futures::future::join_all(calls).await {
+        match tool {
+            // The first to run loads it, the others reload it.
+            "load-system" => assert!(
+                !output.is_error
+                    && ["Loaded system \"inventory\"", "Recompiled and reloaded system \"inventory\""]
+                        .iter()
+                        .any(|start| output.text.starts_with(start)),
+                "{}",
+                output.text
+            ),
+            // The run's one failing check, and no error of the run itself.
+            _ => assert!(
+                output.text.contains("MISSING-ITEMS-COUNT-ZERO")
+                    && output.structured_value().unwrap()["error"].is_null(),
+                "{}",
+                output.text
+            ),
+        }
+    }
+}
+
+/// A call that waits for its turn at ASDF can still time out (or be cancelled), and its report
+/// says what it waited for.
+#[tokio::test]
+async fn a_call_waiting_for_its_turn_at_asdf_says_so_when_its_time_is_up() {
+    let tb = common::toolbox(common::shared_image_port());
+    common::eval_ok(
+        &tb,
+        "(let ((holding (sb-thread:make-semaphore)))
+           (sb-thread:make-thread (lambda ()
+                                    (mcp-agent-helper::call-with-turn mcp-agent-helper::*asdf-turn* \"a test's long load\"
+                                      (lambda () (sb-thread:signal-semaphore holding) (sleep 3)))))
+           (sb-thread:wait-on-semaphore holding))",
+    )
+    .await;
+    let output = call(
+        &tb,
+        "evaluate-lisp",
+        json!({"code": "(mcp-agent-helper::call-with-turn mcp-agent-helper::*asdf-turn* \"a waiter\" (lambda () :had-its-turn))", "timeout_ms": 1000}),
+    )
+    .await;
+    assert!(output.text.starts_with("[ERROR] EVALUATION-TIMEOUT"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "It was waiting for its turn at ASDF, which the tools use one call at a time: a test's long load has had it for "
+        ),
+        "{}",
+        output.text
+    );
+}

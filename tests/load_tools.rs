@@ -256,6 +256,45 @@ async fn load_file_reports_each_warning_at_its_line() {
     drop(image);
 }
 
+#[tokio::test]
+async fn a_batch_with_load_patches_deletes_and_loads_each_file_once() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().canonicalize().unwrap();
+    let tb = toolbox(image.port, &dir_path);
+    load_project(&tb, &dir_path).await;
+    let app = dir_path.join("app.lisp");
+    let output = call(
+        &tb,
+        "edit-lisp-form",
+        json!({"edits": [
+            {"file_path": app, "form_type": "defun", "form_name": "greet", "operation": "patch",
+             "old_text": "Hello, ~A", "new_text": "Hi, ~A"},
+            {"file_path": app, "form_type": "defun", "form_name": "helper", "operation": "delete"},
+            {"file_path": app, "form_type": "defun", "form_name": "sbcl-only", "operation": "patch",
+             "old_text": ":old", "new_text": ":new"},
+        ], "load": true}),
+    )
+    .await;
+    assert!(!output.is_error, "{}", output.text);
+    // The two changed forms of the one file are compiled in one load; the deleted one leaves.
+    assert_eq!(output.text.matches("\nLoaded `").count(), 1, "{}", output.text);
+    assert!(
+        output.text.contains("\nLoaded `defun greet` (app.lisp, lines 4-5), `defun sbcl-only` (app.lisp, line 9) into"),
+        "{}",
+        output.text
+    );
+    assert!(output.text.contains("\nLOADTEST-APP::HELPER is no longer defined in the image"), "{}", output.text);
+    assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi, you\"");
+    assert_eq!(eval(&tb, "(loadtest-app::sbcl-only)").await, "=> :NEW");
+    assert_eq!(eval(&tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
+    let text = std::fs::read_to_string(&app).unwrap();
+    assert!(
+        text.contains("\"Hi, ~A\"") && !text.contains("defun helper") && text.contains("(defun sbcl-only () :new)")
+    );
+    drop(image);
+}
+
 /// Puts `root/sub` back as the directory it was, after a swap.
 fn restore(root: &Path) {
     let sub = root.join("sub");

@@ -1,10 +1,11 @@
 //! run-tests against real SBCL + cl-swank images, each suite's counts compared with what the same
 //! suite prints when `sbcl --non-interactive` runs it from a shell: FiveAM's own tests (which run
-//! FiveAM inside tests), an `app` + `app/tests` project whose test-op is what loads FiveAM, RT
-//! suites (Debian's alexandria-tests and a project of ours), a Parachute suite (opt-in: Parachute
-//! is not in Debian); and the compiler's and reader's
-//! messages at file:line:column when a system cannot be built. The projects are in
-//! fixtures/projects/.
+//! FiveAM inside tests), an `app` + `app/tests` project whose test-op is what loads FiveAM, with
+//! nested suites and a check failing in a loop, RT suites (Debian's alexandria-tests, which its
+//! test-op runs twice, and a project of ours), a Parachute suite (opt-in: Parachute is not in
+//! Debian), a suite with a harness of its own; the compiler's and reader's messages at
+//! file:line:column when a system cannot be built; the files ASDF reloaded before the tests; and
+//! the size of the replies an agent reads. The projects are in fixtures/projects/.
 
 mod common;
 
@@ -72,6 +73,17 @@ fn fiveam_summary(output: &str) -> (u64, u64, u64, u64) {
     (number_after(last, "Did"), number_after(last, "Pass:"), number_after(last, "Skip:"), number_after(last, "Fail:"))
 }
 
+/// The whole output of a run, read back through the handle the reply names.
+async fn output_behind_handle(toolbox: &Arc<Toolbox>, output: &ToolOutput) -> String {
+    let structured = output.structured_value().unwrap();
+    let handle = structured["output"]["handle"].as_str().unwrap_or_else(|| panic!("no output handle: {}", output.text));
+    assert!(output.text.contains(&format!("inspect {handle} to read them")), "{}", output.text);
+    let characters = structured["output"]["characters"].as_u64().unwrap();
+    let read = call(toolbox, "inspect", json!({"handle": handle, "limit": characters})).await;
+    assert!(!read.is_error, "{}", read.text);
+    read.structured_value().unwrap()["text"].as_str().unwrap().to_string()
+}
+
 /// The one entry of `results` for `framework`, from a run-tests reply.
 fn results_of(output: &ToolOutput, framework: &str) -> Value {
     let structured = output.structured_value().unwrap();
@@ -85,26 +97,23 @@ fn count(results: &Value, key: &str) -> u64 {
     results[key].as_u64().unwrap_or_else(|| panic!("no {key} in {results}"))
 }
 
-/// Compares run-tests' counts with FiveAM's own summary printed by the shell's run.
-fn assert_fiveam_counts_match(output: &ToolOutput, shell_output: &str) {
+/// Compares run-tests' counts of checks with FiveAM's own summary printed by the shell's run, and
+/// the output behind the reply's handle with the shell's.
+async fn assert_fiveam_counts_match(toolbox: &Arc<Toolbox>, output: &ToolOutput, shell_output: &str) {
     let (checks, pass, skip, fail) = fiveam_summary(shell_output);
     let results = results_of(output, "FiveAM");
+    let counts = &results["checks"];
     let counted =
-        count(&results, "passed") + count(&results, "failed") + count(&results, "errors") + count(&results, "skipped");
+        count(counts, "passed") + count(counts, "failed") + count(counts, "errors") + count(counts, "skipped");
     assert_eq!(
-        (
-            counted,
-            count(&results, "passed"),
-            count(&results, "skipped"),
-            count(&results, "failed") + count(&results, "errors")
-        ),
+        (counted, count(counts, "passed"), count(counts, "skipped"), count(counts, "failed") + count(counts, "errors")),
         (checks, pass, skip, fail),
         "the shell's run printed Did {checks} checks, Pass: {pass}, Skip: {skip}, Fail: {fail}; run-tests said:\n{}",
         output.text
     );
     assert_eq!(output.is_error, fail > 0, "{}", output.text);
-    // The reply's own [stdout] says the same as the shell.
-    assert_eq!(fiveam_summary(&output.text), (checks, pass, skip, fail), "{}", output.text);
+    // The output kept says the same as the shell.
+    assert_eq!(fiveam_summary(&output_behind_handle(toolbox, output).await), (checks, pass, skip, fail));
 }
 
 #[tokio::test]
@@ -115,7 +124,7 @@ async fn fiveam_own_tests_count_only_the_outermost_run() {
     let shell_output = shell(&["(asdf:test-system :fiveam)".to_string()]).await;
     let output = call(&tb, "run-tests", json!({"system": "fiveam"})).await;
     assert!(output.text.starts_with("Ran asdf:test-system \"fiveam\" in "), "{}", output.text);
-    assert_fiveam_counts_match(&output, &shell_output);
+    assert_fiveam_counts_match(&tb, &output, &shell_output).await;
     drop(image);
 }
 
@@ -130,28 +139,43 @@ async fn a_test_op_that_loads_fiveam_is_read_in_a_fresh_image() {
     assert_eq!(common::eval_ok(&tb, "(find-package :it.bese.fiveam)").await, "=> NIL", "FiveAM is not loaded yet");
     let shell_output = shell_test_system(&[&inventory], "inventory").await;
     let output = call(&tb, "run-tests", json!({"system": "inventory"})).await;
-    assert_fiveam_counts_match(&output, &shell_output);
+    assert_fiveam_counts_match(&tb, &output, &shell_output).await;
     assert!(output.is_error, "a check failed: {}", output.text);
     assert!(shell_output.contains("MISSING-ITEMS-COUNT-ZERO in ALL-TESTS"), "{shell_output}");
-    assert!(
-        output.text.contains(
-            "[FAIL] INVENTORY-TESTS::MISSING-ITEMS-COUNT-ZERO\n  Form: (= 0 (INVENTORY:QUANTITY (INVENTORY:MAKE-STOCK) \
-             \"washer\"))\n  Expected: 0\n  Actual: 1"
-        ),
+    // Tests of the nested suite count with the outer suite's; the check that fails in a loop shows
+    // its form once, then each failure's values.
+    assert!(shell_output.contains("RESTOCKING in STOCK-LEVELS"), "{shell_output}");
+    let restocking =
+        "[FAIL] INVENTORY-TESTS::RESTOCKING\n  Form: (= COUNT (QUANTITY STOCK (FORMAT NIL \"item-~D\" COUNT))) (2 \
+                      failures)\n  Expected: 2  Actual: 1\n  Expected: 3  Actual: 1";
+    assert_eq!(
+        output.text.split_once("\n\n").map(|(summary, failures)| (summary.lines().nth(1), failures)),
+        Some((
+            Some("FiveAM: 3 tests (6 checks): 2 failed, 1 passed."),
+            format!(
+                "[FAIL] INVENTORY-TESTS::MISSING-ITEMS-COUNT-ZERO\n  Form: (= 0 (QUANTITY (MAKE-STOCK) \"washer\"))\n  \
+                 Expected: 0\n  Actual: 1\n\n{restocking}"
+            )
+            .as_str()
+        )),
         "{}",
         output.text
     );
     drop(image);
 }
 
-/// RT's summary of each `do-tests` in a shell's output: the tests run, and the names of those that
-/// failed, as RT prints them.
-fn rt_summary(output: &str) -> (u64, Vec<String>) {
-    let tests = output
+/// RT's summary of the `do-tests` runs in a shell's output: how many ran, the tests each ran (the
+/// same number in each), and the names of those that failed in any, as RT prints them.
+fn rt_summary(output: &str) -> (u64, u64, Vec<String>) {
+    let doing: Vec<u64> = output
         .lines()
         .filter_map(|line| line.strip_prefix("Doing "))
         .map(|rest| rest.split(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum();
+        .collect();
+    assert!(
+        !doing.is_empty() && doing.iter().all(|&n| n == doing[0]),
+        "no RT run, or runs of different tests, in:\n{output}"
+    );
     let mut failed = Vec::new();
     let mut rest = output;
     while let Some(at) = rest.find(" total tests failed: ") {
@@ -164,23 +188,32 @@ fn rt_summary(output: &str) -> (u64, Vec<String>) {
             })
             .map(|(i, _)| i)
             .unwrap_or_else(|| panic!("no end to RT's list of failures in:\n{names}"));
-        failed.extend(names[..end].split(',').map(str::trim).filter(|name| !name.is_empty()).map(String::from));
+        for name in names[..end].split(',').map(str::trim).filter(|name| !name.is_empty()) {
+            if !failed.iter().any(|known| known == name) {
+                failed.push(name.to_string());
+            }
+        }
         rest = &names[end..];
     }
-    assert!(tests > 0, "no RT run in:\n{output}");
-    (tests, failed)
+    (doing.len() as u64, doing[0], failed)
 }
 
-/// Compares run-tests' RT counts and failing tests with the shell's run.
+/// Compares run-tests' RT counts and failing tests with the shell's run: distinct tests, the runs
+/// the test-op made, and each failing test once.
 fn assert_rt_matches(output: &ToolOutput, shell_output: &str) {
-    let (tests, mut failed) = rt_summary(shell_output);
+    let (runs, tests, mut failed) = rt_summary(shell_output);
     let results = results_of(output, "RT");
     let mut reported: Vec<String> =
-        results["failures"].as_array().unwrap().iter().map(|f| f["test"].as_str().unwrap().to_string()).collect();
+        results["failing"].as_array().unwrap().iter().map(|f| f["test"].as_str().unwrap().to_string()).collect();
     assert_eq!(
-        (count(&results, "tests"), count(&results, "passed"), count(&results, "failed") + count(&results, "errors")),
-        (tests, tests - failed.len() as u64, failed.len() as u64),
-        "the shell's run did {tests} tests, {} failed; run-tests said:\n{}",
+        (
+            count(&results, "runs"),
+            count(&results, "tests"),
+            count(&results, "passed"),
+            count(&results, "failed") + count(&results, "errors")
+        ),
+        (runs, tests, tests - failed.len() as u64, failed.len() as u64),
+        "the shell's run did {tests} tests {runs} times, {} failed; run-tests said:\n{}",
         failed.len(),
         output.text
     );
@@ -198,8 +231,16 @@ async fn rt_suites_are_counted_as_the_shell_counts_them() {
     let shell_output = shell(&["(asdf:test-system :alexandria-tests)".to_string()]).await;
     let output = call(&tb, "run-tests", json!({"system": "alexandria-tests"})).await;
     assert_rt_matches(&output, &shell_output);
-    assert!(output.text.contains("\nRT: "), "{}", output.text);
-
+    // A green run is two lines: the run and its counts, and where its output is.
+    let lines: Vec<&str> = output.text.lines().collect();
+    assert!(
+        matches!(lines.as_slice(), [ran, counts, kept] if ran.starts_with("Ran asdf:test-system \"alexandria-tests\" in ")
+            && *counts == "RT: 249 tests, run twice by the test-op: all passed."
+            && kept.starts_with("Output: ") && kept.ends_with(" characters; inspect @1 to read them.")),
+        "{}",
+        output.text
+    );
+    assert!(output.text.len() <= 400, "{} characters: {}", output.text.len(), output.text);
     drop(image);
 }
 
@@ -214,17 +255,18 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
     let shell_output = shell_test_system(&[&ledger], "ledger-rt").await;
     let output = call(&tb, "run-tests", json!({"system": "ledger-rt"})).await;
     assert_rt_matches(&output, &shell_output);
-    assert!(output.text.contains("RT: 5 tests, 5 checks: 3 passed, 1 failed, 1 errors, 0 skipped."), "{}", output.text);
+    assert!(output.text.contains("\nRT: 5 tests: 2 failed (1 by signalling an error), 3 passed.\n"), "{}", output.text);
     assert!(
         output.text.contains(
-            "[FAIL] LEDGER-RT::BALANCE.DEBIT\n  Form: (LEDGER-RT::BALANCE '((:CREDIT 10) (:DEBIT 4)))\n  Expected: 6\n  Actual: 14"
+            "\n\n[FAIL] LEDGER-RT::BALANCE.DEBIT\n  Form: (BALANCE '((:CREDIT 10) (:DEBIT 4)))\n  Expected: 6\n  Actual: \
+             14\n\n"
         ),
         "{}",
         output.text
     );
     assert!(
-        output.text.contains(
-            "[ERROR] LEDGER-RT::BALANCE.BAD-ENTRY\n  Form: (LEDGER-RT::BALANCE '((:CREDIT \"ten\")))\n  Reason: The test \
+        output.text.ends_with(
+            "\n\n[ERROR] LEDGER-RT::BALANCE.BAD-ENTRY\n  Form: (BALANCE '((:CREDIT \"ten\")))\n  Reason: The test \
              signalled #<TYPE-ERROR expected-type: NUMBER datum: \"ten\">."
         ),
         "{}",
@@ -236,7 +278,7 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
     assert!(!output.is_error, "{}", output.text);
     assert!(
         output.text.starts_with("Ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
-            && output.text.contains("RT: 1 tests, 1 checks: 1 passed, 0 failed"),
+            && output.text.lines().nth(1) == Some("RT: 1 test: passed."),
         "{}",
         output.text
     );
@@ -344,8 +386,9 @@ async fn a_parachute_suite_is_counted_as_the_shell_counts_it() {
     register(&tb, &[&orbit]).await;
     let output = call(&tb, "run-tests", json!({"system": "orbit"})).await;
     let results = results_of(&output, "Parachute");
+    let checks = &results["checks"];
     assert_eq!(
-        (count(&results, "passed"), count(&results, "failed") + count(&results, "errors"), count(&results, "skipped")),
+        (count(checks, "passed"), count(checks, "failed") + count(checks, "errors"), count(checks, "skipped")),
         (passed, failed, skipped),
         "the shell's run printed Passed: {passed}, Failed: {failed}, Skipped: {skipped}; run-tests said:\n{}",
         output.text
@@ -353,13 +396,253 @@ async fn a_parachute_suite_is_counted_as_the_shell_counts_it() {
     assert_eq!(output.is_error, failed > 0, "{}", output.text);
     assert!(
         output.text.contains(
-            "[FAIL] ORBIT-TESTS::APOAPSIDES\n  Form: (PARACHUTE:IS = 3/2 (ORBIT:APOAPSIS 1 1/2))\n  Expected: 3/2\n  \
-             Actual: 1/2"
+            "[FAIL] ORBIT-TESTS::APOAPSIDES\n  Form: (IS = 3/2 (ORBIT:APOAPSIS 1 1/2))\n  Expected: 3/2\n  Actual: 1/2"
         ),
         "{}",
         output.text
     );
-    // The reply's own [stdout] has Parachute's summary, as the shell's does.
-    assert_eq!(parachute_summary(&output.text), (passed, failed, skipped), "{}", output.text);
+    // The output kept has Parachute's summary, as the shell's does.
+    assert_eq!(parachute_summary(&output_behind_handle(&tb, &output).await), (passed, failed, skipped));
+    drop(image);
+}
+
+/// A copy of a project of fixtures/projects in a temporary directory, whose files a test changes.
+fn copied_project(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(project(name)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+/// Rewrites `path` with `from` replaced by `to` (once), dated two seconds past both now and its
+/// previous date: ASDF's stamps are write dates in seconds, and a change made within the second
+/// of the last compile, or of the previous change, would look like none.
+fn change_file(path: &std::path::Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert_eq!(text.matches(from).count(), 1, "{from:?} in {}", path.display());
+    let previous = std::fs::metadata(path).and_then(|metadata| metadata.modified()).unwrap();
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+    let later = previous.max(std::time::SystemTime::now()) + Duration::from_secs(2);
+    std::fs::File::options().write(true).open(path).and_then(|file| file.set_modified(later)).unwrap();
+}
+
+#[tokio::test]
+async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures() {
+    let _asdf = common::shared_asdf_turn().await;
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = copied_project("tally");
+    let asd = dir.path().join("tally.asd").display().to_string();
+    register(&tb, &[&asd]).await;
+    let shell_output = shell_test_system(&[&asd], "tally").await;
+    assert!(shell_output.contains("5 checks. Unexpected failures: none"), "{shell_output}");
+
+    // Its table names no failure and the test-op signals nothing: a pass, with the end of the
+    // table quoted and the rest behind a handle.
+    let output = call(&tb, "run-tests", json!({"system": "tally"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.contains("results were read"), "{}", output.text);
+    assert!(output.text.contains("; the output names no failures.\nOutput: "), "{}", output.text);
+    assert!(
+        output.text.ends_with(
+            "\n\n[output: last lines]\nCheck                    Result   Value\nempty text               pass     0\none word  \
+             \x20              pass     1\npunctuation              pass     3\nlongest word             pass     \"ccc\"\nfirst \
+             of the longest     pass     \"ab\"\n5 checks. Unexpected failures: none"
+        ),
+        "{}",
+        output.text
+    );
+    assert!(!output.text.contains("[output: lines that name failures"), "{}", output.text);
+
+    // A definition changed only in the image, then a change to its file: the test-op's load
+    // puts the file's definitions back, and the reply says which files it reloaded; undo has
+    // what they replaced.
+    common::eval_ok(&tb, "(defun tally:word-count (text) (declare (ignore text)) 42)").await;
+    change_file(&dir.path().join("tally.lisp"), "(>= (length a) (length b))", "(> (length a) (length b))");
+    let output = call(&tb, "run-tests", json!({"system": "tally"})).await;
+    assert!(output.is_error, "the table names a failure: {}", output.text);
+    assert!(
+        output.text.contains(
+            "\nBefore the tests, ASDF reloaded 1 file of tally (tally.lisp) changed since loaded and 1 that depend on \
+             them; undo entries "
+        ),
+        "{}",
+        output.text
+    );
+    assert!(
+        output.text.contains(
+            "\n\n[output: lines that name failures or errors]\nfirst of the longest     FAIL     \"cd\"\n5 checks. \
+             Unexpected failures: first of the longest\n\n[output: last lines]\n"
+        ),
+        "{}",
+        output.text
+    );
+    assert_eq!(common::eval_ok(&tb, "(tally:word-count \"two words\")").await, "=> 2");
+    let journal = call(&tb, "undo", json!({})).await.text;
+    assert!(
+        journal.contains("function TALLY:WORD-COUNT: replaced a definition with no source file (defined at the REPL"),
+        "{journal}"
+    );
+
+    // load-system says the same of the files it reloads.
+    change_file(&dir.path().join("tally.lisp"), "(> (length a) (length b))", "(>= (length a) (length b))");
+    let output = call(&tb, "load-system", json!({"system": "tally"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(
+        output.text.contains("\nASDF reloaded 1 file of tally (tally.lisp) changed since loaded; undo entr"),
+        "{}",
+        output.text
+    );
+
+    // The compiler's warnings on the system's files come into the reply, and so do an error
+    // outside any test and the output's last lines before it.
+    change_file(
+        &dir.path().join("tally.lisp"),
+        "(defun word-count (text)",
+        "(defun uses-nothing () *no-such-variable*)\n\n(defun word-count (text)",
+    );
+    change_file(&dir.path().join("tests.lisp"), "(null failures)))", "(error \"The checks could not finish.\")))");
+    let output = call(&tb, "run-tests", json!({"system": "tally"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\nThe checks could not finish.\n"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "\n\n[compiler warnings] 1 warning building the system\nWARNING: undefined variable: \
+             TALLY::*NO-SUCH-VARIABLE*\n"
+        ),
+        "{}",
+        output.text
+    );
+    assert!(output.text.ends_with("\n5 checks. Unexpected failures: none"), "{}", output.text);
+}
+
+/// Alexandria's three seeded bugs (as benches/bugfix_path.py seeds them): (file, correct text,
+/// seeded text), each making one RT test fail.
+const ALEXANDRIA_BUGS: [(&str, &str, &str); 3] = [
+    ("alexandria-1/numbers.lisp", "(%multiply-range (1+ (- n k)) n)", "(%multiply-range (- n k) n)"),
+    ("alexandria-1/binding.lisp", "       (when (and ,@variables)", "       (when (or ,@variables)"),
+    (
+        "alexandria-1/lists.lisp",
+        "                       (traverse (car subtree))\n                       (traverse (cdr subtree)))",
+        "                       (traverse (cdr subtree))\n                       (traverse (car subtree)))",
+    ),
+];
+
+#[tokio::test]
+async fn a_seeded_library_is_fixed_in_the_loop_within_the_replies_budgets() {
+    // Debian's Alexandria, copied and seeded with three bugs, registered ahead of Debian's own.
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("alexandria");
+    let copied = std::process::Command::new("cp")
+        .args(["-r", "/usr/share/common-lisp/source/alexandria", &library.display().to_string()])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for (file, correct, seeded) in ALEXANDRIA_BUGS {
+        let path = library.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches(correct).count(), 1, "{file}");
+        std::fs::write(&path, text.replacen(correct, seeded, 1)).unwrap();
+    }
+    let registry = format!(
+        "(asdf:initialize-source-registry '(:source-registry (:tree {:?}) :inherit-configuration))",
+        format!("{}/", library.display())
+    );
+    let shell_output = shell(&[registry.clone(), "(asdf:test-system \"alexandria-tests\")".into()]).await;
+    let image = common::private_image().await;
+    let tb = Arc::new(swank_mcp::tools::Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(image.port)],
+        swank_mcp::source::AllowedRoots::new(vec![library.clone()]).unwrap(),
+    ));
+    common::eval_ok(&tb, &format!("(require :asdf) {registry}")).await;
+
+    // Red: the 249 tests the test-op runs twice are counted once, each failing test listed once
+    // with its form, expected and actual values.
+    let output = call(&tb, "run-tests", json!({"system": "alexandria-tests"})).await;
+    assert_rt_matches(&output, &shell_output);
+    assert!(
+        output.text.contains("\nRT: 249 tests, run twice by the test-op: 3 failed in both runs (1 by signalling an error), 246 passed.\n"),
+        "{}",
+        output.text
+    );
+    for test in ["FLATTEN.1", "WHEN-LET.2", "COUNT-PERMUTATIONS.1"] {
+        assert_eq!(output.text.matches(&format!("] ALEXANDRIA-TESTS::{test}\n")).count(), 1, "{}", output.text);
+    }
+    assert!(
+        output.text.contains(
+            "\n\n[FAIL] ALEXANDRIA-TESTS::WHEN-LET.2\n  Form: (WHEN-LET ((X 1) (Y NIL) (Z 3)) :OOPS)\n  Expected: NIL\n  \
+             Actual: :OOPS\n\n"
+        ),
+        "{}",
+        output.text
+    );
+    assert!(output.text.len() <= 2_500, "a red run with three failing tests: {} characters", output.text.len());
+
+    // The three definitions' text in one call, as the files have it, for at most 600 characters
+    // more.
+    let output = call(
+        &tb,
+        "find-definition",
+        json!({"symbol": "alexandria:count-permutations alexandria:when-let alexandria:flatten", "source": true}),
+    )
+    .await;
+    assert!(!output.is_error, "{}", output.text);
+    let mut texts = 0;
+    for (definition, (file, _, seeded)) in output.structured_value().unwrap()["symbols"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|symbol| symbol["definitions"][0].clone())
+        .zip(ALEXANDRIA_BUGS)
+    {
+        let text = definition["text"].as_str().unwrap();
+        let source = std::fs::read_to_string(library.join(file)).unwrap();
+        let line = definition["line"].as_u64().unwrap() as usize;
+        assert!(source.lines().skip(line - 1).collect::<Vec<_>>().join("\n").starts_with(text), "{text}");
+        assert!(text.contains(seeded), "{text}");
+        texts += text.len();
+    }
+    assert!(output.text.len() <= texts + 600, "{} characters for {texts} of text:\n{}", output.text.len(), output.text);
+
+    // Three one-line patches, loaded, in one call.
+    let patch = |file: &str, form_type: &str, name: &str, old: &str, new: &str| {
+        json!({"file_path": library.join(file), "form_type": form_type, "form_name": name, "operation": "patch",
+               "old_text": old, "new_text": new})
+    };
+    let output = call(
+        &tb,
+        "edit-lisp-form",
+        json!({"edits": [
+            patch("alexandria-1/numbers.lisp", "defun", "count-permutations", "(- n k) n)", "(1+ (- n k)) n)"),
+            patch("alexandria-1/binding.lisp", "defmacro", "when-let", "(when (or", "(when (and"),
+            patch("alexandria-1/lists.lisp", "defun", "flatten", "(traverse (cdr subtree))\n                       (traverse (car subtree))",
+                  "(traverse (car subtree))\n                       (traverse (cdr subtree))"),
+        ], "load": true}),
+    )
+    .await;
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(output.text.matches("\nLoaded `").count(), 3, "{}", output.text);
+    assert!(output.text.len() <= 2_000, "three patches, loaded: {} characters:\n{}", output.text.len(), output.text);
+    for (file, correct, _) in ALEXANDRIA_BUGS {
+        assert!(std::fs::read_to_string(library.join(file)).unwrap().contains(correct), "{file}");
+    }
+    // The fixes are in the image already, before any reload.
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "(alexandria:flatten '((1) 2 (3)))").await), "=> (1 2 3)");
+
+    // Green, in at most 400 characters, saying which changed files the test-op reloaded first.
+    let output = call(&tb, "run-tests", json!({"system": "alexandria-tests"})).await;
+    assert!(!output.is_error, "{}", output.text);
+    assert!(output.text.contains("\nRT: 249 tests, run twice by the test-op: all passed.\n"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "\nBefore the tests, ASDF reloaded 3 files of alexandria (alexandria-1/binding.lisp, alexandria-1/lists.lisp, \
+             alexandria-1/numbers.lisp) changed since loaded and "
+        ),
+        "{}",
+        output.text
+    );
+    assert!(output.text.len() <= 400, "a green run: {} characters:\n{}", output.text.len(), output.text);
     drop(image);
 }

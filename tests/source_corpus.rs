@@ -138,7 +138,8 @@ fn every_definition_is_edited_losslessly() {
             let index = Some(*count);
             for operation in [Operation::Replace, Operation::Delete] {
                 let content = if operation == Operation::Delete { "" } else { marker };
-                let request = EditRequest { form_type: operator, form_name: name, operation, content, index };
+                let request =
+                    EditRequest { form_type: operator, form_name: name, operation, content, old_text: "", index };
                 let prepared = match prepare_edit(&roots, file, None, &request) {
                     Ok(prepared) => prepared,
                     Err(e) => {

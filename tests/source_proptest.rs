@@ -144,7 +144,8 @@ proptest! {
         index in prop::option::of(0usize..4),
     ) {
         let roots = AllowedRoots::new(vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source")]).expect("roots");
-        let request = EditRequest { form_type: &form_type, form_name: &form_name, operation, content: &content, index };
+        let request =
+            EditRequest { form_type: &form_type, form_name: &form_name, operation, content: &content, old_text: "", index };
         if let Ok(prepared) = prepare_edit(&roots, Path::new("shapes.lisp"), None, &request) {
             prop_assert!(Cst::parse(prepared.new_text()).is_ok());
             prop_assert!(prepared.report().diff.starts_with("--- a/shapes.lisp\n"));

@@ -486,6 +486,7 @@ fn a_file_changed_between_read_and_write_is_not_overwritten() {
         form_name: "scale",
         operation: Operation::Replace,
         content: "(defun scale (s f) s)",
+        old_text: "",
         index: None,
     };
     let prepared = prepare_edit(&project.roots, Path::new(&file), None, &request).expect("prepared");
@@ -600,21 +601,197 @@ fn outline_lists_the_forms() {
 fn definitions_describe_the_tools_honestly() {
     let edit = edit_lisp_form::definition();
     assert_eq!(edit.name, "edit-lisp-form");
-    assert!(edit.description.contains("Prefer it to rewriting files or text substitution"));
+    // As the contract asks: the model is told to prefer it to rewriting whole files.
+    assert!(edit.description.contains("Use it rather than rewriting files"));
     // With `load`, it changes the image too.
     assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
-    assert_eq!(edit.input_schema()["required"], json!(["file_path", "form_type", "form_name", "operation"]));
-    assert!(edit.description.contains("load: true also compiles the change into the image"));
+    // One edit's fields, or `edits`: which are required depends on which the call gives.
+    assert_eq!(edit.input_schema().get("required"), None);
+    assert_eq!(edit.input_schema()["properties"]["edits"]["type"], json!("array"));
+    assert!(edit.input_schema()["properties"]["operation"]["enum"].as_array().unwrap().contains(&json!("patch")));
+    assert!(edit.description.contains("load: true compiles the change into the image"));
     assert_eq!(edit.input_schema()["properties"]["dry_run"]["type"], json!("boolean"));
     assert_eq!(edit.input_schema()["properties"]["index"]["minimum"], json!(1));
-    assert!(edit.input_schema()["properties"]["file_path"]["description"]
-        .as_str()
-        .unwrap_or_default()
-        .contains("relative to"));
 
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);
         assert!(!definition.annotations.open_world);
         assert_eq!(definition.to_json(true)["annotations"]["readOnlyHint"], json!(true));
+    }
+}
+
+#[test]
+fn a_patch_replaces_the_one_occurrence_inside_the_form() {
+    let project = Project::new();
+    let original = fixture("shapes.lisp");
+    let file = project.file("shapes.lisp", &original);
+    let output = project.edit(json!({
+        "file_path": file, "form_type": "defmethod", "form_name": "area ((r rectangle))",
+        "operation": "patch", "old_text": "(height r)", "new_text": "(height r) 2",
+    }));
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(
+        project.read("shapes.lisp"),
+        original.replacen("(* (width r) (height r))", "(* (width r) (height r) 2)", 1)
+    );
+    // A compact diff: the one line, no context, the file named once.
+    assert_eq!(
+        output.text,
+        "Patched `defmethod area (rectangle)` (lines 33-34) in shapes.lisp:\n@@ -34 +34 @@\n-  (* (width r) (height r)))\n+  \
+         (* (width r) (height r) 2))"
+    );
+    // The same text elsewhere in the file does not count: only the named form is searched.
+    assert!(original.matches("(radius shape)").count() > 1);
+    let output = project.edit(json!({
+        "file_path": file, "form_type": "defmethod", "form_name": "area ((shape circle))",
+        "operation": "patch", "old_text": "(radius shape)", "new_text": "(radius shape)", "dry_run": true,
+    }));
+    assert!(!output.is_error && output.text.contains("nothing changed"), "{}", output.text);
+}
+
+#[test]
+fn a_patch_whose_old_text_occurs_twice_or_never_is_refused_where_it_says() {
+    let project = Project::new();
+    let file = project.file("shapes.lisp", fixture("shapes.lisp"));
+    let twice = project.edit_err(
+        "shapes.lisp",
+        json!({"file_path": file, "form_type": "defun", "form_name": "scale", "operation": "patch",
+               "old_text": "(* factor", "new_text": "(/ factor"}),
+    );
+    assert_eq!(
+        twice,
+        "`old_text` occurs 3 times in `defun scale` (lines 59-65): at lines and columns 62:44, 64:38, 65:39. Give more \
+         of the text around the one to change, so that it occurs once.\nThe file was not touched."
+    );
+    let spaced = project.edit_err(
+        "shapes.lisp",
+        json!({"file_path": file, "form_type": "defun", "form_name": "scale", "operation": "patch",
+               "old_text": "(etypecase shape (circle", "new_text": "(typecase shape (circle"}),
+    );
+    assert!(
+        spaced.starts_with("`old_text` does not occur in `defun scale` (lines 59-65). It does with other blank space"),
+        "{spaced}"
+    );
+    assert!(spaced.contains("at line 61"), "{spaced}");
+    let elsewhere = project.edit_err(
+        "shapes.lisp",
+        json!({"file_path": file, "form_type": "defun", "form_name": "scale", "operation": "patch",
+               "old_text": "(sb-ext:gc :full t)", "new_text": "(sb-ext:gc)"}),
+    );
+    assert!(elsewhere.contains("It does at line 69, outside this form"), "{elsewhere}");
+    // The result must still read as the one form.
+    let unbalanced = project.edit_err(
+        "shapes.lisp",
+        json!({"file_path": file, "form_type": "defun", "form_name": "scale", "operation": "patch",
+               "old_text": "(etypecase shape", "new_text": "(etypecase (shape"}),
+    );
+    assert!(unbalanced.contains("`defun scale` would not read"), "{unbalanced}");
+    let content = project.edit_err(
+        "shapes.lisp",
+        json!({"file_path": file, "form_type": "defun", "form_name": "scale", "operation": "patch",
+               "old_text": "shape", "new_text": "s", "content": "(defun scale ())"}),
+    );
+    assert!(content.contains("`patch` takes `old_text` and `new_text`, not `content`"), "{content}");
+}
+
+#[test]
+fn a_patch_in_a_crlf_file_keeps_its_line_endings() {
+    let project = Project::new();
+    let file = project.file("crlf.lisp", "(defun f (x)\r\n  (+ x\r\n     1))\r\n");
+    let output = project.edit(json!({
+        "file_path": file, "form_type": "defun", "form_name": "f", "operation": "patch",
+        "old_text": "(+ x\n     1)", "new_text": "(+ x\n     2)",
+    }));
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(project.read("crlf.lisp"), "(defun f (x)\r\n  (+ x\r\n     2))\r\n");
+}
+
+#[test]
+fn a_batch_is_applied_all_or_none() {
+    let project = Project::new();
+    let shapes = project.file("shapes.lisp", fixture("shapes.lisp"));
+    let other = project.file("other.lisp", "(defun one () 1)\n\n(defun two () 2)\n");
+    let patch = |file: &str, name: &str, old: &str, new: &str| json!({"file_path": file, "form_type": "defun", "form_name": name, "operation": "patch", "old_text": old, "new_text": new});
+    // The second edit fails: neither file is written.
+    let before = (project.read("shapes.lisp"), project.read("other.lisp"));
+    let refused = project.edit_err(
+        "other.lisp",
+        json!({"edits": [patch(&other, "one", "1", "10"), patch(&shapes, "scale", "(* factor", "(/ factor"),
+                         patch(&other, "two", "2", "20")]}),
+    );
+    assert!(
+        refused.starts_with(&format!("Edit 2 of 3 (`defun scale` in {shapes}) was refused: `old_text` occurs 3 times")),
+        "{refused}"
+    );
+    assert!(refused.ends_with("No file was written: the edits are applied all or none."), "{refused}");
+    assert_eq!((project.read("shapes.lisp"), project.read("other.lisp")), before);
+    // Each edit's fields are checked as a call's are, unknown ones refused.
+    let unknown = project.edit_err(
+        "other.lisp",
+        json!({"edits": [patch(&other, "one", "1", "10"), {"file_path": other, "form_type": "defun", "form_name": "two",
+                         "operation": "patch", "old": "2", "new_text": "20"}]}),
+    );
+    assert!(
+        unknown.starts_with(
+            "In element 2 of `edits`: Unknown argument `old`: did you mean `old_text`? each element of `edits` takes \
+             `file_path`, `form_type`"
+        ),
+        "{unknown}"
+    );
+    let mixed = project.edit_err("other.lisp", json!({"edits": [patch(&other, "one", "1", "10")], "file_path": other}));
+    assert!(mixed.contains("Give one edit's fields or `edits`, not both"), "{mixed}");
+
+    // Two edits of one file and one of another: all written, each edit on what the one before left.
+    let output = project.edit(json!({"edits": [
+        patch(&other, "one", "1", "10"),
+        patch(&shapes, "scale", "\"Return a copy", "\"Return a new copy"),
+        {"file_path": other, "form_type": "defun", "form_name": "two", "operation": "insert_after", "content": "(defun three () 3)"},
+        patch(&other, "one", "10", "11"),
+    ]}));
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(project.read("other.lisp"), "(defun one () 11)\n\n(defun two () 2)\n\n(defun three () 3)\n");
+    assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
+    assert!(output.text.starts_with("Patched `defun one` (line 1) in other.lisp:\n@@ -1 +1 @@\n"), "{}", output.text);
+    assert_eq!(output.structured_value().unwrap()["edits"].as_array().map(Vec::len), Some(4));
+}
+
+#[test]
+fn the_outline_gives_each_forms_text_with_source() {
+    let project = Project::new();
+    let file = project.file("shapes.lisp", fixture("shapes.lisp"));
+    let output =
+        run(&lisp_outline::TOOL, json!({"file_path": file, "source": true, "offset": 17, "limit": 2}), &project.roots);
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(
+        output.text,
+        "shapes.lisp: 22 top-level forms, 81 lines\nforms 18 to 19:\n67-69  #+sbcl defun gc-shapes\n#+sbcl\n(defun gc-shapes ()\n  \
+         (sb-ext:gc :full t))\n71-73  #-sbcl defun gc-shapes\n#-sbcl\n(defun gc-shapes ()\n  nil)\n... 3 more; use `offset: 19` for \
+         the next page."
+    );
+    // A wrapper's text holds its nested forms, which are not repeated; the next offset counts
+    // top-level forms.
+    let wrapped = project.file("wrapped.lisp", "(progn\n  (defun a () 1)\n  (defun b () 2))\n\n(defun c () 3)\n");
+    let output = run(&lisp_outline::TOOL, json!({"file_path": wrapped, "limit": 1}), &project.roots);
+    assert!(output.text.ends_with("... 1 more; use `offset: 1` for the next page."), "{}", output.text);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": wrapped, "source": true, "limit": 1}), &project.roots);
+    assert_eq!(
+        output.text,
+        "wrapped.lisp: 2 top-level forms, 5 lines\nforms 1 to 1:\n1-3  progn\n(progn\n  (defun a () 1)\n  (defun b () 2))\n... 1 \
+         more; use `offset: 1` for the next page."
+    );
+}
+
+#[test]
+fn escaped_names_are_told_apart_as_sbcls_reader_tells_them() {
+    // The contract compares names with string-equal; SBCL reads `|foo|` as another symbol than
+    // `foo`, and `|FOO|` as the same one.
+    let project = Project::new();
+    let file = project.file("escaped.lisp", "(defun |foo| () 1)\n\n(defun foo () 2)\n");
+    for (form_name, line) in [("foo", "line 3"), ("|FOO|", "line 3"), ("|foo|", "line 1")] {
+        let output = project.edit(json!({
+            "file_path": file, "form_type": "defun", "form_name": form_name,
+            "operation": "replace", "content": "(x)", "dry_run": true,
+        }));
+        assert!(!output.is_error && output.text.contains(&format!("({line})")), "{form_name}: {}", output.text);
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::helper::retry_after_reload;
 use super::request::Request;
 use super::slot::{ImageError, Step};
 use super::{call_tag, Image};
@@ -123,9 +124,15 @@ impl Image {
         let live = self.connection_by(deadline, limits).await?;
         let token = self.new_token();
         let form = self.helper_form(request, &token);
-        live.workers.keep(&live.connection);
-        let call = live.workers.rex(&live.connection, form, "COMMON-LISP-USER");
-        self.supervise(&live.connection, &token, deadline, limits, call).await
+        let mut reloaded = false;
+        loop {
+            live.workers.keep(&live.connection);
+            let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
+            let reply = self.supervise(&live.connection, &token, deadline, limits, call).await?;
+            if !retry_after_reload(&live.connection, &reply, &mut reloaded, deadline, limits).await? {
+                return Ok(reply);
+            }
+        }
     }
 
     /// [`Image::call_helper`] for a call whose thread may stop in the image's debugger and wait
@@ -140,8 +147,18 @@ impl Image {
         let connection = self.connection_by(deadline, limits).await?.connection;
         let token = self.new_token();
         let form = self.helper_form(request, &token);
-        let rex = connection.rex_debuggable(form, "COMMON-LISP-USER")?;
-        self.follow(Evaluating { connection, token, rex }, deadline, limits).await
+        let mut reloaded = false;
+        loop {
+            let rex = connection.rex_debuggable(form.clone(), "COMMON-LISP-USER")?;
+            let evaluating = Evaluating { connection: connection.clone(), token: token.clone(), rex };
+            let evaluation = self.follow(evaluating, deadline, limits).await?;
+            if let Evaluation::Returned(reply) = &evaluation {
+                if retry_after_reload(&connection, reply, &mut reloaded, deadline, limits).await? {
+                    continue;
+                }
+            }
+            return Ok(evaluation);
+        }
     }
 
     /// Waits for what an evaluation does next, within `deadline`: it returns, or stops in the
@@ -194,9 +211,10 @@ impl Image {
         self.supervise(&stopped.connection, &stopped.token, deadline, limits, call).await
     }
 
-    /// The form of `request`, made as this server's session, under `token`.
+    /// The form of `request`, made as this server's session, under `token`, in the helper revision
+    /// this server loaded.
     fn helper_form(&self, request: Request, token: &str) -> Form {
-        request.key("session", self.session.as_str()).key("token", token).form()
+        request.key("session", self.session.as_str()).key("token", token).checked_form()
     }
 
     /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`

@@ -7,15 +7,31 @@
 //! where the cache cannot be written it loads the source as it is.
 //!
 //! See docs/design.md, "The helper in the image, and why it is loaded as it is".
+//!
+//! An image holds one revision at a time. Every call names the revision its server loaded
+//! ([`Helper::call`]); the image runs it only when that is the one it holds, and otherwise answers
+//! `:other-helper`: another swank-mcp (an older or newer version attached to the same image)
+//! loaded its own since, or the person uninstalled the helper. The call then loads this revision
+//! again and is sent once more ([`retry_after_reload`]); the image replaces another revision only
+//! while none of its calls runs, and refuses otherwise, which this server reports with both
+//! versions named ([`ImageError::Helper`]).
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use tokio::time::Instant;
 
 use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
-use super::ImageError;
+use super::calls::UNWIND_GRACE;
+use super::{CallError, CallLimits, Image, ImageError, Step};
 
 /// The helper's files in load order (the digest covers them all). Public for the replay tests,
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/package.lisp"),
+    include_str!("../lisp/footprint.lisp"),
+    include_str!("../lisp/servers.lisp"),
     include_str!("../lisp/capture.lisp"),
     include_str!("../lisp/calls.lisp"),
     include_str!("../lisp/conditions.lisp"),
@@ -60,46 +76,258 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// Makes the helper's current revision the one the image holds. A connection to an image that
-/// has it costs one small request; the source (some 300 KB) crosses the wire only when neither the
-/// image nor its cache has this revision. Besides saving the transfer, this keeps it out of
-/// swank's event history, which swank dumps to the image's stderr (often the user's
-/// *inferior-lisp* buffer) when a connection breaks.
-///
-/// Returns whether the image already held a helper (of any revision): one that held none has
-/// had no connection from a swank-mcp since it started.
+/// One revision of the helper: its text, the digest that names it in the image, and the
+/// swank-mcp release that sends it, which names it to people.
+pub struct Helper {
+    source: Cow<'static, str>,
+    digest: String,
+    release: Cow<'static, str>,
+}
+
+static CURRENT: LazyLock<Helper> = LazyLock::new(|| Helper {
+    source: Cow::Borrowed(HELPER_SOURCE),
+    digest: format!("{HELPER_DIGEST:016x}"),
+    release: Cow::Borrowed(env!("CARGO_PKG_VERSION")),
+});
+
+impl Helper {
+    /// This swank-mcp's helper.
+    pub fn current() -> &'static Helper {
+        &CURRENT
+    }
+
+    /// The helper another swank-mcp release would send, with its own text: what the tests that
+    /// attach two versions to one image load beside [`Helper::current`].
+    pub fn other(source: String, release: &str) -> Helper {
+        Helper {
+            digest: format!("{:016x}", fnv1a(source.as_bytes())),
+            source: Cow::Owned(source),
+            release: Cow::Owned(release.to_string()),
+        }
+    }
+
+    /// The digest that names this revision in the image.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The helper's entry `function` called with `args`, when the image holds this revision; the
+    /// image answers `:other-helper` otherwise (see `CALL` in `lisp/calls.lisp`). Named by strings,
+    /// so that it reads in an image without the helper, or with another revision that lacks
+    /// `function`; and with nothing SBCL would compile.
+    pub fn call(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+        let entry = || Form::call("cl", "find-symbol", [Form::string("CALL"), Form::string("MCP-AGENT-HELPER")]);
+        let call = Form::call(
+            "cl",
+            "funcall",
+            [entry(), Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
+        );
+        Form::call(
+            "cl",
+            "if",
+            [
+                Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
+                Form::call("cl", "if", [Form::call("cl", "fboundp", [entry()]), call, Form::Keyword("other-helper")]),
+                Form::Keyword("other-helper"),
+            ],
+        )
+    }
+
+    /// Makes this revision the one the image holds. A connection to an image that has it costs
+    /// one small request; the source (some 300 KB) crosses the wire only when neither the image
+    /// nor its cache has this revision. Besides saving the transfer, this keeps it out of swank's
+    /// event history, which swank dumps to the image's stderr (often the user's *inferior-lisp*
+    /// buffer) when a connection breaks.
+    ///
+    /// Returns whether the image already held a helper (of any revision): one that held none has
+    /// had no connection from a swank-mcp since it started (or since the helper was uninstalled).
+    pub async fn load(&self, connection: &Connection) -> Result<bool, ImageError> {
+        let started = std::time::Instant::now();
+        let failed = |detail: String| ImageError::Helper { endpoint: connection.endpoint().clone(), detail };
+        let request = |form: Form| async move {
+            connection.rex(form, "COMMON-LISP-USER", Thread::New).await.map_err(|e| failed(e.to_string()))
+        };
+        let version = request(version_question()).await?;
+        if version.as_str() == Some(self.digest.as_str()) {
+            tracing::debug!(elapsed = ?started.elapsed(), "helper current");
+            return Ok(true);
+        }
+        let held_one = version.as_str().is_some();
+        // The bootstrap makes the helper's package, after which the server would scan every symbol.
+        let mut state = request(Form::call(
+            "cl",
+            "progn",
+            [load_bootstrap(), Dialect::seen_every_package(), self.ensure(Form::Nil)],
+        ))
+        .await?;
+        if state.is_keyword("need-source") {
+            state = request(self.ensure(Form::string(self.source.as_ref()))).await?;
+        }
+        tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
+        match state {
+            Sexp::Keyword(_) if !state.is_keyword("need-source") => Ok(held_one),
+            Sexp::List(busy) if busy.first().is_some_and(|head| head.is_keyword("busy")) => {
+                Err(failed(self.refusal(&busy[1..])))
+            }
+            other => Err(failed(format!("the bootstrap answered {other} where it reports how it loaded the helper"))),
+        }
+    }
+
+    /// Why the image keeps another revision: `(release digest calls)` of the one it holds.
+    fn refusal(&self, holder: &[Sexp]) -> String {
+        let release = holder.first().and_then(Sexp::as_str);
+        let digest = holder.get(1).and_then(Sexp::as_str).unwrap_or("?");
+        let calls = holder.get(2).and_then(Sexp::as_i64).unwrap_or(0);
+        let theirs = match release {
+            Some(release) => format!("swank-mcp {release}"),
+            None => "an earlier swank-mcp".to_string(),
+        };
+        format!(
+            "it holds the helper of {theirs} (revision {digest}), loaded by another swank-mcp attached to the \
+             image, which is running {calls} call{s} there now; this is swank-mcp {ours} (revision {our_digest}). \
+             An image holds one swank-mcp helper at a time, and swank-mcp replaces another version's only \
+             between its calls, never under them. Call again once those calls have ended (a call waiting in \
+             the debugger ends with the debugger tool's abort), and attach one swank-mcp version to this image \
+             (restart the MCP servers of the other version, or upgrade them).",
+            s = if calls == 1 { "" } else { "s" },
+            ours = self.release,
+            our_digest = self.digest,
+        )
+    }
+
+    /// The bootstrap's `ENSURE-HELPER` for this revision, with the source or nil; found by name,
+    /// since the request is read before the bootstrap that defines it is loaded.
+    fn ensure(&self, source: Form) -> Form {
+        Form::call(
+            "cl",
+            "funcall",
+            [
+                Form::call("cl", "find-symbol", [Form::string("ENSURE-HELPER"), Form::string("MCP-AGENT-HELPER")]),
+                Form::string(self.digest.clone()),
+                Form::string(self.release.as_ref()),
+                source,
+            ],
+        )
+    }
+}
+
+/// Makes this swank-mcp's helper the one the image holds (see [`Helper::load`]).
 pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageError> {
-    let digest = format!("{HELPER_DIGEST:016x}");
-    let started = std::time::Instant::now();
-    let request = |form: Form| async move {
-        connection
-            .rex(form, "COMMON-LISP-USER", Thread::New)
-            .await
-            .map_err(|e| ImageError::Helper { endpoint: connection.endpoint().clone(), detail: e.to_string() })
-    };
-    let version = request(version_question()).await?;
-    if version.as_str() == Some(digest.as_str()) {
-        tracing::debug!(elapsed = ?started.elapsed(), "helper current");
-        return Ok(true);
+    Helper::current().load(connection).await
+}
+
+/// What a call does with its `reply`: `Ok(true)` when the image answered `:other-helper` and
+/// now holds this swank-mcp's helper again, so that the call must be sent again; `Ok(false)` when
+/// the reply is the call's own. Loads the helper within the call's limits, once per call:
+/// `reloaded` says whether this call already did.
+pub(crate) async fn retry_after_reload(
+    connection: &Connection,
+    reply: &Sexp,
+    reloaded: &mut bool,
+    deadline: Instant,
+    limits: &CallLimits,
+) -> Result<bool, CallError> {
+    if !reply.is_keyword("other-helper") {
+        return Ok(false);
     }
-    let held_one = version.as_str().is_some();
-    // The bootstrap makes the helper's package, after which the server would scan every symbol.
-    let mut state = request(Form::call(
-        "cl",
-        "progn",
-        [load_bootstrap(), Dialect::seen_every_package(), ensure_helper(&digest, Form::Nil)],
-    ))
-    .await?;
-    if state.is_keyword("need-source") {
-        state = request(ensure_helper(&digest, Form::string(HELPER_SOURCE))).await?;
+    let endpoint = connection.endpoint().clone();
+    if std::mem::replace(reloaded, true) {
+        return Err(ImageError::Helper {
+            endpoint,
+            detail: "another swank-mcp version attached to the image loaded its own helper again right after this \
+                     one loaded its own, so the call could not run. Attach one swank-mcp version to this image."
+                .to_string(),
+        }
+        .into());
     }
-    tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
-    match state {
-        Sexp::Keyword(_) if !state.is_keyword("need-source") => Ok(held_one),
-        other => Err(ImageError::Helper {
-            endpoint: connection.endpoint().clone(),
-            detail: format!("the bootstrap answered {other} where it reports how it loaded the helper"),
+    tracing::info!(%endpoint, "the image holds another helper revision; loading this one again");
+    tokio::select! {
+        loaded = load_helper(connection) => loaded.map(|_| true).map_err(CallError::from),
+        _ = tokio::time::sleep_until(deadline + UNWIND_GRACE) => Err(CallError::NotReady {
+            step: Step::LoadingHelper,
+            endpoint,
+            limit: limits.timeout,
+            advice: limits.timeout_advice,
         }),
+        _ = limits.cancel.cancelled() => Err(CallError::Cancelled),
+    }
+}
+
+/// Takes the helper out of `image` for `swank-mcp uninstall` (see `UNINSTALL` in
+/// `lisp/footprint.lisp`), over a connection of its own that loads nothing: at once, or with
+/// `when_sessions_end` once the last session of a swank-mcp attached to it has ended. Returns
+/// what was done, in words for the person who asked; an error when nothing could be done.
+pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String, ImageError> {
+    let endpoint = image.endpoint().clone();
+    let failed = |detail: String| ImageError::Helper { endpoint: endpoint.clone(), detail };
+    let connection = Connection::connect(endpoint.clone(), &image.settings.connect)
+        .await
+        .map_err(|e| ImageError::Connect(e.to_string()))?;
+    let entry = || Form::call("cl", "find-symbol", [Form::string("UNINSTALL"), Form::string("MCP-AGENT-HELPER")]);
+    let arguments = [Form::Keyword("when-sessions-end"), if when_sessions_end { Form::T } else { Form::Nil }];
+    let request = Form::call(
+        "cl",
+        "if",
+        [
+            Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
+            Form::call(
+                "cl",
+                "if",
+                [
+                    Form::call("cl", "fboundp", [entry()]),
+                    Form::call("cl", "funcall", [entry()].into_iter().chain(arguments)),
+                    Form::Keyword("no-uninstall"),
+                ],
+            ),
+            Form::Keyword("not-installed"),
+        ],
+    );
+    let reply = connection.rex(request, "COMMON-LISP-USER", Thread::New).await.map_err(|e| failed(e.to_string()))?;
+    let count = |key: &str| reply.plist_get(key).and_then(Sexp::as_i64).unwrap_or(0);
+    let plural = |n: i64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    match reply.as_list().and_then(<[Sexp]>::first) {
+        _ if reply.is_keyword("not-installed") => {
+            Ok(format!("The image at {endpoint} holds no swank-mcp helper: there is nothing to uninstall."))
+        }
+        _ if reply.is_keyword("no-uninstall") => Err(failed(
+            "it holds the helper of an earlier swank-mcp, which cannot take itself out; restart the image to be rid \
+             of it, or attach this swank-mcp once (which replaces it) and uninstall again"
+                .to_string(),
+        )),
+        Some(head) if head.is_keyword("uninstalled") => {
+            let removed: Vec<&str> = reply
+                .plist_get("uninstalled")
+                .and_then(Sexp::as_list)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Sexp::as_str)
+                .collect();
+            Ok(format!(
+                "Uninstalled swank-mcp's helper from the image at {endpoint}.\nTook out: {}.\nEnded {} of swank-mcp \
+                 servers and {}. The package MCP-AGENT-HELPER was {}.\nThe modules sb-cltl2 and sb-introspect stay \
+                 loaded (a module cannot be unloaded). The next call of a swank-mcp attached to the image installs the \
+                 helper again.",
+                if removed.is_empty() {
+                    "nothing (the footprint was not in the image)".to_string()
+                } else {
+                    removed.join("; ")
+                },
+                plural(count("sessions"), "session", "sessions"),
+                plural(count("workers"), "worker thread", "worker threads"),
+                reply.plist_str("package").unwrap_or("?"),
+            ))
+        }
+        Some(head) if head.is_keyword("pending") => Ok(format!(
+            "The helper in the image at {endpoint} will be uninstalled when the last of the {} attached to it ends.",
+            plural(count("pending"), "swank-mcp session", "swank-mcp sessions")
+        )),
+        Some(head) if head.is_keyword("busy") => Err(failed(format!(
+            "{} running in the image, so nothing was changed (uninstalling under a call would pull the helper \
+             from under it). Run it again once they have ended, or with --when-sessions-end to uninstall when the \
+             last swank-mcp session attached to the image ends.",
+            plural(count("busy"), "swank-mcp call is", "swank-mcp calls are")
+        ))),
+        _ => Err(failed(format!("UNINSTALL answered {reply}, which this swank-mcp does not understand"))),
     }
 }
 
@@ -174,20 +402,6 @@ fn load_bootstrap() -> Form {
     )
 }
 
-/// The bootstrap's `ENSURE-HELPER` for this revision, with the source or nil; found by name, since
-/// the request is read before the bootstrap that defines it is loaded.
-fn ensure_helper(digest: &str, source: Form) -> Form {
-    Form::call(
-        "cl",
-        "funcall",
-        [
-            Form::call("cl", "find-symbol", [Form::string("ENSURE-HELPER"), Form::string("MCP-AGENT-HELPER")]),
-            Form::string(digest),
-            source,
-        ],
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::HELPER_SOURCE;
@@ -200,9 +414,17 @@ mod tests {
         let duplicates: Vec<&str> = HELPER_SOURCE
             .lines()
             .filter_map(|line| {
-                let rest = ["(defun ", "(defmacro ", "(defvar ", "(defparameter ", "(defgeneric ", "(defclass "]
-                    .iter()
-                    .find_map(|prefix| line.strip_prefix(prefix))?;
+                let rest = [
+                    "(defun ",
+                    "(define-entry ",
+                    "(defmacro ",
+                    "(defvar ",
+                    "(defparameter ",
+                    "(defgeneric ",
+                    "(defclass ",
+                ]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))?;
                 rest.split([' ', ')']).next()
             })
             .filter(|name| !seen.insert(*name))

@@ -2,7 +2,7 @@
 //! in order, then its keyword arguments. Every tool and service builds what it asks of the image
 //! with it, and the image layer adds the session and the call's token.
 
-use super::helper::HELPER_PACKAGE;
+use super::helper::{Helper, HELPER_PACKAGE};
 use crate::swank::Form;
 
 /// A call of a function of the helper, `(mcp-agent-helper:FUNCTION ARG... :KEY VALUE...)`.
@@ -44,9 +44,15 @@ impl Request {
         self.function
     }
 
-    /// The form that makes the call.
+    /// The form that makes the call, for a thread already running in the helper.
     pub(crate) fn form(self) -> Form {
         Form::call(HELPER_PACKAGE, self.function, self.args)
+    }
+
+    /// The form that makes the call only in an image that holds this swank-mcp's helper revision,
+    /// which answers `:other-helper` otherwise ([`Helper::call`]).
+    pub(crate) fn checked_form(self) -> Form {
+        Helper::current().call(self.function, self.args)
     }
 }
 

@@ -23,6 +23,10 @@ connection's Emacs and returns NIL once the connection has closed. Emacs adds an
 entries itself (swank-mcp--subscribe-form), with the server's names, which this file may not
 mention, and maybe before any agent has loaded this helper.")
 
+(defun emacs-subscribed-p ()
+  "True while an Emacs buffer subscribes to agents' calls here."
+  (and *emacs-feeds* t))
+
 (defun tell-emacs (topic &rest message)
   "Sends MESSAGE, a flat list (one line in Emacs's event log), to each Emacs subscribed to TOPIC;
 forgets those whose connection closed. True when one was told."
@@ -65,7 +69,7 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    ;; The connection of the agent's server that sent the last note of the call.
    (connection :initform (server-connection) :accessor record-connection)))
 
-(defun note-activities (notes &key session token)
+(define-entry note-activities (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
 MILLISECONDS): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the reply
 the agent received, and MILLISECONDS, how long the call took, once it ended. A note that arrives
@@ -125,7 +129,7 @@ the call ended is not known."
   "The reply text of a call in :LOST.")
 
 (defun end-calls-of-connection (connection)
-  "The server's connection-closed hook: the calls of the agent's server on CONNECTION that have
+  "For the server's connection-closed hook (CONNECTION-CLOSED): the calls of the agent's server on CONNECTION that have
 not ended never will, as far as the record can tell; they are ended in :LOST, so that neither the
 activity buffer nor M-x swank-mcp-cancel-call takes them for running."
   (ignore-errors
@@ -139,8 +143,6 @@ activity buffer nor M-x swank-mcp-cancel-call takes them for running."
                             and collect (record-plist record)))))
      (dolist (plist changed)
        (apply #'tell-emacs :activity :call plist)))))
-
-(add-connection-closed-hook 'end-calls-of-connection)
 
 (defun outcome-line (text)
   "The first line of TEXT that says something, cut to 200 characters: how the call ended."
@@ -175,14 +177,14 @@ characters, where the user's own requests must not be pushed out by an agent's b
                         "Cancelled in Emacs.")
                        ((record-text record) (outcome-line (record-text record))))))
 
-(defun activity-reply (id)
+(define-entry activity-reply (id)
   "For Emacs: the reply the agent received for its call ID, as (:TEXT text); the text is NIL
 until the call ends, and the whole answer NIL once the call is no longer recorded."
   (sb-thread:with-mutex (*activity-lock*)
     (let ((record (find id *activity* :key #'record-id :test #'string=)))
       (and record (list :text (record-text record))))))
 
-(defun activity-records ()
+(define-entry activity-records ()
   "For an Emacs activity buffer that opens or is refreshed: every recorded call, oldest first, as
 RECORD-PLIST. Later changes come down its channel."
   (sb-thread:with-mutex (*activity-lock*)
@@ -206,7 +208,7 @@ RECORD-PLIST. Later changes come down its channel."
 
 (defvar *next-approval-id* 1)
 
-(defun request-approval (tool text &key client timeout-ms session token)
+(define-entry request-approval (tool text &key client timeout-ms session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
 and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT, or
@@ -243,7 +245,7 @@ as for any call. Emacs is told when the request ends, however it ends, so that i
            (tell-emacs :approvals :approval-ended :id id :verdict verdict)))
        (list :verdict verdict)))))
 
-(defun answer-approval (id verdict)
+(define-entry answer-approval (id verdict)
   "The user's answer (:YES, :NO or :ALWAYS) to approval ID: :TAKEN when the request still waited
 and gets it, :ENDED when it had already ended (timed out, cancelled), so that nothing runs."
   (unless (member verdict '(:yes :no :always))
@@ -265,7 +267,7 @@ and gets it, :ENDED when it had already ended (timed out, cancelled), so that no
 
 (defparameter *cancelled-calls-limit* 256)
 
-(defun cancel-call (&optional id)
+(define-entry cancel-call (&optional id)
   "For Emacs (M-x swank-mcp-cancel-call): ends the agent's call ID, by default the newest one
 still waiting or running. A call waiting for approval is declined. A running call's evaluations
 are interrupted, and any it starts later abort at once, each with a report that says the user
@@ -315,34 +317,35 @@ abort at once. Returns how many were running."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Tools allowed for a session
 ;;;
-;;; The user's "allow for the session" answer in Emacs is kept here, where Emacs can take it back
-;;; (swank-mcp-revoke-session-allowances): the agent's server asks before it skips an approval.
+;;; The user's "allow for the session" answer in Emacs is kept here, in the agent's SESSION, where
+;;; Emacs can take it back (swank-mcp-revoke-session-allowances): the agent's server asks before
+;;; it skips an approval.
 
-(defvar *session-allowances* '()
-  "The tools the user allowed in Emacs for the rest of an agent's session: (session tool client),
-newest first.")
+(defvar *allowances-given* (list 0)
+  "How many allowances were given, in a cons for ATOMIC-INCF: each is numbered, so that they are
+listed in the order they were given.")
 
-(defvar *allowance-lock* (sb-thread:make-mutex :name "mcp-agent-helper allowances"))
-
-(defun allow-for-session (tool client &key session token)
+(define-entry allow-for-session (tool client &key session token)
   "The user allowed TOOL for the rest of SESSION, the session of the agent's client CLIENT."
   (declare (ignore token))
-  (sb-thread:with-mutex (*allowance-lock*)
-    (pushnew (list session tool client) *session-allowances* :test #'equal))
+  (let ((session (find-session session)))
+    (sb-thread:with-mutex ((session-lock session))
+      (unless (find tool (session-allowances session) :key #'second :test #'equal)
+        (push (list (sb-ext:atomic-incf (car *allowances-given*)) tool client) (session-allowances session)))))
   (list :allowed t))
 
-(defun session-allowed-p (tool &key session token)
+(define-entry session-allowed-p (tool &key session token)
   "Whether TOOL is still allowed for SESSION: (:ALLOWED boolean)."
   (declare (ignore token))
-  (sb-thread:with-mutex (*allowance-lock*)
-    (list :allowed (and (find-if (lambda (allowance)
-                                   (and (equal (first allowance) session) (equal (second allowance) tool)))
-                                 *session-allowances*)
-                        t))))
+  (list :allowed (and (find tool (session-allowances (find-session session)) :key #'second :test #'equal) t)))
 
-(defun revoke-session-allowances ()
+(define-entry revoke-session-allowances ()
   "For Emacs: every tool allowed for a session needs the user's approval again. Returns what was
 allowed, each (tool client), oldest first."
-  (sb-thread:with-mutex (*allowance-lock*)
-    (prog1 (mapcar #'rest (reverse *session-allowances*))
-      (setf *session-allowances* '()))))
+  (let ((allowances '()))
+    (sb-ext:with-locked-hash-table (*sessions*)
+      (loop for session being the hash-values of *sessions*
+            do (sb-thread:with-mutex ((session-lock session))
+                 (setf allowances (append (session-allowances session) allowances)
+                       (session-allowances session) '()))))
+    (mapcar #'rest (sort allowances #'< :key #'first))))

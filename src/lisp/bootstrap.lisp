@@ -7,6 +7,12 @@
 ;;;; milliseconds, and without the source crossing the wire. Where the cache cannot be written,
 ;;;; the source is loaded as before.
 ;;;;
+;;;; The image holds one revision of the helper at a time. A connection whose swank-mcp has another
+;;;; one (an older or newer swank-mcp attached to the same image) replaces it only while none of
+;;;; its calls runs; otherwise ENSURE-HELPER refuses, and that swank-mcp says why. A call made for a
+;;;; revision the image no longer holds runs nothing (CALL, in calls.lisp), so neither swank-mcp
+;;;; ever runs the other's definitions.
+;;;;
 ;;;; The connection loads this file with SBCL's interpreter where it has one: these functions run
 ;;;; once per image, and compiling them cost more than running them.
 
@@ -18,7 +24,15 @@
 (in-package "MCP-AGENT-HELPER")
 
 (defvar *version* nil
-  "A digest of the helper text loaded in this image (nil before the first load).")
+  "A digest of the helper text loaded in this image (nil before the first load, and after
+UNINSTALL).")
+
+(defvar *release* nil
+  "The release of the swank-mcp that loaded the helper, as it named itself.")
+
+(defvar *calls-running* (list 0)
+  "How many calls (see CALL) run now, in a cons for ATOMIC-INCF: while any does, the helper is not
+replaced.")
 
 (defvar *load-lock* nil
   "Held while the helper is checked and loaded: connections that arrive together (several
@@ -72,7 +86,6 @@ does not load (cut short, or written by another build) is deleted so that the so
   (let ((fasl (helper-fasl digest)))
     (when (and fasl (probe-file fasl))
       (handler-case (progn (call-quietly (lambda () (load fasl)))
-                           (setf *version* digest)
                            t)
         (error ()
           (ignore-errors (delete-file fasl))
@@ -105,16 +118,35 @@ that an image reading the cache never sees half a file. Returns true when the fa
           (ignore-errors (delete-file source-file))
           (ignore-errors (when (probe-file compiled) (delete-file compiled))))))))
 
-(defun ensure-helper (digest source)
-  "Makes the helper whose text has DIGEST current in this image. Returns :CURRENT when it already
-was, :CACHED when its compiled file was loaded, :NEED-SOURCE when SOURCE (nil) is needed to go on,
-:COMPILED when SOURCE was compiled into the cache and loaded, or :SOURCE when it was loaded as
-source because the cache cannot be written."
+(defun calls-running ()
+  "How many calls of the helper in the image run now: those CALL counts, or for a helper from
+before CALL, those it registered under a token."
+  (max (car *calls-running*)
+       (let ((running (and (boundp '*running*) (symbol-value '*running*))))
+         (if (hash-table-p running) (hash-table-count running) 0))))
+
+(defun installed (digest release how)
+  "Puts in the footprint of the helper just loaded (footprint.lisp), which is then current."
+  ;; By name: the helper defines it.
+  (funcall 'install)
+  (setf *version* digest
+        *release* release)
+  how)
+
+(defun ensure-helper (digest release source)
+  "Makes the helper whose text has DIGEST, which swank-mcp RELEASE sends, current in this image.
+Returns :CURRENT when it already was, :CACHED when its compiled file was loaded, :NEED-SOURCE when
+SOURCE (nil) is needed to go on, :COMPILED when SOURCE was compiled into the cache and loaded, or
+:SOURCE when it was loaded as source because the cache cannot be written. Returns (:BUSY release
+digest calls) when the image holds another revision, of that release and digest, and it is running
+that many calls: it is not replaced under their feet."
   (sb-thread:with-mutex (*load-lock*)
     (cond ((equal *version* digest) :current)
-          ((load-cached-helper digest) :cached)
+          ((and *version* (plusp (calls-running)))
+           (list :busy *release* *version* (calls-running)))
+          ((load-cached-helper digest) (installed digest release :cached))
           ((null source) :need-source)
-          ((and (compile-helper-into-cache digest source) (load-cached-helper digest)) :compiled)
+          ((and (compile-helper-into-cache digest source) (load-cached-helper digest))
+           (installed digest release :compiled))
           (t (call-quietly (lambda () (load (make-string-input-stream source))))
-             (setf *version* digest)
-             :source))))
+             (installed digest release :source)))))

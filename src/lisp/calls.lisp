@@ -1,10 +1,45 @@
-;;;; Running a call under a token, so that a timeout or a cancellation interrupts the right
-;;;; thread; the server's mailboxes of finished threads, dropped after each call; and what a
+;;;; How the swank-mcp server calls the helper (CALL, which runs only the helper revision that
+;;;; server loaded); running a call under a token, so that a timeout or a cancellation interrupts
+;;;; the right thread; taking turns at what only one call may use at a time (ASDF); and what a
 ;;;; call that will not stop is doing.
 ;;;;
 ;;;; Loaded after capture.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; The server's way in
+;;;
+;;; An image holds one revision of the helper at a time, in one package. Two swank-mcp versions
+;;; attached to one image (a person upgrading swank-mcp while their image runs) would each load
+;;; their own over the other's, and each would then call the other's definitions under the
+;;; other's feet. So every call names the revision its server loaded: a call for another one
+;;; runs nothing, and its server loads its own revision again, which ENSURE-HELPER (bootstrap.lisp)
+;;; does only while none of the other revision's calls runs, and refuses otherwise.
+
+(defvar *calling* nil
+  "True in a thread while it runs a CALL.")
+
+(defun in-call-p ()
+  *calling*)
+
+(define-entry call (version name &rest arguments)
+  "How the swank-mcp server calls the helper: the entry NAME (an exported function, named by a
+string in any case) applied to ARGUMENTS, when VERSION is the revision of the helper in the image.
+Otherwise nothing runs and the answer is :OTHER-HELPER: another swank-mcp loaded its own revision
+since, or the helper was uninstalled."
+  (if (sb-thread:with-mutex (*load-lock*)
+        (when (equal version *version*)
+          (sb-ext:atomic-incf (car *calls-running*))
+          t))
+      (unwind-protect
+           (multiple-value-bind (symbol status) (find-symbol (string-upcase name) '#:mcp-agent-helper)
+             (unless (and (eq status :external) (fboundp symbol))
+               (error "The swank-mcp helper has no entry ~A." name))
+             (let ((*calling* t))
+               (apply symbol arguments)))
+        (sb-ext:atomic-decf (car *calls-running*)))
+      :other-helper))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread
@@ -145,45 +180,51 @@ or, when the evaluation is aborted, the report it was aborted with."
       (close-dead-connections))))
 
 ;;; ------------------------------------------------------------------------------------------
-;;; The server's mailboxes of finished threads
+;;; Taking turns
 ;;;
-;;; The SBCL backends of swank and slynk keep a mailbox for every thread that ever exchanged a
-;;; message, in one list searched linearly on every message, and never drop one. Each tool call
-;;; runs in a worker thread of its own, so an agent's calls would grow that list without bound:
-;;; after 86,000 calls every request to the image (the user's own SLIME requests too) took
-;;; 700 us longer and the dead threads could never be collected. A finished thread's mailbox
-;;; can never be read again, so dropping it changes nothing else.
+;;; ASDF is not thread-safe: two systems loaded at once (two agents, or parallel tool calls) can
+;;; break its tables (an SBCL AVER in a hash table was seen). The tools' ASDF work takes turns.
 
-(defun server-mailbox-registry ()
-  "The symbols of the server backend's mailbox list and its lock, and the readers of a mailbox's
-thread and queue, or NIL when the attached server has no such list."
-  (loop for package-name in '("SWANK/SBCL" "SLYNK-SBCL")
-        for package = (find-package package-name)
-        for names = (and package
-                         (mapcar (lambda (name) (find-symbol name package))
-                                 '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))
-        when (and names (every #'identity names)
-                  (boundp (first names)) (boundp (second names))
-                  (fboundp (third names)) (fboundp (fourth names)))
-          return names))
+(defclass turn ()
+  ((name :initarg :name :reader turn-name)
+   ;; Recursive: run-tests loads the system it tests, and the system's tests may load more.
+   (lock :initarg :lock :reader turn-lock)
+   (holder :initform nil :accessor turn-holder :documentation "What the call that has it does.")
+   (since :initform nil :accessor turn-since)))
 
-(defun forget-finished-threads ()
-  "Drops the server's mailboxes of threads that have finished and have nothing queued."
-  ;; Looked up once, when the helper loads: the server it is loaded through is already there.
-  (destructuring-bind (&optional list-symbol lock-symbol thread-reader queue-reader)
-      (load-time-value (server-mailbox-registry))
-    (when (and list-symbol (typep (symbol-value lock-symbol) 'sb-thread:mutex))
-      (flet ((finished-p (mailbox)
-               (let ((thread (ignore-errors (funcall thread-reader mailbox))))
-                 (and (typep thread 'sb-thread:thread)
-                      (not (sb-thread:thread-alive-p thread))
-                      (null (ignore-errors (funcall queue-reader mailbox)))))))
-        (sb-thread:with-mutex ((symbol-value lock-symbol))
-          (let ((mailboxes (symbol-value list-symbol)))
-            (when (some #'finished-p mailboxes)
-              (setf (symbol-value list-symbol) (remove-if #'finished-p mailboxes)))))))))
+(defvar *asdf-turn*
+  (new 'turn :name "ASDF" :lock (sb-thread:make-mutex :name "mcp-agent-helper ASDF"))
+  "Taken by the tools' ASDF work.")
 
-(defun cancel (token kind reason)
+(defvar *waiting-for* nil
+  "The TURN this thread waits for, if it waits: an interruption of its call says so.")
+
+(defun call-with-turn (turn what function)
+  "Calls FUNCTION once no other thread has TURN, holding it meanwhile; WHAT says what FUNCTION
+does, for the calls that wait. The wait can be interrupted, as any point of a call can."
+  (let ((lock (turn-lock turn)))
+    (if (sb-thread:holding-mutex-p lock)
+        (funcall function)
+        (let ((*waiting-for* turn))
+          (sb-thread:with-recursive-lock (lock)
+            (let ((*waiting-for* nil))
+              (setf (turn-holder turn) what
+                    (turn-since turn) (get-internal-real-time))
+              (unwind-protect (funcall function)
+                (setf (turn-holder turn) nil))))))))
+
+(defun waiting-note ()
+  "What the current thread waits for, as a sentence for an interruption's report, or NIL."
+  (let ((turn *waiting-for*))
+    (when turn
+      (let ((holder (turn-holder turn))
+            (since (turn-since turn)))
+        (format nil "It was waiting for its turn at ~A, which the tools use one call at a time~@[: ~A has ~
+                     had it for ~,1F s~]."
+                (turn-name turn) holder
+                (and since (/ (- (get-internal-real-time) since) internal-time-units-per-second)))))))
+
+(define-entry cancel (token kind reason)
   "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
 the text to report. Returns T when an evaluation was interrupted, NIL when it had not started
 yet (it will abort as soon as it does)."
@@ -205,7 +246,9 @@ yet (it will abort as soon as it does)."
    (evaluation-thread evaluation)
    (lambda ()
      (when (eq (evaluation-state evaluation) :running)
-       (abort-evaluation evaluation (interruption-report kind reason (backtrace-lines nil :interrupted t)))))))
+       (abort-evaluation evaluation
+                         (interruption-report kind (format nil "~A~@[ ~A~]" reason (waiting-note))
+                                              (backtrace-lines nil :interrupted t)))))))
 
 (defun thread-text (thread)
   (format nil "~S" (sb-thread:thread-name thread)))
@@ -221,7 +264,7 @@ yet (it will abort as soon as it does)."
                  (sb-thread:mutex-name waiting-for) (and owner (thread-text owner)))))
       (t (format nil "waits on ~A" (ignore-errors (princ-to-string waiting-for)))))))
 
-(defun stuck-report (token)
+(define-entry stuck-report (token)
   "Why the evaluation under TOKEN has not unwound after an interruption, for the error the
 client shows: lines saying where it is and which threads of the image wait for a lock, and who
 holds it. Takes no lock it could wait on for long, since the image may be deadlocked."

@@ -6,9 +6,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(eval-when (:compile-toplevel :load-toplevel :execute)
-  (require :sb-cltl2))
-
 ;;; ------------------------------------------------------------------------------------------
 ;;; The parts of a form
 
@@ -767,7 +764,7 @@ only within the call. Returns the plist COMPILE-CODE describes."
                      (compile-one-form compilation form start))))))))))
     (compilation-report compilation)))
 
-(defun compile-code (code &key package session token (max-output 65536))
+(define-entry compile-code (code &key package session token (max-output 65536))
   "Compiles CODE for the compile-form tool without running or defining anything. Returns a
 plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each
 (:SEVERITY :MESSAGE :FORM :LINE :COLUMN); :READ-ERROR, NIL or (:MESSAGE :LINE :COLUMN
@@ -861,7 +858,7 @@ the user would type it, and its message; the macro's internals are no backtrace 
             :expansion (capture-report output)
             :expanded (and expanded t)))))
 
-(defun expand-form (text &key full package session token (max-output 65536))
+(define-entry expand-form (text &key full package session token (max-output 65536))
   "Expands the form TEXT for the macroexpand-form tool: one step (MACROEXPAND-1), or every macro
 anywhere in it when FULL. Returns (:FORM header-text :EXPANSION (text dropped) :EXPANDED bool),
 (:READ-ERROR message), or (:ERROR report) when the macro signalled."

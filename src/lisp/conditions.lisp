@@ -37,10 +37,6 @@ enclosing function of a local function such as (FLET F :IN PARENT) or (LAMBDA ()
   "True for a frame, named NAME, of the evaluator under the user's code (see *EVALUATOR-FUNCTIONS*)."
   (member (frame-function-symbol name) *evaluator-functions*))
 
-(defun server-package-p (package)
-  (let ((name (package-name package)))
-    (or (eql 0 (search "SWANK" name)) (eql 0 (search "SLYNK" name)))))
-
 (defun own-frame-p (name)
   "Frames of this helper (its capture streams' methods included) or of the swank/slynk server:
 never the user's business."

@@ -13,15 +13,6 @@
 (defparameter *max-local-length* 300
   "Characters of a local's printed value shown in a frame's description.")
 
-(defun backend-function (name)
-  "The server backend's function NAME, or a failure naming what is missing."
-  (loop for package-name in '("SWANK/BACKEND" "SWANK-BACKEND" "SLYNK-BACKEND")
-        for package = (find-package package-name)
-        for symbol = (and package (find-symbol name package))
-        when (and symbol (fboundp symbol))
-          return (fdefinition symbol)
-        finally (fail "The swank or slynk server in this image has no ~A, which the debugger tool needs." name)))
-
 (defun debugger-command (function)
   "Runs FUNCTION for a debugger request. Errors inside it are reported, never debugged: a
 nested error never parks a second level. Returns its plist, (:FAILURE message) or (:ERROR report)."
@@ -99,7 +90,7 @@ server's frames below the user's code are not the agent's to look at or act on."
                 index (subseq indices 0 (min 10 (length indices))) (> (length indices) 10) (car (last indices)))
           (fail "Frame ~D is not one of the evaluation's, and no frame of the evaluated code is on the stack." index)))))
 
-(defun debugger-report (&key (start 0) (end *max-frames*))
+(define-entry debugger-report (&key (start 0) (end *max-frames*))
   "What the evaluation stopped with: the condition with its restarts, frames START to END, and the
 output so far."
   (debugger-command
@@ -153,7 +144,7 @@ of code that was evaluated rather than loaded from a file."
                      (or (part :source-form) (part :snippet)))))
       (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
 
-(defun debugger-frame (index)
+(define-entry debugger-frame (index)
   "Frame INDEX: its call, its locals printed within the print limits, and where its code is."
   (debugger-command
    (lambda ()
@@ -200,7 +191,7 @@ long with them, and most locals are never looked into.)"
                       text dropped (plusp lost) (- dropped lost) more offset)
               (concatenate 'string text " ..."))))))
 
-(defun debugger-eval-in-frame (code index)
+(define-entry debugger-eval-in-frame (code index)
   "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in
 scope; returns the last form's printed values, what it printed and its warnings. The warnings are
 muffled here: the parked evaluation's handlers, which are still in force, would otherwise put them
@@ -253,7 +244,7 @@ a compile-time error, which cannot be muffled)."
            (fail "The restart ~A is no longer active." designator))
           (t restart))))
 
-(defun debugger-invoke-restart (designator &optional arguments)
+(define-entry debugger-invoke-restart (designator &optional arguments)
   "Invokes the restart DESIGNATOR (a number or a name) with the values of ARGUMENTS, forms as
 strings evaluated in order. Returns only when the restart does."
   (debugger-command
@@ -264,7 +255,7 @@ strings evaluated in order. Returns only when the restart does."
        (apply #'invoke-restart restart values)
        (list :returned t)))))
 
-(defun debugger-restart-frame (index)
+(define-entry debugger-restart-frame (index)
   "Restarts frame INDEX: its function is called again with the same arguments."
   (debugger-command
    (lambda ()
@@ -273,7 +264,7 @@ strings evaluated in order. Returns only when the restart does."
      (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
             information: (declaim (optimize (debug 2))) and recompile)." index))))
 
-(defun debugger-return-from-frame (index code)
+(define-entry debugger-return-from-frame (index code)
   "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
   (debugger-command
    (lambda ()
@@ -283,7 +274,7 @@ strings evaluated in order. Returns only when the restart does."
             (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))
 
-(defun debugger-abort ()
+(define-entry debugger-abort ()
   "Unwinds the parked evaluation; its call reports that it was aborted."
   (debugger-command
    (lambda ()

@@ -107,7 +107,7 @@ the package in force at the end, and the failed condition."
                 (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
       (values outcome final-package failed-condition))))
 
-(defun evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
+(define-entry evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
                            allow-exit (print-length *default-print-length*) (print-level *default-print-level*)
                            (handles t))
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
@@ -122,10 +122,9 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
          (*handles* (and handles (session-handles session)))
          (*debug-timeout* debug-timeout)
          (*exit-allowed* allow-exit)
-         (session-name session)
          (session (find-session session))
-         (*agent-session* session-name)
-         (*trace-log* (make-trace-log-for session-name))
+         (*agent-session* session)
+         (*trace-log* (make-trace-log-for session))
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())
@@ -155,7 +154,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (missing-package-message package)
                       :backtrace nil :restarts nil))
-          (adopt-hooks hooks session-name allow-exit)
+          (adopt-hooks hooks session allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
           (let ((succeeded (eq (first outcome) :ok))
@@ -177,7 +176,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                   :package (session-package-name session)
                   :notes (if note (list note) nil)
                   :trace (trace-report)
-                  :background (take-background session-name))))))))
+                  :background (take-background session))))))))
 
 (defun warning-text (warning)
   "WARNING as a reply's [warnings] line: its category and message."

@@ -4,8 +4,7 @@
 ;;;;
 ;;;; A handle keeps its object alive, so each session's handles are bounded (*MAX-HANDLES*, and
 ;;;; *MAX-KEPT-CHARACTERS* of kept text), the oldest released first, and all of them released
-;;;; when the session ends (END-SESSION, which the server calls when it exits) or its connection
-;;;; closes (the server's connection-closed hook).
+;;;; with the rest of the session when it ends (sessions.lisp), which owns its HANDLE-TABLE.
 ;;;;
 ;;;; Loaded after printing.lisp, under the rules of package.lisp.
 
@@ -34,37 +33,15 @@ the end of the start kept for a log, whose end kept follows."))
             :documentation "Number -> object.")
    (numbers :initform (make-hash-table :test 'eq) :reader handle-table-numbers
             :documentation "Object -> number, so that an object seen again keeps its handle.")
-   (characters :initform 0 :accessor handle-table-characters)
-   (connection :initform nil :accessor handle-table-connection
-               :documentation "The server connection the session last called through.")))
-
-(defvar *session-handles* (make-hash-table :test 'equal :synchronized t)
-  "Session name -> its HANDLE-TABLE.")
+   (characters :initform 0 :accessor handle-table-characters)))
 
 (defvar *handles* nil
   "The HANDLE-TABLE of the session the current call serves, while a call that hands out handles
 runs; NIL elsewhere, where no handle is made.")
 
-(defun current-server ()
-  "The package of the server (SWANK or SLYNK) whose request this thread runs, and the connection
-the request came through; NIL when the thread runs none."
-  (loop for package-name in '("SWANK" "SLYNK")
-        for symbol = (first (existing-symbols package-name "*EMACS-CONNECTION*"))
-        when (and symbol (boundp symbol) (symbol-value symbol))
-          return (values (symbol-package symbol) (symbol-value symbol))))
-
-(defun server-connection ()
-  "The swank or slynk connection the current request came through, or NIL."
-  (nth-value 1 (current-server)))
-
 (defun session-handles (session)
-  "The handle table of SESSION (its name), made on first use; it notes the connection in use."
-  (let ((table (or (gethash session *session-handles*)
-                   (sb-ext:with-locked-hash-table (*session-handles*)
-                     (or (gethash session *session-handles*)
-                         (setf (gethash session *session-handles*) (new 'handle-table)))))))
-    (setf (handle-table-connection table) (server-connection))
-    table))
+  "The handle table of SESSION (its name)."
+  (session-handle-table (find-session session)))
 
 (defun handle-name (number)
   (format nil "@~D" number))
@@ -145,49 +122,18 @@ saying why there is none."
                       cut output, releasing the oldest first. Evaluate the value again to get a new one."
                      number *max-handles* *max-kept-characters*)))))))
 
-(defun handle-count (&optional session)
+(define-entry handle-count (&optional session)
   "Handles kept by SESSION (its name), or by every session: for tests and the curious."
-  (if session
-      (let ((table (gethash session *session-handles*)))
-        (if table (hash-table-count (handle-table-objects table)) 0))
-      (let ((count 0))
-        (maphash (lambda (name table)
-                   (declare (ignore name))
-                   (incf count (hash-table-count (handle-table-objects table))))
-                 *session-handles*)
-        count)))
-
-(defmacro with-session-handles ((session) &body body)
-  "Runs BODY with *HANDLES* bound to the handle table of SESSION (its name)."
-  `(let ((*handles* (session-handles ,session)))
-     ,@body))
-
-(defun release-session-handles (session)
-  "Forgets SESSION's handles, releasing the objects they kept."
-  (remhash session *session-handles*))
-
-(defun release-handles-of-connection (connection)
-  "The server's connection-closed hook: a session whose connection closed has lost its client,
-which had the only use for its handles. (Its REPL state stays for a server that reconnects.)"
-  (ignore-errors
-   (let ((ended '()))
-     (maphash (lambda (name table)
-                (when (eq (handle-table-connection table) connection)
-                  (push name ended)))
-              *session-handles*)
-     (dolist (name ended)
-       (remhash name *session-handles*)))))
-
-(defvar *connection-closed-functions* '()
-  "What this helper put on the servers' connection-closed hooks, for connections the server
-could not close (CLOSE-DEAD-CONNECTIONS).")
-
-(defun add-connection-closed-hook (function-name)
-  "Adds FUNCTION-NAME (called with the connection) to the servers' connection-closed hooks, once."
-  (pushnew function-name *connection-closed-functions*)
-  (loop for package-name in '("SWANK" "SLYNK")
-        for symbol = (first (existing-symbols package-name "*CONNECTION-CLOSED-HOOK*"))
-        when (and symbol (boundp symbol) (listp (symbol-value symbol)))
-          do (pushnew function-name (symbol-value symbol))))
-
-(add-connection-closed-hook 'release-handles-of-connection)
+  (flet ((count-of (session)
+           (let ((table (session-handle-table session)))
+             (if table (hash-table-count (handle-table-objects table)) 0))))
+    (if session
+        (let ((found (gethash session *sessions*)))
+          (if found (count-of found) 0))
+        (let ((count 0))
+          (sb-ext:with-locked-hash-table (*sessions*)
+            (maphash (lambda (name session)
+                       (declare (ignore name))
+                       (incf count (count-of session)))
+                     *sessions*))
+          count))))

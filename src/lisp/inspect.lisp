@@ -287,7 +287,7 @@ how many parts it has."
     (kept-text (kept-text object))
     (string object)))
 
-(defun inspect-value (&key handle code package session token (offset 0) (limit 50) (text-limit 16000))
+(define-entry inspect-value (&key handle code package session token (offset 0) (limit 50) (text-limit 16000))
   "The inspect tool: the object behind HANDLE (\"@3\"), or the value of CODE evaluated in PACKAGE
 now. Its parts OFFSET to OFFSET + LIMIT, or for a text (a string, or the kept text of cut output)
 its characters OFFSET to OFFSET + TEXT-LIMIT. Returns a plist: :HANDLE :PRINTED :TYPE :FACTS

@@ -7,9 +7,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(eval-when (:compile-toplevel :load-toplevel :execute)
-  (require :sb-introspect))
-
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where definitions are: file, line and column
 ;;;
@@ -399,7 +396,7 @@ DEFCLASS, or its earliest method, is."
           :details nil
           :source (definition-location symbol :type))))
 
-(defun describe-symbol (name &key package session token)
+(define-entry describe-symbol (name &key package session token)
   "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
 symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a location plist."
   (run-tool token
@@ -432,7 +429,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
          (or (eql 0 (search "SB-" (package-name package)))
              (server-package-p package)))))
 
-(defun apropos-search (query &key package external-only session token)
+(define-entry apropos-search (query &key package external-only session token)
   "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
 symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how
 many matching symbols name nothing (not listed); :REST, the handle of every match's line and the
@@ -492,7 +489,7 @@ offset of the first not listed (see REST-LISTING)."
         (format nil "~A ~A" label (name-text description package))
         label)))
 
-(defun find-definition (name &key package session token (offset 0) (limit most-positive-fixnum))
+(define-entry find-definition (name &key package session token (offset 0) (limit most-positive-fixnum))
   "Plist: :SYMBOL; :NAMES, what the symbol names; :TOTAL, how many definitions it has;
 :DEFINITIONS, each (:KIND label :SOURCE location) from the OFFSETth on, at most LIMIT, the
 location a plist as SOURCE-LOCATION gives it. Only those are located in their files, so a symbol
@@ -626,7 +623,7 @@ definition, so it is tried again before the error is let through."
   (let ((symbol (frame-function-symbol name)))
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
-(defun xref (name kind &key package session token)
+(define-entry xref (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
 *MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
 the file is what the cap spares) and the offset of the first not listed (see REST-LISTING)."
@@ -752,7 +749,7 @@ unexported names of an SB- package, which no user program refers to."
               (eql 0 (search "SB-" (package-name package)))
               (not (eq :external (nth-value 1 (find-symbol (symbol-name name) package))))))))
 
-(defun class-info (name &key package session token)
+(define-entry class-info (name &key package session token)
   "Plist describing the class NAME names; see the class-info contract for what is shown."
   (run-tool token
             (lambda ()
@@ -805,7 +802,7 @@ unexported names of an SB- package, which no user program refers to."
     :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
   "Features worth naming in a status line; the rest are counted.")
 
-(defun status (&key session token)
+(define-entry status (&key session token)
   "Facts about the image only it can give: threads, the session's package, features, memory, and
 :TOOL-CALLS, the other tool calls running in it."
   (run-tool token

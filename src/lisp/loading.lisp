@@ -207,7 +207,7 @@ through in this image."
                    (eq (and holds t) (string= marker "+")))))
              guards))
 
-(defun load-source (file text &key guards write-date session token (max-output 65536))
+(define-entry load-source (file text &key guards write-date session token (max-output 65536))
   "Compiles TEXT, the file FILE with everything but some definitions blanked out (see the top of
 this file), and loads it, for load-form. GUARDS are the reader conditionals in front of the
 definitions, (label marker feature-text) each. WRITE-DATE is FILE's as the server read it (the
@@ -219,7 +219,7 @@ dropped)."
         (*max-output* max-output)
         (*handles* (session-handles session))
         ;; What the loaded code starts runs as the agent's (see observe.lisp).
-        (*agent-session* session))
+        (*agent-session* (find-session session)))
     (let ((result
             (run-tool token
                       (lambda ()
@@ -272,7 +272,7 @@ name."
            (funcall function name))
       (posix "CLOSE" descriptor))))
 
-(defun load-source-file (file &key device inode session token (max-output 65536))
+(define-entry load-source-file (file &key device inode session token (max-output 65536))
   "Compiles and loads FILE for load-file: the file of DEVICE and INODE that the server read (see
 CALL-WITH-CHECKED-FILE). Returns the plist LOAD-SOURCE does, without :INACTIVE. New definitions
 are not listed in the undo journal (a file's hundreds would push out the replacements); replaced
@@ -280,7 +280,7 @@ functions and macros are."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
-        (*agent-session* session))
+        (*agent-session* (find-session session)))
     (let ((result (run-tool token
                             (lambda ()
                               (call-with-checked-file
@@ -363,7 +363,7 @@ Returns the text that says what happened."
                     it stays until the image restarts."
                (or operator "this form") (package-qualified name))))))
 
-(defun unload-definition (text &key package session token)
+(define-entry unload-definition (text &key package session token)
   "Removes from the image what the definition TEXT (read in the package the designator text
 PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Returns (:NOTE text)."
   (declare (ignore session))
@@ -376,7 +376,7 @@ PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Retur
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where the image's systems are, for the source tools that may read them
 
-(defun system-directories (&key session token)
+(define-entry system-directories (&key session token)
   "(:DIRECTORIES names): the directories of the ASDF systems registered in the image, where
 lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded."
   (declare (ignore session))
@@ -396,4 +396,5 @@ lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded
                                     for directory = (and system (ignore-errors (funcall pathname-of system)))
                                     when directory
                                       collect (sb-ext:native-namestring directory))
-                              :test #'string=))))))))
+                              :test #'string=))))))
+            :turn (list *asdf-turn* "system-directories")))

@@ -4,9 +4,9 @@
 ;;;; tool.
 ;;;;
 ;;;; Loaded after printing.lisp and before evaluate.lisp (whose EVALUATE binds the specials defined
-;;;; here), under the rules of package.lisp. The two hooks installed into the image (SBCL's TRACE
-;;;; with a report function of ours, and an encapsulation of SB-THREAD:MAKE-THREAD) are inert
-;;;; outside the agent's tool calls.
+;;;; here), under the rules of package.lisp. What is traced is traced with a report function of
+;;;; ours, inert outside the agent's tool calls; the encapsulations that make what an agent starts
+;;;; run as the agent's are installed with the rest of the footprint (footprint.lisp).
 
 (in-package #:mcp-agent-helper)
 
@@ -24,9 +24,6 @@
 
 (defparameter *max-trace-event-length* 300)
 
-(defvar *traces* (make-hash-table :test 'equal :synchronized t)
-  "Session -> the trace specifications (function names, (METHOD ...) lists) it has traced.")
-
 (defvar *trace-log* nil
   "Per evaluation of a session that traces something: a TRACE-LOG its traced calls go to.")
 
@@ -41,8 +38,8 @@
 (defun make-trace-log-for (session)
   "A fresh log for an evaluation of SESSION, or NIL when SESSION traces nothing. Names in it are
 printed as from the session's package."
-  (and (gethash session *traces*)
-       (make-instance 'trace-log :package (or (find-package-loosely (session-package-name (find-session session)))
+  (and (session-traces session)
+       (make-instance 'trace-log :package (or (find-package-loosely (session-package-name session))
                                               *package*))))
 
 (defun record-trace-event (depth name kind frame values)
@@ -166,25 +163,26 @@ failure lists the generic function's methods."
 
 (defun traced-elsewhere-p (spec session)
   "True when a session other than SESSION traces SPEC too."
-  (loop for other being the hash-keys of *traces* using (hash-value specs)
-        thereis (and (not (equal other session)) (member (spec-key spec) specs :key #'spec-key :test #'string=))))
+  (sb-ext:with-locked-hash-table (*sessions*)
+    (loop for other being the hash-values of *sessions*
+            thereis (and (not (eq other session))
+                         (member (spec-key spec) (session-traces other) :key #'spec-key :test #'string=)))))
 
 (defun untrace-session (session &optional specs)
   "Untraces SPECS (all of SESSION's when NIL) for SESSION; a function another session traces
 stays traced. Returns the specifications untraced."
-  (let* ((traced (gethash session *traces*))
+  (let* ((traced (session-traces session))
          (targets (or specs traced))
          (keys (mapcar #'spec-key targets)))
     (dolist (spec targets)
       (unless (traced-elsewhere-p spec session)
         (ignore-errors (untrace-spec spec))))
-    (let ((left (remove-if (lambda (spec) (member (spec-key spec) keys :test #'string=)) traced)))
-      (if left
-          (setf (gethash session *traces*) left)
-          (remhash session *traces*)))
+    (sb-thread:with-mutex ((session-lock session))
+      (setf (session-traces session)
+            (remove-if (lambda (spec) (member (spec-key spec) keys :test #'string=)) (session-traces session))))
     targets))
 
-(defun trace-functions (functions &key untrace package session token)
+(define-entry trace-functions (functions &key untrace package session token)
   "The trace tool: traces FUNCTIONS (texts of names) for SESSION, or with UNTRACE untraces them
 (all of SESSION's when FUNCTIONS is empty). Returns (:TRACED names :UNTRACED names :MAX-EVENTS n
 :MAX-DEPTH n)."
@@ -192,25 +190,27 @@ stays traced. Returns the specifications untraced."
    token
    (lambda ()
      (let* ((package (tool-package package session))
+            (session (find-session session))
             (specs (mapcar (lambda (text) (read-trace-spec text package)) functions)))
        (flet ((names (specs) (mapcar (lambda (spec) (name-text spec package)) specs)))
          (if untrace
              (let ((unknown (remove-if (lambda (spec)
-                                         (member (spec-key spec) (gethash session *traces*)
+                                         (member (spec-key spec) (session-traces session)
                                                  :key #'spec-key :test #'string=))
                                        specs)))
                (when unknown
                  (fail "~{~A~^, ~} ~[~;is~:;are~] not traced by this session; it traces ~:[nothing~;~:*~{~A~^, ~}~]."
-                       (names unknown) (length unknown) (names (gethash session *traces*))))
+                       (names unknown) (length unknown) (names (session-traces session))))
                (let ((untraced (untrace-session session specs)))
-                 (list :traced (names (gethash session *traces* '()))
+                 (list :traced (names (session-traces session))
                        :untraced (names untraced)
                        :max-events *max-trace-events* :max-depth *max-trace-depth*)))
              (progn
                (dolist (spec specs)
                  (trace-spec spec)
-                 (pushnew spec (gethash session *traces*) :key #'spec-key :test #'string=))
-               (list :traced (names (gethash session *traces*))
+                 (sb-thread:with-mutex ((session-lock session))
+                   (pushnew spec (session-traces session) :key #'spec-key :test #'string=)))
+               (list :traced (names (session-traces session))
                      :untraced nil
                      :max-events *max-trace-events* :max-depth *max-trace-depth*))))))))
 
@@ -228,10 +228,16 @@ stays traced. Returns the specifications untraced."
 (defparameter *max-background-errors* 10)
 
 (defvar *agent-threads* (make-hash-table :test 'eq :weakness :key :synchronized t)
-  "Thread -> the session whose agent started it.")
+  "Thread -> the SESSION whose agent started it, until the session ends.")
 
-(defvar *backgrounds* (make-hash-table :test 'equal :synchronized t)
-  "Session -> its BACKGROUND: what its agent threads printed and their errors.")
+(defun forget-agent-threads (session)
+  "Forgets which threads SESSION's agent started: it has ended."
+  (sb-ext:with-locked-hash-table (*agent-threads*)
+    (loop for thread being the hash-keys of *agent-threads* using (hash-value owner)
+          when (eq owner session)
+            collect thread into forgotten
+          finally (dolist (thread forgotten)
+                    (remhash thread *agent-threads*)))))
 
 (defclass background ()
   ((lock :initform (sb-thread:make-mutex :name "mcp-agent-helper background") :reader background-lock)
@@ -240,12 +246,15 @@ stays traced. Returns the specifications untraced."
    (errors-dropped :initform 0 :accessor background-errors-dropped)))
 
 (defun session-background (session)
-  (or (gethash session *backgrounds*)
-      (setf (gethash session *backgrounds*) (new 'background))))
+  "SESSION's BACKGROUND: what its agent threads printed and their errors, made when first needed."
+  (or (session-background-slot session)
+      (sb-thread:with-mutex ((session-lock session))
+        (or (session-background-slot session)
+            (setf (session-background-slot session) (new 'background))))))
 
 (defclass background-stream (sb-gray:fundamental-character-output-stream)
-  ;; The BACKGROUND itself, not the session: once the session ends and drops it, a thread still
-  ;; printing writes into a buffer nobody holds, which goes when the thread goes.
+  ;; The BACKGROUND itself: once the session ends, a thread still printing writes into a buffer
+  ;; nobody reads, which goes when the thread goes.
   ((background :initarg :background :reader background-stream-background)
    (column :initform 0 :accessor background-stream-column))
   (:documentation "Output of an agent's thread: written into its session's background buffer,
@@ -292,7 +301,7 @@ BACKTRACE; WENT-ON when the thread continues after it."
 (defun take-background (session)
   "What SESSION's agent threads printed and their errors since the last reply, taken (the buffer
 is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
-  (let ((background (gethash session *backgrounds*)))
+  (let ((background (session-background-slot session)))
     (if (null background)
         (list :output (list "" 0) :errors nil :errors-dropped 0)
         (sb-thread:with-mutex ((background-lock background))
@@ -359,8 +368,6 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
           thread)
         (apply make-thread function options))))
 
-(encapsulate-once 'sb-thread:make-thread 'mcp-agent-thread-watch 'make-agent-thread)
-
 ;;; ------------------------------------------------------------------------------------------
 ;;; An agent cannot end the user's image by accident
 ;;;
@@ -404,7 +411,7 @@ debugger see its errors."
           (lambda (&rest arguments)
             (if (and owner
                      (eq owner (or *evaluation* sb-thread:*current-thread*))
-                     (equal *agent-session* session))
+                     (eq *agent-session* session))
                 (apply function arguments)
                 (let ((tag (list 'agent-callback)))
                   (when whole-thread
@@ -469,14 +476,6 @@ for that thread's code. An agent's timer carries its agent with it (see MAKE-AGE
         (*exit-allowed* nil))
     (apply run-expired-timers arguments)))
 
-(encapsulate-once 'sb-ext:exit 'mcp-agent-exit-guard 'refuse-agent-exit)
-(encapsulate-once 'sb-ext:make-timer 'mcp-agent-timer-watch 'make-agent-timer)
-(encapsulate-once 'sb-thread:interrupt-thread 'mcp-agent-interrupt-watch 'interrupt-as-agent)
-(encapsulate-once 'sb-ext:finalize 'mcp-agent-finalizer-watch 'finalize-as-agent)
-(let ((run-expired-timers (first (existing-symbols "SB-IMPL" "RUN-EXPIRED-TIMERS"))))
-  (when run-expired-timers
-    (encapsulate-once run-expired-timers 'mcp-agent-timers-unbound 'run-timers-as-nobody)))
-
 ;;; ------------------------------------------------------------------------------------------
 ;;; The threads tool
 
@@ -513,7 +512,7 @@ the numbers given are.")
         :name (safe-princ (sb-thread:thread-name thread))
         :alive (and (sb-thread:thread-alive-p thread) t)
         :waiting (ignore-errors (waiting-text thread))
-        :agent (equal (gethash thread *agent-threads*) session)
+        :agent (eq (gethash thread *agent-threads*) session)
         :current (eq thread sb-thread:*current-thread*)))
 
 (defun thread-backtrace (thread)
@@ -535,19 +534,20 @@ did not answer within two seconds."
   (:report "Interrupted by the swank-mcp threads tool (action interrupt)."))
 
 (defun check-may-stop (thread force session)
-  (unless (or force (equal (gethash thread *agent-threads*) session))
+  (unless (or force (eq (gethash thread *agent-threads*) session))
     (fail "Thread ~A ~S was not started by this agent~:[~; (another agent's session started it)~]: pass force: true ~
            to act on it anyway." (thread-number thread) (sb-thread:thread-name thread) (gethash thread *agent-threads*)))
   (when (eq thread sb-thread:*current-thread*)
     (fail "That is the thread of this call itself.")))
 
-(defun threads (&key (action "list") thread force session token)
+(define-entry threads (&key (action "list") thread force session token)
   "The threads tool. ACTION is \"list\", \"backtrace\", \"interrupt\" or \"abort\"; THREAD a number
 or name. Returns (:ACTION action :THREADS entries :THREAD entry :BACKTRACE lines :ENDED bool)."
   (run-tool
    token
    (lambda ()
-     (let ((target (and thread (find-thread thread))))
+     (let ((target (and thread (find-thread thread)))
+           (session (find-session session)))
        (when (and (not (string= action "list")) (null target))
          (fail "The ~A action needs thread (a number or name from the list)." action))
        (cond
@@ -692,7 +692,7 @@ counted. Names print as from PACKAGE."
               (when (eq form eof) (return (nreverse forms)))
               (push form forms))))))
 
-(defun profile-code (code &key (mode "cpu") package session token (max-output 65536))
+(define-entry profile-code (code &key (mode "cpu") package session token (max-output 65536))
   "The profile tool: runs CODE (evaluated form by form in PACKAGE or the session's package) once,
 under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :MILLISECONDS :BYTES
 :GC-MILLISECONDS :SAMPLES :ROWS :TIME-REPORT :VALUE :STDOUT)."
@@ -740,17 +740,3 @@ under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :M
                        :value (and values (print-briefly (first values) :package package)))))
              :stdout stdout)))
       (append result (list :stdout (capture-report stdout))))))
-
-;;; ------------------------------------------------------------------------------------------
-;;; The end of a session
-
-(defun end-session (&key session token)
-  "Undoes what SESSION left in the image, for its server that exits: its traces are untraced,
-its handles released (and the objects they kept with them), its background buffer and REPL state
-dropped."
-  (declare (ignore token))
-  (untrace-session session)
-  (remhash session *backgrounds*)
-  (release-session-handles session)
-  (remhash session *sessions*)
-  (list :ended t))

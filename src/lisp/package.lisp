@@ -1,23 +1,28 @@
 ;;;; The swank-mcp helper: the Lisp side of the tools, put into the attached image by
 ;;;; bootstrap.lisp once per revision of its text. This first file makes the helper's package and
-;;;; the few things every other file needs to be read (NEW, INTERNAL-CALL). What every tool shares
-;;;; follows, one file per purpose: capture.lisp (output capture), calls.lisp (running a call
-;;;; under a token that a timeout or cancellation can interrupt), conditions.lisp (backtraces and
-;;;; condition reports), sessions.lisp, tool-calls.lisp (reading the user's code, RUN-TOOL and
-;;;; FAIL) and printing.lisp. Then the tools' own files: names.lisp, handles.lisp, observe.lisp,
-;;;; evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp, testing.lisp,
-;;;; undo.lisp, loading.lisp, activity.lisp, inspect.lisp and workers.lisp, in that order.
+;;;; the few things every other file needs to be read (NEW, INTERNAL-CALL, DEFINE-ENTRY). Then
+;;;; footprint.lisp, the one file that changes anything outside the package (INSTALL, UNINSTALL),
+;;;; and servers.lisp, the one place that knows swank from slynk. What every tool shares follows,
+;;;; one file per purpose: capture.lisp (output capture), calls.lisp (running a call under a token
+;;;; that a timeout or cancellation can interrupt, and CALL, the server's way in),
+;;;; conditions.lisp (backtraces and condition reports), sessions.lisp (the SESSION object that
+;;;; owns everything a client's session keeps here), tool-calls.lisp (reading the user's code,
+;;;; RUN-TOOL and FAIL) and printing.lisp. Then the tools' own files: names.lisp, handles.lisp,
+;;;; observe.lisp, evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp,
+;;;; testing.lisp, undo.lisp, loading.lisp, activity.lisp, inspect.lisp and workers.lisp, in that
+;;;; order.
 ;;;;
 ;;;; Rules every helper file keeps, because it runs inside somebody else's live image:
-;;;; - Everything lives in the MCP-AGENT-HELPER package; nothing global is changed (no DECLAIM,
-;;;;   no *FEATURES* push, no changes to the readtable, the printer or the debugger hooks
-;;;;   outside the dynamic extent of a call). The one exception is the undo journal's hooks on
-;;;;   definitions (undo.lisp), installed once and inert outside tool calls.
+;;;; - Everything lives in the MCP-AGENT-HELPER package; loading the helper changes nothing
+;;;;   outside it (no DECLAIM, no *FEATURES* push, no changes to the readtable, the printer or the
+;;;;   debugger hooks outside the dynamic extent of a call). What the helper must change in the
+;;;;   image to work (encapsulations of SBCL's functions, hooks) is listed in footprint.lisp, put
+;;;;   in by its INSTALL after each load and taken out by UNINSTALL; no other file installs
+;;;;   anything, and everything installed is inert outside the agents' tool calls.
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
-;;;;   reason: Slynk's reader rewrites any token containing it.) The exceptions find the server's
-;;;;   parts by name: FORGET-FINISHED-THREADS its mailbox list, the debugger tool its backend,
-;;;;   START-WORKER (workers.lisp) its request loop.
+;;;;   reason: Slynk's reader rewrites any token containing it.) The server's parts are found by
+;;;;   name, in servers.lisp only: the SERVER of the request a thread serves has them.
 ;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
 ;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
 ;;;;   state that must survive a reload.
@@ -25,21 +30,21 @@
 ;;;;   drops must fail the tool that needs it, not the helper's load.
 ;;;; - What a session makes once is made with NEW; what every call makes, with MAKE-INSTANCE of
 ;;;;   a quoted class (see NEW).
+;;;; - A function called from outside the helper (by the swank-mcp server, through CALL, or by
+;;;;   Emacs) is defined with DEFINE-ENTRY, which exports it; nothing else is exported.
 
 (defpackage #:mcp-agent-helper
-  (:use #:common-lisp)
-  (:export #:*version* #:evaluate #:cancel
-           #:compile-code #:expand-form #:class-info #:describe-symbol #:apropos-search
-           #:find-definition #:xref #:status #:load-system #:load-activity
-           #:stuck-report #:undo-journal #:load-source #:load-source-file #:unload-definition #:system-directories
-           #:debugger-report #:debugger-frame #:debugger-eval-in-frame #:debugger-invoke-restart
-           #:debugger-restart-frame #:debugger-return-from-frame #:debugger-abort
-           #:note-activities #:activity-records #:request-approval #:answer-approval
-           #:allow-for-session #:session-allowed-p #:revoke-session-allowances
-           #:inspect-value #:end-session #:handle-count #:start-worker
-           #:trace-functions #:threads #:profile-code #:run-tests #:test-activity))
+  (:use #:common-lisp))
 
 (in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; The bootstrap's state (bootstrap.lisp, which loads this helper)
+
+(defvar *version*)
+(defvar *release*)
+(defvar *load-lock*)
+(defvar *calls-running*)
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Instances
@@ -51,6 +56,15 @@ lock, on the first call of a fresh image; the instances it makes after that take
 time or less (evaluate-lisp's four per call: 9 us a call instead of 18), so what every call makes
 is made that way."
   (apply #'make-instance class initargs))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Entries
+
+(defmacro define-entry (name lambda-list &body body)
+  "Defines the function NAME as DEFUN does, and exports it: an entry of the helper, which the
+swank-mcp server calls (through CALL, which runs exported functions only) or Emacs does."
+  `(progn (export ',name)
+          (defun ,name ,lambda-list ,@body)))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)
@@ -76,12 +90,3 @@ when this SBCL lacks it."
 (defmacro internal-call (package-name name &rest arguments)
   "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
   `(funcall (sbcl-internal ,package-name ,name) ,@arguments))
-
-(defun encapsulate-once (function-name tag wrapper)
-  "Encapsulates FUNCTION-NAME with WRAPPER under TAG, unless it already is: a reload of the
-helper finds its encapsulations in place. Does nothing where SBCL has no encapsulations, so that
-the helper still loads there."
-  (when (and (= 2 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P")))
-             (fboundp function-name)
-             (not (internal-call "SB-INT" "ENCAPSULATED-P" function-name tag)))
-    (internal-call "SB-INT" "ENCAPSULATE" function-name tag wrapper)))

@@ -99,12 +99,12 @@ own, whatever print is under way (see *PRINTER-STATE-VARIABLES*)."
         (concatenate 'string (subseq text 0 limit) " ...")
         text)))
 
-(defun print-form-briefly (form)
+(defun print-form-briefly (form &key (length 12) (level 4) (limit 200))
   "FORM on one line, abbreviated, as the compiler and macroexpander reports show it. Printed
 pretty (so that (DEFUN F () ...) keeps its ()), with the line breaks SBCL forces after LET and
 the like folded into spaces."
   (let* ((text (handler-case (let ((*print-pretty* t) (*print-right-margin* 100000)
-                                   (*print-length* 12) (*print-level* 4) (*print-circle* t)
+                                   (*print-length* length) (*print-level* level) (*print-circle* t)
                                    (*print-readably* nil) (*print-lines* nil))
                                (prin1-to-string form))
                  (error () "#<unprintable form>")))
@@ -117,7 +117,7 @@ the like folded into spaces."
                                          (setf i (or (position #\Space text :start (1+ i) :test-not #'char=)
                                                      (length text))))
                                   (progn (write-char c out) (incf i))))))))
-    (if (> (length folded) 200) (concatenate 'string (subseq folded 0 200) " ...") folded)))
+    (if (> (length folded) limit) (concatenate 'string (subseq folded 0 limit) " ...") folded)))
 
 (defun name-text (name package)
   "A symbol or function name as the user would type it from PACKAGE."

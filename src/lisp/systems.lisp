@@ -9,9 +9,6 @@
 
 (defparameter *max-system-warnings* 50)
 
-(defvar *loading-threads* (make-hash-table :test 'equal :synchronized t)
-  "Session -> the thread running that session's load-system, for LOAD-ACTIVITY.")
-
 (defun asdf-function (name)
   (let ((symbol (find-symbol name '#:asdf)))
     (if (and symbol (fboundp symbol))
@@ -28,11 +25,11 @@
   (let ((file (or *compile-file-truename* *load-truename*)))
     (and file (ignore-errors (sb-ext:native-namestring file)))))
 
-(defun load-activity (&key session token)
+(define-entry load-activity (&key session token)
   "What the session's running load-system is doing, for progress reports: (:ACTIVITY text), the
 text \"compiling FILE\", \"loading FILE\" or NIL."
   (declare (ignore token))
-  (let ((thread (gethash session *loading-threads*)))
+  (let ((thread (session-loading-thread (find-session session))))
     (flet ((file-of (variable)
              (multiple-value-bind (value ok) (sb-thread:symbol-value-in-thread variable thread nil)
                (and ok value (ignore-errors (sb-ext:native-namestring value))))))
@@ -149,18 +146,19 @@ its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
                                      (funcall kind-of warning) (qualified-name (funcall name-of warning))
                                      (warning-place (first (funcall contexts-of warning)))))))))))
 
-(defun load-system (system &key force session token (max-output 65536))
+(define-entry load-system (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see
 REST-LISTING), :WARNING-COUNT, :STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the
 compiler's errors (a form it could not compile, a file it could not read) at file:line:column;
-:STDOUT (text dropped); and :LOAD-ERROR, a report when the load failed (its output and warnings are
+:RELOADED, the files of loaded systems it loaded again (see RELOADED-FILES); :STDOUT (text
+dropped); and :LOAD-ERROR, a report when the load failed (its output and warnings are
 kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
         ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
-        (*agent-session* session)
+        (*agent-session* (find-session session))
         (warnings '())
         (errors '())
         (kept 0)
@@ -187,6 +185,7 @@ kept)."
              ;; The undefined-function warnings the compilation unit held back when an error
              ;; came: a unit that is aborted never reports them.
              (pending '())
+             (reloaded nil)
              (result
                (run-tool
                 token
@@ -200,10 +199,12 @@ kept)."
                              directory to one of them, or load its .asd file with ASDF:LOAD-ASD.~A"
                             system (string-downcase system) (did-you-mean (systems-near system))))
                     (setf was-loaded (and (funcall (asdf-function "COMPONENT-LOADED-P") found) t)))
-                  (setf (gethash session *loading-threads*) sb-thread:*current-thread*)
+                  (setf (session-loading-thread (find-session session)) sb-thread:*current-thread*)
                   (unwind-protect
                        (let ((*compile-verbose* nil) (*compile-print* nil) (*journal-additions* nil)
-                             (*load-verbose* nil) (*load-print* nil))
+                             (*load-verbose* nil) (*load-print* nil)
+                             (planned (planned-reloads "LOAD-OP" system))
+                             (completed nil))
                          (handler-bind ((condition (lambda (condition)
                                                      (let ((text (compiler-error-text condition)))
                                                        (when text (note :error text)))))
@@ -212,10 +213,13 @@ kept)."
                                         (error (lambda (e)
                                                  (declare (ignore e))
                                                  (setf pending (pending-undefined-warnings)))))
-                           (funcall (asdf-function "LOAD-SYSTEM") system :force force))
+                           (unwind-protect (progn (funcall (asdf-function "LOAD-SYSTEM") system :force force)
+                                                  (setf completed t))
+                             (setf reloaded (reloaded-files planned completed))))
                          (list :loaded t))
-                    (remhash session *loading-threads*)))
-                :stdout stdout)))
+                    (setf (session-loading-thread (find-session session)) nil)))
+                :stdout stdout
+                :turn (list *asdf-turn* (format nil "load-system of ~S" system)))))
         (when (getf result :error)
           (loop for (category text) in pending do (note category text)))
         (if (getf result :failure)
@@ -232,5 +236,75 @@ kept)."
                   :warning-count (getf counts :warning)
                   :style-warning-count (getf counts :style-warning)
                   :note-count (getf counts :note)
+                  :reloaded reloaded
                   :stdout (capture-report stdout)
                   :load-error (without-asdf-frames (getf result :error))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; What a load reloaded
+;;;
+;;; Loading a system (load-system, or the load a test-op makes first) makes ASDF compile and load
+;;; again every file of a loaded system that changed since it was loaded, and the files that
+;;; depend on it: their definitions replace the image's, among them any the user changed only in
+;;; the image. The replies say which files; the undo journal (undo.lisp) has what they replaced.
+;;; Which files is known from ASDF's plan, made before the load: the stamps it keeps are write
+;;; dates in seconds, which a file compiled twice within a second leaves as they were.
+
+(defun asdf-symbol (name)
+  (find-symbol name '#:asdf))
+
+(defun planned-reloads (operation system)
+  "Before ASDF performs OPERATION (a name: \"LOAD-OP\", \"TEST-OP\") on SYSTEM: the number the
+next journal entry gets, followed by each source file of a loaded system that its plan loads
+again, as (component load-stamp compile-stamp recompiled): its stamps now, and whether the plan
+compiles it again. Nothing when ASDF cannot say."
+  (cons (symbol-value '*next-journal-number*) ; the journal is defined after this file
+        (ignore-errors
+         (let* ((time (asdf-symbol "COMPONENT-OPERATION-TIME"))
+                (make-operation (asdf-function "MAKE-OPERATION"))
+                (load-op (funcall make-operation (asdf-symbol "LOAD-OP")))
+                (compile-op (funcall make-operation (asdf-symbol "COMPILE-OP")))
+                (plan (funcall (asdf-symbol "CALL-WITH-ASDF-SESSION")
+                               (lambda ()
+                                 (funcall (asdf-function "MAKE-PLAN") nil (asdf-symbol operation) system))))
+                (actions (mapcar (lambda (action)
+                                   (cons (type-of (funcall (asdf-symbol "ACTION-OPERATION") action))
+                                         (funcall (asdf-symbol "ACTION-COMPONENT") action)))
+                                 (funcall (asdf-symbol "PLAN-ACTIONS") plan))))
+           (loop for (operation-type . component) in actions
+                 for loaded = (and (typep component (asdf-symbol "CL-SOURCE-FILE"))
+                                   (eq operation-type (type-of load-op))
+                                   (funcall time load-op component))
+                 when loaded
+                   collect (list component loaded (funcall time compile-op component)
+                                 (and (find-if (lambda (action)
+                                                 (and (eq (car action) (type-of compile-op))
+                                                      (eq (cdr action) component)))
+                                               actions)
+                                      t)))))))
+
+(defun reloaded-files (planned completed)
+  "The files of PLANNED (see PLANNED-RELOADS) that the load loaded again: all of them when it
+COMPLETED, else those whose stamp moved. NIL, or (:FILES ((system file recompiled changed) ...)
+:JOURNAL (first last)): FILE relative to the system's directory, RECOMPILED whether it was
+compiled again, CHANGED whether its source is newer than what was loaded (else it was reloaded
+for depending on a changed one), and the journal entries made since, if any."
+  (destructuring-bind (journal-before . files) planned
+    (let* ((load-op (funcall (asdf-function "MAKE-OPERATION") (asdf-symbol "LOAD-OP")))
+           (pathname-of (asdf-function "COMPONENT-PATHNAME"))
+           (reloaded (loop for (component loaded compiled recompiled) in files
+                           for system = (funcall (asdf-function "COMPONENT-SYSTEM") component)
+                           for source = (funcall pathname-of component)
+                           when (or completed
+                                    (not (eql loaded (funcall (asdf-symbol "COMPONENT-OPERATION-TIME")
+                                                              load-op component))))
+                             collect (list (funcall (asdf-function "COMPONENT-NAME") system)
+                                           (enough-namestring source (funcall pathname-of system))
+                                           recompiled
+                                           ;; A stamp is the write date of what was loaded.
+                                           (let ((written (and source (ignore-errors (file-write-date source)))))
+                                             (and written (> written (or compiled loaded)) t)))))
+           (journal-after (symbol-value '*next-journal-number*)))
+      (and reloaded
+           (list :files reloaded
+                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after))))))))

@@ -22,9 +22,6 @@ and the rest counted.")
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
 
-(defvar *test-runs* (make-hash-table :test 'equal :synchronized t)
-  "Session -> the TEST-COLLECTION of its running run-tests call, for TEST-ACTIVITY.")
-
 (defvar *test-hooks-lock* (sb-thread:make-mutex :name "mcp-agent-helper test hooks"))
 
 (defvar *test-hooks-users* 0
@@ -41,7 +38,8 @@ and the rest counted.")
   "While an RT test runs: NIL, then the (actual expected) values its EQUALP-WITH-CASE compared.")
 
 (defclass test-collection ()
-  ((results :initform '() :accessor collection-results)
+  ((fiveam-runs :initform '() :accessor collection-fiveam-runs
+                :documentation "The results of each outermost FiveAM run, newest first.")
    (parachute-reports :initform '() :accessor collection-parachute-reports)
    (rt-outcomes :initform '() :accessor collection-rt-outcomes)
    (expectations :initform '() :accessor collection-expectations)
@@ -56,7 +54,7 @@ and the rest counted.")
          (results (let ((*fiveam-run-depth* (1+ *fiveam-run-depth*)))
                     (apply run arguments))))
     (when (and outermost *test-collection* (listp results))
-      (setf (collection-results *test-collection*) (append (collection-results *test-collection*) results)))
+      (push results (collection-fiveam-runs *test-collection*)))
     results))
 
 (defun outermost-fiveam-check-p ()
@@ -166,14 +164,6 @@ a LOAD may hold SBCL's world lock, and most loads bring no framework."
     (when (test-hooks-missing-p)
       (change-test-hooks 0))))
 
-(defun test-hooks-missing-p ()
-  "Whether a run needs the encapsulations and a framework function loaded since lacks its own."
-  (and (plusp *test-hooks-users*)
-       (loop for (finder name hook) in *framework-hooks*
-             for symbol = (funcall finder name)
-             thereis (and symbol (fboundp symbol)
-                          (not (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook))))))
-
 (defparameter *framework-hooks*
   '((fiveam-symbol "RUN" collect-fiveam-run)
     (fiveam-symbol "PROCESS-FAILURE" collect-fiveam-expectation)
@@ -185,6 +175,14 @@ a LOAD may hold SBCL's world lock, and most loads bring no framework."
     (portable-rt-symbol "EQUALP-WITH-CASE" keep-rt-comparison)
     (common-lisp-symbol "LOAD" refresh-test-hooks))
   "(finder name hook): the functions encapsulated while a run collects.")
+
+(defun test-hooks-missing-p ()
+  "Whether a run needs the encapsulations and a framework function loaded since lacks its own."
+  (and (plusp *test-hooks-users*)
+       (loop for (finder name hook) in *framework-hooks*
+             for symbol = (funcall finder name)
+             thereis (and symbol (fboundp symbol)
+                          (not (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook))))))
 
 (defun sb-rt-symbol (name)
   (and (find-package '#:sb-rt) (find-symbol name '#:sb-rt)))
@@ -217,6 +215,185 @@ a framework in), and absent otherwise."
 (defparameter *frameworks-read* '("FiveAM" "Parachute" "RT")
   "The frameworks whose runs run-tests reads; others are only named.")
 
+;;; ------------------------------------------------------------------------------------------
+;;; Tallies: each framework's results, per distinct test
+;;;
+;;; A test-op may run its suite more than once (Alexandria's runs its RT tests interpreted, then
+;;; compiled): the reply counts distinct tests, says how often they ran, and lists once a failure
+;;; that every run repeats. A tally keeps each test's runs in order, and each failure with the run
+;;; it belongs to.
+
+(defclass test-tally ()
+  ((framework :initarg :framework :reader tally-framework)
+   (package :initarg :package :reader tally-package
+            :documentation "The package test names are printed from.")
+   (tests :initform (make-hash-table :test 'equal) :reader tally-tests
+          :documentation "A test's name, printed -> its TESTED.")
+   (order :initform '() :accessor tally-order
+          :documentation "The TESTEDs, newest first.")
+   (checks :initform (list :passed 0 :failed 0 :errors 0 :skipped 0) :accessor tally-checks)
+   (kept :initform 0 :accessor tally-kept
+         :documentation "Failures kept, at most *MAX-KEPT-WARNINGS*; the others are counted.")))
+
+(defclass tested ()
+  ((name :initarg :name :reader tested-name)
+   ;; The package its forms and values are printed from, as its source reads: the package of
+   ;; its name, or the tally's.
+   (home :initarg :home :reader tested-home)
+   ;; One per run of the test, newest first: :PASSED, :SKIPPED, :FAILED or :ERROR.
+   (statuses :initform '() :accessor tested-statuses)
+   ;; Newest first: (run kind form reason expected actual), RUN counting the test's runs from 1.
+   (failures :initform '() :accessor tested-failures)))
+
+(defun make-tally (framework package)
+  (make-instance 'test-tally :framework framework :package package))
+
+(defun tally-run (tally name)
+  "Starts a run of the test NAME (a symbol or any object naming it) and returns its TESTED."
+  (let* ((key (print-briefly name :package (tally-package tally)))
+         (tested (or (gethash key (tally-tests tally))
+                     (let ((new (make-instance 'tested :name key
+                                                       :home (or (and (symbolp name) (symbol-package name))
+                                                                 (tally-package tally)))))
+                       (push new (tally-order tally))
+                       (setf (gethash key (tally-tests tally)) new)))))
+    (push :passed (tested-statuses tested))
+    tested))
+
+(defparameter *status-severity* '(:passed :skipped :failed :error))
+
+(defun tally-check (tally tested status)
+  "Counts a check of TESTED's current run that ended with STATUS, which is that run's status when
+it is the worst so far."
+  (incf (getf (tally-checks tally) (ecase status (:passed :passed) (:skipped :skipped) (:failed :failed) (:error :errors))))
+  (when (> (position status *status-severity*) (position (first (tested-statuses tested)) *status-severity*))
+    (setf (first (tested-statuses tested)) status)))
+
+(defun tally-failure (tally tested kind &key form reason expected actual)
+  "Keeps a failure (KIND :FAILED or :ERROR) of TESTED's current run, with FORM, the check, and
+REASON, EXPECTED and ACTUAL as texts."
+  (when (< (tally-kept tally) *max-kept-warnings*)
+    (incf (tally-kept tally))
+    (push (list (length (tested-statuses tested)) kind
+                (and form (let ((*package* (tested-home tested)))
+                            ;; A test's form is read whole, as its source has it.
+                            (print-form-briefly form :length 30 :level 12 :limit 600)))
+                reason expected actual)
+          (tested-failures tested))))
+
+(defun value-text (value tested)
+  (print-briefly value :package (tested-home tested)))
+
+(defun runs-text (runs)
+  "Which runs RUNS (a list of numbers) are: \"run 2\", \"runs 1 and 3\"."
+  (format nil "run~P ~{~D~#[~; and ~:;, ~]~}" (length runs) runs))
+
+(defun failed-runs (tested)
+  "The runs (numbers from 1) in which TESTED failed."
+  (loop for status in (reverse (tested-statuses tested))
+        for run from 1
+        when (member status '(:failed :error)) collect run))
+
+(defparameter *max-values-shown* 20
+  "The failures of one check (a check in a loop) a failing test's text lists.")
+
+(defun tested-text (tested &optional limit)
+  "TESTED's failures as the reply shows them: one line naming it, then each check that failed
+once, its form with its expected and actual values (or the reason, when there are no values); a
+check that failed several times (in a loop) shows its form once, then each failure's values, at
+most LIMIT of them when given. A failure that only some of the failing runs had says which.
+Returns the text, and whether LIMIT left failures out."
+  (let ((runs (length (tested-statuses tested)))
+        (failed-runs (failed-runs tested))
+        ;; Each distinct failure, (fields . runs newest first), newest first: a failure repeated
+        ;; in several runs is one.
+        (distinct '())
+        (cut nil))
+    (dolist (failure (reverse (tested-failures tested)))
+      (let ((same (assoc (rest failure) distinct :test #'equal)))
+        (if same
+            (push (first failure) (cdr same))
+            (push (list (rest failure) (first failure)) distinct))))
+    (setf distinct (reverse distinct))
+    (flet ((check (entry) (subseq (car entry) 0 2)))
+      (values
+       (with-output-to-string (out)
+         (format out "[~:[FAIL~;ERROR~]] ~A~@[ (failed in ~A of ~D only)~]"
+                 (find :error distinct :key #'caar) (tested-name tested)
+                 (and (< (length failed-runs) runs) (runs-text failed-runs)) runs)
+         (dolist (check (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t))
+           (let* ((group (remove-if-not (lambda (entry) (equal (check entry) check)) distinct))
+                  (several (rest group)))
+             (format out "~@[~%  Form: ~A~]~:[~; (~D failures)~]" (second check) several (length group))
+             (loop for ((nil nil reason expected actual) . newest-runs) in group
+                   for shown from 1
+                   for only = (and (< (length newest-runs) (length failed-runs)) (runs-text (reverse newest-runs)))
+                   do (cond ((and limit (> shown limit))
+                             (format out "~%  ... ~D more" (- (length group) limit))
+                             (setf cut t)
+                             (loop-finish))
+                            ((and expected actual several)
+                             (format out "~%  Expected: ~A  Actual: ~A~@[ (~A)~]" expected actual only))
+                            ((and expected actual)
+                             (format out "~%  Expected: ~A~%  Actual: ~A~@[ (~A)~]" expected actual only))
+                            (reason
+                             (format out "~%  Reason: ~A~@[ (~A)~]" reason only)))))))
+       cut))))
+
+(defun tested-shown-text (tested)
+  "TESTED's text as a reply shows it: at most *MAX-VALUES-SHOWN* failures of one check, and then a
+handle of the whole text."
+  (multiple-value-bind (text cut) (tested-text tested *max-values-shown*)
+    (let ((handle (and cut (let ((whole (tested-text tested))) (text-handle whole 0 (length whole))))))
+      (if handle
+          (format nil "~A~%  [every failure of this test: inspect ~A]" text handle)
+          text))))
+
+(defun tally-report (tally)
+  "The tally as run-tests replies with it: :FRAMEWORK; :TESTS, the distinct tests; :RUNS, how
+many times each ran, and :UNIFORM, whether all ran that many times; :PASSED, :FAILED, :ERRORS and
+:SKIPPED, the tests by their worst run; :FAILED-EVERY-RUN, the failing tests that failed in each
+of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the first *MAX-TEST-FAILURES*
+failing tests (:TEST :KIND :FAILED-RUNS :TEXT :FAILURES, the first *MAX-VALUES-SHOWN* failures,
+each (:RUN :FORM :REASON :EXPECTED :ACTUAL)); :FAILING-REST, the handle of every failing test's text and the offset of the
+first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
+  (let* ((all (reverse (tally-order tally)))
+         (counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
+         (runs (reduce #'max all :key (lambda (tested) (length (tested-statuses tested))) :initial-value 0))
+         (failing (remove-if-not (lambda (tested) (intersection '(:failed :error) (tested-statuses tested))) all)))
+    (dolist (tested all)
+      (let ((worst (reduce (lambda (a b) (if (> (position b *status-severity*) (position a *status-severity*)) b a))
+                           (tested-statuses tested))))
+        (incf (getf counts (ecase worst (:passed :passed) (:skipped :skipped) (:failed :failed) (:error :errors))))))
+    (list :framework (tally-framework tally)
+          :tests (length all)
+          :runs runs
+          :uniform (every (lambda (tested) (= runs (length (tested-statuses tested)))) all)
+          :passed (getf counts :passed) :failed (getf counts :failed)
+          :errors (getf counts :errors) :skipped (getf counts :skipped)
+          :failed-every-run (count-if (lambda (tested)
+                                        (every (lambda (status) (member status '(:failed :error)))
+                                               (tested-statuses tested)))
+                                      failing)
+          :checks (tally-checks tally)
+          :failing (loop for tested in failing
+                         repeat *max-test-failures*
+                         collect (list :test (tested-name tested)
+                                       :kind (if (member :error (tested-statuses tested)) "error" "failure")
+                                       :failed-runs (failed-runs tested)
+                                       :text (tested-shown-text tested)
+                                       :failures (loop for (run kind form reason expected actual)
+                                                         in (reverse (tested-failures tested))
+                                                       repeat *max-values-shown*
+                                                       collect (list :run run
+                                                                     :kind (if (eq kind :error) "error" "failure")
+                                                                     :form form :reason reason
+                                                                     :expected expected :actual actual))))
+          :failing-rest (rest-listing (mapcar #'tested-text failing) *max-test-failures*)
+          :failing-dropped (max 0 (- (length failing) *max-test-failures*)))))
+
+;;; FiveAM
+
 (defun fiveam-result-kind (result)
   (let ((names (mapcar (lambda (class) (symbol-name (class-name class)))
                        (sb-mop:class-precedence-list (class-of result)))))
@@ -230,64 +407,50 @@ a framework in), and absent otherwise."
     (and slot (slot-exists-p object slot) (slot-boundp object slot) (slot-value object slot))))
 
 (defun fiveam-report (collection package)
-  "The counts and failures of COLLECTION's FiveAM results."
-  (let ((counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
-        (failures '())
-        (failure-count 0)
-        (tests '())
-        (expectations (reverse (collection-expectations collection))))
-    (dolist (result (collection-results collection))
-      (let ((kind (fiveam-result-kind result))
-            (test-case (slot-if-bound result "TEST-CASE")))
-        (pushnew test-case tests)
-        (case kind
-          (:passed (incf (getf counts :passed)))
-          (:skipped (incf (getf counts :skipped)))
-          ((:failed :error)
-           (incf (getf counts (if (eq kind :failed) :failed :errors)))
-           (incf failure-count)
-           (when (<= failure-count *max-kept-warnings*)
-             (let* ((expr (slot-if-bound result "TEST-EXPR"))
-                    (reason (slot-if-bound result "REASON"))
-                    (expectation (and (eq kind :failed) expr
-                                      (find-if (lambda (expectation)
-                                                 (and (eq (first expectation) expr)
-                                                      (equal (fourth expectation) reason)))
-                                               expectations)))
-                    (condition (and (eq kind :error) (slot-if-bound result "ACTUAL-CONDITION")))
-                    (name (and test-case (slot-if-bound test-case "NAME"))))
-               (when expectation
-                 (setf expectations (remove expectation expectations :count 1)))
-               (push (list :kind (if (eq kind :failed) "failure" "error")
-                           :test (if name (print-briefly name :package package) "(unnamed test)")
-                           :form (and expr (print-form-briefly expr))
+  "The tally of COLLECTION's FiveAM runs: each outermost run's results, a test's checks in it."
+  (let* ((tally (make-tally "FiveAM" package))
+         (expectations (reverse (collection-expectations collection)))
+         ;; The place of each expectation: the order the checks failed in, which FiveAM's
+         ;; results do not keep.
+         (order (let ((table (make-hash-table :test 'eq)))
+                  (loop for expectation in expectations for i from 0 do (setf (gethash expectation table) i))
+                  table)))
+    (dolist (results (reverse (collection-fiveam-runs collection)))
+      (let ((in-this-run (make-hash-table :test 'eq))
+            (failures '()))
+        (dolist (result results)
+          (let* ((kind (fiveam-result-kind result))
+                 (test-case (slot-if-bound result "TEST-CASE"))
+                 (name (or (and test-case (slot-if-bound test-case "NAME")) "(unnamed test)"))
+                 (tested (or (gethash test-case in-this-run)
+                             (setf (gethash test-case in-this-run) (tally-run tally name)))))
+            (when kind
+              (tally-check tally tested kind))
+            (when (member kind '(:failed :error))
+              (let* ((expr (slot-if-bound result "TEST-EXPR"))
+                     (reason (slot-if-bound result "REASON"))
+                     (expectation (and (eq kind :failed) expr
+                                       (find-if (lambda (expectation)
+                                                  (and (eq (first expectation) expr)
+                                                       (equal (fourth expectation) reason)))
+                                                expectations)))
+                     (condition (and (eq kind :error) (slot-if-bound result "ACTUAL-CONDITION"))))
+                (when expectation
+                  (setf expectations (remove expectation expectations :count 1)))
+                (push (list tested kind expr reason expectation condition) failures)))))
+        (dolist (failure (stable-sort (nreverse failures) #'<
+                                      :key (lambda (failure)
+                                             (gethash (fifth failure) order most-positive-fixnum))))
+          (destructuring-bind (tested kind expr reason expectation condition) failure
+            (tally-failure tally tested kind
+                           :form expr
                            :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
                                                             (condition-message condition)))
                                          ((stringp reason)
                                           (string-trim '(#\Space #\Newline) (fold-blank-lines reason))))
-                           :expected (and expectation (print-briefly (second expectation) :package package))
-                           :actual (and expectation (print-briefly (third expectation) :package package)))
-                     failures)))))))
-    (framework-results "FiveAM" (count-if #'identity tests) counts failures failure-count)))
-
-(defun failure-text (failure)
-  "FAILURE (a plist of a framework's report) as the run-tests reply shows it."
-  (destructuring-bind (&key kind test form reason expected actual) failure
-    (format nil "[~:[FAIL~;ERROR~]] ~A~@[~%  Form: ~A~]~:[~*~*~;~%  Expected: ~A~%  Actual: ~A~]~@[~%  Reason: ~A~]"
-            (equal kind "error") test form (and expected actual) expected actual reason)))
-
-(defun framework-results (framework tests counts failures failure-count)
-  "A framework's report for run-tests: its counts; :FAILURES, the first *MAX-TEST-FAILURES* of
-FAILURES (newest first, as collected); :FAILURES-REST, the handle of every failure kept as text and
-the offset of the first not shown (see REST-LISTING); :FAILURES-DROPPED, how many were not shown."
-  (let ((failures (reverse failures)))
-    (list :framework framework
-          :tests tests
-          :passed (getf counts :passed) :failed (getf counts :failed)
-          :errors (getf counts :errors 0) :skipped (getf counts :skipped 0)
-          :failures (subseq failures 0 (min (length failures) *max-test-failures*))
-          :failures-rest (rest-listing (mapcar #'failure-text failures) *max-test-failures*)
-          :failures-dropped (max 0 (- failure-count *max-test-failures*)))))
+                           :expected (and expectation (value-text (second expectation) tested))
+                           :actual (and expectation (value-text (third expectation) tested)))))))
+    (tally-report tally)))
 
 (defun fold-blank-lines (text)
   "TEXT with its runs of line breaks and blanks (FiveAM's reasons put ~2& around each value)
@@ -299,6 +462,78 @@ folded into one space."
                    (setf blank t)
                    (progn (when blank (write-char #\Space out) (setf blank nil))
                           (write-char char out)))))))
+
+;;; Parachute
+
+(defun parachute-report (reports package)
+  "The tally of Parachute's REPORTS: in each, a test's result, then the results of its checks."
+  (let ((tally (make-tally "Parachute" package))
+        (test-result-class (find-class (parachute-symbol "TEST-RESULT") nil)))
+    (flet ((call (name object) (ignore-errors (funcall (parachute-symbol name) object))))
+      (dolist (report (reverse reports))
+        (let ((tested nil))
+          (loop for result across (coerce (funcall (parachute-symbol "RESULTS") report) 'vector)
+                for status = (call "STATUS" result)
+                do (cond ((and test-result-class (typep result test-result-class))
+                          (let ((test (call "EXPRESSION" result)))
+                            (setf tested (tally-run tally (or (call "NAME" test) test)))))
+                         ((member status '(:passed :failed :skipped))
+                          (unless tested
+                            (setf tested (tally-run tally "(unnamed test)")))
+                          (tally-check tally tested status)
+                          (when (eq status :failed)
+                            (parachute-failure tally tested result #'call)))))))
+      (tally-report tally))))
+
+(defun parachute-failure (tally tested result call)
+  "Keeps the failed Parachute check RESULT of TESTED; CALL calls Parachute's readers."
+  (let ((comparison (funcall call "COMPARISON" result)))
+    (flet ((text (name) (value-text (funcall call name result) tested)))
+      (tally-failure tally tested :failed
+                     :form (funcall call "EXPRESSION" result)
+                     :reason (or (funcall call "DESCRIPTION" result)
+                                 (and comparison
+                                      (format nil "~A evaluated to ~A, which is not ~A to ~A"
+                                              (let ((*package* (tested-home tested)))
+                                                (print-form-briefly (funcall call "VALUE-FORM" result)))
+                                              (text "VALUE") (value-text comparison tested) (text "EXPECTED"))))
+                     :expected (and comparison (text "EXPECTED"))
+                     :actual (and comparison (text "VALUE"))))))
+
+;;; RT
+
+(defun rt-values-text (values tested)
+  "An RT test's values as one text: the value, or (VALUES a b) for several."
+  (value-text (if (= (length values) 1) (first values) (cons 'values values)) tested))
+
+(defun rt-actual-text (said)
+  "What RT printed as a failed test's actual value (for a test that signalled, the condition):
+the text after \"Actual value: \" or \"Actual values: \" up to its closing full stop."
+  (let* ((start (search "Actual value" said))
+         (colon (and start (position #\: said :start start)))
+         (end (and colon (search (format nil ".~%") said :start2 colon))))
+    (and colon (string-trim '(#\Space #\Newline) (one-line (subseq said (1+ colon) (or end (length said))) 300)))))
+
+(defun rt-report (outcomes package)
+  "The tally of RT's OUTCOMES, one per test run (RT has one check per test): a test whose values
+differ from the expected ones failed, one that signalled an error is an error."
+  (let ((tally (make-tally "RT" package)))
+    (dolist (outcome (reverse outcomes))
+      (destructuring-bind (&key name form expected failed compared said) outcome
+        (let ((tested (tally-run tally name))
+              ;; RT compares the values only when the test returned: no comparison, it signalled.
+              ;; (A later RT's deftest may name its own :TEST, whose comparison is not seen: its
+              ;; failures count as errors.)
+              (status (cond ((not failed) :passed) (compared :failed) (t :error))))
+          (tally-check tally tested status)
+          (unless (eq status :passed)
+            (tally-failure tally tested status
+                           :form form
+                           :reason (and (not compared)
+                                        (format nil "The test signalled ~A." (or (rt-actual-text said) "an error")))
+                           :expected (rt-values-text expected tested)
+                           :actual (and compared (rt-values-text (first compared) tested)))))))
+    (tally-report tally)))
 
 
 (defun test-framework-of (symbol)
@@ -338,116 +573,66 @@ folded into one space."
               (tests-near name home)))
       (values framework symbol))))
 
-(defun parachute-report (reports package)
-  "The counts and failures of Parachute's REPORTS: checks (results that are not whole tests) by
-status, and each failed check with the test it is in."
-  (let ((test-result-class (find-class (parachute-symbol "TEST-RESULT") nil))
-        (counts (list :passed 0 :failed 0 :skipped 0))
-        (tests 0)
-        (failures '())
-        (failure-count 0))
-    (flet ((call (name object) (ignore-errors (funcall (parachute-symbol name) object)))
-           (text (object) (print-briefly object :package package)))
-      (dolist (report (reverse reports))
-        (let ((current-test nil))
-          (loop for result across (coerce (funcall (parachute-symbol "RESULTS") report) 'vector)
-                for status = (call "STATUS" result)
-                do (if (and test-result-class (typep result test-result-class))
-                       (let ((test (call "EXPRESSION" result)))
-                         (incf tests)
-                         (setf current-test (or (call "NAME" test) test)))
-                       (case status
-                         (:passed (incf (getf counts :passed)))
-                         (:skipped (incf (getf counts :skipped)))
-                         (:failed
-                          (incf (getf counts :failed))
-                          (incf failure-count)
-                          (when (<= failure-count *max-kept-warnings*)
-                            (let ((comparison (call "COMPARISON" result)))
-                              (push (list :kind "failure"
-                                          :test (if current-test (text current-test) "(unnamed test)")
-                                          :form (print-form-briefly (call "EXPRESSION" result))
-                                          :reason (or (call "DESCRIPTION" result)
-                                                      (and comparison
-                                                           (format nil "~A evaluated to ~A, which is not ~A to ~A"
-                                                                   (print-form-briefly (call "VALUE-FORM" result))
-                                                                   (text (call "VALUE" result)) (text comparison)
-                                                                   (text (call "EXPECTED" result)))))
-                                          :expected (and comparison (text (call "EXPECTED" result)))
-                                          :actual (and comparison (text (call "VALUE" result))))
-                                    failures)))))))))
-      (framework-results "Parachute" tests counts failures failure-count))))
+(defparameter *max-build-warnings* 10
+  "Compiler warnings of the build a run-tests reply lists; the others are counted.")
 
-(defun rt-values-text (values package)
-  "An RT test's values as one text: the value, or (VALUES a b) for several."
-  (print-briefly (if (= (length values) 1) (first values) (cons 'values values)) :package package))
-
-(defun rt-actual-text (said)
-  "What RT printed as a failed test's actual value (for a test that signalled, the condition):
-the text after \"Actual value: \" or \"Actual values: \" up to its closing full stop."
-  (let* ((start (search "Actual value" said))
-         (colon (and start (position #\: said :start start)))
-         (end (and colon (search (format nil ".~%") said :start2 colon))))
-    (and colon (string-trim '(#\Space #\Newline) (one-line (subseq said (1+ colon) (or end (length said))) 300)))))
-
-(defun rt-report (outcomes package)
-  "The counts and failures of RT's OUTCOMES (one per test run; RT has one check per test): a test
-whose values differ from the expected ones failed, one that signalled an error is an error."
-  (let ((counts (list :passed 0 :failed 0 :errors 0))
-        (failures '())
-        (failure-count 0))
-    (dolist (outcome (reverse outcomes))
-      (destructuring-bind (&key name form expected failed compared said) outcome
-        (cond ((not failed) (incf (getf counts :passed)))
-              (t
-               ;; RT compares the values only when the test returned: no comparison, it signalled.
-               ;; (A later RT's deftest may name its own :TEST, whose comparison is not seen:
-               ;; its failures count as errors.)
-               (let ((kind (if compared :failed :errors)))
-                 (incf (getf counts kind))
-                 (incf failure-count)
-                 (when (<= failure-count *max-kept-warnings*)
-                   (push (list :kind (if compared "failure" "error")
-                               :test (print-briefly name :package package)
-                               :form (print-form-briefly form)
-                               :reason (and (not compared)
-                                            (format nil "The test signalled ~A." (or (rt-actual-text said) "an error")))
-                               :expected (rt-values-text expected package)
-                               :actual (and compared (rt-values-text (first compared) package)))
-                         failures)))))))
-    (framework-results "RT" (length outcomes) counts failures failure-count)))
+(defun build-warning-text (warning)
+  "The text of WARNING, a full warning the compiler gave on a file of the system under test, with
+its place; NIL for any other condition (style-warnings, a warning the tests give, or their COMPILE
+gives). The compiler gives some at the end of the compilation unit, outside the file's
+compilation, with the file's context."
+  (let ((context (compiler-context)))
+    (and (not (typep warning 'style-warning))
+         (not (asdf-summary-warning-p warning))
+         (not (muffled-by-sbcl-p warning))
+         (or *compile-file-truename*
+             (typep (and context (context-slot context "COMPILER-ERROR-CONTEXT-FILE-NAME")) '(or pathname string)))
+         (format nil "~A: ~A~A" (warning-category warning) (compiler-message warning) (warning-place context)))))
 
 (defun muffle-if-possible (warning)
   "Muffles WARNING when it can be (a warning SIGNALled rather than WARNed has no MUFFLE-WARNING
-restart): compiling the system under test is not what the reply is about."
+restart): what the build printed is not what the reply is about."
   (let ((restart (find-restart 'muffle-warning warning)))
     (when restart
       (invoke-restart restart))))
 
-(defun test-activity (&key session token)
+(defun output-handle (stdout report)
+  "The handle of all the text STDOUT kept: the one REPORT (its CAPTURE-REPORT) names when it was
+cut, else a new one; NIL when nothing was written or the call keeps no handles. A run's output
+stays behind it: the reply says what the agent acts on."
+  (or (third report)
+      (let ((text (capture-kept-text stdout)))
+        (and (plusp (length text)) (text-handle text 0 (length text))))))
+
+(define-entry test-activity (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
   (declare (ignore token))
-  (let ((collection (gethash session *test-runs*)))
+  (let ((collection (session-test-run (find-session session))))
     (list :activity (and collection (plusp (collection-checks collection))
                          (format nil "~:D check~:P done, ~:D failed" (collection-checks collection)
                                  (collection-problems collection))))))
 
-(defun run-tests (system &key suite test package session token (max-output 65536))
+(define-entry run-tests (system &key suite test package session token (max-output 65536))
   "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or the FiveAM,
 Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to
-:STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS reports, one per framework that
-ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
+:STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS tallies, one per framework that
+ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first texts, and
+:COMPILER-WARNING-COUNT, :RELOADED (see RELOADED-FILES), :STDOUT (text dropped ...),
+:OUTPUT-HANDLE, :RUN-ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
          (*handles* (session-handles session))
          ;; What the tests start runs as the agent's (see observe.lisp).
-         (*agent-session* session)
+         (*agent-session* (find-session session))
          (collection (make-instance 'test-collection))
          (started (get-internal-real-time))
          (target-package nil)
          (compiler-errors '())
+         (compiler-warnings '())
+         (warning-count 0)
+         (reloaded nil)
          (ran nil))
-    (setf (gethash session *test-runs*) collection)
+    (setf (session-test-run (find-session session)) collection)
     (change-test-hooks 1)
     (let ((result
             (unwind-protect
@@ -461,52 +646,74 @@ ran, :COMPILER-ERRORS texts, :STDOUT (text dropped) :RUN-ERROR report-or-NIL)."
                              in ASDF's source registry." system))
                     (let ((*test-collection* collection)
                           (*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
-                          (*journal-additions* nil))
+                          (*journal-additions* nil)
+                          (planned (planned-reloads (if (or suite test) "LOAD-OP" "TEST-OP") system))
+                          (completed nil))
                       (flet ((building (function)
-                               ;; The system's warnings are not what the reply is about; the
-                               ;; compiler's errors say why it could not be built.
-                               (handler-bind ((warning #'muffle-if-possible)
+                               ;; The compiler's errors say why the system could not be built,
+                               ;; its warnings where it may be wrong.
+                               (handler-bind ((warning (lambda (warning)
+                                                         (let ((text (build-warning-text warning)))
+                                                           (when text
+                                                             (when (< (length compiler-warnings) *max-build-warnings*)
+                                                               (push text compiler-warnings))
+                                                             (incf warning-count)))
+                                                         (muffle-if-possible warning)))
                                               (condition (lambda (condition)
                                                            (let ((text (compiler-error-text condition)))
                                                              (when text (push text compiler-errors))))))
                                  (funcall function))))
-                        (building (lambda () (funcall (asdf-function "LOAD-SYSTEM") system)))
-                        ;; Loading may have brought a framework in.
-                        (change-test-hooks 0)
-                        (cond ((or suite test)
-                               (multiple-value-bind (framework name) (find-named-test (or suite test) target-package)
-                                 (when (and suite (eq framework :rt))
-                                   (fail "~A is an RT test, and RT has no suites: give it as test, or run the ~
-                                          system's tests without suite." (name-text name target-package)))
-                                 (setf ran (format nil "~A ~:[suite~;test~] ~A"
-                                                   (ecase framework (:fiveam "FiveAM") (:parachute "Parachute") (:rt "RT"))
-                                                   test (name-text name target-package)))
-                                 (ecase framework
-                                   (:fiveam (funcall (fiveam-symbol "RUN") name))
-                                   (:parachute (funcall (parachute-symbol "TEST") name :report (parachute-symbol "PLAIN")))
-                                   (:rt (funcall (find-symbol "DO-TEST" (rt-package-of name)) name)))))
-                              (t
-                               (setf ran (format nil "asdf:test-system ~S" system))
-                               (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system)))))))
+                        (unwind-protect
+                             (progn
+                               (building (lambda () (funcall (asdf-function "LOAD-SYSTEM") system)))
+                               ;; Loading may have brought a framework in.
+                               (change-test-hooks 0)
+                               (cond ((or suite test)
+                                      (multiple-value-bind (framework name)
+                                          (find-named-test (or suite test) target-package)
+                                        (when (and suite (eq framework :rt))
+                                          (fail "~A is an RT test, and RT has no suites: give it as test, or run ~
+                                                 the system's tests without suite." (name-text name target-package)))
+                                        (setf ran (format nil "~A ~:[suite~;test~] ~A"
+                                                          (ecase framework (:fiveam "FiveAM") (:parachute "Parachute") (:rt "RT"))
+                                                          test (name-text name target-package)))
+                                        (ecase framework
+                                          (:fiveam (funcall (fiveam-symbol "RUN") name))
+                                          (:parachute (funcall (parachute-symbol "TEST") name
+                                                               :report (parachute-symbol "PLAIN")))
+                                          (:rt (funcall (find-symbol "DO-TEST" (rt-package-of name)) name)))))
+                                     (t
+                                      (setf ran (format nil "asdf:test-system ~S" system))
+                                      (building (lambda () (funcall (asdf-function "TEST-SYSTEM") system)))))
+                               (setf completed t))
+                          ;; The test-op loads the test system too: what was reloaded is known
+                          ;; once it ran.
+                          (setf reloaded (reloaded-files planned completed)))))
                     (list :ok t))
-                  :stdout stdout)
+                  :stdout stdout
+                  :turn (list *asdf-turn* (format nil "run-tests of ~S" system)))
               (change-test-hooks -1)
-              (remhash session *test-runs*))))
+              (setf (session-test-run (find-session session)) nil))))
       (if (getf result :failure)
           result
-          (list :system system
-                :ran ran
-                :frameworks (test-frameworks)
-                :milliseconds (round (* 1000 (- (get-internal-real-time) started)) internal-time-units-per-second)
-                :results (let ((package (or target-package *package*)))
-                           (append (and (collection-results collection)
-                                        (list (fiveam-report collection package)))
-                                   (and (collection-parachute-reports collection)
-                                        (list (parachute-report (collection-parachute-reports collection) package)))
-                                   (and (collection-rt-outcomes collection)
-                                        (list (rt-report (collection-rt-outcomes collection) package)))))
-                :compiler-errors (reverse compiler-errors)
-                :stdout (capture-report stdout)
-                ;; Not :ERROR, which the server takes for a failure of the whole call: the
-                ;; output and counts of a run that failed half-way are the reply too.
-                :run-error (without-asdf-frames (getf result :error)))))))
+          (let ((report (capture-report stdout)))
+            (list :system system
+                  :ran ran
+                  :frameworks (test-frameworks)
+                  :milliseconds (round (* 1000 (- (get-internal-real-time) started)) internal-time-units-per-second)
+                  :results (let ((package (or target-package *package*)))
+                             (append (and (collection-fiveam-runs collection)
+                                          (list (fiveam-report collection package)))
+                                     (and (collection-parachute-reports collection)
+                                          (list (parachute-report (collection-parachute-reports collection) package)))
+                                     (and (collection-rt-outcomes collection)
+                                          (list (rt-report (collection-rt-outcomes collection) package)))))
+                  :compiler-errors (reverse compiler-errors)
+                  :compiler-warnings (reverse compiler-warnings)
+                  :compiler-warning-count warning-count
+                  :reloaded reloaded
+                  :stdout report
+                  :output-handle (output-handle stdout report)
+                  ;; Not :ERROR, which the server takes for a failure of the whole call: the
+                  ;; output and counts of a run that failed half-way are the reply too.
+                  :run-error (without-asdf-frames (getf result :error))))))))

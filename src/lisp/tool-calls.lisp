@@ -247,18 +247,22 @@ its message alone, without a condition type or backtrace."))
 (defun fail (control &rest arguments)
   (error 'tool-failure :message (apply #'format nil control arguments)))
 
-(defun run-tool (token function &key (stdout (make-broadcast-stream)) (stderr (make-broadcast-stream)))
+(defun run-tool (token function &key (stdout (make-broadcast-stream)) (stderr (make-broadcast-stream)) turn)
   "Calls FUNCTION, which returns the tool's plist, registered under TOKEN (so that a timeout or a
 cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by default output
-goes nowhere: nothing a tool does prints in the user's image). Returns the plist, or
-(:FAILURE message) for a TOOL-FAILURE, or (:ERROR report) for anything else that went wrong."
+goes nowhere: nothing a tool does prints in the user's image), and with TURN, (turn what), once it
+has that turn (see CALL-WITH-TURN). Returns the plist, or (:FAILURE message) for a TOOL-FAILURE, or
+(:ERROR report) for anything else that went wrong."
   (let* ((hooks (hook-lists))
          (outcome (call-registered
                    token
                    (lambda (evaluation)
                      (declare (ignore evaluation))
                      (with-tool-streams (stdout stderr)
-                       (handler-case (call-trapping-debugger function)
+                       (handler-case (call-trapping-debugger
+                                      (if turn
+                                          (lambda () (call-with-turn (first turn) (second turn) function))
+                                          function))
                          (tool-failure (failure)
                            (list :failure (tool-failure-message failure)))))))))
     ;; The tools that run the agent's code (load-file and the like) bind its session: hooks that

@@ -22,9 +22,9 @@
 ;;;;
 ;;;; SBCL tells about a function's replacement through SB-INT:*SETF-FDEFINITION-HOOK*, called
 ;;;; before the change. DEFMACRO, DEFMETHOD and DEFCLASS do not go through it, so their loaders
-;;;; (SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS) are encapsulated. These are
-;;;; with the exit guard (evaluate.lisp), the helper's only changes that outlast a call; each costs
-;;;; the image's own definitions one special-variable test when no agent call runs.
+;;;; (SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS) are encapsulated. Both are
+;;;; installed with the rest of the helper's footprint (footprint.lisp); each costs the image's own
+;;;; definitions one special-variable test when no agent call runs.
 ;;;;
 ;;;; Loaded after systems.lisp, under the rules of package.lisp.
 
@@ -37,6 +37,11 @@
 
 (defvar *next-journal-number* 1
   "The number the next entry gets: entries keep their number for as long as the image runs.")
+
+(defun forget-journal ()
+  "Drops every entry, and with them the definitions they kept, for UNINSTALL."
+  (sb-thread:with-mutex (*journal-lock*)
+    (setf *journal* '())))
 
 (defparameter *journal-limit* 500
   "Entries kept; the oldest go first. Each holds on to the function it replaced.")
@@ -145,9 +150,17 @@ method an agent's call adds, and the one with the same qualifiers and specialize
     (multiple-value-prog1 (apply definer arguments)
       (when journaling
         (ignore-errors
+         ;; PCL puts a new method first, and the one it replaces has its qualifiers and
+         ;; specializers (interned objects): a test per method, not a search through all of them
+         ;; per method, which made a call defining N methods of one function cost N^3.
          (let* ((after (sb-mop:generic-function-methods (generic-function-named name)))
-                (added (find-if-not (lambda (method) (member method before)) after))
-                (replaced (find-if-not (lambda (method) (member method after)) before)))
+                (added (let ((newest (first after))) (and newest (not (member newest before)) newest)))
+                (replaced (and added
+                               (find-if (lambda (method)
+                                          (and (equal (method-qualifiers method) (method-qualifiers added))
+                                               (equal (sb-mop:method-specializers method)
+                                                      (sb-mop:method-specializers added))))
+                                        before))))
            (when added
              (journal :method name :previous replaced :source (definition-source replaced)
                                    :installed added :detail (method-detail added name)))))))))
@@ -208,31 +221,6 @@ definition it had before when it is redefined."
         (ignore-errors
          (setf (entry-installed entry) (class-shape (find-class name))
                (entry-installed-source entry) (definition-source (find-class name))))))))
-
-(defvar *fdefinition-hook* nil
-  "The function this helper put on SBCL's fdefinition hook: one closure for the life of the image,
-which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definition takes over.")
-
-(defun install-journal-hooks ()
-  "Puts the journal's hooks into the image once; a reload finds them there."
-  (let ((hook (first (existing-symbols "SB-INT" "*SETF-FDEFINITION-HOOK*"))))
-    (when (and hook (boundp hook))
-      (unless *fdefinition-hook*
-        ;; Errors are dropped: the hook runs inside every DEFUN of the image, whose definition
-        ;; must never fail because the journal did.
-        (setf *fdefinition-hook* (lambda (name new-definition)
-                                   (ignore-errors (note-fdefinition-change name new-definition)))))
-      (unless (member *fdefinition-hook* (symbol-value hook))
-        (push *fdefinition-hook* (symbol-value hook)))))
-  ;; Looked up, not named: the helper's load must not fail where SBCL lacks them.
-  (loop for (package-name name wrapper) in '(("SB-C" "%DEFMACRO" journal-defmacro)
-                                            ("SB-PCL" "LOAD-DEFMETHOD" journal-defmethod)
-                                            ("SB-PCL" "LOAD-DEFCLASS" journal-defclass))
-        for definer = (first (existing-symbols package-name name))
-        when definer
-          do (encapsulate-once definer 'mcp-agent-journal wrapper)))
-
-(install-journal-hooks)
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The undo tool
@@ -397,7 +385,7 @@ PAGE-SIZE of them: (values page-oldest-first older newer)."
          (page (subseq candidates 0 (min (length candidates) page-size))))
     (values (reverse page) (- (length candidates) (length page)) newer)))
 
-(defun undo-journal (&key entries since force before page-size session token)
+(define-entry undo-journal (&key entries since force before page-size session token)
   "The undo tool. Without ENTRIES (a list of numbers) or SINCE (a number), lists the journal: the
 newest PAGE-SIZE entries (default *JOURNAL-SHOWN*) numbered below BEFORE (default: all). With
 them, restores those entries, or every entry from SINCE on, newest first; an entry whose name was

@@ -60,9 +60,13 @@ const NOT_INITIALIZED: i64 = -32003;
 const INSTRUCTIONS: &str = "\
 swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the one the user works in \
 from Emacs: what you define there is theirs too, and their state is there, so look before you redefine.
-The loop:
-1. Find your way: lisp-outline lists a file's forms; find-definition, describe-symbol, apropos-search, xref and \
-class-info ask the image. None of them changes anything.
+To fix failing tests, loop: run-tests gives each failing test's form, expected and actual values; find-definition \
+with source: true gives the current text of the definitions involved (several symbols in one call); edit-lisp-form \
+with operation \"patch\" (old_text, new_text) and load: true fixes the file and the image at once (edits: [...] makes \
+several edits, all or none); then run-tests again.
+The tools:
+1. Find your way: lisp-outline lists a file's forms (source: true, their text); find-definition, describe-symbol, \
+apropos-search, xref and class-info ask the image. None of them changes anything.
 2. Change code in its file: edit-lisp-form with load: true edits the file and compiles the change into the image, \
 so the image runs what the file says and find-definition points at it. load-form and load-file compile what a file \
 already says, load-system loads an ASDF system; compiler messages come at file:line:column. compile-form checks code \

@@ -21,13 +21,28 @@ pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
     if old == new {
         return String::new();
     }
-    let window = Window::around_change(old, new);
+    format!("--- a/{path}\n+++ b/{path}\n{}", hunks(old, new, CONTEXT))
+}
+
+/// The hunks of a diff of `old` and `new` without context lines or file names, for a small
+/// change the reply names the file of: `@@ -7 +7 @@`, then the lines removed and added. Empty
+/// when the texts are equal.
+pub fn compact_diff(old: &[u8], new: &[u8]) -> String {
+    if old == new {
+        return String::new();
+    }
+    hunks(old, new, 0)
+}
+
+/// The hunks of the diff of `old` and `new` with `context` lines around each change.
+fn hunks(old: &[u8], new: &[u8], context: usize) -> String {
+    let window = Window::around_change(old, new, context);
     let diff = TextDiff::configure()
         .algorithm(Algorithm::Myers)
         .timeout(ALIGN_BUDGET)
         .diff_lines(&old[window.start..window.old_end], &new[window.start..window.new_end]);
-    let mut out = format!("--- a/{path}\n+++ b/{path}\n");
-    for hunk in diff.grouped_ops(CONTEXT) {
+    let mut out = String::new();
+    for hunk in diff.grouped_ops(context) {
         let (Some(first), Some(last)) = (hunk.first(), hunk.last()) else { continue };
         let (old_start, new_start) = (first.old_range().start, first.new_range().start);
         out.push_str(&format!(
@@ -47,8 +62,8 @@ pub fn unified_diff(old: &[u8], new: &[u8], path: &str) -> String {
     out
 }
 
-/// The part of both texts a diff needs: whole lines from CONTEXT lines before the first
-/// difference to CONTEXT lines after the last one. Outside it the texts are equal line by line.
+/// The part of both texts a diff needs: whole lines from `context` lines before the first
+/// difference to `context` lines after the last one. Outside it the texts are equal line by line.
 #[derive(Debug, PartialEq, Eq)]
 struct Window {
     /// Where the window starts in both texts (they are equal before it).
@@ -60,19 +75,19 @@ struct Window {
 }
 
 impl Window {
-    fn around_change(old: &[u8], new: &[u8]) -> Window {
+    fn around_change(old: &[u8], new: &[u8], context: usize) -> Window {
         let same_prefix = old.iter().zip(new).take_while(|(x, y)| x == y).count();
         // The suffix may not reach into the prefix in the shorter text.
         let max_suffix = old.len().min(new.len()) - same_prefix;
         let same_suffix = old.iter().rev().zip(new.iter().rev()).take(max_suffix).take_while(|(x, y)| x == y).count();
 
         let mut start = line_start(old, same_prefix);
-        for _ in 0..CONTEXT {
+        for _ in 0..context {
             start = start.checked_sub(1).map_or(0, |before| line_start(old, before));
         }
         // The first line that starts inside the common suffix, then CONTEXT more lines.
         let mut old_end = line_end(old, old.len() - same_suffix);
-        for _ in 0..CONTEXT {
+        for _ in 0..context {
             old_end = line_end(old, old_end);
         }
         let new_end = old_end + new.len() - old.len();

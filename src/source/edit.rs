@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use super::cst::{line_start_before, Cst, LineIndex, LineRange, NodeKind, ParseError, BOM};
-use super::diff::unified_diff;
+use super::diff::{compact_diff, unified_diff};
 use super::files::{AllowedRoots, PathError, Snapshot, WriteError};
 use super::find::find_target;
 use super::forms::{definitions, Query, TopForm};
@@ -25,10 +25,12 @@ pub enum Operation {
     InsertAfter,
     /// The target goes, with its reader conditionals and the comment lines attached above it.
     Delete,
+    /// The one occurrence of a text inside the target becomes another text.
+    Patch,
 }
 
 impl Operation {
-    pub(crate) const NAMES: [&'static str; 4] = ["replace", "insert_before", "insert_after", "delete"];
+    pub(crate) const NAMES: [&'static str; 5] = ["replace", "insert_before", "insert_after", "delete", "patch"];
 
     pub(crate) fn parse(name: &str) -> Option<Self> {
         match name {
@@ -36,6 +38,7 @@ impl Operation {
             "insert_before" => Some(Operation::InsertBefore),
             "insert_after" => Some(Operation::InsertAfter),
             "delete" => Some(Operation::Delete),
+            "patch" => Some(Operation::Patch),
             _ => None,
         }
     }
@@ -46,6 +49,7 @@ impl Operation {
             Operation::InsertBefore => "insert_before",
             Operation::InsertAfter => "insert_after",
             Operation::Delete => "delete",
+            Operation::Patch => "patch",
         }
     }
 }
@@ -61,7 +65,11 @@ pub struct EditRequest<'a> {
     /// What to do at the target.
     pub operation: Operation,
     /// The new form(s) as Lisp source; surrounding blank space is dropped. Empty for a delete.
+    /// For a patch, the text that takes `old_text`'s place, as it is.
     pub content: &'a str,
+    /// For a patch, the text to replace, which must occur exactly once in the target; empty
+    /// otherwise.
+    pub old_text: &'a str,
     /// 1-based choice among several matching forms.
     pub index: Option<usize>,
 }
@@ -82,6 +90,13 @@ pub enum EditError {
     /// A delete came with `content`.
     #[error("`delete` removes the form and takes no `content`; leave `content` out. The file was not touched.")]
     ContentWithDelete,
+    /// `old_text` came with another operation than `patch`, or a patch without it.
+    #[error("{0} The file was not touched.")]
+    PatchArguments(&'static str),
+    /// A patch's `old_text` occurs in the target never or more than once; the message says
+    /// where.
+    #[error("{0}\nThe file was not touched.")]
+    Patch(String),
     /// The path cannot be used or the file could not be read.
     #[error(transparent)]
     Path(#[from] PathError),
@@ -130,6 +145,8 @@ pub enum EditError {
 /// What an edit did, for the reply.
 #[derive(Debug, Clone)]
 pub struct EditReport {
+    /// The file as messages name it.
+    pub file: String,
     pub(crate) operation: Operation,
     /// How the target is named in messages, e.g. `#+sbcl defun foo`.
     pub target: String,
@@ -145,6 +162,10 @@ pub struct EditReport {
     pub new_span: Range<usize>,
     /// For a delete: the form removed, to remove its definition from the image too.
     pub removed: Option<RemovedForm>,
+    /// The bytes of the old text the edit replaced, and how many took their place: what moves
+    /// the forms after it.
+    pub(crate) replaced: Range<usize>,
+    pub(crate) inserted: usize,
 }
 
 /// A deleted definition, as the image needs it to undo what loading it did.
@@ -185,24 +206,139 @@ impl PreparedEdit {
         &self.new_bytes
     }
 
-    /// The whole file as it was read.
-    pub fn old_text(&self) -> &[u8] {
-        &self.snapshot.bytes
-    }
-
     /// Writes the edit atomically, unless the file changed since it was read. An edit that
     /// changes nothing writes nothing.
     pub fn commit(self) -> Result<EditReport, EditError> {
         if self.new_bytes == self.snapshot.bytes {
             return Ok(self.report);
         }
-        match self.snapshot.write_atomically(&self.new_bytes) {
-            Ok(()) => Ok(self.report),
-            Err(WriteError::Changed) => Err(EditError::Changed),
-            Err(WriteError::Refused(reason)) => Err(EditError::NotWritable(reason)),
-            Err(WriteError::Io(source)) => {
-                Err(EditError::Write { path: self.snapshot.path.display().to_string(), source })
+        self.snapshot.write_atomically(&self.new_bytes).map_err(|e| write_error(&self.snapshot, e))?;
+        Ok(self.report)
+    }
+}
+
+fn write_error(snapshot: &Snapshot, error: WriteError) -> EditError {
+    match error {
+        WriteError::Changed => EditError::Changed,
+        WriteError::Refused(reason) => EditError::NotWritable(reason),
+        WriteError::Io(source) => EditError::Write { path: snapshot.path.display().to_string(), source },
+    }
+}
+
+/// One edit of several: the file, and what to do there.
+#[derive(Debug, Clone, Copy)]
+pub struct FileEdit<'a> {
+    /// The file, as the call names it.
+    pub path: &'a Path,
+    /// What to do in it.
+    pub request: EditRequest<'a>,
+}
+
+/// Why one of several edits was refused: which (from 0), and why. Nothing was written.
+#[derive(Debug)]
+pub struct BatchError {
+    /// The edit refused, from 0.
+    pub edit: usize,
+    /// Why.
+    pub error: EditError,
+}
+
+/// Several edits computed but not yet written: each file's new text, and each edit's report
+/// with the file it is in.
+#[derive(Debug)]
+pub struct PreparedEdits {
+    files: Vec<(Snapshot, Vec<u8>)>,
+    reports: Vec<(usize, EditReport)>,
+}
+
+/// Computes `edits` in order, each on the text the ones before it left (several may edit one
+/// file), writing nothing: any edit refused refuses them all. What can be checked without the
+/// files (names, `content`) is checked before any is read.
+pub fn prepare_edits(
+    roots: &AllowedRoots,
+    edits: &[FileEdit],
+    limit: Option<(u64, &'static str)>,
+) -> Result<PreparedEdits, BatchError> {
+    let checked = edits
+        .iter()
+        .enumerate()
+        .map(|(edit, e)| check_request(&e.request).map_err(|error| BatchError { edit, error }))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut files: Vec<(Snapshot, Vec<u8>)> = Vec::new();
+    let mut reports: Vec<(usize, EditReport)> = Vec::new();
+    for (edit, (file_edit, checked)) in edits.iter().zip(&checked).enumerate() {
+        let refused = |error: EditError| BatchError { edit, error };
+        let snapshot = roots.snapshot(file_edit.path, limit).map_err(|e| refused(e.into()))?;
+        let file = match files.iter().position(|(opened, _)| opened.path == snapshot.path) {
+            Some(file) => file,
+            None => {
+                let text = snapshot.bytes.clone();
+                files.push((snapshot, text));
+                files.len() - 1
             }
+        };
+        let (snapshot, text) = &files[file];
+        let (new_text, report) = apply(text, &snapshot.shown, &file_edit.request, checked).map_err(refused)?;
+        for (_, earlier) in reports.iter_mut().filter(|(earlier_file, _)| *earlier_file == file) {
+            earlier.follow(&report);
+        }
+        files[file].1 = new_text;
+        reports.push((file, report));
+    }
+    Ok(PreparedEdits { files, reports })
+}
+
+impl PreparedEdits {
+    /// Each file the edits touch, as it was read: its name in messages and its bytes.
+    pub fn read_files(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.files.iter().map(|(snapshot, _)| (snapshot.shown.as_str(), snapshot.bytes.as_slice()))
+    }
+
+    /// Each edit's report, in the order of the edits, with its file's real path and whole new
+    /// text.
+    pub fn edits(&self) -> impl Iterator<Item = (&EditReport, &Path, &[u8])> {
+        self.reports.iter().map(|(file, report)| {
+            let (snapshot, text) = &self.files[*file];
+            (report, snapshot.path.as_path(), text.as_slice())
+        })
+    }
+
+    /// Writes every changed file, each atomically, unless one of them changed since it was read
+    /// or cannot be written: then none is. (Each file is staged beside itself first; only when
+    /// all are staged and still unchanged are they renamed into place.)
+    /// The error names the file (as messages name it) that could not be written.
+    pub fn commit(self) -> Result<Vec<EditReport>, (String, EditError)> {
+        let changed: Vec<&(Snapshot, Vec<u8>)> =
+            self.files.iter().filter(|(snapshot, text)| *text != snapshot.bytes).collect();
+        let failed = |snapshot: &Snapshot, error: WriteError| (snapshot.shown.clone(), write_error(snapshot, error));
+        let mut staged = Vec::with_capacity(changed.len());
+        for (snapshot, text) in &changed {
+            staged.push(snapshot.stage(text).map_err(|e| failed(snapshot, e))?);
+        }
+        for (stage, (snapshot, _)) in staged.iter().zip(&changed) {
+            stage.check().map_err(|e| failed(snapshot, e))?;
+        }
+        for (stage, (snapshot, _)) in staged.into_iter().zip(&changed) {
+            stage.commit().map_err(|e| failed(snapshot, e))?;
+        }
+        Ok(self.reports.into_iter().map(|(_, report)| report).collect())
+    }
+}
+
+impl EditReport {
+    /// Moves `new_span` past a later edit of the same file: the text after that edit's place
+    /// moves by what it changed in length; a form it edited inside grows or shrinks with it;
+    /// one whose text it replaced is gone (the later edit has its own).
+    fn follow(&mut self, later: &EditReport) {
+        let (replaced, span) = (&later.replaced, &mut self.new_span);
+        let moved = |at: usize| at + later.inserted - replaced.len();
+        if span.end <= replaced.start {
+        } else if span.start >= replaced.end {
+            *span = moved(span.start)..moved(span.end);
+        } else if span.start <= replaced.start && replaced.end <= span.end {
+            span.end = moved(span.end);
+        } else {
+            *span = 0..0;
         }
     }
 }
@@ -216,31 +352,71 @@ pub fn prepare_edit(
     limit: Option<(u64, &'static str)>,
     request: &EditRequest,
 ) -> Result<PreparedEdit, EditError> {
+    let checked = check_request(request)?;
+    let snapshot = roots.snapshot(path, limit)?;
+    let (new_bytes, report) = apply(&snapshot.bytes, &snapshot.shown, request, &checked)?;
+    Ok(PreparedEdit { snapshot, new_bytes, report })
+}
+
+/// What is known of a request before any file is read.
+struct Checked {
+    query: Query,
+    /// How many top-level forms `content` holds, and forms processed at top level in all.
+    content_forms: usize,
+    content_definitions: usize,
+}
+
+/// Checks what can be checked of `request` without its file: the form's name, and that
+/// `content` reads (or, for a patch, that `old_text` is there).
+fn check_request(request: &EditRequest) -> Result<Checked, EditError> {
     let query = Query::parse(request.form_type, request.form_name).map_err(EditError::Query)?;
-    let (content_forms, content_definitions) = if request.operation == Operation::Delete {
-        if !request.content.trim().is_empty() {
-            return Err(EditError::ContentWithDelete);
+    let (content_forms, content_definitions) = match request.operation {
+        Operation::Patch if request.old_text.is_empty() => {
+            return Err(EditError::PatchArguments(
+                "`patch` needs `old_text`, the text to replace (it must occur once in the form), and `new_text`.",
+            ))
         }
-        (0, 0)
-    } else {
-        let content = Cst::parse(request.content.as_bytes()).map_err(|e| EditError::ContentSyntax(Box::new(e)))?;
-        (content.top_level_forms().count(), definitions(&content).len())
+        Operation::Patch => (1, 0),
+        _ if !request.old_text.is_empty() => {
+            return Err(EditError::PatchArguments(
+                "`old_text` and `new_text` go with `operation: \"patch\"`; the other operations take `content`.",
+            ))
+        }
+        Operation::Delete if !request.content.trim().is_empty() => return Err(EditError::ContentWithDelete),
+        Operation::Delete => (0, 0),
+        _ => {
+            let content = Cst::parse(request.content.as_bytes()).map_err(|e| EditError::ContentSyntax(Box::new(e)))?;
+            (content.top_level_forms().count(), definitions(&content).len())
+        }
     };
     if content_forms == 0 && request.operation != Operation::Delete {
         return Err(EditError::EmptyContent);
     }
+    Ok(Checked { query, content_forms, content_definitions })
+}
 
-    let snapshot = roots.snapshot(path, limit)?;
-    let shown_path = snapshot.shown.as_str();
-    let _permit = super::permit::parse_permit(snapshot.bytes.len());
-    let old = &snapshot.bytes;
+/// The edit `request` makes to `old`, the text of the file `shown_path`: the new text and the
+/// report.
+fn apply(
+    old: &[u8],
+    shown_path: &str,
+    request: &EditRequest,
+    checked: &Checked,
+) -> Result<(Vec<u8>, EditReport), EditError> {
+    let Checked { query, content_forms, content_definitions } = checked;
+    let (content_forms, content_definitions) = (*content_forms, *content_definitions);
+    let _permit = super::permit::parse_permit(old.len());
     let cst = Cst::parse(old).map_err(|e| EditError::FileSyntax { path: shown_path.into(), error: Box::new(e) })?;
     let lines = LineIndex::new(old);
     let forms = definitions(&cst);
     let wanted = format!("{} {}", request.form_type.trim(), request.form_name.trim());
-    let target = find_target(&cst, &lines, &forms, &query, &wanted, request.index).map_err(EditError::Target)?;
+    let target = find_target(&cst, &lines, &forms, query, &wanted, request.index).map_err(EditError::Target)?;
     let target_position = forms.iter().position(|f| f.item == target.item).unwrap_or_default();
     let target_name = format!("{}{}", target.conditions_shown(&cst), target.describe(&cst));
+    let eol = line_ending(old);
+    if request.operation == Operation::Patch {
+        return patch(old, shown_path, &cst, &lines, target, target_name, request, eol);
+    }
 
     if let (Operation::Replace, Some(&condition), 2..) = (request.operation, target.conditions.last(), content_forms) {
         let feature = cst.elements(condition).next().map_or(0..0, |f| cst.span(f));
@@ -251,7 +427,6 @@ pub fn prepare_edit(
         });
     }
 
-    let eol = line_ending(old);
     let content = normalise_content(request.content, eol);
     let splice = plan(&cst, target, request.operation, &content, eol);
     let mut new_bytes = Vec::with_capacity(old.len() + splice.replacement.len());
@@ -280,6 +455,7 @@ pub fn prepare_edit(
         package: super::load::package_at(&cst, &forms, outermost_start(&cst, &forms, target)),
     });
     let report = EditReport {
+        file: shown_path.to_string(),
         operation: request.operation,
         target: target_name,
         target_lines: lines.lines(cst.span(target.item)),
@@ -288,8 +464,138 @@ pub fn prepare_edit(
         diff: unified_diff(old, &new_bytes, shown_path),
         new_span: new_start..new_start + splice.content.len(),
         removed,
+        replaced: splice.range.clone(),
+        inserted: splice.replacement.len(),
     };
-    Ok(PreparedEdit { snapshot, new_bytes, report })
+    Ok((new_bytes, report))
+}
+
+/// A patch: the one occurrence of `request.old_text` in the target form becomes
+/// `request.content`, and the form must still read as one form.
+#[allow(clippy::too_many_arguments)]
+fn patch(
+    old: &[u8],
+    shown_path: &str,
+    cst: &Cst,
+    lines: &LineIndex,
+    target: &TopForm,
+    target_name: String,
+    request: &EditRequest,
+    eol: &str,
+) -> Result<(Vec<u8>, EditReport), EditError> {
+    // The texts take the file's line endings, as `content` does.
+    let with_eol = |text: &str| text.replace("\r\n", "\n").replace('\n', eol).into_bytes();
+    let (old_text, new_text) = (with_eol(request.old_text), with_eol(request.content));
+    let form = cst.span(target.form);
+    let target_lines = lines.lines(cst.span(target.item));
+    let hits = occurrences(&old[form.clone()], &old_text);
+    let at = match hits.as_slice() {
+        [at] => form.start + at,
+        [] => return Err(EditError::Patch(patch_missing(old, form, &old_text, lines, &target_name, target_lines))),
+        many => {
+            let places: Vec<String> = many
+                .iter()
+                .map(|&at| {
+                    let start = form.start + at;
+                    let line_start = old[..start].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                    format!(
+                        "{}:{}",
+                        lines.line(start),
+                        String::from_utf8_lossy(&old[line_start..start]).chars().count() + 1
+                    )
+                })
+                .collect();
+            return Err(EditError::Patch(format!(
+                "`old_text` occurs {} times in `{target_name}` ({target_lines}): at lines and columns {}. Give more of \
+                 the text around the one to change, so that it occurs once.",
+                many.len(),
+                places.join(", ")
+            )));
+        }
+    };
+    let replaced = at..at + old_text.len();
+    let mut new_bytes = Vec::with_capacity(old.len() + new_text.len());
+    new_bytes.extend_from_slice(&old[..replaced.start]);
+    new_bytes.extend_from_slice(&new_text);
+    new_bytes.extend_from_slice(&old[replaced.end..]);
+    let new_form = form.start..form.end + new_text.len() - old_text.len();
+    // The form must still be one form, and the file hold as many as before.
+    match Cst::check(&new_bytes[new_form.clone()]) {
+        Ok(1) => {}
+        Ok(n) => {
+            return Err(EditError::Verify(format!("`{target_name}` would read as {n} forms instead of one")));
+        }
+        Err(e) => return Err(EditError::Verify(format!("`{target_name}` would not read: {e}"))),
+    }
+    verify(&new_bytes, cst.top_level_forms().count(), None)?;
+    let new_lines = LineIndex::new(&new_bytes).lines(new_form.clone());
+    let report = EditReport {
+        file: shown_path.to_string(),
+        operation: Operation::Patch,
+        target: target_name,
+        target_lines,
+        new_lines,
+        forms: 1,
+        diff: compact_diff(old, &new_bytes),
+        new_span: new_form,
+        removed: None,
+        replaced,
+        inserted: new_text.len(),
+    };
+    Ok((new_bytes, report))
+}
+
+/// Where `needle` starts in `haystack`, each place (overlapping ones too).
+fn occurrences(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return Vec::new();
+    }
+    haystack.windows(needle.len()).enumerate().filter(|(_, window)| *window == needle).map(|(at, _)| at).collect()
+}
+
+/// Why a patch's `old_text` was not found in the target `form` of `old`, with what comes
+/// closest: the same text with other blank space inside the form, or the text elsewhere in the
+/// file.
+fn patch_missing(
+    old: &[u8],
+    form: Range<usize>,
+    old_text: &[u8],
+    lines: &LineIndex,
+    target_name: &str,
+    target_lines: LineRange,
+) -> String {
+    let mut text = format!("`old_text` does not occur in `{target_name}` ({target_lines}).");
+    let squeezed = |bytes: &[u8]| -> (Vec<u8>, Vec<usize>) {
+        // The text with each run of blank space made one space, and where each byte came from.
+        let (mut out, mut from) = (Vec::new(), Vec::new());
+        for (i, &b) in bytes.iter().enumerate() {
+            if is_whitespace(b) {
+                if out.last() != Some(&b' ') {
+                    out.push(b' ');
+                    from.push(i);
+                }
+            } else {
+                out.push(b);
+                from.push(i);
+            }
+        }
+        (out, from)
+    };
+    let (wanted, _) = squeezed(old_text);
+    let (inside, from) = squeezed(&old[form.clone()]);
+    let trimmed = wanted.trim_ascii();
+    if let Some(&at) = occurrences(&inside, trimmed).first() {
+        text.push_str(&format!(
+            " It does with other blank space (line breaks, indentation) at line {}: give `old_text` exactly as the \
+             file has it (find-definition with source: true shows the form's text).",
+            lines.line(form.start + from[at])
+        ));
+    } else if let Some(&at) = occurrences(old, old_text).first() {
+        text.push_str(&format!(" It does at line {}, outside this form: name the form that holds it.", lines.line(at)));
+    } else {
+        text.push_str(" find-definition with source: true shows the form's text as the file has it.");
+    }
+    text
 }
 
 /// Where the top-level form holding `form` (or `form` itself, at top level) starts.
@@ -367,7 +673,8 @@ fn plan(cst: &Cst, target: &TopForm, operation: Operation, content: &[u8], eol: 
     let content = indent_lines(content, &indent);
     let content = content.as_slice();
     let at = match operation {
-        Operation::Replace => {
+        // A patch is planned by `patch`; taken whole, it is a replacement of the form.
+        Operation::Replace | Operation::Patch => {
             let range = cst.span(target.form);
             return Splice { range, replacement: content.to_vec(), content: 0..content.len() };
         }

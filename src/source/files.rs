@@ -606,6 +606,32 @@ impl Drop for Temp<'_> {
     }
 }
 
+/// A file's new text written beside it, to rename into its place (see [`Snapshot::stage`]).
+pub(crate) struct Staged<'a> {
+    snapshot: &'a Snapshot,
+    temp: Temp<'a>,
+}
+
+impl Staged<'_> {
+    /// Whether the file still holds what was read.
+    pub(crate) fn check(&self) -> Result<(), WriteError> {
+        if self.snapshot.unchanged()? {
+            Ok(())
+        } else {
+            Err(WriteError::Changed)
+        }
+    }
+
+    /// Renames the new text into the file's place.
+    pub(crate) fn commit(mut self) -> Result<(), WriteError> {
+        rename_at(self.snapshot.dir.as_fd(), &self.temp.name, &self.snapshot.name)?;
+        self.temp.armed = false;
+        // Makes the rename durable; best effort.
+        let _ = File::from(self.snapshot.dir.try_clone()?).sync_all();
+        Ok(())
+    }
+}
+
 /// Temporary files are named `.NAME.PID.N.swank-mcp.tmp`.
 const TEMP_SUFFIX: &str = ".swank-mcp.tmp";
 
@@ -657,21 +683,21 @@ impl Snapshot {
     /// is removed on every way out but success. An edit replaces the directory entry, so a hard
     /// link elsewhere keeps the old text.
     pub fn write_atomically(&self, bytes: &[u8]) -> Result<(), WriteError> {
+        let staged = self.stage(bytes)?;
+        staged.check()?;
+        staged.commit()
+    }
+
+    /// The first half of [`Snapshot::write_atomically`]: the temporary file beside this one,
+    /// with `bytes` and the original permissions, synced; removed when dropped uncommitted.
+    pub(crate) fn stage(&self, bytes: &[u8]) -> Result<Staged<'_>, WriteError> {
         self.check_writable()?;
         remove_stale_temps(self.dir.as_fd());
-        let (mut temp, mut file) = self.create_temp()?;
+        let (temp, mut file) = self.create_temp()?;
         file.write_all(bytes)?;
         file.set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
         file.sync_all()?;
-        drop(file);
-        if !self.unchanged()? {
-            return Err(WriteError::Changed);
-        }
-        rename_at(self.dir.as_fd(), &temp.name, &self.name)?;
-        temp.armed = false;
-        // Makes the rename durable; best effort.
-        let _ = File::from(self.dir.try_clone()?).sync_all();
-        Ok(())
+        Ok(Staged { snapshot: self, temp })
     }
 
     fn create_temp(&self) -> io::Result<(Temp<'_>, File)> {

@@ -1,15 +1,18 @@
 //! What each top-level form is: its operator, the name it defines and, for `defmethod`, the
 //! qualifiers and specializers that tell one method from another.
 //!
-//! Symbols are compared the way the contract allows (`string-equal` on the symbol name): package
-//! prefixes and escapes are dropped and case is folded, so `CL:DEFUN`, `defun` and `|defun|` are
-//! the same operator.
+//! Symbols are compared as SBCL's reader reads them, package prefixes dropped: unescaped letters
+//! are folded, so `CL:DEFUN` and `defun` are the same operator; escaped ones keep their case, so
+//! `|defun|` is another symbol, and `|FOO|` is `foo` (the contract's `string-equal` would take
+//! `|foo|` for `FOO` too). String designators (`"NAME"`) are folded as the contract allows.
 //!
 //! See docs/design.md, "Source files".
 
 use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind, ParseError};
 
-/// The name part of a symbol token, read with the reader's escape rules, case-folded.
+/// The name part of a symbol token, read with the reader's escape rules: `key` is its name with
+/// the case of every letter inverted (unescaped letters are upper case for the reader, so they
+/// come out lower case), which tells `|foo|` from `FOO` while `defun` still reads `defun`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Symbol {
     pub key: String,
@@ -18,13 +21,14 @@ pub(crate) struct Symbol {
 
 /// Splits `pkg::name` / `:name` / `name` at unescaped colons and removes `\` and `|` escapes.
 pub(crate) fn read_symbol(token: &[u8]) -> Symbol {
-    let mut name = Vec::with_capacity(token.len());
-    let mut package: Option<Vec<u8>> = None;
+    // The name's bytes, each with whether it was escaped.
+    let mut name: Vec<(u8, bool)> = Vec::with_capacity(token.len());
+    let mut package: Option<Vec<(u8, bool)>> = None;
     let mut in_bars = false;
     let mut bytes = token.iter().copied();
     while let Some(b) = bytes.next() {
         match b {
-            b'\\' => name.extend(bytes.next()),
+            b'\\' => name.extend(bytes.next().map(|escaped| (escaped, true))),
             b'|' => in_bars = !in_bars,
             b':' if !in_bars => {
                 // `pkg::name` has two markers; only the text before the first is the package.
@@ -34,10 +38,26 @@ pub(crate) fn read_symbol(token: &[u8]) -> Symbol {
                     name.clear();
                 }
             }
-            _ => name.push(b),
+            _ => name.push((b, in_bars)),
         }
     }
-    Symbol { key: fold(&name), keyword: package.is_some_and(|p| p.is_empty()) }
+    let mut key = String::with_capacity(name.len());
+    for run in name.chunk_by(|a, b| a.1 == b.1) {
+        let text: Vec<u8> = run.iter().map(|&(b, _)| b).collect();
+        let text = String::from_utf8_lossy(&text);
+        if run[0].1 {
+            key.extend(text.chars().flat_map(|c| -> Vec<char> {
+                if c.is_uppercase() {
+                    c.to_lowercase().collect()
+                } else {
+                    c.to_uppercase().collect()
+                }
+            }));
+        } else {
+            key.push_str(&text.to_lowercase());
+        }
+    }
+    Symbol { key, keyword: package.is_some_and(|p| p.is_empty()) }
 }
 
 fn fold(bytes: &[u8]) -> String {
@@ -326,6 +346,8 @@ impl TopForm {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutlineEntry {
     pub(crate) lines: LineRange,
+    /// Its bytes in the file, start and end, reader conditionals included.
+    pub(crate) span: (usize, usize),
     /// How many wrapping forms it is inside: 0 for a top-level form.
     pub depth: usize,
     /// The reader conditionals in front of the form (`#+sbcl`), empty if none.
@@ -399,6 +421,7 @@ fn outline_entry(cst: &Cst, lines: &LineIndex, base: usize, form: &TopForm) -> O
     let span = cst.span(form.item);
     OutlineEntry {
         lines: lines.lines(base + span.start..base + span.end),
+        span: (base + span.start, base + span.end),
         depth: form.ancestors.len(),
         conditions: form.conditions_shown(cst).trim_end().to_string(),
         operator: form.head.as_ref().map(|h| h.operator_shown(cst)),
@@ -722,7 +745,11 @@ mod tests {
     fn symbols_are_read_like_the_reader_reads_them() {
         assert_eq!(read_symbol(b"CL:DEFUN").key, "defun");
         assert_eq!(read_symbol(b"asdf::defsystem").key, "defsystem");
-        assert_eq!(read_symbol(b"|Foo Bar|").key, "foo bar");
+        // Escaped letters keep their case, as SBCL reads them: `|foo|` is not `FOO`, `|FOO|` is.
+        assert_eq!(read_symbol(b"|Foo Bar|").key, "fOO bAR");
+        assert_ne!(read_symbol(b"|foo|").key, read_symbol(b"foo").key);
+        assert_eq!(read_symbol(b"|FOO|").key, read_symbol(b"foo").key);
+        assert_eq!(read_symbol(b"f\\oo").key, read_symbol(b"F|o|O").key);
         assert_eq!(read_symbol(b"a\\:b").key, "a:b");
         assert!(read_symbol(b":key").keyword);
         assert!(!read_symbol(b"pkg:key").keyword);

@@ -67,16 +67,16 @@ impl LoadPlan {
         Ok(plan(&cst, &lines, &forms, &[position]))
     }
 
-    /// The plan for the forms whose text lies within `span` of `source` (the forms an edit just
-    /// wrote), nested ones loaded with the forms that hold them.
-    pub fn for_span(source: &[u8], span: Range<usize>) -> Result<LoadPlan, String> {
+    /// The plan for the forms whose text lies within one of `spans` of `source` (the forms
+    /// edits just wrote), nested ones loaded with the forms that hold them.
+    pub fn for_spans(source: &[u8], spans: &[Range<usize>]) -> Result<LoadPlan, String> {
         let cst = Cst::parse(source).map_err(|e| format!("the edited file does not read as Lisp: {e}"))?;
         let lines = LineIndex::new(source);
         let forms = definitions(&cst);
         // The form, not its item: a replacement under `#+sbcl` leaves the conditional outside.
         let inside = |f: &TopForm| {
             let form = cst.span(f.form);
-            span.start <= form.start && form.end <= span.end
+            spans.iter().any(|span| span.start <= form.start && form.end <= span.end)
         };
         let targets: Vec<usize> = (0..forms.len())
             .filter(|&i| inside(&forms[i]) && !forms[i].ancestors.iter().any(|&a| inside(&forms[a])))
@@ -111,6 +111,8 @@ pub struct DefinitionPlace {
     pub at: (usize, usize),
     /// The top-level form that holds it.
     pub top_level: (usize, usize),
+    /// The form's bytes, start and end.
+    pub span: (usize, usize),
 }
 
 /// Every place in `source` of the definition `form_name` made by one of `operators` (`defun`,
@@ -133,14 +135,30 @@ pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> 
                 .into_iter()
                 .map(|form| {
                     let outermost = form.ancestors.first().map_or(form, |&a| &forms[a]);
+                    let span = cst.span(form.form);
                     DefinitionPlace {
-                        at: place(cst.span(form.form).start),
+                        at: place(span.start),
                         top_level: place(cst.span(outermost.item).start),
+                        span: (span.start, span.end),
                     }
                 })
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// The bytes, start and end, of the top-level form of `source` that starts at `line` and
+/// `column` (1-based, the column in characters), as SBCL records a definition that no operator
+/// names (one a macro made); `None` when none starts there or the text does not read.
+pub fn top_level_form_at(source: &[u8], line: usize, column: usize) -> Option<(usize, usize)> {
+    let lines = LineIndex::new(source);
+    Cst::top_level_spans(source).ok()?.into_iter().map(|(start, end)| (start as usize, end as usize)).find(
+        |&(start, _)| {
+            let line_start = source[..start].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            lines.line(start) == line
+                && String::from_utf8_lossy(&source[line_start..start]).chars().count() + 1 == column
+        },
+    )
 }
 
 /// How many top-level forms `source` has, and how many definitions (forms processed at top level
@@ -305,7 +323,7 @@ mod tests {
     fn an_edited_form_behind_a_conditional_is_loaded_with_it() {
         let source = b"(in-package :app)\n#+sbcl\n(defun f () 2)\n(defun g () (progn 3))\n";
         let start = 25;
-        let plan = LoadPlan::for_span(source, start..start + 14).unwrap();
+        let plan = LoadPlan::for_spans(source, std::slice::from_ref(&(start..start + 14))).unwrap();
         assert_eq!(plan.targets.len(), 1);
         assert_eq!(plan.targets[0].described, "#+sbcl defun f");
         assert_eq!(plan.targets[0].guards, [("+".to_string(), "sbcl".to_string())]);

@@ -15,9 +15,12 @@ mod load;
 mod permit;
 
 pub use cst::{line_count, Cst, Leaves, LineRange, Location, NodeId, NodeKind, Opener, ParseError, Prefix};
-pub use diff::unified_diff;
-pub use edit::{prepare_edit, EditError, EditReport, EditRequest, Operation, PreparedEdit, RemovedForm};
+pub use diff::{compact_diff, unified_diff};
+pub use edit::{
+    prepare_edit, prepare_edits, BatchError, EditError, EditReport, EditRequest, FileEdit, Operation, PreparedEdit,
+    PreparedEdits, RemovedForm,
+};
 pub use files::{AllowedRoots, PathError, RootList, SourceFile};
 pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
-pub use load::{definition_count, locate_definition, DefinitionPlace, LoadPlan, LoadTarget};
+pub use load::{definition_count, locate_definition, top_level_form_at, DefinitionPlace, LoadPlan, LoadTarget};
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

@@ -42,6 +42,8 @@ enum Kind {
     Integers(Range),
     Texts,
     IntegerOrName(Range),
+    /// A list of objects, each the arguments of its own that these declare.
+    Objects(&'static [Param]),
 }
 
 /// The integers an argument takes; `max` when it declares one.
@@ -113,6 +115,11 @@ impl Param {
         Self::new(name, Kind::Texts, description)
     }
 
+    /// A list of objects, each checked as the arguments `params` declare (the edits of one call).
+    pub const fn objects(name: &'static str, params: &'static [Param], description: &'static str) -> Self {
+        Self::new(name, Kind::Objects(params), description)
+    }
+
     /// An integer from 0, or a name.
     pub const fn integer_or_name(name: &'static str, description: &'static str) -> Self {
         Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None }), description)
@@ -167,10 +174,9 @@ impl Param {
                 schema.insert("enum".into(), json!(choices));
                 ("string", None)
             }
-            Kind::Flag => {
-                schema.insert("default".into(), false.into());
-                ("boolean", None)
-            }
+            // False when absent, as any client takes a boolean it does not give: the list, read in
+            // every session, does not say so sixteen times.
+            Kind::Flag => ("boolean", None),
             Kind::Integer(range) => ("integer", Some(range)),
             Kind::Integers(range) => {
                 let mut items = Map::new();
@@ -187,6 +193,11 @@ impl Param {
                 schema.insert("type".into(), json!(["integer", "string"]));
                 range.schema(&mut schema);
                 ("", None)
+            }
+            // Each element's arguments are the tool's own, which its description names.
+            Kind::Objects(_) => {
+                schema.insert("items".into(), json!({"type": "object"}));
+                ("array", None)
             }
         };
         if !kind.is_empty() {
@@ -217,6 +228,7 @@ impl Param {
             Kind::Integers(Range { min, max: None }) => format!("a list of integers of {min} or more"),
             Kind::Texts => "an array of strings".into(),
             Kind::IntegerOrName(range) => format!("{} or a name", range.describe()),
+            Kind::Objects(_) => "an array of objects".into(),
         }
     }
 
@@ -252,6 +264,18 @@ impl Param {
                 }
             }
             (Kind::Texts, Value::Array(items)) if items.iter().all(Value::is_string) => Ok(()),
+            (Kind::Objects(params), Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    let each = format!("each element of `{}`", self.name);
+                    match item {
+                        Value::Object(_) => Arguments::read(&each, params, None, Some(item.clone()))
+                            .map(drop)
+                            .map_err(|e| ArgumentError(format!("In element {} of `{}`: {}", i + 1, self.name, e.0)))?,
+                        _ => return Err(wrong()),
+                    }
+                }
+                Ok(())
+            }
             _ => Err(wrong()),
         }
     }
@@ -418,6 +442,23 @@ impl Arguments {
             }
             Some(other) => Err(wrong_type(name, "an array of strings", other)),
         }
+    }
+
+    /// A list of objects, each read as the arguments its declaration gives; `None` when absent.
+    pub(crate) fn optional_objects(&self, name: &str) -> Result<Option<Vec<Arguments>>, ArgumentError> {
+        let param = self.param(name)?;
+        let (Kind::Objects(params), Some(Value::Array(items))) = (param.kind, self.value(name)) else {
+            return match self.value(name) {
+                None => Ok(None),
+                Some(other) => Err(wrong_type(name, &param.expected(), other)),
+            };
+        };
+        let element = format!("an element of `{name}`");
+        items
+            .iter()
+            .map(|item| Arguments::read(&element, params, None, Some(item.clone())))
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// A number in the range its declaration gives, or a name.
@@ -608,7 +649,7 @@ mod tests {
         assert_eq!(schema["required"], json!(["code"]));
         assert_eq!(schema["additionalProperties"], json!(false));
         assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer", "minimum": 1, "maximum": 100}));
-        assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean", "default": false}));
+        assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean"}));
         assert_eq!(schema["properties"]["mode"], json!({"type": "string", "enum": ["cpu", "time"], "default": "cpu"}));
         assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer", "minimum": 1}));
         assert!(schema["properties"].get("image").is_none());

@@ -1,7 +1,8 @@
-//! `edit-lisp-form`: replace, delete or insert next to one definition of a Lisp source file (at
-//! top level, or inside a top-level `progn`, `eval-when` and the like), on the concrete syntax
-//! tree (contract: `edit-lisp-form.ja.md`). The edit runs in this process; with `load`, the new
-//! forms are then loaded into the image as `load-form` loads them.
+//! `edit-lisp-form`: replace, delete, patch or insert next to one definition of a Lisp source
+//! file (at top level, or inside a top-level `progn`, `eval-when` and the like), on the concrete
+//! syntax tree (contract: `edit-lisp-form.ja.md`), or several such edits at once, applied all or
+//! none. The edits run in this process; with `load`, the new forms are then loaded into the
+//! image as `load-form` loads them.
 //!
 //! See docs/design.md, "The toolbox".
 
@@ -14,32 +15,47 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::load_plan;
 use super::{
-    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
 use crate::image::Request;
-use crate::source::{prepare_edit, AllowedRoots, EditReport, EditRequest, LoadPlan, Operation, PreparedEdit};
+use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", "Absolute, or relative to the first --root.").required(),
-    Param::text("form_type", "The operator, e.g. \"defun\" (case and package prefix ignored).").required(),
-    Param::text(
-        "form_name",
-        "As lisp-outline shows it: \"foo\", \"(setf foo)\"; a method as \"name [qualifiers] (specializers)\", e.g. \"area :around (shape)\"; a bare name matches all its methods.",
-    )
-    .required(),
-    Param::one_of(
-        "operation",
-        &Operation::NAMES,
-        "insert_before and insert_after put content beside the form and its attached comments; delete removes it with them.",
-    )
-    .required()
-    .explained(unknown_operation),
-    Param::text("content", "Whole top-level form(s); not for delete."),
+/// One edit's arguments, as a call gives them alone or as an element of `edits`.
+const FILE_PATH: Param = Param::text("file_path", "");
+const FORM_TYPE: Param = Param::text("form_type", "The operator, e.g. \"defun\".");
+const FORM_NAME: Param = Param::text("form_name", "As lisp-outline shows it, e.g. \"area :around (shape)\".");
+const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
+const CONTENT: Param = Param::text("content", "Whole top-level form(s); not for delete or patch.");
+const OLD_TEXT: Param = Param::text("old_text", "patch: text found once in the form.");
+const NEW_TEXT: Param = Param::text("new_text", "");
+
+/// An element of `edits`: one edit, whose target and operation it must give.
+const EDIT: &[Param] = &[
+    FILE_PATH.required(),
+    FORM_TYPE.required(),
+    FORM_NAME.required(),
+    OPERATION.required(),
+    CONTENT,
+    OLD_TEXT,
+    NEW_TEXT,
     FORM_INDEX,
+];
+
+/// The arguments: the schema and the checks. One edit's fields, or `edits`: which of them the
+/// call must give depends on which it gives, and is checked by [`edit_arguments`].
+const ARGUMENTS: &[Param] = &[
+    FILE_PATH,
+    FORM_TYPE,
+    FORM_NAME,
+    OPERATION,
+    CONTENT,
+    OLD_TEXT,
+    NEW_TEXT,
+    FORM_INDEX,
+    Param::objects("edits", EDIT, "Edits, each with the fields above."),
     Param::flag("dry_run", "Return the diff; write and load nothing."),
-    Param::flag("load", "Compile the change into the image as load-form does (delete: remove the definition)."),
+    Param::flag("load", "Compile the change into the image."),
     LARGE_FILE_ARGUMENT,
 ];
 
@@ -53,11 +69,9 @@ pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
         title: "Edit a Lisp definition",
-        description:
-            "Structurally edit one definition (defun, defmacro, defclass, defmethod, ...) of a Lisp source file: \
-            replace, delete, or insert forms beside it. Prefer it to rewriting files or text substitution: the form \
-            is found by operator and name, only its text changes, and content that does not read is refused. Returns \
-            the diff; load: true also compiles the change into the image.",
+        description: "Edit one definition (defun, defmethod, defclass...) of a Lisp file on its syntax tree: replace, \
+            delete, insert beside it, or patch old_text to new_text in it; several edits all or none. Use it \
+            rather than rewriting files. Returns the diff; load: true compiles the change into the image.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
@@ -70,81 +84,206 @@ pub const TOOL: Tool = Tool {
     preview: Some(preview),
 };
 
-/// What the edit left for the load: the file's real path and new text, and the edit's report.
+/// One edit as the call gives it.
+struct EditArguments {
+    file_path: String,
+    form_type: String,
+    form_name: String,
+    operation: Operation,
+    content: String,
+    old_text: String,
+    index: Option<usize>,
+}
+
+impl EditArguments {
+    fn read(args: &Arguments) -> Result<Self, ToolError> {
+        let operation = args.required_str("operation")?;
+        let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
+        let (content, old_text) = match operation {
+            Operation::Patch => {
+                if args.optional_str("content")?.is_some() {
+                    return Err(ToolError::new(
+                        "`patch` takes `old_text` and `new_text`, not `content`; `replace` takes `content`.",
+                    ));
+                }
+                (args.required_str("new_text")?, args.required_str("old_text")?)
+            }
+            Operation::Delete => (args.optional_str("content")?.unwrap_or_default(), ""),
+            _ => (args.required_str("content")?, ""),
+        };
+        if operation != Operation::Patch {
+            for field in ["old_text", "new_text"] {
+                if args.optional_str(field)?.is_some() {
+                    return Err(ToolError::new(format!(
+                        "`{field}` goes with `operation: \"patch\"`; `{}` takes `content`.",
+                        operation.name()
+                    )));
+                }
+            }
+        }
+        Ok(EditArguments {
+            file_path: args.required_str("file_path")?.to_string(),
+            form_type: args.required_str("form_type")?.to_string(),
+            form_name: args.required_str("form_name")?.to_string(),
+            operation,
+            content: content.to_string(),
+            old_text: old_text.to_string(),
+            index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
+        })
+    }
+
+    fn request(&self) -> FileEdit<'_> {
+        FileEdit {
+            path: Path::new(&self.file_path),
+            request: EditRequest {
+                form_type: &self.form_type,
+                form_name: &self.form_name,
+                operation: self.operation,
+                content: &self.content,
+                old_text: &self.old_text,
+                index: self.index,
+            },
+        }
+    }
+}
+
+/// The edits a call asks for: its `edits`, or itself.
+fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
+    let Some(edits) = args.optional_objects("edits")? else { return Ok(vec![EditArguments::read(args)?]) };
+    for field in ["file_path", "form_type", "form_name", "operation", "content", "old_text", "new_text"] {
+        if args.optional_str(field)?.is_some() {
+            return Err(ToolError::new(format!(
+                "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
+            )));
+        }
+    }
+    if edits.is_empty() {
+        return Err(ToolError::new("`edits` is empty: give at least one edit."));
+    }
+    edits
+        .iter()
+        .enumerate()
+        .map(|(i, edit)| {
+            EditArguments::read(edit)
+                .map_err(|error| ToolError::new(format!("Edit {} of {}: {}", i + 1, edits.len(), error.0)))
+        })
+        .collect()
+}
+
+/// What the edits did, for the reply and for loading their forms.
 struct Edited {
-    shown: String,
+    /// The fingerprint of the files as they were read.
+    read: Fingerprint,
+    reports: Vec<EditReport>,
+    /// Each file edited: its real path, its name in messages, its new text, and where in it the
+    /// forms the edits wrote are.
+    files: Vec<EditedFile>,
+    text: String,
+    structured: Value,
+}
+
+struct EditedFile {
     path: PathBuf,
-    new_text: Vec<u8>,
+    shown: String,
+    text: Vec<u8>,
+    spans: Vec<std::ops::Range<usize>>,
     /// When the file written was last modified, for the image to record (it never opens the file).
     modified: Option<SystemTime>,
-    report: EditReport,
 }
 
-/// The edit `args` ask for, computed on the file as it is now; nothing is written.
-fn prepare(args: &Arguments, roots: &AllowedRoots) -> Result<PreparedEdit, ToolError> {
-    let file_path = args.required_str("file_path")?;
-    let operation = args.required_str("operation")?;
-    let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
-    let content = match (operation, args.optional_str("content")?) {
-        (Operation::Delete, content) => content.unwrap_or_default(),
-        (_, Some(content)) => content,
-        (_, None) => args.required_str("content")?,
-    };
-    let request = EditRequest {
-        form_type: args.required_str("form_type")?,
-        form_name: args.required_str("form_name")?,
-        operation,
-        content,
-        index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
-    };
-    Ok(prepare_edit(roots, Path::new(file_path), read_limit(args)?, &request)?)
-}
-
-/// Edits the file as `args` say, writing nothing for a dry run, and only if it still reads as it
-/// did for the preview the human `approved`: what a load needs next (the new text only when
-/// `for_load`: it is a copy of the whole file), the reply's text and its structured facts.
-fn edit(
-    args: &Arguments,
-    roots: &AllowedRoots,
-    for_load: bool,
-    approved: Option<Fingerprint>,
-) -> Result<(Edited, String, Value), ToolError> {
-    let dry_run = args.flag("dry_run")?;
-    let prepared = prepare(args, roots)?;
-    Fingerprint::check(approved, "edit-lisp-form", &format!("`{}`", prepared.shown()), prepared.old_text())?;
-    finish(prepared, roots, dry_run, for_load)
-}
-
-/// Writes `prepared`, unless `dry_run`.
-fn finish(
-    prepared: PreparedEdit,
-    roots: &AllowedRoots,
+/// How the edits are made: only shown, or written (and then only on the files as the human who
+/// `approved` them saw them, if anyone did); with `for_load`, with what loading their forms needs
+/// (each file's new text: a copy of the whole file).
+struct Making {
     dry_run: bool,
     for_load: bool,
-) -> Result<(Edited, String, Value), ToolError> {
-    let shown = prepared.shown().to_string();
-    let path = prepared.path().to_path_buf();
-    let new_text = if for_load { prepared.new_text().to_vec() } else { Vec::new() };
-    let report = if dry_run { prepared.report().clone() } else { prepared.commit()? };
-    let modified = if for_load { roots.open(&path).ok().and_then(|file| file.metadata.modified().ok()) } else { None };
-    let text = if report.diff.is_empty() {
-        format!("{} The file already reads exactly so; nothing changed.", summary(&report, &shown, dry_run))
+    approved: Option<Fingerprint>,
+}
+
+/// Makes the edits `args` ask for, all or none, as `making` says.
+fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited, ToolError> {
+    let Making { dry_run, for_load, approved } = making;
+    let edits = edit_arguments(args)?;
+    let requests: Vec<FileEdit> = edits.iter().map(EditArguments::request).collect();
+    let prepared = prepare_edits(roots, &requests, read_limit(args)?).map_err(|refused| {
+        if edits.len() == 1 {
+            return ToolError::from(refused.error);
+        }
+        let edit = &edits[refused.edit];
+        ToolError::new(format!(
+            "Edit {} of {} (`{} {}` in {}) was refused: {}\nNo file was written: the edits are applied all or none.",
+            refused.edit + 1,
+            edits.len(),
+            edit.form_type,
+            edit.form_name,
+            edit.file_path,
+            refused.error
+        ))
+    })?;
+    let read = Fingerprint::of_all(prepared.read_files().map(|(_, bytes)| bytes));
+    let names: Vec<String> = prepared.read_files().map(|(shown, _)| format!("`{shown}`")).collect();
+    Fingerprint::check_read(approved, "edit-lisp-form", &names.join(" or "), read)?;
+    let mut files: Vec<EditedFile> = Vec::new();
+    if for_load {
+        for (report, path, text) in prepared.edits() {
+            let file = match files.iter_mut().position(|file| file.path == path) {
+                Some(file) => file,
+                None => {
+                    files.push(EditedFile {
+                        path: path.to_path_buf(),
+                        shown: report.file.clone(),
+                        text: Vec::new(),
+                        spans: Vec::new(),
+                        modified: None,
+                    });
+                    files.len() - 1
+                }
+            };
+            // The last edit of a file has its whole new text.
+            files[file].text = text.to_vec();
+            if report.removed.is_none() && !report.new_span.is_empty() {
+                files[file].spans.push(report.new_span.clone());
+            }
+        }
+    }
+    let reports = if dry_run {
+        prepared.edits().map(|(report, ..)| report.clone()).collect()
     } else {
-        format!("{}\n\n{}", summary(&report, &shown, dry_run), report.diff)
+        prepared.commit().map_err(|(file, error)| match edits.len() {
+            1 => ToolError::from(error),
+            _ => ToolError::new(format!("Writing {file} failed: {error} No file was written.")),
+        })?
     };
-    let structured = structured(&report, &shown, dry_run);
-    Ok((Edited { shown, path, new_text, modified, report }, text, structured))
+    for file in &mut files {
+        file.modified = roots.open(&file.path).ok().and_then(|opened| opened.metadata.modified().ok());
+    }
+    let texts: Vec<String> = reports.iter().map(|report| edit_text(report, dry_run)).collect();
+    let structured = match reports.as_slice() {
+        [report] => structured(report, dry_run),
+        reports => json!({"edits": reports.iter().map(|report| structured(report, dry_run)).collect::<Vec<_>>()}),
+    };
+    Ok(Edited { read, text: texts.join("\n\n"), reports, files, structured })
 }
 
-/// What the human approving the edit is shown: its dry run, with the diff.
+/// What the human approving the edits is shown: their dry run, with the diffs.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
-    let prepared = prepare(args, roots)?;
-    let fingerprint = Fingerprint::of(prepared.old_text());
-    let (_, text, _) = finish(prepared, roots, true, false)?;
-    Ok(Preview { text, fingerprint: Some(fingerprint) })
+    let edited = edit(args, roots, Making { dry_run: true, for_load: false, approved: None })?;
+    Ok(Preview { text: edited.text, fingerprint: Some(edited.read) })
 }
 
-/// The edit alone, as a source tool runs it (what the server runs when there is nothing to
+/// What one edit did (or would do), and its diff.
+fn edit_text(report: &EditReport, dry_run: bool) -> String {
+    if report.diff.is_empty() {
+        let end = if report.operation == Operation::Patch { "." } else { "" };
+        format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, dry_run))
+    } else if report.operation == Operation::Patch {
+        format!("{}:\n{}", summary(report, dry_run), report.diff.trim_end())
+    } else {
+        format!("{}\n\n{}", summary(report, dry_run), report.diff)
+    }
+}
+
+/// The edits alone, as a source tool runs them (what the server runs when there is nothing to
 /// load).
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     edit_alone(args, roots, None)
@@ -154,8 +293,8 @@ fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerpri
     if args.flag("load")? && !args.flag("dry_run")? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
-    let (_, text, structured) = edit(args, roots, false, approved)?;
-    Ok(ToolOutput::success(text).with_structured(structured))
+    let edited = edit(args, roots, Making { dry_run: args.flag("dry_run")?, for_load: false, approved })?;
+    Ok(ToolOutput::success(edited.text).with_structured(edited.structured))
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -164,43 +303,62 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if !load {
         return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
-    let (edited, text, mut structured) = context.on_files(move |roots| edit(&owned, roots, true, approved)).await?;
-    let Edited { shown, path, new_text, modified, report } = edited;
-    if let Some(removed) = &report.removed {
-        let request =
-            Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
-        let reply = context.call_helper(args, request).await;
-        let note = match reply.and_then(|reply| decode::<Unloaded>("unload-definition", &reply)) {
-            Ok(unloaded) => unloaded.note,
-            Err(error) => {
-                return Ok(ToolOutput::error(format!(
-                    "{text}\n\nThe file was edited, but removing the definition from the image failed:\n{}",
-                    error.0
-                ))
-                .with_structured(structured))
+    let making = Making { dry_run: false, for_load: true, approved };
+    let Edited { reports, files, text, mut structured, .. } =
+        context.on_files(move |roots| edit(&owned, roots, making)).await?;
+    let mut sections = vec![text];
+    let mut loads = Vec::new();
+    let mut failed = false;
+    for removed in reports.iter().filter_map(|report| report.removed.as_ref()) {
+        match unload(context, args, removed).await {
+            Ok(note) => {
+                loads.push(json!({ "note": note }));
+                sections.push(note);
             }
-        };
-        structured["load"] = json!({ "note": note });
-        return Ok(ToolOutput::success(format!("{text}\n\n{note}")).with_structured(structured));
-    }
-    let plan = LoadPlan::for_span(&new_text, report.new_span.clone()).map_err(ToolError::new)?;
-    if plan.targets.is_empty() {
-        return Ok(ToolOutput::success(format!("{text}\n\nNothing to load: the new text holds no form."))
-            .with_structured(structured));
-    }
-    let loaded = match load_plan(context, args, &path, modified, &plan).await {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            return Ok(ToolOutput::error(format!(
-                "{text}\n\nThe file was edited, but loading the new forms into the image failed:\n{}",
-                error.0
-            ))
-            .with_structured(structured))
+            Err(error) => {
+                sections.push(format!(
+                    "The file was edited, but removing the definition from the image failed:\n{}",
+                    error.0
+                ));
+                failed = true;
+            }
         }
+    }
+    for file in files.iter().filter(|file| !file.spans.is_empty()) {
+        let plan = LoadPlan::for_spans(&file.text, &file.spans).map_err(ToolError::new)?;
+        if plan.targets.is_empty() {
+            sections.push(format!("Nothing to load from {}: the new text holds no form.", file.shown));
+            continue;
+        }
+        match load_plan(context, args, &file.path, file.modified, &plan).await {
+            Ok(loaded) => {
+                let (text, load_failed, load) = loaded.render(&file.shown, &plan, None);
+                sections.push(text);
+                loads.push(load);
+                failed |= load_failed;
+            }
+            Err(error) => {
+                sections.push(format!(
+                    "The file was edited, but loading the new forms into the image failed:\n{}",
+                    error.0
+                ));
+                failed = true;
+            }
+        }
+    }
+    structured["load"] = match loads.as_slice() {
+        [one] => one.clone(),
+        _ => Value::Array(loads),
     };
-    let (text, failed, load) = loaded.render(&shown, &plan, Some(text));
-    structured["load"] = load;
-    Ok(ToolOutput::new(text, failed).with_structured(structured))
+    Ok(ToolOutput::new(sections.join("\n\n"), failed).with_structured(structured))
+}
+
+/// Removes a deleted definition from the image; the note says what happened to it.
+async fn unload(context: &ToolContext, args: &Arguments, removed: &RemovedForm) -> Result<String, ToolError> {
+    let request =
+        Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
+    let reply = context.call_helper(args, request).await?;
+    Ok(decode::<Unloaded>("unload-definition", &reply)?.note)
 }
 
 /// The helper's answer to `unload-definition`.
@@ -210,7 +368,8 @@ struct Unloaded {
 }
 
 /// One line saying what was (or would be) done, where.
-fn summary(report: &EditReport, file: &str, dry_run: bool) -> String {
+fn summary(report: &EditReport, dry_run: bool) -> String {
+    let file = &report.file;
     let forms = match report.forms {
         1 => "1 form".to_string(),
         n => format!("{n} forms"),
@@ -228,12 +387,14 @@ fn summary(report: &EditReport, file: &str, dry_run: bool) -> String {
         Operation::InsertAfter => format!("{insert} {forms} after {target} in {file}, {now}at {new_lines}."),
         Operation::Delete if dry_run => format!("Dry run, nothing written: would delete {target} from {file}."),
         Operation::Delete => format!("Deleted {target} from {file}."),
+        Operation::Patch if dry_run => format!("Dry run, nothing written: would patch {target} in {file}"),
+        Operation::Patch => format!("Patched {target} in {file}"),
     }
 }
 
-fn structured(report: &EditReport, file: &str, dry_run: bool) -> Value {
+fn structured(report: &EditReport, dry_run: bool) -> Value {
     json!({
-        "file": file,
+        "file": report.file,
         "operation": report.operation.name(),
         "target": report.target,
         "target_lines": [report.target_lines.first, report.target_lines.last],

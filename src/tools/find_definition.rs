@@ -1,25 +1,27 @@
-//! `find-definition`: where each definition of a symbol is, as file:line:column.
+//! `find-definition`: where each definition of one or several symbols is, as file:line:column,
+//! and with `source` each definition's text as its file has it now.
 //!
 //! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::image_sources::roots_holding;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{
-    symbol_request, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
-};
+use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::LARGE_FILE;
-use crate::source::{locate_definition, AllowedRoots};
+use crate::source::{locate_definition, top_level_form_at, AllowedRoots};
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    super::SYMBOL,
+    Param::text("symbol", "name, pkg:name or pkg::name; several with spaces between.").required(),
+    Param::flag("source", ""),
     super::SYMBOL_PACKAGE,
-    Param::integer("offset", 0, "Definitions to skip (the next page's offset)."),
+    Param::integer("offset", 0, "The next page's offset."),
     Param::integer("limit", 1, "At most this many.").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
 ];
 
@@ -27,9 +29,8 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
         title: "Find definitions",
-        description: "Where a symbol is defined: each definition (function, method, variable, class, type...) at \
-            file:line:column, found again in the file's current text if it changed since, or \"defined at the \
-            REPL\". In pages of 50; the last line gives the next offset.",
+        description: "Where symbols are defined: each definition (function, method, variable, class...) at \
+            file:line:column in the file's current text; source: true adds its text. In pages of 50.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
@@ -47,16 +48,96 @@ pub const DEFAULT_DEFINITIONS: u64 = 50;
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let offset = args.optional_u64("offset")?.unwrap_or(0);
     let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
-    let request = symbol_request("find-definition", args)?.key("offset", offset).key("limit", limit);
-    let reply = context.call_helper(args, request).await?;
-    let mut found = decode::<Definitions>("find-definition", &reply)?;
-    found = context
+    let with_source = args.flag("source")?;
+    let names = symbol_names(args.required_str("symbol")?);
+    if names.is_empty() {
+        return Err(ToolError::new("Argument `symbol` names no symbol: give one, or several separated by spaces."));
+    }
+    // Each symbol is asked on its own: one that names nothing does not hide the others.
+    let mut found: Vec<Result<Definitions, ToolError>> = Vec::new();
+    for name in &names {
+        let request = Request::new("find-definition")
+            .arg(name.as_str())
+            .key("package", super::package_argument(args)?)
+            .key("offset", offset)
+            .key("limit", limit);
+        let reply = context.call_helper(args, request).await;
+        found.push(reply.and_then(|reply| decode::<Definitions>("find-definition", &reply)));
+    }
+    // A definition's text is read where lisp-outline may read: under the roots, or in the
+    // directory of a system the image knows.
+    let mut system_roots = HashMap::new();
+    if with_source {
+        for definitions in found.iter().flatten() {
+            for file in definitions.definitions.iter().filter_map(|d| d.source.file.clone()) {
+                if let std::collections::hash_map::Entry::Vacant(entry) = system_roots.entry(file) {
+                    let roots = roots_holding(context, entry.key()).await?;
+                    entry.insert(roots);
+                }
+            }
+        }
+    }
+    let found = context
         .on_files(move |roots| {
-            found.relocate_changed(roots);
-            Ok(found)
+            let mut texts = CurrentTexts::new(roots);
+            texts.system_roots = system_roots;
+            Ok(found
+                .into_iter()
+                .map(|definitions| {
+                    definitions.map(|mut definitions| {
+                        definitions.relocate_changed(&mut texts, with_source);
+                        definitions
+                    })
+                })
+                .collect::<Vec<_>>())
         })
         .await?;
-    Ok(ToolOutput::success(found.render(offset)).with_structured(found.structured(offset)))
+    if let [one] = found.as_slice() {
+        let definitions = one.clone()?;
+        return Ok(ToolOutput::success(definitions.render(offset)).with_structured(definitions.structured(offset)));
+    }
+    let texts: Vec<String> = found
+        .iter()
+        .map(|definitions| match definitions {
+            Ok(definitions) => definitions.render(offset),
+            Err(error) => error.0.clone(),
+        })
+        .collect();
+    let structured: Vec<Value> = found
+        .iter()
+        .zip(&names)
+        .map(|(definitions, name)| match definitions {
+            Ok(definitions) => definitions.structured(offset),
+            Err(error) => json!({"symbol": name, "error": error.0}),
+        })
+        .collect();
+    let failed = found.iter().all(Result::is_err);
+    Ok(ToolOutput::new(texts.join("\n\n"), failed).with_structured(json!({ "symbols": structured })))
+}
+
+/// The symbols `text` names, separated by blank space (inside `|...|` a blank is part of the
+/// name).
+fn symbol_names(text: &str) -> Vec<String> {
+    let (mut names, mut current, mut in_bars, mut escaped) = (Vec::new(), String::new(), false, false);
+    for c in text.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '|' => in_bars = !in_bars,
+            c if c.is_whitespace() && !in_bars => {
+                if !current.is_empty() {
+                    names.push(std::mem::take(&mut current));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        names.push(current);
+    }
+    names
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -76,6 +157,13 @@ struct Definition {
     /// "function", "method (CIRCLE)", ...
     pub kind: String,
     pub source: Location,
+    /// With `source`: the definition's text as its file has it now, when it was found there.
+    #[serde(skip)]
+    pub text: Option<String>,
+    /// With `source`: the file as the reply names it, relative to the first root when it is
+    /// under it (as `file_path` takes it), with the text's line and column.
+    #[serde(skip)]
+    pub shown: Option<String>,
 }
 
 /// The note of a definition found again in the file's current text.
@@ -83,13 +171,17 @@ const RELOCATED: &str = "the file changed since this was compiled; found in its 
 
 impl Definitions {
     /// Checks each definition in a file under an allowed root against the file's current text
-    /// (see [`CurrentTexts::relocate`]).
-    fn relocate_changed(&mut self, roots: &AllowedRoots) {
+    /// (see [`CurrentTexts::relocate`]), and with `with_source` takes its text from there.
+    fn relocate_changed(&mut self, texts: &mut CurrentTexts, with_source: bool) {
         let name = self.symbol.rsplit(':').next().unwrap_or(&self.symbol).to_string();
-        let mut texts = CurrentTexts::new(roots);
         for definition in &mut self.definitions {
-            if let Some((operators, form_name)) = query_of(&definition.kind, &name) {
-                texts.relocate(&mut definition.source, operators, &form_name);
+            let span = match query_of(&definition.kind, &name) {
+                Some((operators, form_name)) => texts.relocate(&mut definition.source, operators, &form_name),
+                None => None,
+            };
+            if with_source {
+                definition.text = texts.text_of(&definition.source, span);
+                definition.shown = texts.shown(&definition.source);
             }
         }
     }
@@ -123,7 +215,16 @@ impl Definitions {
         } else {
             String::new()
         };
-        let mut text = format!("{}: {count}{page}\n{}", self.symbol, render_locations(&self.labelled()));
+        let with_source = self.definitions.iter().any(|d| d.text.is_some());
+        let mut text = match (with_source, self.definitions.as_slice()) {
+            (false, _) => format!("{}: {count}{page}\n{}", self.symbol, render_locations(&self.labelled())),
+            // One definition: its place, then its text.
+            (true, [only]) if self.total == 1 => format!("{}: {}", self.symbol, only.with_source()),
+            (true, definitions) => {
+                let each: Vec<String> = definitions.iter().map(Definition::with_source).collect();
+                format!("{}: {count}{page}\n{}", self.symbol, each.join("\n"))
+            }
+        };
         if let Some(next) = next {
             text.push_str(&format!("\n... {} more; use `offset: {next}` for the next page.", self.total - next));
         }
@@ -131,61 +232,121 @@ impl Definitions {
     }
 
     pub fn structured(&self, offset: u64) -> Value {
+        let mut definitions = labelled_locations_json(&self.labelled(), "kind");
+        for (json, definition) in definitions.iter_mut().zip(&self.definitions) {
+            if let Some(text) = &definition.text {
+                json["text"] = json!(text);
+            }
+        }
         json!({
             "symbol": self.symbol,
             "total": self.total,
             "offset": offset,
             "next_offset": self.next_offset(offset),
-            "definitions": labelled_locations_json(&self.labelled(), "kind"),
+            "definitions": definitions,
         })
+    }
+}
+
+impl Definition {
+    /// `function at /src/a.lisp:3:1`, then its text on the lines after.
+    fn with_source(&self) -> String {
+        match (&self.text, &self.shown) {
+            (Some(text), Some(shown)) => format!("{} at {shown}\n{text}", self.kind),
+            (Some(text), None) => format!("{} at {}\n{text}", self.kind, self.source),
+            (None, _) if self.source.file.is_none() => format!("{}: {}", self.kind, self.source),
+            (None, _) => format!("{} at {} (its text was not found there)", self.kind, self.source),
+        }
     }
 }
 
 /// The current text of the files definitions are in, each read once, to find the definitions in.
 pub(crate) struct CurrentTexts<'a> {
     roots: &'a AllowedRoots,
+    /// Files outside `roots` that may be read, with the roots to read each under (a system's
+    /// directory the image knows).
+    pub(crate) system_roots: HashMap<String, AllowedRoots>,
     texts: HashMap<String, Option<Vec<u8>>>,
 }
 
 impl<'a> CurrentTexts<'a> {
     pub(crate) fn new(roots: &'a AllowedRoots) -> Self {
-        CurrentTexts { roots, texts: HashMap::new() }
+        CurrentTexts { roots, system_roots: HashMap::new(), texts: HashMap::new() }
+    }
+
+    /// The text of `file`, read once, or `None` when it cannot be read.
+    fn current(&mut self, file: &str) -> Option<&[u8]> {
+        let roots = self.system_roots.get(file).unwrap_or(self.roots);
+        self.texts
+            .entry(file.to_string())
+            .or_insert_with(|| roots.read(Path::new(file), Some((LARGE_FILE, ""))).ok().map(|f| f.bytes))
+            .as_deref()
     }
 
     /// Checks a definition made by one of `operators` and named `form_name` (as `edit-lisp-form`
     /// takes it), in a file under an allowed root, against the file's current text: SBCL records
     /// where it was when compiled (and, for one inside a `progn` or behind `#+`, the top-level
     /// form), so after an edit, or inside a wrapper, the line is found in the text as it is now.
-    pub(crate) fn relocate(&mut self, source: &mut Location, operators: &[&str], form_name: &str) {
-        let (Some(file), Some(line), Some(column)) = (&source.file, source.line, source.column) else { return };
-        let roots = self.roots;
-        let text = self
-            .texts
-            .entry(file.clone())
-            .or_insert_with(|| roots.read(Path::new(file), Some((LARGE_FILE, ""))).ok().map(|f| f.bytes));
-        let Some(text) = text else { return };
+    /// Returns where the form is in that text, start and end, when it was found there.
+    pub(crate) fn relocate(
+        &mut self,
+        source: &mut Location,
+        operators: &[&str],
+        form_name: &str,
+    ) -> Option<(usize, usize)> {
+        let (Some(file), Some(line), Some(column)) = (source.file.clone(), source.line, source.column) else {
+            return None;
+        };
+        let text = self.current(&file)?;
         let recorded = (line as usize, column as usize);
         let places = locate_definition(text, operators, form_name);
         let changed = source.note.as_deref().is_some_and(|note| note.contains("changed"));
-        if places.iter().any(|place| place.at == recorded) {
+        if let Some(place) = places.iter().find(|place| place.at == recorded) {
             if changed {
                 source.note = Some(RELOCATED.to_string());
             }
+            Some(place.span)
         } else if let Some(place) = places.iter().find(|place| place.top_level == recorded) {
             (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
             if changed {
                 source.note = Some(RELOCATED.to_string());
             }
+            Some(place.span)
         } else if let Some(place) = places.first() {
             (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
             source.note = Some(RELOCATED.to_string());
-        } else if changed {
-            source.note = Some(format!(
-                "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
-                 renamed?); the line is where it was",
-                operators[0]
-            ));
+            Some(place.span)
+        } else {
+            if changed {
+                source.note = Some(format!(
+                    "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
+                     renamed?); the line is where it was",
+                    operators[0]
+                ));
+            }
+            None
         }
+    }
+
+    /// `file:line:column` of `source` with the file relative to the first root, when it is
+    /// under it: what `file_path` takes, and shorter.
+    fn shown(&self, source: &Location) -> Option<String> {
+        let relative = Path::new(source.file.as_deref()?).strip_prefix(self.roots.paths()[0]).ok()?;
+        let note = source.note.as_ref().map(|note| format!(" ({note})")).unwrap_or_default();
+        Some(format!("{}:{}:{}{note}", relative.display(), source.line?, source.column?))
+    }
+
+    /// The text of the definition at `source`: the form [`CurrentTexts::relocate`] found
+    /// (`span`), or else the top-level form that starts where SBCL recorded it (a definition a
+    /// macro made, which no operator of its kind names).
+    fn text_of(&mut self, source: &Location, span: Option<(usize, usize)>) -> Option<String> {
+        let text = self.current(source.file.as_deref()?)?;
+        let (start, end) = match span {
+            Some(span) => span,
+            None if source.note.is_none() => top_level_form_at(text, source.line? as usize, source.column? as usize)?,
+            None => return None,
+        };
+        Some(String::from_utf8_lossy(&text[start..end]).into_owned())
     }
 }
 
@@ -276,6 +437,33 @@ mod tests {
         let (operators, name) = query_of("method (:AROUND T)", "AREA").unwrap();
         let places = locate_definition(source, operators, &name);
         assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (3, 1))]);
+    }
+
+    #[test]
+    fn several_symbols_are_separated_by_blanks() {
+        assert_eq!(symbol_names(" a:b  c::d\te "), ["a:b", "c::d", "e"]);
+        assert_eq!(symbol_names("|two words| x"), ["|two words|", "x"]);
+        assert_eq!(symbol_names("a\\ b"), ["a\\ b"]);
+        assert!(symbol_names("  ").is_empty());
+    }
+
+    #[test]
+    fn with_source_each_definition_comes_with_its_text() {
+        let mut one = found(
+            "(:symbol \"S::F\" :names (\"function\") :total 1 :definitions \
+             ((:kind \"function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil))))",
+        )
+        .unwrap();
+        one.definitions[0].text = Some("(defun f ()\n  1)".into());
+        assert_eq!(one.render(0), "S::F: function at /s.lisp:3:1\n(defun f ()\n  1)");
+        let mut area = found(AREA).unwrap();
+        area.definitions[0].text = Some("(defgeneric area (s))".into());
+        assert_eq!(
+            area.render(0),
+            "S::AREA: 2 definitions\ngeneric function at /s.lisp:3:1\n(defgeneric area (s))\nmethod (CIRCLE): defined at \
+             the REPL, no source file"
+        );
+        assert_eq!(area.structured(0)["definitions"][0]["text"], "(defgeneric area (s))");
     }
 
     #[test]

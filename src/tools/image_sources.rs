@@ -45,8 +45,16 @@ pub(crate) async fn read_seeing_images(
 /// images are asked only then, in order, and each answer is kept until a file is in none of its
 /// directories.
 async fn reading_roots(context: &ToolContext, args: &Arguments) -> Result<AllowedRoots, ToolError> {
+    match args.optional_str("file_path")? {
+        Some(file_path) => roots_holding(context, file_path).await,
+        None => Ok(context.roots().clone()),
+    }
+}
+
+/// The roots to read `file_path` under: the server's, or, for a file outside them in the
+/// directory of an ASDF system an image knows, that directory (see [`reading_roots`]).
+pub(crate) async fn roots_holding(context: &ToolContext, file_path: &str) -> Result<AllowedRoots, ToolError> {
     let configured = context.roots().clone();
-    let Some(file_path) = args.optional_str("file_path")? else { return Ok(configured) };
     let path = PathBuf::from(file_path);
     let check = configured.clone();
     let outside = context

@@ -27,8 +27,8 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-check-parens",
         title: "Check Lisp parentheses",
         description:
-            "Check that Lisp source (file_path or code) reads as complete forms; on a problem, gives the line and \
-            column where reading failed and of the open paren, and where a missing ) likely belongs.",
+            "Check that Lisp source (file_path or code) reads as complete forms; else where reading failed, the open \
+            paren, and where a missing ) likely belongs.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }

@@ -1,5 +1,5 @@
 //! `lisp-outline`: a compact map of a Lisp source file's top-level forms, one line each, read
-//! from the source CST in this process.
+//! from the source CST in this process; with `source`, each form's text under its line.
 //!
 //! See docs/design.md, "The toolbox".
 
@@ -17,8 +17,9 @@ use crate::source::{line_count, outline_page_of, AllowedRoots};
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     Param::text("file_path", "Under an allowed root or an ASDF system's directory.").required(),
-    Param::integer("offset", 0, "Forms to skip (the next page's offset)."),
+    Param::integer("offset", 0, "The next page's offset."),
     Param::integer("limit", 1, "At most this many forms.").at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
+    Param::flag("source", ""),
     LARGE_FILE_ARGUMENT,
 ];
 
@@ -28,9 +29,9 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-outline",
         title: "Outline a Lisp file",
         description:
-            "List a Lisp file's top-level forms, one line each (lines, reader conditional, operator and name; \
-            definitions inside progn, eval-when etc. indented under them). Read it before edit-lisp-form or \
-            load-form, which take these names. Long files come in pages.",
+            "A Lisp file's top-level forms, one line each: lines, reader conditional, operator and name (forms in \
+            progn, eval-when etc. indented), as edit-lisp-form and load-form take them; source: true adds each \
+            form's text. In pages.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
@@ -52,6 +53,9 @@ pub const TOOL: Tool = Tool {
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
 pub const MAX_ENTRIES: u64 = 2_000;
 
+/// With `source`, a page ends after the form that brings its text past this many bytes.
+const SOURCE_PAGE_BYTES: usize = 16_000;
+
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file_path = args.required_str("file_path")?;
     let offset = args.optional_u64("offset")?.unwrap_or(0) as usize;
@@ -59,16 +63,31 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file = roots.read(Path::new(file_path), read_limit(args)?)?;
     let _permit = parse_permit(file.bytes.len());
     // No tree of the whole file: only the page's forms are parsed.
-    let (total, entries) = outline_page_of(&file.bytes, offset, limit).map_err(|e| {
+    let with_source = args.flag("source")?;
+    let (total, mut entries) = outline_page_of(&file.bytes, offset, limit).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",
             file.shown
         ))
     })?;
+    if with_source {
+        // A nested form's text is in its wrapper's; the page ends once its text is long enough.
+        entries.retain(|entry| entry.depth == 0);
+        let mut bytes = 0;
+        let fits = entries
+            .iter()
+            .take_while(|entry| {
+                let fits = bytes < SOURCE_PAGE_BYTES;
+                bytes += entry.span.1 - entry.span.0;
+                fits
+            })
+            .count();
+        entries.truncate(fits.max(1));
+    }
     let lines = line_count(&file.bytes);
     let plural = if total == 1 { "" } else { "s" };
     let mut text = format!("{}: {total} top-level form{plural}, {lines} lines\n", file.shown);
-    let shown_to = offset.saturating_add(entries.len());
+    let shown_to = offset.saturating_add(entries.iter().filter(|entry| entry.depth == 0).count());
     let next_offset = (shown_to < total).then_some(shown_to);
     if offset > 0 || next_offset.is_some() {
         if entries.is_empty() {
@@ -92,6 +111,10 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
         let conditions = if entry.conditions.is_empty() { String::new() } else { format!("{} ", entry.conditions) };
         let indent = "  ".repeat(entry.depth);
         text.push_str(&format!("{range:<width$}  {indent}{conditions}{}\n", entry.description));
+        if with_source {
+            text.push_str(&String::from_utf8_lossy(&file.bytes[entry.span.0..entry.span.1]));
+            text.push('\n');
+        }
     }
     if let Some(next) = next_offset {
         text.push_str(&format!("... {} more; use `offset: {next}` for the next page.\n", total - next));

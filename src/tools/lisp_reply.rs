@@ -408,6 +408,90 @@ impl CompilerCondition {
     }
 }
 
+/// The files of loaded systems that a load (load-system, or the load a test-op makes first)
+/// loaded again because they changed since they were loaded, or depend on one that did: their
+/// definitions replaced the image's, among them any changed only in the image.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Reloaded {
+    pub files: Vec<ReloadedFile>,
+    /// The undo journal's entries the call made, first and last: what the files replaced.
+    pub journal: Option<(u64, u64)>,
+}
+
+/// A file a load loaded again: (system, file relative to the system's directory, whether it was
+/// compiled again, whether its source changed since it was loaded).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReloadedFile {
+    pub system: String,
+    pub file: String,
+    pub recompiled: bool,
+    pub changed: bool,
+}
+
+impl<'de> Deserialize<'de> for ReloadedFile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (system, file, recompiled, changed) = <(String, String, bool, bool)>::deserialize(deserializer)?;
+        Ok(ReloadedFile { system, file, recompiled, changed })
+    }
+}
+
+/// Changed files named in a reply; the others are counted.
+const MAX_RELOADED_SHOWN: usize = 10;
+
+impl Reloaded {
+    /// One sentence: the files ASDF loaded again because they changed (named, by system), how
+    /// many more because they depend on those, and where undo has what they replaced.
+    pub fn render(&self) -> String {
+        let changed: Vec<&ReloadedFile> = self.files.iter().filter(|f| f.changed).collect();
+        // Without a changed file (a forced load), every file reloaded is named.
+        let named = if changed.is_empty() { self.files.iter().collect() } else { changed };
+        let mut systems: Vec<(&str, Vec<&str>)> = Vec::new();
+        for file in named.iter().take(MAX_RELOADED_SHOWN) {
+            match systems.iter_mut().find(|(system, _)| *system == file.system) {
+                Some((_, files)) => files.push(&file.file),
+                None => systems.push((&file.system, vec![&file.file])),
+            }
+        }
+        let mut list = match systems.as_slice() {
+            [(system, files)] => format!("of {system} ({}", files.join(", ")),
+            _ => format!(
+                "({}",
+                systems
+                    .iter()
+                    .map(|(system, files)| format!("{system}: {}", files.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        };
+        if named.len() > MAX_RELOADED_SHOWN {
+            list.push_str(&format!(", {} more", named.len() - MAX_RELOADED_SHOWN));
+        }
+        let others = self.files.len() - named.len();
+        let changed = if named.iter().any(|f| f.changed) { " changed since loaded" } else { "" };
+        let mut text = format!("ASDF reloaded {} {list}){changed}", plural(named.len() as u64, "file", "files"));
+        if others > 0 {
+            text.push_str(&format!(" and {others} that depend on them"));
+        }
+        match self.journal {
+            Some((first, last)) if first == last => {
+                text.push_str(&format!("; undo entry {first} has what it replaced"))
+            }
+            Some((first, last)) => text.push_str(&format!("; undo entries {first} to {last} have what they replaced")),
+            None => {}
+        }
+        text.push('.');
+        text
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "files": self.files,
+            "journal_entries": self.journal.map(|(first, last)| [first, last]),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,6 +568,29 @@ mod tests {
         assert_eq!(
             location("(:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\")"),
             "defined at the REPL, no source file"
+        );
+    }
+
+    #[test]
+    fn reloaded_files_are_named_by_system() {
+        let reloaded: Reloaded = from_sexp(
+            &read("(:files ((\"app\" \"src/a.lisp\" t t) (\"app\" \"src/c.lisp\" t nil) (\"app\" \"src/b.lisp\" t t)) :journal (4 9))")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            reloaded.render(),
+            "ASDF reloaded 2 files of app (src/a.lisp, src/b.lisp) changed since loaded and 1 that depend on them; \
+             undo entries 4 to 9 have what they replaced."
+        );
+        let forced: Reloaded = from_sexp(
+            &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7))")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            forced.render(),
+            "ASDF reloaded 2 files (app: a.lisp; app/tests: tests.lisp); undo entry 7 has what it replaced."
         );
     }
 

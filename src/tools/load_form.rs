@@ -33,9 +33,9 @@ fn definition() -> ToolDefinition {
         name: "load-form",
         title: "Load one definition from a file",
         description:
-            "Compile one definition of a file into the image, as Emacs's C-c C-c: found as edit-lisp-form finds it, \
-            compiled under the file's name so that find-definition and backtraces point at it. Replies with the \
-            compiler's messages at file:line:column; a compile error loads nothing.",
+            "Compile one definition of a file into the image as C-c C-c does, found as edit-lisp-form finds it, \
+            under the file's name (find-definition and backtraces point at it). Replies with the compiler's \
+            messages at file:line:column; a compile error loads nothing.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport};
+use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::Request;
 
@@ -85,6 +85,8 @@ struct LoadReport {
     pub warning_count: u64,
     pub style_warning_count: u64,
     pub note_count: u64,
+    /// The files of loaded systems it loaded again, if any.
+    pub reloaded: Option<Reloaded>,
     pub stdout: Captured,
     pub load_error: Option<ErrorReport>,
 }
@@ -119,8 +121,9 @@ impl LoadReport {
         } else {
             String::new()
         };
+        let reloaded = self.reloaded.as_ref().map(|reloaded| format!("\n{}", reloaded.render())).unwrap_or_default();
         sections.push(format!(
-            "{verdict}\n{errors}{}, {}, {}.",
+            "{verdict}\n{errors}{}, {}, {}.{reloaded}",
             plural(self.warning_count, "warning", "warnings"),
             plural(self.style_warning_count, "style-warning", "style-warnings"),
             plural(self.note_count, "compiler note", "compiler notes"),
@@ -168,6 +171,7 @@ impl LoadReport {
             "warning_count": self.warning_count,
             "style_warning_count": self.style_warning_count,
             "note_count": self.note_count,
+            "reloaded": self.reloaded.as_ref().map(Reloaded::to_json),
             "stdout": self.stdout.shown(),
             "error": self.load_error.as_ref().map(ErrorReport::to_json),
         })
@@ -188,7 +192,7 @@ mod tests {
 
     const ALEXANDRIA: &str =
         "(:system \"alexandria\" :was-loaded nil :milliseconds 2140 :errors () :error-count 0 :warnings (\"STYLE-WARNING: x\n  (in /a.lisp)\") \
-         :warnings-rest nil :warning-count 0 :style-warning-count 1 :note-count 3 :stdout (\"\" 0) :load-error nil)";
+         :warnings-rest nil :warning-count 0 :style-warning-count 1 :note-count 3 :reloaded nil :stdout (\"\" 0) :load-error nil)";
 
     fn report(reply: &str) -> Result<LoadReport, ToolError> {
         decode("load-system", &read(reply).unwrap())
@@ -206,7 +210,7 @@ mod tests {
     fn a_failed_load_leads_with_the_error() {
         let output = report(
             "(:system \"bad\" :was-loaded nil :milliseconds 10 :errors nil :error-count 0 :warnings nil :warnings-rest nil :warning-count 0 :style-warning-count 0 :note-count 0 \
-             :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil :restarts nil))",
+             :reloaded nil :stdout (\"\" 0) :load-error (:kind :error :type \"ERROR\" :class \"COMMON-LISP:SIMPLE-ERROR\" :message \"boom\" :backtrace nil :restarts nil))",
         )
         .unwrap()
         .into_output(65536);

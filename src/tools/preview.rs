@@ -27,21 +27,34 @@ pub struct Fingerprint(u64, u64);
 impl Fingerprint {
     /// The fingerprint of `bytes`.
     pub fn of(bytes: &[u8]) -> Self {
+        Self::of_all([bytes])
+    }
+
+    /// The fingerprint of several texts, such as the files an edit touches, in order.
+    pub fn of_all<'a>(texts: impl IntoIterator<Item = &'a [u8]>) -> Self {
         static KEYS: OnceLock<(std::hash::RandomState, std::hash::RandomState)> = OnceLock::new();
         let (first, second) = KEYS.get_or_init(|| (std::hash::RandomState::new(), std::hash::RandomState::new()));
-        let hash = |keys: &std::hash::RandomState| {
-            let mut hasher = keys.build_hasher();
-            hasher.write(bytes);
-            hasher.finish()
-        };
-        Fingerprint(hash(first), hash(second))
+        let (mut one, mut two) = (first.build_hasher(), second.build_hasher());
+        for text in texts {
+            for hasher in [&mut one, &mut two] {
+                hasher.write_usize(text.len());
+                hasher.write(text);
+            }
+        }
+        Fingerprint(one.finish(), two.finish())
     }
 
     /// Refuses a call of `tool` whose `file` now reads `bytes`, unless they are what the approved
     /// preview was made from.
     pub(crate) fn check(approved: Option<Self>, tool: &str, file: &str, bytes: &[u8]) -> Result<(), ToolError> {
+        Self::check_read(approved, tool, file, Self::of(bytes))
+    }
+
+    /// Refuses a call of `tool` whose `file` (or files) now read as `read` says, unless that is
+    /// what the approved preview was made from.
+    pub(crate) fn check_read(approved: Option<Self>, tool: &str, file: &str, read: Self) -> Result<(), ToolError> {
         match approved {
-            Some(approved) if approved != Self::of(bytes) => Err(ToolError::new(format!(
+            Some(approved) if approved != read => Err(ToolError::new(format!(
                 "{tool} was not run: {file} changed after the user approved the call, so it would not do what they \
                  were shown. Nothing was written or loaded; call it again to ask for approval of the file as it is \
                  now."

@@ -1,8 +1,10 @@
 //! `run-tests`: a system's tests (ASDF's test-system) or one named FiveAM or Parachute suite or
-//! FiveAM, Parachute or RT test, with the results read as data: counts of the outermost run, and
-//! for each failure its test, form, reason, expected and actual values. A run no framework's
-//! results were read from is judged by what its output says, and is never reported as passing
-//! on no evidence. Progress reports while it runs.
+//! FiveAM, Parachute or RT test, with the results read as data: counts of distinct tests (a suite
+//! the test-op runs twice is said once), and each failing test once, with its forms, expected and
+//! actual values. The run's output stays behind a handle; it comes into the reply only where it
+//! holds what the counts cannot: for a run whose results no framework gave (judged by the lines
+//! of its output that name failures), and before an error outside any test. Progress reports
+//! while it runs.
 //!
 //! See docs/design.md, "The toolbox".
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
+use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{
     package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
@@ -21,16 +23,16 @@ use crate::image::Request;
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Failures described in a reply per framework, and kept behind a handle (the helper's
-/// *MAX-TEST-FAILURES* and *MAX-KEPT-WARNINGS*).
+/// Failing tests described in a reply per framework, and failures kept behind a handle (the
+/// helper's *MAX-TEST-FAILURES* and *MAX-KEPT-WARNINGS*).
 const MAX_SHOWN_FAILURES: u64 = 50;
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     Param::text("system", "The system to test, or to load first, e.g. \"my-app/tests\".").required(),
-    Param::text("suite", "A suite to run instead of the test-op, e.g. \"my-app-tests::all\"."),
-    Param::text("test", "One test to run instead of the test-op."),
+    Param::text("suite", "Instead of the test-op, e.g. \"app-tests::all\"."),
+    Param::text("test", "Instead of the test-op."),
     Param::text("package", "Package to read suite or test in."),
 ];
 
@@ -39,10 +41,9 @@ fn definition() -> ToolDefinition {
         name: "run-tests",
         title: "Run tests",
         description:
-            "Run a system's tests (asdf:test-system), or, after loading it, one suite or test (FiveAM, Parachute; RT \
-            tests too). Replies with the outermost run's counts, each failure's test, form, expected and actual \
-            values, and the output; an error when a check failed, the build failed, or no counts were read and the \
-            output does not say it passed. Limit 10 minutes.",
+            "Run a system's tests (asdf:test-system), or after loading it one FiveAM or Parachute suite or FiveAM, \
+            Parachute or RT test. Replies with the counts and each failing test's form, expected and actual values. \
+            Limit 10 minutes.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
@@ -85,31 +86,72 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
-struct Failure {
+struct CheckFailure {
+    /// Which run of the test (from 1) it failed in.
+    run: u64,
     kind: String,
-    test: String,
     form: Option<String>,
     reason: Option<String>,
     expected: Option<String>,
     actual: Option<String>,
 }
 
+/// A test that failed in at least one run.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
-struct Results {
-    framework: String,
-    tests: u64,
+struct FailingTest {
+    test: String,
+    kind: String,
+    #[serde(rename(serialize = "failed_runs"))]
+    failed_runs: Vec<u64>,
+    /// As the reply shows it (the helper writes it, the same text its handle keeps for the tests
+    /// not shown).
+    #[serde(skip_serializing)]
+    text: String,
+    failures: Vec<CheckFailure>,
+}
+
+/// Checks by outcome, over every run.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Checks {
     passed: u64,
     failed: u64,
     errors: u64,
     skipped: u64,
-    failures: Vec<Failure>,
-    /// When some were not shown: the handle of every failure kept, as text, and the offset of the
+}
+
+impl Checks {
+    fn total(&self) -> u64 {
+        self.passed + self.failed + self.errors + self.skipped
+    }
+}
+
+/// One framework's results, per distinct test.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Results {
+    framework: String,
+    /// Distinct tests.
+    tests: u64,
+    /// How many times the tests ran (the most any one did); `uniform` when each ran that often.
+    runs: u64,
+    uniform: bool,
+    /// Tests by the worst of their runs.
+    passed: u64,
+    failed: u64,
+    errors: u64,
+    skipped: u64,
+    #[serde(rename(serialize = "failed_every_run"))]
+    failed_every_run: u64,
+    checks: Checks,
+    failing: Vec<FailingTest>,
+    /// When some were not shown: the handle of every failing test's text, and the offset of the
     /// first not shown.
     #[serde(skip_serializing)]
-    failures_rest: Option<(String, u64)>,
-    #[serde(rename(serialize = "failures_dropped"))]
-    failures_dropped: u64,
+    failing_rest: Option<(String, u64)>,
+    #[serde(rename(serialize = "failing_dropped"))]
+    failing_dropped: u64,
 }
 
 /// The helper's answer to `run-tests`.
@@ -122,42 +164,24 @@ struct TestReport {
     milliseconds: u64,
     results: Vec<Results>,
     compiler_errors: Vec<String>,
+    /// The first of the build's compiler warnings, and how many there were.
+    compiler_warnings: Vec<String>,
+    compiler_warning_count: u64,
+    reloaded: Option<Reloaded>,
     stdout: Captured,
+    /// The handle of all the output kept, when there was output.
+    output_handle: Option<String>,
     run_error: Option<ErrorReport>,
 }
 
-/// What a test run's output says of it, for a run whose framework's results were not read.
-#[derive(Debug, Clone, PartialEq)]
-enum OutputVerdict {
-    /// The line that reports failures.
-    Failed(String),
-    /// The line that reports that nothing failed.
-    Passed(String),
-    Unknown,
-}
+/// Lines of output quoted from a run whose results were not read: those that name failures, and
+/// the last ones.
+const MAX_QUOTED_LINES: usize = 20;
+const LAST_LINES: usize = 10;
+const MAX_QUOTED_LINE: usize = 300;
 
-/// The summary lines of FiveAM (`Fail: 1 (33%)`), Parachute (`Failed: 1`), RT (`2 out of 5
-/// total tests failed`, `No tests failed.`) and the plain `N passed, N failed`: any that reports
-/// a failure decides; else any that reports none.
-fn verdict_in_output(text: &str) -> OutputVerdict {
-    let mut passed = None;
-    for line in text.lines().map(str::trim) {
-        let failures = failures_reported(line);
-        match failures {
-            Some(0) => {
-                passed.get_or_insert_with(|| line.to_string());
-            }
-            Some(_) => return OutputVerdict::Failed(line.to_string()),
-            None if line == "No tests failed." => {
-                passed.get_or_insert_with(|| line.to_string());
-            }
-            None => {}
-        }
-    }
-    passed.map_or(OutputVerdict::Unknown, OutputVerdict::Passed)
-}
-
-/// The number of failures a summary line reports, if it is one.
+/// The number of failures a summary line of FiveAM (`Fail: 1 (33%)`), Parachute (`Failed: 1`),
+/// RT (`2 out of 5 total tests failed`) or a plain `N passed, N failed` reports, if it is one.
 fn failures_reported(line: &str) -> Option<u64> {
     let leading_number = |text: &str| -> Option<u64> {
         let digits: String = text.trim_start().chars().take_while(char::is_ascii_digit).collect();
@@ -178,13 +202,124 @@ fn failures_reported(line: &str) -> Option<u64> {
     failed.parse().ok()
 }
 
+/// Whether a line of a run's output names failures or errors: a summary line that reports some;
+/// a word such as `fail`, `failed`, `failures` or `errors` with a count other than zero next to
+/// it; or such a word with no count and no word of passing on the line (`Test FOO failed`,
+/// `Unexpected failures: FOO, BAR`). Not `0 failures`, `Failures: 0`, `no errors`, `Unexpected
+/// failures: none`, `error-handling   PASS`.
+fn names_failures(line: &str) -> bool {
+    let line = line.trim();
+    if let Some(count) = failures_reported(line) {
+        return count > 0;
+    }
+    let words: Vec<String> =
+        line.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    let failing = |word: &str| word.starts_with("fail") || word.starts_with("error");
+    let zero = |word: &str| matches!(word, "0" | "no" | "none" | "nil" | "zero");
+    let number = |word: &str| word.chars().all(|c| c.is_ascii_digit());
+    let passing = words.iter().any(|w| matches!(w.as_str(), "pass" | "passed" | "passes" | "ok" | "success"));
+    let mut unqualified = false;
+    for (i, _) in words.iter().enumerate().filter(|(_, w)| failing(w)) {
+        // A count or "no" just before (`3 failures`, `no unexpected failures`) or just after
+        // (`Failures: 2`, `failed: none`).
+        let before = words[i.saturating_sub(2)..i].iter().rev().find(|w| zero(w) || number(w));
+        let after = words.get(i + 1).filter(|w| zero(w) || number(w));
+        match before.or(after) {
+            Some(count) if zero(count) => {}
+            Some(_) => return true,
+            None => unqualified |= !passing,
+        }
+    }
+    // Nothing after the colon of `Unexpected failures:` says nothing failed either.
+    unqualified && !line.ends_with(':')
+}
+
+impl Results {
+    /// `RT: 249 tests, run twice by the test-op: 3 failed in both runs, 246 passed.`
+    fn summary(&self, by_test_op: bool) -> String {
+        let checks = match self.framework.as_str() {
+            "RT" => String::new(),
+            _ => {
+                let per_run =
+                    if self.uniform && self.runs > 1 { self.checks.total() / self.runs } else { self.checks.total() };
+                format!(" ({})", plural(per_run, "check", "checks"))
+            }
+        };
+        let runs = match (self.runs, self.uniform) {
+            (0 | 1, _) => String::new(),
+            (2, true) => ", run twice".to_string(),
+            (n, true) => format!(", run {n} times"),
+            (n, false) => format!(", some run up to {n} times"),
+        };
+        let by = if by_test_op && self.runs > 1 { " by the test-op" } else { "" };
+        let failing = self.failed + self.errors;
+        let mut outcome = Vec::new();
+        if failing == 0 {
+            outcome.push(if self.tests == 1 { "passed".to_string() } else { "all passed".to_string() });
+        } else {
+            let mut failed = format!("{failing} failed");
+            if self.runs > 1 {
+                let every = if self.runs == 2 { "both runs".to_string() } else { format!("all {} runs", self.runs) };
+                if self.failed_every_run == failing {
+                    failed.push_str(&format!(" in {every}"));
+                } else {
+                    failed.push_str(&format!(" ({} of them in {every})", self.failed_every_run));
+                }
+            }
+            if self.errors > 0 {
+                failed.push_str(&format!(" ({} by signalling an error)", self.errors));
+            }
+            outcome.push(failed);
+            if self.passed > 0 {
+                outcome.push(format!("{} passed", self.passed));
+            }
+        }
+        if self.skipped > 0 {
+            outcome.push(format!("{} skipped", self.skipped));
+        }
+        format!(
+            "{}: {}{checks}{runs}{by}: {}.",
+            self.framework,
+            plural(self.tests, "test", "tests"),
+            outcome.join(", ")
+        )
+    }
+}
+
 impl TestReport {
-    /// Whether the call is an error: a check failed, the run failed, or no counts were read and
-    /// the output does not say that the tests passed.
+    /// Whether the call is an error: a test failed, the run failed, or no results were read and
+    /// the output names failures.
     fn failed(&self) -> bool {
         self.run_error.is_some()
             || self.results.iter().any(|r| r.failed + r.errors > 0)
-            || (self.results.is_empty() && !matches!(verdict_in_output(&self.stdout.shown()), OutputVerdict::Passed(_)))
+            || (self.results.is_empty() && !self.failure_lines().is_empty())
+    }
+
+    /// The output's lines as the reply has them: its start, and for a cut output its end.
+    fn output_lines(&self) -> impl Iterator<Item = &str> {
+        self.stdout.text.lines().chain(self.stdout.tail.lines())
+    }
+
+    /// The lines of the output that name failures or errors, each once, in order.
+    fn failure_lines(&self) -> Vec<&str> {
+        let mut lines: Vec<&str> = Vec::new();
+        for line in self.output_lines().map(str::trim).filter(|line| names_failures(line)) {
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+        lines
+    }
+
+    /// The output's last lines, for a run whose results the summary cannot give.
+    fn last_lines(&self) -> Vec<&str> {
+        let lines: Vec<&str> = self.output_lines().filter(|line| !line.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(LAST_LINES)..].to_vec()
+    }
+
+    /// Every character the run wrote.
+    fn output_characters(&self) -> u64 {
+        (self.stdout.text.chars().count() + self.stdout.tail.chars().count()) as u64 + self.stdout.dropped
     }
 
     fn render(&self, max_output: usize) -> String {
@@ -202,76 +337,97 @@ impl TestReport {
             Some(ran) => format!("Ran {ran} in {seconds:.2} s."),
             None => format!("No tests ran: building {:?} failed after {seconds:.2} s.", self.system),
         };
-        for r in &self.results {
-            summary.push_str(&format!(
-                "\n{}: {} tests, {} checks: {} passed, {} failed, {} errors, {} skipped.",
-                r.framework,
-                r.tests,
-                r.passed + r.failed + r.errors + r.skipped,
-                r.passed,
-                r.failed,
-                r.errors,
-                r.skipped
-            ));
+        let by_test_op = self.ran.as_deref().is_some_and(|ran| ran.starts_with("asdf:test-system"));
+        for results in &self.results {
+            summary.push_str(&format!("\n{}", results.summary(by_test_op)));
         }
+        let failure_lines = if self.results.is_empty() { self.failure_lines() } else { Vec::new() };
         if self.results.is_empty() && self.ran.is_some() {
             let loaded = if self.frameworks.is_empty() {
-                " (no test framework is loaded)".to_string()
+                "no test framework is loaded".to_string()
             } else {
-                format!(" (test frameworks loaded: {})", self.frameworks.join(", "))
+                format!("frameworks loaded: {}", self.frameworks.join(", "))
             };
-            let verdict = match verdict_in_output(&self.stdout.shown()) {
-                _ if self.run_error.is_some() => "The run failed: see the error above.".to_string(),
-                OutputVerdict::Failed(line) => format!("The output reports failures ({line:?}): the call is an error."),
-                OutputVerdict::Passed(line) => format!("The output reports no failures ({line:?})."),
-                OutputVerdict::Unknown => "Nothing in the output says whether the tests passed, so the call is an \
-                    error: see [stdout]."
-                    .to_string(),
+            let verdict = match (&self.run_error, failure_lines.len()) {
+                (Some(_), _) => "the run failed: see the error above",
+                (None, 0) if self.output_characters() == 0 => "the run printed nothing",
+                (None, 0) => "the output names no failures",
+                (None, _) => "the output names failures, below",
             };
-            summary.push_str(&format!(
-                "\nNo FiveAM, Parachute or RT run could be read, so there are no counts{loaded}. {verdict}"
-            ));
+            summary.push_str(&format!("\nNo FiveAM, Parachute or RT results were read ({loaded}); {verdict}."));
+        }
+        if let Some(reloaded) = &self.reloaded {
+            summary.push_str(&format!("\nBefore the tests, {}", reloaded.render()));
+        }
+        let characters = self.output_characters();
+        match &self.output_handle {
+            Some(handle) if characters > 0 => summary.push_str(&format!(
+                "\nOutput: {} characters; inspect {handle} to read them.",
+                group_thousands(characters)
+            )),
+            _ => {}
         }
         sections.push(summary);
         for results in &self.results {
-            for failure in &results.failures {
-                let mut block =
-                    format!("[{}] {}", if failure.kind == "error" { "ERROR" } else { "FAIL" }, failure.test);
-                if let Some(form) = &failure.form {
-                    block.push_str(&format!("\n  Form: {form}"));
-                }
-                if let (Some(expected), Some(actual)) = (&failure.expected, &failure.actual) {
-                    block.push_str(&format!("\n  Expected: {expected}\n  Actual: {actual}"));
-                }
-                if let Some(reason) = &failure.reason {
-                    block.push_str(&format!("\n  Reason: {reason}"));
-                }
-                sections.push(block);
-            }
-            let dropped = results.failures_dropped;
-            match &results.failures_rest {
+            sections.extend(results.failing.iter().map(|failing| failing.text.clone()));
+            let dropped = results.failing_dropped;
+            match &results.failing_rest {
                 _ if dropped == 0 => {}
                 Some((handle, offset)) => {
                     let not_kept = (dropped + MAX_SHOWN_FAILURES).saturating_sub(MAX_KEPT_FAILURES);
                     sections.push(format!(
-                        "[... {} more failures not shown: at most 50 per framework; inspect {handle} with offset \
+                        "[... {} more failing tests not shown: at most 50 per framework; inspect {handle} with offset \
                          {offset} for {}]",
                         group_thousands(dropped),
                         if not_kept == 0 {
                             "them".to_string()
                         } else {
                             format!(
-                                "the next {}; the last {} were not kept (at most 10,000 per framework)",
+                                "the next {}; the last {} were not kept (at most 10,000 failures per framework)",
                                 group_thousands(dropped - not_kept),
                                 group_thousands(not_kept)
                             )
                         }
                     ));
                 }
-                None => sections.push(format!("[... {} more failures not shown]", group_thousands(dropped))),
+                None => sections.push(format!("[... {} more failing tests not shown]", group_thousands(dropped))),
             }
         }
-        sections.extend(self.stdout.section("[stdout]", max_output));
+        if !self.compiler_warnings.is_empty() {
+            let mut section = format!(
+                "[compiler warnings] {} building the system\n{}",
+                plural(self.compiler_warning_count, "warning", "warnings"),
+                self.compiler_warnings.join("\n")
+            );
+            let rest = self.compiler_warning_count.saturating_sub(self.compiler_warnings.len() as u64);
+            if rest > 0 {
+                section
+                    .push_str(&format!("\n[... {} more not shown: load-system lists them all]", group_thousands(rest)));
+            }
+            sections.push(section);
+        }
+        // The output holds what the summary cannot: how a run without results went, and what
+        // came before an error outside any test.
+        if self.results.is_empty() || self.run_error.is_some() {
+            if self.output_handle.is_none() {
+                sections.extend(self.stdout.section("[stdout]", max_output));
+            } else {
+                if !failure_lines.is_empty() {
+                    let shown: Vec<String> =
+                        failure_lines.iter().take(MAX_QUOTED_LINES).map(|line| one_line(line)).collect();
+                    let mut section = format!("[output: lines that name failures or errors]\n{}", shown.join("\n"));
+                    if failure_lines.len() > MAX_QUOTED_LINES {
+                        section
+                            .push_str(&format!("\n[... {} more such lines]", failure_lines.len() - MAX_QUOTED_LINES));
+                    }
+                    sections.push(section);
+                }
+                let last: Vec<String> = self.last_lines().iter().map(|line| one_line(line)).collect();
+                if !last.is_empty() {
+                    sections.push(format!("[output: last lines]\n{}", last.join("\n")));
+                }
+            }
+        }
         sections.join("\n\n")
     }
 
@@ -283,13 +439,22 @@ impl TestReport {
             "milliseconds": self.milliseconds,
             "results": self.results,
             "compiler_errors": self.compiler_errors,
-            "verdict_from_output": match (self.results.is_empty(), verdict_in_output(&self.stdout.shown())) {
-                (true, OutputVerdict::Failed(line) | OutputVerdict::Passed(line)) => Some(line),
-                _ => None,
-            },
-            "stdout": self.stdout.shown(),
+            "compiler_warnings": self.compiler_warnings,
+            "compiler_warning_count": self.compiler_warning_count,
+            "reloaded": self.reloaded.as_ref().map(Reloaded::to_json),
+            "output": {"characters": self.output_characters(), "handle": self.output_handle},
+            "failure_lines": if self.results.is_empty() { self.failure_lines() } else { Vec::new() },
             "error": self.run_error.as_ref().map(ErrorReport::to_json),
         })
+    }
+}
+
+/// A line of output as quoted: cut to [`MAX_QUOTED_LINE`] characters.
+fn one_line(line: &str) -> String {
+    let line = line.trim_end();
+    match line.char_indices().nth(MAX_QUOTED_LINE) {
+        Some((cut, _)) => format!("{} ...", &line[..cut]),
+        None => line.to_string(),
     }
 }
 
@@ -298,33 +463,20 @@ mod tests {
     use super::*;
     use crate::swank::read;
 
-    #[test]
-    fn failures_show_expected_and_actual() {
-        let report = decode::<TestReport>(
-            "run-tests",
-            &read(
-                "(:system \"demo\" :ran \"FiveAM suite DEMO::ALL\" :frameworks (\"FiveAM\") :milliseconds 1200 \
-                 :results ((:framework \"FiveAM\" :tests 2 :passed 1 :failed 1 :errors 0 :skipped 0 :failures \
-                 ((:kind \"failure\" :test \"DEMO::ADDS\" :form \"(= 5 (ADD 2 3))\" :reason \"(ADD 2 3) evaluated to 6 which is not = to 5\" \
-                 :expected \"5\" :actual \"6\")) :failures-rest nil :failures-dropped 0)) :compiler-errors () :stdout (\"\" 0) :run-error nil)",
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(
-            report.render(100),
-            "Ran FiveAM suite DEMO::ALL in 1.20 s.\nFiveAM: 2 tests, 2 checks: 1 passed, 1 failed, 0 errors, 0 skipped.\n\n\
-             [FAIL] DEMO::ADDS\n  Form: (= 5 (ADD 2 3))\n  Expected: 5\n  Actual: 6\n  Reason: (ADD 2 3) evaluated to 6 which is \
-             not = to 5"
-        );
-    }
+    const RT_TWICE: &str =
+        "(:framework \"RT\" :tests 249 :runs 2 :uniform t :passed 246 :failed 3 :errors 0 :skipped 0 \
+         :failed-every-run 3 :checks (:passed 492 :failed 6 :errors 0 :skipped 0) :failing ((:test \"A-T::IOTA.1\" \
+         :kind \"failure\" :failed-runs (1 2) :text \"[FAIL] A-T::IOTA.1\n  Form: (IOTA 3)\n  Expected: (0 1 2)\n  \
+         Actual: (0 1 2 3)\" :failures ((:run 1 :kind \"failure\" :form \"(IOTA 3)\" :reason nil :expected \"(0 1 2)\" \
+         :actual \"(0 1 2 3)\")))) :failing-rest nil :failing-dropped 0)";
 
-    fn without_counts(stdout: &str) -> TestReport {
+    fn report(results: &str, stdout: &str, handle: &str) -> TestReport {
         decode::<TestReport>(
             "run-tests",
             &read(&format!(
-                "(:system \"app\" :ran \"asdf:test-system \\\"app\\\"\" :frameworks (\"FiveAM\") :milliseconds 50 :results () \
-                 :compiler-errors () :stdout (\"{}\" 0) :run-error nil)",
+                "(:system \"app\" :ran \"asdf:test-system \\\"app\\\"\" :frameworks (\"RT\") :milliseconds 660 \
+                 :results ({results}) :compiler-errors () :compiler-warnings () :compiler-warning-count 0 \
+                 :reloaded nil :stdout (\"{}\" 0) :output-handle {handle} :run-error nil)",
                 stdout.replace('\\', "\\\\").replace('"', "\\\"")
             ))
             .unwrap(),
@@ -333,37 +485,100 @@ mod tests {
     }
 
     #[test]
-    fn a_run_without_counts_is_judged_by_its_output() {
-        let failing = without_counts(" Did 3 checks.\n    Pass: 2 (66%)\n    Skip: 0 ( 0%)\n    Fail: 1 (33%)\n");
-        assert!(failing.failed());
-        assert!(
-            failing.render(1000).contains(
-                "No FiveAM, Parachute or RT run could be read, so there are no counts (test frameworks loaded: \
-                 FiveAM). The output reports failures (\"Fail: 1 (33%)\"): the call is an error."
-            ),
-            "{}",
-            failing.render(1000)
+    fn a_suite_run_twice_is_counted_once_and_its_output_stays_behind_a_handle() {
+        let red = report(RT_TWICE, "Doing 249 pending tests of 249 tests total.\n", "\"@3\"");
+        assert!(red.failed());
+        assert_eq!(
+            red.render(16000),
+            "Ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: 3 failed in both runs, \
+             246 passed.\nOutput: 44 characters; inspect @3 to read them.\n\n[FAIL] A-T::IOTA.1\n  Form: (IOTA 3)\n  \
+             Expected: (0 1 2)\n  Actual: (0 1 2 3)"
         );
-        let passing = without_counts("Doing 5 pending tests of 5 tests total.\nNo tests failed.");
-        assert!(!passing.failed());
-        assert!(passing.render(1000).contains("The output reports no failures (\"No tests failed.\")."));
-        let silent = without_counts("compiling...\n");
-        assert!(silent.failed(), "a run that says nothing is not a pass");
-        assert!(silent.render(1000).contains("Nothing in the output says whether the tests passed"));
+        let green = RT_TWICE
+            .replace(":passed 246 :failed 3", ":passed 249 :failed 0")
+            .replace(":failed-every-run 3", ":failed-every-run 0");
+        let green = green.split(" :failing (").next().unwrap().to_string()
+            + " :failing () :failing-rest nil :failing-dropped 0)";
+        let green = report(&green, "Doing 249 pending tests of 249 tests total.\n", "\"@3\"");
+        assert!(!green.failed());
+        assert_eq!(
+            green.render(16000),
+            "Ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: all passed.\nOutput: 44 \
+             characters; inspect @3 to read them."
+        );
     }
 
     #[test]
-    fn summary_lines_of_each_framework_are_recognised() {
-        assert_eq!(failures_reported("Fail: 0 ( 0%)"), Some(0));
-        assert_eq!(failures_reported("Failed:     2"), Some(2));
-        assert_eq!(failures_reported("2 out of 5 total tests failed: A, "), Some(2));
-        assert_eq!(failures_reported("tests: 4 passed, 1 failed"), Some(1));
-        assert_eq!(failures_reported("4 passed, 0 failed, 1 skipped"), Some(0));
-        assert_eq!(failures_reported("Running test FAIL .."), None);
-        assert_eq!(failures_reported("Failure Details:"), None);
-        assert_eq!(
-            verdict_in_output("Fail: 0 ( 0%)\n1 out of 3 total tests failed: X."),
-            OutputVerdict::Failed("1 out of 3 total tests failed: X.".into())
+    fn a_failure_in_some_runs_only_is_told_apart() {
+        let results = RT_TWICE.replace(":failed-every-run 3", ":failed-every-run 2");
+        let text = report(&results, "", "nil").render(16000);
+        assert!(
+            text.contains("RT: 249 tests, run twice by the test-op: 3 failed (2 of them in both runs), 246 passed."),
+            "{text}"
         );
+        let fiveam = "(:framework \"FiveAM\" :tests 3 :runs 1 :uniform t :passed 1 :failed 1 :errors 1 :skipped 0 \
+             :failed-every-run 2 :checks (:passed 4 :failed 2 :errors 1 :skipped 1) :failing () :failing-rest nil :failing-dropped 0)";
+        let text = report(fiveam, "", "nil").render(16000);
+        assert!(
+            text.ends_with("\nFiveAM: 3 tests (8 checks): 2 failed (1 by signalling an error), 1 passed."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_run_without_results_is_judged_by_the_lines_that_name_failures() {
+        let table = "Test            Result\nparse-empty     pass\nparse-number    FAIL (expected 3, got 4)\n\
+                     error-handling  pass\n3 tests. Unexpected failures: PARSE-NUMBER\n";
+        let failing = report("", table, "\"@2\"");
+        assert!(failing.failed());
+        let text = failing.render(16000);
+        assert!(
+            text.contains(
+                "No FiveAM, Parachute or RT results were read (frameworks loaded: RT); the output names failures, \
+                 below.\nOutput: 149 characters; inspect @2 to read them.\n\n[output: lines that name failures or \
+                 errors]\nparse-number    FAIL (expected 3, got 4)\n3 tests. Unexpected failures: PARSE-NUMBER\n\n\
+                 [output: last lines]\nTest            Result\n"
+            ),
+            "{text}"
+        );
+        let passing =
+            report("", &table.replace("FAIL (expected 3, got 4)", "pass").replace("PARSE-NUMBER", "none"), "\"@2\"");
+        assert!(!passing.failed(), "{}", passing.render(16000));
+        assert!(passing.render(16000).contains("the output names no failures."));
+        let silent = report("", "", "nil");
+        assert!(!silent.failed());
+        assert!(silent.render(16000).contains("the run printed nothing."), "{}", silent.render(16000));
+    }
+
+    #[test]
+    fn lines_that_name_failures() {
+        for line in [
+            "Fail: 1 (33%)",
+            "Failed:     2",
+            "2 out of 5 total tests failed: A, B.",
+            "tests: 4 passed, 1 failed",
+            "Test PARSE-NUMBER failed",
+            "FAIL: parse-number",
+            "Unexpected failures: PARSE-NUMBER, PARSE-LIST",
+            "3 errors",
+            "got an unexpected error: division by zero",
+            "Some tests failed.",
+        ] {
+            assert!(names_failures(line), "{line}");
+        }
+        for line in [
+            "Fail: 0 ( 0%)",
+            "4 passed, 0 failed, 1 skipped",
+            "No tests failed.",
+            "Unexpected failures: none",
+            "Unexpected failures:",
+            "0 failures, 0 errors",
+            "Failures: 0  Errors: 0",
+            "error-handling    PASS",
+            "Running test FOO .. ok",
+            "Did 3 checks.",
+        ] {
+            assert!(!names_failures(line), "{line}");
+        }
     }
 }

@@ -1,0 +1,208 @@
+;;;; The helper's footprint: everything it changes in the image outside its own package, listed
+;;;; here, put in by INSTALL (which ENSURE-HELPER, in bootstrap.lisp, calls after each load of the
+;;;; helper) and taken out by UNINSTALL. No other file changes anything outside the package;
+;;;; README.md's list of what swank-mcp changes in an image is this file's.
+;;;;
+;;;; - Encapsulations of SBCL functions (*ENCAPSULATIONS*): SB-THREAD:MAKE-THREAD, SB-EXT:EXIT,
+;;;;   SB-EXT:MAKE-TIMER, SB-THREAD:INTERRUPT-THREAD, SB-EXT:FINALIZE and SB-IMPL::RUN-EXPIRED-TIMERS
+;;;;   (observe.lisp: what an agent's code starts runs as the agent's, and it cannot end the image),
+;;;;   and the definers SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS (undo.lisp's
+;;;;   journal). Each costs the image's own calls of the function one special-variable test when
+;;;;   no agent's call runs.
+;;;; - A function on SB-INT:*SETF-FDEFINITION-HOOK* (the journal's view of DEFUN).
+;;;; - CONNECTION-CLOSED on each server's *CONNECTION-CLOSED-HOOK* (swank's, slynk's, or both):
+;;;;   a closed connection's sessions and worker threads end.
+;;;; - The modules sb-cltl2 and sb-introspect, required when the helper loads (its files name their
+;;;;   symbols); swank and slynk have loaded both already. A module cannot be unloaded, so
+;;;;   UNINSTALL leaves them.
+;;;;
+;;;; Besides these, the helper changes the servers' own state as it serves calls (servers.lisp,
+;;;; workers.lisp): it drops finished threads' mailboxes and ids, restarts a worker's message
+;;;; count at each call, and sets TCP_NODELAY on the socket of a connection that asks for
+;;;; workers; and it runs worker threads, which UNINSTALL ends. Some tools change the image for
+;;;; as long as they need to: run-tests encapsulates the test frameworks' functions and LOAD
+;;;; while a run reads results (testing.lisp), and what the trace tool traces stays traced until
+;;;; its session ends. UNINSTALL refuses while a call runs and ends every session, so it leaves
+;;;; neither.
+;;;;
+;;;; Loaded after package.lisp, under its rules.
+
+(in-package #:mcp-agent-helper)
+
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (require :sb-cltl2)
+  (require :sb-introspect))
+
+(defparameter *encapsulations*
+  '(("SB-THREAD" "MAKE-THREAD" mcp-agent-thread-watch make-agent-thread)
+    ("SB-EXT" "EXIT" mcp-agent-exit-guard refuse-agent-exit)
+    ("SB-EXT" "MAKE-TIMER" mcp-agent-timer-watch make-agent-timer)
+    ("SB-THREAD" "INTERRUPT-THREAD" mcp-agent-interrupt-watch interrupt-as-agent)
+    ("SB-EXT" "FINALIZE" mcp-agent-finalizer-watch finalize-as-agent)
+    ("SB-IMPL" "RUN-EXPIRED-TIMERS" mcp-agent-timers-unbound run-timers-as-nobody)
+    ("SB-C" "%DEFMACRO" mcp-agent-journal journal-defmacro)
+    ("SB-PCL" "LOAD-DEFMETHOD" mcp-agent-journal journal-defmethod)
+    ("SB-PCL" "LOAD-DEFCLASS" mcp-agent-journal journal-defclass))
+  "The SBCL functions the helper encapsulates, each (package name tag wrapper): looked up by name,
+since a future SBCL may lack one (the helper then does without). The wrapper is called by name, so
+that a reloaded helper's definition takes over.")
+
+(defvar *installed* '()
+  "What INSTALL put into the image and UNINSTALL takes out, each (:ENCAPSULATION function tag) or
+(:HOOK variable function), for as long as the image runs: kept across reloads, so that a later
+revision of the helper takes out what an earlier one installed and it does not.")
+
+(defvar *footprint-installed* nil
+  "True between INSTALL and UNINSTALL: a server seen meanwhile gets its hook (see INSTALL-SERVER).")
+
+(defvar *footprint-lock* (sb-thread:make-mutex :name "mcp-agent-helper footprint"))
+
+(defvar *fdefinition-hook* nil
+  "The function this helper puts on SBCL's fdefinition hook: one closure for the life of the image,
+which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definition takes over.")
+
+(defun fdefinition-hook ()
+  (or *fdefinition-hook*
+      (setf *fdefinition-hook*
+            ;; Errors are dropped: the hook runs inside every DEFUN of the image, whose definition
+            ;; must never fail because the journal did.
+            (lambda (name new-definition)
+              (ignore-errors (note-fdefinition-change name new-definition))))))
+
+(defun encapsulations-supported-p ()
+  (= 3 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P" "UNENCAPSULATE"))))
+
+(defun server-hook-items (package)
+  "The footprint on the server of PACKAGE: its connection-closed hook, when it has one."
+  (let ((hook (find-symbol "*CONNECTION-CLOSED-HOOK*" package)))
+    (and hook (boundp hook) (listp (symbol-value hook))
+         (list (list :hook hook 'connection-closed)))))
+
+(defun image-items ()
+  "The footprint outside the servers: the encapsulations and the fdefinition hook."
+  (append (and (encapsulations-supported-p)
+               (loop for (package name tag) in *encapsulations*
+                     for function = (first (existing-symbols package name))
+                     when (and function (fboundp function))
+                       collect (list :encapsulation function tag)))
+          (let ((hook (first (existing-symbols "SB-INT" "*SETF-FDEFINITION-HOOK*"))))
+            (and hook (boundp hook) (list (list :hook hook (fdefinition-hook)))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Putting it in and taking it out
+
+(defun wrapper-of (item)
+  "The wrapper of the encapsulation ITEM, (:ENCAPSULATION function tag)."
+  (fourth (find (second item) *encapsulations*
+                :key (lambda (spec) (first (existing-symbols (first spec) (second spec)))))))
+
+(defun item-present-p (item)
+  (destructuring-bind (kind place value) item
+    (ecase kind
+      (:encapsulation (and (fboundp place) (internal-call "SB-INT" "ENCAPSULATED-P" place value)))
+      (:hook (and (boundp place) (member value (symbol-value place)) t)))))
+
+(defun add-item (item)
+  "Puts ITEM in, unless it is there (an earlier revision, or one from before *INSTALLED*, put it in)."
+  (destructuring-bind (kind place value) item
+    (unless (item-present-p item)
+      (ecase kind
+        (:encapsulation (internal-call "SB-INT" "ENCAPSULATE" place value (wrapper-of item)))
+        (:hook (push value (symbol-value place)))))
+    (pushnew item *installed* :test #'equal)))
+
+(defun remove-item (item)
+  "Takes ITEM out. Returns a line saying what it was, or NIL when it was not there."
+  (destructuring-bind (kind place value) item
+    (setf *installed* (remove item *installed* :test #'equal))
+    (when (item-present-p item)
+      (ecase kind
+        (:encapsulation (internal-call "SB-INT" "UNENCAPSULATE" place value))
+        (:hook (setf (symbol-value place) (remove value (symbol-value place)))))
+      (format nil "~:[the encapsulation of~;a function on~] ~A" (eq kind :hook) (qualified-name place)))))
+
+(defun own-function-p (value)
+  "True for a function of this helper named by its symbol."
+  (and (symbolp value) (eq (symbol-package value) (load-time-value (find-package '#:mcp-agent-helper)))))
+
+(defun present-items ()
+  "What is in the image of any revision's footprint: what *INSTALLED* lists, and the helper's
+functions on the servers' hooks (a revision from before *INSTALLED* put some there by name)."
+  (union *installed*
+         (loop for package in (server-packages)
+               append (loop for (nil hook) in (server-hook-items package)
+                            append (loop for function in (symbol-value hook)
+                                         when (own-function-p function)
+                                           collect (list :hook hook function))))
+         :test #'equal))
+
+(defun install ()
+  "Puts the helper's footprint into the image, after a load of the helper: what is missing is put
+in, and what another revision installed that this one does not is taken out (its function may no
+longer exist)."
+  (sb-thread:with-mutex (*footprint-lock*)
+    (let ((wanted (append (image-items) (mapcan #'server-hook-items (server-packages)))))
+      (mapc #'remove-item (set-difference (present-items) wanted :test #'equal))
+      (mapc #'add-item wanted))
+    (setf *footprint-installed* t))
+  (forget-servers))
+
+(defun install-server (server)
+  "Gives SERVER, seen for the first time, its part of the footprint while the helper is installed."
+  (sb-thread:with-mutex (*footprint-lock*)
+    (when *footprint-installed*
+      (mapc #'add-item (server-hook-items (server-package server))))))
+
+(defun remove-footprint ()
+  "Takes the whole footprint out of the image, whichever revision put it in (an encapsulation of a
+revision from before *INSTALLED* is recognised by its tag). Returns a line for each item taken out."
+  (sb-thread:with-mutex (*footprint-lock*)
+    (setf *footprint-installed* nil)
+    (prog1 (remove nil (mapcar #'remove-item (union (present-items) (image-items) :test #'equal)))
+      (forget-servers))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Uninstalling
+
+(defvar *uninstall-pending* nil
+  "True when UNINSTALL was asked to wait for the sessions to end: the last one to end uninstalls.")
+
+(define-entry uninstall (&key when-sessions-end (delete-package t))
+  "Takes the helper out of the image, for the person whose image it is (swank-mcp uninstall): the
+sessions of the swank-mcp servers attached to it end (see RELEASE-SESSION), its worker threads
+end, its footprint is taken out, its undo journal dropped, and its package deleted, unless
+DELETE-PACKAGE is NIL or an Emacs subscribes to its activity feed (the package then stays, inert).
+The image is then as it was before swank-mcp's first call, but for the modules the helper
+required and what the agents' own code changed or left running; the next call of a swank-mcp
+installs the helper again. Returns (:UNINSTALLED lines :SESSIONS n :WORKERS n :PACKAGE text),
+LINES saying what was taken out; or, changing nothing, (:BUSY n) while N calls of swank-mcp run
+(besides this one), or with WHEN-SESSIONS-END, (:PENDING n) while N sessions remain: the last one
+to end then uninstalls."
+  (close-dead-connections)
+  (sb-thread:with-mutex (*load-lock*)
+    (let ((sessions (session-count))
+          (running (- (car *calls-running*) (if (in-call-p) 1 0))))
+      (cond ((and when-sessions-end (plusp sessions))
+             (setf *uninstall-pending* t)
+             (list :pending sessions))
+            ((plusp running)
+             (list :busy running))
+            (t
+             (let* ((sessions (end-sessions (constantly t)))
+                    (workers (end-workers-if (constantly t)))
+                    (removed (remove-footprint))
+                    (keep (cond ((not delete-package) "kept, as asked")
+                                ((emacs-subscribed-p) "kept: an Emacs subscribes to its activity feed"))))
+               (forget-journal)
+               (setf *uninstall-pending* nil
+                     *version* nil
+                     *release* nil)
+               (unless keep
+                 (delete-package '#:mcp-agent-helper))
+               (list :uninstalled removed :sessions sessions :workers workers
+                     :package (or keep "deleted"))))))))
+
+(defun uninstall-if-pending ()
+  "Uninstalls the helper when UNINSTALL was asked to wait for the sessions to end and none is left."
+  (when (and *uninstall-pending* (zerop (session-count)))
+    (uninstall)))

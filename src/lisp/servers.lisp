@@ -1,0 +1,193 @@
+;;;; The swank or slynk server a request comes through: the one place that knows the two apart.
+;;;;
+;;;; SLIME's swank and SLY's slynk speak one protocol from packages of different names, with the
+;;;; same parts under those names. An image may hold both (SLIME for one Emacs, SLY for another,
+;;;; or a library that loads swank into a SLY user's image), and the helper, loaded once, serves
+;;;; requests from either. So which server's parts a call uses is decided by the request the
+;;;; thread serves (CURRENT-SERVER), never once for the image: a helper loaded through slynk
+;;;; must not reset swank's message counter, nor prune swank's mailboxes, nor ask swank whether
+;;;; a slynk connection is still read.
+;;;;
+;;;; The parts are found by name, when the server is first seen: a server that lacks one makes
+;;;; the helper do without it (see each use), never fail to load.
+;;;;
+;;;; Loaded after footprint.lisp, under the rules of package.lisp.
+
+(in-package #:mcp-agent-helper)
+
+(defparameter *server-kinds*
+  '((:package "SWANK" :backends ("SWANK/BACKEND" "SWANK-BACKEND") :implementation "SWANK/SBCL")
+    (:package "SLYNK" :backends ("SLYNK-BACKEND") :implementation "SLYNK-SBCL"))
+  "The servers the helper knows: each one's package, its backend's packages (older swank names
+it SWANK-BACKEND) and the package of its SBCL backend, where its mailboxes and thread ids are.")
+
+(defun server-packages ()
+  "The packages of the servers loaded in the image."
+  (loop for kind in *server-kinds*
+        for package = (find-package (getf kind :package))
+        when package collect package))
+
+(defclass server ()
+  ((package :initarg :package :reader server-package)
+   (backend :initarg :backend :reader server-backend
+            :documentation "The package of its backend, or NIL.")
+   (implementation :initarg :implementation :reader server-implementation
+                   :documentation "The package of its SBCL backend, or NIL.")
+   ;; Found once, since they are used in every call.
+   (connection-variable :initarg :connection-variable :reader server-connection-variable
+                        :documentation "*EMACS-CONNECTION*: bound in the threads serving its requests.")
+   (send-counter :initarg :send-counter :reader server-send-counter)
+   (reader-thread :initarg :reader-thread :reader server-reader-thread
+                  :documentation "The function that gives a connection's reader thread, or NIL.")
+   (mailboxes :initarg :mailboxes :reader server-mailboxes
+              :documentation "(list-variable lock-variable thread-reader queue-reader), or NIL.")))
+
+(defun found-function (symbol)
+  (and symbol (fboundp symbol) (fdefinition symbol)))
+
+(defun mailbox-registry (implementation)
+  "The symbols of the mailbox list of the SBCL backend IMPLEMENTATION and its lock, and the readers
+of a mailbox's thread and queue, or NIL when it has no such list."
+  (let ((names (and implementation
+                    (mapcar (lambda (name) (find-symbol name implementation))
+                            '("*MAILBOXES*" "*MAILBOX-LOCK*" "MAILBOX.THREAD" "MAILBOX.QUEUE")))))
+    (and names (every #'identity names)
+         (boundp (first names)) (boundp (second names))
+         (fboundp (third names)) (fboundp (fourth names))
+         names)))
+
+(defun server-symbol (server name &optional (package (server-package server)))
+  "The symbol NAME of PACKAGE (by default SERVER's own), or NIL."
+  (and package (find-symbol name package)))
+
+(defun server-function (server name &optional (package (server-package server)))
+  "The function NAME of SERVER's package (or of PACKAGE), or NIL."
+  (found-function (server-symbol server name package)))
+
+(defvar *servers* '()
+  "The SERVERs of the server packages seen so far, made when first seen.")
+
+(defvar *servers-lock* (sb-thread:make-mutex :name "mcp-agent-helper servers"))
+
+(defun make-server (kind)
+  "The SERVER of KIND (an entry of *SERVER-KINDS*) when its package exists, else NIL."
+  (destructuring-bind (&key package backends implementation) kind
+    (let ((package (find-package package))
+          (implementation (find-package implementation)))
+      (and package
+           (new 'server :package package
+                        :backend (some #'find-package backends)
+                        :implementation implementation
+                        :connection-variable (find-symbol "*EMACS-CONNECTION*" package)
+                        :send-counter (find-symbol "*SEND-COUNTER*" package)
+                        :reader-thread (found-function (find-symbol "MCONN.READER-THREAD" package))
+                        :mailboxes (mailbox-registry implementation))))))
+
+(defun servers ()
+  "The SERVER of each server package in the image. One loaded after the helper is found the first
+time it is asked for here, and gets the helper's footprint (see INSTALL-SERVER)."
+  (let ((known *servers*))
+    ;; Asked several times a call: the lock is taken only when a server package is new.
+    (if (notany (lambda (kind)
+                  (let ((package (find-package (getf kind :package))))
+                    (and package (not (find package known :key #'server-package)))))
+                *server-kinds*)
+        known
+        (let ((new '()))
+          (sb-thread:with-mutex (*servers-lock*)
+            (dolist (kind *server-kinds*)
+              (unless (find (find-package (getf kind :package)) *servers* :key #'server-package)
+                (let ((server (make-server kind)))
+                  (when server
+                    (push server new)
+                    (setf *servers* (append *servers* (list server))))))))
+          (dolist (server new)
+            (install-server server))
+          *servers*))))
+
+(defun forget-servers ()
+  "Forgets the servers seen, so that each is found again (and gets the footprint) when asked for."
+  (sb-thread:with-mutex (*servers-lock*)
+    (setf *servers* '())))
+
+(defun current-server ()
+  "The SERVER whose request this thread serves, and that request's connection; NIL when the thread
+serves none."
+  (dolist (server (servers))
+    (let ((variable (server-connection-variable server)))
+      (when (and variable (boundp variable) (symbol-value variable))
+        (return (values server (symbol-value variable)))))))
+
+(defun server-connection ()
+  "The connection the current request came through, or NIL."
+  (nth-value 1 (current-server)))
+
+(defun server-package-p (package)
+  "True for a package of a swank or slynk server (SWANK, SWANK/BACKEND, SLYNK-MREPL...), whose
+frames and symbols are never the user's business."
+  (let ((name (package-name package)))
+    (some (lambda (kind) (eql 0 (search (getf kind :package) name))) *server-kinds*)))
+
+(defun backend-function (name)
+  "The function NAME of the backend of the server whose request this thread serves, or a failure
+naming what is missing."
+  (let* ((server (current-server))
+         (function (and server (server-function server name (server-backend server)))))
+    (or function
+        (fail "The swank or slynk server in this image has no ~A, which the debugger tool needs." name))))
+
+(defun reset-send-counter ()
+  "Starts this call's count of messages afresh. The server makes a thread that sent 100 messages
+wait for a ping's answer; a worker serves one call after another, and only a call's own messages
+should count, as they do in a thread spawned for it."
+  (let* ((server (current-server))
+         (counter (and server (server-send-counter server))))
+    (when (and counter (boundp counter))
+      (setf (symbol-value counter) 0))))
+
+(defun forget-finished-threads ()
+  "Drops the mailboxes of threads that have finished and have nothing queued from the list of the
+server whose request this thread serves.
+
+The SBCL backends of swank and slynk keep a mailbox for every thread that ever exchanged a
+message, in one list searched linearly on every message, and never drop one. Each tool call runs
+in a worker thread of its own, so an agent's calls would grow that list without bound: after
+86,000 calls every request to the image (the user's own SLIME requests too) took 700 us longer
+and the dead threads could never be collected. A finished thread's mailbox can never be read
+again, so dropping it changes nothing else."
+  (let ((server (current-server)))
+    (destructuring-bind (&optional list-symbol lock-symbol thread-reader queue-reader)
+        (and server (server-mailboxes server))
+      (when (and list-symbol (typep (symbol-value lock-symbol) 'sb-thread:mutex))
+        (flet ((finished-p (mailbox)
+                 (let ((thread (ignore-errors (funcall thread-reader mailbox))))
+                   (and (typep thread 'sb-thread:thread)
+                        (not (sb-thread:thread-alive-p thread))
+                        (null (ignore-errors (funcall queue-reader mailbox)))))))
+          (sb-thread:with-mutex ((symbol-value lock-symbol))
+            (let ((mailboxes (symbol-value list-symbol)))
+              (when (some #'finished-p mailboxes)
+                (setf (symbol-value list-symbol) (remove-if #'finished-p mailboxes))))))))))
+
+(defun forget-thread-id (server thread)
+  "Removes THREAD from SERVER's table of thread ids, so that a request still sent to its id is
+answered \"thread not found\" (and the client sends it to a new thread) rather than queued for a
+thread that will never read it."
+  (let* ((implementation (server-implementation server))
+         (table (server-symbol server "*THREAD-ID-MAP*" implementation))
+         (lock (server-symbol server "*THREAD-ID-MAP-LOCK*" implementation)))
+    (when (and table lock (boundp table) (boundp lock)
+               (hash-table-p (symbol-value table)) (typep (symbol-value lock) 'sb-thread:mutex))
+      (sb-thread:with-mutex ((symbol-value lock))
+        (let ((map (symbol-value table)))
+          (loop for id being the hash-keys of map using (hash-value pointer)
+                when (eq thread (ignore-errors (sb-ext:weak-pointer-value pointer)))
+                  do (remhash id map)))))))
+
+(defun connection-serving-p (server connection)
+  "False once SERVER's reader thread of CONNECTION has ended; true for a connection it serves
+without one."
+  (let* ((accessor (server-reader-thread server))
+         (reader (and accessor (ignore-errors (funcall accessor connection)))))
+    (or (not (typep reader 'sb-thread:thread))
+        (sb-thread:thread-alive-p reader))))
