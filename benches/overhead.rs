@@ -10,10 +10,18 @@
 //! - The first comparison again from a Python client (`benches/overhead_client.py`: `os.write` and
 //!   `os.read` on the server's pipes against `socket.sendall` and `recv` on raw swank).
 //!
-//! Run: `cargo bench --bench overhead` (add `-- 2000` for more iterations).
+//! - With `--against REVISION`, the first comparison again for that revision of this repository,
+//!   built in release mode from a temporary git worktree (into `target/overhead-baseline`, kept so
+//!   that the next build is incremental) and run against an image of its own (its helper differs),
+//!   interleaved call by call with this revision's: each one's ratio to raw swank on its image,
+//!   and this revision's time over the baseline's, so that a regression shows as a ratio.
+//!
+//! Run: `cargo bench --bench overhead` (add `-- 2000` for more iterations, `-- --against 62956f0`
+//! to compare with a previous revision).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -112,7 +120,11 @@ struct McpProcess {
 
 impl McpProcess {
     fn start(port: u16) -> Self {
-        Self::start_command(Command::new(env!("CARGO_BIN_EXE_swank-mcp")).args(["--port", &port.to_string()]))
+        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_swank-mcp")), port)
+    }
+
+    fn start_binary(binary: &Path, port: u16) -> Self {
+        Self::start_command(Command::new(binary).args(["--port", &port.to_string()]))
     }
 
     /// This bench itself as the [`relay`] to the image on `port`.
@@ -267,6 +279,44 @@ fn relay(port: u16) {
     }
 }
 
+/// `revision` of this repository's swank-mcp, built in release mode from a temporary git
+/// worktree into `target/overhead-baseline`; the binary is copied into `into`, and the worktree
+/// removed.
+fn build_revision(revision: &str, into: &Path) -> PathBuf {
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let git = |args: &[&str]| {
+        let output = Command::new("git").arg("-C").arg(repository).args(args).output().expect("run git");
+        assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_string()
+    };
+    let commit = git(&["rev-parse", "--verify", &format!("{revision}^{{commit}}")]);
+    let worktree = into.join(format!("swank-mcp-{commit}"));
+    git(&["worktree", "add", "--detach", &worktree.to_string_lossy(), &commit]);
+    let target = repository.join("target").join("overhead-baseline");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--bin", "swank-mcp", "--manifest-path"])
+        .arg(worktree.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status();
+    let binary = into.join(format!("swank-mcp-{}", &commit[..12]));
+    let copied = built.is_ok_and(|status| status.success())
+        && std::fs::copy(target.join("release").join("swank-mcp"), &binary).is_ok();
+    git(&["worktree", "remove", "--force", &worktree.to_string_lossy()]);
+    assert!(copied, "could not build swank-mcp at {revision} ({commit})");
+    println!("baseline: {revision} ({}), built in {}", &commit[..12], target.display());
+    binary
+}
+
+/// A previous revision measured beside this one: its binary, talking to an image of its own.
+struct Baseline {
+    revision: String,
+    raw: RawSwank,
+    mcp: McpProcess,
+    binary: PathBuf,
+    port: u16,
+}
+
 /// The start of the helper's reply to `(+ 1 2)` as the relay's JSON response carries it.
 const RELAYED_THREE: &str = r#"(:return (:ok (:values ((\"3\" 0))"#;
 
@@ -276,7 +326,14 @@ fn main() {
         return relay(args.next().and_then(|port| port.parse().ok()).expect("--relay PORT"));
     }
     // `cargo bench` passes `--bench`; a bare number sets the iteration count.
-    let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let against = arguments.iter().position(|a| a == "--against").map(|i| {
+        arguments.get(i + 1).cloned().expect("--against REVISION (a commit, tag or branch of this repository)")
+    });
+    let iterations: usize =
+        arguments.iter().filter(|a| Some(*a) != against.as_ref()).find_map(|a| a.parse().ok()).unwrap_or(500);
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let baseline_binary = against.as_deref().map(|revision| build_revision(revision, scratch.path()));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let loader =
         swank_mcp::image::launch::find_swank_loader(None).expect("swank installed (apt-get install sbcl cl-swank)");
@@ -300,6 +357,16 @@ fn main() {
     let mut raw = RawSwank::connect(port);
     let mut mcp = McpProcess::start(port);
     let mut relay = McpProcess::start_relay(port);
+    let baseline_image = baseline_binary
+        .as_ref()
+        .map(|_| runtime.block_on(swank_mcp::image::launch::launch(&loader, "127.0.0.1", 0)).expect("launch sbcl"));
+    let mut baseline = baseline_binary.zip(baseline_image.as_ref()).map(|(binary, image)| Baseline {
+        revision: against.clone().unwrap_or_default(),
+        raw: RawSwank::connect(image.port),
+        mcp: McpProcess::start_binary(&binary, image.port),
+        binary,
+        port: image.port,
+    });
     // Warm up both paths (the first MCP call connects and loads the helper).
     for _ in 0..50 {
         raw.eval_and_grab_output("(+ 1 2)");
@@ -307,6 +374,11 @@ fn main() {
         assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
         let response = relay.evaluate_raw("(+ 1 2)");
         assert!(response.contains(RELAYED_THREE), "{response}");
+        if let Some(baseline) = &mut baseline {
+            baseline.raw.eval_and_grab_output("(+ 1 2)");
+            let (reply, _) = baseline.mcp.evaluate("(+ 1 2)");
+            assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
+        }
     }
     // The same tool in process, without the stdio hops, to split the overhead.
     let toolbox = std::sync::Arc::new(swank_mcp::tools::Toolbox::new(
@@ -339,6 +411,8 @@ fn main() {
     let mut tool_times = Vec::with_capacity(iterations);
     let mut helper_times = Vec::with_capacity(iterations);
     let mut relay_times = Vec::with_capacity(iterations);
+    let mut baseline_raw_times = Vec::with_capacity(iterations);
+    let mut baseline_times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
         raw.eval_and_grab_output("(+ 1 2)");
@@ -360,6 +434,16 @@ fn main() {
         let response = relay.evaluate_raw("(+ 1 2)");
         relay_times.push(started.elapsed());
         assert!(response.contains(RELAYED_THREE), "{response}");
+        if let Some(baseline) = &mut baseline {
+            let started = Instant::now();
+            baseline.raw.eval_and_grab_output("(+ 1 2)");
+            baseline_raw_times.push(started.elapsed());
+            let started = Instant::now();
+            let response = baseline.mcp.evaluate_raw("(+ 1 2)");
+            baseline_times.push(started.elapsed());
+            let reply: Value = serde_json::from_str(&response).unwrap();
+            assert_eq!(reply["result"]["content"][0]["text"], "=> 3", "{reply}");
+        }
     }
     drop(relay);
     relay_times.sort();
@@ -394,6 +478,29 @@ fn main() {
         micros(relay99),
         micros(relay50) / micros(raw50)
     );
+    if let Some(baseline) = &baseline {
+        baseline_raw_times.sort();
+        baseline_times.sort();
+        let (base_raw50, base_raw99) = (percentile(&baseline_raw_times, 0.5), percentile(&baseline_raw_times, 0.99));
+        let (base50, base99) = (percentile(&baseline_times, 0.5), percentile(&baseline_times, 0.99));
+        println!("  baseline {} on an image of its own, interleaved with the above:", baseline.revision);
+        println!(
+            "    raw swank:eval-and-grab-output p50 {:8.1} µs   p99 {:8.1} µs",
+            micros(base_raw50),
+            micros(base_raw99)
+        );
+        println!("    evaluate-lisp through swank-mcp p50 {:8.1} µs   p99 {:8.1} µs", micros(base50), micros(base99));
+        println!(
+            "    ratio                          p50 {:8.2}x     p99 {:8.2}x",
+            micros(base50) / micros(base_raw50),
+            micros(base99) / micros(base_raw99)
+        );
+        println!(
+            "  this revision / the baseline     p50 {:8.2}x     p99 {:8.2}x",
+            micros(mcp50) / micros(base50),
+            micros(mcp99) / micros(base99)
+        );
+    }
 
     let cpu_before = mcp.cpu_time();
     let started = Instant::now();
@@ -455,21 +562,31 @@ fn main() {
     // alike: a ratio that only this client sees would point at the client, not the server.
     println!("the same round trips from a Python client (benches/overhead_client.py), {iterations} interleaved:");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/overhead_client.py");
-    let python = Command::new("python3")
-        .args([
-            script,
-            "--port",
-            &port.to_string(),
-            "--server",
-            env!("CARGO_BIN_EXE_swank-mcp"),
-            "--calls",
-            &iterations.to_string(),
-            "--relay",
-            &std::env::current_exe().expect("the bench's own path").to_string_lossy(),
-        ])
-        .status();
+    // The baseline's server is closed first: the Python client starts its own.
+    let baseline = baseline.map(|mut baseline| {
+        drop(baseline.mcp.stdin);
+        let _ = baseline.mcp.child.wait();
+        (baseline.binary, baseline.port)
+    });
+    let mut python = Command::new("python3");
+    python.args([
+        script,
+        "--port",
+        &port.to_string(),
+        "--server",
+        env!("CARGO_BIN_EXE_swank-mcp"),
+        "--calls",
+        &iterations.to_string(),
+        "--relay",
+        &std::env::current_exe().expect("the bench's own path").to_string_lossy(),
+    ]);
+    if let Some((binary, port)) = &baseline {
+        python.arg("--baseline-server").arg(binary).args(["--baseline-port", &port.to_string()]);
+    }
+    let python = python.status();
     if !python.is_ok_and(|status| status.success()) {
         println!("  (not measured: python3 could not run {script})");
     }
     drop(image);
+    drop(baseline_image);
 }

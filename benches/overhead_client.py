@@ -4,9 +4,11 @@ socket.sendall and recv on raw swank), interleaved against one image.
 
 Run by `cargo bench --bench overhead`, which starts the image and passes its port, the
 swank-mcp binary and the bench's own binary, which serves as the minimal relay (the floor of the
-extra process hop); it prints one line per measurement. Standalone:
+extra process hop), and, given a previous revision, that revision's binary and a second image for
+it; it prints one line per measurement. Standalone:
     python3 benches/overhead_client.py --port 4005 --server target/release/swank-mcp [--calls 600] \
-        [--relay target/release/deps/overhead-HASH]
+        [--relay target/release/deps/overhead-HASH] \
+        [--baseline-server OLD/swank-mcp --baseline-port 4006]
 """
 
 import argparse
@@ -92,22 +94,44 @@ class Server:
         self.process.wait(timeout=10)
 
 
+def report(label, times):
+    times = sorted(times)
+    p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
+    print(f"  {label:<32} p50 {p50 * 1e6:8.1f} µs   p99 {p99 * 1e6:8.1f} µs")
+    return p50, p99
+
+
+def ratio_line(label, over, under):
+    print(f"  {label:<32} p50 {over[0] / under[0]:8.2f}x     p99 {over[1] / under[1]:8.2f}x")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--server", required=True)
     parser.add_argument("--calls", type=int, default=600)
     parser.add_argument("--relay", help="the overhead bench's binary, run as the minimal relay")
+    parser.add_argument("--baseline-server", help="a previous revision's swank-mcp, measured in the same run")
+    parser.add_argument("--baseline-port", type=int,
+                        help="the image the previous revision talks to: an image of its own, as its helper differs")
     args = parser.parse_args()
+    if bool(args.baseline_server) != bool(args.baseline_port):
+        parser.error("--baseline-server and --baseline-port go together")
     raw = RawSwank(args.port)
     server = Server([args.server, "--port", str(args.port)])
     relay = Server([args.relay, "--relay", str(args.port)]) if args.relay else None
+    baseline = None
+    if args.baseline_server:
+        baseline = (RawSwank(args.baseline_port), Server([args.baseline_server, "--port", str(args.baseline_port)]))
     for _ in range(50):
         raw.eval_and_grab_output(CODE)
         assert json.loads(server.evaluate(CODE))["result"]["content"][0]["text"] == "=> 3"
         if relay:
             assert json.loads(relay.evaluate(CODE))["result"]["content"][0]["text"].startswith(RELAYED_THREE)
-    raw_times, mcp_times, relay_times = [], [], []
+        if baseline:
+            baseline[0].eval_and_grab_output(CODE)
+            assert json.loads(baseline[1].evaluate(CODE))["result"]["content"][0]["text"] == "=> 3"
+    raw_times, mcp_times, relay_times, base_raw_times, base_times = [], [], [], [], []
     for _ in range(args.calls):
         started = time.perf_counter()
         raw.eval_and_grab_output(CODE)
@@ -121,20 +145,30 @@ def main():
             reply = relay.evaluate(CODE)
             relay_times.append(time.perf_counter() - started)
             assert json.loads(reply)["result"]["content"][0]["text"].startswith(RELAYED_THREE), reply
+        if baseline:
+            started = time.perf_counter()
+            baseline[0].eval_and_grab_output(CODE)
+            base_raw_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            reply = baseline[1].evaluate(CODE)
+            base_times.append(time.perf_counter() - started)
+            assert json.loads(reply)["result"]["content"][0]["text"] == "=> 3", reply
     server.close()
-    raw_times.sort()
-    mcp_times.sort()
-    raw50, mcp50 = percentile(raw_times, 0.5), percentile(mcp_times, 0.5)
-    raw99, mcp99 = percentile(raw_times, 0.99), percentile(mcp_times, 0.99)
-    print(f"  raw swank:eval-and-grab-output   p50 {raw50 * 1e6:8.1f} µs   p99 {raw99 * 1e6:8.1f} µs")
-    print(f"  evaluate-lisp through swank-mcp  p50 {mcp50 * 1e6:8.1f} µs   p99 {mcp99 * 1e6:8.1f} µs")
-    print(f"  ratio                            p50 {mcp50 / raw50:8.2f}x     p99 {mcp99 / raw99:8.2f}x")
+    raw_p = report("raw swank:eval-and-grab-output", raw_times)
+    mcp_p = report("evaluate-lisp through swank-mcp", mcp_times)
+    ratio_line("ratio", mcp_p, raw_p)
     if relay:
         relay.close()
         relay_times.sort()
         relay50, relay99 = percentile(relay_times, 0.5), percentile(relay_times, 0.99)
         print(f"  floor: a minimal relay process   p50 {relay50 * 1e6:8.1f} µs   p99 {relay99 * 1e6:8.1f} µs"
-              f"   ratio p50 {relay50 / raw50:.2f}x")
+              f"   ratio p50 {relay50 / raw_p[0]:.2f}x")
+    if baseline:
+        baseline[1].close()
+        base_raw_p = report("baseline's image, raw swank", base_raw_times)
+        base_p = report("the baseline's swank-mcp", base_times)
+        ratio_line("baseline's ratio to raw swank", base_p, base_raw_p)
+        ratio_line("this revision / the baseline", mcp_p, base_p)
 
 
 if __name__ == "__main__":

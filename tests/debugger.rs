@@ -375,7 +375,7 @@ async fn frames_past_the_evaluations_are_refused_and_a_frames_source_is_its_form
     let (session, output) = stop(&toolbox, "(debugger-test-deep 4)").await;
     let frame = frame_of(&output, "(DEBUGGER-TEST-DEEP 4)");
     let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
-    assert!(facts.text.contains(":4:4\n(error \"deep ~a\" y)\n\n[Locals]\n"), "{}", facts.text);
+    assert!(facts.text.contains(":4:5\n(error \"deep ~a\" y)\n\n[Locals]\n"), "{}", facts.text);
     assert!(!facts.text.contains("debugger-test-next"), "{}", facts.text);
     for action in ["frame", "eval_in_frame", "restart_frame", "return_from_frame"] {
         let past =

@@ -94,7 +94,7 @@ async fn class_info_contract_examples() {
         "Class: FLYING-CAR\n  Metaclass: STANDARD-CLASS\n  Package: VEHICLES\n\nDirect Superclasses:\n  - CAR\n  - AIRCRAFT\n\n\
          Direct Subclasses: (none)\n\nClass Precedence List:\n  FLYING-CAR → CAR → AIRCRAFT → VEHICLE → STANDARD-OBJECT → T\n\n\
          Direct Slots (1):\n  VTOL-CAPABLE\n    Type: BOOLEAN\n    Initarg: :VTOL-CAPABLE\n    Initform: T\n    \
-         Accessor: FLYING-CAR-VTOL-CAPABLE\n\nAll Slots (inherited included): 8\n  (includes slots from CAR and AIRCRAFT)\n\n\
+         Accessor: FLYING-CAR-VTOL-CAPABLE\n\nAll Slots (inherited included): 8\n  (includes slots from CAR, AIRCRAFT and VEHICLE)\n\n\
          Inherited Slots (7):\n  DOORS (from CAR)\n    Initarg: :DOORS\n  FUEL (from CAR)\n    Initarg: :FUEL\n  \
          SEATS (from CAR)\n    Initarg: :SEATS\n  WINGSPAN (from AIRCRAFT)\n    Initarg: :WINGSPAN\n  \
          CEILING (from AIRCRAFT)\n    Initarg: :CEILING\n  NAME (from VEHICLE)\n    Initarg: :NAME\n  \

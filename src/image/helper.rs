@@ -12,7 +12,7 @@
 //! ([`Helper::call`]); the image runs it only when that is the one it holds, and otherwise answers
 //! `:other-helper`: another swank-mcp (an older or newer version attached to the same image)
 //! loaded its own since, or the person uninstalled the helper. The call then loads this revision
-//! again and is sent once more ([`retry_after_reload`]); the image replaces another revision only
+//! again and is sent once more (`retry_after_reload`); the image replaces another revision only
 //! while none of its calls runs, and refuses otherwise, which this server reports with both
 //! versions named ([`ImageError::Helper`]).
 

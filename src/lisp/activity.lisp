@@ -144,13 +144,26 @@ activity buffer nor M-x swank-mcp-cancel-call takes them for running."
      (dolist (plist changed)
        (apply #'tell-emacs :activity :call plist)))))
 
+(defun section-heading-p (line)
+  "True for a line that only names a section of a reply, such as [warnings] or [stdout]."
+  (and (> (length line) 2)
+       (char= (char line 0) #\[)
+       (char= (char line (1- (length line))) #\])
+       (notany (lambda (c) (char= c #\Space)) line)))
+
 (defun outcome-line (text)
-  "The first line of TEXT that says something, cut to 200 characters: how the call ended."
+  "How the call ended, cut to 200 characters: an evaluation's value (its line \"=> ...\", which
+follows its output's and warnings' sections), else the first line of TEXT that says something,
+not a section's heading."
   (let* ((lines (loop for start = 0 then (1+ end)
                       for end = (position #\Newline text :start start)
                       collect (string-trim " " (subseq text start end))
                       while end))
-         (line (or (find-if (lambda (line) (plusp (length line))) lines) "")))
+         (after-sections (let ((last-heading (position-if #'section-heading-p lines :from-end t)))
+                           (if last-heading (nthcdr (1+ last-heading) lines) lines)))
+         (line (or (find-if (lambda (line) (eql 0 (search "=> " line))) after-sections)
+                   (find-if (lambda (line) (and (plusp (length line)) (not (section-heading-p line)))) lines)
+                   "")))
     (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
 (defparameter *user-cancellation*

@@ -49,8 +49,11 @@ limit: far more than anybody reads, far less than endless printing needs to exha
    ;; The characters of the start kept, at least LIMIT: what is kept past those shown is read
    ;; back in slices through a handle (see CAPTURE-REPORT).
    (keep :initarg :keep :reader capture-keep)
-   ;; A log's last characters, a ring that OVERFLOW indexes; NIL for a value.
-   (tail :initarg :tail :reader capture-tail)
+   ;; How many of a log's last characters it keeps; NIL for a value.
+   (tail-size :initarg :tail-size :reader capture-tail-size)
+   ;; Those characters, a ring of TAIL-SIZE that OVERFLOW indexes, made when the first
+   ;; character goes past KEEP: a call that prints little must not pay for a ring of megabytes.
+   (tail :initform nil :accessor capture-tail)
    ;; Characters written past KEEP: the last of them are in TAIL, the others are lost.
    (overflow :initform 0 :accessor capture-overflow)
    ;; :ANY stops whatever writes past BOUND, :PRETTY only the pretty printer's printing of one
@@ -74,7 +77,7 @@ the class) says which writer it stops past the bound."
     (make-instance 'capture-stream
                    :limit limit
                    :keep keep
-                   :tail (and tail (make-string (max limit (floor keep 4))))
+                   :tail-size (and tail (max limit (floor keep 4)))
                    :runaway runaway
                    :bound bound)))
 
@@ -83,8 +86,13 @@ the class) says which writer it stops past the bound."
 
 (defun capture-lost (stream)
   "The characters written but kept neither in the start nor in the tail."
-  (let ((tail (capture-tail stream)))
-    (max 0 (- (capture-overflow stream) (if tail (length tail) 0)))))
+  (max 0 (- (capture-overflow stream) (or (capture-tail-size stream) 0))))
+
+(defun capture-ring (stream)
+  "STREAM's ring of a log's last characters, made now if this is its first use; NIL for a value."
+  (or (capture-tail stream)
+      (let ((size (capture-tail-size stream)))
+        (and size (setf (capture-tail stream) (make-string size))))))
 
 (defun pretty-printer-writing-p ()
   "True when the pretty printer is the one writing to the capture (it is among the last callers)."
@@ -120,7 +128,7 @@ a runaway for STREAM."
 
 (defun capture-overflow-write (stream string start end)
   "Writes the characters of STRING from START to END, all past KEEP, into the tail."
-  (let ((tail (capture-tail stream))
+  (let ((tail (capture-ring stream))
         (overflow (capture-overflow stream)))
     (when tail
       ;; Only the last SIZE characters can stay in the ring.
@@ -133,7 +141,7 @@ a runaway for STREAM."
   (let ((buffer (capture-buffer stream)))
     (if (< (fill-pointer buffer) (capture-keep stream))
         (vector-push-extend char buffer)
-        (let ((tail (capture-tail stream)))
+        (let ((tail (capture-ring stream)))
           (when tail
             (setf (schar tail (mod (capture-overflow stream) (length tail))) char))
           (incf (capture-overflow stream))
@@ -188,7 +196,7 @@ a runaway for STREAM."
   "The characters of the start and of the end the reply shows."
   (let ((limit (capture-limit stream)))
     (cond ((<= (capture-written stream) limit) (values (capture-written stream) 0))
-          ((capture-tail stream) (values (- limit (floor limit 4)) (floor limit 4)))
+          ((capture-tail-size stream) (values (- limit (floor limit 4)) (floor limit 4)))
           (t (values limit 0)))))
 
 (defun capture-text (stream)

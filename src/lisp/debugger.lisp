@@ -105,18 +105,27 @@ output so far."
 (defun captured-so-far (stream)
   (if (typep stream 'capture-stream) (capture-report stream) (list "" 0)))
 
-(defun file-line-and-column (file position)
-  "The line and column (both from 1) of the 1-based character POSITION in FILE, or NIL."
+(defun file-line-and-column (file position snippet)
+  "The line and column (both from 1) in FILE of a swank location's POSITION and SNIPPET, or NIL.
+Swank's SBCL backend counts a frame's position from 0 and a definition's from 1 (its fallback for
+code without debug blocks); both read SNIPPET at the character the location means, so the text
+says which count this one is."
   (ignore-errors
-   (with-open-file (in file :external-format :utf-8 :element-type 'character)
-     (let ((line 1) (column 1))
-       (loop repeat (1- position)
-             for char = (read-char in nil nil)
-             while char
-             do (if (char= char #\Newline)
-                    (setf line (1+ line) column 1)
-                    (incf column)))
-       (list line column)))))
+   (let* ((text (with-open-file (in file :external-format :utf-8 :element-type 'character)
+                  (let ((text (make-string (file-length in))))
+                    (subseq text 0 (read-sequence text in)))))
+          (probe (and (stringp snippet) (subseq snippet 0 (min 40 (length snippet)))))
+          (offset (flet ((at-p (offset)
+                           (and (<= 0 offset (length text))
+                                (string= probe text :start2 offset :end2 (min (length text) (+ offset (length probe)))))))
+                    (cond ((null probe) (1- position))
+                          ((at-p (1- position)) (1- position))
+                          ((at-p position) position)
+                          (t (1- position)))))
+          (offset (max 0 (min offset (length text))))
+          (line-start (let ((newline (position #\Newline text :end offset :from-end t)))
+                        (if newline (1+ newline) 0))))
+     (list (1+ (count #\Newline text :end offset)) (1+ (- offset line-start))))))
 
 (defun location-text (location)
   "A swank source location as file:line:column, or what there is instead."
@@ -128,7 +137,8 @@ output so far."
           ((part :file)
            (let* ((file (first (part :file)))
                   (position (first (part :position)))
-                  (line-and-column (and (integerp position) (file-line-and-column file position))))
+                  (line-and-column (and (integerp position)
+                                        (file-line-and-column file position (first (part :snippet))))))
              (if line-and-column
                  (format nil "~A:~{~D:~D~}" file line-and-column)
                  file)))

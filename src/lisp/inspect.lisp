@@ -67,12 +67,30 @@ of LABEL-OBJECT when the label stands for an object of its own (a hash-table key
                                  (part "tail" (cdr (last object)))))
                total)))
     (:circular
-     (values (list (fact "Shape" "a circular list"))
-             "Elements (the first 10,000 conses)"
-             (loop for tail = (nthcdr start object) then (cdr tail)
-                   for i from start below (min end 10000)
-                   collect (part (format nil "~D" i) (car tail)))
-             10000))))
+     (multiple-value-bind (conses loop-start) (circular-list-conses object)
+       (values (list (fact "Shape" "a circular list of ~:D conses, the last one's cdr the ~:R (element ~D)"
+                           conses (1+ loop-start) loop-start))
+               "Elements"
+               (loop for tail = (nthcdr start object) then (cdr tail)
+                     for i from start below (min end conses)
+                     collect (part (format nil "~D" i) (car tail)))
+               conses)))))
+
+(defun circular-list-conses (list)
+  "How many distinct conses the circular LIST has, and the index of the one its last cons's cdr
+points back to (Floyd's cycle finding)."
+  (let ((slow list) (fast list))
+    (loop do (setf slow (cdr slow) fast (cddr fast))
+          until (eq slow fast))
+    ;; The cycle starts where a pointer from the head and one from the meeting point meet.
+    (let ((start 0) (head list))
+      (loop until (eq head slow)
+            do (setf head (cdr head) slow (cdr slow))
+               (incf start))
+      (values (+ start (loop for tail = (cdr head) then (cdr tail)
+                             count t
+                             until (eq tail head)))
+              start))))
 
 (defun vector-page (object start end)
   (let ((total (length object)))

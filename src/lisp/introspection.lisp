@@ -133,6 +133,19 @@ false. Returns the position after it and whether a form was produced."
           (when (<= after i) (return nil))
           (setf i after))))))
 
+(defun read-form-start (octets position)
+  "Where the form that the reader reads from byte POSITION starts: past layout and past the
+#+/#- forms it drops. SBCL records the position a top-level form's read began at, which is
+before the conditionals it dropped (and its form number counts only the forms read)."
+  (loop
+    (let ((start (skip-layout octets position)))
+      (when (>= start (length octets))
+        (return (min position (length octets))))
+      (multiple-value-bind (after produced) (skip-form octets start)
+        (when (or produced (<= after start))
+          (return start))
+        (setf position after)))))
+
 (defun octet-line-and-column (octets position)
   "1-based line and column (in characters, decoding UTF-8) of byte POSITION."
   (let* ((line-start (let ((newline (position 10 octets :end position :from-end t)))
@@ -183,7 +196,7 @@ file."
                (offset (sb-introspect:definition-source-character-offset source))
                (form-index (first (sb-introspect:definition-source-form-path source)))
                (start (and octets
-                           (cond (offset (skip-layout octets (min offset (length octets))))
+                           (cond (offset (read-form-start octets (min offset (length octets))))
                                  (form-index (toplevel-form-start octets form-index)))))
                (recorded-date (sb-introspect:definition-source-file-write-date source))
                (current-date (ignore-errors (file-write-date file))))
@@ -769,7 +782,8 @@ unexported names of an SB- package, which no user program refers to."
                       (let* ((*package* package)
                              (names (lambda (classes) (mapcar (lambda (c) (name-text (class-name c) package)) classes)))
                              (direct-slots (sb-mop:class-direct-slots class))
-                             (accessors (and (typep class 'structure-class) (structure-slot-accessors class))))
+                             (accessors (and (typep class 'structure-class) (structure-slot-accessors class)))
+                             (inherited (and finalized (inherited-slot-plists class package))))
                         (list :name (name-text symbol package)
                               :package (and (symbol-package symbol) (package-name (symbol-package symbol)))
                               :metaclass (name-text (class-name (class-of class)) package)
@@ -782,17 +796,12 @@ unexported names of an SB- package, which no user program refers to."
                               :not-finalized why
                               :documentation (documentation-text class t)
                               :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
-                              :inherited-slots (and finalized (inherited-slot-plists class package))
+                              :inherited-slots inherited
                               :slot-count (and finalized (length (sb-mop:class-slots class)))
-                              :slot-sources (and finalized
-                                                 (funcall names
-                                                          (remove-if-not
-                                                           (lambda (c)
-                                                             ;; Finalizing a class leaves its
-                                                             ;; superclasses as they were.
-                                                             (and (finalize-if-possible c package)
-                                                                  (sb-mop:class-slots c)))
-                                                           (sb-mop:class-direct-superclasses class)))))))))))))
+                              ;; The classes whose own slots are inherited, not the direct
+                              ;; superclasses they came through.
+                              :slot-sources (remove-duplicates (mapcar (lambda (slot) (getf slot :from)) inherited)
+                                                               :test #'string= :from-end t))))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; lisp-status
@@ -802,9 +811,15 @@ unexported names of an SB- package, which no user program refers to."
     :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
   "Features worth naming in a status line; the rest are counted.")
 
-(define-entry status (&key session token)
-  "Facts about the image only it can give: threads, the session's package, features, memory, and
-:TOOL-CALLS, the other tool calls running in it."
+(defun listed-thread-number (server-thread-id)
+  "The threads tool's number of the thread the server knows by SERVER-THREAD-ID, or NIL."
+  (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
+    (and (typep thread 'sb-thread:thread) (thread-number thread))))
+
+(define-entry status (&key session token debugger-threads)
+  "Facts about the image only it can give: threads, the session's package, features, memory,
+:TOOL-CALLS, the other tool calls running in it, and :DEBUGGER-THREADS, the threads tool's numbers
+of the threads the server knows by the ids DEBUGGER-THREADS."
   (run-tool token
             (lambda ()
               (let ((session (find-session session))
@@ -826,4 +841,5 @@ unexported names of an SB- package, which no user program refers to."
                       :quicklisp (and (find-package '#:ql) t)
                       :tool-calls (sb-thread:with-mutex (*registry-lock*)
                                     ;; Not counting this call itself.
-                                    (max 0 (1- (hash-table-count *running*)))))))))
+                                    (max 0 (1- (hash-table-count *running*))))
+                      :debugger-threads (mapcar #'listed-thread-number debugger-threads))))))

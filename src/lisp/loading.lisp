@@ -73,6 +73,15 @@ outermost first) of the top-level form at byte START, read in the current packag
               (positions (make-hash-table :test 'eq))
               (*read-eval* nil)
               (form (let ((*readtable* (position-recording-readtable positions)))
+                      ;; A #. form is skipped, not evaluated, and stands for the one element its
+                      ;; value is in the form the compiler read: the subforms after it keep their
+                      ;; places (under *READ-EVAL* NIL the reading would stop there, and every
+                      ;; condition of the form would be placed at its start).
+                      (set-dispatch-macro-character #\# #\.
+                                                    (lambda (stream sub-char argument)
+                                                      (declare (ignore sub-char argument))
+                                                      (let ((*read-suppress* t)) (read stream t nil t))
+                                                      (make-symbol "READ-TIME-VALUE")))
                       (with-input-from-string (in text) (read in))))
               (character (subform-position form path positions)))
          (and character

@@ -507,13 +507,64 @@ the numbers given are.")
                    (mapcar (lambda (thread) (format nil "~A ~S" (thread-number thread) (sb-thread:thread-name thread)))
                            threads))))))
 
+(defun debugger-text (thread)
+  "How THREAD waits in a debugger, with the condition it stopped with, or NIL: swank-mcp's (an
+agent's evaluation, which the debugger tool acts on) or the server's own (SLIME's or SLY's)."
+  (flet ((in-thread (symbol)
+           (and symbol (sb-thread:symbol-value-in-thread symbol thread nil))))
+    (let ((parked (in-thread '*parked*))
+          (level (in-thread (first (or (existing-symbols "SWANK" "*SLDB-LEVEL*")
+                                       (existing-symbols "SLYNK" "*SLY-DB-LEVEL*"))))))
+      (cond (parked
+             (format nil "waits in swank-mcp's debugger (~A)" (standard-condition-name (parked-condition parked))))
+            ((and (integerp level) (plusp level))
+             (let ((condition (in-thread (first (or (existing-symbols "SWANK" "*SWANK-DEBUGGER-CONDITION*")
+                                                    (existing-symbols "SLYNK" "*SLYNK-DEBUGGER-CONDITION*"))))))
+               (format nil "waits in the ~:[SLY~;SLIME~] debugger, level ~D~@[ (~A)~]"
+                       (find-package "SWANK") level
+                       (and (typep condition 'condition) (standard-condition-name condition)))))))))
+
 (defun thread-entry (thread session)
   (list :number (thread-number thread)
         :name (safe-princ (sb-thread:thread-name thread))
         :alive (and (sb-thread:thread-alive-p thread) t)
-        :waiting (ignore-errors (waiting-text thread))
+        :waiting (ignore-errors (or (debugger-text thread) (waiting-text thread)))
         :agent (eq (gethash thread *agent-threads*) session)
         :current (eq thread sb-thread:*current-thread*)))
+
+(defparameter *max-thread-frames* 40
+  "Lines of a thread's backtrace the threads tool shows; the rest are counted.")
+
+(defun thread-stack-lines ()
+  "The current thread's whole stack below the interruption that runs this, innermost first: the
+frames of the helper and of the server each run as one line that counts them (a thread waiting
+in a debugger has the code that stopped under them), at most *MAX-THREAD-FRAMES* lines and one
+that says how many frames are not shown."
+  ;; Each entry is (frames . call), CALL a (name . args) to print or NIL for a run of own frames.
+  (let ((entries '()))
+    (loop for frame = (internal-call "SB-DI" "TOP-FRAME") then (internal-call "SB-DI" "FRAME-DOWN" frame)
+          for walked below 10000
+          while frame
+          do (multiple-value-bind (name args) (frame-call-of frame nil)
+               (cond ((member (frame-function-symbol name) *interruption-functions*)
+                      ;; Everything above the interruption belongs to it: start afresh.
+                      (setf entries '()))
+                     ;; The runtime's own frames, named by strings, say nothing.
+                     ((stringp name))
+                     ((not (own-frame-p name))
+                      (push (cons 1 (cons name args)) entries))
+                     ((and entries (null (cdr (first entries))))
+                      (incf (car (first entries))))
+                     (t (push (cons 1 nil) entries)))))
+    (let* ((entries (nreverse entries))
+           (shown (subseq entries 0 (min (length entries) *max-thread-frames*)))
+           (not-shown (reduce #'+ (nthcdr (length shown) entries) :key #'car)))
+      (append (loop for (frames . call) in shown
+                    collect (if call
+                                (print-frame (car call) (cdr call))
+                                (format nil "(~D frame~:P of swank-mcp's helper and the swank or slynk server)" frames)))
+              (and (plusp not-shown)
+                   (list (format nil "(~D more frame~:P not shown)" not-shown)))))))
 
 (defun thread-backtrace (thread)
   "THREAD's stack, innermost first, taken by interrupting it briefly; a line that says so when it
@@ -524,7 +575,7 @@ did not answer within two seconds."
             (lines nil))
         (sb-thread:interrupt-thread thread
                                     (lambda ()
-                                      (setf lines (without-runtime-frames (backtrace-lines nil :interrupted t)))
+                                      (setf lines (thread-stack-lines))
                                       (sb-thread:signal-semaphore semaphore)))
         (if (sb-thread:wait-on-semaphore semaphore :timeout 2)
             lines
@@ -602,8 +653,10 @@ samples first, and the number of samples."
   ;; SB-SPROF exports no accessor of its data, so the rows are read from its flat report, whose
   ;; rows are: Nr, Self count and %, Total (cumulative) count and %, running Cumul count and %,
   ;; Calls, then the function's name.
+  ;; SBCL 2.2.9's report counts each row twice against :MAX (it shows 8 rows for 15), and the
+  ;; helper's and the server's rows are left out below: it is asked for more, and cut here.
   (let ((text (with-output-to-string (out)
-                (funcall (sprof-symbol "REPORT") :type :flat :max *max-profile-rows* :stream out)))
+                (funcall (sprof-symbol "REPORT") :type :flat :max (* 4 *max-profile-rows*) :stream out)))
         (rows '())
         (samples 0))
     (with-input-from-string (in text)
@@ -622,7 +675,8 @@ samples first, and the number of samples."
                                     :cumulative (parse-integer (fourth fields))
                                     :cumulative-percent (fifth fields))
                               rows))))))
-    (values (nreverse rows) samples)))
+    (setf rows (nreverse rows))
+    (values (subseq rows 0 (min (length rows) *max-profile-rows*)) samples)))
 
 (defun allocation-profile-rows (package)
   "The allocation profile as PROFILE-ROWS gives it, tallied from the samples rather than read from

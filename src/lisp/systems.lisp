@@ -134,16 +134,18 @@ what the compiler refuses): only a file the system is built from is the system's
 
 (defun pending-undefined-warnings ()
   "The undefined-function (and -variable, -type) warnings the current compilation unit holds for
-its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them."
+its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them. An undefined variable is
+a WARNING, the others STYLE-WARNINGs, as SBCL signals them at the unit's end."
   (let ((variable (first (existing-symbols "SB-C" "*UNDEFINED-WARNINGS*"))))
     (destructuring-bind (&optional name-of kind-of contexts-of)
         (existing-symbols "SB-C" "UNDEFINED-WARNING-NAME" "UNDEFINED-WARNING-KIND" "UNDEFINED-WARNING-WARNINGS")
       (when (and variable (boundp variable) contexts-of)
         (ignore-errors
          (loop for warning in (symbol-value variable)
-               collect (list :style-warning
-                             (format nil "STYLE-WARNING: undefined ~(~A~): ~A~A"
-                                     (funcall kind-of warning) (qualified-name (funcall name-of warning))
+               for category = (if (eq (funcall kind-of warning) :variable) :warning :style-warning)
+               collect (list category
+                             (format nil "~A: undefined ~(~A~): ~A~A"
+                                     category (funcall kind-of warning) (qualified-name (funcall name-of warning))
                                      (warning-place (first (funcall contexts-of warning)))))))))))
 
 (define-entry load-system (system &key force session token (max-output 65536))

@@ -248,9 +248,14 @@ definition it had before when it is redefined."
   (multiple-value-bind (second minute hour day month year) (decode-universal-time universal-time 0)
     (format nil "~D-~2,'0D-~2,'0D ~2,'0D:~2,'0D:~2,'0D UTC" year month day hour minute second)))
 
-(defun location-of (source name)
-  "The location plist of the SB-INTROSPECT definition source SOURCE of NAME; a no-file one for NIL."
-  (if source (source-location source name) (no-file-location name)))
+(defun location-of (source name definition)
+  "The location plist of the SB-INTROSPECT definition source SOURCE of NAME's DEFINITION; a no-file
+one for NIL. A definition without a file that an agent's call made is not the user's REPL's."
+  (let ((location (if source (source-location source name) (no-file-location name))))
+    (when (and (null (getf location :file)) definition
+               (find definition *journal* :key #'entry-installed :test #'eq))
+      (setf (getf location :origin) "defined by an agent's tool call, no source file"))
+    location))
 
 (defun file-location-of (source name)
   "SOURCE's location when it is in a file, else NIL."
@@ -287,7 +292,8 @@ that was a file, which undo leaves as it is."
         :detail (entry-detail entry)
         :restorable (and (restorable-p entry) t)
         :restored (entry-restored entry)
-        :previous (and (entry-previous entry) (location-of (entry-source entry) (entry-name entry)))
+        :previous (and (entry-previous entry)
+                       (location-of (entry-source entry) (entry-name entry) (entry-previous entry)))
         :note (and (not (restorable-p entry)) (unrestorable-reason entry))
         :agent-file (agent-file entry)))
 
@@ -337,7 +343,7 @@ that was a file, which undo leaves as it is."
               (t
                (format nil "changed since: redefined after the agent's call, not by a journaled agent call (by ~
                             the user at their REPL, a file load, or another program), now ~A"
-                       (where-text (location-of (current-source entry) (entry-name entry))))))))))
+                       (where-text (location-of (current-source entry) (entry-name entry) now)))))))))
 
 (defun restore-entry (entry)
   "Puts back the definition ENTRY replaced, or removes the agent's when there was none."
@@ -366,7 +372,8 @@ that was a file, which undo leaves as it is."
 (defun restored-plist (entry)
   (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
         :detail (entry-detail entry)
-        :now (and (current-definition entry) (location-of (current-source entry) (entry-name entry)))
+        :now (let ((now (current-definition entry)))
+               (and now (location-of (current-source entry) (entry-name entry) now)))
         :agent-file (agent-file entry)))
 
 (defun agent-file (entry)

@@ -74,7 +74,7 @@ struct ClassInfo {
     /// Slots from superclasses, nearest superclass first; empty when the class is not finalized.
     pub inherited_slots: Vec<Slot>,
     pub slot_count: Option<u64>,
-    /// Direct superclasses that bring slots.
+    /// The classes whose own slots are inherited (not the direct superclasses they came through).
     pub slot_sources: Vec<String>,
 }
 

@@ -312,7 +312,10 @@ impl<'a> CurrentTexts<'a> {
                 source.note = Some(RELOCATED.to_string());
             }
             Some(place.span)
-        } else if let Some(place) = places.first() {
+        } else if let Some(place) = places.first().filter(|_| changed || !names_at(text, recorded, form_name)) {
+            // Only a changed file moves a definition: one whose write date is the one SBCL
+            // recorded (SBCL's dates count seconds) changed only if the form recorded there no
+            // longer names it; a macro's form that makes the definition does, and stays.
             (source.line, source.column) = (Some(place.at.0 as u64), Some(place.at.1 as u64));
             source.note = Some(RELOCATED.to_string());
             Some(place.span)
@@ -348,6 +351,37 @@ impl<'a> CurrentTexts<'a> {
         };
         Some(String::from_utf8_lossy(&text[start..end]).into_owned())
     }
+}
+
+/// Whether the top-level form at 1-based `line` and `column` of `text` holds the symbol that
+/// `form_name` (`name`, `(setf name)`, `name (specializers)`) names.
+fn names_at(text: &[u8], (line, column): (usize, usize), form_name: &str) -> bool {
+    let symbol = form_name.trim_start_matches("(setf ").split([' ', ')']).next().unwrap_or_default().as_bytes();
+    let line_start = match line {
+        0 => return false,
+        1 => 0,
+        _ => match text.iter().enumerate().filter(|&(_, &b)| b == b'\n').nth(line - 2) {
+            Some((newline, _)) => newline + 1,
+            None => return false,
+        },
+    };
+    let line_end = text[line_start..].iter().position(|&b| b == b'\n').map_or(text.len(), |i| line_start + i);
+    let start = line_start
+        + String::from_utf8_lossy(&text[line_start..line_end])
+            .chars()
+            .take(column.saturating_sub(1))
+            .map(char::len_utf8)
+            .sum::<usize>();
+    let Ok(spans) = crate::source::Cst::top_level_spans(text) else { return false };
+    let Some(&(_, end)) = spans.iter().find(|&&(span_start, _)| span_start as usize == start) else { return false };
+    let form = text[start..end as usize].to_ascii_lowercase();
+    let delimiter = |b: Option<&u8>| b.is_none_or(|b| b.is_ascii_whitespace() || b"()'`,:#|\"".contains(b));
+    !symbol.is_empty()
+        && form.windows(symbol.len()).enumerate().any(|(i, window)| {
+            window == symbol
+                && delimiter(i.checked_sub(1).and_then(|j| form.get(j)))
+                && delimiter(form.get(i + symbol.len()))
+        })
 }
 
 /// The operators that may have made a definition of `kind` (as the helper labels it), and its

@@ -13,6 +13,7 @@ use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
+use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -32,7 +33,11 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let image = context.image(args)?;
-    let facts = decode::<ImageFacts>("status", &context.call_helper(args, Request::new("status")).await?)?;
+    let debugger_sessions = context.debugger_sessions().in_image(&image);
+    // The image names each session's thread as the threads tool does, from the server's id.
+    let threads = Form::list_of(debugger_sessions.iter().map(|session| session.thread));
+    let request = Request::new("status").key("debugger-threads", threads);
+    let facts = decode::<ImageFacts>("status", &context.call_helper(args, request).await?)?;
     let Some(connection) = image.current_connection() else {
         return Err(ToolError::new(
             "The connection to the image closed while its status was read; call lisp-status again to reconnect.",
@@ -50,7 +55,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         pid: launched.flatten().map(i64::from).or(info.pid),
         session: image.session().to_string(),
         in_flight: connection.pending_count() as u64,
-        debugger_sessions: context.debugger_sessions().in_image(&image),
+        debugger_sessions,
         images: match context.toolbox.images() {
             [_] => Vec::new(),
             all => {
@@ -80,6 +85,9 @@ struct ImageFacts {
     pub feature_count: u64,
     /// The notable features present, e.g. `:X86-64`, `:SB-THREAD`.
     pub features: Vec<String>,
+    /// The threads tool's number of each debugger session's thread, in the order asked; `None`
+    /// for one that has ended.
+    pub debugger_threads: Vec<Option<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +113,11 @@ fn megabytes(bytes: u64) -> String {
 }
 
 impl Status {
+    /// Each debugger session's thread as the threads tool numbers it.
+    fn listed_threads(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+        self.image.debugger_threads.iter().copied().chain(std::iter::repeat(None))
+    }
+
     pub fn render(&self) -> String {
         let image = &self.image;
         let attachment = if self.launched { "launched by swank-mcp" } else { "attached" };
@@ -134,14 +147,14 @@ impl Status {
         if !libraries.is_empty() {
             lines.push(format!("Loaded: {}", libraries.join(", ")));
         }
-        for session in &self.debugger_sessions {
+        for (session, thread) in self.debugger_sessions.iter().zip(self.listed_threads()) {
             lines.push(if session.busy {
                 format!("Debugger session D{}: a debugger call is acting on it", session.number)
             } else {
                 format!(
-                    "Debugger session D{}: thread {}, {}, waiting {}",
+                    "Debugger session D{}: {}, {}, waiting {}",
                     session.number,
-                    session.thread,
+                    thread.map_or_else(|| "its thread has ended".to_string(), |n| format!("thread {n}")),
                     session.condition,
                     humantime::format_duration(Duration::from_secs(session.age.as_secs()))
                 )
@@ -182,7 +195,7 @@ impl Status {
             "package": image.package,
             "threads": image.threads,
             "in_flight": self.in_flight,
-            "debugger_sessions": self.debugger_sessions.iter().map(|s| json!({"session": format!("D{}", s.number), "thread": s.thread, "condition": s.condition, "age_seconds": s.age.as_secs(), "busy": s.busy})).collect::<Vec<_>>(),
+            "debugger_sessions": self.debugger_sessions.iter().zip(self.listed_threads()).map(|(s, thread)| json!({"session": format!("D{}", s.number), "thread": thread, "condition": s.condition, "age_seconds": s.age.as_secs(), "busy": s.busy})).collect::<Vec<_>>(),
             "tool_calls_in_image": image.tool_calls,
             "heap_used": image.heap_used,
             "heap_size": image.heap_size,
@@ -202,7 +215,7 @@ mod tests {
 
     const FACTS: &str = "(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
          :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
-         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0)";
+         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0 :debugger-threads (6))";
 
     #[test]
     fn status_lines() {
@@ -231,7 +244,7 @@ mod tests {
             "Lisp: SBCL 2.2.9.debian (X86-64, Linux 6.1)\nServer: swank 2.27, communication style spawn\n\
              Connection: 127.0.0.1:4005 (attached, pid 1234)\nSession package: COMMON-LISP-USER\nThreads: 4\n\
              Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\n\
-             Debugger session D2: thread 17, SIMPLE-ERROR: disk full, waiting 1m 35s\nFeatures (60): :X86-64 :SB-THREAD ..."
+             Debugger session D2: thread 6, SIMPLE-ERROR: disk full, waiting 1m 35s\nFeatures (60): :X86-64 :SB-THREAD ..."
         );
     }
 

@@ -6,9 +6,12 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
+use super::xref::{bare_name, query_of_hit};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
+use crate::source::AllowedRoots;
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -60,7 +63,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .key("before", before)
         .key("page-size", PAGE_SIZE);
     let reply = context.call_helper(args, request).await?;
-    let journal = decode::<Journal>("undo-journal", &reply)?;
+    let mut journal = decode::<Journal>("undo-journal", &reply)?;
+    journal = context
+        .on_files(move |roots| {
+            journal.relocate_changed(roots);
+            Ok(journal)
+        })
+        .await?;
     Ok(ToolOutput::success(journal.render()).with_structured(journal.structured()))
 }
 
@@ -153,6 +162,42 @@ fn made(location: &Location) -> String {
     match &location.file {
         Some(_) => format!("defined at {location}"),
         None => location.to_string(),
+    }
+}
+
+impl Journal {
+    /// Finds each location in a file that changed since it was compiled again in the file's
+    /// current text, as find-definition does: SBCL's offset would be read against text that is
+    /// no longer there.
+    fn relocate_changed(&mut self, roots: &AllowedRoots) {
+        let mut texts = CurrentTexts::new(roots);
+        for entry in &mut self.entries {
+            if let (Some(location), Some((operators, form_name))) =
+                (&mut entry.previous, definition_query(&entry.kind, &entry.name, &entry.detail))
+            {
+                texts.relocate(location, operators, &form_name);
+            }
+        }
+        for restored in &mut self.restored {
+            if let (Some(location), Some((operators, form_name))) =
+                (&mut restored.now, definition_query(&restored.kind, &restored.name, &restored.detail))
+            {
+                texts.relocate(location, operators, &form_name);
+            }
+        }
+    }
+}
+
+/// The operators that may have made an entry's definition, and its name as `edit-lisp-form`
+/// takes it, as xref's hits are looked up.
+fn definition_query(kind: &str, name: &str, detail: &Option<String>) -> Option<(&'static [&'static str], String)> {
+    match (kind, detail) {
+        ("method", Some(detail)) => {
+            let signature = detail.strip_prefix('(').and_then(|rest| rest.strip_suffix(')'))?;
+            query_of_hit(&format!("(METHOD {name} {signature})"))
+        }
+        ("class", _) => Some((&["defclass", "define-condition", "defstruct"], bare_name(name))),
+        _ => query_of_hit(name),
     }
 }
 

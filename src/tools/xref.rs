@@ -61,22 +61,26 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     Ok(ToolOutput::success(found.render()).with_structured(found.structured()))
 }
 
+/// A symbol's name as `edit-lisp-form` takes it: without its package, in lower case.
+pub(crate) fn bare_name(symbol: &str) -> String {
+    symbol.rsplit(':').next().unwrap_or(symbol).trim_matches('|').to_lowercase()
+}
+
 /// The operators that may have made the function or method `name` (as a hit names it: `F`,
 /// `PKG::F`, `(SETF F)`, `(METHOD F :AROUND (A B))` or `(METHOD F :AROUND A B)`, `(FLET G :IN
 /// F)`), and its name as `edit-lisp-form` takes it: so that a hit, like a definition
 /// find-definition gives, is found again in its file's current text. A local function is where
 /// the definition it is in is.
-fn query_of_hit(name: &str) -> Option<(&'static [&'static str], String)> {
-    let bare = |symbol: &str| symbol.rsplit(':').next().unwrap_or(symbol).trim_matches('|').to_lowercase();
+pub(crate) fn query_of_hit(name: &str) -> Option<(&'static [&'static str], String)> {
     let Some(inner) = name.strip_prefix('(').and_then(|rest| rest.strip_suffix(')')) else {
-        return Some((&["defun", "defgeneric", "defmacro"], bare(name)));
+        return Some((&["defun", "defgeneric", "defmacro"], bare_name(name)));
     };
     let parts = split_top_level(inner);
     let head = parts.first()?.as_str();
     match head {
-        "SETF" => Some((&["defun", "defgeneric"], format!("(setf {})", bare(parts.get(1)?)))),
+        "SETF" => Some((&["defun", "defgeneric"], format!("(setf {})", bare_name(parts.get(1)?)))),
         "METHOD" | "SB-PCL::FAST-METHOD" | "SB-PCL::SLOW-METHOD" => {
-            let method_name = bare(parts.get(1)?);
+            let method_name = bare_name(parts.get(1)?);
             let rest = &parts[2..];
             let qualifiers = rest.iter().take_while(|part| part.starts_with(':')).count();
             let specializers = match &rest[qualifiers..] {
