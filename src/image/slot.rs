@@ -12,10 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::{CallError, CallLimits, UNWIND_GRACE};
 use super::helper::load_helper;
+use super::identity::Reached;
 use super::launch::Launcher;
+use super::request::Request;
 use super::workers::Workers;
 use super::{lock, Image, ImageSettings};
-use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint};
+use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Thread};
 
 /// How long [`Image::connection`] waits for the connection and the helper. It serves `swank-mcp
 /// status`, which has no time limit of its own; a first helper load on a slow machine fits.
@@ -185,14 +187,17 @@ impl Image {
     fn attempt(&self) -> Attempt {
         let step = Arc::new(std::sync::Mutex::new(Step::Connecting));
         let (settings, launcher, progress) = (self.settings.clone(), self.launcher.clone(), step.clone());
-        let identity = self.identity.clone();
+        let (identity, session) = (self.identity.clone(), self.session.clone());
         // Boxed: connecting and loading the helper is a big state machine that runs once per
         // connection.
         let result = async move {
             let connection = connect(&settings, launcher.as_ref(), &progress).await?;
             *lock(&progress) = Step::LoadingHelper;
             let held_helper = load_helper(&connection).await?;
-            lock(&identity).connected(connection.endpoint(), connection.info().pid, held_helper);
+            let reached = lock(&identity).connected(connection.endpoint(), connection.info().pid, held_helper);
+            if reached == Reached::Same {
+                end_earlier_session(&connection, &session).await;
+            }
             // The first worker before the first call, so that the requests of a connection that
             // makes one call at a time come in one order (the recorded transcripts rely on it).
             let workers = Arc::new(Workers::default());
@@ -202,6 +207,19 @@ impl Image {
         .boxed()
         .shared();
         Attempt { number: self.next_attempt.fetch_add(1, Ordering::Relaxed), result, step, waiters: 1 }
+    }
+}
+
+/// Ends what is left of this server's session in the image after its connection was lost, as the
+/// image itself does when it sees the connection closed (it may see that only later), so that the
+/// session certainly starts afresh, as the next reply says.
+async fn end_earlier_session(connection: &Connection, session: &str) {
+    let request = Request::new("end-session").key("session", session).key("token", format!("{session}-reconnected"));
+    let ended = connection.rex(request.checked_form(), "COMMON-LISP-USER", Thread::New);
+    match tokio::time::timeout(UNWIND_GRACE, ended).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::debug!(%error, "the session of the lost connection could not be ended"),
+        Err(_) => tracing::debug!("ending the session of the lost connection took too long"),
     }
 }
 
