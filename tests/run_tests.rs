@@ -481,7 +481,9 @@ async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures(
     assert_eq!(common::eval_ok(&tb, "(tally:word-count \"two words\")").await, "=> 2");
     let journal = call(&tb, "undo", json!({})).await.text;
     assert!(
-        journal.contains("function TALLY:WORD-COUNT: replaced a definition with no source file (defined at the REPL"),
+        journal.contains(
+            "function TALLY:WORD-COUNT: replaced a definition with no source file (defined by an agent's tool call"
+        ),
         "{journal}"
     );
 
