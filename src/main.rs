@@ -1,6 +1,8 @@
 //! `swank-mcp`: an MCP stdio server for AI agents on one side, a swank/slynk client attached to a
 //! live Common Lisp image on the other; plus one-shot `eval` and `status` commands for people
 //! and scripts.
+//!
+//! See docs/design.md, "Layers".
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -12,11 +14,12 @@ use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use swank_mcp::emacs::activity::ActivityFeed;
 use swank_mcp::image::{ImageSettings, LaunchSettings};
-use swank_mcp::mcp::activity::{ActivityFeed, CallState};
-use swank_mcp::mcp::approval::ConfirmPolicy;
 use swank_mcp::mcp::audit::AuditLog;
 use swank_mcp::mcp::ServeOptions;
+use swank_mcp::pipeline::observe::Observer;
+use swank_mcp::pipeline::{Call, Caller, ConfirmPolicy, Pipeline};
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
@@ -300,6 +303,7 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
     Ok(Arc::new(toolbox))
 }
 
+/// `--confirm` and `--audit-log`, which the MCP server and `swank-mcp eval` both honour.
 fn serve_options(cli: &Cli, toolbox: &Toolbox) -> anyhow::Result<ServeOptions> {
     let confirm = ConfirmPolicy::new(&cli.confirm, toolbox, cli.confirm_timeout).map_err(anyhow::Error::msg)?;
     let audit = match &cli.audit_log {
@@ -310,6 +314,41 @@ fn serve_options(cli: &Cli, toolbox: &Toolbox) -> anyhow::Result<ServeOptions> {
         None => None,
     };
     Ok(ServeOptions { confirm, audit, structured_content: cli.structured_content })
+}
+
+/// Runs `swank-mcp eval`'s one call as an agent's calls run: approved when `--confirm` names
+/// evaluate-lisp (in the image's Emacs: a shell has no MCP client to ask through), recorded in the
+/// image's activity record and in `--audit-log`.
+async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -> anyhow::Result<ExitCode> {
+    let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
+    if !toolbox.definitions().any(|tool| tool.name == evaluate) {
+        bail!("{evaluate} is not offered here (see --read-only and --tools)");
+    }
+    let ServeOptions { confirm, audit, .. } = serve_options(cli, toolbox)?;
+    // Recorded as an agent's calls are: an agent with a shell may run this command, and the
+    // human watching the image's activity buffer should see what it ran.
+    let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(ActivityFeed::one_shot())];
+    observers.extend(audit.map(|audit| Box::new(Arc::new(audit)) as Box<dyn Observer>));
+    let pipeline = Pipeline::new(toolbox.clone(), confirm, observers);
+    let caller = Caller {
+        client: SHELL_CLIENT.to_string(),
+        asks: None,
+        cannot_ask: "swank-mcp eval cannot ask for it (a shell has no MCP client to ask through)".to_string(),
+    };
+    let call = Call {
+        tool: evaluate,
+        arguments: Some(arguments),
+        caller: &caller,
+        cancel: CancellationToken::new(),
+        progress: Default::default(),
+    };
+    let output = pipeline.call(call).await.with_context(|| format!("{evaluate} is not offered here"))?;
+    pipeline.finish().await;
+    // A one-shot session: nothing of it is of use once this command has printed.
+    toolbox.end_sessions().await;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", output.text)?;
+    Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -330,7 +369,7 @@ async fn keep_time_driver_armed() {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let toolbox = toolbox(&cli)?;
-    match cli.command {
+    match &cli.command {
         None | Some(Command::Serve) => {
             let stdin = swank_mcp::mcp::stdio::stdin()?;
             let stdout = swank_mcp::mcp::stdio::stdout()?;
@@ -350,45 +389,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = if code == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading code from standard input")?
             } else {
-                code
+                code.clone()
             };
             let mut arguments = serde_json::json!({ "code": code });
             if let Some(package) = package {
-                arguments["package"] = package.into();
+                arguments["package"] = package.as_str().into();
             }
             if let Some(image) = image {
-                arguments["image"] = image.into();
+                arguments["image"] = image.as_str().into();
             }
-            let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
-            if !toolbox.definitions().any(|tool| tool.name == evaluate) {
-                bail!("{evaluate} is not offered here (see --read-only and --tools)");
-            }
-            // Recorded as an agent's calls are: an agent with a shell may run this command, and
-            // the human watching the image's activity buffer should see what it ran.
-            let activity = ActivityFeed::start();
-            let arguments = Some(arguments);
-            let record = activity.begin(&toolbox, evaluate, &arguments, SHELL_CLIENT, CallState::Running);
-            let output = record
-                .run(toolbox.call(evaluate, arguments, CancellationToken::new()))
-                .await
-                .with_context(|| format!("{evaluate} is not offered here"))?;
-            // A call that could not reach the image is not recorded there: connecting again
-            // only for that would double the wait on a server that does not answer.
-            if record.image_connected() {
-                let state = if output.is_error { CallState::Failed } else { CallState::Done };
-                activity.end(&record, state, &output.text);
-            }
-            activity.finish().await;
-            // A one-shot session: nothing of it is of use once this command has printed.
-            toolbox.end_sessions().await;
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{}", output.text)?;
-            Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            eval(&cli, &toolbox, arguments).await
         }
         Some(Command::Status) => status(&toolbox).await,
         Some(Command::Uninstall { when_sessions_end }) => {
             for image in toolbox.images() {
-                let done = swank_mcp::image::helper::uninstall(image, when_sessions_end).await?;
+                let done = swank_mcp::image::helper::uninstall(image, *when_sessions_end).await?;
                 println!("{}: {done}", image.name());
             }
             Ok(ExitCode::SUCCESS)

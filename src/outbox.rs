@@ -8,6 +8,8 @@
 //!
 //! The queue is bounded only by the producer: [`Outbox::room`] tells it when to stop producing
 //! (the MCP server stops reading requests) until the peer catches up.
+//!
+//! See docs/design.md, "Layers".
 
 use std::collections::VecDeque;
 use std::io;
@@ -116,8 +118,8 @@ impl Outbox {
         Ok(())
     }
 
-    /// Once more than [`QUEUE_LIMIT`] bytes have been queued, waits until the queue is down to
-    /// [`QUEUE_RESUME`] (or the output fails, dropping it). Made for one waiting task at a time.
+    /// Once more than `QUEUE_LIMIT` bytes have been queued, waits until the queue is down to
+    /// `QUEUE_RESUME` (or the output fails, dropping it). Made for one waiting task at a time.
     pub async fn room(&self) {
         std::future::poll_fn(|cx| {
             let mut state = self.lock();

@@ -151,14 +151,18 @@ struct Emacs {
 
 impl Emacs {
     /// Connects and subscribes channel 1 to the image's approvals, with the form
-    /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs).
-    async fn in_approval_mode() -> Self {
+    /// `swank-mcp-approval-mode` sends (printed by the package in a batch Emacs); `None`, and the
+    /// test is skipped, without Emacs.
+    async fn in_approval_mode() -> Option<Self> {
         Self::subscribed(":approvals").await
     }
 
     /// Connects and subscribes channel 1 to `topic` (`:approvals` or `:activity`) with the
-    /// package's form.
-    async fn subscribed(topic: &str) -> Self {
+    /// package's form; `None` without Emacs.
+    async fn subscribed(topic: &str) -> Option<Self> {
+        if !common::have(common::Needed::Emacs) {
+            return None;
+        }
         let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
         let printed = std::process::Command::new("emacs")
             .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
@@ -173,7 +177,7 @@ impl Emacs {
         let stream = TcpStream::connect(("127.0.0.1", common::shared_image_port())).await.unwrap();
         let mut emacs = Self { stream, next_request: 1, unread: Default::default() };
         assert_eq!(emacs.eval(&form).await, "(:ok t)");
-        emacs
+        Some(emacs)
     }
 
     async fn send(&mut self, message: &str) {
@@ -235,7 +239,7 @@ fn approval_id(message: &str) -> u64 {
 
 #[tokio::test]
 async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
-    let mut emacs = Emacs::in_approval_mode().await;
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
     send_call(&mut client, 5, "evaluate-lisp", json!({"code": "(defparameter *answered-after-two-seconds* :ran)"}))
         .await;
@@ -254,7 +258,7 @@ async fn an_approval_in_emacs_answered_after_two_seconds_runs() {
 
 #[tokio::test]
 async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
-    let mut emacs = Emacs::in_approval_mode().await;
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "2s"], json!({})).await;
     let started = Instant::now();
     send_call(&mut client, 6, "evaluate-lisp", json!({"code": "(defparameter *answered-too-late* :ran)"})).await;
@@ -368,9 +372,9 @@ async fn the_images_record_has_declined_timed_out_and_done_calls_with_the_text_t
 
 #[tokio::test]
 async fn an_activity_buffer_is_told_each_state_of_a_call_and_asks_for_the_text_the_agent_received() {
-    let mut emacs = Emacs::subscribed(":activity").await;
+    let Some(mut emacs) = Emacs::subscribed(":activity").await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
-    let mut approver = Emacs::in_approval_mode().await;
+    let Some(mut approver) = Emacs::in_approval_mode().await else { return };
     send_call(&mut client, 7, "evaluate-lisp", json!({"code": "(list :pushed-record-marker)"})).await;
     let waiting = emacs.told(":call", "pushed-record-marker").await;
     assert!(waiting.contains(":state :waiting") && waiting.contains(":client \"approval-tests\""), "{waiting}");
@@ -400,4 +404,154 @@ async fn a_shell_eval_is_in_the_images_record_too() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "=> (:SHELL-RECORD-MARKER)\n");
     assert_eq!(recorded("shell-record-marker").await, "done|swank-mcp eval|=> (:SHELL-RECORD-MARKER)");
+}
+
+#[tokio::test]
+async fn an_invalid_call_is_refused_before_anyone_is_asked() {
+    let mut client = client(&["--confirm", "evaluate-lisp"]).await;
+    for (arguments, expected) in [
+        (json!({}), "Missing required argument `code` (a string)."),
+        (json!({"code": "(defparameter *asked-invalid* t)", "timeout": 5}), "did you mean `timeout_ms`?"),
+    ] {
+        // The next message is the call's answer, not an elicitation/create.
+        let reply = client.call_tool("evaluate-lisp", arguments.clone()).await;
+        assert!(is_error(&reply) && text(&reply).contains(expected), "{arguments}: {reply}");
+    }
+    let mut other = client_without_confirm().await;
+    assert_eq!(eval(&mut other, "(boundp '*asked-invalid*)").await, "=> NIL");
+}
+
+/// Sends `tool` with `arguments` for approval, rewrites `file` with `changed` while the human
+/// looks at the preview, then accepts: the call must refuse, saying so.
+async fn approve_after_a_change(
+    client: &mut McpClient,
+    id: i64,
+    (tool, arguments): (&str, Value),
+    (file, changed): (&Path, &str),
+) -> String {
+    send_call(client, id, tool, arguments).await;
+    let asked = elicitation(client).await;
+    std::fs::write(file, changed).unwrap();
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})).await;
+    let reply = client.receive().await;
+    assert_eq!(reply["id"], id, "{reply}");
+    assert!(is_error(&reply), "{reply}");
+    text(&reply).to_string()
+}
+
+#[tokio::test]
+async fn a_file_changed_between_the_preview_and_the_approval_is_neither_written_nor_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bound.lisp");
+    let path = file.to_str().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "edit-lisp-form,load-form,load-file", "--root", root]).await;
+    let mut other = client_without_confirm().await;
+
+    std::fs::write(&file, "(defun cl-user::bound-edited () 1)\n").unwrap();
+    let edit = json!({"file_path": path, "operation": "replace", "form_type": "defun", "form_name": "cl-user::bound-edited",
+                      "content": "(defun cl-user::bound-edited () 2)", "load": true});
+    let changed = "(defun cl-user::bound-edited () 3)\n";
+    let said = approve_after_a_change(&mut client, 20, ("edit-lisp-form", edit), (&file, changed)).await;
+    assert!(
+        said.starts_with("edit-lisp-form was not run: `bound.lisp` changed after the user approved the call"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), changed, "the edit was not written");
+    assert_eq!(eval(&mut other, "(fboundp 'cl-user::bound-edited)").await, "=> NIL", "nor loaded");
+
+    std::fs::write(&file, "(defun cl-user::bound-form () 1)\n").unwrap();
+    let form = json!({"file_path": path, "form_type": "defun", "form_name": "cl-user::bound-form"});
+    let said =
+        approve_after_a_change(&mut client, 21, ("load-form", form), (&file, "(defun cl-user::bound-form () 2)\n"))
+            .await;
+    assert!(said.starts_with("load-form was not run: bound.lisp changed after the user approved"), "{said}");
+    assert_eq!(eval(&mut other, "(fboundp 'cl-user::bound-form)").await, "=> NIL");
+
+    std::fs::write(&file, "(defun cl-user::bound-file () 1)\n").unwrap();
+    let load = json!({"file_path": path});
+    let said = approve_after_a_change(
+        &mut client,
+        22,
+        ("load-file", load.clone()),
+        (&file, "(defun cl-user::bound-file () 2)\n"),
+    )
+    .await;
+    assert!(said.starts_with("load-file was not run: bound.lisp changed after the user approved"), "{said}");
+    assert_eq!(eval(&mut other, "(fboundp 'cl-user::bound-file)").await, "=> NIL");
+
+    // Approved as shown, it runs.
+    send_call(&mut client, 23, "load-file", load).await;
+    let asked = elicitation(&mut client).await;
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})).await;
+    let reply = client.receive().await;
+    assert!(!is_error(&reply), "{reply}");
+    assert_eq!(eval(&mut other, "(cl-user::bound-file)").await, "=> 2");
+}
+
+/// Runs `swank-mcp ARGS eval CODE`; its exit status and stdout.
+async fn shell_eval(args: &[&str], code: &str) -> (bool, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(args)
+        .args(["eval", code])
+        .output()
+        .await
+        .unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn audit_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_shell_eval_under_confirm_is_approved_in_emacs_and_audited() {
+    let Some(mut emacs) = Emacs::in_approval_mode().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let port = common::shared_image_port().to_string();
+    let args = ["--port", &port, "--confirm", "mutating", "--audit-log", log.to_str().unwrap()];
+    let shell = tokio::spawn({
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            shell_eval(&args, "(defparameter *shell-approved-marker* :ran)").await
+        }
+    });
+    let asked = emacs.told(":approval", "*shell-approved-marker*").await;
+    assert!(asked.contains(":client \"swank-mcp eval\""), "{asked}");
+    let id = approval_id(&asked);
+    assert_eq!(emacs.eval(&format!("(mcp-agent-helper:answer-approval {id} :yes)")).await, "(:ok :taken)");
+    let (succeeded, printed) = shell.await.unwrap();
+    assert!(succeeded, "{printed}");
+    assert_eq!(printed, "=> *SHELL-APPROVED-MARKER*\n");
+    let lines = audit_lines(&log);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["client"], &lines[0]["tool"], &lines[0]["outcome"], &lines[0]["summary"]),
+        (&json!("swank-mcp eval"), &json!("evaluate-lisp"), &json!("ok"), &json!("=> *SHELL-APPROVED-MARKER*")),
+    );
+    assert_eq!(lines[0]["arguments"]["code"], "(defparameter *shell-approved-marker* :ran)");
+}
+
+#[tokio::test]
+async fn a_shell_eval_under_confirm_that_nobody_can_approve_is_refused_and_audited() {
+    // An image of its own: no Emacs in approval mode watches it.
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let port = image.port.to_string();
+    let confirmed = ["--port", &port, "--confirm", "evaluate-lisp", "--audit-log", log.to_str().unwrap()];
+    let (succeeded, printed) = shell_eval(&confirmed, "(defparameter *shell-refused-marker* :ran)").await;
+    assert!(!succeeded, "{printed}");
+    assert!(
+        printed.starts_with("evaluate-lisp was not run: this swank-mcp runs with --confirm")
+            && printed.contains("swank-mcp eval cannot ask for it")
+            && printed.contains("swank-mcp-approval-mode"),
+        "{printed}"
+    );
+    let lines = audit_lines(&log);
+    assert_eq!((lines.len(), &lines[0]["outcome"]), (1, &json!("not_approved")), "{lines:?}");
+    let (_, unbound) = shell_eval(&["--port", &port], "(boundp '*shell-refused-marker*)").await;
+    assert_eq!(unbound, "=> NIL\n");
 }

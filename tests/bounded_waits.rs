@@ -259,6 +259,9 @@ async fn a_connection_that_stopped_answering_is_dropped_and_the_next_call_reconn
     let image = common::private_image().await;
     let tb = common::toolbox(image.port);
     let this_connection = "(sb-kernel:get-lisp-obj-address swank::*emacs-connection*)";
+    // The session's state, which a connection lost and remade loses.
+    let state = "(defpackage :reconnect-probe (:use :cl)) (in-package :reconnect-probe) (list 40 2)";
+    eval(&tb, json!({ "code": state })).await;
     let first = eval(&tb, json!({ "code": this_connection })).await.text;
     // A request still running on the connection when it breaks.
     let (_, pending) = spawn_eval(&tb, json!({"code": "(sleep 20)"}));
@@ -285,9 +288,19 @@ async fn a_connection_that_stopped_answering_is_dropped_and_the_next_call_reconn
     assert!(output.is_error && output.text.contains("the image stopped answering on it"), "{}", output.text);
     assert!(elapsed < Duration::from_secs(15), "{elapsed:?}");
 
+    // The next reply says the session starts afresh, and it does: the image is the same, the
+    // session's package and values are gone.
     let second = eval(&tb, json!({ "code": this_connection })).await.text;
-    assert!(second.starts_with("=> ") && second != first, "{first} then {second}");
-    assert_eq!(eval(&tb, json!({"code": "(+ 2 2)"})).await.text, "=> 4");
+    let note = format!(
+        "[notes]\nThe connection to 127.0.0.1:{} was lost and remade, so this server's session in the image starts \
+         afresh: its package is CL-USER again, and its @handles, REPL values (*, **), traces and debugger sessions \
+         are gone. What was defined or loaded in the image is still there.\n\n=> ",
+        image.port
+    );
+    assert!(second.starts_with(&note) && second[note.len()..] != first[3..], "{first} then {second}");
+    let package = eval(&tb, json!({"code": "(list (package-name *package*) (find-package :reconnect-probe))"})).await;
+    assert!(package.text.starts_with("=> (\"COMMON-LISP-USER\" #<PACKAGE \"RECONNECT-PROBE\">)"), "{}", package.text);
+    assert_eq!(eval(&tb, json!({"code": "(+ 2 2)"})).await.text, "=> 4", "the note is said once");
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 //! call's id in the activity record and its tool (`CALL-ID/TOOL/N`): the image can name the
 //! thread after the call, and the user can cancel the call from Emacs (`M-x
 //! swank-mcp-cancel-call`, `lisp/activity.lisp`), which interrupts every evaluation of it.
+//!
+//! See docs/design.md, "The image".
 
 use std::future::Future;
 

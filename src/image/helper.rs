@@ -6,11 +6,13 @@
 //! the image machine's cache directory, or asks for the source, compiles it there and loads that;
 //! where the cache cannot be written it loads the source as it is.
 //!
+//! See docs/design.md, "The helper in the image, and why it is loaded as it is".
+//!
 //! An image holds one revision at a time. Every call names the revision its server loaded
 //! ([`Helper::call`]); the image runs it only when that is the one it holds, and otherwise answers
 //! `:other-helper`: another swank-mcp (an older or newer version attached to the same image)
 //! loaded its own since, or the person uninstalled the helper. The call then loads this revision
-//! again and is sent once more ([`retry_after_reload`]); the image replaces another revision only
+//! again and is sent once more (`retry_after_reload`); the image replaces another revision only
 //! while none of its calls runs, and refuses otherwise, which this server reports with both
 //! versions named ([`ImageError::Helper`]).
 
@@ -21,7 +23,8 @@ use tokio::time::Instant;
 
 use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
-use super::{CallError, CallLimits, Image, ImageError, Step, UNWIND_GRACE};
+use super::calls::UNWIND_GRACE;
+use super::{CallError, CallLimits, Image, ImageError, Step};
 
 /// The helper's files in load order (the digest covers them all). Public for the replay tests,
 /// which recognise it in recorded requests.
@@ -325,20 +328,6 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
             plural(count("busy"), "swank-mcp call is", "swank-mcp calls are")
         ))),
         _ => Err(failed(format!("UNINSTALL answered {reply}, which this swank-mcp does not understand"))),
-    }
-}
-
-/// Asks the helper for a worker thread serving this connection's requests and lends it to later
-/// calls ([`Connection::rex_on_worker`]). A server that cannot keep one answers nil; calls then
-/// run in a thread each, as without workers.
-pub(crate) async fn start_worker(connection: &Connection) {
-    let request = Form::call(HELPER_PACKAGE, "start-worker", []);
-    match connection.rex(request, "COMMON-LISP-USER", Thread::New).await {
-        Ok(reply) => match reply.as_i64() {
-            Some(thread) => connection.add_worker(thread),
-            None => tracing::debug!(%reply, "the server keeps no worker threads"),
-        },
-        Err(e) => tracing::debug!(error = %e, "starting a worker thread failed"),
     }
 }
 

@@ -3,6 +3,8 @@
 //! The image reads its start-up script from standard input and then waits on that same pipe:
 //! when this process exits, however it exits, the pipe closes and the image quits. Nothing is
 //! left running behind a crashed server.
+//!
+//! See docs/design.md, "The image".
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

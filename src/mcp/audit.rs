@@ -3,16 +3,20 @@
 //! agent. When the file would pass its size limit it is renamed to `FILE.1` (replacing the
 //! previous one) and a new file is started. The log holds every call's arguments, so it is
 //! readable by its owner alone (`0600`), the rotated file too.
+//!
+//! See docs/design.md, "One call".
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::pipeline::observe::{CallStart, Ending, Observation, Observer};
 
 /// The default size at which the log is rotated.
 pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -118,6 +122,50 @@ impl AuditLog {
         std::fs::rename(&self.path, &rotated)?;
         *open = open_appending(&self.path)?;
         Ok(())
+    }
+}
+
+/// The log as an observer of calls: each call's line is written when it ends, before its caller
+/// gets the reply, so that the log never lags what an agent was told.
+impl Observer for Arc<AuditLog> {
+    fn begin(&self, call: &CallStart<'_>) -> Box<dyn Observation> {
+        Box::new(Audited {
+            log: self.clone(),
+            client: call.client.to_string(),
+            tool: call.tool.to_string(),
+            arguments: call.arguments.clone(),
+            started: Instant::now(),
+        })
+    }
+}
+
+/// A call the log will record.
+struct Audited {
+    log: Arc<AuditLog>,
+    client: String,
+    tool: String,
+    arguments: Option<Value>,
+    started: Instant,
+}
+
+impl Observation for Audited {
+    fn end(self: Box<Self>, ending: Ending, text: &str) {
+        let outcome = match ending {
+            Ending::Done => Outcome::Ok,
+            Ending::Failed => Outcome::Error,
+            Ending::Declined | Ending::TimedOut | Ending::Refused => Outcome::NotApproved,
+            Ending::Cancelled => Outcome::Cancelled,
+            Ending::UnknownTool => Outcome::UnknownTool,
+        };
+        self.log.record(&Entry {
+            time: Entry::now(),
+            client: &self.client,
+            tool: &self.tool,
+            arguments: &self.arguments,
+            outcome,
+            summary: Entry::summarize(text),
+            duration_ms: Entry::millis(self.started.elapsed()),
+        });
     }
 }
 

@@ -2,6 +2,8 @@
 //! responses routed back to whoever waits for them: a map of the requests pending, by the JSON
 //! text of the id we gave each one. When the client's input ends, every pending request fails
 //! at once instead of waiting for an answer that cannot come.
+//!
+//! See docs/design.md, "Layers".
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,6 +2,8 @@
 //! [`Message`] or the [`Invalid`] answer it deserves. The envelope is read without building a
 //! `serde_json::Value` of it (that cost more than the rest of a tool call's dispatch); the params
 //! stay raw until the method's handler reads them into its own type.
+//!
+//! See docs/design.md, "Layers".
 
 use std::fmt;
 

@@ -1,10 +1,12 @@
 //! The MCP layer: newline-delimited JSON-RPC 2.0 on stdio, the lifecycle, `tools/list`,
-//! `tools/call` and cancellation. It knows tools only through [`crate::tools::Toolbox`].
+//! `tools/call` and cancellation. It names no tool: a call goes to the [`crate::pipeline`], which
+//! knows tools only through [`crate::tools::Toolbox`].
+//!
+//! See docs/design.md, "Layers".
 
-pub mod activity;
-pub mod approval;
 pub mod audit;
 pub mod client_requests;
+pub mod elicitation;
 pub mod message;
 pub mod server;
 pub mod stdio;

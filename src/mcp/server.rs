@@ -2,8 +2,10 @@
 //! cancellation. Hand-written, as rust-analyzer's `lsp-server` is for LSP: one reader loop that
 //! owns dispatch and runs every tool call concurrently beside it, so that a slow evaluation never
 //! delays a quick one; responses go out through an [`Outbox`].
+//!
+//! See docs/design.md, "One call".
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -19,13 +21,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::activity::{ActivityFeed, CallState};
-use super::approval::{ConfirmPolicy, Verdict, ELICITATION_SINCE};
-use super::audit::{AuditLog, Entry as AuditEntry, Outcome as AuditOutcome};
+use super::audit::AuditLog;
 use super::client_requests::ClientRequests;
+use super::elicitation::{self, Elicitation, ELICITATION_SINCE};
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
 use super::transport::{Line as Received, LineCodec};
+use crate::emacs::activity::ActivityFeed;
 use crate::outbox::Outbox;
+use crate::pipeline::observe::Observer;
+use crate::pipeline::{Call, Caller, ConfirmPolicy, Pipeline};
 use crate::tools::{Progress, ToolOutput, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
@@ -81,7 +85,8 @@ start. file_path is absolute or relative to the first --root, and files are writ
 package defaults to your session's package (initially CL-USER).";
 
 struct Server {
-    toolbox: Arc<Toolbox>,
+    /// Where every tool call goes.
+    pipeline: Pipeline,
     /// Where messages go, each serialised and ending in a newline.
     outgoing: Arc<Outbox>,
     /// Cancellation tokens of running tool calls, by the JSON text of their request id.
@@ -92,19 +97,11 @@ struct Server {
     /// waiting to send the notification first.
     initialized: AtomicBool,
     /// Requests of ours to the client waiting for its answers.
-    requests: ClientRequests,
-    options: ServeOptions,
-    /// The client declared the elicitation capability in `initialize`.
-    elicitation: AtomicBool,
-    /// `clientInfo.name` from `initialize`, for the audit log and the approval prompt in Emacs.
-    client_name: Mutex<String>,
-    /// Tools the human allowed for the rest of the session when the client asked them.
-    allowed_for_session: Mutex<HashSet<String>>,
-    /// Tools the human allowed for the rest of the session in Emacs: the image keeps the
-    /// allowance, which Emacs can revoke, so it is checked there before each call.
-    allowed_in_emacs: Mutex<HashSet<String>>,
-    /// The record of every call the user's Emacs shows.
-    activity: ActivityFeed,
+    requests: Arc<ClientRequests>,
+    /// Send each result's facts as `structuredContent` too (see [`ServeOptions`]).
+    structured_content: bool,
+    /// The client as `initialize` described it: its name, and whether it can ask the human.
+    caller: Mutex<Arc<Caller>>,
 }
 
 /// What a server does besides running tools: approvals (`--confirm`) and the audit log.
@@ -117,7 +114,7 @@ pub struct ServeOptions {
     /// Send each result's facts as `structuredContent` too. Off unless asked for: a client may show
     /// the model that JSON in place of the reply's text (Claude Code does, anthropics/claude-code
     /// issue 79944), and the text is the whole reply: the notes on what was cut and where the rest
-    /// is, the [background] section, why a call was refused.
+    /// is, the `[background]` section, why a call was refused.
     pub structured_content: bool,
 }
 
@@ -141,19 +138,20 @@ where
         let outgoing = outgoing.clone();
         async move { outgoing.run_writer().await }
     });
+    let ServeOptions { confirm, audit, structured_content } = options;
+    let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(ActivityFeed::start())];
+    observers.extend(audit.map(|audit| Box::new(Arc::new(audit)) as Box<dyn Observer>));
+    let requests = Arc::new(ClientRequests::new(outgoing.clone()));
+    let caller = Caller { client: "unknown client".to_string(), asks: None, cannot_ask: String::new() };
     let server = Arc::new(Server {
-        toolbox,
-        requests: ClientRequests::new(outgoing.clone()),
+        pipeline: Pipeline::new(toolbox, confirm, observers),
+        requests,
         outgoing,
         in_flight: Mutex::new(HashMap::new()),
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
         initialized: AtomicBool::new(false),
-        options,
-        elicitation: AtomicBool::new(false),
-        client_name: Mutex::new("unknown client".to_string()),
-        allowed_for_session: Mutex::new(HashSet::new()),
-        allowed_in_emacs: Mutex::new(HashSet::new()),
-        activity: ActivityFeed::start(),
+        structured_content,
+        caller: Mutex::new(Arc::new(caller)),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -416,7 +414,7 @@ impl Server {
             )),
             "tools/list" => {
                 let title_field = self.structured_output();
-                Ok(Some(ResultBody::Json(json!({ "tools": self.toolbox.tool_list(title_field) }))))
+                Ok(Some(ResultBody::Json(json!({ "tools": self.pipeline.toolbox().tool_list(title_field) }))))
             }
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {
@@ -441,9 +439,13 @@ impl Server {
         self.initialized.store(true, Ordering::Release);
         let client = params.client_info.and_then(|info| info.name);
         let client = client.as_deref().unwrap_or("unknown client");
-        *self.client_name.lock().unwrap_or_else(|e| e.into_inner()) = client.to_string();
         let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation")).is_some_and(Value::is_object);
-        self.elicitation.store(elicitation, Ordering::Release);
+        let asks = version >= ELICITATION_SINCE && elicitation;
+        *self.caller.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(Caller {
+            client: client.to_string(),
+            asks: asks.then(|| Arc::new(Elicitation(self.requests.clone())) as Arc<dyn crate::pipeline::Ask>),
+            cannot_ask: elicitation::cannot_ask(version),
+        });
         tracing::info!(client, requested, version, elicitation, "initialize");
         json!({
             "protocolVersion": version,
@@ -479,136 +481,19 @@ impl Server {
         let cancel = CancellationToken::new();
         let in_flight = InFlight::register(self, id, cancel.clone());
         let started = std::time::Instant::now();
-        let client = self.client_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let asks = self.needs_approval(name, &arguments, &cancel).await;
-        let record = self.activity.begin(
-            &self.toolbox,
-            name,
-            &arguments,
-            &client,
-            if asks { CallState::Waiting } else { CallState::Running },
-        );
-        let approval = if asks { record.run(self.approval(name, &arguments, &client, &cancel)).await } else { Ok(()) };
-        let (output, approved, arguments, refusal) = match approval {
-            Ok(()) => {
-                if asks {
-                    self.activity.update(&record, CallState::Running);
-                }
-                let progress = self.progress_for(progress_token);
-                // The arguments are kept for the audit log only when there is one.
-                let kept = if self.options.audit.is_some() { arguments.clone() } else { None };
-                let output =
-                    record.run(self.toolbox.call_with_progress(name, arguments, cancel.clone(), progress)).await;
-                (output, true, kept, None)
-            }
-            Err((state, refused)) => (Some(refused), false, arguments, Some(state)),
-        };
-        match (&output, refusal) {
-            _ if cancel.is_cancelled() => self.activity.end(
-                &record,
-                CallState::Cancelled,
-                "(The client cancelled the call: it was sent no reply.)",
-            ),
-            (None, _) => self.activity.end(&record, CallState::Failed, &format!("Unknown tool: {name}")),
-            (Some(output), Some(state)) => self.activity.end(&record, state, &output.text),
-            (Some(output), None) => self.activity.end(
-                &record,
-                if output.is_error { CallState::Failed } else { CallState::Done },
-                &output.text,
-            ),
-        }
+        let caller = self.caller.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let progress = self.progress_for(progress_token);
+        let call = Call { tool: name, arguments, caller: &caller, cancel: cancel.clone(), progress };
+        let output = self.pipeline.call(call).await;
         drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
-        if let Some(audit) = &self.options.audit {
-            let outcome = match &output {
-                None => AuditOutcome::UnknownTool,
-                Some(_) if cancel.is_cancelled() => AuditOutcome::Cancelled,
-                Some(_) if !approved => AuditOutcome::NotApproved,
-                Some(output) if output.is_error => AuditOutcome::Error,
-                Some(_) => AuditOutcome::Ok,
-            };
-            audit.record(&AuditEntry {
-                time: AuditEntry::now(),
-                client: &self.client_name.lock().unwrap_or_else(|e| e.into_inner()),
-                tool: name,
-                arguments: &arguments,
-                outcome,
-                summary: output.as_ref().map_or_else(String::new, |o| AuditEntry::summarize(&o.text)),
-                duration_ms: AuditEntry::millis(started.elapsed()),
-            });
-        }
         let Some(output) = output else {
             return Err((INVALID_PARAMS, format!("Unknown tool: {name}")));
         };
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        Ok(Some(ResultBody::ToolCall(CallToolResult::new(
-            output,
-            self.options.structured_content && self.structured_output(),
-        ))))
-    }
-
-    /// Whether a call of `name` waits for the human's approval now: `--confirm` names it, and the
-    /// human has not allowed it for the session (or has revoked that in Emacs).
-    async fn needs_approval(&self, name: &str, arguments: &Option<Value>, cancel: &CancellationToken) -> bool {
-        if !self.options.confirm.requires(name)
-            || self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
-        {
-            return false;
-        }
-        if !self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
-            return true;
-        }
-        if self.toolbox.still_allowed_in_emacs(arguments, name, cancel.clone()).await {
-            return false;
-        }
-        self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
-        true
-    }
-
-    /// Waits for the human's approval of a call that needs it; when there is none, how the call
-    /// ends (for the record) and the output to return instead of running it.
-    async fn approval(
-        self: &Arc<Self>,
-        name: &str,
-        arguments: &Option<Value>,
-        client: &str,
-        cancel: &CancellationToken,
-    ) -> Result<(), (CallState, ToolOutput)> {
-        let version = self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let limit = self.options.confirm.timeout;
-        let shown = super::approval::what_it_does(&self.toolbox, name, arguments, cancel)
-            .await
-            .map_err(|output| (CallState::Failed, output))?;
-        let in_client = version.as_str() >= ELICITATION_SINCE && self.elicitation.load(Ordering::Acquire);
-        let verdict = if in_client {
-            super::approval::ask(&self.requests, name, &shown, limit, cancel).await
-        } else {
-            super::approval::ask_emacs(&self.toolbox, (name, client), arguments, shown, &version, limit, cancel).await
-        };
-        match verdict {
-            Verdict::Approved { for_session: true } if !in_client => {
-                // Not kept when the image cannot keep it: the next call asks again.
-                if self.toolbox.allow_in_emacs(arguments, name, client).await.is_ok() {
-                    self.allowed_in_emacs.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
-                }
-                Ok(())
-            }
-            Verdict::Approved { for_session } => {
-                if for_session {
-                    self.allowed_for_session.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
-                }
-                Ok(())
-            }
-            Verdict::Declined(output) => Err((CallState::Declined, output)),
-            Verdict::TimedOut(output) => Err((CallState::TimedOut, output)),
-            Verdict::Refused(output) => Err((CallState::Failed, output)),
-            Verdict::Cancelled => Err((
-                CallState::Cancelled,
-                ToolOutput::error(format!("{name} was not run: the client cancelled the call.")),
-            )),
-        }
+        Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_content && self.structured_output()))))
     }
 }
 

@@ -6,6 +6,8 @@
 //! from a Python client, such threads made a call about 25 µs slower (the ratio to raw swank went
 //! from 1.39-1.45 to 1.48-1.55). A terminal or a regular file cannot be polled, so the server
 //! refuses them with an error that says what to do instead.
+//!
+//! See docs/design.md, "Layers".
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;

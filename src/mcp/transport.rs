@@ -1,6 +1,8 @@
 //! Newline-delimited JSON-RPC over stdio. Lines are raw bytes here: invalid UTF-8 and bad JSON
 //! are the dispatcher's to answer with -32700, and an over-long line is skipped to its end and
 //! reported, so one bad line never ends the session.
+//!
+//! See docs/design.md, "Layers".
 
 use bytes::BytesMut;
 use tokio_util::codec::Decoder;

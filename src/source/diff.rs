@@ -3,6 +3,8 @@
 //! An edit changes one contiguous region, so the common prefix and suffix of the two texts are
 //! found bytewise first and only the lines around the change are handed to `similar`: a one-form
 //! edit of a large file stays cheap, and hunks are numbered as lines of the whole file.
+//!
+//! See docs/design.md, "Source files".
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! `edit-lisp-form`'s engine: find one top-level form and replace it or insert new forms next to
 //! it, changing no other byte of the file.
+//!
+//! See docs/design.md, "Source files".
 
 use std::io;
 use std::ops::Range;
@@ -287,6 +289,11 @@ pub fn prepare_edits(
 }
 
 impl PreparedEdits {
+    /// Each file the edits touch, as it was read: its name in messages and its bytes.
+    pub fn read_files(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.files.iter().map(|(snapshot, _)| (snapshot.shown.as_str(), snapshot.bytes.as_slice()))
+    }
+
     /// Each edit's report, in the order of the edits, with its file's real path and whole new
     /// text.
     pub fn edits(&self) -> impl Iterator<Item = (&EditReport, &Path, &[u8])> {

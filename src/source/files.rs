@@ -13,6 +13,8 @@
 //! the whole confinement, where `cap-std` would add a dozen crates to emulate it component by
 //! component on kernels that lack it. The price is Linux 5.6 or later (the target platform is
 //! Linux); an older kernel gets a clear error instead of an unsafe fallback.
+//!
+//! See docs/design.md, "Source files".
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fmt;
@@ -226,7 +228,7 @@ impl AllowedRoots {
             .max_by_key(|(i, _)| self.roots[*i].path.as_os_str().len())
     }
 
-    /// Opens `path` (see [`AllowedRoots::locate`]) beneath its root in one step, and checks
+    /// Opens `path` (see `AllowedRoots::locate`) beneath its root in one step, and checks
     /// that it is a regular file. It is never opened for reading before that check, so a FIFO
     /// cannot block and a device is not touched. A symlink may lead anywhere under the roots.
     pub fn open(&self, path: &Path) -> Result<OpenedFile, PathError> {

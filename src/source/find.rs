@@ -1,4 +1,6 @@
 //! Picks the one top-level form an edit targets, or explains why there is not exactly one.
+//!
+//! See docs/design.md, "Source files".
 
 use super::cst::{Cst, LineIndex};
 use super::forms::{Query, TopForm};

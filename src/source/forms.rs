@@ -5,6 +5,8 @@
 //! are folded, so `CL:DEFUN` and `defun` are the same operator; escaped ones keep their case, so
 //! `|defun|` is another symbol, and `|FOO|` is `foo` (the contract's `string-equal` would take
 //! `|foo|` for `FOO` too). String designators (`"NAME"`) are folded as the contract allows.
+//!
+//! See docs/design.md, "Source files".
 
 use super::cst::{Cst, LineIndex, LineRange, NodeId, NodeKind, ParseError};
 

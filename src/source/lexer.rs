@@ -7,6 +7,8 @@
 //!
 //! The lexer only cuts the input into lexemes; nesting is handled by the tree builder in
 //! [`super::cst`] with an explicit stack, so no input can exhaust the call stack.
+//!
+//! See docs/design.md, "Source files".
 
 use nom::bytes::complete::{tag, take_till, take_while, take_while1};
 use nom::combinator::{recognize, value};
@@ -14,7 +16,108 @@ use nom::error::{ErrorKind, ParseError};
 use nom::multi::{many0_count, many1_count};
 use nom::{IResult, Parser};
 
-use super::cst::{NodeKind, Prefix};
+// What the lexer cuts the input into, and the tree builder builds its nodes of.
+
+/// What a node is. `List`, `Vector` and `Prefixed` have children; every other kind is a leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeKind {
+    /// A UTF-8 byte order mark at the very start of the file.
+    Bom,
+    /// A run of spaces, tabs, line feeds, carriage returns and form feeds.
+    Whitespace,
+    /// `;` up to (not including) the end of the line.
+    LineComment,
+    /// `#| ... |#`, nested comments included.
+    BlockComment,
+    /// A symbol or number, escapes included: `foo`, `pkg::bar`, `|a b|`, `1.5`, `.`.
+    Token,
+    /// `"..."`, escapes included.
+    String,
+    /// `#\a`, `#\(`, `#\Space`.
+    Character,
+    /// `#:foo`.
+    Uninterned,
+    /// `#*1011`.
+    BitVector,
+    /// `#b101`, `#o17`, `#xFF`, `#36rZZ`.
+    Radix,
+    /// `#1#`.
+    LabelRef,
+    /// `#` followed by a dispatch character the standard readtable does not define; kept as an
+    /// opaque atom so files written for custom readers still parse.
+    UnknownDispatch,
+    /// The opening (`(`, `#(`, `#3(`) or closing `)` of a list or vector.
+    Delimiter,
+    /// The text of a prefix such as `'`, `#+` or `#2A`.
+    Marker,
+    /// `( ... )`: children are the delimiters, the elements and the trivia between them.
+    List,
+    /// `#( ... )`.
+    Vector,
+    /// A prefix and the form(s) it applies to: children are the marker, trivia and forms.
+    Prefixed(Prefix),
+}
+
+impl NodeKind {
+    pub(crate) fn is_trivia(self) -> bool {
+        matches!(self, NodeKind::Bom | NodeKind::Whitespace | NodeKind::LineComment | NodeKind::BlockComment)
+    }
+
+    pub(crate) fn is_comment(self) -> bool {
+        matches!(self, NodeKind::LineComment | NodeKind::BlockComment)
+    }
+}
+
+/// The reader macro of a [`NodeKind::Prefixed`] node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prefix {
+    /// `'`
+    Quote,
+    /// `` ` ``
+    Backquote,
+    /// `,`
+    Unquote,
+    /// `,@`
+    UnquoteSplicing,
+    /// `,.`
+    UnquoteNSplicing,
+    /// `#'`
+    Function,
+    /// `#.`
+    ReadEval,
+    /// `#+`: a feature expression, then the form it guards.
+    FeaturePlus,
+    /// `#-`
+    FeatureMinus,
+    /// `#1=`
+    Label,
+    /// `#2A`
+    Array,
+    /// `#C`
+    Complex,
+    /// `#P`
+    Pathname,
+    /// `#S`
+    Structure,
+}
+
+impl Prefix {
+    /// How many forms the prefix consumes: a reader conditional reads a feature expression and
+    /// then the form it applies to.
+    pub(crate) fn forms(self) -> usize {
+        if self.is_reader_conditional() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// True for `#+` and `#-`, which apply to two forms: a feature expression and the form it
+    /// guards.
+    pub fn is_reader_conditional(self) -> bool {
+        matches!(self, Prefix::FeaturePlus | Prefix::FeatureMinus)
+    }
+}
 
 pub(crate) type Input<'a> = &'a [u8];
 pub(crate) type LexResult<'a, T> = IResult<Input<'a>, T, LexError<'a>>;

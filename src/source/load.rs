@@ -10,6 +10,8 @@
 //! Every other top-level form before them becomes the number `0`, at its own end, so that the
 //! compiler numbers the top-level forms and records where each begins as in the file itself.
 //! Blanked bytes become spaces; line breaks stay, so lines and columns stay too.
+//!
+//! See docs/design.md, "Source files".
 
 use std::ops::Range;
 

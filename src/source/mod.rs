@@ -1,6 +1,8 @@
 //! Source files as a lossless concrete syntax tree, and the structural edits built on it.
 //!
 //! Everything here runs in the server process on the file's bytes; no Lisp image is involved.
+//!
+//! See docs/design.md, "Source files".
 
 mod cst;
 mod diff;

@@ -1,4 +1,6 @@
 //! A bound on how many large inputs are parsed at once.
+//!
+//! See docs/design.md, "Source files".
 
 /// Inputs at least this large count as large parses, of which only [`MAX_LARGE_PARSES`] run at
 /// once: a parse takes a few times its input in memory while it runs.

@@ -1,5 +1,7 @@
 //! The swank frame: six lower-case hex digits giving the payload length in UTF-8 **bytes**, then
 //! the payload, one printed s-expression. The same framing serves Slynk.
+//!
+//! See docs/design.md, "The swank client".
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};

@@ -9,6 +9,8 @@
 //!
 //! When the socket closes, every pending request fails at once with a message naming the
 //! endpoint, as helix's LSP transport does, rather than waiting for a reply that cannot come.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::collections::HashMap;
 use std::fmt;
@@ -254,16 +256,6 @@ struct Shared {
     /// or a failed read or write.
     closed_by_client: AtomicBool,
     info: std::sync::OnceLock<ServerInfo>,
-    workers: Mutex<Workers>,
-}
-
-/// Server threads that serve this client's requests one after another (see
-/// [`Connection::add_worker`]).
-#[derive(Default)]
-struct Workers {
-    idle: Vec<i64>,
-    /// Idle or lent to a request.
-    count: usize,
 }
 
 impl Drop for Shared {
@@ -275,7 +267,7 @@ impl Drop for Shared {
 impl Connection {
     /// Connects, authenticates when a secret is given, and asks the server who it is.
     ///
-    /// A handshake that has gone unanswered for [`SECOND_CONNECTION_AFTER`] gets a second
+    /// A handshake that has gone unanswered for `SECOND_CONNECTION_AFTER` gets a second
     /// connection beside it, and the first to answer is kept: Slynk (SLY 1.0.43) sometimes
     /// starts a connection's reader thread before it has recorded the control thread the reader
     /// hands every message to, and such a connection never answers anything. SLIME's swank sets
@@ -361,7 +353,6 @@ impl Connection {
             close_reason: Mutex::new(None),
             closed_by_client: AtomicBool::new(false),
             info: std::sync::OnceLock::new(),
-            workers: Mutex::new(Workers::default()),
         });
         let closed = shared.closed.clone();
         tokio::spawn(write_loop(Arc::downgrade(&shared), outgoing, closed.clone()));
@@ -429,51 +420,6 @@ impl Connection {
         reply_rx.await.unwrap_or_else(|_| Err(shared.lost()))
     }
 
-    /// Adds `thread`, a server thread that takes requests from this client one after another (as
-    /// SLIME's REPL thread does), to the threads [`Connection::rex_on_worker`] sends to.
-    pub fn add_worker(&self, thread: i64) {
-        let mut workers = lock(&self.shared.workers);
-        workers.idle.push(thread);
-        workers.count += 1;
-    }
-
-    /// How many worker threads this client has, idle or busy.
-    pub fn worker_count(&self) -> usize {
-        lock(&self.shared.workers).count
-    }
-
-    /// Whether a worker is idle now.
-    pub fn has_idle_worker(&self) -> bool {
-        !lock(&self.shared.workers).idle.is_empty()
-    }
-
-    /// [`Connection::rex`] in an idle worker thread, else in a new thread. Most of a small
-    /// request's cost is the thread the server spawns for it; a worker was spawned once. The
-    /// worker serves only this request until its value comes back. After anything else (the
-    /// request aborted, perhaps with the thread, or this future dropped while the thread may still
-    /// run it) it is never sent another. A worker that has ended meanwhile is answered "thread not
-    /// found"; the request then goes to a new thread.
-    pub async fn rex_on_worker(&self, form: Form, package: &str) -> Reply {
-        let Some(lease) = self.lend_worker() else { return self.rex(form, package, Thread::New).await };
-        match self.rex(form.clone(), package, Thread::Id(lease.thread)).await {
-            Ok(value) => {
-                lease.give_back();
-                Ok(value)
-            }
-            Err(RexError::InvalidRpc(reason)) => {
-                tracing::debug!(thread = lease.thread, %reason, "a worker thread has ended");
-                drop(lease);
-                self.rex(form, package, Thread::New).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn lend_worker(&self) -> Option<WorkerLease<'_>> {
-        let thread = lock(&self.shared.workers).idle.pop()?;
-        Some(WorkerLease { shared: &self.shared, thread, given_back: false })
-    }
-
     /// Sends `form` to run in a new thread that, should it enter the server's debugger, waits
     /// there: the debugger entry is reported as a [`RexEvent`] instead of being unwound, and the
     /// thread takes requests sent to it with [`Thread::Id`] until a restart moves it on.
@@ -481,29 +427,6 @@ impl Connection {
         let (events_tx, events) = mpsc::unbounded_channel();
         let id = self.shared.send_request(form, package, Thread::New, Waiter::Debuggable(events_tx))?;
         Ok(DebuggableRex { shared: self.shared.clone(), id, events })
-    }
-}
-
-/// A worker lent to one request. Given back when its value came; dropped otherwise, when the
-/// worker is forgotten.
-struct WorkerLease<'a> {
-    shared: &'a Shared,
-    thread: i64,
-    given_back: bool,
-}
-
-impl WorkerLease<'_> {
-    fn give_back(mut self) {
-        self.given_back = true;
-        lock(&self.shared.workers).idle.push(self.thread);
-    }
-}
-
-impl Drop for WorkerLease<'_> {
-    fn drop(&mut self) {
-        if !self.given_back {
-            lock(&self.shared.workers).count -= 1;
-        }
     }
 }
 

@@ -6,6 +6,8 @@
 //! stands for `None`): a key the Lisp side renamed or dropped is an error that names it and where
 //! it was expected, instead of a silent default. Keys the struct does not declare are skipped, so
 //! a reply may carry more than one reader needs.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::fmt;
 

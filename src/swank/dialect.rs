@@ -1,5 +1,7 @@
 //! Swank (SLIME) and Slynk (SLY) speak the same protocol under different package names. The
 //! rest of the code asks [`Dialect`] for the names and never checks which server it talks to.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::str::FromStr;
 

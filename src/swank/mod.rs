@@ -1,6 +1,8 @@
 //! A Swank (SLIME) and Slynk (SLY) client. It knows nothing of MCP: it reads and prints the wire
 //! s-expressions, frames them, and runs one connection as an actor that matches replies to
 //! requests and answers every server event.
+//!
+//! See docs/design.md, "The swank client".
 
 pub mod codec;
 pub mod connection;

@@ -4,19 +4,14 @@
 //!
 //! Built with `nom` for the leaves; nesting is walked by hand so that depth can be bounded and a
 //! hostile peer cannot overflow the stack.
+//!
+//! See docs/design.md, "The swank client".
 
-use nom::{
-    branch::alt,
-    bytes::complete::take_while,
-    character::complete::{char, digit1, one_of},
-    combinator::{opt, recognize},
-    sequence::pair,
-    IResult, Parser,
-};
+use nom::{bytes::complete::take_while, character::complete::char, IResult, Parser};
 
 use std::borrow::Cow;
 
-use super::sexp::Sexp;
+use super::sexp::{number, Sexp};
 
 /// Deeper nesting than any real message; beyond it the input is rejected, not recursed into.
 const MAX_DEPTH: usize = 512;
@@ -462,43 +457,6 @@ fn split_package(raw: &str) -> Option<(&str, bool, &str)> {
         }
     }
     None
-}
-
-fn digits(input: &str) -> IResult<&str, &str> {
-    take_while(|c: char| c.is_ascii_digit()).parse(input)
-}
-
-fn sign(input: &str) -> IResult<&str, Option<char>> {
-    opt(alt((char('+'), char('-')))).parse(input)
-}
-
-/// Decimal integers (`12`, `-3`, `12.`), ratios (`1/3`) and floats (`1.5`, `.5`, `1e10`,
-/// `1.0d0`). Integers that fit in an `i64` become [`Sexp::Integer`].
-fn number(input: &str) -> IResult<&str, Sexp> {
-    let exponent = || pair(one_of("eEsSfFdDlL"), pair(sign, digit1));
-    let mut float = recognize((
-        sign,
-        alt((
-            recognize((digits, char('.'), digit1, opt(exponent()))),
-            recognize((digit1, opt(pair(char('.'), digits)), exponent())),
-        )),
-    ));
-    if let Ok(("", text)) = float.parse(input) {
-        return Ok(("", Sexp::Number(text.to_string())));
-    }
-    let mut ratio = recognize((sign, digit1, char('/'), digit1));
-    if let Ok(("", text)) = ratio.parse(input) {
-        return Ok(("", Sexp::Number(text.to_string())));
-    }
-    let (rest, text) = recognize((sign, digit1, opt(char('.')))).parse(input)?;
-    let integer = text.trim_end_matches('.');
-    let value = integer.parse::<i64>().map(Sexp::Integer).unwrap_or_else(|_| Sexp::Number(integer.to_string()));
-    Ok((rest, value))
-}
-
-/// Whether a symbol name would be read back as a number, so the printer must bar-quote it.
-pub(crate) fn looks_like_number(token: &str) -> bool {
-    matches!(number(token), Ok(("", _)))
 }
 
 #[cfg(test)]

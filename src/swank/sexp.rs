@@ -6,9 +6,20 @@
 //! `|...|`, and both servers read requests in a package that uses nothing, so only qualified
 //! symbols, keywords, strings, integers and lists may ever be printed. Making that a type rather
 //! than a convention means no code path can send anything else.
+//!
+//! See docs/design.md, "The swank client".
 
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
+
+use nom::{
+    branch::alt,
+    bytes::complete::take_while,
+    character::complete::{char, digit1, one_of},
+    combinator::{opt, recognize},
+    sequence::pair,
+    IResult, Parser,
+};
 
 /// A value read from the server. Symbol and keyword names are canonical Lisp names (the reader
 /// upcases unescaped characters, as the standard readtable does), so `:return` is `"RETURN"`.
@@ -167,7 +178,7 @@ fn is_plain_symbol_name(name: &str) -> bool {
     !name.is_empty()
         && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b"-*+/<>=!?%&$_.~^@[]{}".contains(&b))
         && !name.bytes().all(|b| b == b'.')
-        && !super::reader::looks_like_number(name)
+        && !looks_like_number(name)
 }
 
 fn write_lisp_string(f: &mut impl fmt::Write, s: &str) -> fmt::Result {
@@ -205,10 +216,69 @@ pub enum Form {
     List(Vec<Form>),
 }
 
+/// A string.
+impl From<&str> for Form {
+    fn from(text: &str) -> Self {
+        Form::String(text.to_string())
+    }
+}
+
+/// A string.
+impl From<String> for Form {
+    fn from(text: String) -> Self {
+        Form::String(text)
+    }
+}
+
+/// `t` or `nil`.
+impl From<bool> for Form {
+    fn from(flag: bool) -> Self {
+        if flag {
+            Form::T
+        } else {
+            Form::Nil
+        }
+    }
+}
+
+/// An integer.
+impl From<i64> for Form {
+    fn from(n: i64) -> Self {
+        Form::Integer(n)
+    }
+}
+
+/// An integer; one past the largest the wire carries is sent as that largest.
+impl From<u64> for Form {
+    fn from(n: u64) -> Self {
+        Form::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+
+/// An integer; one past the largest the wire carries is sent as that largest.
+impl From<usize> for Form {
+    fn from(n: usize) -> Self {
+        Form::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+
+/// The value, or `nil` when there is none.
+impl<T: Into<Form>> From<Option<T>> for Form {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Form::Nil, Into::into)
+    }
+}
+
 impl Form {
     /// Shorthand for [`Form::String`].
     pub fn string(s: impl Into<String>) -> Self {
         Form::String(s.into())
+    }
+
+    /// `(cl:list items...)`: in a request, which the server evaluates, a list of the items'
+    /// values.
+    pub fn list_of<T: Into<Form>>(items: impl IntoIterator<Item = T>) -> Self {
+        Form::call("cl", "list", items.into_iter().map(Into::into))
     }
 
     /// `(package:function args...)`.
@@ -291,6 +361,45 @@ impl fmt::Display for Form {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_wire())
     }
+}
+
+// The syntax of numbers, which the reader reads and the printer must not give a symbol's name.
+
+fn digits(input: &str) -> IResult<&str, &str> {
+    take_while(|c: char| c.is_ascii_digit()).parse(input)
+}
+
+fn sign(input: &str) -> IResult<&str, Option<char>> {
+    opt(alt((char('+'), char('-')))).parse(input)
+}
+
+/// Decimal integers (`12`, `-3`, `12.`), ratios (`1/3`) and floats (`1.5`, `.5`, `1e10`,
+/// `1.0d0`). Integers that fit in an `i64` become [`Sexp::Integer`].
+pub(crate) fn number(input: &str) -> IResult<&str, Sexp> {
+    let exponent = || pair(one_of("eEsSfFdDlL"), pair(sign, digit1));
+    let mut float = recognize((
+        sign,
+        alt((
+            recognize((digits, char('.'), digit1, opt(exponent()))),
+            recognize((digit1, opt(pair(char('.'), digits)), exponent())),
+        )),
+    ));
+    if let Ok(("", text)) = float.parse(input) {
+        return Ok(("", Sexp::Number(text.to_string())));
+    }
+    let mut ratio = recognize((sign, digit1, char('/'), digit1));
+    if let Ok(("", text)) = ratio.parse(input) {
+        return Ok(("", Sexp::Number(text.to_string())));
+    }
+    let (rest, text) = recognize((sign, digit1, opt(char('.')))).parse(input)?;
+    let integer = text.trim_end_matches('.');
+    let value = integer.parse::<i64>().map(Sexp::Integer).unwrap_or_else(|_| Sexp::Number(integer.to_string()));
+    Ok((rest, value))
+}
+
+/// Whether a symbol name would be read back as a number, so the printer must bar-quote it.
+fn looks_like_number(token: &str) -> bool {
+    matches!(number(token), Ok(("", _)))
 }
 
 #[cfg(test)]

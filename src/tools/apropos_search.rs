@@ -1,11 +1,13 @@
 //! `apropos-search`: the symbols whose names contain a string, with what each names.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -27,20 +29,15 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let query = args.required_str("query")?;
     let package = args.optional_str("package")?;
     let external_only = args.flag("external_only")?;
-    let request = vec![
-        Form::string(query),
-        Form::Keyword("package"),
-        package.map_or(Form::Nil, Form::string),
-        Form::Keyword("external-only"),
-        if external_only { Form::T } else { Form::Nil },
-    ];
-    let found = decode::<Matches>("apropos-search", &context.call_helper(args, "apropos-search", request).await?)?;
+    let request = Request::new("apropos-search").arg(query).key("package", package).key("external-only", external_only);
+    let found = decode::<Matches>("apropos-search", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(found.render(query, package)).with_structured(found.structured()))
 }
 

@@ -1,6 +1,6 @@
 //! A tool's arguments, declared once: each tool lists its [`Param`]s, and that one list gives both
 //! the `inputSchema` that `tools/list` shows and the checks a call's `arguments` pass before the
-//! tool runs (docs/design.md, "One call"). So the schema and the checks cannot disagree: an
+//! tool runs (docs/design.md, "The toolbox"). So the schema and the checks cannot disagree: an
 //! argument the list does not name is refused, naming the nearest one it does; a declared
 //! minimum, maximum or set of values is enforced where it is declared.
 //!
@@ -321,14 +321,25 @@ impl Arguments {
         images: Option<&[&str]>,
         value: Option<Value>,
     ) -> Result<Self, ArgumentError> {
+        Self::check(tool, params, images, &value)?;
+        Ok(Self::accept(params, value))
+    }
+
+    /// What [`Arguments::read`] checks, without taking the value.
+    pub fn check(
+        tool: &str,
+        params: &'static [Param],
+        images: Option<&[&str]>,
+        value: &Option<Value>,
+    ) -> Result<(), ArgumentError> {
         let values = match value {
-            None | Some(Value::Null) => Map::new(),
+            None | Some(Value::Null) => return Self::check_required(params, &Map::new()),
             Some(Value::Object(map)) => map,
             Some(other) => {
-                return Err(ArgumentError(format!("`arguments` must be a JSON object, got {}.", describe(&other))))
+                return Err(ArgumentError(format!("`arguments` must be a JSON object, got {}.", describe(other))))
             }
         };
-        for (name, value) in &values {
+        for (name, value) in values {
             match (params.iter().find(|p| p.name == name), images) {
                 (Some(param), _) if !value.is_null() => param.check(value)?,
                 (Some(_), _) => {}
@@ -336,10 +347,23 @@ impl Arguments {
                 (None, _) => return Err(unknown(tool, name, params, images.is_some_and(|images| images.len() > 1))),
             }
         }
-        if let Some(missing) = params.iter().find(|p| p.required && values.get(p.name).is_none_or(Value::is_null)) {
-            return Err(missing_argument(missing.name, &missing.expected()));
+        Self::check_required(params, values)
+    }
+
+    fn check_required(params: &[Param], values: &Map<String, Value>) -> Result<(), ArgumentError> {
+        match params.iter().find(|p| p.required && values.get(p.name).is_none_or(Value::is_null)) {
+            Some(missing) => Err(missing_argument(missing.name, &missing.expected())),
+            None => Ok(()),
         }
-        Ok(Self { values, params })
+    }
+
+    /// Arguments [`Arguments::check`] passed.
+    pub(crate) fn accept(params: &'static [Param], value: Option<Value>) -> Self {
+        let values = match value {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        Self { values, params }
     }
 
     /// Arguments that only name the image to work in, for a request the server makes on its own.
@@ -347,8 +371,14 @@ impl Arguments {
         Self { values: Map::from_iter([("image".to_string(), Value::from(image))]), params: &[] }
     }
 
-    fn get(&self, name: &str) -> Option<&Value> {
+    /// The value of argument `name`, if the call gives it (`null` counts as not given).
+    pub(crate) fn value(&self, name: &str) -> Option<&Value> {
         self.values.get(name).filter(|value| !value.is_null())
+    }
+
+    /// Every argument the call gives.
+    pub(crate) fn values(&self) -> &Map<String, Value> {
+        &self.values
     }
 
     /// The declaration of `name`; an argument read that its tool does not declare is a bug of
@@ -369,7 +399,7 @@ impl Arguments {
     }
 
     pub(crate) fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
-        match self.get(name) {
+        match self.value(name) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(wrong_type(name, "a string", other)),
@@ -378,7 +408,7 @@ impl Arguments {
 
     /// A flag: false when absent.
     pub(crate) fn flag(&self, name: &str) -> Result<bool, ArgumentError> {
-        match self.get(name) {
+        match self.value(name) {
             None => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
             Some(other) => Err(wrong_type(name, "true or false", other)),
@@ -388,7 +418,7 @@ impl Arguments {
     /// An integer, in the range its declaration gives.
     pub fn optional_u64(&self, name: &str) -> Result<Option<u64>, ArgumentError> {
         let param = self.param(name)?;
-        let Some(value) = self.get(name) else { return Ok(None) };
+        let Some(value) = self.value(name) else { return Ok(None) };
         param.check(value)?;
         integer(value).map(Some).ok_or_else(|| wrong_type(name, &param.expected(), value))
     }
@@ -397,7 +427,7 @@ impl Arguments {
     /// list counts as absent.
     pub fn optional_u64_list(&self, name: &str) -> Result<Option<Vec<u64>>, ArgumentError> {
         let param = self.param(name)?;
-        let Some(value) = self.get(name) else { return Ok(None) };
+        let Some(value) = self.value(name) else { return Ok(None) };
         param.check(value)?;
         let numbers: Vec<u64> = value.as_array().into_iter().flatten().filter_map(integer).collect();
         Ok((!numbers.is_empty()).then_some(numbers))
@@ -405,7 +435,7 @@ impl Arguments {
 
     /// A list of strings; absent means none.
     pub(crate) fn optional_str_list(&self, name: &str) -> Result<Vec<&str>, ArgumentError> {
-        match self.get(name) {
+        match self.value(name) {
             None => Ok(Vec::new()),
             Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
                 Ok(items.iter().filter_map(Value::as_str).collect())
@@ -417,8 +447,8 @@ impl Arguments {
     /// A list of objects, each read as the arguments its declaration gives; `None` when absent.
     pub(crate) fn optional_objects(&self, name: &str) -> Result<Option<Vec<Arguments>>, ArgumentError> {
         let param = self.param(name)?;
-        let (Kind::Objects(params), Some(Value::Array(items))) = (param.kind, self.get(name)) else {
-            return match self.get(name) {
+        let (Kind::Objects(params), Some(Value::Array(items))) = (param.kind, self.value(name)) else {
+            return match self.value(name) {
                 None => Ok(None),
                 Some(other) => Err(wrong_type(name, &param.expected(), other)),
             };
@@ -433,7 +463,7 @@ impl Arguments {
 
     /// A number in the range its declaration gives, or a name.
     pub(crate) fn optional_number_or_name(&self, name: &str) -> Result<Option<NumberOrName<'_>>, ArgumentError> {
-        match self.get(name) {
+        match self.value(name) {
             Some(Value::String(text)) => Ok(Some(NumberOrName::Name(text))),
             None => Ok(None),
             Some(_) => Ok(self.optional_u64(name)?.map(NumberOrName::Number)),

@@ -1,12 +1,14 @@
 //! `class-info`: a CLOS class's metaclass, superclasses, subclasses, precedence list and slots,
 //! per `contracts/class-info.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -27,12 +29,13 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request =
-        vec![Form::string(args.required_str("class")?), Form::Keyword("package"), super::package_argument(args)?];
-    let class = decode::<ClassInfo>("class-info", &context.call_helper(args, "class-info", request).await?)?;
+        Request::new("class-info").arg(args.required_str("class")?).key("package", super::package_argument(args)?);
+    let class = decode::<ClassInfo>("class-info", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }
 

@@ -1,12 +1,14 @@
 //! `compile-form`: compiles code in the image without running or defining anything, per
 //! `contracts/compile-form.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -28,17 +30,15 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![
-        Form::string(args.required_str("code")?),
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "compile-code", request).await?;
+    let request = Request::new("compile-code")
+        .arg(args.required_str("code")?)
+        .key("package", super::package_argument(args)?)
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     Ok(decode::<CompileReport>("compile-code", &reply)?.into_output(context.settings.max_output))
 }
 

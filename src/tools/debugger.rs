@@ -5,27 +5,24 @@
 //! helper request sent to that thread: it runs inside the stopped evaluation, where the frames
 //! are. An action that moves the evaluation on (a restart, returning from or restarting a frame,
 //! abort) is followed until the evaluation returns or stops again.
+//!
+//! See docs/design.md, "The toolbox".
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::arguments::NumberOrName;
-use super::evaluate_lisp::EvaluationReply;
-use super::lisp_reply::{check_failure, decode, restarts_section, Captured, ErrorReport};
+use super::debugger_sessions::{frames_section, DebuggerSession, SessionUnavailable, StopReport, FRAMES_SHOWN};
+use super::evaluate_lisp::outcome;
+use super::lisp_reply::{check_failure, decode, Captured};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::{
-    next_debugger_session_number, CallLimits, DebuggerSession, Evaluating, Evaluation, Image, SessionUnavailable,
-};
+use crate::image::{CallLimits, Request};
 use crate::swank::{Form, Sexp};
 
 /// A day, as evaluate-lisp's limit.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
-/// Frames shown when an evaluation stops, and by `backtrace` without `end`.
-const FRAMES_SHOWN: u64 = 20;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -63,7 +60,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let number = session_number(args.required_str("session")?)?;
@@ -74,13 +72,14 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    let (image, session) = take_session(context, number)?;
+    let sessions = context.debugger_sessions();
+    let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
+    let image = session.image.clone();
     let deadline = Instant::now() + limits.timeout;
-    let (function, request) = action.request();
-    let reply = image.call_in_debugger(&session.evaluation, session.thread, function, request, deadline, &limits).await;
+    let reply = image.call_in_debugger(&session.evaluation, session.thread, action.request(), deadline, &limits).await;
     match reply {
         Ok(Some(reply)) => {
-            image.keep_debugger_session(session);
+            sessions.keep(session);
             check_failure(&reply)?;
             action.render(number, &reply, context.settings.max_output)
         }
@@ -93,9 +92,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Err(e) => {
             let mut session = session;
             if session.evaluation.has_ended() {
-                image.end_debugger_session(number);
+                sessions.end(number);
             } else {
-                image.keep_debugger_session(session);
+                sessions.keep(session);
             }
             Err(e.into())
         }
@@ -112,23 +111,16 @@ fn session_number(text: &str) -> Result<u64, ToolError> {
     })
 }
 
-fn take_session(context: &ToolContext, number: u64) -> Result<(Arc<Image>, DebuggerSession), ToolError> {
-    let mut busy = false;
-    for image in context.images() {
-        match image.take_debugger_session(number) {
-            Ok(session) => return Ok((image.clone(), session)),
-            Err(SessionUnavailable::Busy) => busy = true,
-            Err(SessionUnavailable::Unknown) => {}
+fn unavailable_session(number: u64, unavailable: SessionUnavailable) -> ToolError {
+    ToolError::new(match unavailable {
+        SessionUnavailable::Busy => {
+            format!("Debugger session D{number} is busy with another debugger call; wait for it to finish.")
         }
-    }
-    Err(ToolError::new(if busy {
-        format!("Debugger session D{number} is busy with another debugger call; wait for it to finish.")
-    } else {
-        format!(
+        SessionUnavailable::Unknown => format!(
             "There is no debugger session D{number}: its evaluation has ended (a restart or abort moved it on, or it \
              waited longer than --debug-timeout), or it never existed. lisp-status lists the sessions waiting."
-        )
-    }))
+        ),
+    })
 }
 
 /// One debugger action and its arguments.
@@ -174,32 +166,23 @@ impl<'a> Action<'a> {
         })
     }
 
-    /// The helper function that does it in the stopped thread, and its arguments.
-    fn request(&self) -> (&'static str, Vec<Form>) {
-        let integer = |n: u64| Form::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    /// The request of the helper function that does it in the stopped thread.
+    fn request(&self) -> Request {
         match self {
-            Action::Backtrace { start, end } => {
-                ("debugger-report", vec![Form::Keyword("start"), integer(*start), Form::Keyword("end"), integer(*end)])
-            }
-            Action::Frame { frame } => ("debugger-frame", vec![integer(*frame)]),
-            Action::EvalInFrame { frame, code } => {
-                ("debugger-eval-in-frame", vec![Form::string(*code), integer(*frame)])
-            }
-            Action::InvokeRestart { restart, arguments } => (
-                "debugger-invoke-restart",
-                vec![
-                    match restart {
-                        NumberOrName::Number(n) => integer(*n),
-                        NumberOrName::Name(name) => Form::string(*name),
-                    },
-                    Form::call("cl", "list", arguments.iter().map(|text| Form::string(*text))),
-                ],
-            ),
+            Action::Backtrace { start, end } => Request::new("debugger-report").key("start", *start).key("end", *end),
+            Action::Frame { frame } => Request::new("debugger-frame").arg(*frame),
+            Action::EvalInFrame { frame, code } => Request::new("debugger-eval-in-frame").arg(*code).arg(*frame),
+            Action::InvokeRestart { restart, arguments } => Request::new("debugger-invoke-restart")
+                .arg(match restart {
+                    NumberOrName::Number(n) => Form::from(*n),
+                    NumberOrName::Name(name) => Form::from(*name),
+                })
+                .arg(Form::list_of(arguments.iter().copied())),
             Action::ReturnFromFrame { frame, code } => {
-                ("debugger-return-from-frame", vec![integer(*frame), Form::string(*code)])
+                Request::new("debugger-return-from-frame").arg(*frame).arg(*code)
             }
-            Action::RestartFrame { frame } => ("debugger-restart-frame", vec![integer(*frame)]),
-            Action::Abort => ("debugger-abort", vec![]),
+            Action::RestartFrame { frame } => Request::new("debugger-restart-frame").arg(*frame),
+            Action::Abort => Request::new("debugger-abort"),
         }
     }
 
@@ -258,124 +241,6 @@ impl<'a> Action<'a> {
     }
 }
 
-/// What follows an action that moved the evaluation of debugger session `session` on, or an
-/// evaluate-lisp call with `debug` (no session yet): the evaluation's final reply, or the report
-/// of where it stopped, as the same session when it never left the debugger, else as a new one.
-pub(crate) async fn outcome(
-    context: &ToolContext,
-    image: &Arc<Image>,
-    session: Option<u64>,
-    next: Result<Evaluation, crate::image::CallError>,
-    limits: &CallLimits,
-    deadline: Instant,
-) -> ToolResult {
-    let kept = match &next {
-        Ok(Evaluation::Stopped { resumed: false, .. }) => session,
-        _ => None,
-    };
-    if let (Some(number), None) = (session, kept) {
-        image.end_debugger_session(number);
-    }
-    match next {
-        Ok(Evaluation::Returned(reply)) => {
-            Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
-        }
-        Ok(Evaluation::Stopped { evaluation, thread, .. }) => {
-            let number = kept.unwrap_or_else(next_debugger_session_number);
-            stopped(context, image, number, evaluation, thread, limits, deadline).await
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Reports an evaluation stopped in the debugger as session `number`, and keeps it.
-pub(crate) async fn stopped(
-    context: &ToolContext,
-    image: &Arc<Image>,
-    number: u64,
-    evaluation: Evaluating,
-    thread: i64,
-    limits: &CallLimits,
-    deadline: Instant,
-) -> ToolResult {
-    let request =
-        vec![Form::Keyword("start"), Form::Integer(0), Form::Keyword("end"), Form::Integer(FRAMES_SHOWN as i64)];
-    // The report is asked for within the call's grace, even when its time limit has passed.
-    let deadline = deadline.max(Instant::now() + Duration::from_secs(5));
-    let reply = image.call_in_debugger(&evaluation, thread, "debugger-report", request, deadline, limits).await?;
-    let Some(reply) = reply else {
-        return Err(ToolError::new("The evaluation left the debugger before it could be described."));
-    };
-    check_failure(&reply)?;
-    let report = decode::<StopReport>("debugger-report", &reply)?;
-    let condition = format!("{}: {}", report.condition.type_name, first_line(&report.condition.message));
-    image.keep_debugger_session(DebuggerSession {
-        number,
-        thread,
-        condition,
-        since: std::time::Instant::now(),
-        evaluation,
-    });
-    Ok(report.into_output(number, context.settings.max_output, context.settings.debug_timeout))
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
-}
-
-/// The helper's `debugger-report`: why the evaluation stopped, its frames and its output so far.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct StopReport {
-    condition: ErrorReport,
-    frames: Vec<(u64, String)>,
-    stdout: Captured,
-    stderr: Captured,
-}
-
-impl StopReport {
-    fn into_output(self, number: u64, max_output: usize, debug_timeout: Duration) -> ToolOutput {
-        let mut sections =
-            vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
-        if !self.condition.restarts.is_empty() {
-            sections.push(restarts_section(&self.condition.restarts));
-        }
-        if !self.frames.is_empty() {
-            sections.push(frames_section(&self.frames));
-        }
-        sections.extend(self.stdout.section("[stdout]", max_output));
-        sections.extend(self.stderr.section("[stderr]", max_output));
-        let example = match self.condition.restarts.first() {
-            Some(_) => format!("{{\"session\": \"D{number}\", \"action\": \"invoke_restart\", \"restart\": 0}}"),
-            None => format!("{{\"session\": \"D{number}\", \"action\": \"abort\"}}"),
-        };
-        sections.push(format!(
-            "The evaluation waits in the debugger as session D{number}; it is aborted if nothing is done within {}. \
-             Act on it with the debugger tool, e.g. {example}.",
-            humantime::format_duration(debug_timeout)
-        ));
-        let structured = json!({
-            "values": [],
-            "stdout": self.stdout.shown(),
-            "stderr": self.stderr.text,
-            "warnings": [],
-            "package": "",
-            "error": self.condition.to_json(),
-            "debugger_session": format!("D{number}"),
-            "frames": self.frames.iter().map(|(index, call)| json!({"frame": index, "call": call})).collect::<Vec<_>>(),
-        });
-        ToolOutput::error(sections.join("\n\n")).with_structured(structured)
-    }
-}
-
-fn frames_section(frames: &[(u64, String)]) -> String {
-    let mut text = String::from("[Backtrace]");
-    for (index, call) in frames {
-        text.push_str(&format!("\n{index}: {call}"));
-    }
-    text
-}
-
 /// The helper's `debugger-frame`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -405,27 +270,6 @@ mod tests {
         assert_eq!(session_number("D12").unwrap(), 12);
         assert_eq!(session_number("3").unwrap(), 3);
         assert!(session_number("X1").unwrap_err().0.contains("such as \"D1\""));
-    }
-
-    #[test]
-    fn a_stop_report_lists_the_restarts_frames_and_how_to_go_on() {
-        let reply = read(
-            "(:condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
-             :backtrace nil :restarts ((\"RETRY-WRITE\" \"Retry the write\") (\"\" \"Anonymous\"))) \
-             :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :stdout (\"saving\" 0) :stderr (\"\" 0))",
-        )
-        .unwrap();
-        let output =
-            decode::<StopReport>("debugger-report", &reply).unwrap().into_output(4, 65536, Duration::from_secs(600));
-        assert!(output.is_error);
-        assert_eq!(
-            output.text,
-            "[DEBUGGER D4] SIMPLE-ERROR\ndisk full\n\n[Restarts]\n0: [RETRY-WRITE] Retry the write\n1: Anonymous\n\n\
-             [Backtrace]\n0: (ERROR \"disk full\")\n1: (SAVE 3)\n\n[stdout]\nsaving\n\n\
-             The evaluation waits in the debugger as session D4; it is aborted if nothing is done within 10m. Act on \
-             it with the debugger tool, e.g. {\"session\": \"D4\", \"action\": \"invoke_restart\", \"restart\": 0}."
-        );
-        assert_eq!(output.structured_value().unwrap()["debugger_session"], "D4");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `describe-symbol`: everything a symbol names in the image (function, macro, generic function
 //! and its methods, variable and its value, class, type), with call syntax, documentation and
 //! source file.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -27,10 +29,11 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let reply = context.call_helper(args, "describe-symbol", symbol_request(args)?).await?;
+    let reply = context.call_helper(args, symbol_request("describe-symbol", args)?).await?;
     let description = decode::<Description>("describe-symbol", &reply)?;
     Ok(ToolOutput::success(description.render()).with_structured(description.structured()))
 }

@@ -3,6 +3,8 @@
 //! syntax tree (contract: `edit-lisp-form.ja.md`), or several such edits at once, applied all or
 //! none. The edits run in this process; with `load`, the new forms are then loaded into the
 //! image as `load-form` loads them.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -13,11 +15,11 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::load_plan;
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
+use crate::image::Request;
 use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
-use crate::swank::Form;
 
 /// One edit's arguments, as a call gives them alone or as an element of `edits`.
 const FILE_PATH: Param = Param::text("file_path", "");
@@ -79,6 +81,7 @@ pub fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool {
     definition,
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
+    preview: Some(preview),
 };
 
 /// One edit as the call gives it.
@@ -169,6 +172,8 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
 
 /// What the edits did, for the reply and for loading their forms.
 struct Edited {
+    /// The fingerprint of the files as they were read.
+    read: Fingerprint,
     reports: Vec<EditReport>,
     /// Each file edited: its real path, its name in messages, its new text, and where in it the
     /// forms the edits wrote are.
@@ -186,11 +191,19 @@ struct EditedFile {
     modified: Option<SystemTime>,
 }
 
-/// Makes the edits `args` ask for, all or none, writing nothing for a dry run. With `for_load`,
-/// what loading their forms needs (each file's new text: a copy of the whole file).
-fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited, ToolError> {
+/// How the edits are made: only shown, or written (and then only on the files as the human who
+/// `approved` them saw them, if anyone did); with `for_load`, with what loading their forms needs
+/// (each file's new text: a copy of the whole file).
+struct Making {
+    dry_run: bool,
+    for_load: bool,
+    approved: Option<Fingerprint>,
+}
+
+/// Makes the edits `args` ask for, all or none, as `making` says.
+fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited, ToolError> {
+    let Making { dry_run, for_load, approved } = making;
     let edits = edit_arguments(args)?;
-    let dry_run = args.flag("dry_run")?;
     let requests: Vec<FileEdit> = edits.iter().map(EditArguments::request).collect();
     let prepared = prepare_edits(roots, &requests, read_limit(args)?).map_err(|refused| {
         if edits.len() == 1 {
@@ -207,6 +220,9 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited
             refused.error
         ))
     })?;
+    let read = Fingerprint::of_all(prepared.read_files().map(|(_, bytes)| bytes));
+    let names: Vec<String> = prepared.read_files().map(|(shown, _)| format!("`{shown}`")).collect();
+    Fingerprint::check_read(approved, "edit-lisp-form", &names.join(" or "), read)?;
     let mut files: Vec<EditedFile> = Vec::new();
     if for_load {
         for (report, path, text) in prepared.edits() {
@@ -246,7 +262,13 @@ fn edit(args: &Arguments, roots: &AllowedRoots, for_load: bool) -> Result<Edited
         [report] => structured(report, dry_run),
         reports => json!({"edits": reports.iter().map(|report| structured(report, dry_run)).collect::<Vec<_>>()}),
     };
-    Ok(Edited { text: texts.join("\n\n"), reports, files, structured })
+    Ok(Edited { read, text: texts.join("\n\n"), reports, files, structured })
+}
+
+/// What the human approving the edits is shown: their dry run, with the diffs.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let edited = edit(args, roots, Making { dry_run: true, for_load: false, approved: None })?;
+    Ok(Preview { text: edited.text, fingerprint: Some(edited.read) })
 }
 
 /// What one edit did (or would do), and its diff.
@@ -264,21 +286,26 @@ fn edit_text(report: &EditReport, dry_run: bool) -> String {
 /// The edits alone, as a source tool runs them (what the server runs when there is nothing to
 /// load).
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
+    edit_alone(args, roots, None)
+}
+
+fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerprint>) -> ToolResult {
     if args.flag("load")? && !args.flag("dry_run")? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
-    let edited = edit(args, roots, false)?;
+    let edited = edit(args, roots, Making { dry_run: args.flag("dry_run")?, for_load: false, approved })?;
     Ok(ToolOutput::success(edited.text).with_structured(edited.structured))
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let load = args.flag("load")? && !args.flag("dry_run")?;
-    let owned = args.clone();
+    let (owned, approved) = (args.clone(), context.approved);
     if !load {
-        return context.on_files(move |roots| run(&owned, roots)).await;
+        return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
-    let Edited { reports, files, text, mut structured } =
-        context.on_files(move |roots| edit(&owned, roots, true)).await?;
+    let making = Making { dry_run: false, for_load: true, approved };
+    let Edited { reports, files, text, mut structured, .. } =
+        context.on_files(move |roots| edit(&owned, roots, making)).await?;
     let mut sections = vec![text];
     let mut loads = Vec::new();
     let mut failed = false;
@@ -328,12 +355,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 
 /// Removes a deleted definition from the image; the note says what happened to it.
 async fn unload(context: &ToolContext, args: &Arguments, removed: &RemovedForm) -> Result<String, ToolError> {
-    let request = vec![
-        Form::string(removed.text.clone()),
-        Form::Keyword("package"),
-        removed.package.clone().map_or(Form::Nil, Form::string),
-    ];
-    let reply = context.call_helper(args, "unload-definition", request).await?;
+    let request =
+        Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
+    let reply = context.call_helper(args, request).await?;
     Ok(decode::<Unloaded>("unload-definition", &reply)?.note)
 }
 

@@ -1,16 +1,20 @@
 //! `evaluate-lisp`: evaluates code in the image's REPL session, per
 //! `contracts/evaluate-lisp.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::time::Instant;
 
-use super::debugger;
+use super::debugger_sessions::stopped;
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::CallLimits;
-use crate::swank::{Form, Sexp};
+use crate::image::{CallError, CallLimits, Evaluation, Image, Request};
+use crate::swank::Sexp;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure
 /// the number is a mistake when exceeded.
@@ -46,7 +50,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
@@ -61,39 +66,56 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    let mut request = vec![
-        Form::string(code),
-        Form::Keyword("package"),
-        package.map_or(Form::Nil, Form::string),
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    // Sent only when given, like the flags below: a request without them is the same as before.
-    for (key, limit) in [("print-length", print_length), ("print-level", print_level)] {
-        if let Some(limit) = limit {
-            request.extend([Form::Keyword(key), Form::Integer(limit as i64)]);
-        }
-    }
-    // Sent only when true: the helper refuses by default.
-    if !context.settings.value_handles {
-        request.extend([Form::Keyword("handles"), Form::Nil]);
-    }
-    if context.settings.allow_exit || image.launched_pid().is_some() {
-        request.extend([Form::Keyword("allow-exit"), Form::T]);
-    }
+    // The optional keys are sent only when given (or, for the flags, when they differ from the
+    // helper's default): a request without them is the same as before they existed.
+    let allow_exit = context.settings.allow_exit || image.launched_pid().is_some();
+    let request = Request::new("evaluate")
+        .arg(code)
+        .key("package", package)
+        .key("max-output", context.settings.max_output)
+        .key_if("print-length", print_length)
+        .key_if("print-level", print_level)
+        .key_if("handles", (!context.settings.value_handles).then_some(false))
+        .key_if("allow-exit", allow_exit.then_some(true));
     if debug {
-        request.extend([
-            Form::Keyword("debug"),
-            Form::T,
-            Form::Keyword("debug-timeout"),
-            Form::Integer(context.settings.debug_timeout.as_secs().max(1) as i64),
-        ]);
+        let request = request.key("debug", true).key("debug-timeout", context.settings.debug_timeout.as_secs().max(1));
         let deadline = tokio::time::Instant::now() + limits.timeout;
-        let next = image.call_helper_debuggable("evaluate", request, deadline, &limits).await;
-        return debugger::outcome(context, &image, None, next, &limits, deadline).await;
+        let next = image.call_helper_debuggable(request, deadline, &limits).await;
+        return outcome(context, &image, None, next, &limits, deadline).await;
     }
-    let reply = image.call_helper("evaluate", request, &limits).await?;
+    let reply = image.call_helper(request, &limits).await?;
     Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
+}
+
+/// What follows an action that moved the evaluation of debugger session `session` on, or an
+/// evaluate-lisp call with `debug` (no session yet): the evaluation's final reply, or the report
+/// of where it stopped, as the same session when it never left the debugger, else as a new one.
+pub(crate) async fn outcome(
+    context: &ToolContext,
+    image: &Arc<Image>,
+    session: Option<u64>,
+    next: Result<Evaluation, CallError>,
+    limits: &CallLimits,
+    deadline: Instant,
+) -> ToolResult {
+    let kept = match &next {
+        Ok(Evaluation::Stopped { resumed: false, .. }) => session,
+        _ => None,
+    };
+    let sessions = context.debugger_sessions();
+    if let (Some(number), None) = (session, kept) {
+        sessions.end(number);
+    }
+    match next {
+        Ok(Evaluation::Returned(reply)) => {
+            Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
+        }
+        Ok(Evaluation::Stopped { evaluation, thread, .. }) => {
+            let number = kept.unwrap_or_else(|| sessions.next_number());
+            stopped(context, image, (number, evaluation, thread), limits, deadline).await
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// After the restarts of an error the evaluation was unwound from.

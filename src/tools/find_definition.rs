@@ -1,5 +1,7 @@
 //! `find-definition`: where each definition of one or several symbols is, as file:line:column,
 //! and with `source` each definition's text as its file has it now.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -12,7 +14,7 @@ use std::path::Path;
 
 use super::LARGE_FILE;
 use crate::source::{locate_definition, top_level_form_at, AllowedRoots};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -35,7 +37,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;
@@ -53,16 +56,12 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // Each symbol is asked on its own: one that names nothing does not hide the others.
     let mut found: Vec<Result<Definitions, ToolError>> = Vec::new();
     for name in &names {
-        let request = vec![
-            Form::string(name.as_str()),
-            Form::Keyword("package"),
-            super::package_argument(args)?,
-            Form::Keyword("offset"),
-            Form::Integer(offset as i64),
-            Form::Keyword("limit"),
-            Form::Integer(limit as i64),
-        ];
-        let reply = context.call_helper(args, "find-definition", request).await;
+        let request = Request::new("find-definition")
+            .arg(name.as_str())
+            .key("package", super::package_argument(args)?)
+            .key("offset", offset)
+            .key("limit", limit);
+        let reply = context.call_helper(args, request).await;
         found.push(reply.and_then(|reply| decode::<Definitions>("find-definition", &reply)));
     }
     // A definition's text is read where lisp-outline may read: under the roots, or in the

@@ -1,6 +1,8 @@
 //! Source files the image points to: `lisp-outline` and `lisp-check-parens` may read (never
 //! write) files in the directories of the ASDF systems the image knows, where `find-definition`
 //! sends an agent, besides the files under `--root`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use serde::Deserialize;
 
 use super::lisp_reply::decode;
 use super::{Arguments, ToolContext, ToolError, ToolResult};
+use crate::image::Request;
 use crate::source::{AllowedRoots, PathError};
 
 /// How long asking the image for its systems may take; a source tool must not hang on an image.
@@ -92,7 +95,7 @@ pub(crate) async fn roots_holding(context: &ToolContext, file_path: &str) -> Res
 /// The image's ASDF system directories, resolved; `None` when the image cannot say.
 async fn ask(context: &ToolContext, image: &str) -> Option<Vec<PathBuf>> {
     let args = Arguments::for_image(image);
-    let reply = context.call_helper_within(&args, "system-directories", Vec::new(), ASK_TIMEOUT, "").await.ok()?;
+    let reply = context.call_helper_within(&args, Request::new("system-directories"), ASK_TIMEOUT, "").await.ok()?;
     let directories = decode::<Directories>("system-directories", &reply).ok()?.directories;
     Some(directories.iter().filter_map(|dir| Path::new(dir).canonicalize().ok()).collect())
 }

@@ -1,12 +1,14 @@
 //! `inspect`: what SLIME's inspector shows of a value (its type, slots, elements, hash-table
 //! entries, function and class facts), paged, each part with a handle to walk into; and the text
 //! behind a handle (a string, or output a reply cut) read in slices.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// Parts shown per page when the call gives no limit.
 const DEFAULT_PARTS: u64 = 50;
@@ -34,7 +36,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let handle = args.optional_str("handle")?;
@@ -42,28 +45,23 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let package = super::package_argument(args)?;
     let offset = args.optional_u64("offset")?.unwrap_or(0);
     let limit = args.optional_u64("limit")?;
-    let target =
+    let request = Request::new("inspect-value");
+    let request =
         match (handle, code) {
-            (Some(handle), None) => [Form::Keyword("handle"), Form::string(handle)],
-            (None, Some(code)) => [Form::Keyword("code"), Form::string(code)],
+            (Some(handle), None) => request.key("handle", handle),
+            (None, Some(code)) => request.key("code", code),
             (Some(_), Some(_)) => return Err(ToolError::new("Give either `handle` or `code`, not both.")),
             (None, None) => return Err(ToolError::new(
                 "Give `handle` (such as \"@3\", from an earlier evaluate-lisp or inspect reply) or `code` to evaluate.",
             )),
         };
     let max_text = context.settings.max_output as u64;
-    let mut request: Vec<Form> = target.into();
-    request.extend([
-        Form::Keyword("package"),
-        package,
-        Form::Keyword("offset"),
-        Form::Integer(offset as i64),
-        Form::Keyword("limit"),
-        Form::Integer(limit.unwrap_or(DEFAULT_PARTS).min(MAX_PARTS) as i64),
-        Form::Keyword("text-limit"),
-        Form::Integer(limit.unwrap_or(max_text).min(max_text) as i64),
-    ]);
-    let page = decode::<Page>("inspect-value", &context.call_helper(args, "inspect-value", request).await?)?;
+    let request = request
+        .key("package", package)
+        .key("offset", offset)
+        .key("limit", limit.unwrap_or(DEFAULT_PARTS).min(MAX_PARTS))
+        .key("text-limit", limit.unwrap_or(max_text).min(max_text));
+    let page = decode::<Page>("inspect-value", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(page.render()).with_structured(&page))
 }
 

@@ -1,5 +1,7 @@
 //! `lisp-check-parens`: whether Lisp text reads as complete forms, and if not, where the first
 //! problem is and which opener it belongs to. Runs in this process on the source CST.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 
@@ -42,6 +44,7 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
+    preview: None,
 };
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {

@@ -1,5 +1,7 @@
 //! `lisp-outline`: a compact map of a Lisp source file's top-level forms, one line each, read
 //! from the source CST in this process; with `source`, each form's text under its line.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 
@@ -45,6 +47,7 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
+    preview: None,
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.

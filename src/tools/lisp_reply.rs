@@ -1,6 +1,8 @@
 //! The shapes the helper returns, shared by the image tools: captured text with the count of
 //! characters cut in the image, error reports, failures, and source locations; and the one way
 //! every tool decodes a reply.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::fmt;
 

@@ -1,5 +1,7 @@
 //! `lisp-status`: what swank-mcp is attached to: implementation, server, connection, the
 //! session's package, threads, evaluations in flight, memory and features.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,9 +9,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::DebuggerSessionSummary;
+use crate::image::Request;
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
@@ -25,17 +28,16 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let image = context.image(args)?;
-    let debugger_sessions = image.debugger_sessions();
+    let debugger_sessions = context.debugger_sessions().in_image(&image);
     // The image names each session's thread as the threads tool does, from the server's id.
-    let request = vec![
-        Form::Keyword("debugger-threads"),
-        Form::call("cl", "list", debugger_sessions.iter().map(|session| Form::Integer(session.thread))),
-    ];
-    let facts = decode::<ImageFacts>("status", &context.call_helper(args, "status", request).await?)?;
+    let threads = Form::list_of(debugger_sessions.iter().map(|session| session.thread));
+    let request = Request::new("status").key("debugger-threads", threads);
+    let facts = decode::<ImageFacts>("status", &context.call_helper(args, request).await?)?;
     let Some(connection) = image.current_connection() else {
         return Err(ToolError::new(
             "The connection to the image closed while its status was read; call lisp-status again to reconnect.",

@@ -1,5 +1,7 @@
 //! `load-file`: compile a whole source file and load it into the image (Emacs's C-c C-k), with
 //! every compiler condition at file:line:column.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 
@@ -8,11 +10,11 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::LoadReport;
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolResult, LARGE_FILE_ARGUMENT,
-    LOADED_FILE,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::source::definition_count;
-use crate::swank::Form;
+use crate::image::Request;
+use crate::source::{definition_count, AllowedRoots};
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
@@ -30,24 +32,33 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
+
+/// What the human approving the load is shown: the file it compiles.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let file = roots
+        .read(Path::new(args.required_str("file_path")?), read_limit(args)?)
+        .map_err(|error| ToolError::new(format!("load-file was not run: {error}")))?;
+    Ok(Preview {
+        text: format!("Compiles and loads the file {}:\n{}", file.shown, String::from_utf8_lossy(&file.bytes)),
+        fingerprint: Some(Fingerprint::of(&file.bytes)),
+    })
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     let counted = definition_count(&file.bytes);
     // The image opens the path again, and must load only the file read here (see
     // CALL-WITH-CHECKED-FILE in loading.lisp); an inode may pass i64, hence text.
     let (device, inode) = file.identity;
-    let request = vec![
-        Form::string(file.path.display().to_string()),
-        Form::Keyword("device"),
-        Form::string(device.to_string()),
-        Form::Keyword("inode"),
-        Form::string(inode.to_string()),
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "load-source-file", request).await?;
+    let request = Request::new("load-source-file")
+        .arg(file.path.display().to_string())
+        .key("device", device.to_string())
+        .key("inode", inode.to_string())
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     let report = decode::<LoadReport>("load-source-file", &reply)?;
     let contents = match counted {
         Some((forms, definitions)) => format!(

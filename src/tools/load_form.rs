@@ -1,6 +1,8 @@
 //! `load-form`: compile one definition of a source file into the image, with its source location
 //! (Emacs's C-c C-c). Also what `edit-lisp-form` with `load` and `load-file` share: the request
 //! to the helper and how its report reads.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,10 +12,11 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::{
-    read_limit, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
+    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::source::{LoadPlan, LoadTarget};
+use crate::image::Request;
+use crate::source::{AllowedRoots, LoadPlan, LoadTarget, SourceFile};
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -39,17 +42,49 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let file_path = args.required_str("file_path")?;
+    let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
+    let plan = plan(args, &file)?;
+    let loaded = load_plan(context, args, &file.path, file.modified, &plan).await?;
+    Ok(loaded.into_output(&file.shown, &plan, None))
+}
+
+/// The definition `args` name in `file`, to load.
+fn plan(args: &Arguments, file: &SourceFile) -> Result<LoadPlan, ToolError> {
     let form_type = args.required_str("form_type")?;
     let form_name = args.required_str("form_name")?;
     let index = args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok());
-    let file = context.roots().read(Path::new(file_path), read_limit(args)?)?;
-    let plan = LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)?;
-    let loaded = load_plan(context, args, &file.path, file.modified, &plan).await?;
-    Ok(loaded.into_output(&file.shown, &plan, None))
+    LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)
+}
+
+/// What the human approving the load is shown: the lines of the definition it compiles, with
+/// where they are.
+fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let refused = |error: ToolError| ToolError::new(format!("load-form was not run: {error}"));
+    let file =
+        roots.read(Path::new(args.required_str("file_path")?), read_limit(args)?).map_err(|e| refused(e.into()))?;
+    let plan = plan(args, &file).map_err(refused)?;
+    let Some(target) = plan.targets.first() else {
+        return Err(refused(ToolError::new(format!("no such definition in {}.", file.shown))));
+    };
+    let text = String::from_utf8_lossy(&file.bytes);
+    let lines: Vec<&str> =
+        text.lines().skip(target.lines.first - 1).take(target.lines.last + 1 - target.lines.first).collect();
+    Ok(Preview {
+        text: format!(
+            "Compiles {} from {}:{}-{} into the image:\n{}",
+            target.described,
+            file.shown,
+            target.lines.first,
+            target.lines.last,
+            lines.join("\n")
+        ),
+        fingerprint: Some(Fingerprint::of(&file.bytes)),
+    })
 }
 
 /// Sends `plan` to the image to compile and load, as the text of the file at `path` last modified
@@ -66,29 +101,17 @@ pub(crate) async fn load_plan(
         .iter()
         .flat_map(|target| {
             target.guards.iter().map(|(marker, feature)| {
-                Form::call(
-                    "cl",
-                    "list",
-                    [
-                        Form::string(format!("#{marker}{feature}")),
-                        Form::string(marker.clone()),
-                        Form::string(feature.clone()),
-                    ],
-                )
+                Form::list_of([format!("#{marker}{feature}"), marker.clone(), feature.clone()])
             })
         })
         .collect::<Vec<_>>();
-    let request = vec![
-        Form::string(path.display().to_string()),
-        Form::string(String::from_utf8_lossy(&plan.text).into_owned()),
-        Form::Keyword("guards"),
-        Form::call("cl", "list", guards),
-        Form::Keyword("write-date"),
-        universal_time(modified),
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "load-source", request).await?;
+    let request = Request::new("load-source")
+        .arg(path.display().to_string())
+        .arg(String::from_utf8_lossy(&plan.text).into_owned())
+        .key("guards", Form::list_of(guards))
+        .key("write-date", universal_time(modified))
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     decode::<LoadReport>("load-source", &reply)
 }
 

@@ -1,5 +1,7 @@
 //! `load-system`: ASDF's `load-system` in the image, with its output and compiler warnings
 //! captured and summarised, and progress reports while it runs.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 /// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
 const MAX_KEPT_WARNINGS: u64 = 10_000;
@@ -37,23 +39,18 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let system = args.required_str("system")?;
     let force = args.flag("force")?;
-    let request = vec![
-        Form::string(system),
-        Form::Keyword("force"),
-        if force { Form::T } else { Form::Nil },
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
+    let request =
+        Request::new("load-system").arg(system).key("force", force).key("max-output", context.settings.max_output);
     let reply = context
         .call_helper_reporting(
             args,
             (
-                "load-system",
                 request,
                 context.settings.eval_timeout.max(LOAD_TIMEOUT),
                 "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \

@@ -1,12 +1,15 @@
 //! `macroexpand-form`: expands a macro form in the image, one step or fully, per
 //! `contracts/macroexpand-form.md`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::swank::{Form, Sexp};
+use crate::image::Request;
+use crate::swank::Sexp;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
@@ -28,19 +31,16 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![
-        Form::string(args.required_str("form")?),
-        Form::Keyword("full"),
-        if args.flag("full")? { Form::T } else { Form::Nil },
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context.call_helper(args, "expand-form", request).await?;
+    let request = Request::new("expand-form")
+        .arg(args.required_str("form")?)
+        .key("full", args.flag("full")?)
+        .key("package", super::package_argument(args)?)
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
     render(&reply, context.settings.max_output)
 }
 

@@ -1,36 +1,52 @@
-//! The tools layer: one module per tool. Each builds its request, runs it (in the attached image
-//! or, for source-file tools, in this process) and formats the reply as its contract says.
-//! Nothing here knows about JSON-RPC; the MCP layer hands over a name, arguments and a
-//! cancellation token and gets back a [`ToolOutput`].
+//! The tools layer (docs/design.md, "Layers"): one module per tool. Each declares its arguments
+//! once, builds its request, runs it (in the attached image or, for source-file tools, in this
+//! process) and formats the reply as its contract says. Nothing here knows about JSON-RPC, nor
+//! about approvals or records: the [`crate::pipeline`] hands over a checked call and a
+//! cancellation token, and gets back a [`ToolOutput`].
 
-pub mod apropos_search;
 pub mod arguments;
-pub mod class_info;
-pub mod compile_form;
-pub mod debugger;
-pub mod describe_symbol;
-pub mod edit_lisp_form;
-pub mod evaluate_lisp;
-pub mod find_definition;
-pub mod image_approval;
+pub mod debugger_sessions;
 pub(crate) mod image_sources;
-pub mod inspect;
-pub mod lisp_check_parens;
-pub mod lisp_outline;
 pub(crate) mod lisp_reply;
-pub mod lisp_status;
-pub mod load_file;
-pub mod load_form;
-pub mod load_system;
-pub mod macroexpand_form;
 pub mod output;
-pub mod profile;
+pub mod preview;
 pub mod progress;
-pub mod run_tests;
-pub mod threads;
-pub mod trace;
-pub mod undo;
-pub mod xref;
+
+/// Declares each tool's module and lists its `TOOL` in the order `tools/list` shows them.
+macro_rules! tools {
+    ($($tool:ident),* $(,)?) => {
+        $(pub mod $tool;)*
+
+        /// Every tool, in the order `tools/list` shows them.
+        static TOOLS: &[Tool] = &[$($tool::TOOL),*];
+    };
+}
+
+// Adding a tool is its own file and a line here.
+tools! {
+    evaluate_lisp,
+    inspect,
+    debugger,
+    compile_form,
+    macroexpand_form,
+    class_info,
+    describe_symbol,
+    apropos_search,
+    find_definition,
+    xref,
+    load_system,
+    run_tests,
+    trace,
+    profile,
+    threads,
+    lisp_status,
+    edit_lisp_form,
+    load_form,
+    load_file,
+    lisp_check_parens,
+    lisp_outline,
+    undo,
+}
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,9 +59,11 @@ pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
-use crate::image::{CallLimits, Image, ImageSettings};
+use crate::image::{CallLimits, Image, ImageSettings, Request};
 pub use arguments::{ArgumentError, Arguments, Param};
+use debugger_sessions::DebuggerSessions;
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
+pub use preview::{Fingerprint, Preview};
 pub use progress::{Progress, ProgressUpdate};
 
 /// Files larger than this are read by the source tools only when asked with `large_file`.
@@ -89,7 +107,13 @@ pub struct Tool {
     pub definition: fn() -> ToolDefinition,
     /// The tool's function, and whether it needs an image.
     pub run: Run,
+    /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
+    /// the code or arguments: an edit's diff, the code a load compiles.
+    pub preview: Option<PreviewFn>,
 }
+
+/// A tool's preview of a call, made on the allowed roots.
+pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>;
 
 impl Tool {
     /// `arguments` checked against the tool's declaration, as a server with one image checks
@@ -118,38 +142,19 @@ pub enum Run {
     },
 }
 
-/// Every tool, in the order `tools/list` shows them: adding one is its own file and a line here.
-static TOOLS: &[Tool] = &[
-    evaluate_lisp::TOOL,
-    inspect::TOOL,
-    debugger::TOOL,
-    compile_form::TOOL,
-    macroexpand_form::TOOL,
-    class_info::TOOL,
-    describe_symbol::TOOL,
-    apropos_search::TOOL,
-    find_definition::TOOL,
-    xref::TOOL,
-    load_system::TOOL,
-    run_tests::TOOL,
-    trace::TOOL,
-    profile::TOOL,
-    threads::TOOL,
-    lisp_status::TOOL,
-    edit_lisp_form::TOOL,
-    load_form::TOOL,
-    load_file::TOOL,
-    lisp_check_parens::TOOL,
-    lisp_outline::TOOL,
-    undo::TOOL,
-];
-
 /// A tool a [`Toolbox`] offers.
-struct Offered {
+pub struct Offered {
     definition: ToolDefinition,
-    run: &'static Run,
+    tool: &'static Tool,
     /// It takes the `image` argument.
     image_argument: bool,
+}
+
+impl Offered {
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.definition.name
+    }
 }
 
 /// Every tool's definition and how it runs.
@@ -158,7 +163,7 @@ fn all_tools() -> Vec<Offered> {
         .iter()
         .map(|tool| Offered {
             definition: (tool.definition)(),
-            run: &tool.run,
+            tool,
             image_argument: matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. }),
         })
         .collect()
@@ -166,13 +171,13 @@ fn all_tools() -> Vec<Offered> {
 
 /// The optional `package` argument as the helper takes it: its name, or nil for the session's.
 fn package_argument(args: &Arguments) -> Result<Form, ArgumentError> {
-    Ok(args.optional_str("package")?.map_or(Form::Nil, Form::string))
+    Ok(args.optional_str("package")?.into())
 }
 
-/// The helper arguments of a tool that asks about one symbol, `{symbol, package?}`: the name as a
-/// string (read in the image) and the package or nil.
-fn symbol_request(args: &Arguments) -> Result<Vec<Form>, ArgumentError> {
-    Ok(vec![Form::string(args.required_str("symbol")?), Form::Keyword("package"), package_argument(args)?])
+/// The request of a tool that asks `function` about one symbol, `{symbol, package?}`: the name as
+/// a string (read in the image) and the package or nil.
+fn symbol_request(function: &'static str, args: &Arguments) -> Result<Request, ArgumentError> {
+    Ok(Request::new(function).arg(args.required_str("symbol")?).key("package", package_argument(args)?))
 }
 
 /// Server-wide settings the tools read.
@@ -199,6 +204,8 @@ pub struct Toolbox {
     roots: AllowedRoots,
     /// The tools offered and how each runs.
     offered: Vec<Offered>,
+    /// Evaluations stopped in an image's debugger, for the debugger tool.
+    debugger_sessions: DebuggerSessions,
 }
 
 /// Which tools a server offers, from `--tools` and `--read-only`.
@@ -211,16 +218,11 @@ pub struct ToolSelection {
 }
 
 impl Toolbox {
-    /// The directories the source tools may read and write.
-    pub(crate) fn roots(&self) -> &AllowedRoots {
-        &self.roots
-    }
-
     /// `images` must not be empty; the first one is the default.
     pub fn new(settings: Settings, images: Vec<ImageSettings>, roots: AllowedRoots) -> Self {
         assert!(!images.is_empty(), "at least one image is configured");
         let images: Vec<Arc<Image>> = images.into_iter().map(|s| Arc::new(Image::new(s))).collect();
-        Self { settings, images, roots, offered: all_tools() }
+        Self { settings, images, roots, offered: all_tools(), debugger_sessions: DebuggerSessions::default() }
     }
 
     /// Offers only the selected tools. An unknown name is an error that lists the known ones.
@@ -243,9 +245,7 @@ impl Toolbox {
 
     /// Aborts the evaluations stopped in the debugger of every image, for a server that exits.
     pub async fn abort_debugger_sessions(&self) {
-        for image in &self.images {
-            image.abort_debugger_sessions().await;
-        }
+        self.debugger_sessions.abort_all().await;
     }
 
     /// Ends this server's session in every image it is connected to, for a server that exits:
@@ -274,20 +274,45 @@ impl Toolbox {
             .collect()
     }
 
-    /// A call's `arguments` for tool `name`, checked against its declaration; `None` when the
-    /// tool is not offered.
-    pub fn arguments(&self, name: &str, arguments: Option<Value>) -> Option<Result<Arguments, ArgumentError>> {
-        let offered = self.offered.iter().find(|offered| offered.definition.name == name)?;
+    /// The tool `name`, if this toolbox offers it: a tool left out by --tools or --read-only does
+    /// not exist for the client.
+    pub fn tool(&self, name: &str) -> Option<&Offered> {
+        self.offered.iter().find(|offered| offered.definition.name == name)
+    }
+
+    /// Checks a call's `arguments` for `tool` against its declaration.
+    pub fn check_arguments(&self, tool: &Offered, arguments: &Option<Value>) -> Result<(), ArgumentError> {
         let names = self.image_names();
-        let images = offered.image_argument.then_some(names.as_slice());
-        Some(Arguments::read(name, offered.definition.arguments, images, arguments))
+        let images = tool.image_argument.then_some(names.as_slice());
+        Arguments::check(tool.name(), tool.definition.arguments, images, arguments)
+    }
+
+    /// A call's `arguments` for `tool`, which [`Toolbox::check_arguments`] passed.
+    pub(crate) fn accept_arguments(&self, tool: &Offered, arguments: Option<Value>) -> Arguments {
+        Arguments::accept(tool.definition.arguments, arguments)
+    }
+
+    /// The image a call with `arguments` works in: the one its `image` argument names, or the
+    /// default; `None` when it names none that is configured.
+    pub fn image_for(&self, arguments: &Option<Value>) -> Option<Arc<Image>> {
+        match arguments.as_ref().and_then(|arguments| arguments.get("image")).and_then(Value::as_str) {
+            Some(name) => self.images.iter().find(|image| image.name() == name).cloned(),
+            None => self.images.first().cloned(),
+        }
+    }
+
+    /// The time limit of an evaluation when the call gives none, which the requests the server
+    /// makes of its own (to Emacs, through the image) take too.
+    pub(crate) fn eval_timeout(&self) -> Duration {
+        self.settings.eval_timeout
     }
 
     fn image_names(&self) -> Vec<&str> {
         self.images.iter().map(|image| image.name()).collect()
     }
 
-    /// Runs tool `name`; `None` when there is no such tool.
+    /// Runs tool `name`, its arguments checked first but never approved nor observed (the
+    /// [`crate::pipeline`] does that for a server's calls); `None` when there is no such tool.
     pub async fn call(
         self: &Arc<Self>,
         name: &str,
@@ -305,31 +330,51 @@ impl Toolbox {
         cancel: CancellationToken,
         progress: Progress,
     ) -> Option<ToolOutput> {
-        // A tool left out by --tools or --read-only does not exist for the client.
-        let run = self.offered.iter().find(|offered| offered.definition.name == name)?.run;
-        let args = match self.arguments(name, arguments)? {
-            Ok(args) => args,
-            Err(e) => return Some(ToolError::from(e).into()),
-        };
-        let result = match run {
-            Run::Image(tool) | Run::Source { call: tool, .. } => {
-                let context = ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress };
-                let result = tool(&context, &args).await;
-                // A fresh image in place of one that ended is news the agent must not miss: its
-                // earlier definitions are gone.
-                match context.image(&args).ok().and_then(|image| image.take_replacement_note()) {
-                    Some(note) => match result {
-                        Ok(mut output) => {
-                            output.text = format!("{note}\n\n{}", output.text);
-                            Ok(output)
-                        }
-                        Err(error) => Err(ToolError::new(format!("{note}\n\n{}", error.0))),
-                    },
-                    None => result,
+        let tool = self.tool(name)?;
+        if let Err(error) = self.check_arguments(tool, &arguments) {
+            return Some(ToolError::from(error).into());
+        }
+        let args = self.accept_arguments(tool, arguments);
+        Some(self.run(tool, &args, cancel, progress, None).await)
+    }
+
+    /// What the human approving a call of `tool` with `args` is shown: the tool's own preview, or
+    /// the call's code or arguments.
+    pub(crate) async fn preview(self: &Arc<Self>, tool: &Offered, args: &Arguments) -> Result<Preview, ToolError> {
+        let Some(preview) = tool.tool.preview else { return Ok(preview::of_arguments(args)) };
+        let (toolbox, args) = (self.clone(), args.clone());
+        tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+    }
+
+    /// Runs `tool` with `args`, which [`Toolbox::check_arguments`] passed; `approved` is the
+    /// fingerprint of what the human approved, which the tool checks before it acts.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        tool: &Offered,
+        args: &Arguments,
+        cancel: CancellationToken,
+        progress: Progress,
+        approved: Option<Fingerprint>,
+    ) -> ToolOutput {
+        let (Run::Image(function) | Run::Source { call: function, .. }) = tool.tool.run;
+        let context =
+            ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved };
+        let result = function(&context, args).await;
+        // A fresh image in place of one that ended is news the agent must not miss: its earlier
+        // definitions are gone.
+        let result = match context.image(args).ok().and_then(|image| image.take_replacement_note()) {
+            Some(note) => match result {
+                Ok(mut output) => {
+                    output.text = format!("{note}\n\n{}", output.text);
+                    Ok(output)
                 }
-            }
+                Err(error) => Err(ToolError::new(format!("{note}\n\n{}", error.0))),
+            },
+            None => result,
         };
-        Some(result.unwrap_or_else(ToolOutput::from))
+        result.unwrap_or_else(ToolOutput::from)
     }
 }
 
@@ -347,6 +392,8 @@ pub struct ToolContext {
     pub(crate) settings: Settings,
     pub(crate) cancel: CancellationToken,
     pub(crate) progress: Progress,
+    /// The fingerprint of what the human approved, when the call was approved with one.
+    pub(crate) approved: Option<Fingerprint>,
 }
 
 impl ToolContext {
@@ -358,6 +405,11 @@ impl ToolContext {
     /// The directories the source tools may read and write.
     pub fn roots(&self) -> &AllowedRoots {
         &self.toolbox.roots
+    }
+
+    /// The evaluations stopped in an image's debugger.
+    pub(crate) fn debugger_sessions(&self) -> &DebuggerSessions {
+        &self.toolbox.debugger_sessions
     }
 
     /// Runs `work` on the allowed roots off the async workers, as the source tools run.
@@ -386,14 +438,9 @@ impl ToolContext {
     /// Calls `function` of the helper in the image `args` names, within the server's evaluation
     /// time limit and with this call's cancellation, and checks the reply: a failure the helper
     /// reports (no such package, a Lisp error, a timeout) comes back as the output to return.
-    pub async fn call_helper(
-        &self,
-        args: &Arguments,
-        function: &'static str,
-        request: Vec<Form>,
-    ) -> Result<Sexp, ToolError> {
+    pub async fn call_helper(&self, args: &Arguments, request: Request) -> Result<Sexp, ToolError> {
         let advice = "Start swank-mcp with a larger --eval-timeout if this needs longer.";
-        self.call_helper_within(args, function, request, self.settings.eval_timeout, advice).await
+        self.call_helper_within(args, request, self.settings.eval_timeout, advice).await
     }
 
     /// [`ToolContext::call_helper_within`] for a long call (a load, a test run), reporting
@@ -402,14 +449,14 @@ impl ToolContext {
     pub(crate) async fn call_helper_reporting(
         &self,
         args: &Arguments,
-        call: (&'static str, Vec<Form>, Duration, &'static str),
+        call: (Request, Duration, &'static str),
         activity_function: &'static str,
         doing: &str,
     ) -> Result<Sexp, ToolError> {
         const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
         const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
-        let (function, request, timeout, timeout_advice) = call;
-        let run = self.call_helper_within(args, function, request, timeout, timeout_advice);
+        let (request, timeout, timeout_advice) = call;
+        let run = self.call_helper_within(args, request, timeout, timeout_advice);
         tokio::pin!(run);
         let started = tokio::time::Instant::now();
         let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
@@ -419,7 +466,7 @@ impl ToolContext {
                 _ = ticker.tick(), if self.progress.is_enabled() => {
                     // A report without the activity is still progress: any failure to get it is ignored.
                     let activity = self
-                        .call_helper_within(args, activity_function, Vec::new(), ACTIVITY_TIMEOUT, "")
+                        .call_helper_within(args, Request::new(activity_function), ACTIVITY_TIMEOUT, "")
                         .await
                         .ok()
                         .and_then(|reply| crate::swank::from_sexp::<Activity>(&reply).ok())
@@ -437,14 +484,13 @@ impl ToolContext {
     pub async fn call_helper_within(
         &self,
         args: &Arguments,
-        function: &'static str,
-        request: Vec<Form>,
+        request: Request,
         timeout: Duration,
         timeout_advice: &'static str,
     ) -> Result<Sexp, ToolError> {
         let image = self.image(args)?;
         let limits = CallLimits { timeout, timeout_advice, cancel: self.cancel.clone() };
-        let reply = image.call_helper(function, request, &limits).await?;
+        let reply = image.call_helper(request, &limits).await?;
         lisp_reply::check_failure(&reply)?;
         Ok(reply)
     }

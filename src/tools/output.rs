@@ -1,4 +1,6 @@
 //! What a tool hands back to the MCP layer, and how it describes itself in `tools/list`.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Serialize;
 use serde_json::value::RawValue;

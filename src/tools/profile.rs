@@ -1,5 +1,7 @@
 //! `profile`: runs code once under SBCL's statistical profiler (sb-sprof, CPU or allocation
 //! mode) or under TIME, and reports where the time went.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
     package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
-use crate::swank::Form;
+use crate::image::Request;
 
 const MODES: [&str; 3] = ["cpu", "alloc", "time"];
 /// As evaluate-lisp's `timeout_ms`.
@@ -37,24 +39,20 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
     let mode = args.optional_str("mode")?.unwrap_or("cpu");
     let timeout = args.optional_u64("timeout_ms")?.map_or(context.settings.eval_timeout, Duration::from_millis);
-    let request = vec![
-        Form::string(code),
-        Form::Keyword("mode"),
-        Form::string(mode),
-        Form::Keyword("package"),
-        package_argument(args)?,
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
-    let reply = context
-        .call_helper_within(args, "profile-code", request, timeout, "Pass a larger timeout_ms if it needs longer.")
-        .await?;
+    let request = Request::new("profile-code")
+        .arg(code)
+        .key("mode", mode)
+        .key("package", package_argument(args)?)
+        .key("max-output", context.settings.max_output);
+    let reply =
+        context.call_helper_within(args, request, timeout, "Pass a larger timeout_ms if it needs longer.").await?;
     let profile = decode::<Profile>("profile-code", &reply)?;
     Ok(ToolOutput::success(profile.render(context.settings.max_output)).with_structured(&profile))
 }

@@ -1,5 +1,7 @@
 //! Progress reports of one tool call. The MCP layer turns them into `notifications/progress` when
 //! the client asked for them with a `progressToken`; the tools only say how far they are.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,6 +5,8 @@
 //! holds what the counts cannot: for a run whose results no framework gave (judged by the lines
 //! of its output that name failures), and before an error outside any test. Progress reports
 //! while it runs.
+//!
+//! See docs/design.md, "The toolbox".
 
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use super::{
     package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
-use crate::swank::Form;
+use crate::image::Request;
 
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
@@ -48,7 +50,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let system = args.required_str("system")?;
@@ -57,22 +60,16 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if suite.is_some() && test.is_some() {
         return Err(ToolError::new("Give suite or test, not both."));
     }
-    let request = vec![
-        Form::string(system),
-        Form::Keyword("suite"),
-        suite.map_or(Form::Nil, Form::string),
-        Form::Keyword("test"),
-        test.map_or(Form::Nil, Form::string),
-        Form::Keyword("package"),
-        package_argument(args)?,
-        Form::Keyword("max-output"),
-        Form::Integer(context.settings.max_output as i64),
-    ];
+    let request = Request::new("run-tests")
+        .arg(system)
+        .key("suite", suite)
+        .key("test", test)
+        .key("package", package_argument(args)?)
+        .key("max-output", context.settings.max_output);
     let reply = context
         .call_helper_reporting(
             args,
             (
-                "run-tests",
                 request,
                 context.settings.eval_timeout.max(TESTS_TIMEOUT),
                 "Test runs may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \

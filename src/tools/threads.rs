@@ -1,11 +1,13 @@
 //! `threads`: the image's threads (what each waits for, which the agent started), a thread's
 //! backtrace, and interrupting or aborting a thread.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
 
@@ -30,7 +32,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let action = args.optional_str("action")?.unwrap_or("list");
@@ -45,15 +48,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         )));
     }
     let force = args.flag("force")?;
-    let request = vec![
-        Form::Keyword("action"),
-        Form::string(action),
-        Form::Keyword("thread"),
-        thread.map_or(Form::Nil, Form::String),
-        Form::Keyword("force"),
-        if force { Form::T } else { Form::Nil },
-    ];
-    let reply = decode::<ThreadsReply>("threads", &context.call_helper(args, "threads", request).await?)?;
+    let request = Request::new("threads").key("action", action).key("thread", thread).key("force", force);
+    let reply = decode::<ThreadsReply>("threads", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render()).with_structured(&reply))
 }
 

@@ -1,5 +1,7 @@
 //! `trace`: traces functions and methods with SBCL's TRACE, reporting the calls that happen
 //! during this session's following evaluations in their `[trace]` section; or untraces them.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::{Deserialize, Serialize};
 
@@ -7,6 +9,7 @@ use super::lisp_reply::decode;
 use super::{
     package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
+use crate::image::Request;
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -30,7 +33,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let functions = args.optional_str_list("functions")?;
@@ -42,14 +46,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
              everything this session traces, pass {\"untrace\": true}.",
         ));
     }
-    let request = vec![
-        Form::call("cl", "list", functions.into_iter().map(Form::string)),
-        Form::Keyword("untrace"),
-        if untrace { Form::T } else { Form::Nil },
-        Form::Keyword("package"),
-        package,
-    ];
-    let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, "trace-functions", request).await?)?;
+    let request =
+        Request::new("trace-functions").arg(Form::list_of(functions)).key("untrace", untrace).key("package", package);
+    let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
 }
 

@@ -1,5 +1,7 @@
 //! `undo`: the image's journal of the definitions agents' calls replaced (`lisp/undo.lisp`), and
 //! putting replaced functions and macros back.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -8,6 +10,7 @@ use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
 
@@ -37,7 +40,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let entries = args.optional_u64_list("entries")?;
@@ -52,20 +56,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
         ));
     }
-    let number = |n: u64| Form::Integer(n as i64);
-    let request = vec![
-        Form::Keyword("entries"),
-        entries.map_or(Form::Nil, |numbers| Form::call("cl", "list", numbers.into_iter().map(number))),
-        Form::Keyword("since"),
-        since.map_or(Form::Nil, number),
-        Form::Keyword("force"),
-        if force { Form::T } else { Form::Nil },
-        Form::Keyword("before"),
-        before.map_or(Form::Nil, number),
-        Form::Keyword("page-size"),
-        Form::Integer(PAGE_SIZE as i64),
-    ];
-    let reply = context.call_helper(args, "undo-journal", request).await?;
+    let request = Request::new("undo-journal")
+        .key("entries", entries.map(Form::list_of))
+        .key("since", since)
+        .key("force", force)
+        .key("before", before)
+        .key("page-size", PAGE_SIZE);
+    let reply = context.call_helper(args, request).await?;
     let mut journal = decode::<Journal>("undo-journal", &reply)?;
     journal = context
         .on_files(move |roots| {

@@ -1,5 +1,7 @@
 //! `xref`: who calls, references, binds, sets or macroexpands a name, what a function calls, and
 //! which methods specialize on a class, from SBCL's cross-reference data.
+//!
+//! See docs/design.md, "The toolbox".
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -7,7 +9,7 @@ use serde_json::{json, Value};
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::swank::Form;
+use crate::image::Request;
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
 
@@ -36,16 +38,15 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))) };
+pub const TOOL: Tool =
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = vec![
-        Form::string(args.required_str("symbol")?),
-        Form::string(args.required_str("kind")?),
-        Form::Keyword("package"),
-        super::package_argument(args)?,
-    ];
-    let mut found = decode::<References>("xref", &context.call_helper(args, "xref", request).await?)?;
+    let request = Request::new("xref")
+        .arg(args.required_str("symbol")?)
+        .arg(args.required_str("kind")?)
+        .key("package", super::package_argument(args)?);
+    let mut found = decode::<References>("xref", &context.call_helper(args, request).await?)?;
     found = context
         .on_files(move |roots| {
             let mut texts = CurrentTexts::new(roots);

@@ -213,3 +213,51 @@ pub fn without_handle(line: &str) -> &str {
         _ => line,
     }
 }
+
+/// A program some tests need that a machine may lack.
+#[derive(Debug, Clone, Copy)]
+pub enum Needed {
+    /// `emacs` (Debian's `emacs-nox`).
+    Emacs,
+    /// `emacs` with SLIME on its load path (Debian's `emacs-nox` and `slime`).
+    EmacsWithSlime,
+    /// Python 3 with the MCP SDK (`pip install 'mcp>=2.3,<3'`).
+    PythonSdk,
+}
+
+/// Whether `needed` is installed. When it is not, the test says so on stderr, where `cargo test`
+/// shows it, and should return at once: it is skipped. With `SWANK_MCP_TEST_EVERYTHING` set (CI
+/// sets it) a missing program fails the test instead, so that nothing is skipped there.
+pub fn have(needed: Needed) -> bool {
+    use std::io::Write as _;
+    let (what, program, args, install): (&str, &str, &[&str], &str) = match needed {
+        Needed::Emacs => {
+            ("Emacs", "emacs", &["--batch", "-Q", "--eval", "(kill-emacs 0)"], "apt-get install -y emacs-nox")
+        }
+        Needed::EmacsWithSlime => (
+            "Emacs with SLIME",
+            "emacs",
+            &["--batch", "--eval", "(progn (require 'slime) (kill-emacs 0))"],
+            "apt-get install -y emacs-nox slime",
+        ),
+        Needed::PythonSdk => {
+            ("Python 3 with the MCP SDK", "python3", &["-c", "import mcp"], "pip install 'mcp>=2.3,<3'")
+        }
+    };
+    let present = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if present {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("this test").to_string();
+    let why = format!("{test} needs {what} ({install}, or bash .ci/deps)");
+    assert!(std::env::var_os("SWANK_MCP_TEST_EVERYTHING").is_none(), "{why}");
+    // Written past the test harness's capture of print!, so that the skip shows.
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
+    false
+}

@@ -6,14 +6,16 @@ The server runs with `--confirm evaluate-lisp`. A client with an elicitation cal
 before each evaluate-lisp call and sees the code: declining leaves the image unchanged and the
 call an error saying "declined by the user"; accepting runs it; accepting with
 allow_for_session runs later calls unasked. A client without the callback is refused with a
-how-to-approve error. `tests/python_sdk.rs` runs this against a real image; it prints one line
-per check and exits non-zero on the first failure.
+how-to-approve error. A file that changes while the human looks at what a load would compile is
+not loaded once they accept. `tests/python_sdk.rs` runs this against a real image; it prints one
+line per check and exits non-zero on the first failure.
 """
 
 import asyncio
 import json
 import os
 import sys
+import tempfile
 
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
@@ -77,11 +79,39 @@ async def without_elicitation(params: StdioServerParameters) -> None:
             check(not status.is_error, "tools outside --confirm run", text_of(status))
 
 
+async def changed_after_preview(binary: str, port: str) -> None:
+    """The human accepts a load-file after the file changed under the preview they read."""
+    with tempfile.TemporaryDirectory() as root:
+        path = os.path.join(root, "bound.lisp")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write("(defun cl-user::sdk-bound-file () 1)\n")
+
+        class ChangingHuman(Human):
+            async def __call__(self, context, params):
+                with open(path, "w", encoding="utf-8") as file:
+                    file.write("(defun cl-user::sdk-bound-file () 2)\n")
+                return await super().__call__(context, params)
+
+        human = ChangingHuman([("accept", {"allow_for_session": False})])
+        env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
+        params = StdioServerParameters(command=binary, args=["--port", port, "--confirm", "load-file", "--root", root], env=env)
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=human) as session:
+                await session.initialize()
+                loaded = await session.call_tool("load-file", {"file_path": path})
+                check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], "the human saw the file as it was", human.shown[0])
+                check(loaded.is_error and "changed after the user approved" in text_of(loaded),
+                      "a file changed after its preview is refused", text_of(loaded))
+                defined = await session.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
+                check(text_of(defined) == "=> NIL", "nothing was loaded", text_of(defined))
+
+
 async def main() -> None:
     binary, port, audit_log = sys.argv[1], sys.argv[2], sys.argv[3]
     params = server(binary, port, audit_log)
     await asyncio.wait_for(with_elicitation(params), 60)
     await asyncio.wait_for(without_elicitation(params), 60)
+    await asyncio.wait_for(changed_after_preview(binary, port), 60)
     entries = [json.loads(line) for line in open(audit_log, encoding="utf-8")]
     outcomes = [(entry["tool"], entry["outcome"]) for entry in entries]
     check(outcomes[:2] == [("evaluate-lisp", "not_approved"), ("describe-symbol", "error")], "the audit log records each call", outcomes)

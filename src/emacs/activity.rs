@@ -1,0 +1,265 @@
+//! The record of every tool call that the user's Emacs shows (`M-x swank-mcp-activity`,
+//! elisp-compat/swank-mcp.el): an observer of calls ([`crate::pipeline::observe`]) that tells the
+//! image each call's state as it changes (waiting for approval, running, and how it ended, with
+//! the reply text the agent received), and the image keeps the bounded record
+//! (`lisp/activity.lisp`). Only the server sees every call: those the human declined, those that
+//! failed before reaching the image, and the text as the agent gets it, after formatting.
+//!
+//! A call never waits for its record: it only hands its notes to a task of the feed's own, which
+//! builds the requests and sends them in order. A call refused before it reached the image is
+//! recorded too, which connects to an image given by `--port` or `--connect`; an image `--launch`
+//! would start is not started for a record.
+//!
+//! See docs/design.md, "Emacs".
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::image::{CallLimits, Image, Request};
+use crate::pipeline::observe::{CallStart, Ending, Observation, Observer};
+use crate::swank::Form;
+
+/// The reply text kept for Emacs; the rest is counted.
+const MAX_RECORDED_CHARS: usize = 20_000;
+
+/// The input shown for a call; the rest is counted.
+const MAX_INPUT_CHARS: usize = 4_000;
+
+/// How long the first note of a batch waits for others: a call that ends sooner is recorded by
+/// one request, and the record is this much behind the calls.
+const GATHER: Duration = Duration::from_millis(5);
+
+/// How long the image may take to take one note.
+const NOTE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a call is, as the record shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallState {
+    Waiting,
+    Running,
+    Declined,
+    TimedOut,
+    Cancelled,
+    Failed,
+    Done,
+}
+
+impl CallState {
+    fn keyword(self) -> &'static str {
+        match self {
+            CallState::Waiting => "waiting",
+            CallState::Running => "running",
+            CallState::Declined => "declined",
+            CallState::TimedOut => "timed-out",
+            CallState::Cancelled => "cancelled",
+            CallState::Failed => "failed",
+            CallState::Done => "done",
+        }
+    }
+
+    fn of(ending: Ending) -> Self {
+        match ending {
+            Ending::Done => CallState::Done,
+            Ending::Declined => CallState::Declined,
+            Ending::TimedOut => CallState::TimedOut,
+            Ending::Cancelled => CallState::Cancelled,
+            Ending::Failed | Ending::Refused | Ending::UnknownTool => CallState::Failed,
+        }
+    }
+}
+
+/// One call as the record shows it, from its start to its end.
+struct RecordedCall {
+    image: Arc<Image>,
+    id: String,
+    tool: String,
+    input: String,
+    package: Option<String>,
+    client: String,
+}
+
+/// A change of one call's state, and when it ended, the text and how long it took.
+struct Note {
+    call: Arc<RecordedCall>,
+    state: CallState,
+    ended: Option<(String, Duration)>,
+}
+
+impl Note {
+    /// The note as `note-activities` takes it: `(id tool state :key value...)`.
+    fn form(&self) -> Form {
+        let call = &self.call;
+        let mut form = vec![call.id.as_str().into(), call.tool.as_str().into(), Form::Keyword(self.state.keyword())];
+        let mut key = |key, value: Form| form.extend([Form::Keyword(key), value]);
+        key("input", call.input.as_str().into());
+        key("client", call.client.as_str().into());
+        if let Some(package) = &call.package {
+            key("package", package.as_str().into());
+        }
+        if let Some((text, took)) = &self.ended {
+            key("text", text.as_str().into());
+            key("milliseconds", u64::try_from(took.as_millis()).unwrap_or(u64::MAX).into());
+        }
+        Form::List(form)
+    }
+}
+
+/// The feed of one MCP session's calls, or of one `swank-mcp eval`, into the images' records.
+pub struct ActivityFeed {
+    notes: mpsc::UnboundedSender<Note>,
+    sender: tokio::task::JoinHandle<()>,
+    /// A call that ended without a connection to its image is not recorded there: for a
+    /// one-shot command, which would otherwise connect again only for that, doubling the wait on
+    /// a server that does not answer.
+    one_shot: bool,
+}
+
+impl ActivityFeed {
+    /// The feed of a session of calls (an MCP session); start within the server's runtime.
+    pub fn start() -> Self {
+        Self::new(false)
+    }
+
+    /// The feed of a one-shot command (`swank-mcp eval`).
+    pub fn one_shot() -> Self {
+        Self::new(true)
+    }
+
+    /// A feed whose notes a task of its own sends. The notes that come within [`GATHER`] of the
+    /// first, or while a batch is on its way, go together in one request per image: a quick
+    /// call's start and end cost the image one request, and a busy agent's calls one request at
+    /// a time.
+    fn new(one_shot: bool) -> Self {
+        let (notes, mut queue) = mpsc::unbounded_channel::<Note>();
+        let sender = tokio::spawn(async move {
+            while let Some(first) = queue.recv().await {
+                tokio::time::sleep(GATHER).await;
+                let mut batches: Vec<(Arc<Image>, Vec<Form>)> = Vec::new();
+                let mut next = Some(first);
+                while let Some(note) = next {
+                    match batches.iter_mut().find(|(image, _)| Arc::ptr_eq(image, &note.call.image)) {
+                        Some((_, forms)) => forms.push(note.form()),
+                        None => batches.push((note.call.image.clone(), vec![note.form()])),
+                    }
+                    next = queue.try_recv().ok();
+                }
+                for (image, forms) in batches {
+                    // An image this server would start is not started for a record.
+                    if image.current_connection().is_none() && image.launches() {
+                        continue;
+                    }
+                    let limits =
+                        CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
+                    let notes = Request::new("note-activities").arg(Form::call("cl", "quote", [Form::List(forms)]));
+                    if let Err(error) = image.call_helper(notes, &limits).await {
+                        tracing::debug!(%error, "the activity record could not be updated");
+                    }
+                }
+            }
+        });
+        Self { notes, sender, one_shot }
+    }
+}
+
+impl Observer for ActivityFeed {
+    fn begin(&self, start: &CallStart<'_>) -> Box<dyn Observation> {
+        let Some(image) = start.image.cloned() else { return Box::new(Unrecorded) };
+        let object = start.arguments.as_ref().and_then(Value::as_object);
+        let argument = |name: &str| object.and_then(|o| o.get(name)).and_then(Value::as_str);
+        let input = match (argument("code"), object) {
+            (Some(code), _) => bounded(code, MAX_INPUT_CHARS),
+            (None, Some(object)) if !object.is_empty() => {
+                bounded(&serde_json::to_string(object).unwrap_or_default(), MAX_INPUT_CHARS)
+            }
+            _ => String::new(),
+        };
+        let call = Arc::new(RecordedCall {
+            id: start.id.to_string(),
+            image,
+            tool: start.tool.to_string(),
+            input,
+            package: argument("package").map(str::to_string),
+            client: start.client.to_string(),
+        });
+        let recorded = Recorded { notes: self.notes.clone(), call, started: Instant::now(), one_shot: self.one_shot };
+        recorded.note(if start.waiting { CallState::Waiting } else { CallState::Running }, None);
+        Box::new(recorded)
+    }
+
+    /// Returns once every note given so far has been sent (or has failed): a one-shot command
+    /// that exits right after its call would otherwise take the call's end with it.
+    fn finish(self: Box<Self>) -> BoxFuture<'static, ()> {
+        let ActivityFeed { notes, sender, .. } = *self;
+        drop(notes);
+        Box::pin(async move {
+            let _ = sender.await;
+        })
+    }
+}
+
+/// A call in an image that is not configured: nowhere to record it.
+struct Unrecorded;
+
+impl Observation for Unrecorded {
+    fn end(self: Box<Self>, _: Ending, _: &str) {}
+}
+
+/// A call the feed records.
+struct Recorded {
+    notes: mpsc::UnboundedSender<Note>,
+    call: Arc<RecordedCall>,
+    started: Instant,
+    one_shot: bool,
+}
+
+impl Recorded {
+    fn note(&self, state: CallState, text: Option<&str>) {
+        let ended = text.map(|text| (bounded(text, MAX_RECORDED_CHARS), self.started.elapsed()));
+        // The receiver lives as long as the runtime; a send after it ended has nowhere to go.
+        let _ = self.notes.send(Note { call: self.call.clone(), state, ended });
+    }
+}
+
+impl Observation for Recorded {
+    fn running(&mut self) {
+        self.note(CallState::Running, None);
+    }
+
+    fn end(self: Box<Self>, ending: Ending, text: &str) {
+        if self.one_shot && self.call.image.current_connection().is_none() {
+            return;
+        }
+        let text = match ending {
+            Ending::Cancelled => "(The client cancelled the call: it was sent no reply.)",
+            _ => text,
+        };
+        self.note(CallState::of(ending), Some(text));
+    }
+}
+
+/// `text` cut to `limit` characters, saying how many more there were.
+fn bounded(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((cut, _)) => {
+            let more = text[cut..].chars().count();
+            format!("{}\n[... {more} more characters not recorded]", &text[..cut])
+        }
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn a_long_text_is_cut_on_a_character_and_says_how_much_was_left_out() {
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("αβγδ", 2), "αβ\n[... 2 more characters not recorded]");
+    }
+}

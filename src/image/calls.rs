@@ -1,0 +1,404 @@
+//! Calls in an image (docs/design.md, "The image"): a request to a helper function, sent with
+//! this server's session and the call's token, on a worker thread or, for an evaluation that may
+//! stop in the debugger, a thread of its own; and their supervision: a call that passes its time
+//! limit or is cancelled has its evaluation interrupted through the helper and gets a grace to
+//! unwind, and a connection that no longer answers is closed.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::helper::retry_after_reload;
+use super::request::Request;
+use super::slot::{ImageError, Step};
+use super::{call_tag, Image};
+use crate::swank::{Connection, DebuggableRex, Endpoint, Form, RexError, RexEvent, Sexp, Thread};
+
+/// How long an interrupted evaluation may take to unwind and report before the call gives up on
+/// it. Unwinding is immediate unless the thread is inside foreign code or WITHOUT-INTERRUPTS, or
+/// a cleanup form it unwinds through waits for a lock (SBCL's compiler, interrupted while it
+/// waits for the world lock, waits for it again in its cleanup).
+pub(crate) const UNWIND_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a call whose evaluation ended without a value waits for the connection to close,
+/// which is how an exiting image shows itself.
+const EXIT_WINDOW: Duration = Duration::from_secs(1);
+
+/// Why a helper call did not produce a value.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// Connecting to the image, starting it (--launch) or loading the helper failed; nothing was
+    /// evaluated.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The request failed in a way the other variants do not cover: swank rejected it or could not
+    /// read it, it was over the protocol's size limit, it was aborted with a debugger report, or
+    /// swank-mcp itself had closed the connection.
+    #[error(transparent)]
+    Rex(#[from] RexError),
+    /// The time limit passed before the image was ready to evaluate anything.
+    #[error("{}", .step.explain(.endpoint, *.limit, .advice))]
+    NotReady {
+        /// Where the connection attempt was.
+        step: Step,
+        /// The image's configured endpoint.
+        endpoint: Endpoint,
+        /// The call's time limit.
+        limit: Duration,
+        /// How to give the call more time.
+        advice: &'static str,
+    },
+    /// The time limit passed and the evaluation was interrupted, but it did not unwind within the
+    /// grace; or the image did not answer even the interruption, and swank-mcp closed the
+    /// connection.
+    #[error(
+        "The evaluation was interrupted after {after:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be \
+         running (it may be inside foreign code or WITHOUT-INTERRUPTS, or wait for a lock while it unwinds).\n{report}"
+    )]
+    Unresponsive {
+        /// The call's time limit.
+        after: Duration,
+        /// What the image said about where the thread waits, or why it could not say.
+        report: String,
+    },
+    /// The connection ended during the call from the image's side: it exited, most likely.
+    #[error(
+        "The call lost the connection to the Lisp image at {endpoint}: {detail}. The image exited (for example the code \
+         called (sb-ext:exit)), crashed, or its swank server was stopped; what it held is gone. {}",
+        if *.relaunch {
+            "The next call starts a new private SBCL image (--launch)."
+        } else {
+            "Start the image (or its swank server) again; the next call reconnects."
+        }
+    )]
+    ImageGone {
+        /// The image's configured endpoint.
+        endpoint: Endpoint,
+        /// How the connection ended.
+        detail: String,
+        /// Whether the next call starts a new image (--launch).
+        relaunch: bool,
+    },
+    /// swank aborted the request without a debugger report: the evaluation's thread was unwound
+    /// from outside the helper, which traps every error itself.
+    #[error(
+        "The evaluation ended without a value: its thread was unwound past swank-mcp's error handling, by ABORT or \
+         another restart that leads out of the call, a THROW to a tag the code did not establish, \
+         SB-THREAD:ABORT-THREAD, or an exit of the image still under way. Its output is lost."
+    )]
+    Unwound,
+    /// The client cancelled the call through [`CallLimits::cancel`]; an evaluation already
+    /// under way was interrupted.
+    #[error("The call was cancelled.")]
+    Cancelled,
+}
+
+/// The limits of one call: a time limit, what to tell the user when it is reached, and the
+/// client's cancellation.
+#[derive(Debug, Clone)]
+pub struct CallLimits {
+    /// The time limit of the whole call, connecting and loading the helper included. When it
+    /// passes the evaluation is interrupted and gets a short grace to unwind.
+    pub timeout: Duration,
+    /// How to give the call more time, which depends on the tool.
+    pub timeout_advice: &'static str,
+    /// Cancelled when the client no longer wants the answer: the evaluation is interrupted and the
+    /// call fails with [`CallError::Cancelled`].
+    pub cancel: CancellationToken,
+}
+
+impl Image {
+    fn new_token(&self) -> String {
+        call_tag::token(&self.session, self.next_token.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Calls `function` of the helper with `args` plus `:session` and `:token`, in a fresh
+    /// worker thread. One time limit covers the whole call, connecting and loading the helper
+    /// included. On timeout or cancellation the thread is interrupted through the helper and
+    /// unwinds; a timed-out call still returns the helper's report (which names the limit and
+    /// keeps the output so far).
+    pub async fn call_helper(&self, request: Request, limits: &CallLimits) -> Result<Sexp, CallError> {
+        let deadline = Instant::now() + limits.timeout;
+        let live = self.connection_by(deadline, limits).await?;
+        let token = self.new_token();
+        let form = self.helper_form(request, &token);
+        let mut reloaded = false;
+        loop {
+            live.workers.keep(&live.connection);
+            let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
+            let reply = self.supervise(&live.connection, &token, deadline, limits, call).await?;
+            if !retry_after_reload(&live.connection, &reply, &mut reloaded, deadline, limits).await? {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// [`Image::call_helper`] for a call whose thread may stop in the image's debugger and wait
+    /// there for the debugger tool (evaluate-lisp with `debug`): returns when it does. The time
+    /// limit is the caller's `deadline`, which goes on to cover describing where it stopped.
+    pub async fn call_helper_debuggable(
+        &self,
+        request: Request,
+        deadline: Instant,
+        limits: &CallLimits,
+    ) -> Result<Evaluation, CallError> {
+        let connection = self.connection_by(deadline, limits).await?.connection;
+        let token = self.new_token();
+        let form = self.helper_form(request, &token);
+        let mut reloaded = false;
+        loop {
+            let rex = connection.rex_debuggable(form.clone(), "COMMON-LISP-USER")?;
+            let evaluating = Evaluating { connection: connection.clone(), token: token.clone(), rex };
+            let evaluation = self.follow(evaluating, deadline, limits).await?;
+            if let Evaluation::Returned(reply) = &evaluation {
+                if retry_after_reload(&connection, reply, &mut reloaded, deadline, limits).await? {
+                    continue;
+                }
+            }
+            return Ok(evaluation);
+        }
+    }
+
+    /// Waits for what an evaluation does next, within `deadline`: it returns, or stops in the
+    /// debugger. Interrupted on timeout or cancellation as [`Image::call_helper`] is.
+    pub async fn follow(
+        &self,
+        mut evaluation: Evaluating,
+        deadline: Instant,
+        limits: &CallLimits,
+    ) -> Result<Evaluation, CallError> {
+        let rex = &mut evaluation.rex;
+        let next = async {
+            let mut resumed = false;
+            loop {
+                match rex.next().await {
+                    RexEvent::Entered { thread, .. } => return Ok(Next::Stopped { thread, resumed }),
+                    RexEvent::Left { .. } => resumed = true,
+                    RexEvent::Returned(reply) => return reply.map(Next::Returned),
+                }
+            }
+        };
+        let next = self.supervise(&evaluation.connection, &evaluation.token, deadline, limits, next).await?;
+        Ok(match next {
+            Next::Returned(value) => Evaluation::Returned(value),
+            Next::Stopped { thread, resumed } => Evaluation::Stopped { evaluation, thread, resumed },
+        })
+    }
+
+    /// Calls `function` of the helper in `thread`, a thread stopped in the debugger by the
+    /// evaluation `stopped`, within the call's limits; on timeout or cancellation that evaluation
+    /// is interrupted (a request to a stopped thread runs inside it). `None` when control left
+    /// the debugger instead of returning (a restart was invoked): follow the evaluation then.
+    pub async fn call_in_debugger(
+        &self,
+        stopped: &Evaluating,
+        thread: i64,
+        request: Request,
+        deadline: Instant,
+        limits: &CallLimits,
+    ) -> Result<Option<Sexp>, CallError> {
+        let request = stopped.connection.rex(request.form(), "COMMON-LISP-USER", Thread::Id(thread));
+        let call = async {
+            match request.await {
+                // Unwound without entering the debugger itself: control went back into the
+                // stopped evaluation.
+                Err(RexError::Aborted { debugger: None, .. }) => Ok(None),
+                reply => reply.map(Some),
+            }
+        };
+        self.supervise(&stopped.connection, &stopped.token, deadline, limits, call).await
+    }
+
+    /// The form of `request`, made as this server's session, under `token`, in the helper revision
+    /// this server loaded.
+    fn helper_form(&self, request: Request, token: &str) -> Form {
+        request.key("session", self.session.as_str()).key("token", token).checked_form()
+    }
+
+    /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`
+    /// or the client's cancellation; then interrupts the evaluation through the helper and gives
+    /// it a grace to unwind and report.
+    async fn supervise<T>(
+        &self,
+        connection: &Connection,
+        token: &str,
+        deadline: Instant,
+        limits: &CallLimits,
+        call: impl std::future::Future<Output = Result<T, RexError>>,
+    ) -> Result<T, CallError> {
+        tokio::pin!(call);
+        let interruption = tokio::select! {
+            reply = &mut call => return self.outcome(connection, reply).await,
+            _ = tokio::time::sleep_until(deadline) => Interruption::Timeout,
+            _ = limits.cancel.cancelled() => Interruption::Cancelled,
+        };
+        let (kind, reason) = match interruption {
+            Interruption::Timeout => (
+                "timeout",
+                format!(
+                    "Evaluation exceeded the time limit of {} ms and was interrupted. {}",
+                    limits.timeout.as_millis(),
+                    limits.timeout_advice
+                ),
+            ),
+            Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),
+        };
+        tracing::debug!(%token, kind, "interrupting an evaluation");
+        let cancel = Request::new("cancel").arg(token).arg(Form::Keyword(kind)).arg(reason).form();
+        let canceller = connection.clone();
+        // A task of its own, so that the interruption goes out even if this call is dropped; its
+        // answer, or the lack of one, tells whether the connection still works.
+        let interrupting = tokio::spawn(async move {
+            if let Err(e) = canceller.rex(cancel, "COMMON-LISP-USER", Thread::New).await {
+                tracing::warn!(error = %e, "could not interrupt the evaluation");
+            }
+        });
+        let reply = tokio::time::timeout(UNWIND_GRACE, call).await;
+        if reply.is_err() && !interrupting.is_finished() {
+            // Not even the interruption got an answer: swank's threads for this connection are
+            // gone or a frame never ended. Every later request on it would wait the same way.
+            connection.close_because(format!(
+                "the image stopped answering on it (a request to interrupt an evaluation got no answer within \
+                 {UNWIND_GRACE:?}), so swank-mcp closed it; an evaluation sent on it may still run in the image, \
+                 and the next call opens a new connection"
+            ));
+            tracing::warn!(image = %self.settings.name, "the connection stopped answering; closed it");
+            return Err(match interruption {
+                Interruption::Cancelled => CallError::Cancelled,
+                Interruption::Timeout => CallError::Unresponsive {
+                    after: limits.timeout,
+                    report: format!(
+                        "The image did not answer on this connection within {UNWIND_GRACE:?} either, not even the \
+                         request to interrupt the evaluation, so the connection no longer works (swank's threads \
+                         for it may have died). swank-mcp closed it; the next call opens a new one."
+                    ),
+                },
+            });
+        }
+        match (reply, interruption) {
+            (_, Interruption::Cancelled) => Err(CallError::Cancelled),
+            (Ok(reply), Interruption::Timeout) => self.outcome(connection, reply).await,
+            (Err(_), Interruption::Timeout) => Err(CallError::Unresponsive {
+                after: limits.timeout,
+                report: stuck_report(connection, token.to_string()).await,
+            }),
+        }
+    }
+
+    /// What a helper call's reply means for the caller. The helper traps every error and
+    /// debugger entry of its own, so a request that swank aborts without a debugger report had
+    /// its thread unwound from outside: by SB-EXT:EXIT, or by an escape to swank's top level.
+    async fn outcome<T>(&self, connection: &Connection, reply: Result<T, RexError>) -> Result<T, CallError> {
+        match reply {
+            Ok(value) => Ok(value),
+            Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => {
+                Err(self.gone(reason).await)
+            }
+            Err(RexError::Aborted { debugger: None, .. }) => Err(self.unwound_cause(connection).await),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn gone(&self, detail: String) -> CallError {
+        let ended = match &self.launcher {
+            Some(launcher) => launcher.ended_within(EXIT_WINDOW).await,
+            None => None,
+        };
+        let detail = match ended {
+            Some(how) => format!("{detail}; the private SBCL image swank-mcp had started ended ({how})"),
+            None => detail,
+        };
+        CallError::ImageGone { endpoint: self.settings.endpoint.clone(), detail, relaunch: self.launcher.is_some() }
+    }
+
+    /// Tells an exiting image from one that goes on: an exiting SBCL closes the connection
+    /// within milliseconds. Nothing is asked of the image: a request needs a new thread, which an
+    /// exiting SBCL never makes, and the swank thread waiting to make it would hold the exit up
+    /// for a minute.
+    async fn unwound_cause(&self, connection: &Connection) -> CallError {
+        match tokio::time::timeout(EXIT_WINDOW, connection.closed()).await {
+            Ok(()) if !connection.closed_by_client() => self.gone("the image closed it".into()).await,
+            _ => CallError::Unwound,
+        }
+    }
+}
+
+/// What the image says of an evaluation that did not unwind: where its thread waits, and which
+/// threads wait for locks held by whom. The question runs in a thread of its own and takes no
+/// lock it could wait on, so it answers even when the image is deadlocked.
+async fn stuck_report(connection: &Connection, token: String) -> String {
+    let request = connection.rex(Request::new("stuck-report").arg(token).form(), "COMMON-LISP-USER", Thread::New);
+    let report = match tokio::time::timeout(UNWIND_GRACE, request).await {
+        Ok(Ok(report)) => report.as_str().map(str::to_string),
+        Ok(Err(e)) => Some(format!("Asking the image what the thread does failed: {e}")),
+        Err(_) => None,
+    };
+    let report =
+        report.unwrap_or_else(|| format!("The image did not say what the thread does within {UNWIND_GRACE:?} either."));
+    tracing::warn!(%report, "an interrupted evaluation did not unwind");
+    report
+}
+
+/// An evaluation sent by [`Image::call_helper_debuggable`] and not yet returned: what it takes to
+/// follow it and to interrupt it.
+pub struct Evaluating {
+    connection: Connection,
+    /// The helper's token for it, which `cancel` takes.
+    token: String,
+    rex: DebuggableRex,
+}
+
+impl Evaluating {
+    /// Whether it has returned (or its connection was lost) since it was last followed, taking
+    /// what happened to it meanwhile: an evaluation stopped in the debugger is aborted from the
+    /// image's side after --debug-timeout.
+    pub fn has_ended(&mut self) -> bool {
+        while let Some(event) = self.rex.try_next() {
+            if matches!(event, RexEvent::Returned(_)) {
+                return true;
+            }
+        }
+        self.connection.is_closed()
+    }
+
+    /// Aborts it where it waits in the debugger, in `thread`, for a server that exits: none is
+    /// left waiting for a client that is gone. Whether it unwound within a moment.
+    pub async fn abort(self, thread: i64) -> bool {
+        let Evaluating { connection, mut rex, .. } = self;
+        let abort = Request::new("debugger-abort").form();
+        let unwound = async {
+            let _ = connection.rex(abort, "COMMON-LISP-USER", Thread::Id(thread)).await;
+            while !matches!(rex.next().await, RexEvent::Returned(_)) {}
+        };
+        tokio::time::timeout(UNWIND_GRACE, unwound).await.is_ok()
+    }
+}
+
+/// What a debuggable evaluation did.
+pub enum Evaluation {
+    /// It returned this reply.
+    Returned(Sexp),
+    /// Its thread stopped in the image's debugger and waits there.
+    Stopped {
+        /// The evaluation, to follow again once the debugger tool moves it on.
+        evaluation: Evaluating,
+        /// The server's id of the waiting thread, where requests to the debugger go.
+        thread: i64,
+        /// Whether it left the debugger since it was last followed, so that this is a new stop
+        /// rather than the same one announced again.
+        resumed: bool,
+    },
+}
+
+enum Next {
+    Returned(Sexp),
+    Stopped { thread: i64, resumed: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interruption {
+    Timeout,
+    Cancelled,
+}

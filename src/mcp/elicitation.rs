@@ -1,0 +1,108 @@
+//! Asking the human through the MCP client (`elicitation/create`, protocol 2025-06-18 and later),
+//! for a client that declared the capability: the caller's own way to ask, which the
+//! [`crate::pipeline`] takes before the image's Emacs.
+//!
+//! See docs/design.md, "One call".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::client_requests::{ClientRequests, RequestFailed};
+use crate::pipeline::approval::{declined, unanswered};
+use crate::pipeline::{Ask, Verdict};
+use crate::tools::ToolOutput;
+
+/// The protocol revision that introduced elicitation.
+pub const ELICITATION_SINCE: &str = "2025-06-18";
+
+/// Why a client cannot ask the human itself, as the refusal of a call nobody could be asked about
+/// says it.
+pub fn cannot_ask(version: &str) -> String {
+    let why = if version < ELICITATION_SINCE {
+        format!("it speaks MCP {version}, and asking the user (elicitation) needs {ELICITATION_SINCE} or later")
+    } else {
+        "it did not declare the MCP elicitation capability in initialize".to_string()
+    };
+    format!("this MCP client cannot ask for it ({why})")
+}
+
+/// The client's elicitation, through its requests.
+pub struct Elicitation(pub Arc<ClientRequests>);
+
+#[derive(Deserialize)]
+struct ElicitResult {
+    action: String,
+    #[serde(default)]
+    content: Option<Value>,
+}
+
+impl Ask for Elicitation {
+    fn ask<'a>(
+        &'a self,
+        tool: &'a str,
+        shown: &'a str,
+        limit: Duration,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(ask(&self.0, tool, shown, limit, cancel))
+    }
+}
+
+/// Asks the human, through the client, whether `tool` may run, showing `shown`, waiting at most
+/// `limit` and until `cancel`.
+async fn ask(
+    requests: &ClientRequests,
+    tool: &str,
+    shown: &str,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Verdict {
+    let params = json!({
+        "message": format!("The agent asks to run {tool}.\n\n{shown}\n\nAllow it?"),
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "allow_for_session": {
+                    "type": "boolean",
+                    "title": format!("Allow {tool} for the rest of this session"),
+                    "description": format!("Run later {tool} calls of this session without asking."),
+                    "default": false
+                }
+            }
+        }
+    });
+    let answer = tokio::select! {
+        answer = requests.request("elicitation/create", params) => answer,
+        _ = cancel.cancelled() => return Verdict::Cancelled,
+        _ = tokio::time::sleep(limit) => return Verdict::TimedOut(unanswered(tool, limit)),
+    };
+    let not_run =
+        |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(RequestFailed::Error(error)) => {
+            return not_run(format!("the client could not ask the user for approval ({}).", error.message))
+        }
+        Err(failed) => return not_run(format!("no approval: {failed}.")),
+    };
+    match serde_json::from_str::<ElicitResult>(answer.get()) {
+        Ok(result) if result.action == "accept" => Verdict::Approved {
+            for_session: result
+                .content
+                .as_ref()
+                .and_then(|c| c.get("allow_for_session"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        },
+        Ok(result) if result.action == "decline" => Verdict::Declined(declined(tool)),
+        Ok(result) if result.action == "cancel" => {
+            not_run("the user dismissed the approval request without answering.".to_string())
+        }
+        _ => not_run(format!("the client's answer to the approval request was not understood: {}.", answer.get())),
+    }
+}

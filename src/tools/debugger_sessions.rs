@@ -1,0 +1,278 @@
+//! The evaluations stopped in an image's debugger that the debugger tool acts on, as sessions
+//! `D<number>` (docs/design.md, "The toolbox"): the toolbox's registry of them, numbered by the
+//! toolbox, and the report of where one stopped, which evaluate-lisp and the debugger tool both
+//! give.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::lisp_reply::{check_failure, decode, restarts_section, Captured, ErrorReport};
+use super::{ToolContext, ToolError, ToolOutput, ToolResult};
+use crate::image::{CallLimits, Evaluating, Image, Request};
+
+/// Frames shown when an evaluation stops, and by the debugger's `backtrace` without `end`.
+pub(crate) const FRAMES_SHOWN: u64 = 20;
+
+/// An evaluation stopped in an image's debugger, kept for the debugger tool as session `D<number>`.
+pub struct DebuggerSession {
+    /// The session's number, unique in this toolbox.
+    pub number: u64,
+    /// The image it stopped in.
+    pub image: Arc<Image>,
+    /// The server's id of the thread waiting in the debugger.
+    pub thread: i64,
+    /// `TYPE: message` of the condition it stopped with, for lisp-status.
+    pub condition: String,
+    /// When it stopped.
+    pub since: std::time::Instant,
+    /// The evaluation, to follow when the debugger tool moves it on.
+    pub evaluation: Evaluating,
+}
+
+enum Slot {
+    Waiting(DebuggerSession),
+    /// A debugger call is acting on it.
+    Busy(Arc<Image>),
+}
+
+/// Why [`DebuggerSessions::take`] gave no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionUnavailable {
+    /// No such session: it never existed, or its evaluation has ended.
+    Unknown,
+    /// Another debugger call is acting on it.
+    Busy,
+}
+
+/// A stopped evaluation as lisp-status lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DebuggerSessionSummary {
+    /// `D<number>`'s number.
+    pub number: u64,
+    /// The server's id of the waiting thread.
+    pub thread: i64,
+    /// `TYPE: message`.
+    pub condition: String,
+    /// How long it has waited.
+    pub age: Duration,
+    /// Whether a debugger call is acting on it now.
+    pub busy: bool,
+}
+
+/// The toolbox's debugger sessions, in every image.
+#[derive(Default)]
+pub struct DebuggerSessions {
+    sessions: Mutex<HashMap<u64, Slot>>,
+    last: AtomicU64,
+}
+
+/// Poisoning only means another task panicked while holding the lock; the map stays usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl DebuggerSessions {
+    /// The number of a new session.
+    pub fn next_number(&self) -> u64 {
+        self.last.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Keeps a stopped evaluation for the debugger tool (releasing it if a call was acting on it).
+    pub fn keep(&self, session: DebuggerSession) {
+        lock(&self.sessions).insert(session.number, Slot::Waiting(session));
+    }
+
+    /// Takes session `number` for one debugger call, which must give it back with
+    /// [`DebuggerSessions::keep`] or end it with [`DebuggerSessions::end`].
+    pub fn take(&self, number: u64) -> Result<DebuggerSession, SessionUnavailable> {
+        let mut sessions = lock(&self.sessions);
+        match sessions.remove(&number) {
+            Some(Slot::Waiting(mut session)) => {
+                if session.evaluation.has_ended() {
+                    return Err(SessionUnavailable::Unknown);
+                }
+                sessions.insert(number, Slot::Busy(session.image.clone()));
+                Ok(session)
+            }
+            Some(busy @ Slot::Busy(_)) => {
+                sessions.insert(number, busy);
+                Err(SessionUnavailable::Busy)
+            }
+            None => Err(SessionUnavailable::Unknown),
+        }
+    }
+
+    /// Forgets session `number`: its evaluation has returned or was lost.
+    pub fn end(&self, number: u64) {
+        lock(&self.sessions).remove(&number);
+    }
+
+    /// The evaluations stopped in `image`'s debugger, oldest first; forgets those that have ended
+    /// (an evaluation left waiting is aborted from the image's side after --debug-timeout).
+    pub fn in_image(&self, image: &Arc<Image>) -> Vec<DebuggerSessionSummary> {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, slot| match slot {
+            Slot::Waiting(session) => !session.evaluation.has_ended(),
+            Slot::Busy(_) => true,
+        });
+        let mut summaries: Vec<DebuggerSessionSummary> = sessions
+            .iter()
+            .filter_map(|(&number, slot)| match slot {
+                Slot::Waiting(session) if Arc::ptr_eq(&session.image, image) => Some(DebuggerSessionSummary {
+                    number,
+                    thread: session.thread,
+                    condition: session.condition.clone(),
+                    age: session.since.elapsed(),
+                    busy: false,
+                }),
+                Slot::Busy(busy) if Arc::ptr_eq(busy, image) => Some(DebuggerSessionSummary {
+                    number,
+                    thread: 0,
+                    condition: String::new(),
+                    age: Duration::ZERO,
+                    busy: true,
+                }),
+                _ => None,
+            })
+            .collect();
+        summaries.sort_by_key(|summary| summary.number);
+        summaries
+    }
+
+    /// Aborts every evaluation waiting in the debugger, for a server that exits: none is left
+    /// waiting for a client that is gone. Waits a moment for each to unwind.
+    pub async fn abort_all(&self) {
+        let sessions: Vec<DebuggerSession> = lock(&self.sessions)
+            .drain()
+            .filter_map(|(_, slot)| match slot {
+                Slot::Waiting(session) => Some(session),
+                Slot::Busy(_) => None,
+            })
+            .collect();
+        for session in sessions {
+            let number = session.number;
+            if !session.evaluation.abort(session.thread).await {
+                tracing::warn!(session = number, "a debugger session did not unwind when aborted");
+            }
+        }
+    }
+}
+
+/// Reports an evaluation stopped in `image`'s debugger as session `number`, and keeps it.
+pub(crate) async fn stopped(
+    context: &ToolContext,
+    image: &Arc<Image>,
+    (number, evaluation, thread): (u64, Evaluating, i64),
+    limits: &CallLimits,
+    deadline: Instant,
+) -> ToolResult {
+    let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+    // The report is asked for within the call's grace, even when its time limit has passed.
+    let deadline = deadline.max(Instant::now() + Duration::from_secs(5));
+    let reply = image.call_in_debugger(&evaluation, thread, request, deadline, limits).await?;
+    let Some(reply) = reply else {
+        return Err(ToolError::new("The evaluation left the debugger before it could be described."));
+    };
+    check_failure(&reply)?;
+    let report = decode::<StopReport>("debugger-report", &reply)?;
+    let condition = format!("{}: {}", report.condition.type_name, first_line(&report.condition.message));
+    context.debugger_sessions().keep(DebuggerSession {
+        number,
+        image: image.clone(),
+        thread,
+        condition,
+        since: std::time::Instant::now(),
+        evaluation,
+    });
+    Ok(report.into_output(number, context.settings.max_output, context.settings.debug_timeout))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The helper's `debugger-report`: why the evaluation stopped, its frames and its output so far.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct StopReport {
+    pub condition: ErrorReport,
+    pub frames: Vec<(u64, String)>,
+    stdout: Captured,
+    stderr: Captured,
+}
+
+impl StopReport {
+    fn into_output(self, number: u64, max_output: usize, debug_timeout: Duration) -> ToolOutput {
+        let mut sections =
+            vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
+        if !self.condition.restarts.is_empty() {
+            sections.push(restarts_section(&self.condition.restarts));
+        }
+        if !self.frames.is_empty() {
+            sections.push(frames_section(&self.frames));
+        }
+        sections.extend(self.stdout.section("[stdout]", max_output));
+        sections.extend(self.stderr.section("[stderr]", max_output));
+        let example = match self.condition.restarts.first() {
+            Some(_) => format!("{{\"session\": \"D{number}\", \"action\": \"invoke_restart\", \"restart\": 0}}"),
+            None => format!("{{\"session\": \"D{number}\", \"action\": \"abort\"}}"),
+        };
+        sections.push(format!(
+            "The evaluation waits in the debugger as session D{number}; it is aborted if nothing is done within {}. \
+             Act on it with the debugger tool, e.g. {example}.",
+            humantime::format_duration(debug_timeout)
+        ));
+        let structured = json!({
+            "values": [],
+            "stdout": self.stdout.shown(),
+            "stderr": self.stderr.text,
+            "warnings": [],
+            "package": "",
+            "error": self.condition.to_json(),
+            "debugger_session": format!("D{number}"),
+            "frames": self.frames.iter().map(|(index, call)| json!({"frame": index, "call": call})).collect::<Vec<_>>(),
+        });
+        ToolOutput::error(sections.join("\n\n")).with_structured(structured)
+    }
+}
+
+pub(crate) fn frames_section(frames: &[(u64, String)]) -> String {
+    let mut text = String::from("[Backtrace]");
+    for (index, call) in frames {
+        text.push_str(&format!("\n{index}: {call}"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swank::read;
+
+    #[test]
+    fn a_stop_report_lists_the_restarts_frames_and_how_to_go_on() {
+        let reply = read(
+            "(:condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
+             :backtrace nil :restarts ((\"RETRY-WRITE\" \"Retry the write\") (\"\" \"Anonymous\"))) \
+             :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :stdout (\"saving\" 0) :stderr (\"\" 0))",
+        )
+        .unwrap();
+        let output =
+            decode::<StopReport>("debugger-report", &reply).unwrap().into_output(4, 65536, Duration::from_secs(600));
+        assert!(output.is_error);
+        assert_eq!(
+            output.text,
+            "[DEBUGGER D4] SIMPLE-ERROR\ndisk full\n\n[Restarts]\n0: [RETRY-WRITE] Retry the write\n1: Anonymous\n\n\
+             [Backtrace]\n0: (ERROR \"disk full\")\n1: (SAVE 3)\n\n[stdout]\nsaving\n\n\
+             The evaluation waits in the debugger as session D4; it is aborted if nothing is done within 10m. Act on \
+             it with the debugger tool, e.g. {\"session\": \"D4\", \"action\": \"invoke_restart\", \"restart\": 0}."
+        );
+        assert_eq!(output.structured_value().unwrap()["debugger_session"], "D4");
+    }
+}
