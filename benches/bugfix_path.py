@@ -29,10 +29,11 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
+
+from mcp_stdio import Server, free_port
 
 ALEXANDRIA = "/usr/share/common-lisp/source/alexandria"
 
@@ -68,48 +69,14 @@ def registry_form(directory):
     return f'(asdf:initialize-source-registry (quote (:source-registry (:tree "{directory}/") :inherit-configuration)))'
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, command):
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.next_id = 1
-
-    def request(self, method, params):
-        request_id = self.next_id
-        self.next_id += 1
-        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        self.process.stdin.write(line.encode() + b"\n")
-        self.process.stdin.flush()
-        while True:
-            message = json.loads(self.process.stdout.readline())
-            if message.get("id") == request_id:
-                return message
-
-    def call(self, tool, arguments):
-        result = self.request("tools/call", {"name": tool, "arguments": arguments})["result"]
-        return "".join(part["text"] for part in result["content"]), result.get("isError", False)
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 def started(server_binary, directory):
     """A server on a private image that knows where the library is (not a step of the agent's)."""
-    server = Server([server_binary, "--launch", "--port", str(free_port()), "--root", directory, "--eval-timeout", "10m"])
-    server.request(
-        "initialize",
-        {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bugfix-path", "version": "1"}},
+    server = Server(
+        [server_binary, "--launch", "--port", str(free_port()), "--root", directory, "--eval-timeout", "10m"],
+        "bugfix-path",
     )
-    server.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-    server.process.stdin.flush()
-    _, failed = server.call("evaluate-lisp", {"code": f"(progn (require :asdf) {registry_form(directory)} t)"})
-    assert not failed
+    registered = server.call("evaluate-lisp", {"code": f"(progn (require :asdf) {registry_form(directory)} t)"})
+    assert not registered.is_error, registered.text
     return server
 
 
@@ -117,8 +84,8 @@ def walk(server, steps):
     """Makes the calls `steps`; returns [(tool, request characters, reply text, is_error)]."""
     walked = []
     for tool, arguments in steps:
-        text, failed = server.call(tool, arguments)
-        walked.append((tool, len(json.dumps({"name": tool, "arguments": arguments})), text, failed))
+        reply = server.call(tool, arguments)
+        walked.append((tool, len(json.dumps({"name": tool, "arguments": arguments})), reply.text, reply.is_error))
     server.close()
     return walked
 

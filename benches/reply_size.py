@@ -14,9 +14,8 @@ Only tools every build since 756d97c offers are called, so the figures compare l
 
 import argparse
 import json
-import socket
-import subprocess
-import sys
+
+from mcp_stdio import Server, free_port
 
 SETUP = """(defpackage :shop (:use :cl))
 (in-package :shop)
@@ -64,40 +63,6 @@ SCRIPT = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, command):
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.next_id = 1
-
-    def request(self, method, params):
-        request_id = self.next_id
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        self.process.stdin.write(json.dumps(message).encode() + b"\n")
-        self.process.stdin.flush()
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                sys.exit(f"the server exited during {method}")
-            reply = json.loads(line)
-            if reply.get("id") == request_id:
-                return line, reply
-
-    def notify(self, method):
-        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method}).encode() + b"\n")
-        self.process.stdin.flush()
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the swank-mcp binary to measure")
@@ -108,19 +73,14 @@ def main():
     command = [args.server, "--port", str(free_port()), "--launch", "--eval-timeout", "120s"]
     if args.max_output:
         command += ["--max-output", str(args.max_output)]
-    server = Server(command)
-    server.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                  "clientInfo": {"name": "reply-size-bench", "version": "0"}})
-    server.notify("notifications/initialized")
+    server = Server(command, "reply-size-bench")
     rows = []
     for tool, arguments in SCRIPT:
-        line, reply = server.request("tools/call", {"name": tool, "arguments": arguments})
-        result = reply.get("result", {})
-        text = "".join(part.get("text", "") for part in result.get("content", []))
+        reply = server.call(tool, arguments)
         call = f"{tool} {json.dumps(arguments)}"
         rows.append({"call": call if len(call) <= 70 else call[:67] + "...",
-                     "text_bytes": len(text.encode()), "response_bytes": len(line),
-                     "error": bool(result.get("isError"))})
+                     "text_bytes": len(reply.text.encode()), "response_bytes": len(reply.line),
+                     "error": reply.is_error})
     server.close()
 
     total_text = sum(row["text_bytes"] for row in rows)

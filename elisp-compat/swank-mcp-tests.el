@@ -158,22 +158,109 @@ processes wrote."
      (unwind-protect (progn ,@body)
        (swank-mcp-stop))))
 
+(defmacro swank-mcp-tests--answering (asker answers &rest body)
+  "Run BODY with ASKER answering ANSWERS in turn; return the questions asked.
+ASKER is the function that asks, unquoted: `y-or-n-p' or `yes-or-no-p'."
+  (declare (indent 2) (debug t))
+  `(let ((answers ,answers)
+         (questions '()))
+     (cl-letf (((symbol-function ',asker)
+                (lambda (question)
+                  (push question questions)
+                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
+                  (pop answers))))
+       ,@body)
+     (should (null answers))
+     (nreverse questions)))
+
+(defun swank-mcp-tests--mcp-start (port &rest args)
+  "Start the swank-mcp binary for PORT with ARGS; return the process.
+What it writes to stdout collects in the process buffer: as an MCP server,
+one JSON message a line."
+  (let ((program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set (cargo test --test emacs sets it)"))))
+    (make-process :name "swank-mcp" :buffer (generate-new-buffer " *swank-mcp*") :noquery t
+                  :connection-type 'pipe
+                  :command (append (list program "--port" (number-to-string port)) args)
+                  :stderr (get-buffer-create "*swank-mcp-stderr*")
+                  :sentinel #'ignore)))
+
 (defun swank-mcp-tests--run (port &rest args)
   "Run the swank-mcp binary at PORT with ARGS; return (EXIT-CODE . STDOUT).
 Emacs keeps serving its own Lisp connection meanwhile, as it would for a
 user: the image may be waiting for it."
-  (let* ((program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set (cargo test --test emacs sets it)")))
-         (output (generate-new-buffer " *swank-mcp-output*"))
-         (process (make-process :name "swank-mcp" :buffer output :noquery t :connection-type 'pipe
-                                :command (append (list program "--port" (number-to-string port)) args)
-                                :stderr (get-buffer-create "*swank-mcp-stderr*")
-                                :sentinel #'ignore)))
+  (let ((process (apply #'swank-mcp-tests--mcp-start port args)))
     (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p process))) 60)
     (accept-process-output process 0.1)
-    (prog1 (cons (process-exit-status process) (with-current-buffer output (buffer-string)))
+    (prog1 (cons (process-exit-status process) (with-current-buffer (process-buffer process) (buffer-string)))
       (unless (eql (process-exit-status process) 0)
         (message "swank-mcp %S exited with %s:%s" args (process-exit-status process) (swank-mcp-tests--servers-said)))
-      (kill-buffer output))))
+      (kill-buffer (process-buffer process)))))
+
+(defun swank-mcp-tests--mcp-send (process message)
+  "Send MESSAGE, an alist, to PROCESS as one JSON line."
+  (process-send-string process (concat (json-encode message) "\n")))
+
+(defun swank-mcp-tests--mcp-response (process id &optional seconds)
+  "The response of PROCESS to request ID, waiting at most SECONDS (default 30)."
+  (swank-mcp-tests--wait
+   (format "the response to request %s" id)
+   (lambda ()
+     (with-current-buffer (process-buffer process)
+       ;; Whole lines only: the last may still be arriving.
+       (cl-loop for line in (split-string (buffer-substring (point-min)
+                                                            (save-excursion (goto-char (point-max))
+                                                                            (skip-chars-backward "^\n")
+                                                                            (point)))
+                                          "\n" t)
+                for message = (let ((json-object-type 'alist) (json-array-type 'list) (json-key-type 'symbol))
+                                (json-read-from-string line))
+                when (equal (alist-get 'id message) id) return message)))
+   seconds))
+
+(defun swank-mcp-tests--mcp-initialize (process)
+  "Initialize the MCP session with PROCESS as a client that cannot elicit."
+  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . 1) (method . "initialize")
+                                       (params . ((protocolVersion . "2025-06-18")
+                                                  (capabilities . ,(make-hash-table))
+                                                  (clientInfo . ((name . "ert") (version . "0")))))))
+  (swank-mcp-tests--mcp-response process 1)
+  (swank-mcp-tests--mcp-send process '((jsonrpc . "2.0") (method . "notifications/initialized"))))
+
+(defun swank-mcp-tests--mcp-call (process id tool arguments)
+  "Send PROCESS the call of TOOL with ARGUMENTS (an alist) as request ID."
+  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . ,id) (method . "tools/call")
+                                       (params . ((name . ,tool) (arguments . ,arguments))))))
+
+(defun swank-mcp-tests--result-text (response)
+  "The text of the tools/call RESPONSE."
+  (alist-get 'text (car (alist-get 'content (alist-get 'result response)))))
+
+(defun swank-mcp-tests--response-ok (server id)
+  "Check that SERVER's response to ID is a success; return its text."
+  (let ((response (swank-mcp-tests--mcp-response server id)))
+    (should (eq (alist-get 'isError (alist-get 'result response)) :json-false))
+    (swank-mcp-tests--result-text response)))
+
+(defun swank-mcp-tests--response-error (server id &optional seconds)
+  "Check that SERVER's response to ID is an error; return its text.
+Wait at most SECONDS (default 30) for it."
+  (let ((response (swank-mcp-tests--mcp-response server id seconds)))
+    (should (eq (alist-get 'isError (alist-get 'result response)) t))
+    (swank-mcp-tests--result-text response)))
+
+(defmacro swank-mcp-tests--with-server (bindings &rest body)
+  "Run BODY with an MCP server for a port opened in the image.
+BINDINGS is (SERVER . ARGUMENTS): SERVER is bound to the server, started
+with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
+  (declare (indent 1) (debug t))
+  `(swank-mcp-tests--with-port
+     (let ((,(car bindings) nil))
+       (unwind-protect
+           (progn
+             (setq ,(car bindings) (swank-mcp-tests--mcp-start (swank-mcp-start) ,@(cdr bindings)))
+             (swank-mcp-tests--mcp-initialize ,(car bindings))
+             ,@body)
+         (when ,(car bindings) (delete-process ,(car bindings)))))))
 
 ;;;; The client configuration
 
@@ -288,100 +375,35 @@ user: the image may be waiting for it."
                       (memq (buffer-local-value 'major-mode buffer) '(sldb-mode sly-db-mode)))
                     (buffer-list)))
 
-(defun swank-mcp-tests--send (process id method params)
-  "Send the JSON-RPC request ID, METHOD with PARAMS to the MCP server PROCESS."
-  (process-send-string process (concat (json-encode `((jsonrpc . "2.0") (id . ,id) (method . ,method)
-                                                      (params . ,params)))
-                                       "\n")))
+(defun swank-mcp-tests--said (process)
+  "What PROCESS has written so far."
+  (with-current-buffer (process-buffer process) (buffer-string)))
 
 (ert-deftest swank-mcp-the-agents-debugger-stays-out-of-the-users-emacs ()
-  (swank-mcp-tests--with-port
-    (let* ((port (swank-mcp-start))
-           (program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set")))
-           (said "")
-           (server (make-process :name "swank-mcp-server" :noquery t :connection-type 'pipe
-                                 :command (list program "--port" (number-to-string port))
-                                 :stderr (get-buffer-create "*swank-mcp-stderr*")
-                                 :filter (lambda (_process text) (setq said (concat said text))))))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--send server 1 "initialize"
-                                   `((protocolVersion . "2025-06-18") (capabilities . ,(make-hash-table))
-                                     (clientInfo . ((name . "ert") (version . "0")))))
-            (swank-mcp-tests--send server 2 "tools/call"
-                                   '((name . "evaluate-lisp")
-                                     (arguments . ((code . "(error \"agent-stop-marker\")") (debug . t)))))
-            (swank-mcp-tests--wait "the agent's evaluation to stop in the debugger"
-                                   (lambda () (string-match "\\[DEBUGGER \\(D[0-9]+\\)\\]" said)))
-            (let ((session (match-string 1 said)))
-              ;; The stop went to the agent's connection: the user's Emacs shows nothing.
-              (accept-process-output nil 0.5)
-              (should-not (swank-mcp-tests--debugger-buffers))
-              ;; An error of the user's own still reaches the user's debugger.
-              (funcall (intern (format "%s-eval-async" swank-mcp-tests--backend)) '(cl:error "user-error-marker"))
-              (let ((debugger (car (swank-mcp-tests--wait "the user's debugger" #'swank-mcp-tests--debugger-buffers))))
-                (with-current-buffer debugger
-                  (should (string-match-p "user-error-marker" (buffer-string)))
-                  (call-interactively (intern (if (eq swank-mcp-tests--backend 'sly) "sly-db-quit" "sldb-quit")))))
-              (swank-mcp-tests--wait "the user's debugger to close"
-                                     (lambda () (null (swank-mcp-tests--debugger-buffers))))
-              (swank-mcp-tests--send server 3 "tools/call"
-                                     `((name . "debugger") (arguments . ((session . ,session) (action . "abort")))))
-              (swank-mcp-tests--wait "the agent's evaluation to be aborted"
-                                     (lambda () (string-match-p "EVALUATION-ABORTED" said)))))
-        (process-send-eof server)
-        (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p server))) 30)))))
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(error \"agent-stop-marker\")") (debug . t)))
+    (let ((session (swank-mcp-tests--wait "the agent's evaluation to stop in the debugger"
+                                          (lambda () (let ((said (swank-mcp-tests--said server)))
+                                                       (and (string-match "\\[DEBUGGER \\(D[0-9]+\\)\\]" said)
+                                                            (match-string 1 said)))))))
+      ;; The stop went to the agent's connection: the user's Emacs shows nothing.
+      (accept-process-output nil 0.5)
+      (should-not (swank-mcp-tests--debugger-buffers))
+      ;; An error of the user's own still reaches the user's debugger.
+      (funcall (intern (format "%s-eval-async" swank-mcp-tests--backend)) '(cl:error "user-error-marker"))
+      (let ((debugger (car (swank-mcp-tests--wait "the user's debugger" #'swank-mcp-tests--debugger-buffers))))
+        (with-current-buffer debugger
+          (should (string-match-p "user-error-marker" (buffer-string)))
+          (call-interactively (intern (if (eq swank-mcp-tests--backend 'sly) "sly-db-quit" "sldb-quit")))))
+      (swank-mcp-tests--wait "the user's debugger to close"
+                             (lambda () (null (swank-mcp-tests--debugger-buffers))))
+      (swank-mcp-tests--mcp-call server 3 "debugger" `((session . ,session) (action . "abort")))
+      (swank-mcp-tests--wait "the agent's evaluation to be aborted"
+                             (lambda () (string-match-p "EVALUATION-ABORTED" (swank-mcp-tests--said server)))))
+    (process-send-eof server)
+    (swank-mcp-tests--wait "swank-mcp to exit" (lambda () (not (process-live-p server))) 30)))
 
 ;;;; Keeping the human in charge
-
-(defun swank-mcp-tests--mcp-start (port &rest args)
-  "Start the swank-mcp binary serving MCP for PORT with ARGS; return the process.
-What it writes collects in the process buffer, one JSON message a line."
-  (let ((program (or (getenv "SWANK_MCP_BIN") (ert-skip "SWANK_MCP_BIN is not set (cargo test --test emacs sets it)"))))
-    (make-process :name "swank-mcp-server" :buffer (generate-new-buffer " *swank-mcp-server*") :noquery t
-                  :connection-type 'pipe
-                  :command (append (list program "--port" (number-to-string port)) args)
-                  :stderr (get-buffer-create "*swank-mcp-stderr*")
-                  :sentinel #'ignore)))
-
-(defun swank-mcp-tests--mcp-send (process message)
-  "Send MESSAGE, an alist, to PROCESS as one JSON line."
-  (process-send-string process (concat (json-encode message) "\n")))
-
-(defun swank-mcp-tests--mcp-response (process id &optional seconds)
-  "The response of PROCESS to request ID, waiting at most SECONDS (default 30)."
-  (swank-mcp-tests--wait
-   (format "the response to request %s" id)
-   (lambda ()
-     (with-current-buffer (process-buffer process)
-       ;; Whole lines only: the last may still be arriving.
-       (cl-loop for line in (split-string (buffer-substring (point-min)
-                                                            (save-excursion (goto-char (point-max))
-                                                                            (skip-chars-backward "^\n")
-                                                                            (point)))
-                                          "\n" t)
-                for message = (let ((json-object-type 'alist) (json-array-type 'list) (json-key-type 'symbol))
-                                (json-read-from-string line))
-                when (equal (alist-get 'id message) id) return message)))
-   seconds))
-
-(defun swank-mcp-tests--mcp-initialize (process)
-  "Initialize the MCP session with PROCESS as a client that cannot elicit."
-  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . 1) (method . "initialize")
-                                       (params . ((protocolVersion . "2025-06-18")
-                                                  (capabilities . ,(make-hash-table))
-                                                  (clientInfo . ((name . "ert") (version . "0")))))))
-  (swank-mcp-tests--mcp-response process 1)
-  (swank-mcp-tests--mcp-send process '((jsonrpc . "2.0") (method . "notifications/initialized"))))
-
-(defun swank-mcp-tests--mcp-call (process id tool arguments)
-  "Send PROCESS the call of TOOL with ARGUMENTS (an alist) as request ID."
-  (swank-mcp-tests--mcp-send process `((jsonrpc . "2.0") (id . ,id) (method . "tools/call")
-                                       (params . ((name . ,tool) (arguments . ,arguments))))))
-
-(defun swank-mcp-tests--result-text (response)
-  "The text of the tools/call RESPONSE."
-  (alist-get 'text (car (alist-get 'content (alist-get 'result response)))))
 
 (defun swank-mcp-tests--image-value (name)
   "The value of CL-USER's variable NAME (a string) in the image, or :unbound."
@@ -419,47 +441,33 @@ What it writes collects in the process buffer, one JSON message a line."
                                               swank-mcp--approval-channels))))
 
 (defmacro swank-mcp-tests--with-approvals (bindings &rest body)
-  "Run BODY with approval mode on and an MCP server for the port opened.
-BINDINGS is (SERVER . ARGUMENTS): SERVER is bound to the server, started
-with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
+  "Run BODY with approval mode on and an MCP server for a port opened.
+BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
   (declare (indent 1) (debug t))
-  `(swank-mcp-tests--with-port
-     (let ((port (swank-mcp-start))
-           (,(car bindings) nil))
-       (swank-mcp-approval-mode 1)
-       (unwind-protect
-           (progn
-             (setq ,(car bindings) (apply #'swank-mcp-tests--mcp-start port (list ,@(cdr bindings))))
-             (swank-mcp-tests--mcp-initialize ,(car bindings))
-             (swank-mcp-tests--wait-approval-subscription)
-             ,@body)
-         (swank-mcp-approval-mode -1)
-         (when ,(car bindings) (delete-process ,(car bindings)))))))
+  `(swank-mcp-tests--with-server ,bindings
+     (swank-mcp-approval-mode 1)
+     (unwind-protect
+         (progn
+           (swank-mcp-tests--wait-approval-subscription)
+           ,@body)
+       (swank-mcp-approval-mode -1))))
 
-(defun swank-mcp-tests--response-ok (server id)
-  "Check that SERVER's response to ID is a success; return its text."
-  (let ((response (swank-mcp-tests--mcp-response server id)))
-    (should (eq (alist-get 'isError (alist-get 'result response)) :json-false))
-    (swank-mcp-tests--result-text response)))
-
-(defmacro swank-mcp-tests--confirming (answers &rest body)
-  "Run BODY with `yes-or-no-p' answering ANSWERS in turn; return the questions."
+(defmacro swank-mcp-tests--with-activity (buffer &rest body)
+  "Run BODY with BUFFER bound to the activity buffer, once it is subscribed."
   (declare (indent 1) (debug t))
-  `(let ((answers ,answers)
-         (questions '()))
-     (cl-letf (((symbol-function 'yes-or-no-p)
-                (lambda (question)
-                  (push question questions)
-                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
-                  (pop answers))))
-       ,@body)
-     (should (null answers))
-     (nreverse questions)))
+  `(let ((,buffer (swank-mcp-activity)))
+     (unwind-protect
+         (progn
+           (swank-mcp-tests--wait "the activity subscription"
+                                  (lambda () (with-current-buffer ,buffer
+                                               (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                        swank-mcp--activity-channel))))
+           ,@body)
+       (kill-buffer ,buffer))))
 
 (defun swank-mcp-tests--responded-p (process id)
   "Whether PROCESS has answered request ID."
-  (with-current-buffer (process-buffer process)
-    (string-match-p (format "\"id\":%d[,}]" id) (buffer-string))))
+  (string-match-p (format "\"id\":%d[,}]" id) (swank-mcp-tests--said process)))
 
 (ert-deftest swank-mcp-approval-mode-waits-for-the-users-answer ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
@@ -477,9 +485,7 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
       (should (string-match-p "ert asks to run evaluate-lisp\\.  Answer in \\*swank-mcp approval\\* (C-c C-x m p goes there)"
                               (swank-mcp-tests--last-message)))
       (should (eq (swank-mcp-decline) :taken)))
-    (let ((response (swank-mcp-tests--mcp-response server 2)))
-      (should (eq (alist-get 'isError (alist-get 'result response)) t))
-      (should (string-match-p "declined by the user" (swank-mcp-tests--result-text response))))
+    (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 2)))
     (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :unbound))
     ;; y: it runs.
     (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-approval* :second)")))
@@ -519,15 +525,12 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
       (call-process "sleep" nil nil nil "3")
       (should (eq (swank-mcp-approve) :ended))
       (should (string-match-p "already ended; nothing ran" (swank-mcp-tests--last-message))))
-    (let ((response (swank-mcp-tests--mcp-response server 2)))
-      (should (eq (alist-get 'isError (alist-get 'result response)) t))
-      (should (string-match-p "did not answer the approval request within 2 s" (swank-mcp-tests--result-text response))))
+    (should (string-match-p "did not answer the approval request within 2 s" (swank-mcp-tests--response-error server 2)))
     (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TOO-LATE*") :unbound))
     ;; Unanswered, the prompt goes when the request ends.
     (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-unanswered* :ran)")))
     (swank-mcp-tests--prompt "swank-mcp-unanswered")
-    (let ((response (swank-mcp-tests--mcp-response server 3)))
-      (should (eq (alist-get 'isError (alist-get 'result response)) t)))
+    (swank-mcp-tests--response-error server 3)
     (swank-mcp-tests--wait "the stale prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))) 1)
     ;; The echo area says why it went, and that nothing ran.
     (should (string-match-p "nobody answered in time: the approval request of evaluate-lisp timed out (--confirm-timeout) and it did not run"
@@ -536,31 +539,27 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
 
 (ert-deftest swank-mcp-approvals-waiting-together-are-counted ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
-    (let ((activity (swank-mcp-activity)))
-      (unwind-protect
-          (progn
-            (display-buffer activity)
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-first-of-two* 1)")))
-            (swank-mcp-tests--prompt "first-of-two")
-            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-second-of-two* 2)")))
-            (with-current-buffer (swank-mcp-tests--prompt "(1 of 2)")
-              (should (string-match-p "first-of-two" (buffer-string)))
-              ;; The prompt is beside the activity buffer, not in its place.
-              (should (get-buffer-window activity))
-              (swank-mcp-decline)
-              ;; The echo area ends on the call shown next.
-              (should (string-match-p "evaluate-lisp declined; it does not run\\.  Next: ert asks to run evaluate-lisp\\. (2 of 2)"
-                                      (swank-mcp-tests--last-message))))
-            (with-current-buffer (swank-mcp-tests--prompt "second-of-two")
-              (should (string-match-p "\\`ert asks to run evaluate-lisp\\. (2 of 2)$" (buffer-string)))
-              (swank-mcp-approve))
-            (should (string-match-p "declined by the user" (swank-mcp-tests--result-text
-                                                             (swank-mcp-tests--mcp-response server 2))))
-            (swank-mcp-tests--response-ok server 3)
-            ;; Both calls stay in the activity buffer, the declined one too.
-            (swank-mcp-tests--wait-activity activity "both calls, ended"
-                                            "declined.*\n.*first-of-two\\(.\\|\n\\)*done.*\n.*second-of-two"))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      (display-buffer activity)
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-first-of-two* 1)")))
+      (swank-mcp-tests--prompt "first-of-two")
+      (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-second-of-two* 2)")))
+      (with-current-buffer (swank-mcp-tests--prompt "(1 of 2)")
+        (should (string-match-p "first-of-two" (buffer-string)))
+        ;; The prompt is beside the activity buffer, not in its place.
+        (should (get-buffer-window activity))
+        (swank-mcp-decline)
+        ;; The echo area ends on the call shown next.
+        (should (string-match-p "evaluate-lisp declined; it does not run\\.  Next: ert asks to run evaluate-lisp\\. (2 of 2)"
+                                (swank-mcp-tests--last-message))))
+      (with-current-buffer (swank-mcp-tests--prompt "second-of-two")
+        (should (string-match-p "\\`ert asks to run evaluate-lisp\\. (2 of 2)$" (buffer-string)))
+        (swank-mcp-approve))
+      (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 2)))
+      (swank-mcp-tests--response-ok server 3)
+      ;; Both calls stay in the activity buffer, the declined one too.
+      (swank-mcp-tests--wait-activity activity "both calls, ended"
+                                      "declined.*\n.*first-of-two\\(.\\|\n\\)*done.*\n.*second-of-two"))))
 
 ;;;;; A prompt never takes what the user types
 
@@ -597,7 +596,7 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (should (swank-mcp--approval-shown))
             (execute-kbd-macro (kbd "C-c C-k"))
             (should (string-match-p "declined by the user"
-                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+                                    (swank-mcp-tests--response-error server 2)))
             (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TYPED-THROUGH*") :unbound))
             (should (eq (window-buffer (selected-window)) source)))
         (kill-buffer source)))))
@@ -626,26 +625,19 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
 
 (ert-deftest swank-mcp-overlapping-calls-all-stay-in-the-activity-buffer ()
   (swank-mcp-tests--with-approvals (server)
-    (let ((activity (swank-mcp-activity)))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer activity
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            ;; The first starts first and ends first.
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 0.5) :overlapping-first)")))
-            (swank-mcp-tests--wait-activity activity "the first call, running" "overlapping-first")
-            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(progn (sleep 1.5) :overlapping-second)")))
-            (swank-mcp-tests--response-ok server 2)
-            (swank-mcp-tests--response-ok server 3)
-            (swank-mcp-tests--wait-activity activity "the second call, done"
-                                            "done.*\n.*overlapping-second")
-            (swank-mcp-tests--idle 0.2)
-            (let ((text (swank-mcp-tests--activity-text activity)))
-              (should (string-match-p "done.*\n.*overlapping-first" text))
-              (should (string-match-p "done.*\n.*overlapping-second" text))))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      ;; The first starts first and ends first.
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 0.5) :overlapping-first)")))
+      (swank-mcp-tests--wait-activity activity "the first call, running" "overlapping-first")
+      (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(progn (sleep 1.5) :overlapping-second)")))
+      (swank-mcp-tests--response-ok server 2)
+      (swank-mcp-tests--response-ok server 3)
+      (swank-mcp-tests--wait-activity activity "the second call, done"
+                                      "done.*\n.*overlapping-second")
+      (swank-mcp-tests--idle 0.2)
+      (let ((text (swank-mcp-tests--activity-text activity)))
+        (should (string-match-p "done.*\n.*overlapping-first" text))
+        (should (string-match-p "done.*\n.*overlapping-second" text))))))
 
 ;;;;; Stopping the agent
 
@@ -655,76 +647,61 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
 
 (ert-deftest swank-mcp-cancel-call-stops-the-agents-running-call ()
   (swank-mcp-tests--with-approvals (server)
-    (let ((activity (swank-mcp-activity)))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer activity
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :first-loop")))
-            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :second-loop")))
-            (swank-mcp-tests--wait-activity activity "both loops, running"
-                                            "running\n.*first-loop\\(.\\|\n\\)*running\n.*second-loop")
-            ;; The image's thread list, and the agent's threads tool, name each worker by its call.
-            (swank-mcp-tests--wait "the workers named by their calls"
-                                   (lambda () (>= (cl-count-if (lambda (name)
-                                                                 (and (stringp name)
-                                                                      (string-match-p "\\`swank-mcp evaluate-lisp, call .*-call-[0-9]+\\'"
-                                                                                      name)))
-                                                               (swank-mcp-tests--thread-names))
-                                                  2)))
-            (swank-mcp-tests--mcp-call server 4 "threads" '((action . "list")))
-            (should (string-match-p "\"swank-mcp evaluate-lisp, call [^\"]*-call-[0-9]+\""
-                                    (swank-mcp-tests--response-ok server 4)))
-            ;; M-x swank-mcp-cancel-call: the newest call.  The agent is told within a second.
-            (let ((start (float-time)))
-              (swank-mcp-cancel-call)
-              (should (string-match-p "cancelled evaluate-lisp (ert): its evaluation was interrupted, and the agent is told"
-                                      (swank-mcp-tests--last-message)))
-              (let ((response (swank-mcp-tests--mcp-response server 3 1)))
-                (message "swank-mcp: the agent was told of the cancellation after %.0f ms"
-                         (* 1000 (- (float-time) start)))
-                (should (eq (alist-get 'isError (alist-get 'result response)) t))
-                (should (string-match-p "EVALUATION-CANCELLED\nThe user cancelled this call in Emacs (M-x swank-mcp-cancel-call)"
-                                        (swank-mcp-tests--result-text response)))))
-            (should-not (swank-mcp-tests--responded-p server 2))
-            ;; In the activity buffer, C-c C-c on a call cancels that one.
-            (swank-mcp-tests--wait-activity activity "the second loop, cancelled"
-                                            "cancelled.*\n.*second-loop.*\n +Cancelled in Emacs\\.")
-            (let ((window (display-buffer activity)))
-              (swank-mcp-tests--goto-call activity "first-loop")
-              (set-window-point window (with-current-buffer activity (point)))
-              (with-selected-window window
-                (execute-kbd-macro (kbd "C-c C-c"))))
-            (should (string-match-p "The user cancelled this call in Emacs"
-                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2 1))))
-            (swank-mcp-tests--wait-activity activity "the first loop, cancelled"
-                                            "cancelled.*\n.*first-loop.*\n +Cancelled in Emacs\\.")
-            ;; The workers have their own names back, and nothing is left to cancel.
-            (should-not (cl-find-if (lambda (name) (and (stringp name) (string-match-p "evaluate-lisp, call" name)))
-                                    (swank-mcp-tests--thread-names)))
-            (should-error (swank-mcp-cancel-call) :type 'user-error))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :first-loop")))
+      (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :second-loop")))
+      (swank-mcp-tests--wait-activity activity "both loops, running"
+                                      "running\n.*first-loop\\(.\\|\n\\)*running\n.*second-loop")
+      ;; The image's thread list, and the agent's threads tool, name each worker by its call.
+      (swank-mcp-tests--wait "the workers named by their calls"
+                             (lambda () (>= (cl-count-if (lambda (name)
+                                                           (and (stringp name)
+                                                                (string-match-p "\\`swank-mcp evaluate-lisp, call .*-call-[0-9]+\\'"
+                                                                                name)))
+                                                         (swank-mcp-tests--thread-names))
+                                            2)))
+      (swank-mcp-tests--mcp-call server 4 "threads" '((action . "list")))
+      (should (string-match-p "\"swank-mcp evaluate-lisp, call [^\"]*-call-[0-9]+\""
+                              (swank-mcp-tests--response-ok server 4)))
+      ;; M-x swank-mcp-cancel-call: the newest call.  The agent is told within a second.
+      (let ((start (float-time)))
+        (swank-mcp-cancel-call)
+        (should (string-match-p "cancelled evaluate-lisp (ert): its evaluation was interrupted, and the agent is told"
+                                (swank-mcp-tests--last-message)))
+        (let ((text (swank-mcp-tests--response-error server 3 1)))
+          (message "swank-mcp: the agent was told of the cancellation after %.0f ms"
+                   (* 1000 (- (float-time) start)))
+          (should (string-match-p "EVALUATION-CANCELLED\nThe user cancelled this call in Emacs (M-x swank-mcp-cancel-call)"
+                                  text))))
+      (should-not (swank-mcp-tests--responded-p server 2))
+      ;; In the activity buffer, C-c C-c on a call cancels that one.
+      (swank-mcp-tests--wait-activity activity "the second loop, cancelled"
+                                      "cancelled.*\n.*second-loop.*\n +Cancelled in Emacs\\.")
+      (let ((window (display-buffer activity)))
+        (swank-mcp-tests--goto-call activity "first-loop")
+        (set-window-point window (with-current-buffer activity (point)))
+        (with-selected-window window
+          (execute-kbd-macro (kbd "C-c C-c"))))
+      (should (string-match-p "The user cancelled this call in Emacs"
+                              (swank-mcp-tests--response-error server 2 1)))
+      (swank-mcp-tests--wait-activity activity "the first loop, cancelled"
+                                      "cancelled.*\n.*first-loop.*\n +Cancelled in Emacs\\.")
+      ;; The workers have their own names back, and nothing is left to cancel.
+      (should-not (cl-find-if (lambda (name) (and (stringp name) (string-match-p "evaluate-lisp, call" name)))
+                              (swank-mcp-tests--thread-names)))
+      (should-error (swank-mcp-cancel-call) :type 'user-error))))
 
 (ert-deftest swank-mcp-a-call-whose-server-went-away-is-not-left-running ()
   (swank-mcp-tests--with-approvals (server)
-    (let ((activity (swank-mcp-activity)))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer activity
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 3) :server-goes-away)")))
-            (swank-mcp-tests--wait-activity activity "the call, running" "running\n.*server-goes-away")
-            ;; The agent's server is killed: it can never say how the call ended.
-            (delete-process server)
-            (swank-mcp-tests--wait-activity activity "the call, ended by the image"
-                                            "server gone\n.*server-goes-away.*\n +The agent's server went away before this call ended")
-            (should (string-match-p "No agent's call is running or waiting"
-                                    (cadr (should-error (swank-mcp-cancel-call) :type 'user-error)))))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(progn (sleep 3) :server-goes-away)")))
+      (swank-mcp-tests--wait-activity activity "the call, running" "running\n.*server-goes-away")
+      ;; The agent's server is killed: it can never say how the call ended.
+      (delete-process server)
+      (swank-mcp-tests--wait-activity activity "the call, ended by the image"
+                                      "server gone\n.*server-goes-away.*\n +The agent's server went away before this call ended")
+      (should (string-match-p "No agent's call is running or waiting"
+                              (cadr (should-error (swank-mcp-cancel-call) :type 'user-error)))))))
 
 (ert-deftest swank-mcp-cancel-call-declines-a-call-waiting-for-approval ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
@@ -734,71 +711,60 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
     (should (string-match-p "declined evaluate-lisp (ert), which waited for approval; it does not run"
                             (swank-mcp-tests--last-message)))
     (should (string-match-p "declined by the user"
-                            (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+                            (swank-mcp-tests--response-error server 2)))
     (swank-mcp-tests--wait "the prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))))
     (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CANCELLED-WAITING*") :unbound))))
 
 ;;;;; The user's event log
 
+(defun swank-mcp-tests--events-buffer ()
+  "The connection's event log (*slime-events*, or SLY's)."
+  (if (eq swank-mcp-tests--backend 'sly)
+      (sly--events-buffer swank-mcp-tests--connection)
+    (slime-events-buffer)))
+
 (defun swank-mcp-tests--events-text ()
-  "The text of the connection's event log (*slime-events*, or SLY's)."
-  (with-current-buffer (if (eq swank-mcp-tests--backend 'sly)
-                           (sly--events-buffer swank-mcp-tests--connection)
-                         (slime-events-buffer))
+  "The text of the connection's event log."
+  (with-current-buffer (swank-mcp-tests--events-buffer)
     (buffer-substring-no-properties (point-min) (point-max))))
 
 (ert-deftest swank-mcp-a-burst-of-calls-leaves-the-users-event-log-alone ()
   (swank-mcp-tests--with-approvals (server "--confirm" "load-file")
-    (let ((activity (swank-mcp-activity))
-          (calls 100))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer activity
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
-            (swank-mcp-tests--response-ok server 2)
-            (swank-mcp-tests--idle 0.5)
-            (swank-mcp-tests--eval '(cl:identity "users-own-history-marker"))
-            (let ((before (length (swank-mcp-tests--events-text))))
-              (dotimes (i calls)
-                (swank-mcp-tests--mcp-call server (+ 100 i) "evaluate-lisp"
-                                           `((code . ,(format "(progn \"a burst of calls\" (list :burst %d))" i)))))
-              (dotimes (i calls)
-                (swank-mcp-tests--mcp-response server (+ 100 i)))
-              (swank-mcp-tests--wait "the burst's last call, done"
-                                     (lambda () (string-match-p (format "done.*\n.*:burst %d)" (1- calls))
-                                                                (swank-mcp-tests--activity-text activity))))
-              (let* ((text (swank-mcp-tests--events-text))
-                     (added (substring text before))
-                     (lines (split-string added "\n" t)))
-                (message "swank-mcp event log (%s): %d characters, %d lines for %d calls"
-                         swank-mcp-tests--backend (length added) (length lines) calls)
-                ;; Each message on one line of its own, short.
-                (dolist (line lines)
-                  (should (string-match-p "\\`(:channel-send [0-9]+ :call :id \"[^\"]+\" :state :[a-z-]+ :tool \"evaluate-lisp\" :version \u2026)\\'"
-                                          line))
-                  (unless (<= (length line) 160) (ert-fail (substring line 0 400))))
-                ;; Under a third of what the log keeps, and the user's own request is still there.
-                (should (< (length added) 33000))
-                (should (string-match-p "users-own-history-marker" text)))))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      (let ((calls 100))
+        (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
+        (swank-mcp-tests--response-ok server 2)
+        (swank-mcp-tests--idle 0.5)
+        (swank-mcp-tests--eval '(cl:identity "users-own-history-marker"))
+        (let ((before (length (swank-mcp-tests--events-text))))
+          (dotimes (i calls)
+            (swank-mcp-tests--mcp-call server (+ 100 i) "evaluate-lisp"
+                                       `((code . ,(format "(progn \"a burst of calls\" (list :burst %d))" i)))))
+          (dotimes (i calls)
+            (swank-mcp-tests--mcp-response server (+ 100 i)))
+          (swank-mcp-tests--wait "the burst's last call, done"
+                                 (lambda () (string-match-p (format "done.*\n.*:burst %d)" (1- calls))
+                                                            (swank-mcp-tests--activity-text activity))))
+          (let* ((text (swank-mcp-tests--events-text))
+                 (added (substring text before))
+                 (lines (split-string added "\n" t)))
+            (message "swank-mcp event log (%s): %d characters, %d lines for %d calls"
+                     swank-mcp-tests--backend (length added) (length lines) calls)
+            ;; Each message on one line of its own, short.
+            (dolist (line lines)
+              (should (string-match-p "\\`(:channel-send [0-9]+ :call :id \"[^\"]+\" :state :[a-z-]+ :tool \"evaluate-lisp\" :version \u2026)\\'"
+                                      line))
+              (unless (<= (length line) 160) (ert-fail (substring line 0 400))))
+            ;; Under a third of what the log keeps, and the user's own request is still there.
+            (should (< (length added) 33000))
+            (should (string-match-p "users-own-history-marker" text))))))))
 
 (ert-deftest swank-mcp-without-approval-mode-a-confirmed-call-is-refused ()
-  (swank-mcp-tests--with-port
-    (let ((port (swank-mcp-start))
-          (server nil))
-      (unwind-protect
-          (progn
-            (swank-mcp-approval-mode -1)
-            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
-            (swank-mcp-tests--mcp-initialize server)
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-refused* t)")))
-            (let ((text (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
-              (should (string-match-p "swank-mcp-approval-mode" text)))
-            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-REFUSED*") :unbound)))
-        (when server (delete-process server))))))
+  (swank-mcp-approval-mode -1)
+  (swank-mcp-tests--with-server (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-refused* t)")))
+    (should (string-match-p "swank-mcp-approval-mode" (swank-mcp-tests--response-error server 2)))
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-REFUSED*") :unbound))))
 
 ;;;;; The activity record
 
@@ -816,37 +782,32 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
     (goto-char (point-max))
     (should (re-search-backward regexp nil t))))
 
-(defun swank-mcp-tests--reply-shown ()
-  "The text RET on a call showed."
-  (with-current-buffer "*swank-mcp reply*" (buffer-string)))
+(defun swank-mcp-tests--check-reply-shown (buffer line call reply)
+  "Check that RET on the last call matching CALL in activity BUFFER gives REPLY.
+First wait until BUFFER matches LINE."
+  (swank-mcp-tests--wait-activity buffer (format "the activity line %S" line) line)
+  (swank-mcp-tests--goto-call buffer call)
+  (with-current-buffer buffer (swank-mcp-activity-show-reply))
+  (should (equal (with-current-buffer "*swank-mcp reply*" (buffer-string)) reply)))
 
 (ert-deftest swank-mcp-activity-records-every-call-with-its-state ()
-  (swank-mcp-tests--with-port
-    (let* ((port (swank-mcp-start))
-           (root (make-temp-file "swank-mcp-activity" t))
-           (file (expand-file-name "forms.lisp" root))
-           (buffer nil)
-           (server nil))
-      (with-temp-file file
-        (insert "(defun swank-mcp-loaded-marker () :loaded)\n"))
-      (swank-mcp-approval-mode 1)
+  (let* ((root (make-temp-file "swank-mcp-activity" t))
+         (file (expand-file-name "forms.lisp" root))
+         (buffer nil))
+    (with-temp-file file
+      (insert "(defun swank-mcp-loaded-marker () :loaded)\n"))
+    (swank-mcp-tests--with-approvals (server "--confirm" "load-form" "--root" root)
       (unwind-protect
           (progn
-            (setq server (swank-mcp-tests--mcp-start port "--confirm" "load-form" "--root" root))
-            (swank-mcp-tests--mcp-initialize server)
             ;; A call made before the buffer opens is in the record too.
             (swank-mcp-tests--mcp-call server 2 "evaluate-lisp"
                                        '((code . "(progn (princ \"activity-output-marker\") (list :activity-marker (+ 1 2)))")))
-            (let ((done (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 2))))
+            (let ((done (swank-mcp-tests--response-ok server 2)))
               (setq buffer (swank-mcp-activity))
-              (swank-mcp-tests--wait-activity buffer "the evaluation, done"
-                                              "evaluate-lisp  (ert)  done  [0-9]+ ms\n +(progn (princ")
               ;; RET shows the reply as the agent received it, its output included.
-              (swank-mcp-tests--goto-call buffer "activity-output-marker")
-              (with-current-buffer buffer (swank-mcp-activity-show-reply))
               (should (string-match-p "activity-output-marker" done))
-              (should (equal (swank-mcp-tests--reply-shown) done)))
-            (swank-mcp-tests--wait-approval-subscription)
+              (swank-mcp-tests--check-reply-shown buffer "evaluate-lisp  (ert)  done  [0-9]+ ms\n +(progn (princ"
+                                                  "activity-output-marker" done))
             ;; A load-form waits for approval, shown as such, and is declined.
             (swank-mcp-tests--mcp-call server 3 "load-form"
                                        `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
@@ -858,18 +819,15 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
             (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, C-c C-c cancel the call, g read again\\.\n"
                                     (swank-mcp-tests--activity-text buffer)))
             ;; RET on the waiting call goes to its prompt.
-            (swank-mcp-tests--wait "the approval buffer" (lambda () (get-buffer swank-mcp--approval-buffer-name)))
+            (swank-mcp-tests--prompt "run load-form")
             (swank-mcp-tests--goto-call buffer "load-form  (ert)  waiting for approval")
             (with-current-buffer buffer (swank-mcp-activity-show-reply))
             (with-current-buffer (window-buffer (selected-window))
               (should (equal (buffer-name) swank-mcp--approval-buffer-name))
               (should (string-match-p "\\`ert asks to run load-form\\." (buffer-string)))
               (swank-mcp-decline))
-            (let ((declined (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 3))))
-              (swank-mcp-tests--wait-activity buffer "the load-form declined" "load-form  (ert)  declined  [0-9]+ ms")
-              (swank-mcp-tests--goto-call buffer "load-form  (ert)  declined")
-              (with-current-buffer buffer (swank-mcp-activity-show-reply))
-              (should (equal (swank-mcp-tests--reply-shown) declined)))
+            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  declined  [0-9]+ ms" "load-form  (ert)  declined"
+                                                (swank-mcp-tests--response-error server 3))
             ;; Approved, it compiles into the image and is recorded as done.
             (swank-mcp-tests--mcp-call server 4 "load-form"
                                        `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
@@ -883,19 +841,14 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
                                                            "load-form")
                                                     approval))))
               (swank-mcp-approve))
-            (let ((loaded (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
-              (swank-mcp-tests--wait-activity buffer "the load-form done" "load-form  (ert)  done  [0-9]+ ms")
-              (swank-mcp-tests--goto-call buffer "load-form  (ert)  done")
-              (with-current-buffer buffer (swank-mcp-activity-show-reply))
-              (should (equal (swank-mcp-tests--reply-shown) loaded)))
+            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  done  [0-9]+ ms" "load-form  (ert)  done"
+                                                (swank-mcp-tests--response-ok server 4))
             ;; A failed call, with the error the agent got.
             (swank-mcp-tests--mcp-call server 5 "evaluate-lisp" '((code . "(error \"activity-failure-marker\")")))
-            (let ((failed (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 5))))
-              (swank-mcp-tests--wait-activity buffer "the failed call" "evaluate-lisp  (ert)  failed  [0-9]+ ms")
-              (swank-mcp-tests--goto-call buffer "activity-failure-marker")
-              (with-current-buffer buffer (swank-mcp-activity-show-reply))
+            (let ((failed (swank-mcp-tests--response-error server 5)))
               (should (string-match-p "activity-failure-marker" failed))
-              (should (equal (swank-mcp-tests--reply-shown) failed)))
+              (swank-mcp-tests--check-reply-shown buffer "evaluate-lisp  (ert)  failed  [0-9]+ ms" "activity-failure-marker"
+                                                  failed))
             (with-current-buffer buffer
               ;; n and p go from call to call (the record holds the calls of other tests too).
               (swank-mcp-tests--goto-call buffer "activity-output-marker")
@@ -923,23 +876,15 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
                 (should (equal (buffer-substring-no-properties (point-min) (point-max)) before))))
             (should-not (string-match-p "activity-output-marker\\|activity-failure-marker"
                                         (swank-mcp-tests--repl-text))))
-        (swank-mcp-approval-mode -1)
-        (when server (delete-process server))
         (when buffer (kill-buffer buffer))))))
 
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
 It keeps one for each thread that exchanged a message."
-  (swank-mcp-tests--eval (if (eq swank-mcp-tests--backend 'sly)
-                             '(cl:length (cl:symbol-value (cl:find-symbol "*MAILBOXES*" "SLYNK-SBCL")))
-                           '(cl:length (cl:symbol-value (cl:find-symbol "*MAILBOXES*" "SWANK/SBCL"))))))
-
-(defun swank-mcp-tests--events-size ()
-  "The size of the connection's event log (*slime-events*, or SLY's)."
-  (with-current-buffer (if (eq swank-mcp-tests--backend 'sly)
-                           (sly--events-buffer swank-mcp-tests--connection)
-                         (slime-events-buffer))
-    (buffer-size)))
+  (swank-mcp-tests--eval `(cl:length (cl:symbol-value (cl:find-symbol "*MAILBOXES*"
+                                                                      ,(if (eq swank-mcp-tests--backend 'sly)
+                                                                           "SLYNK-SBCL"
+                                                                         "SWANK/SBCL"))))))
 
 (ert-deftest swank-mcp-an-idle-activity-buffer-and-approval-mode-cost-nothing ()
   (swank-mcp-tests--with-port
@@ -952,9 +897,9 @@ It keeps one for each thread that exchanged a message."
             (should (eql 0 (car (swank-mcp-tests--run port "eval" "(+ 1 2)"))))
             (swank-mcp-tests--idle 1)
             (let ((mailboxes (swank-mcp-tests--mailbox-count))
-                  (events (swank-mcp-tests--events-size)))
+                  (events (buffer-size (swank-mcp-tests--events-buffer))))
               (swank-mcp-tests--idle 10)
-              (should (equal (swank-mcp-tests--events-size) events))
+              (should (equal (buffer-size (swank-mcp-tests--events-buffer)) events))
               ;; The count itself is a request of its own, whose thread may add one.
               (should (<= (swank-mcp-tests--mailbox-count) (1+ mailboxes)))))
         (swank-mcp-approval-mode -1)
@@ -978,39 +923,32 @@ It keeps one for each thread that exchanged a message."
   "Print the time from a call's request to its activity line and its prompt.
 benches/emacs_latency.sh runs this test alone and shows the figures."
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
-    (let ((activity (swank-mcp-activity))
-          (lines '())
-          (prompts '())
-          (count (lambda (buffer text) (with-current-buffer buffer (how-many (regexp-quote text) (point-min) (point-max))))))
-      (unwind-protect
-          (progn
-            (swank-mcp-tests--wait "the activity subscription"
-                                   (lambda () (with-current-buffer activity
-                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
-                                                                         swank-mcp--activity-channel))))
-            (dotimes (round 11)
-              (let ((shown (funcall count activity "describe-symbol")))
-                (swank-mcp-tests--mcp-call server (+ 100 round) "describe-symbol" '((symbol . "car")))
-                (push (swank-mcp-tests--milliseconds-until
-                       (lambda () (> (funcall count activity "describe-symbol") shown)))
-                      lines)
-                (swank-mcp-tests--mcp-response server (+ 100 round)))
-              (let ((code (format "(list :latency-round %d)" round)))
-                (swank-mcp-tests--mcp-call server (+ 200 round) "evaluate-lisp" `((code . ,code)))
-                (push (swank-mcp-tests--milliseconds-until
-                       (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
-                                    (and buffer (> (funcall count buffer code) 0)))))
-                      prompts)
-                (with-current-buffer swank-mcp--approval-buffer-name
-                  (swank-mcp-approve))
-                (swank-mcp-tests--mcp-response server (+ 200 round))))
-            ;; The first round loads the helper into the image.
-            (let ((lines (butlast lines)) (prompts (butlast prompts)))
-              (message "swank-mcp latency (%s, %d calls): activity line median %.1f ms, max %.1f ms; prompt median %.1f ms, max %.1f ms"
-                       swank-mcp-tests--backend (length lines)
-                       (swank-mcp-tests--median lines) (apply #'max lines)
-                       (swank-mcp-tests--median prompts) (apply #'max prompts))))
-        (kill-buffer activity)))))
+    (swank-mcp-tests--with-activity activity
+      (let ((lines '())
+            (prompts '())
+            (count (lambda (buffer text) (with-current-buffer buffer (how-many (regexp-quote text) (point-min) (point-max))))))
+        (dotimes (round 11)
+          (let ((shown (funcall count activity "describe-symbol")))
+            (swank-mcp-tests--mcp-call server (+ 100 round) "describe-symbol" '((symbol . "car")))
+            (push (swank-mcp-tests--milliseconds-until
+                   (lambda () (> (funcall count activity "describe-symbol") shown)))
+                  lines)
+            (swank-mcp-tests--mcp-response server (+ 100 round)))
+          (let ((code (format "(list :latency-round %d)" round)))
+            (swank-mcp-tests--mcp-call server (+ 200 round) "evaluate-lisp" `((code . ,code)))
+            (push (swank-mcp-tests--milliseconds-until
+                   (lambda () (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+                                (and buffer (> (funcall count buffer code) 0)))))
+                  prompts)
+            (with-current-buffer swank-mcp--approval-buffer-name
+              (swank-mcp-approve))
+            (swank-mcp-tests--mcp-response server (+ 200 round))))
+        ;; The first round loads the helper into the image.
+        (let ((lines (butlast lines)) (prompts (butlast prompts)))
+          (message "swank-mcp latency (%s, %d calls): activity line median %.1f ms, max %.1f ms; prompt median %.1f ms, max %.1f ms"
+                   swank-mcp-tests--backend (length lines)
+                   (swank-mcp-tests--median lines) (apply #'max lines)
+                   (swank-mcp-tests--median prompts) (apply #'max prompts)))))))
 
 ;;;;; Undo
 
@@ -1019,19 +957,10 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
 Return what it printed."
   (cadr (swank-mcp-tests--eval `(,(swank-mcp-tests--server-function "eval-and-grab-output") ,code))))
 
-(defmacro swank-mcp-tests--answering (answers &rest body)
-  "Run BODY with `y-or-n-p' answering ANSWERS in turn; return the questions asked."
-  (declare (indent 1) (debug t))
-  `(let ((answers ,answers)
-         (questions '()))
-     (cl-letf (((symbol-function 'y-or-n-p)
-                (lambda (question)
-                  (push question questions)
-                  (when (null answers) (ert-fail (format "unexpected question: %s" question)))
-                  (pop answers))))
-       ,@body)
-     (should (null answers))
-     (nreverse questions)))
+(defun swank-mcp-tests--user-value (code)
+  "The printed value of CODE (a string), evaluated as the user's own code is.
+Only its first word: Slynk describes an integer at length after it."
+  (car (split-string (swank-mcp-tests--user-eval code))))
 
 (defun swank-mcp-tests--undo-goto (regexp)
   "Move to the last line of the undo buffer matching REGEXP."
@@ -1055,21 +984,21 @@ Return what it printed."
               (should-not (string-match-p "at defined at" (buffer-string)))
               ;; Asked first: no means nothing happens.
               (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
-              (let ((questions (swank-mcp-tests--answering '(nil) (swank-mcp-undo-restore))))
+              (let ((questions (swank-mcp-tests--answering y-or-n-p '(nil) (swank-mcp-undo-restore))))
                 (should (string-match-p "\\`Restore entry [0-9]+, function COMMON-LISP-USER::SWANK-MCP-GREET\\? \\'"
                                         (car questions))))
-              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              (should (equal (swank-mcp-tests--user-value "(swank-mcp-greet)") ":USERS-NEWER"))
               ;; Yes, but the definition changed since: refused, saying what changed, and not forced.
               (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
-              (let ((questions (swank-mcp-tests--answering '(t nil) (swank-mcp-undo-restore))))
+              (let ((questions (swank-mcp-tests--answering y-or-n-p '(t nil) (swank-mcp-undo-restore))))
                 (should (string-match-p "changed since: redefined after the agent's call.*Restore anyway"
                                         (cadr questions))))
-              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-NEWER"))
+              (should (equal (swank-mcp-tests--user-value "(swank-mcp-greet)") ":USERS-NEWER"))
               (should-not (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
               ;; Forced, the definition the agent replaced is back.
               (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
-              (swank-mcp-tests--answering '(t t) (swank-mcp-undo-restore))
-              (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-greet)"))) ":USERS-FIRST"))
+              (swank-mcp-tests--answering y-or-n-p '(t t) (swank-mcp-undo-restore))
+              (should (equal (swank-mcp-tests--user-value "(swank-mcp-greet)") ":USERS-FIRST"))
               (should (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
               ;; A page at a time, with the journal's own paging.
               (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-paged () :agents)"))))
@@ -1093,65 +1022,58 @@ Return what it printed."
           (kill-buffer buffer))))))
 
 (ert-deftest swank-mcp-undo-restores-methods-a-class-and-says-where-the-file-stands ()
-  (swank-mcp-tests--with-port
-    (let* ((port (swank-mcp-start))
-           (root (make-temp-file "swank-mcp-undo" t))
-           (file (expand-file-name "agent.lisp" root))
-           (server nil))
-      (with-temp-file file
-        (insert "(in-package :cl-user)\n(defun swank-mcp-from-file () :agents-file-version)\n"))
+  (let* ((root (make-temp-file "swank-mcp-undo" t))
+         (file (expand-file-name "agent.lisp" root)))
+    (with-temp-file file
+      (insert "(in-package :cl-user)\n(defun swank-mcp-from-file () :agents-file-version)\n"))
+    (swank-mcp-tests--with-server (server "--root" root)
       (swank-mcp-tests--user-eval
        "(progn (defclass swank-mcp-shape () ((users-slot :initform 1)))
                (defgeneric swank-mcp-area (shape))
                (defmethod swank-mcp-area ((shape swank-mcp-shape)) :users-method)
                (defun swank-mcp-from-file () :users-version))")
-      (unwind-protect
-          (progn
-            (setq server (swank-mcp-tests--mcp-start port "--root" root))
-            (swank-mcp-tests--mcp-initialize server)
-            (swank-mcp-tests--mcp-call
-             server 2 "evaluate-lisp"
-             '((code . "(progn (defclass swank-mcp-shape () ((agents-slot :initform 2)))
+      (swank-mcp-tests--mcp-call
+       server 2 "evaluate-lisp"
+       '((code . "(progn (defclass swank-mcp-shape () ((agents-slot :initform 2)))
                                (defmethod swank-mcp-area ((shape swank-mcp-shape)) :agents-method)
                                (defmethod swank-mcp-area ((shape integer)) :agents-added-method))")))
-            (swank-mcp-tests--mcp-response server 2)
-            (swank-mcp-tests--mcp-call server 3 "load-form"
-                                       `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-from-file")))
-            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
-            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-area 3)"))) ":AGENTS-ADDED-METHOD"))
-            (let ((buffer (swank-mcp-undo)))
-              (unwind-protect
-                  (with-current-buffer buffer
-                    (should (string-match-p "class +COMMON-LISP-USER::SWANK-MCP-SHAPE (redefined): replaced"
-                                            (buffer-string)))
-                    (should (string-match-p "method +COMMON-LISP-USER::SWANK-MCP-AREA ((INTEGER)): added: restoring removes it" (buffer-string)))
-                    ;; Every entry from the class on, newest first.
-                    (swank-mcp-tests--undo-goto "class +COMMON-LISP-USER::SWANK-MCP-SHAPE")
-                    (swank-mcp-tests--answering '(t) (swank-mcp-undo-restore-since))
-                    (let ((said (with-current-buffer "*Messages*" (buffer-string))))
-                      (should (string-match-p "Restored [0-9]+ method COMMON-LISP-USER::SWANK-MCP-AREA: removed" said))
-                      (should (string-match-p (format "Restored [0-9]+ function COMMON-LISP-USER::SWANK-MCP-FROM-FILE: .*Only the image changed: %s still holds the agent's version (line 2)"
-                                                      (regexp-quote file))
-                                              said)))
-                    (dolist (line (split-string (buffer-string) "\n"))
-                      (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
-                        (should (string-match-p "(restored)\\'" line))))
-                    ;; The entry itself says where the file stands.
-                    (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*(restored; only in the image: %s still holds the agent's version)$"
-                                                    (regexp-quote file))
-                                            (buffer-string))))
-                (kill-buffer buffer)))
-            (should (equal (car (split-string (swank-mcp-tests--user-eval "(swank-mcp-from-file)"))) ":USERS-VERSION"))
-            (should (equal (car (split-string (swank-mcp-tests--user-eval
-                                               "(swank-mcp-area (make-instance 'swank-mcp-shape))")))
-                           ":USERS-METHOD"))
-            (should (string-match-p "NO-APPLICABLE-METHOD\\|no applicable method"
-                                    (swank-mcp-tests--user-eval
-                                     "(handler-case (swank-mcp-area 3) (error (e) (princ-to-string (type-of e))))")))
-            (should (equal (car (split-string (swank-mcp-tests--user-eval
-                                               "(mapcar #'sb-mop:slot-definition-name (sb-mop:class-direct-slots (find-class 'swank-mcp-shape)))")))
-                           "(USERS-SLOT)")))
-        (when server (delete-process server))))))
+      (swank-mcp-tests--response-ok server 2)
+      (swank-mcp-tests--mcp-call server 3 "load-form"
+                                 `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-from-file")))
+      (swank-mcp-tests--response-ok server 3)
+      (should (equal (swank-mcp-tests--user-value "(swank-mcp-area 3)") ":AGENTS-ADDED-METHOD"))
+      (let ((buffer (swank-mcp-undo)))
+        (unwind-protect
+            (with-current-buffer buffer
+              (should (string-match-p "class +COMMON-LISP-USER::SWANK-MCP-SHAPE (redefined): replaced"
+                                      (buffer-string)))
+              (should (string-match-p "method +COMMON-LISP-USER::SWANK-MCP-AREA ((INTEGER)): added: restoring removes it" (buffer-string)))
+              ;; Every entry from the class on, newest first.
+              (swank-mcp-tests--undo-goto "class +COMMON-LISP-USER::SWANK-MCP-SHAPE")
+              (swank-mcp-tests--answering y-or-n-p '(t) (swank-mcp-undo-restore-since))
+              (let ((said (with-current-buffer "*Messages*" (buffer-string))))
+                (should (string-match-p "Restored [0-9]+ method COMMON-LISP-USER::SWANK-MCP-AREA: removed" said))
+                (should (string-match-p (format "Restored [0-9]+ function COMMON-LISP-USER::SWANK-MCP-FROM-FILE: .*Only the image changed: %s still holds the agent's version (line 2)"
+                                                (regexp-quote file))
+                                        said)))
+              (dolist (line (split-string (buffer-string) "\n"))
+                (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
+                  (should (string-match-p "(restored)\\'" line))))
+              ;; The entry itself says where the file stands.
+              (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*(restored; only in the image: %s still holds the agent's version)$"
+                                              (regexp-quote file))
+                                      (buffer-string))))
+          (kill-buffer buffer)))
+      (should (equal (swank-mcp-tests--user-value "(swank-mcp-from-file)") ":USERS-VERSION"))
+      (should (equal (swank-mcp-tests--user-value
+                      "(swank-mcp-area (make-instance 'swank-mcp-shape))")
+                     ":USERS-METHOD"))
+      (should (string-match-p "NO-APPLICABLE-METHOD\\|no applicable method"
+                              (swank-mcp-tests--user-eval
+                               "(handler-case (swank-mcp-area 3) (error (e) (princ-to-string (type-of e))))")))
+      (should (equal (swank-mcp-tests--user-value
+                      "(mapcar #'sb-mop:slot-definition-name (sb-mop:class-direct-slots (find-class 'swank-mcp-shape)))")
+                     "(USERS-SLOT)")))))
 
 ;;;;; At home in Emacs
 
@@ -1179,46 +1101,33 @@ Return what it printed."
       (should (eq (key-binding (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend)))))))
 
 (ert-deftest swank-mcp-approval-mode-shows-in-the-mode-line-and-allowances-can-be-revoked ()
-  (swank-mcp-tests--with-port
-    (let ((port (swank-mcp-start))
-          (server nil))
-      (swank-mcp-approval-mode 1)
-      (unwind-protect
-          (progn
-            (should (equal (cadr (assq 'swank-mcp-approval-mode minor-mode-alist)) " MCP-approve"))
-            (setq server (swank-mcp-tests--mcp-start port "--confirm" "evaluate-lisp"))
-            (swank-mcp-tests--mcp-initialize server)
-            (swank-mcp-tests--wait-approval-subscription)
-            ;; C-c C-a: run, and allow evaluate-lisp for the rest of the session, once confirmed.
-            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 1)")))
-            (with-current-buffer (swank-mcp-tests--wait "the approval buffer"
-                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
-              (let ((questions (swank-mcp-tests--confirming '(nil) (should-not (swank-mcp-approve-for-session)))))
-                (should (equal questions '("Run evaluate-lisp now, and every later evaluate-lisp call of ert without \
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (should (equal (cadr (assq 'swank-mcp-approval-mode minor-mode-alist)) " MCP-approve"))
+    ;; C-c C-a: run, and allow evaluate-lisp for the rest of the session, once confirmed.
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 1)")))
+    (with-current-buffer (swank-mcp-tests--prompt "allowed\\* 1")
+      (let ((questions (swank-mcp-tests--answering yes-or-no-p '(nil) (should-not (swank-mcp-approve-for-session)))))
+        (should (equal questions '("Run evaluate-lisp now, and every later evaluate-lisp call of ert without \
 asking you, for the rest of its session? "))))
-              ;; Not confirmed: the call still waits.
-              (should (string-match-p "not answered; evaluate-lisp still waits" (swank-mcp-tests--last-message)))
-              (should (swank-mcp--approval-shown))
-              (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") :unbound))
-              (swank-mcp-tests--confirming '(t) (should (eq (swank-mcp-approve-for-session) :taken))))
-            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 2))) :json-false))
-            ;; Allowed: the next call runs unasked.
-            (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 2)")))
-            (should (eq (alist-get 'isError (alist-get 'result (swank-mcp-tests--mcp-response server 3))) :json-false))
-            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2))
-            ;; Revoked: the next call waits for an answer again.
-            (should (equal (swank-mcp-revoke-session-allowances) '(("evaluate-lisp" "ert"))))
-            (should-not (swank-mcp-revoke-session-allowances))
-            (swank-mcp-tests--mcp-call server 4 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 3)")))
-            (with-current-buffer (swank-mcp-tests--wait "the approval buffer, again"
-                                                        (lambda () (get-buffer swank-mcp--approval-buffer-name)))
-              (swank-mcp-decline))
-            (should (string-match-p "declined by the user"
-                                    (swank-mcp-tests--result-text (swank-mcp-tests--mcp-response server 4))))
-            (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2)))
-        (swank-mcp-approval-mode -1)
-        (when server (delete-process server))))
-    (should-not swank-mcp-approval-mode)))
+      ;; Not confirmed: the call still waits.
+      (should (string-match-p "not answered; evaluate-lisp still waits" (swank-mcp-tests--last-message)))
+      (should (swank-mcp--approval-shown))
+      (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") :unbound))
+      (swank-mcp-tests--answering yes-or-no-p '(t) (should (eq (swank-mcp-approve-for-session) :taken))))
+    (swank-mcp-tests--response-ok server 2)
+    ;; Allowed: the next call runs unasked.
+    (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 2)")))
+    (swank-mcp-tests--response-ok server 3)
+    (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2))
+    ;; Revoked: the next call waits for an answer again.
+    (should (equal (swank-mcp-revoke-session-allowances) '(("evaluate-lisp" "ert"))))
+    (should-not (swank-mcp-revoke-session-allowances))
+    (swank-mcp-tests--mcp-call server 4 "evaluate-lisp" '((code . "(defparameter *swank-mcp-allowed* 3)")))
+    (with-current-buffer (swank-mcp-tests--prompt "allowed\\* 3")
+      (swank-mcp-decline))
+    (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 4)))
+    (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2)))
+  (should-not swank-mcp-approval-mode))
 
 (provide 'swank-mcp-tests)
 

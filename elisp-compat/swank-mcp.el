@@ -112,30 +112,6 @@ is loaded; nil binds nothing."
   :type '(choice key-sequence (const :tag "No binding" nil))
   :group 'swank-mcp)
 
-;; SLIME and SLY are both optional: only the one the user runs is loaded.
-(declare-function slime-current-connection "ext:slime" ())
-(declare-function slime-eval "ext:slime" (sexp &optional package))
-(declare-function slime-eval-async "ext:slime" (sexp &optional cont package))
-(declare-function slime-connection-name "ext:slime" (&optional process))
-(declare-function slime-pid "ext:slime" (&optional process))
-(declare-function sly-current-connection "ext:sly" ())
-(declare-function sly-eval "ext:sly" (sexp &optional package cancel-on-input cancel-on-input-retval))
-(declare-function sly-eval-async "ext:sly" (sexp &optional cont package env))
-(defvar slime-net-processes)
-(defvar sly-net-processes)
-(declare-function sly-connection-name "ext:sly" (&optional process))
-(declare-function sly-pid "ext:sly" (&optional process))
-(declare-function slime-make-channel "ext:slime" (operations &optional name))
-(declare-function slime-close-channel "ext:slime" (channel))
-(declare-function slime-channel.id "ext:slime" (channel))
-(declare-function slime-channel-put "ext:slime" (channel prop value))
-(declare-function slime-channel-get "ext:slime" (channel prop))
-(declare-function sly-make-channel "ext:sly" (operations &optional name))
-(declare-function sly-close-channel "ext:sly" (channel))
-(declare-function sly-channel.id "ext:sly" (channel))
-(declare-function sly-channel-put "ext:sly" (channel prop value))
-(declare-function sly-channel-get "ext:sly" (channel prop))
-
 (cl-defstruct (swank-mcp--backend (:constructor swank-mcp--make-backend)
                                   (:copier nil))
   "How to talk to the Lisp image through one Emacs front end."
@@ -161,53 +137,40 @@ is loaded; nil binds nothing."
   close-hooks          ; hook run with a connection that closed
   log-event)           ; the front end's function that writes an event in its event log
 
-(defconst swank-mcp--slime
-  (swank-mcp--make-backend
-   :name "SLIME"
-   :current-connection #'slime-current-connection
-   :eval #'slime-eval
-   :eval-async #'slime-eval-async
-   :connections 'slime-net-processes
-   :dispatching-variable 'slime-dispatching-connection
-   :connection-name #'slime-connection-name
-   :pid #'slime-pid
-   :create-server 'swank:create-server
-   :stop-server 'swank:stop-server
-   :servers 'swank::*servers*
-   :server-package "swank"
-   :server-backend "swank/backend"
-   :make-channel #'slime-make-channel
-   :close-channel #'slime-close-channel
-   :channel-id #'slime-channel.id
-   :channel-put #'slime-channel-put
-   :channel-get #'slime-channel-get
-   :connected-hook 'slime-connected-hook
-   :close-hooks 'slime-net-process-close-hooks
-   :log-event 'slime-log-event))
+;; SLIME and SLY are both optional: only the one the user runs is loaded, so
+;; their functions are named here, not referred to.
+(defun swank-mcp--front-end (name prefix server-package server-backend)
+  "The backend of front end NAME, whose functions and variables start with PREFIX.
+Its server's package is SERVER-PACKAGE, and the package of that server's
+backend SERVER-BACKEND, as written in forms."
+  (let ((own (lambda (suffix) (intern (concat prefix suffix))))
+        (server (lambda (name) (intern (concat server-package name)))))
+    (swank-mcp--make-backend
+     :name name
+     :current-connection (funcall own "-current-connection")
+     :eval (funcall own "-eval")
+     :eval-async (funcall own "-eval-async")
+     :connections (funcall own "-net-processes")
+     :dispatching-variable (funcall own "-dispatching-connection")
+     :connection-name (funcall own "-connection-name")
+     :pid (funcall own "-pid")
+     :create-server (funcall server ":create-server")
+     :stop-server (funcall server ":stop-server")
+     :servers (funcall server "::*servers*")
+     :server-package server-package
+     :server-backend server-backend
+     :make-channel (funcall own "-make-channel")
+     :close-channel (funcall own "-close-channel")
+     :channel-id (funcall own "-channel.id")
+     :channel-put (funcall own "-channel-put")
+     :channel-get (funcall own "-channel-get")
+     :connected-hook (funcall own "-connected-hook")
+     :close-hooks (funcall own "-net-process-close-hooks")
+     :log-event (funcall own "-log-event"))))
 
-(defconst swank-mcp--sly
-  (swank-mcp--make-backend
-   :name "SLY"
-   :current-connection #'sly-current-connection
-   :eval #'sly-eval
-   :eval-async #'sly-eval-async
-   :connections 'sly-net-processes
-   :dispatching-variable 'sly-dispatching-connection
-   :connection-name #'sly-connection-name
-   :pid #'sly-pid
-   :create-server 'slynk:create-server
-   :stop-server 'slynk:stop-server
-   :servers 'slynk::*servers*
-   :server-package "slynk"
-   :server-backend "slynk-backend"
-   :make-channel #'sly-make-channel
-   :close-channel #'sly-close-channel
-   :channel-id #'sly-channel.id
-   :channel-put #'sly-channel-put
-   :channel-get #'sly-channel-get
-   :connected-hook 'sly-connected-hook
-   :close-hooks 'sly-net-process-close-hooks
-   :log-event 'sly-log-event))
+(defconst swank-mcp--slime (swank-mcp--front-end "SLIME" "slime" "swank" "swank/backend"))
+
+(defconst swank-mcp--sly (swank-mcp--front-end "SLY" "sly" "slynk" "slynk-backend"))
 
 (defvar swank-mcp--servers nil
   "The servers `swank-mcp-start' opened: a list of (CONNECTION BACKEND PORT).")
