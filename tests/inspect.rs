@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::Toolbox;
+use swank_mcp::tools::{group_thousands, Toolbox};
 
 use common::{call, eval_ok, without_handle, McpClient};
 
@@ -319,7 +319,7 @@ async fn a_cut_note_promises_only_what_the_image_kept() {
     assert!(
         note.starts_with(&format!(
             "[... {} more characters not shown: the limit is 16,000 per section (--max-output); inspect @",
-            group(total - 16000)
+            group_thousands(total - 16000)
         )),
         "{note}"
     );
@@ -327,7 +327,7 @@ async fn a_cut_note_promises_only_what_the_image_kept() {
         note.contains(&format!(
             " with offset 16000 for the next 1,008,000. The printed text stopped being kept at 1,024,000 characters: \
              the last {} were not kept; the value is @",
-            group(not_kept)
+            group_thousands(not_kept)
         )),
         "{note}"
     );
@@ -336,23 +336,11 @@ async fn a_cut_note_promises_only_what_the_image_kept() {
     assert!(
         last.ends_with(&format!(
             "\n[end of the kept text: the {} characters written after it were not kept]",
-            group(not_kept)
+            group_thousands(not_kept)
         )),
         "{}",
         &last[last.len() - 200..]
     );
     let past = inspect(&toolbox, json!({"handle": handle, "offset": 1_024_000})).await;
     assert!(past.contains("offset 1024000 is past the last, 1023999"), "{past}");
-}
-
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

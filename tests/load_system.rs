@@ -167,20 +167,8 @@ async fn long_loads_send_progress_notifications() {
     register(&common::toolbox(image.port), &asd).await;
     let mut client = McpClient::for_port(image.port).await;
     client.initialize().await;
-    client
-        .send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                      "params": {"name": "load-system", "arguments": {"system": "load-test-slow"}, "_meta": {"progressToken": "slow-load"}}}))
-        .await;
-    let mut progress = Vec::new();
-    let reply = loop {
-        let message = client.receive().await;
-        if message["method"] == "notifications/progress" {
-            progress.push(message["params"].clone());
-        } else {
-            break message;
-        }
-    };
-    assert_eq!(reply["id"], 9);
+    let (reply, progress) =
+        client.call_tool_with_progress("load-system", json!({"system": "load-test-slow"}), "slow-load").await;
     assert!(!is_error(&reply), "{}", text(&reply));
     assert!(text(&reply).starts_with("Loaded system \"load-test-slow\" in 2."), "{}", text(&reply));
     assert!(!progress.is_empty(), "no progress before the result");

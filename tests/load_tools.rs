@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use swank_mcp::image::launch::LaunchedImage;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::tools::{ToolOutput, Toolbox};
 
@@ -36,24 +37,46 @@ const APP: &str = "\
 (defvar *counter* 0)
 ";
 
-/// Writes the project `loadtest-app` (package.lisp, app.lisp) into `dir` and loads it.
-async fn load_project(toolbox: &Arc<Toolbox>, dir: &Path) {
-    std::fs::write(dir.join("package.lisp"), "(defpackage #:loadtest-app (:use #:cl))\n").unwrap();
-    std::fs::write(dir.join("app.lisp"), APP).unwrap();
-    let asd = dir.join("loadtest-app.asd");
-    std::fs::write(
-        &asd,
-        "(asdf:defsystem \"loadtest-app\" :serial t :components ((:file \"package\") (:file \"app\")))\n",
-    )
-    .unwrap();
-    common::eval_ok(toolbox, &format!("(require :asdf) (asdf:load-asd {:?})", asd.display().to_string())).await;
-    let loaded = call(toolbox, "load-system", json!({"system": "loadtest-app"})).await;
-    assert!(!loaded.is_error, "{}", loaded.text);
+/// The project `loadtest-app` (package.lisp, app.lisp) in a temporary directory, loaded into a
+/// private image by a toolbox whose root is that directory.
+struct Project {
+    tb: Arc<Toolbox>,
+    /// The directory, canonical.
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+    _image: LaunchedImage,
+}
+
+impl Project {
+    async fn loaded() -> Project {
+        let image = common::private_image().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().canonicalize().unwrap();
+        std::fs::write(path.join("package.lisp"), "(defpackage #:loadtest-app (:use #:cl))\n").unwrap();
+        std::fs::write(path.join("app.lisp"), APP).unwrap();
+        let asd = path.join("loadtest-app.asd");
+        std::fs::write(
+            &asd,
+            "(asdf:defsystem \"loadtest-app\" :serial t :components ((:file \"package\") (:file \"app\")))\n",
+        )
+        .unwrap();
+        let tb = toolbox(image.port, &path);
+        common::eval_ok(&tb, &format!("(require :asdf) (asdf:load-asd {:?})", asd.display().to_string())).await;
+        ok(&tb, "load-system", json!({"system": "loadtest-app"})).await;
+        Project { tb, path, _dir: dir, _image: image }
+    }
 }
 
 fn toolbox(port: u16, dir: &Path) -> Arc<Toolbox> {
     let roots = AllowedRoots::new(vec![dir.to_path_buf()]).unwrap();
     Arc::new(Toolbox::new(common::settings(), vec![common::image_settings(port)], roots))
+}
+
+/// The text of `tool`'s reply to `arguments`, which must not be an error.
+async fn ok(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> String {
+    let output = call(toolbox, tool, arguments).await;
+    assert!(!output.is_error, "{}", output.text);
+    output.text
 }
 
 /// The value line of evaluating `code`, without the value's handle.
@@ -63,62 +86,55 @@ async fn eval(toolbox: &Arc<Toolbox>, code: &str) -> String {
 
 #[tokio::test]
 async fn edits_with_load_change_the_image_and_find_definition_follows() {
-    let image = common::private_image().await;
-    let dir = tempfile::tempdir().unwrap();
-    let dir_path = dir.path().canonicalize().unwrap();
-    let tb = toolbox(image.port, &dir_path);
-    load_project(&tb, &dir_path).await;
-    let app = dir_path.join("app.lisp");
+    let project = Project::loaded().await;
+    let tb = &project.tb;
+    let app = project.path.join("app.lisp");
     let app_path = app.display().to_string();
-    assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hello, you\"");
+    assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, "=> \"Hello, you\"");
 
     // Edit with load: the image runs the new code at once, and find-definition points at the
     // edited file and the form's line, with no note that the file changed.
-    let edited = call(
-        &tb,
+    let edited = ok(
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "replace",
                "content": "(defun greet (name)\n  (format nil \"Hi there, ~A\" name))", "load": true}),
     )
     .await;
-    assert!(!edited.is_error, "{}", edited.text);
-    assert!(edited.text.contains("Loaded `defun greet` (app.lisp, lines 4-5) into the image, read in package #:loadtest-app. 0 errors, 0 warnings."), "{}", edited.text);
-    assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
+    assert!(edited.contains("Loaded `defun greet` (app.lisp, lines 4-5) into the image, read in package #:loadtest-app. 0 errors, 0 warnings."), "{}", edited);
+    assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
     assert!(found.text.contains(&format!("{app_path}:4:1")), "{}", found.text);
     assert!(!found.text.contains("changed"), "{}", found.text);
 
     // An insertion after it lands on its own lines, and so does its definition.
-    let inserted = call(
-        &tb,
+    ok(
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "insert_after",
                "content": "(defvar *greeting* \"Hey\")\n\n(defun greet-2 (name)\n  (format nil \"~A, ~A\" *greeting* name))", "load": true}),
-    )
-    .await;
-    assert!(!inserted.is_error, "{}", inserted.text);
-    assert_eq!(eval(&tb, "(loadtest-app::greet-2 \"you\")").await, "=> \"Hey, you\"");
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::greet-2"})).await;
+    ).await;
+    assert_eq!(eval(tb, "(loadtest-app::greet-2 \"you\")").await, "=> \"Hey, you\"");
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::greet-2"})).await;
     assert!(found.text.contains(&format!("{app_path}:9:1")), "{}", found.text);
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::*greeting*"})).await;
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::*greeting*"})).await;
     assert!(found.text.contains(&format!("{app_path}:7:1")), "{}", found.text);
 
     // A defun inside `#+sbcl (progn ...)` and one inside eval-when: found, replaced, loaded.
-    let outline = call(&tb, "lisp-outline", json!({"file_path": app_path})).await;
+    let outline = call(tb, "lisp-outline", json!({"file_path": app_path})).await;
     assert!(outline.text.contains("  #+sbcl progn\n"), "{}", outline.text);
     assert!(outline.text.contains("    defun sbcl-only\n"), "{}", outline.text);
     assert!(outline.text.contains("  eval-when (:compile-toplevel :load-toplevel :execute)\n"), "{}", outline.text);
     assert!(outline.text.contains("    defun early\n"), "{}", outline.text);
     for name in ["sbcl-only", "early"] {
-        let edited = call(
-            &tb,
+        ok(
+            tb,
             "edit-lisp-form",
             json!({"file_path": app_path, "form_type": "defun", "form_name": name, "operation": "replace",
                    "content": format!("(defun {name} ()\n  :new)"), "load": true}),
         )
         .await;
-        assert!(!edited.is_error, "{}", edited.text);
-        assert_eq!(eval(&tb, &format!("(loadtest-app::{name})")).await, "=> :NEW");
+        assert_eq!(eval(tb, &format!("(loadtest-app::{name})")).await, "=> :NEW");
     }
     let text = std::fs::read_to_string(&app).unwrap();
     assert!(text.contains("#+sbcl\n(progn\n  (defun sbcl-only ()\n    :new))\n"), "{text}");
@@ -128,45 +144,40 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     );
     // load-form finds the nested one too. SBCL records the wrapper's place for it; find-definition
     // points at the form itself, found in the file's text.
-    let loaded =
-        call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "sbcl-only"})).await;
-    assert!(!loaded.is_error, "{}", loaded.text);
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::sbcl-only"})).await;
+
+    ok(tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "sbcl-only"})).await;
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::sbcl-only"})).await;
     let line = text.lines().position(|line| line == "  (defun sbcl-only ()").unwrap() + 1;
     assert!(found.text.contains(&format!("{app_path}:{line}:3")), "{}", found.text);
     assert!(!found.text.contains("changed"), "{}", found.text);
 
     // load-form after a change made outside: the image follows the file.
     std::fs::write(&app, text.replace("(defun helper () 1)", "(defun helper () 2)")).unwrap();
-    let loaded =
-        call(&tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "helper"})).await;
-    assert!(!loaded.is_error, "{}", loaded.text);
-    assert_eq!(eval(&tb, "(loadtest-app::helper)").await, "=> 2");
+    ok(tb, "load-form", json!({"file_path": app_path, "form_type": "defun", "form_name": "helper"})).await;
+    assert_eq!(eval(tb, "(loadtest-app::helper)").await, "=> 2");
 
     // Delete with load: the function is gone from the file and from the image; undo lists it.
-    let deleted = call(
-        &tb,
+    let deleted = ok(
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defun", "form_name": "helper", "operation": "delete", "load": true}),
-    )
-    .await;
-    assert!(!deleted.is_error, "{}", deleted.text);
-    assert!(deleted.text.contains("LOADTEST-APP::HELPER is no longer defined in the image"), "{}", deleted.text);
-    assert_eq!(eval(&tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
+    ).await;
+    assert!(deleted.contains("LOADTEST-APP::HELPER is no longer defined in the image"), "{}", deleted);
+    assert_eq!(eval(tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
     assert!(!std::fs::read_to_string(&app).unwrap().contains("helper"));
     // A variable is made unbound; a class cannot be removed, and the reply says so.
     let deleted = call(
-        &tb,
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defvar", "form_name": "*counter*", "operation": "delete", "load": true}),
     )
     .await;
     assert!(deleted.text.contains("*COUNTER* is now unbound in the image"), "{}", deleted.text);
-    assert_eq!(eval(&tb, "(boundp 'loadtest-app::*counter*)").await, "=> NIL");
+    assert_eq!(eval(tb, "(boundp 'loadtest-app::*counter*)").await, "=> NIL");
 
     // A compile error loads nothing and says where.
     let broken = call(
-        &tb,
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "replace",
                "content": "(defun greet (name)\n  (let ((x 1 2)) (list x name)))", "load": true}),
@@ -175,97 +186,82 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
     assert!(broken.is_error, "{}", broken.text);
     assert!(broken.text.contains("Not loaded: compiling `defun greet`"), "{}", broken.text);
     assert!(broken.text.contains("at: app.lisp:5:"), "{}", broken.text);
-    assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
+    assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi there, you\"");
 
     // An edit without load moves greet down: find-definition finds it again in the current text.
-    let inserted = call(
-        &tb,
+    ok(
+        tb,
         "edit-lisp-form",
         json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "insert_before",
                "content": "(defun zero ()\n  0)"}),
     )
     .await;
-    assert!(!inserted.is_error, "{}", inserted.text);
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
     assert!(found.text.contains(&format!("{app_path}:7:1")), "{}", found.text);
     assert!(
         found.text.contains("(the file changed since this was compiled; found in its current text)"),
         "{}",
         found.text
     );
-    drop(image);
 }
 
 #[tokio::test]
 async fn load_file_reports_each_warning_at_its_line() {
-    let image = common::private_image().await;
-    let dir = tempfile::tempdir().unwrap();
-    let dir_path = dir.path().canonicalize().unwrap();
-    let tb = toolbox(image.port, &dir_path);
-    load_project(&tb, &dir_path).await;
-    let other = dir_path.join("other.lisp");
+    let project = Project::loaded().await;
+    let tb = &project.tb;
+    let other = project.path.join("other.lisp");
     std::fs::write(
         &other,
         "(in-package #:loadtest-app)\n\n(defun uses-missing (x)\n  (list x\n        (missing-function x)))\n\n(defun unused-arg (y)\n  1)\n",
     )
     .unwrap();
-    let loaded = call(&tb, "load-file", json!({"file_path": other.display().to_string()})).await;
-    assert!(!loaded.is_error, "{}", loaded.text);
+    let loaded = ok(tb, "load-file", json!({"file_path": other.display().to_string()})).await;
     assert!(
-        loaded.text.starts_with("Compiled and loaded other.lisp (3 top-level forms with 2 definitions, nested ones included). 0 errors, 0 warnings, 2 style-warnings."),
+        loaded.starts_with("Compiled and loaded other.lisp (3 top-level forms with 2 definitions, nested ones included). 0 errors, 0 warnings, 2 style-warnings."),
         "{}",
-        loaded.text
+        loaded
     );
-    assert!(loaded.text.contains("STYLE-WARNING: The variable Y is defined but never used."), "{}", loaded.text);
-    assert!(loaded.text.contains("at: other.lisp:7:1"), "{}", loaded.text);
+    assert!(loaded.contains("STYLE-WARNING: The variable Y is defined but never used."), "{}", loaded);
+    assert!(loaded.contains("at: other.lisp:7:1"), "{}", loaded);
+    assert!(loaded.contains("STYLE-WARNING: undefined function: LOADTEST-APP::MISSING-FUNCTION"), "{}", loaded);
     assert!(
-        loaded.text.contains("STYLE-WARNING: undefined function: LOADTEST-APP::MISSING-FUNCTION"),
+        loaded.contains("in form: (LOADTEST-APP::MISSING-FUNCTION LOADTEST-APP::X)\n  at: other.lisp:5:9"),
         "{}",
-        loaded.text
+        loaded
     );
-    assert!(
-        loaded.text.contains("in form: (LOADTEST-APP::MISSING-FUNCTION LOADTEST-APP::X)\n  at: other.lisp:5:9"),
-        "{}",
-        loaded.text
-    );
-    assert_eq!(eval(&tb, "(loadtest-app::unused-arg 0)").await, "=> 1");
-    let found = call(&tb, "find-definition", json!({"symbol": "loadtest-app::unused-arg"})).await;
+    assert_eq!(eval(tb, "(loadtest-app::unused-arg 0)").await, "=> 1");
+    let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::unused-arg"})).await;
     assert!(found.text.contains(&format!("{}:7:1", other.display())), "{}", found.text);
 
     // A file outside the allowed roots is refused before the image is asked.
-    let refused = call(&tb, "load-file", json!({"file_path": "/etc/passwd"})).await;
+    let refused = call(tb, "load-file", json!({"file_path": "/etc/passwd"})).await;
     assert!(refused.is_error, "{}", refused.text);
 
     // The source tools may read (not write) the files of the ASDF systems the image knows.
     let lists = "/usr/share/common-lisp/source/alexandria/alexandria-1/lists.lisp";
-    let before = call(&tb, "lisp-outline", json!({"file_path": "/usr/share/common-lisp/source/slime/swank.asd"})).await;
+    let before = call(tb, "lisp-outline", json!({"file_path": "/usr/share/common-lisp/source/slime/swank.asd"})).await;
     assert!(before.is_error, "{}", before.text);
-    eval(&tb, "(asdf:find-system \"alexandria\")").await;
-    let outline = call(&tb, "lisp-outline", json!({"file_path": lists})).await;
-    assert!(!outline.is_error, "{}", outline.text);
-    assert!(outline.text.contains("defun flatten"), "{}", outline.text);
-    let checked = call(&tb, "lisp-check-parens", json!({"file_path": lists})).await;
+    eval(tb, "(asdf:find-system \"alexandria\")").await;
+    let outline = ok(tb, "lisp-outline", json!({"file_path": lists})).await;
+    assert!(outline.contains("defun flatten"), "{}", outline);
+    let checked = call(tb, "lisp-check-parens", json!({"file_path": lists})).await;
     assert!(checked.text.starts_with("Balanced: "), "{}", checked.text);
     let edit = call(
-        &tb,
+        tb,
         "edit-lisp-form",
         json!({"file_path": lists, "form_type": "defun", "form_name": "flatten", "operation": "delete"}),
     )
     .await;
     assert!(edit.is_error && edit.text.contains("outside the allowed roots"), "{}", edit.text);
-    drop(image);
 }
 
 #[tokio::test]
 async fn a_batch_with_load_patches_deletes_and_loads_each_file_once() {
-    let image = common::private_image().await;
-    let dir = tempfile::tempdir().unwrap();
-    let dir_path = dir.path().canonicalize().unwrap();
-    let tb = toolbox(image.port, &dir_path);
-    load_project(&tb, &dir_path).await;
-    let app = dir_path.join("app.lisp");
-    let output = call(
-        &tb,
+    let project = Project::loaded().await;
+    let tb = &project.tb;
+    let app = project.path.join("app.lisp");
+    let output = ok(
+        tb,
         "edit-lisp-form",
         json!({"edits": [
             {"file_path": app, "form_type": "defun", "form_name": "greet", "operation": "patch",
@@ -276,23 +272,21 @@ async fn a_batch_with_load_patches_deletes_and_loads_each_file_once() {
         ], "load": true}),
     )
     .await;
-    assert!(!output.is_error, "{}", output.text);
     // The two changed forms of the one file are compiled in one load; the deleted one leaves.
-    assert_eq!(output.text.matches("\nLoaded `").count(), 1, "{}", output.text);
+    assert_eq!(output.matches("\nLoaded `").count(), 1, "{}", output);
     assert!(
-        output.text.contains("\nLoaded `defun greet` (app.lisp, lines 4-5), `defun sbcl-only` (app.lisp, line 9) into"),
+        output.contains("\nLoaded `defun greet` (app.lisp, lines 4-5), `defun sbcl-only` (app.lisp, line 9) into"),
         "{}",
-        output.text
+        output
     );
-    assert!(output.text.contains("\nLOADTEST-APP::HELPER is no longer defined in the image"), "{}", output.text);
-    assert_eq!(eval(&tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi, you\"");
-    assert_eq!(eval(&tb, "(loadtest-app::sbcl-only)").await, "=> :NEW");
-    assert_eq!(eval(&tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
+    assert!(output.contains("\nLOADTEST-APP::HELPER is no longer defined in the image"), "{}", output);
+    assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi, you\"");
+    assert_eq!(eval(tb, "(loadtest-app::sbcl-only)").await, "=> :NEW");
+    assert_eq!(eval(tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
     let text = std::fs::read_to_string(&app).unwrap();
     assert!(
         text.contains("\"Hi, ~A\"") && !text.contains("defun helper") && text.contains("(defun sbcl-only () :new)")
     );
-    drop(image);
 }
 
 /// Puts `root/sub` back as the directory it was, after a swap.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::{is_error, text, McpClient};
-use swank_mcp::tools::{ToolOutput, Toolbox};
+use swank_mcp::tools::{group_thousands, ToolOutput, Toolbox};
 
 async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
     common::call_within(toolbox, tool, arguments, Duration::from_secs(300)).await
@@ -291,20 +291,13 @@ async fn a_long_suite_sends_progress_notifications() {
     demo_system(&common::toolbox(port), dir.path()).await;
     let mut client = McpClient::for_port(port).await;
     client.initialize().await;
-    client
-        .send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                      "params": {"name": "run-tests", "arguments": {"system": "obs-demo", "suite": "obs-demo::slow-suite"},
-                                 "_meta": {"progressToken": "slow-tests"}}}))
+    let (reply, progress) = client
+        .call_tool_with_progress(
+            "run-tests",
+            json!({"system": "obs-demo", "suite": "obs-demo::slow-suite"}),
+            "slow-tests",
+        )
         .await;
-    let mut progress = Vec::new();
-    let reply = loop {
-        let message = client.receive().await;
-        if message["method"] == "notifications/progress" {
-            progress.push(message["params"].clone());
-        } else {
-            break message;
-        }
-    };
     assert!(!is_error(&reply), "{}", text(&reply));
     assert!(text(&reply).contains("\nFiveAM: 1 test (2 checks): passed."), "{}", text(&reply));
     assert!(!progress.is_empty(), "no progress before the result");
@@ -478,26 +471,16 @@ async fn a_long_test_run_keeps_its_output_behind_a_handle() {
     let (handle, characters) =
         (structured["output"]["handle"].as_str().unwrap(), structured["output"]["characters"].as_u64().unwrap());
     assert!(
-        output.text.ends_with(&format!("\nOutput: {} characters; inspect {handle} to read them.", group(characters))),
+        output.text.ends_with(&format!(
+            "\nOutput: {} characters; inspect {handle} to read them.",
+            group_thousands(characters)
+        )),
         "{}",
         output.text
     );
     let end = call(&tb, "inspect", json!({"handle": handle, "offset": characters - 500})).await;
     assert!(end.text.contains("progress line 2999 of a chatty test"), "the end of the output is kept: {}", end.text);
     assert!(end.text.contains("Did 1 check"), "FiveAM's verdict, at the end, is kept: {}", end.text);
-}
-
-/// `n` with its thousands grouped, as replies write counts.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A check that fails in a loop shows its form once and the first failures' values, with the

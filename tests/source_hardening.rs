@@ -3,6 +3,8 @@
 //! devices, read-only files, files of another user, and temporary files left by a killed server.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -14,15 +16,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, ToolOutput};
 
-fn run(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
-    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    tool.arguments(arguments)
-        .map_err(ToolError::from)
-        .and_then(|args| run(&args, roots))
-        .unwrap_or_else(ToolOutput::from)
-}
+use common::run_source_tool as run;
 
 fn edit(roots: &AllowedRoots, file: &str, body: &str) -> ToolOutput {
     run(

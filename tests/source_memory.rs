@@ -2,6 +2,8 @@
 //! the peak resident set size belongs to this parse alone.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs;
 use std::path::Path;
@@ -9,15 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 use swank_mcp::source::AllowedRoots;
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline};
 
-fn run(tool: &Tool, arguments: serde_json::Value, roots: &AllowedRoots) -> ToolOutput {
-    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    tool.arguments(arguments)
-        .map_err(ToolError::from)
-        .and_then(|args| run(&args, roots))
-        .unwrap_or_else(ToolOutput::from)
-}
+use common::run_source_tool as run;
 
 /// Counts the heap in use and its peak, to tell the parse's own allocations from the RSS.
 struct Counting;

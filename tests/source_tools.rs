@@ -1,26 +1,20 @@
 //! The three source tools end to end, on files in temporary directories.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use swank_mcp::source::{prepare_edit, AllowedRoots, EditError, EditRequest, Operation};
-use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, Run, Tool, ToolError, ToolOutput};
+use swank_mcp::tools::{edit_lisp_form, lisp_check_parens, lisp_outline, ToolOutput};
+
+use common::run_source_tool as run;
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/source").join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
-}
-
-/// Runs a source tool as the server does, its arguments checked first, its failure as the output
-/// the client gets.
-fn run(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
-    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
-    tool.arguments(arguments)
-        .map_err(ToolError::from)
-        .and_then(|args| run(&args, roots))
-        .unwrap_or_else(ToolOutput::from)
 }
 
 /// A temporary directory with `root/` as the only allowed root and `outside/` beside it.

@@ -116,20 +116,18 @@ impl Helper {
     /// so that it reads in an image without the helper, or with another revision that lacks
     /// `function`; and with nothing SBCL would compile.
     pub fn call(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
-        let entry = || Form::call("cl", "find-symbol", [Form::string("CALL"), Form::string("MCP-AGENT-HELPER")]);
-        let call = Form::call(
-            "cl",
-            "funcall",
-            [entry(), Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
-        );
-        Form::call(
-            "cl",
-            "if",
-            [
-                Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
-                Form::call("cl", "if", [Form::call("cl", "fboundp", [entry()]), call, Form::Keyword("other-helper")]),
-                Form::Keyword("other-helper"),
-            ],
+        if_helper_symbol(
+            "CALL",
+            "fboundp",
+            |entry| {
+                Form::call(
+                    "cl",
+                    "funcall",
+                    [entry, Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
+                )
+            },
+            Form::Keyword("other-helper"),
+            Form::Keyword("other-helper"),
         )
     }
 
@@ -263,24 +261,13 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
     let connection = Connection::connect(endpoint.clone(), &image.settings.connect)
         .await
         .map_err(|e| ImageError::Connect(e.to_string()))?;
-    let entry = || Form::call("cl", "find-symbol", [Form::string("UNINSTALL"), Form::string("MCP-AGENT-HELPER")]);
     let arguments = [Form::Keyword("when-sessions-end"), if when_sessions_end { Form::T } else { Form::Nil }];
-    let request = Form::call(
-        "cl",
-        "if",
-        [
-            Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
-            Form::call(
-                "cl",
-                "if",
-                [
-                    Form::call("cl", "fboundp", [entry()]),
-                    Form::call("cl", "funcall", [entry()].into_iter().chain(arguments)),
-                    Form::Keyword("no-uninstall"),
-                ],
-            ),
-            Form::Keyword("not-installed"),
-        ],
+    let request = if_helper_symbol(
+        "UNINSTALL",
+        "fboundp",
+        |entry| Form::call("cl", "funcall", [entry].into_iter().chain(arguments)),
+        Form::Keyword("no-uninstall"),
+        Form::Keyword("not-installed"),
     );
     let reply = connection.rex(request, "COMMON-LISP-USER", Thread::New).await.map_err(|e| failed(e.to_string()))?;
     let count = |key: &str| reply.plist_get(key).and_then(Sexp::as_i64).unwrap_or(0);
@@ -334,23 +321,27 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
 /// `*VERSION*` of the helper's package, or nil, asked with nothing SBCL would compile: a macro
 /// such as `ignore-errors` would make it wait for the world lock.
 fn version_question() -> Form {
-    let version_symbol =
-        || Form::call("cl", "find-symbol", [Form::string("*VERSION*"), Form::string("MCP-AGENT-HELPER")]);
+    if_helper_symbol("*VERSION*", "boundp", |symbol| Form::call("cl", "symbol-value", [symbol]), Form::Nil, Form::Nil)
+}
+
+/// `(if (find-package "MCP-AGENT-HELPER") (if (TEST symbol) THEN NOT-SO) NO-HELPER)`, where
+/// `symbol` is the form that finds `name` in the helper's package and `then` is made from it: a
+/// question about the helper that reads in any image, with or without it, and interns nothing.
+fn if_helper_symbol(
+    name: &'static str,
+    test: &'static str,
+    then: impl FnOnce(Form) -> Form,
+    not_so: Form,
+    no_helper: Form,
+) -> Form {
+    let symbol = || Form::call("cl", "find-symbol", [Form::string(name), Form::string("MCP-AGENT-HELPER")]);
     Form::call(
         "cl",
         "if",
         [
             Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
-            Form::call(
-                "cl",
-                "if",
-                [
-                    Form::call("cl", "boundp", [version_symbol()]),
-                    Form::call("cl", "symbol-value", [version_symbol()]),
-                    Form::Nil,
-                ],
-            ),
-            Form::Nil,
+            Form::call("cl", "if", [Form::call("cl", test, [symbol()]), then(symbol()), not_so]),
+            no_helper,
         ],
     )
 }

@@ -118,26 +118,17 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// The symbols `text` names, separated by blank space (inside `|...|` a blank is part of the
 /// name).
 fn symbol_names(text: &str) -> Vec<String> {
-    let (mut names, mut current, mut in_bars, mut escaped) = (Vec::new(), String::new(), false, false);
-    for c in text.chars() {
+    let (mut in_bars, mut escaped) = (false, false);
+    split_where(text, |c| {
         match c {
             _ if escaped => escaped = false,
             '\\' => escaped = true,
             '|' => in_bars = !in_bars,
-            c if c.is_whitespace() && !in_bars => {
-                if !current.is_empty() {
-                    names.push(std::mem::take(&mut current));
-                }
-                continue;
-            }
+            c if c.is_whitespace() && !in_bars => return true,
             _ => {}
         }
-        current.push(c);
-    }
-    if !current.is_empty() {
-        names.push(current);
-    }
-    names
+        false
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -425,20 +416,30 @@ fn query_of(kind: &str, name: &str) -> Option<(&'static [&'static str], String)>
 
 /// The elements of a list's printed contents, split at top-level spaces.
 pub(crate) fn split_top_level(text: &str) -> Vec<String> {
-    let (mut parts, mut current, mut depth) = (Vec::new(), String::new(), 0i32);
-    for c in text.chars() {
+    let mut depth = 0i32;
+    split_where(text, |c| {
         match c {
             '(' => depth += 1,
             ')' => depth -= 1,
-            ' ' if depth == 0 => {
-                if !current.is_empty() {
-                    parts.push(std::mem::take(&mut current));
-                }
-                continue;
-            }
+            ' ' => return depth == 0,
             _ => {}
         }
-        current.push(c);
+        false
+    })
+}
+
+/// The non-empty parts of `text` between the characters `separates` says separate them; it sees
+/// every character in turn, and may keep state (a depth, a quote) to decide.
+fn split_where(text: &str, mut separates: impl FnMut(char) -> bool) -> Vec<String> {
+    let (mut parts, mut current) = (Vec::new(), String::new());
+    for c in text.chars() {
+        if separates(c) {
+            if !current.is_empty() {
+                parts.push(std::mem::take(&mut current));
+            }
+        } else {
+            current.push(c);
+        }
     }
     if !current.is_empty() {
         parts.push(current);
@@ -479,6 +480,12 @@ mod tests {
         assert_eq!(symbol_names("|two words| x"), ["|two words|", "x"]);
         assert_eq!(symbol_names("a\\ b"), ["a\\ b"]);
         assert!(symbol_names("  ").is_empty());
+    }
+
+    #[test]
+    fn a_list_splits_at_its_top_level_spaces() {
+        assert_eq!(split_top_level("A (B C)  (D (E F)) G"), ["A", "(B C)", "(D (E F))", "G"]);
+        assert!(split_top_level("").is_empty());
     }
 
     #[test]

@@ -174,6 +174,7 @@ impl Captured {
     }
 }
 
+/// `n` as replies write a count: with its thousands grouped (19,934,464).
 pub fn group_thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();

@@ -12,6 +12,8 @@ pub mod output;
 pub mod preview;
 pub mod progress;
 
+pub use lisp_reply::group_thousands;
+
 /// Declares each tool's module and lists its `TOOL` in the order `tools/list` shows them.
 macro_rules! tools {
     ($($tool:ident),* $(,)?) => {

@@ -15,7 +15,7 @@ use swank_mcp::image::launch::{self, LaunchedImage};
 use swank_mcp::image::ImageSettings;
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
-use swank_mcp::tools::{Settings, Toolbox};
+use swank_mcp::tools::{Run, Settings, Tool, ToolError, ToolOutput, Toolbox};
 
 pub fn swank_loader() -> PathBuf {
     launch::find_swank_loader(None).expect("swank is installed (apt-get install -y sbcl cl-swank)")
@@ -132,12 +132,18 @@ impl McpClient {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"))
     }
 
-    pub async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
+    /// Sends the request `method` with `params`; returns its id.
+    async fn send_request(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        id
+    }
+
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params).await;
         let reply = self.receive().await;
-        assert_eq!(reply["id"], json!(id), "replies come in order here: {reply}");
+        assert_eq!(reply["id"], id, "replies come in order here: {reply}");
         reply
     }
 
@@ -156,6 +162,27 @@ impl McpClient {
         self.request("tools/call", json!({"name": name, "arguments": arguments})).await
     }
 
+    /// Calls `name` with a progress token, `token`: the reply, and the parameters of each progress
+    /// notification that came before it.
+    pub async fn call_tool_with_progress(&mut self, name: &str, arguments: Value, token: &str) -> (Value, Vec<Value>) {
+        let id = self
+            .send_request(
+                "tools/call",
+                json!({"name": name, "arguments": arguments, "_meta": {"progressToken": token}}),
+            )
+            .await;
+        let mut progress = Vec::new();
+        loop {
+            let message = self.receive().await;
+            if message["method"] == "notifications/progress" {
+                progress.push(message["params"].clone());
+            } else {
+                assert_eq!(message["id"], id, "replies come in order here: {message}");
+                return (message, progress);
+            }
+        }
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
@@ -170,6 +197,16 @@ impl McpClient {
     }
 }
 
+/// Runs a source tool as the server does, its arguments checked first, its failure as the output
+/// the client gets.
+pub fn run_source_tool(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
+    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
+    tool.arguments(arguments)
+        .map_err(ToolError::from)
+        .and_then(|args| run(&args, roots))
+        .unwrap_or_else(ToolOutput::from)
+}
+
 /// The text of a tools/call result.
 pub fn text(reply: &Value) -> &str {
     reply["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {reply}"))
@@ -180,12 +217,7 @@ pub fn is_error(reply: &Value) -> bool {
 }
 
 /// Calls `tool` in process, as the server would, within `limit`.
-pub async fn call_within(
-    toolbox: &Arc<Toolbox>,
-    tool: &str,
-    arguments: Value,
-    limit: Duration,
-) -> swank_mcp::tools::ToolOutput {
+pub async fn call_within(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value, limit: Duration) -> ToolOutput {
     let call = toolbox.call(tool, Some(arguments), tokio_util::sync::CancellationToken::new());
     tokio::time::timeout(limit, call)
         .await
@@ -194,7 +226,7 @@ pub async fn call_within(
 }
 
 /// [`call_within`] a minute.
-pub async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> swank_mcp::tools::ToolOutput {
+pub async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
     call_within(toolbox, tool, arguments, Duration::from_secs(60)).await
 }
 
