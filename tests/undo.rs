@@ -450,3 +450,119 @@ async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_ke
     let (behaviour, _) = call_ok(&mut client, "evaluate-lisp", json!({"code": "(undo-edited)"})).await;
     assert!(behaviour.contains("=> :ORIGINAL"), "{behaviour}");
 }
+
+/// `count` macros and as many functions, each returning `version`, and one definition of
+/// each kind that only `version` "agent" has.
+fn definitions_file(count: usize, version: &str) -> String {
+    let mut text = String::from("(in-package :cl-user)\n");
+    for i in 1..=count {
+        text.push_str(&format!("\n(defmacro undo-reload-macro-{i} (x)\n  `(list :{version} ,x))\n"));
+        text.push_str(&format!("\n(defun undo-reload-function-{i} ()\n  :{version})\n"));
+    }
+    if version == "agent" {
+        text.push_str("\n(defmacro undo-reload-new-macro (x)\n  x)\n\n(defun undo-reload-new-function ()\n  :new)\n");
+    }
+    text
+}
+
+/// The (kind, name) of the journal's entries numbered from `first` on, sorted.
+fn entries_from(journal: &Value, first: u64) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = journal["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["number"].as_u64().unwrap() >= first)
+        .map(|e| (e["kind"].as_str().unwrap().to_string(), e["name"].as_str().unwrap().to_string()))
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// A file compiled and loaded over definitions the image has makes one entry per definition it
+/// replaces: a macro is defined when its file compiles and again when the fasl loads, and the
+/// entry has what the image held before the call (the user's) and what it holds after (the
+/// fasl's). A definition new to the image is no replacement, even when its compilation defined
+/// it first. Through load-file, and through ASDF as run-tests and load-system reload files.
+#[tokio::test]
+async fn a_file_loaded_over_existing_definitions_journals_each_of_them_once() {
+    const COUNT: usize = 3;
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir_name = dir.path().to_str().unwrap().to_string();
+    let file = dir.path().join("reload.lisp");
+    let file_name = file.to_str().unwrap().to_string();
+    std::fs::write(&file, definitions_file(COUNT, "user")).unwrap();
+    std::fs::write(
+        dir.path().join("undo-reload.asd"),
+        "(asdf:defsystem \"undo-reload\" :components ((:file \"reload\")))\n",
+    )
+    .unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(
+        &user,
+        &format!(
+            "(progn (require :asdf) (asdf:load-asd {:?}) (asdf:load-system \"undo-reload\"))",
+            format!("{dir_name}/undo-reload.asd")
+        ),
+    )
+    .await;
+
+    let port = image.port.to_string();
+    let mut client = common::McpClient::start(&["--port", &port, "--root", &dir_name, "--structured-content"]).await;
+    client.initialize().await;
+    let mut replaced: Vec<(String, String)> = (1..=COUNT)
+        .flat_map(|i| {
+            [
+                ("macro".to_string(), format!("COMMON-LISP-USER::UNDO-RELOAD-MACRO-{i}")),
+                ("function".to_string(), format!("COMMON-LISP-USER::UNDO-RELOAD-FUNCTION-{i}")),
+            ]
+        })
+        .collect();
+    replaced.sort();
+    let behaviour = "(list (undo-reload-macro-1 0) (undo-reload-function-1) (and (fboundp 'undo-reload-new-macro) t))";
+
+    // load-file.
+    std::fs::write(&file, definitions_file(COUNT, "agent")).unwrap();
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    assert!(journal["entries"].as_array().unwrap().is_empty(), "{journal}");
+    call_ok(&mut client, "load-file", json!({"file_path": file_name})).await;
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    assert_eq!(entries_from(&journal, 0), replaced, "{listing}");
+    for i in 1..=COUNT {
+        let line = 3 + (i - 1) * 6;
+        assert!(
+            listing.contains(&format!(
+                "macro COMMON-LISP-USER::UNDO-RELOAD-MACRO-{i}: replaced the definition from {file_name}:{line}:1"
+            )),
+            "{listing}"
+        );
+    }
+    let (now, _) = call_ok(&mut client, "evaluate-lisp", json!({ "code": behaviour })).await;
+    assert!(now.contains("((:AGENT 0) :AGENT T)"), "{now}");
+    let first = journal["entries"][0]["number"].as_u64().unwrap();
+    let (restored, _) = call_ok(&mut client, "undo", json!({ "since": first })).await;
+    // Each entry holds what the image has: none was changed since.
+    assert!(restored.starts_with(&format!("Restored {} entries:", replaced.len())), "{restored}");
+    let (now, _) = call_ok(&mut client, "evaluate-lisp", json!({ "code": behaviour })).await;
+    assert!(now.contains("((:USER 0) :USER T)"), "{now}");
+
+    // ASDF reloads the file it loaded for the user, which changed since. The definitions new to
+    // the image are in it now, from the agent's load-file, and replaced in their turn.
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    std::fs::File::options().write(true).open(&file).and_then(|f| f.set_modified(later)).unwrap();
+    let (loaded, _) = call_ok(&mut client, "load-system", json!({"system": "undo-reload"})).await;
+    assert!(loaded.contains("ASDF reloaded 1 file of undo-reload (reload.lisp)"), "{loaded}");
+    let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
+    replaced.extend([
+        ("function".to_string(), "COMMON-LISP-USER::UNDO-RELOAD-NEW-FUNCTION".to_string()),
+        ("macro".to_string(), "COMMON-LISP-USER::UNDO-RELOAD-NEW-MACRO".to_string()),
+    ]);
+    replaced.sort();
+    let next = first + COUNT as u64 * 2;
+    assert_eq!(entries_from(&journal, next), replaced, "{listing}");
+    assert!(loaded.contains(&format!("undo entries {next} to {}", next + replaced.len() as u64 - 1)), "{loaded}");
+    let (restored, _) = call_ok(&mut client, "undo", json!({ "since": next })).await;
+    assert!(restored.starts_with(&format!("Restored {} entries:", replaced.len())), "{restored}");
+    let (now, _) = call_ok(&mut client, "evaluate-lisp", json!({ "code": behaviour })).await;
+    assert!(now.contains("((:USER 0) :USER T)"), "{now}");
+}

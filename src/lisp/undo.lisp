@@ -20,6 +20,14 @@
 ;;;; holds it: a definition changed since (by the user at their REPL, by another agent's call)
 ;;;; is not overwritten unless the caller forces it.
 ;;;;
+;;;; One call makes one entry per name it redefines, however many times it defines it: what the
+;;;; image held before the call, replaced by what it holds after. Compiling a file defines its
+;;;; macros (and what EVAL-WHEN evaluates) once when the compiler meets them and again when the
+;;;; fasl loads, and an agent may well define a function twice in one evaluation: the later
+;;;; definition continues the call's entry for the name (or, for a name the call made anew while
+;;;; additions are not journaled, makes none), so that the journal an agent reads lists each
+;;;; change once, and undoing it puts back what was there before the call.
+;;;;
 ;;;; SBCL tells about a function's replacement through SB-INT:*SETF-FDEFINITION-HOOK*, called
 ;;;; before the change. DEFMACRO, DEFMETHOD and DEFCLASS do not go through it, so their loaders
 ;;;; (SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS) are encapsulated. Both are
@@ -38,10 +46,20 @@
 (defvar *next-journal-number* 1
   "The number the next entry gets: entries keep their number for as long as the image runs.")
 
+(defvar *calls-definitions* '()
+  "For the latest agent calls that defined anything, newest first: (TOKEN . TABLE), where TABLE
+maps each definition the call made to the call's journal entry for it, or to NIL when the call
+made it anew and additions were not journaled. A call looks in its own table while it runs, and
+only the last *CALLS-REMEMBERED* calls' are kept.")
+
+(defparameter *calls-remembered* 16
+  "Agent calls whose definitions *CALLS-DEFINITIONS* keeps: more than run at once.")
+
 (defun forget-journal ()
   "Drops every entry, and with them the definitions they kept, for UNINSTALL."
   (sb-thread:with-mutex (*journal-lock*)
-    (setf *journal* '())))
+    (setf *journal* '()
+          *calls-definitions* '())))
 
 (defparameter *journal-limit* 500
   "Entries kept; the oldest go first. Each holds on to the function it replaced.")
@@ -86,21 +104,46 @@ a module is REQUIREd, and of a name someone can call (an interned symbol, or (SE
 (defun definition-source (object)
   (and object (ignore-errors (sb-introspect:find-definition-source object))))
 
+(defun call-definitions ()
+  "The table of the definitions the running agent call made (see *CALLS-DEFINITIONS*); under
+*JOURNAL-LOCK*."
+  (or (cdr (assoc *agent-call* *calls-definitions* :test #'eq))
+      (let ((table (make-hash-table :test 'eq)))
+        (push (cons *agent-call* table) *calls-definitions*)
+        (when (> (length *calls-definitions*) *calls-remembered*)
+          (setf *calls-definitions* (subseq *calls-definitions* 0 *calls-remembered*)))
+        table)))
+
+(defun note-installed (entry definition)
+  "Records DEFINITION, which the running agent call has just made, as ENTRY's (NIL when the call
+made it anew and it is not journaled)."
+  (sb-thread:with-mutex (*journal-lock*)
+    (when entry
+      (setf (entry-installed entry) definition))
+    (when definition
+      (setf (gethash definition (call-definitions)) entry))))
+
 (defun journal (kind name &key previous (source (and (functionp previous) (definition-source previous)))
                                 installed detail)
-  "Adds an entry for NAME, whose definition of KIND an agent's call makes (INSTALLED, when known
-before the change; NIL for a removal), replacing PREVIOUS (whose definition source is SOURCE), or
-adding one when PREVIOUS is nil. Returns the entry, or NIL when additions are not journaled now."
-  (when (or previous *journal-additions*)
-    (sb-thread:with-mutex (*journal-lock*)
-      (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind :name name
-                                                 :previous previous :source source :installed installed
-                                                 :detail detail)))
-        (push entry *journal*)
-        (incf *next-journal-number*)
-        (when (> (length *journal*) *journal-limit*)
-          (setf *journal* (subseq *journal* 0 *journal-limit*)))
-        entry))))
+  "Journals the running agent call's change of NAME's definition of KIND from PREVIOUS (whose
+definition source is SOURCE; NIL when there was none) to INSTALLED (when known before the
+change, else see NOTE-INSTALLED; NIL for a removal). When PREVIOUS is a definition this call made
+itself, the call's entry for NAME goes on instead, holding what the image had before the call.
+Returns the entry, or NIL when there is none (additions are not journaled now)."
+  (let ((entry (sb-thread:with-mutex (*journal-lock*)
+                 (multiple-value-bind (own madep) (if previous (gethash previous (call-definitions)) (values nil nil))
+                   (cond (madep own)
+                         ((or previous *journal-additions*)
+                          (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind
+                                                                     :name name :previous previous :source source
+                                                                     :detail detail)))
+                            (push entry *journal*)
+                            (incf *next-journal-number*)
+                            (when (> (length *journal*) *journal-limit*)
+                              (setf *journal* (subseq *journal* 0 *journal-limit*)))
+                            entry)))))))
+    (note-installed entry installed)
+    entry))
 
 (defun note-fdefinition-change (name new-definition)
   "From SBCL's fdefinition hook, before NAME's global function becomes NEW-DEFINITION."
@@ -116,12 +159,11 @@ adding one when PREVIOUS is nil. Returns the entry, or NIL when additions are no
 (defun journal-defmacro (definer name &rest arguments)
   "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it,
 and the one the call makes."
-  (let* ((previous (and (journaling-p name) (macro-function name)))
-         (entry (and (journaling-p name)
-                     (ignore-errors (journal :macro name :previous previous)))))
+  (let* ((journaling (journaling-p name))
+         (entry (and journaling (ignore-errors (journal :macro name :previous (macro-function name))))))
     (multiple-value-prog1 (apply definer name arguments)
-      (when entry
-        (ignore-errors (setf (entry-installed entry) (macro-function name)))))))
+      (when journaling
+        (ignore-errors (note-installed entry (macro-function name)))))))
 
 (defun generic-function-named (name)
   (and (fboundp name) (typep (fdefinition name) 'generic-function) (fdefinition name)))
@@ -419,8 +461,8 @@ agent's definition came from, which undo leaves as it is; :SKIPPED, (:NUMBER :NA
                                     (remove-if (lambda (entry) (< (entry-number entry) since)) journal))))
                      (restored '())
                      (skipped '()))
-                ;; Newest first: when one call redefined a name twice, the oldest entry's
-                ;; definition is the one left in place.
+                ;; Newest first: when calls redefined a name one after another, the oldest
+                ;; entry's definition is the one left in place.
                 (dolist (entry wanted)
                   (flet ((skip (reason &optional changed)
                            (push (list :number (entry-number entry) :name (entry-name-text entry)
