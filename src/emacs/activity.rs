@@ -139,14 +139,16 @@ impl ActivityFeed {
         let sender = tokio::spawn(async move {
             while let Some(first) = queue.recv().await {
                 tokio::time::sleep(GATHER).await;
+                let mut notes = vec![first];
+                while let Ok(note) = queue.try_recv() {
+                    notes.push(note);
+                }
                 let mut batches: Vec<(Arc<Image>, Vec<Form>)> = Vec::new();
-                let mut next = Some(first);
-                while let Some(note) = next {
+                for note in latest_of_each_call(notes) {
                     match batches.iter_mut().find(|(image, _)| Arc::ptr_eq(image, &note.call.image)) {
                         Some((_, forms)) => forms.push(note.form()),
                         None => batches.push((note.call.image.clone(), vec![note.form()])),
                     }
-                    next = queue.try_recv().ok();
                 }
                 for (image, forms) in batches {
                     // An image this server would start is not started for a record.
@@ -202,6 +204,20 @@ impl Observer for ActivityFeed {
     }
 }
 
+/// The last of `notes` (in the order given) of each call: a note carries all the record needs
+/// of its call (its input, its state, and once it ended its text), so a call that started and
+/// ended within one batch costs the image one note.
+fn latest_of_each_call(notes: Vec<Note>) -> Vec<Note> {
+    let mut latest: Vec<Note> = Vec::with_capacity(notes.len());
+    for note in notes {
+        match latest.iter_mut().find(|kept| Arc::ptr_eq(&kept.call, &note.call)) {
+            Some(kept) => *kept = note,
+            None => latest.push(note),
+        }
+    }
+    latest
+}
+
 /// A call in an image that is not configured: nowhere to record it.
 struct Unrecorded;
 
@@ -255,7 +271,53 @@ fn bounded(text: &str, limit: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::bounded;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
+    use super::{bounded, latest_of_each_call, CallState, Recorded, RecordedCall};
+    use crate::image::{Image, ImageSettings};
+    use crate::swank::{ConnectOptions, Endpoint, Protocol};
+
+    fn recorded(image: &Arc<Image>, id: &str, notes: &mpsc::UnboundedSender<super::Note>) -> Recorded {
+        let call = RecordedCall {
+            image: image.clone(),
+            id: id.to_string(),
+            tool: "evaluate-lisp".to_string(),
+            input: "(+ 1 2)".to_string(),
+            package: None,
+            client: "test".to_string(),
+        };
+        Recorded { notes: notes.clone(), call: Arc::new(call), started: std::time::Instant::now(), one_shot: false }
+    }
+
+    #[test]
+    fn a_batch_sends_the_last_note_of_each_call_in_the_order_the_calls_started() {
+        let image = Arc::new(Image::new(ImageSettings {
+            name: "default".into(),
+            endpoint: Endpoint { host: "127.0.0.1".into(), port: 1 },
+            connect: ConnectOptions { connect_timeout: Duration::from_secs(1), secret: None, protocol: Protocol::Auto },
+            launch: None,
+        }));
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        let (first, second) = (recorded(&image, "c-1", &sender), recorded(&image, "c-2", &sender));
+        first.note(CallState::Running, None);
+        second.note(CallState::Waiting, None);
+        first.note(CallState::Done, Some("3"));
+        second.note(CallState::Running, None);
+        let mut notes = Vec::new();
+        while let Ok(note) = queue.try_recv() {
+            notes.push(note);
+        }
+        let sent: Vec<String> = latest_of_each_call(notes).iter().map(|note| note.form().to_wire()).collect();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(
+            sent[0].starts_with(r#"("c-1" "evaluate-lisp" :done :input "(+ 1 2)" :client "test" :text "3""#),
+            "{sent:?}"
+        );
+        assert_eq!(sent[1], r#"("c-2" "evaluate-lisp" :running :input "(+ 1 2)" :client "test")"#);
+    }
 
     #[test]
     fn a_long_text_is_cut_on_a_character_and_says_how_much_was_left_out() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::helper::retry_after_reload;
+use super::helper::{holds_other_helper, retry_after_reload};
 use super::request::Request;
 use super::slot::{ImageError, Step};
 use super::{call_tag, Image};
@@ -128,9 +128,11 @@ impl Image {
         loop {
             live.workers.keep(&live.connection);
             let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
-            let reply = self.supervise(&live.connection, &token, deadline, limits, call).await?;
-            if !retry_after_reload(&live.connection, &reply, &mut reloaded, deadline, limits).await? {
-                return Ok(reply);
+            let reply = self.supervise(&live.connection, &token, deadline, limits, call).await;
+            // A request that cannot be read even in this revision's helper is not retried again.
+            let other_helper = holds_other_helper(reply.as_ref().map(Some)) && !(reloaded && reply.is_err());
+            if !retry_after_reload(&live.connection, other_helper, &mut reloaded, deadline, limits).await? {
+                return reply;
             }
         }
     }
@@ -151,13 +153,15 @@ impl Image {
         loop {
             let rex = connection.rex_debuggable(form.clone(), "COMMON-LISP-USER")?;
             let evaluating = Evaluating { connection: connection.clone(), token: token.clone(), rex };
-            let evaluation = self.follow(evaluating, deadline, limits).await?;
-            if let Evaluation::Returned(reply) = &evaluation {
-                if retry_after_reload(&connection, reply, &mut reloaded, deadline, limits).await? {
-                    continue;
-                }
+            let evaluation = self.follow(evaluating, deadline, limits).await;
+            let returned = evaluation.as_ref().map(|evaluation| match evaluation {
+                Evaluation::Returned(reply) => Some(reply),
+                Evaluation::Stopped { .. } => None,
+            });
+            let other_helper = holds_other_helper(returned) && !(reloaded && evaluation.is_err());
+            if !retry_after_reload(&connection, other_helper, &mut reloaded, deadline, limits).await? {
+                return evaluation;
             }
-            return Ok(evaluation);
         }
     }
 
@@ -212,9 +216,10 @@ impl Image {
     }
 
     /// The form of `request`, made as this server's session, under `token`, in the helper revision
-    /// this server loaded.
+    /// this server loaded; printed, for it may be sent again (to a new thread when a worker has
+    /// ended, and after a reload of the helper).
     fn helper_form(&self, request: Request, token: &str) -> Form {
-        request.key("session", self.session.as_str()).key("token", token).checked_form()
+        Form::printed(&request.key("session", self.session.as_str()).key("token", token).checked_form())
     }
 
     /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`

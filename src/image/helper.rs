@@ -21,7 +21,7 @@ use std::sync::LazyLock;
 
 use tokio::time::Instant;
 
-use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
+use crate::swank::{Connection, Dialect, Form, RexError, Sexp, Thread};
 
 use super::calls::UNWIND_GRACE;
 use super::{CallError, CallLimits, Image, ImageError, Step};
@@ -111,23 +111,17 @@ impl Helper {
         &self.digest
     }
 
-    /// The helper's entry `function` called with `args`, when the image holds this revision; the
-    /// image answers `:other-helper` otherwise (see `CALL` in `lisp/calls.lisp`). Named by strings,
-    /// so that it reads in an image without the helper, or with another revision that lacks
-    /// `function`; and with nothing SBCL would compile.
+    /// The helper's entry `function` called with `args`, when the image holds this revision: the
+    /// image answers `:other-helper` when it holds another one (see `CALL` in `lisp/calls.lisp`),
+    /// and cannot read the request when it holds none, or one from before `CALL`
+    /// ([`holds_other_helper`]). The request names one symbol: swank prints every request into
+    /// its event history, and a guard written with `cl:if`, `cl:find-package` and `cl:find-symbol`
+    /// cost the image some 25 µs a call in printing alone.
     pub fn call(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
-        if_helper_symbol(
-            "CALL",
-            "fboundp",
-            |entry| {
-                Form::call(
-                    "cl",
-                    "funcall",
-                    [entry, Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
-                )
-            },
-            Form::Keyword("other-helper"),
-            Form::Keyword("other-helper"),
+        Form::call(
+            HELPER_PACKAGE,
+            "call",
+            [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
         )
     }
 
@@ -214,18 +208,31 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageEr
     Helper::current().load(connection).await
 }
 
-/// What a call does with its `reply`: `Ok(true)` when the image answered `:other-helper` and
-/// now holds this swank-mcp's helper again, so that the call must be sent again; `Ok(false)` when
-/// the reply is the call's own. Loads the helper within the call's limits, once per call:
-/// `reloaded` says whether this call already did.
+/// Whether `reply`, the image's answer to a [`Helper::call`], says that it does not hold this
+/// revision: `:other-helper`, or the reader error of an image without the helper's package (it
+/// was uninstalled) or without its `CALL` (a revision from before it). Every other part of the
+/// request reads in any image, the user's code being a string in it.
+pub(crate) fn holds_other_helper(reply: Result<Option<&Sexp>, &CallError>) -> bool {
+    match reply {
+        Ok(reply) => reply.is_some_and(|reply| reply.is_keyword("other-helper")),
+        Err(CallError::Rex(RexError::ReaderError(_))) => true,
+        Err(_) => false,
+    }
+}
+
+/// What a call does with its reply: `Ok(true)` when the image answered as one that holds another
+/// revision (`other_helper`, see [`holds_other_helper`]) and now holds this swank-mcp's helper
+/// again, so that the call must be sent again; `Ok(false)` when the reply is the call's own. Loads
+/// the helper within the call's limits, once per call: `reloaded` says whether this call already
+/// did.
 pub(crate) async fn retry_after_reload(
     connection: &Connection,
-    reply: &Sexp,
+    other_helper: bool,
     reloaded: &mut bool,
     deadline: Instant,
     limits: &CallLimits,
 ) -> Result<bool, CallError> {
-    if !reply.is_keyword("other-helper") {
+    if !other_helper {
         return Ok(false);
     }
     let endpoint = connection.endpoint().clone();

@@ -44,6 +44,32 @@ forgets those whose connection closed. True when one was told."
 
 (defparameter *activity-limit* 200)
 
+(defvar *activity-by-id*
+  ;; A revision loaded over an older one keeps its record.
+  (let ((table (make-hash-table :test 'equal)))
+    (dolist (record *activity* table)
+      (setf (gethash (slot-value record 'id) table) record)))
+  "The records of *ACTIVITY* by id: each call is noted two or three times, and a search of the
+list for a new call's id would compare it with every record.")
+
+(defvar *activity-count* (length *activity*)
+  "The length of *ACTIVITY*.")
+
+(defun find-activity (id)
+  "The record of the call ID, under *ACTIVITY-LOCK*."
+  (values (gethash id *activity-by-id*)))
+
+(defun add-activity (record)
+  "Records RECORD, under *ACTIVITY-LOCK*, forgetting the oldest beyond *ACTIVITY-LIMIT*."
+  (push record *activity*)
+  (setf (gethash (record-id record) *activity-by-id*) record)
+  (when (> (incf *activity-count*) *activity-limit*)
+    (let ((last-kept (nthcdr (1- *activity-limit*) *activity*)))
+      (dolist (forgotten (cdr last-kept))
+        (remhash (record-id forgotten) *activity-by-id*))
+      (setf (cdr last-kept) nil
+            *activity-count* *activity-limit*))))
+
 (defvar *activity-version* 0
   "Counts every change to a record, so that Emacs can tell which of two plists of a call is newer:
 one it was told of, or one in the whole record it asked for meanwhile.")
@@ -99,7 +125,7 @@ Emacs activity buffers are told of each change."
 
 (defun note-activity (id tool state &key input client package text milliseconds)
   "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
-  (let ((record (find id *activity* :key #'record-id :test #'string=))
+  (let ((record (find-activity id))
         (changed nil))
     (when (and record (record-cancelled record) (eq state :failed))
       (setf state :cancelled))
@@ -108,9 +134,7 @@ Emacs activity buffers are told of each change."
                                                         :input (or input "") :package package
                                                         :state state)
                  changed t)
-           (push record *activity*)
-           (when (> (length *activity*) *activity-limit*)
-             (setf *activity* (subseq *activity* 0 *activity-limit*))))
+           (add-activity record))
           ((member (record-state record) '(:waiting :running))
            (setf (record-state record) state
                  (record-connection record) (server-connection)
@@ -194,7 +218,7 @@ characters, where the user's own requests must not be pushed out by an agent's b
   "For Emacs: the reply the agent received for its call ID, as (:TEXT text); the text is NIL
 until the call ends, and the whole answer NIL once the call is no longer recorded."
   (sb-thread:with-mutex (*activity-lock*)
-    (let ((record (find id *activity* :key #'record-id :test #'string=)))
+    (let ((record (find-activity id)))
       (and record (list :text (record-text record))))))
 
 (define-entry activity-records ()
@@ -289,7 +313,7 @@ cancelled it, which the agent receives. Returns (:DECLINED plist) or (:CANCELLED
 or (:FAILURE message)."
   (let ((record (sb-thread:with-mutex (*activity-lock*)
                   (let ((record (if id
-                                    (find id *activity* :key #'record-id :test #'string=)
+                                    (find-activity id)
                                     (find-if (lambda (record) (member (record-state record) '(:waiting :running)))
                                              *activity*))))
                     (when (and record (member (record-state record) '(:waiting :running)))

@@ -9,6 +9,7 @@
 //!
 //! See docs/design.md, "The swank client".
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
@@ -54,12 +55,21 @@ impl de::Error for DecodeError {
     }
 }
 
-/// A plist key as the struct names it: `:FORMS-COMPILED` is `forms-compiled`.
-fn key_name(key: &Sexp) -> Option<String> {
-    match key {
-        Sexp::Keyword(name) => Some(name.to_ascii_lowercase()),
-        _ => None,
-    }
+/// A plist key as the struct names it: `:FORMS-COMPILED` is `forms-compiled`. Made in `buffer`
+/// when it fits: a reply's keys are read for every call.
+fn key_name<'b>(key: &'b Sexp, buffer: &'b mut [u8; 40]) -> Option<Cow<'b, str>> {
+    let Sexp::Keyword(name) = key else { return None };
+    let lower = buffer.get_mut(..name.len()).filter(|_| name.is_ascii()).and_then(|lower| {
+        lower.copy_from_slice(name.as_bytes());
+        lower.make_ascii_lowercase();
+        std::str::from_utf8(lower).ok()
+    });
+    Some(lower.map_or_else(|| Cow::Owned(name.to_ascii_lowercase()), Cow::Borrowed))
+}
+
+/// Whether `key` is the plist key of struct field `field`.
+fn names_field(key: &Sexp, field: &str) -> bool {
+    matches!(key, Sexp::Keyword(name) if name.eq_ignore_ascii_case(field))
 }
 
 fn unexpected(sexp: &Sexp, expected: &str) -> DecodeError {
@@ -75,7 +85,7 @@ fn unexpected(sexp: &Sexp, expected: &str) -> DecodeError {
 /// The pairs of a property list, or an error saying the value is not one.
 fn plist_pairs(sexp: &Sexp) -> Result<&[Sexp], DecodeError> {
     let items = sexp.as_list().ok_or_else(|| unexpected(sexp, "a property list"))?;
-    if items.len() % 2 != 0 || items.chunks(2).any(|pair| key_name(&pair[0]).is_none()) {
+    if items.len() % 2 != 0 || items.chunks(2).any(|pair| !matches!(pair[0], Sexp::Keyword(_))) {
         return Err(unexpected(sexp, "a property list"));
     }
     Ok(items)
@@ -180,9 +190,7 @@ impl<'de> de::Deserializer<'de> for SexpDeserializer<'de> {
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
         let items = plist_pairs(self.0)?;
-        if let Some(missing) =
-            fields.iter().find(|field| !items.chunks(2).any(|pair| key_name(&pair[0]).as_deref() == Some(**field)))
-        {
+        if let Some(missing) = fields.iter().find(|field| !items.chunks(2).any(|pair| names_field(&pair[0], field))) {
             return Err(de::Error::custom(format_args!("the reply has no :{missing}")));
         }
         visitor.visit_map(Pairs { items: items.chunks(2), value: None })
@@ -234,7 +242,8 @@ impl<'de> SeqAccess<'de> for Elements<'de> {
 
 struct Pairs<'a> {
     items: std::slice::Chunks<'a, Sexp>,
-    value: Option<(String, &'a Sexp)>,
+    /// The key and value of the pair whose key was read last.
+    value: Option<(&'a Sexp, &'a Sexp)>,
 }
 
 impl<'de> MapAccess<'de> for Pairs<'de> {
@@ -242,16 +251,20 @@ impl<'de> MapAccess<'de> for Pairs<'de> {
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, DecodeError> {
         let Some(pair) = self.items.next() else { return Ok(None) };
-        let key = key_name(&pair[0]).unwrap_or_default();
-        let decoded = seed.deserialize(key.as_str().into_deserializer())?;
-        self.value = Some((key, &pair[1]));
+        let mut buffer = [0; 40];
+        let key = key_name(&pair[0], &mut buffer).unwrap_or_default();
+        let decoded = seed.deserialize(key.as_ref().into_deserializer())?;
+        self.value = Some((&pair[0], &pair[1]));
         Ok(Some(decoded))
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, DecodeError> {
         let (key, value) =
             self.value.take().ok_or_else(|| de::Error::custom("a value was asked for before its key"))?;
-        seed.deserialize(SexpDeserializer(value)).map_err(|e| e.within(format!(":{key}")))
+        seed.deserialize(SexpDeserializer(value)).map_err(|e| {
+            let mut buffer = [0; 40];
+            e.within(format!(":{}", key_name(key, &mut buffer).unwrap_or_default()))
+        })
     }
 }
 

@@ -361,14 +361,17 @@ fn plain_symbol(raw: &str) -> Option<Sexp> {
 
 /// Keywords in nearly every message: the protocol's and the helper's reply keys, sorted, none
 /// longer than [`COMMON_KEYWORD_MAX_LEN`].
-const COMMON_KEYWORDS: [&str; 24] = [
+const COMMON_KEYWORDS: [&str; 32] = [
     "ABORT",
+    "BACKGROUND",
     "BACKTRACE",
     "CLASS",
     "DEBUG",
     "DEBUG-ACTIVATE",
     "DEBUG-RETURN",
     "ERROR",
+    "ERRORS",
+    "ERRORS-DROPPED",
     "FAILURE",
     "INDENTATION-UPDATE",
     "KIND",
@@ -377,15 +380,20 @@ const COMMON_KEYWORDS: [&str; 24] = [
     "NEW-PACKAGE",
     "NOTES",
     "OK",
+    "OUTPUT",
     "PACKAGE",
     "PING",
+    "RECORDED",
     "RETURN",
     "STDERR",
     "STDOUT",
+    "TRACE",
     "TYPE",
     "VALUES",
     "WARNINGS",
     "WARNINGS-DROPPED",
+    "WARNINGS-LOST",
+    "WARNINGS-REST",
 ];
 
 const COMMON_KEYWORD_MAX_LEN: usize = 24;

@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 use nom::{
     branch::alt,
@@ -214,6 +215,9 @@ pub enum Form {
     Symbol(&'static str, &'static str),
     /// A proper list; an empty one prints `()`.
     List(Vec<Form>),
+    /// A form printed already ([`Form::printed`]): one sent again (a request retried, a call's
+    /// constant parts) costs neither its building nor its printing again.
+    Printed(Arc<str>),
 }
 
 /// A string.
@@ -281,6 +285,14 @@ impl Form {
         Form::call("cl", "list", items.into_iter().map(Into::into))
     }
 
+    /// `form`, printed once for all the requests it goes into.
+    pub fn printed(form: &Form) -> Self {
+        match form {
+            Form::Printed(_) => form.clone(),
+            _ => Form::Printed(form.to_wire().into()),
+        }
+    }
+
     /// `(package:function args...)`.
     pub fn call(package: &'static str, function: &'static str, args: impl IntoIterator<Item = Form>) -> Self {
         Form::List(std::iter::once(Form::Symbol(package, function)).chain(args).collect())
@@ -324,10 +336,12 @@ impl Form {
                 }
                 out.push(')');
             }
+            Form::Printed(text) => out.push_str(text),
         }
     }
 
     /// What the server's reader yields for this form, for tests that print and read back.
+    #[cfg(test)]
     pub fn to_sexp(&self) -> Sexp {
         match self {
             Form::Nil => Sexp::Nil,
@@ -342,6 +356,7 @@ impl Form {
             },
             Form::List(items) if items.is_empty() => Sexp::Nil,
             Form::List(items) => Sexp::List(items.iter().map(Form::to_sexp).collect()),
+            Form::Printed(text) => super::read(text).expect("a printed form reads back"),
         }
     }
 }
@@ -421,7 +436,12 @@ mod tests {
             proptest::sample::select(NAMES).prop_map(Form::Keyword),
             (proptest::sample::select(PACKAGES), proptest::sample::select(NAMES)).prop_map(|(p, n)| Form::Symbol(p, n)),
         ];
-        leaf.prop_recursive(6, 64, 8, |inner| proptest::collection::vec(inner, 0..8).prop_map(Form::List))
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Form::List),
+                inner.prop_map(|form| Form::printed(&form)),
+            ]
+        })
     }
 
     fn sexp() -> impl Strategy<Value = Sexp> {
