@@ -375,7 +375,10 @@ async fn an_activity_buffer_is_told_each_state_of_a_call_and_asks_for_the_text_t
     let Some(mut emacs) = Emacs::subscribed(":activity").await else { return };
     let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
     let Some(mut approver) = Emacs::in_approval_mode().await else { return };
-    send_call(&mut client, 7, "evaluate-lisp", json!({"code": "(list :pushed-record-marker)"})).await;
+    // It runs long enough to be seen running: the notes of a call that starts and ends within
+    // one batch of the activity feed (5 ms) come as one, its end.
+    let code = "(progn (sleep 0.3) (list :pushed-record-marker))";
+    send_call(&mut client, 7, "evaluate-lisp", json!({ "code": code })).await;
     let waiting = emacs.told(":call", "pushed-record-marker").await;
     assert!(waiting.contains(":state :waiting") && waiting.contains(":client \"approval-tests\""), "{waiting}");
     let id = approval_id(&approver.told(":approval", "pushed-record-marker").await);
