@@ -558,3 +558,23 @@ async fn a_shell_eval_under_confirm_that_nobody_can_approve_is_refused_and_audit
     let (_, unbound) = shell_eval(&["--port", &port], "(boundp '*shell-refused-marker*)").await;
     assert_eq!(unbound, "=> NIL\n");
 }
+
+#[tokio::test]
+async fn the_images_record_keeps_its_newest_calls_and_finds_only_those_by_id() {
+    // A private image: the bound is lowered for one evaluation, and nobody else's calls may land
+    // in the record meanwhile.
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let code = r#"(let ((mcp-agent-helper::*activity-limit* 3))
+  (mcp-agent-helper:note-activities
+   (loop for i below 5 collect (list (format nil "bounded-~D" i) "evaluate-lisp" :done :input "x" :text "t")))
+  (sb-thread:with-mutex (mcp-agent-helper::*activity-lock*)
+    (list (mapcar #'mcp-agent-helper::record-id mcp-agent-helper::*activity*)
+          (hash-table-count mcp-agent-helper::*activity-by-id*)
+          (loop for i below 5
+                collect (and (mcp-agent-helper::find-activity (format nil "bounded-~D" i)) t)))))"#;
+    assert_eq!(
+        common::without_handle(&common::eval_ok(&toolbox, code).await),
+        r#"=> (("bounded-4" "bounded-3" "bounded-2") 3 (NIL NIL T T T))"#
+    );
+}

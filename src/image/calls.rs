@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::helper::{holds_other_helper, retry_after_reload};
+use super::helper::{retry_after_reload, HelperAnswer};
 use super::request::Request;
 use super::slot::{ImageError, Step};
 use super::{call_tag, Image};
@@ -129,9 +129,8 @@ impl Image {
             live.workers.keep(&live.connection);
             let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
             let reply = self.supervise(&live.connection, &token, deadline, limits, call).await;
-            // A request that cannot be read even in this revision's helper is not retried again.
-            let other_helper = holds_other_helper(reply.as_ref().map(Some)) && !(reloaded && reply.is_err());
-            if !retry_after_reload(&live.connection, other_helper, &mut reloaded, deadline, limits).await? {
+            let answer = HelperAnswer::of(reply.as_ref().map(Some));
+            if !retry_after_reload(&live.connection, answer, &mut reloaded, deadline, limits).await? {
                 return reply;
             }
         }
@@ -158,8 +157,7 @@ impl Image {
                 Evaluation::Returned(reply) => Some(reply),
                 Evaluation::Stopped { .. } => None,
             });
-            let other_helper = holds_other_helper(returned) && !(reloaded && evaluation.is_err());
-            if !retry_after_reload(&connection, other_helper, &mut reloaded, deadline, limits).await? {
+            if !retry_after_reload(&connection, HelperAnswer::of(returned), &mut reloaded, deadline, limits).await? {
                 return evaluation;
             }
         }

@@ -114,7 +114,7 @@ impl Helper {
     /// The helper's entry `function` called with `args`, when the image holds this revision: the
     /// image answers `:other-helper` when it holds another one (see `CALL` in `lisp/calls.lisp`),
     /// and cannot read the request when it holds none, or one from before `CALL`
-    /// ([`holds_other_helper`]). The request names one symbol: swank prints every request into
+    /// ([`HelperAnswer`]). The request names one symbol: swank prints every request into
     /// its event history, and a guard written with `cl:if`, `cl:find-package` and `cl:find-symbol`
     /// cost the image some 25 µs a call in printing alone.
     pub fn call(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
@@ -208,32 +208,45 @@ pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageEr
     Helper::current().load(connection).await
 }
 
-/// Whether `reply`, the image's answer to a [`Helper::call`], says that it does not hold this
-/// revision: `:other-helper`, or the reader error of an image without the helper's package (it
-/// was uninstalled) or without its `CALL` (a revision from before it). Every other part of the
-/// request reads in any image, the user's code being a string in it.
-pub(crate) fn holds_other_helper(reply: Result<Option<&Sexp>, &CallError>) -> bool {
-    match reply {
-        Ok(reply) => reply.is_some_and(|reply| reply.is_keyword("other-helper")),
-        Err(CallError::Rex(RexError::ReaderError(_))) => true,
-        Err(_) => false,
+/// What the image's answer to a [`Helper::call`] says of the revision it holds.
+pub(crate) enum HelperAnswer {
+    /// The call's own answer: the image holds this revision.
+    Own,
+    /// `:other-helper`: it holds another.
+    OtherHelper,
+    /// A reader error: it holds no helper (it was uninstalled) or one from before `CALL`. Every
+    /// other part of the request reads in any image, the user's code being a string in it.
+    Unreadable,
+}
+
+impl HelperAnswer {
+    /// The answer of `reply`: a value (none for an evaluation stopped in the debugger) or an
+    /// error.
+    pub(crate) fn of(reply: Result<Option<&Sexp>, &CallError>) -> Self {
+        match reply {
+            Ok(Some(reply)) if reply.is_keyword("other-helper") => HelperAnswer::OtherHelper,
+            Err(CallError::Rex(RexError::ReaderError(_))) => HelperAnswer::Unreadable,
+            _ => HelperAnswer::Own,
+        }
     }
 }
 
-/// What a call does with its reply: `Ok(true)` when the image answered as one that holds another
-/// revision (`other_helper`, see [`holds_other_helper`]) and now holds this swank-mcp's helper
-/// again, so that the call must be sent again; `Ok(false)` when the reply is the call's own. Loads
-/// the helper within the call's limits, once per call: `reloaded` says whether this call already
-/// did.
+/// What a call does with its reply, whose `answer` says what the image holds: `Ok(true)` when it
+/// held another revision (or none) and now holds this swank-mcp's helper again, so that the call
+/// must be sent again; `Ok(false)` when the reply is the call's own, or a reader error that this
+/// revision's helper, loaded for the call, did not cure. Loads the helper within the call's
+/// limits, once per call: `reloaded` says whether this call already did.
 pub(crate) async fn retry_after_reload(
     connection: &Connection,
-    other_helper: bool,
+    answer: HelperAnswer,
     reloaded: &mut bool,
     deadline: Instant,
     limits: &CallLimits,
 ) -> Result<bool, CallError> {
-    if !other_helper {
-        return Ok(false);
+    match answer {
+        HelperAnswer::Own => return Ok(false),
+        HelperAnswer::Unreadable if *reloaded => return Ok(false),
+        HelperAnswer::OtherHelper | HelperAnswer::Unreadable => {}
     }
     let endpoint = connection.endpoint().clone();
     if std::mem::replace(reloaded, true) {

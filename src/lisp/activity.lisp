@@ -52,9 +52,6 @@ forgets those whose connection closed. True when one was told."
   "The records of *ACTIVITY* by id: each call is noted two or three times, and a search of the
 list for a new call's id would compare it with every record.")
 
-(defvar *activity-count* (length *activity*)
-  "The length of *ACTIVITY*.")
-
 (defun find-activity (id)
   "The record of the call ID, under *ACTIVITY-LOCK*."
   (values (gethash id *activity-by-id*)))
@@ -63,12 +60,11 @@ list for a new call's id would compare it with every record.")
   "Records RECORD, under *ACTIVITY-LOCK*, forgetting the oldest beyond *ACTIVITY-LIMIT*."
   (push record *activity*)
   (setf (gethash (record-id record) *activity-by-id*) record)
-  (when (> (incf *activity-count*) *activity-limit*)
-    (let ((last-kept (nthcdr (1- *activity-limit*) *activity*)))
+  (let ((last-kept (nthcdr (1- *activity-limit*) *activity*)))
+    (when (cdr last-kept)
       (dolist (forgotten (cdr last-kept))
         (remhash (record-id forgotten) *activity-by-id*))
-      (setf (cdr last-kept) nil
-            *activity-count* *activity-limit*))))
+      (setf (cdr last-kept) nil))))
 
 (defvar *activity-version* 0
   "Counts every change to a record, so that Emacs can tell which of two plists of a call is newer:

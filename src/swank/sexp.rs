@@ -215,8 +215,8 @@ pub enum Form {
     Symbol(&'static str, &'static str),
     /// A proper list; an empty one prints `()`.
     List(Vec<Form>),
-    /// A form printed already ([`Form::printed`]): one sent again (a request retried, a call's
-    /// constant parts) costs neither its building nor its printing again.
+    /// A form printed already ([`Form::printed`]): one sent again (a request retried after a
+    /// reload, or to a new thread) costs neither its copying nor its printing again.
     Printed(Arc<str>),
 }
 
@@ -287,10 +287,7 @@ impl Form {
 
     /// `form`, printed once for all the requests it goes into.
     pub fn printed(form: &Form) -> Self {
-        match form {
-            Form::Printed(_) => form.clone(),
-            _ => Form::Printed(form.to_wire().into()),
-        }
+        Form::Printed(form.to_wire().into())
     }
 
     /// `(package:function args...)`.
