@@ -95,11 +95,11 @@ struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
 
-    /// Offer only the tools that change neither the image nor files (no evaluate-lisp, inspect, debugger, load-system, load-form, load-file, run-tests, trace, profile, threads, edit-lisp-form, undo).
+    /// Offer only the tools that take no Lisp code and change neither the image nor files (no evaluate-lisp, inspect, debugger, compile-form, macroexpand-form, load-system, load-form, load-file, run-tests, trace, profile, threads, edit-lisp-form, undo); the image then runs only the helper's entries that look.
     #[arg(long, global = true)]
     read_only: bool,
 
-    /// Offer only these tools, comma-separated (for example evaluate-lisp,describe-symbol).
+    /// Offer only these tools, comma-separated (for example evaluate-lisp,describe-symbol); with --read-only, only read-only ones.
     #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
     tools: Vec<String>,
 

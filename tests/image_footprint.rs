@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use common::McpClient;
-use swank_mcp::image::helper::{Helper, HELPER_SOURCE};
+use swank_mcp::image::helper::{Gate, Helper, HELPER_SOURCE};
 use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Thread};
 use swank_mcp::tools::Toolbox;
 
@@ -291,6 +291,7 @@ async fn another_swank_mcp_versions_helper_is_replaced_between_its_calls_and_nev
     assert!(!other.load(&connection).await.unwrap(), "a fresh image held no helper");
     let call = |code: &str, token: &str| {
         let form = other.call(
+            Gate::Call,
             "evaluate",
             [
                 Form::string(code),

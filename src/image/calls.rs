@@ -217,7 +217,7 @@ impl Image {
     /// this server loaded; printed, for it may be sent again (to a new thread when a worker has
     /// ended, and after a reload of the helper).
     fn helper_form(&self, request: Request, token: &str) -> Form {
-        Form::printed(&request.key("session", self.session.as_str()).key("token", token).checked_form())
+        Form::printed(&request.key("session", self.session.as_str()).key("token", token).checked_form(self.gate()))
     }
 
     /// Waits for `call`, a request of the evaluation registered under `token`, until `deadline`

@@ -26,6 +26,17 @@ use crate::swank::{Connection, Dialect, Form, RexError, Sexp, Thread};
 use super::calls::UNWIND_GRACE;
 use super::{CallError, CallLimits, Image, ImageError, Step};
 
+/// Which way into the helper a server's requests take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `CALL`: any entry.
+    Call,
+    /// `LOOK`, for a server that promised `--read-only`: only the entries defined as looks, which
+    /// read the image, write no file and run no code of the request; the image refuses any other
+    /// (see `LOOK` in `lisp/calls.lisp`), so no tool can change that by asking for more.
+    Look,
+}
+
 /// The helper's files in load order (the digest covers them all). Public for the replay tests,
 /// which recognise it in recorded requests.
 pub const HELPER_SOURCE: &str = concat!(
@@ -117,10 +128,16 @@ impl Helper {
     /// ([`HelperAnswer`]). The request names one symbol: swank prints every request into
     /// its event history, and a guard written with `cl:if`, `cl:find-package` and `cl:find-symbol`
     /// cost the image some 25 µs a call in printing alone.
-    pub fn call(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+    ///
+    /// `gate` is the entry the request goes through: [`Gate::Look`] runs only what looks.
+    pub fn call(&self, gate: Gate, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+        let door = match gate {
+            Gate::Call => "call",
+            Gate::Look => "look",
+        };
         Form::call(
             HELPER_PACKAGE,
-            "call",
+            door,
             [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
         )
     }

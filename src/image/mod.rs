@@ -6,7 +6,7 @@
 //! there.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,7 @@ pub use request::Request;
 pub use slot::{ImageError, Step};
 
 use calls::UNWIND_GRACE;
+use helper::Gate;
 use identity::ImageIdentity;
 use launch::Launcher;
 use slot::Slot;
@@ -66,6 +67,8 @@ pub struct Image {
     next_attempt: AtomicU64,
     /// Which image the last connection reached, to tell a restarted one.
     identity: Arc<std::sync::Mutex<ImageIdentity>>,
+    /// Set for a server that promised `--read-only`: its requests go through the helper's `LOOK`.
+    looks_only: AtomicBool,
 }
 
 /// Poisoning only means another task panicked while holding the lock; the state stays usable.
@@ -94,6 +97,23 @@ impl Image {
             next_token: AtomicU64::new(1),
             next_attempt: AtomicU64::new(1),
             identity: Arc::new(std::sync::Mutex::new(ImageIdentity::default())),
+            looks_only: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on, asks the image only what looks ([`Gate::Look`]): the image itself refuses
+    /// every other entry of the helper, whichever tool asks. Set before the first call, by a
+    /// server that promised `--read-only`, and never unset.
+    pub fn look_only(&self) {
+        self.looks_only.store(true, Ordering::Relaxed);
+    }
+
+    /// The way into the helper this server's requests take.
+    pub(crate) fn gate(&self) -> Gate {
+        if self.looks_only.load(Ordering::Relaxed) {
+            Gate::Look
+        } else {
+            Gate::Call
         }
     }
 

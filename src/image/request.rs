@@ -2,7 +2,7 @@
 //! in order, then its keyword arguments. Every tool and service builds what it asks of the image
 //! with it, and the image layer adds the session and the call's token.
 
-use super::helper::{Helper, HELPER_PACKAGE};
+use super::helper::{Gate, Helper, HELPER_PACKAGE};
 use crate::swank::Form;
 
 /// A call of a function of the helper, `(mcp-agent-helper:FUNCTION ARG... :KEY VALUE...)`.
@@ -49,10 +49,10 @@ impl Request {
         Form::call(HELPER_PACKAGE, self.function, self.args)
     }
 
-    /// The form that makes the call only in an image that holds this swank-mcp's helper revision,
-    /// which answers `:other-helper` otherwise ([`Helper::call`]).
-    pub(crate) fn checked_form(self) -> Form {
-        Helper::current().call(self.function, self.args)
+    /// The form that makes the call through `gate`, only in an image that holds this swank-mcp's
+    /// helper revision, which answers `:other-helper` otherwise ([`Helper::call`]).
+    pub(crate) fn checked_form(self, gate: Gate) -> Form {
+        Helper::current().call(gate, self.function, self.args)
     }
 }
 

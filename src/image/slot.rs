@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::calls::{CallError, CallLimits, UNWIND_GRACE};
-use super::helper::load_helper;
+use super::helper::{load_helper, Gate};
 use super::identity::Reached;
 use super::launch::Launcher;
 use super::request::Request;
@@ -187,7 +187,7 @@ impl Image {
     fn attempt(&self) -> Attempt {
         let step = Arc::new(std::sync::Mutex::new(Step::Connecting));
         let (settings, launcher, progress) = (self.settings.clone(), self.launcher.clone(), step.clone());
-        let (identity, session) = (self.identity.clone(), self.session.clone());
+        let (identity, session, gate) = (self.identity.clone(), self.session.clone(), self.gate());
         // Boxed: connecting and loading the helper is a big state machine that runs once per
         // connection.
         let result = async move {
@@ -196,7 +196,7 @@ impl Image {
             let held_helper = load_helper(&connection).await?;
             let reached = lock(&identity).connected(connection.endpoint(), connection.info().pid, held_helper);
             if reached == Reached::Same {
-                end_earlier_session(&connection, &session).await;
+                end_earlier_session(&connection, &session, gate).await;
             }
             // The first worker before the first call, so that the requests of a connection that
             // makes one call at a time come in one order (the recorded transcripts rely on it).
@@ -213,9 +213,9 @@ impl Image {
 /// Ends what is left of this server's session in the image after its connection was lost, as the
 /// image itself does when it sees the connection closed (it may see that only later), so that the
 /// session certainly starts afresh, as the next reply says.
-async fn end_earlier_session(connection: &Connection, session: &str) {
+async fn end_earlier_session(connection: &Connection, session: &str, gate: Gate) {
     let request = Request::new("end-session").key("session", session).key("token", format!("{session}-reconnected"));
-    let ended = connection.rex(request.checked_form(), "COMMON-LISP-USER", Thread::New);
+    let ended = connection.rex(request.checked_form(gate), "COMMON-LISP-USER", Thread::New);
     match tokio::time::timeout(UNWIND_GRACE, ended).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => tracing::debug!(%error, "the session of the lost connection could not be ended"),

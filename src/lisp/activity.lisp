@@ -91,7 +91,7 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    ;; The connection of the agent's server that sent the last note of the call.
    (connection :initform (server-connection) :accessor record-connection)))
 
-(define-entry note-activities (notes &key session token)
+(define-entry (note-activities :look t) (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
 MILLISECONDS): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the reply
 the agent received, and MILLISECONDS, how long the call took, once it ended. A note that arrives
@@ -241,7 +241,7 @@ RECORD-PLIST. Later changes come down its channel."
 
 (defvar *next-approval-id* 1)
 
-(define-entry request-approval (tool text &key client timeout-ms session token)
+(define-entry (request-approval :look t) (tool text &key client timeout-ms session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
 and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT, or
@@ -358,7 +358,7 @@ abort at once. Returns how many were running."
   "How many allowances were given, in a cons for ATOMIC-INCF: each is numbered, so that they are
 listed in the order they were given.")
 
-(define-entry allow-for-session (tool client &key session token)
+(define-entry (allow-for-session :look t) (tool client &key session token)
   "The user allowed TOOL for the rest of SESSION, the session of the agent's client CLIENT."
   (declare (ignore token))
   (let ((session (find-session session)))
@@ -367,7 +367,7 @@ listed in the order they were given.")
         (push (list (sb-ext:atomic-incf (car *allowances-given*)) tool client) (session-allowances session)))))
   (list :allowed t))
 
-(define-entry session-allowed-p (tool &key session token)
+(define-entry (session-allowed-p :look t) (tool &key session token)
   "Whether TOOL is still allowed for SESSION: (:ALLOWED boolean)."
   (declare (ignore token))
   (list :allowed (and (find tool (session-allowances (find-session session)) :key #'second :test #'equal) t)))

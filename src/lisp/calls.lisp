@@ -23,11 +23,7 @@
 (defun in-call-p ()
   *calling*)
 
-(define-entry call (version name &rest arguments)
-  "How the swank-mcp server calls the helper: the entry NAME (an exported function, named by a
-string in any case) applied to ARGUMENTS, when VERSION is the revision of the helper in the image.
-Otherwise nothing runs and the answer is :OTHER-HELPER: another swank-mcp loaded its own revision
-since, or the helper was uninstalled."
+(defun call-entry (version name arguments looks-only)
   (if (sb-thread:with-mutex (*load-lock*)
         (when (equal version *version*)
           (sb-ext:atomic-incf (car *calls-running*))
@@ -36,10 +32,26 @@ since, or the helper was uninstalled."
            (multiple-value-bind (symbol status) (find-symbol (string-upcase name) '#:mcp-agent-helper)
              (unless (and (eq status :external) (fboundp symbol))
                (error "The swank-mcp helper has no entry ~A." name))
+             (when (and looks-only (not (get symbol 'look)))
+               (error "~A is refused: this swank-mcp server promised to change nothing (--read-only), ~
+                       and ~A is not one of the helper's entries that only look." name name))
              (let ((*calling* t))
                (apply symbol arguments)))
         (sb-ext:atomic-decf (car *calls-running*)))
       :other-helper))
+
+(define-entry call (version name &rest arguments)
+  "How the swank-mcp server calls the helper: the entry NAME (an exported function, named by a
+string in any case) applied to ARGUMENTS, when VERSION is the revision of the helper in the image.
+Otherwise nothing runs and the answer is :OTHER-HELPER: another swank-mcp loaded its own revision
+since, or the helper was uninstalled."
+  (call-entry version name arguments nil))
+
+(define-entry look (version name &rest arguments)
+  "CALL for a server that promised --read-only: it runs only an entry defined as a look (see
+DEFINE-ENTRY), which takes no code, so the promise rests on what each look is rather than on
+which tools the server offers."
+  (call-entry version name arguments t))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread

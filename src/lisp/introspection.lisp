@@ -409,7 +409,7 @@ DEFCLASS, or its earliest method, is."
           :details nil
           :source (definition-location symbol :type))))
 
-(define-entry describe-symbol (name &key package session token)
+(define-entry (describe-symbol :look t) (name &key package session token)
   "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
 symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a location plist."
   (run-tool token
@@ -442,7 +442,7 @@ symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a loca
          (or (eql 0 (search "SB-" (package-name package)))
              (server-package-p package)))))
 
-(define-entry apropos-search (query &key package external-only session token)
+(define-entry (apropos-search :look t) (query &key package external-only session token)
   "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
 symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how
 many matching symbols name nothing (not listed); :REST, the handle of every match's line and the
@@ -502,7 +502,7 @@ offset of the first not listed (see REST-LISTING)."
         (format nil "~A ~A" label (name-text description package))
         label)))
 
-(define-entry find-definition (name &key package session token (offset 0) (limit most-positive-fixnum))
+(define-entry (find-definition :look t) (name &key package session token (offset 0) (limit most-positive-fixnum))
   "Plist: :SYMBOL; :NAMES, what the symbol names; :TOTAL, how many definitions it has;
 :DEFINITIONS, each (:KIND label :SOURCE location) from the OFFSETth on, at most LIMIT, the
 location a plist as SOURCE-LOCATION gives it. Only those are located in their files, so a symbol
@@ -636,7 +636,7 @@ definition, so it is tried again before the error is let through."
   (let ((symbol (frame-function-symbol name)))
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
-(define-entry xref (name kind &key package session token)
+(define-entry (xref :look t) (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
 *MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
 the file is what the cap spares) and the offset of the first not listed (see REST-LISTING)."
@@ -762,7 +762,7 @@ unexported names of an SB- package, which no user program refers to."
               (eql 0 (search "SB-" (package-name package)))
               (not (eq :external (nth-value 1 (find-symbol (symbol-name name) package))))))))
 
-(define-entry class-info (name &key package session token)
+(define-entry (class-info :look t) (name &key package session token)
   "Plist describing the class NAME names; see the class-info contract for what is shown."
   (run-tool token
             (lambda ()
@@ -816,7 +816,7 @@ unexported names of an SB- package, which no user program refers to."
   (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
     (and (typep thread 'sb-thread:thread) (thread-number thread))))
 
-(define-entry status (&key session token debugger-threads)
+(define-entry (status :look t) (&key session token debugger-threads)
   "Facts about the image only it can give: threads, the session's package, features, memory,
 :TOOL-CALLS, the other tool calls running in it, and :DEBUGGER-THREADS, the threads tool's numbers
 of the threads the server knows by the ids DEBUGGER-THREADS."

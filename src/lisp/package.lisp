@@ -60,11 +60,17 @@ is made that way."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Entries
 
-(defmacro define-entry (name lambda-list &body body)
+(defmacro define-entry (name-and-options lambda-list &body body)
   "Defines the function NAME as DEFUN does, and exports it: an entry of the helper, which the
-swank-mcp server calls (through CALL, which runs exported functions only) or Emacs does."
-  `(progn (export ',name)
-          (defun ,name ,lambda-list ,@body)))
+swank-mcp server calls (through CALL, which runs exported functions only) or Emacs does.
+NAME-AND-OPTIONS is NAME or (NAME :LOOK T). A look reads the image, writes no file and never
+reads, compiles or runs code the request supplies (names are parsed, not read): the only entries
+LOOK runs, for a server that promised --read-only. Each definition says it afresh, so a reloaded
+helper cannot keep an older revision's word for an entry."
+  (destructuring-bind (name &key look) (if (consp name-and-options) name-and-options (list name-and-options))
+    `(progn (export ',name)
+            (setf (get ',name 'look) ,look)
+            (defun ,name ,lambda-list ,@body))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)

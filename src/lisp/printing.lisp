@@ -60,8 +60,9 @@ TEXT is not a symbol name or names a package that does not exist."
   (multiple-value-bind (package-name name) (parse-symbol-designator text)
     (unless name
       (fail "~S is not a symbol name." text))
+    ;; Found from PACKAGE, as the reader would in it: its package-local nicknames count.
     (let ((home (if package-name
-                    (or (find-package package-name)
+                    (or (let ((*package* package)) (find-package package-name))
                         (fail-missing-package package-name))
                     package)))
       (multiple-value-bind (symbol status) (find-symbol name home)

@@ -82,7 +82,7 @@ buffer, which nobody reads any more."
     (mapc #'release-session ending)
     (length ending)))
 
-(define-entry end-session (&key session token)
+(define-entry (end-session :look t) (&key session token)
   "Ends SESSION (its name), for its server that exits: everything it held in the image is released
 (see RELEASE-SESSION). With an uninstall asked for once the sessions end (UNINSTALL), this one
 being the last, the helper is uninstalled."

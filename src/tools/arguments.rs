@@ -36,6 +36,8 @@ pub struct Param {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Text,
+    /// Lisp code the image reads and may run: what no read-only tool takes.
+    Code,
     OneOf(&'static [&'static str]),
     Flag,
     Integer(Range),
@@ -88,6 +90,23 @@ impl Param {
     /// A string.
     pub const fn text(name: &'static str, description: &'static str) -> Self {
         Self::new(name, Kind::Text, description)
+    }
+
+    /// Lisp code, a string the image reads and may run. A tool that takes one is never read-only
+    /// ([`Param::is_code`]): SBCL's compiler and macroexpander run code of the request itself
+    /// (constant folding calls the functions a form names), so only a tool that takes no code can
+    /// promise to run none.
+    pub const fn code(name: &'static str, description: &'static str) -> Self {
+        Self::new(name, Kind::Code, description)
+    }
+
+    /// Whether it is Lisp code (or holds some, in each of a list of objects).
+    pub fn is_code(&self) -> bool {
+        match self.kind {
+            Kind::Code => true,
+            Kind::Objects(params) => params.iter().any(Param::is_code),
+            _ => false,
+        }
     }
 
     /// One of `choices`.
@@ -169,7 +188,7 @@ impl Param {
     fn schema(&self) -> Value {
         let mut schema = Map::new();
         let (kind, range) = match self.kind {
-            Kind::Text => ("string", None),
+            Kind::Text | Kind::Code => ("string", None),
             Kind::OneOf(choices) => {
                 schema.insert("enum".into(), json!(choices));
                 ("string", None)
@@ -220,7 +239,7 @@ impl Param {
     /// What it takes, for a refusal of a value of the wrong type.
     fn expected(&self) -> String {
         match self.kind {
-            Kind::Text => "a string".into(),
+            Kind::Text | Kind::Code => "a string".into(),
             Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
             Kind::Flag => "true or false".into(),
             Kind::Integer(range) => range.describe(),
@@ -241,7 +260,7 @@ impl Param {
             None => wrong(),
         };
         match (self.kind, value) {
-            (Kind::Text, Value::String(_)) | (Kind::Flag, Value::Bool(_)) => Ok(()),
+            (Kind::Text | Kind::Code, Value::String(_)) | (Kind::Flag, Value::Bool(_)) => Ok(()),
             (Kind::OneOf(choices), Value::String(text)) if !choices.contains(&text.as_str()) => {
                 Err(match self.explain {
                     Some(explain) => ArgumentError(explain(value)),

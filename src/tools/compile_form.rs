@@ -12,7 +12,7 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("code", "Common Lisp code to compile").required(),
+    Param::code("code", "Common Lisp code to compile").required(),
     Param::text("package", "Package context for compilation (default: CL-USER)"),
 ];
 
@@ -25,7 +25,7 @@ fn definition() -> ToolDefinition {
             issues that only appear at compile time. Useful for checking code correctness before evaluation. Nothing \
             is defined; a macro the code defines is not run (its uses get a WARNING).",
         arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
 

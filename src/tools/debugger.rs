@@ -36,7 +36,7 @@ const ARGUMENTS: &[Param] = &[
     Param::integer("frame", 0, "Frame number, as backtrace shows it."),
     Param::integer("start", 0, "backtrace: first frame (default 0)."),
     Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
-    Param::text(
+    Param::code(
         "code",
         "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns.",
     ),

@@ -26,9 +26,9 @@ const FILE_PATH: Param = Param::text("file_path", "");
 const FORM_TYPE: Param = Param::text("form_type", "The operator, e.g. \"defun\".");
 const FORM_NAME: Param = Param::text("form_name", "As lisp-outline shows it, e.g. \"area :around (shape)\".");
 const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
-const CONTENT: Param = Param::text("content", "Whole top-level form(s); not for delete or patch.");
+const CONTENT: Param = Param::code("content", "Whole top-level form(s); not for delete or patch.");
 const OLD_TEXT: Param = Param::text("old_text", "patch: text found once in the form.");
-const NEW_TEXT: Param = Param::text("new_text", "");
+const NEW_TEXT: Param = Param::code("new_text", "");
 
 /// An element of `edits`: one edit, whose target and operation it must give.
 const EDIT: &[Param] = &[

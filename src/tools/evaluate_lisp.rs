@@ -26,7 +26,7 @@ const MAX_PRINT_LEVEL: u64 = 10_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
+    Param::code("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
     Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
     Param::integer("timeout_ms", 1, "Interrupt it after this long (default: --eval-timeout, 30 s).")
         .at_most(MAX_TIMEOUT_MS),

@@ -17,7 +17,7 @@ const MAX_PARTS: u64 = 1000;
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     Param::text("handle", "A handle from a reply, e.g. \"@3\"."),
-    Param::text("code", "Code whose first value to inspect."),
+    Param::code("code", "Code whose first value to inspect."),
     Param::text("package", "Package to read code in."),
     Param::integer("offset", 0, "First part or character (default 0)."),
     Param::integer("limit", 1, "Parts (default 50, at most 1,000) or characters (default --max-output) to show."),

@@ -13,7 +13,7 @@ use crate::swank::Sexp;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("form", "The Lisp form to expand (as a string)").required(),
+    Param::code("form", "The Lisp form to expand (as a string)").required(),
     Param::flag("full", "If true, fully expand all macros recursively (default: false, single step)"),
     Param::text("package", "Package to read the form in."),
 ];
@@ -26,7 +26,7 @@ fn definition() -> ToolDefinition {
             "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, LOOP, or \
             WITH-* generate. A MACROLET in the form is not run.",
         arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
 

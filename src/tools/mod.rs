@@ -227,11 +227,36 @@ impl Toolbox {
         Self { settings, images, roots, offered: all_tools(), debugger_sessions: DebuggerSessions::default() }
     }
 
-    /// Offers only the selected tools. An unknown name is an error that lists the known ones.
+    /// Offers only the selected tools. An unknown name is an error that lists the known ones, and
+    /// so is a tool `--read-only` leaves out: `--tools` narrows the read-only set, never widens it.
+    /// Under `--read-only` the images are told too, and run only the helper's entries that look
+    /// ([`Image::look_only`]), whatever a tool asks of them.
     pub fn select(mut self, selection: &ToolSelection) -> Result<Self, String> {
         if let Some(unknown) = selection.only.iter().find(|name| !self.definitions().any(|d| d.name == name.as_str())) {
             let known: Vec<&str> = self.definitions().map(|d| d.name).collect();
             return Err(format!("unknown tool {unknown:?} in --tools; the tools are: {}", known.join(", ")));
+        }
+        if selection.read_only {
+            let changing: Vec<&str> = selection
+                .only
+                .iter()
+                .filter_map(|name| self.definitions().find(|d| d.name == name.as_str()))
+                .filter(|d| !d.annotations.read_only)
+                .map(|d| d.name)
+                .collect();
+            if !changing.is_empty() {
+                let looking: Vec<&str> =
+                    self.definitions().filter(|d| d.annotations.read_only).map(|d| d.name).collect();
+                return Err(format!(
+                    "--tools names {}, which --read-only leaves out: it runs code or changes the image or files. \
+                     Drop --read-only to offer it, or choose among the read-only tools: {}",
+                    changing.join(", "),
+                    looking.join(", ")
+                ));
+            }
+            for image in &self.images {
+                image.look_only();
+            }
         }
         self.offered.retain(|Offered { definition: d, .. }| {
             (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
@@ -500,8 +525,21 @@ impl ToolContext {
 
 #[cfg(test)]
 mod tests {
-    use super::Activity;
+    use super::{Activity, TOOLS};
     use crate::swank::{from_sexp, read};
+
+    #[test]
+    fn no_read_only_tool_takes_lisp_code() {
+        for tool in TOOLS {
+            let definition = (tool.definition)();
+            let code: Vec<&str> = definition.arguments.iter().filter(|p| p.is_code()).map(|p| p.name()).collect();
+            assert!(
+                !definition.annotations.read_only || code.is_empty(),
+                "{} is read-only but takes Lisp code in {code:?}",
+                definition.name
+            );
+        }
+    }
 
     #[test]
     fn an_activity_reply_decodes_with_or_without_an_activity() {

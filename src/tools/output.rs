@@ -12,7 +12,9 @@ use super::arguments::{input_schema, Param};
 /// before a call), so each tool states them honestly rather than leaving the defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct Annotations {
-    /// True when the tool does not modify its environment (the image or any file).
+    /// True when the tool changes neither the image nor any file, and takes no Lisp code: the tools
+    /// `--read-only` offers. A tool that takes code is never read-only (a test holds every tool to
+    /// it), since SBCL's compiler and macroexpander can run code of the request itself.
     pub read_only: bool,
     /// True when the tool may change or remove what exists rather than only add to it;
     /// meaningful only when it is not read-only.

@@ -19,7 +19,7 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("code", "e.g. \"(my-app::build-index)\".").required(),
+    Param::code("code", "e.g. \"(my-app::build-index)\".").required(),
     Param::one_of("mode", &MODES, "").default_text("cpu"),
     Param::text("package", "Package to read code in."),
     Param::integer("timeout_ms", 1, "Time limit (default: --eval-timeout).").at_most(MAX_TIMEOUT_MS),

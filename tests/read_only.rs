@@ -1,0 +1,208 @@
+//! `--read-only` holds by construction (issue 36.1): the tools it offers take no code, the image
+//! runs only the helper's looks for such a server, and the hostile probe's payloads (constant
+//! folding through every foldable higher-order function, in each place the compiler folds;
+//! `lambda-with-lexenv`; names through package-local nicknames) run nothing, write nothing and
+//! intern nothing, under `--read-only`, `--read-only --tools`, and, as calls of tools that are not
+//! read-only, under `--confirm mutating` with nobody to ask.
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use common::{is_error, text, McpClient};
+
+/// The tools `--read-only` offers: those that take names, files or nothing.
+const READ_ONLY_TOOLS: [&str; 8] = [
+    "class-info",
+    "describe-symbol",
+    "apropos-search",
+    "find-definition",
+    "xref",
+    "lisp-status",
+    "lisp-check-parens",
+    "lisp-outline",
+];
+
+/// The functions SBCL folds at compile time that call the function they are given.
+const FOLDING_CALLERS: [&str; 7] = ["some", "every", "notany", "mapc", "find-if", "count-if", "position-if"];
+
+/// Lisp that creates `marker` when it runs, as a form inside a quoted list.
+fn touch(marker: &Path) -> String {
+    format!(
+        "(with-open-file (s {:?} :direction :output :if-exists :supersede) (print :ran s))",
+        marker.display().to_string()
+    )
+}
+
+/// The probe's payloads: each would create the marker if any of it ran.
+fn payloads(marker: &Path) -> Vec<String> {
+    let touch = touch(marker);
+    let mut payloads = Vec::new();
+    for caller in FOLDING_CALLERS {
+        let call = format!("({caller} 'eval '({touch}))");
+        payloads.extend([
+            format!("(dolist (x {call}) x)"),
+            format!("(defun ro-defaults (&optional (a {call})) a)"),
+            format!("(defstruct ro-struct (a {call}))"),
+            format!("(make-array {call})"),
+            format!("(loop repeat {call} do (print 1))"),
+            format!("(symbol-macrolet ((q {call})) q)"),
+        ]);
+    }
+    payloads.push(format!("(sb-c::lambda-with-lexenv (:macro ((m () {touch} nil))) () (m))"));
+    payloads.push(format!("(format nil \"~/ro-test::ro-fresh-directive/\" {touch})"));
+    payloads
+}
+
+fn tool_names(reply: &Value) -> Vec<String> {
+    reply["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// The symbols of RO-TEST, for the checks that nothing was interned there.
+const RO_TEST_SYMBOLS: &str =
+    "(let ((n 0)) (do-symbols (s :ro-test) (when (eq (symbol-package s) (find-package :ro-test)) (incf n))) n)";
+
+async fn prepare_package(toolbox: &std::sync::Arc<swank_mcp::tools::Toolbox>) {
+    common::eval_ok(
+        toolbox,
+        "(defpackage :ro-target (:use :cl) (:export #:ro-exported)) \
+         (defpackage :ro-test (:use :cl) (:local-nicknames (:ro-nick :ro-target))) \
+         (defun ro-target:ro-exported () 1)",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn read_only_offers_only_the_tools_that_take_no_code_and_the_probe_runs_nothing() {
+    let port = common::shared_image_port();
+    let toolbox = common::toolbox(port);
+    prepare_package(&toolbox).await;
+    let directory = tempfile::tempdir().unwrap();
+    let marker = directory.path().join("ran");
+    let before = common::eval_ok(&toolbox, RO_TEST_SYMBOLS).await;
+
+    let mut client = McpClient::start(&["--port", &port.to_string(), "--read-only"]).await;
+    client.initialize().await;
+    assert_eq!(tool_names(&client.request("tools/list", json!({})).await), READ_ONLY_TOOLS);
+    for payload in payloads(&marker) {
+        // The tools that take code are not there at all.
+        for (tool, key) in [("compile-form", "code"), ("macroexpand-form", "form"), ("evaluate-lisp", "code")] {
+            let reply = client.call_tool(tool, json!({key: payload, "package": "RO-TEST"})).await;
+            assert_eq!(reply["error"]["code"], -32602, "{tool} is not offered under --read-only: {reply}");
+        }
+        // Those that are take names, which are parsed, never read.
+        for (tool, arguments) in [
+            ("describe-symbol", json!({"symbol": payload, "package": "RO-TEST"})),
+            ("find-definition", json!({"symbol": payload, "package": "RO-TEST"})),
+            ("class-info", json!({"class": payload, "package": "RO-TEST"})),
+            ("xref", json!({"symbol": payload, "kind": "calls", "package": "RO-TEST"})),
+            ("apropos-search", json!({"query": payload, "package": "RO-TEST"})),
+        ] {
+            let reply = client.call_tool(tool, arguments).await;
+            assert!(!marker.exists(), "{tool} ran {payload}: {reply}");
+        }
+    }
+    // A name that does not exist stays that way, through a local nickname too; one that does is
+    // found through it.
+    for name in ["ro-test::ro-fresh-name", "ro-nick::ro-fresh-name", "ro-nick:ro-fresh-name"] {
+        let reply = client.call_tool("describe-symbol", json!({"symbol": name, "package": "RO-TEST"})).await;
+        assert!(is_error(&reply) && text(&reply).contains("not found"), "{name}: {reply}");
+    }
+    let reply =
+        client.call_tool("describe-symbol", json!({"symbol": "ro-nick:ro-exported", "package": "RO-TEST"})).await;
+    assert!(!is_error(&reply) && text(&reply).contains("RO-EXPORTED"), "found through the local nickname: {reply}");
+    assert!(!marker.exists());
+    assert_eq!(common::eval_ok(&toolbox, RO_TEST_SYMBOLS).await, before, "a symbol was interned in RO-TEST");
+    assert_eq!(
+        common::without_handle(
+            &common::eval_ok(
+                &toolbox,
+                "(list (find-symbol \"RO-FRESH-NAME\" :ro-target) (find-symbol \"RO-FRESH-DIRECTIVE\" :ro-test) \
+                 (fboundp 'ro-test::ro-defaults))"
+            )
+            .await
+        ),
+        "=> (NIL NIL NIL)"
+    );
+}
+
+#[tokio::test]
+async fn read_only_with_tools_may_only_narrow_the_read_only_set() {
+    let port = common::shared_image_port().to_string();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &port, "--read-only", "--tools", "describe-symbol,compile-form,evaluate-lisp"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("--tools names compile-form, evaluate-lisp, which --read-only leaves out")
+            && said.contains("xref"),
+        "names what is refused and what may be chosen: {said}"
+    );
+
+    let mut client =
+        McpClient::start(&["--port", &port, "--read-only", "--tools", "describe-symbol,lisp-status"]).await;
+    client.initialize().await;
+    assert_eq!(tool_names(&client.request("tools/list", json!({})).await), ["describe-symbol", "lisp-status"]);
+    let reply = client.call_tool("lisp-status", json!({})).await;
+    assert!(!is_error(&reply), "the image answers a read-only server's looks: {reply}");
+}
+
+#[tokio::test]
+async fn under_confirm_mutating_compile_and_expand_ask_first_and_with_nobody_to_ask_run_nothing() {
+    let port = common::shared_image_port();
+    let toolbox = common::toolbox(port);
+    prepare_package(&toolbox).await;
+    let directory = tempfile::tempdir().unwrap();
+    let marker = directory.path().join("ran");
+    // The client declares no elicitation and no Emacs answers in approval mode: a call that must
+    // be approved is refused.
+    let mut client = McpClient::start(&["--port", &port.to_string(), "--confirm", "mutating"]).await;
+    client.initialize().await;
+    for payload in payloads(&marker).into_iter().take(8) {
+        for (tool, key) in [("compile-form", "code"), ("macroexpand-form", "form")] {
+            let reply = client.call_tool(tool, json!({key: payload, "package": "RO-TEST"})).await;
+            assert!(is_error(&reply) && text(&reply).contains("approv"), "{tool} must be approved first: {reply}");
+        }
+    }
+    assert!(!marker.exists(), "a call that was never approved ran");
+    // The read-only tools are not asked about.
+    let reply = client.call_tool("describe-symbol", json!({"symbol": "car"})).await;
+    assert!(!is_error(&reply), "{reply}");
+}
+
+/// The image's side of the promise: through LOOK only the helper's looks run, so a read-only
+/// server could not run code even if one of its tools asked for an entry that evaluates.
+#[tokio::test]
+async fn the_image_runs_only_looks_for_a_read_only_server() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let directory = tempfile::tempdir().unwrap();
+    let marker = directory.path().join("ran");
+    let touch = touch(&marker);
+    for (entry, argument) in [
+        ("evaluate", touch.as_str()),
+        ("compile-code", touch.as_str()),
+        ("expand-form", touch.as_str()),
+        ("threads", ""),
+    ] {
+        let code = format!(
+            "(handler-case (mcp-agent-helper:look mcp-agent-helper::*version* {entry:?} {argument:?}) \
+               (error (e) (princ-to-string e)))"
+        );
+        let value = common::eval_ok(&toolbox, &code).await;
+        assert!(
+            value.contains(&format!("{entry} is refused: this swank-mcp server promised to change nothing")),
+            "{entry}: {value}"
+        );
+    }
+    assert!(!marker.exists(), "an entry that is not a look ran");
+    let value = common::eval_ok(
+        &toolbox,
+        "(getf (mcp-agent-helper:look mcp-agent-helper::*version* \"describe-symbol\" \"car\") :symbol)",
+    )
+    .await;
+    assert_eq!(common::without_handle(&value), "=> \"COMMON-LISP:CAR\"", "{value}");
+}
