@@ -93,6 +93,16 @@ pub enum CallError {
     /// under way was interrupted.
     #[error("The call was cancelled.")]
     Cancelled,
+    /// A thread of the image's own, attached to in its debugger, gave no answer within the time
+    /// limit. It is not the agent's to interrupt, so it was left as it is.
+    #[error(
+        "The thread gave no answer within {after:?}. It is the image's own thread, so swank-mcp left it as it is: what \
+         was asked may still be running in it. The threads tool shows what it is doing."
+    )]
+    Unanswered {
+        /// The call's time limit.
+        after: Duration,
+    },
 }
 
 /// The limits of one call: a time limit, what to tell the user when it is reached, and the
@@ -211,6 +221,30 @@ impl Image {
             }
         };
         self.supervise(&stopped.connection, &stopped.token, deadline, limits, call).await
+    }
+
+    /// Calls `function` of the helper in `thread`, a thread of the image's own that waits in a
+    /// server's debugger (the person's SLDB, or nobody's), as Emacs sends SLDB's requests to it:
+    /// through the helper's `ATTACHED`, whose reply the image hands to this connection. `None`
+    /// when control left the debugger (a restart moved the thread on). On timeout or cancellation
+    /// the thread is left as it is: it is not the agent's to interrupt.
+    pub async fn call_in_attached_thread(
+        &self,
+        thread: i64,
+        request: Request,
+        limits: &CallLimits,
+    ) -> Result<Option<Sexp>, CallError> {
+        let connection =
+            self.connection_by(Instant::now() + limits.timeout, limits).await.map(|live| live.connection)?;
+        let call = connection.rex(request.attached_form(), "COMMON-LISP-USER", Thread::Id(thread));
+        tokio::select! {
+            reply = call => match reply {
+                Err(RexError::Aborted { debugger: None, .. }) => Ok(None),
+                reply => Ok(Some(reply?)),
+            },
+            _ = tokio::time::sleep(limits.timeout) => Err(CallError::Unanswered { after: limits.timeout }),
+            _ = limits.cancel.cancelled() => Err(CallError::Cancelled),
+        }
     }
 
     /// The form of `request`, made as this server's session, under `token`, in the helper revision

@@ -63,6 +63,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/activity.lisp"),
     include_str!("../lisp/inspect.lisp"),
     include_str!("../lisp/workers.lisp"),
+    include_str!("../lisp/image-threads.lisp"),
 );
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for
@@ -138,6 +139,17 @@ impl Helper {
         Form::call(
             HELPER_PACKAGE,
             door,
+            [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
+        )
+    }
+
+    /// The helper's debugger entry `function` called with `args` in a thread that waits in a
+    /// server's debugger on its own, when the image holds this revision (see `ATTACHED` in
+    /// `lisp/image-threads.lisp`).
+    pub fn attached(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+        Form::call(
+            HELPER_PACKAGE,
+            "attached",
             [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
         )
     }

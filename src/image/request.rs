@@ -49,6 +49,12 @@ impl Request {
         Form::call(HELPER_PACKAGE, self.function, self.args)
     }
 
+    /// The form that makes the call in a thread waiting in a server's debugger of its own, through
+    /// the helper's `ATTACHED`, only in an image that holds this swank-mcp's helper revision.
+    pub(crate) fn attached_form(self) -> Form {
+        Helper::current().attached(self.function, self.args)
+    }
+
     /// The form that makes the call through `gate`, only in an image that holds this swank-mcp's
     /// helper revision, which answers `:other-helper` otherwise ([`Helper::call`]).
     pub(crate) fn checked_form(self, gate: Gate) -> Form {

@@ -285,9 +285,15 @@ strings evaluated in order. Returns only when the restart does."
        (fail "Could not return from frame ~D: ~A" index outcome)))))
 
 (define-entry debugger-abort ()
-  "Unwinds the parked evaluation; its call reports that it was aborted."
+  "Unwinds the parked evaluation; its call reports that it was aborted. In a thread of the image's
+own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
   (debugger-command
    (lambda ()
-     (abort-evaluation *evaluation*
-                       (interruption-report :aborted "The evaluation was aborted from the debugger." nil))
+     (if *evaluation*
+         (abort-evaluation *evaluation*
+                           (interruption-report :aborted "The evaluation was aborted from the debugger." nil))
+         (let ((abort (find 'abort (parked-restarts *parked*) :key #'restart-name)))
+           (if abort
+               (invoke-restart abort)
+               (fail "The thread has no ABORT restart: invoke one of its restarts instead."))))
      (fail "The evaluation could not be aborted: it has already finished."))))

@@ -9,9 +9,14 @@
 ;;;;   and the definers SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS (undo.lisp's
 ;;;;   journal). Each costs the image's own calls of the function one special-variable test when
 ;;;;   no agent's call runs.
+;;;; - Encapsulations of the servers' DEFAULT-CONNECTION and INVOKE-SLIME-DEBUGGER (slynk's
+;;;;   INVOKE-SLY-DEBUGGER), image-threads.lisp: the debugger of a thread no connection serves goes
+;;;;   to the person's connection rather than swank-mcp's, and the agents are told it stopped.
 ;;;; - A function on SB-INT:*SETF-FDEFINITION-HOOK* (the journal's view of DEFUN).
 ;;;; - CONNECTION-CLOSED on each server's *CONNECTION-CLOSED-HOOK* (swank's, slynk's, or both):
 ;;;;   a closed connection's sessions and worker threads end.
+;;;; - ROUTE-ATTACHED-REPLY on each server's *EVENT-HOOK*: the reply to the agent's request to a
+;;;;   thread waiting in the person's debugger goes to the agent (image-threads.lisp).
 ;;;; - The modules sb-cltl2 and sb-introspect, required when the helper loads (its files name their
 ;;;;   symbols); swank and slynk have loaded both already. A module cannot be unloaded, so
 ;;;;   UNINSTALL leaves them.
@@ -42,7 +47,11 @@
     ("SB-IMPL" "RUN-EXPIRED-TIMERS" mcp-agent-timers-unbound run-timers-as-nobody)
     ("SB-C" "%DEFMACRO" mcp-agent-journal journal-defmacro)
     ("SB-PCL" "LOAD-DEFMETHOD" mcp-agent-journal journal-defmethod)
-    ("SB-PCL" "LOAD-DEFCLASS" mcp-agent-journal journal-defclass))
+    ("SB-PCL" "LOAD-DEFCLASS" mcp-agent-journal journal-defclass)
+    ("SWANK" "DEFAULT-CONNECTION" mcp-agent-person-first swank-person-first)
+    ("SLYNK" "DEFAULT-CONNECTION" mcp-agent-person-first slynk-person-first)
+    ("SWANK" "INVOKE-SLIME-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
+    ("SLYNK" "INVOKE-SLY-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop))
   "The SBCL functions the helper encapsulates, each (package name tag wrapper): looked up by name,
 since a future SBCL may lack one (the helper then does without). The wrapper is called by name, so
 that a reloaded helper's definition takes over.")
@@ -73,10 +82,13 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (= 3 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P" "UNENCAPSULATE"))))
 
 (defun server-hook-items (package)
-  "The footprint on the server of PACKAGE: its connection-closed hook, when it has one."
-  (let ((hook (find-symbol "*CONNECTION-CLOSED-HOOK*" package)))
-    (and hook (boundp hook) (listp (symbol-value hook))
-         (list (list :hook hook 'connection-closed)))))
+  "The footprint on the server of PACKAGE: its connection-closed hook and its event hook, where it
+has them."
+  (loop for (name function) in '(("*CONNECTION-CLOSED-HOOK*" connection-closed)
+                                 ("*EVENT-HOOK*" route-attached-reply))
+        for hook = (find-symbol name package)
+        when (and hook (boundp hook) (listp (symbol-value hook)))
+          collect (list :hook hook function)))
 
 (defun image-items ()
   "The footprint outside the servers: the encapsulations and the fdefinition hook."

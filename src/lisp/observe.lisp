@@ -284,9 +284,10 @@ under that buffer's lock since several threads may print at once."))
   "Backtrace LINES without the runtime's own frames (named by strings), which say nothing."
   (remove-if (lambda (line) (eql 0 (search "(\"" line))) lines))
 
-(defun record-background-error (background condition backtrace &key went-on)
+(defun record-background-error (background condition backtrace &key went-on waits)
   "Records CONDITION, unhandled in the current thread, in BACKGROUND with the first frames of
-BACKTRACE; WENT-ON when the thread continues after it."
+BACKTRACE; WENT-ON when the thread continues after it, WAITS (where it waits, and how to attach)
+when it waits in a debugger."
   (sb-thread:with-mutex ((background-lock background))
     (if (>= (length (background-errors background)) *max-background-errors*)
         (incf (background-errors-dropped background))
@@ -295,7 +296,8 @@ BACKTRACE; WENT-ON when the thread continues after it."
                     :message (condition-message condition)
                     :backtrace (let ((lines (without-runtime-frames backtrace)))
                                  (subseq lines 0 (min 8 (length lines))))
-                    :went-on went-on)
+                    :went-on went-on
+                    :waits waits)
               (background-errors background)))))
 
 (defun take-background (session)
@@ -522,7 +524,10 @@ agent's evaluation, which the debugger tool acts on) or the server's own (SLIME'
                                                     (existing-symbols "SLYNK" "*SLYNK-DEBUGGER-CONDITION*"))))))
                (format nil "waits in the ~:[SLY~;SLIME~] debugger, level ~D~@[ (~A)~]"
                        (find-package "SWANK") level
-                       (and (typep condition 'condition) (standard-condition-name condition)))))))))
+                       (and (typep condition 'condition)
+                            (let ((message (condition-message condition)))
+                              (format nil "~A: ~A" (standard-condition-name condition)
+                                      (subseq message 0 (or (position #\Newline message) (length message))))))))))))))
 
 (defun thread-entry (thread session)
   (list :number (thread-number thread)

@@ -758,17 +758,24 @@ fn handle_return(shared: &Shared, items: Vec<Sexp>) {
     shared.complete(id, reply);
 }
 
-/// `(:debug THREAD LEVEL (MESSAGE TYPE EXTRAS) RESTARTS FRAMES PENDING-IDS)`: a request's
-/// thread entered the debugger. When the innermost request it runs is a [`DebuggableRex`]'s, that
-/// one is told and the thread waits. Otherwise nobody is there to drive the debugger, so the
-/// condition is recorded for the request and the thread is sent back to its top level at once;
-/// its request then returns `:abort` and carries the report.
+/// `(:debug THREAD LEVEL (MESSAGE TYPE EXTRAS) RESTARTS FRAMES PENDING-IDS)`: a thread entered the
+/// debugger. When the innermost request it runs is a [`DebuggableRex`]'s, that one is told and the
+/// thread waits. When it runs none of this connection's requests, it is a thread of the image's
+/// own whose debugger came here because no other connection was there to take it: it is not
+/// this client's to end, so it waits too, for someone to attach to it. Otherwise it is one of this
+/// client's requests with nobody to drive the debugger, so the condition is recorded for the
+/// request and the thread is sent back to its top level at once; its request then returns
+/// `:abort` and carries the report.
 fn handle_debug(shared: &Shared, args: &[Sexp]) {
     let Some(thread) = args.first().and_then(Sexp::as_i64) else { return };
     let level = args.get(1).and_then(Sexp::as_i64).unwrap_or(1);
     // Innermost first, as swank keeps its pending continuations.
     let waiting: Vec<i64> =
         args.get(5).and_then(Sexp::as_list).unwrap_or_default().iter().filter_map(Sexp::as_i64).collect();
+    if waiting.is_empty() {
+        tracing::debug!(thread, level, "a thread of the image entered the debugger; it waits there");
+        return;
+    }
     if let Some((id, events)) = waiting.first().and_then(|&id| Some((id, shared.debuggable_events(id)?))) {
         tracing::debug!(thread, level, id, "thread entered the debugger; it waits there");
         lock(&shared.debugging_threads).insert(thread, id);

@@ -1,10 +1,12 @@
 //! `debugger`: acts on an evaluation stopped in the image's debugger (evaluate-lisp with
-//! `debug: true`), as SLDB does for a human: frames, locals, evaluation in a frame, restarts.
+//! `debug: true`), or on any thread of the image waiting in a debugger (`attach`: the person's
+//! SLDB, or nobody's), as SLDB does for a human: frames, locals, evaluation in a frame, restarts.
 //!
 //! The stopped thread waits in the swank or slynk server's own debugger loop, so each action is a
 //! helper request sent to that thread: it runs inside the stopped evaluation, where the frames
-//! are. An action that moves the evaluation on (a restart, returning from or restarting a frame,
-//! abort) is followed until the evaluation returns or stops again.
+//! are. An action that moves the agent's evaluation on (a restart, returning from or restarting a
+//! frame, abort) is followed until the evaluation returns or stops again; one that moves an
+//! attached thread on leaves it to run as the image's own.
 //!
 //! See docs/design.md, "The toolbox".
 
@@ -14,7 +16,9 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::arguments::NumberOrName;
-use super::debugger_sessions::{frames_section, DebuggerSession, SessionUnavailable, StopReport, FRAMES_SHOWN};
+use super::debugger_sessions::{
+    frames_section, DebuggerSession, SessionUnavailable, StopReport, Stopped, FRAMES_SHOWN,
+};
 use super::evaluate_lisp::outcome;
 use super::lisp_reply::{check_failure, decode, Captured};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
@@ -26,13 +30,14 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("session", "e.g. \"D1\".").required(),
+    Param::text("session", "e.g. \"D1\"; every action but attach."),
     Param::one_of(
         "action",
-        &["backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame", "restart_frame", "abort"],
+        &["attach", "backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame", "restart_frame", "abort"],
         "",
     )
     .required(),
+    Param::integer_or_name("thread", "attach: a thread waiting in a debugger, by its number or name as threads lists it."),
     Param::integer("frame", 0, "Frame number, as backtrace shows it."),
     Param::integer("start", 0, "backtrace: first frame (default 0)."),
     Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
@@ -51,7 +56,8 @@ fn definition() -> ToolDefinition {
         name: "debugger",
         title: "Debugger",
         description:
-            "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1): \
+            "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1), \
+            or attach to any thread of the image waiting in a debugger (the person's SLDB included) as a session: \
             see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
             redefine its function), abort. Resuming returns its result, or a new session if it stops again.",
         arguments: ARGUMENTS,
@@ -64,41 +70,127 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let number = session_number(args.required_str("session")?)?;
-    let action = Action::read(args)?;
     let timeout_ms = args.optional_u64("timeout_ms")?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
+    if args.required_str("action")? == "attach" {
+        return attach(context, args, &limits).await;
+    }
+    let number = session_number(args.required_str("session")?)?;
+    let action = Action::read(args)?;
     let sessions = context.debugger_sessions();
     let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
     let image = session.image.clone();
+    let DebuggerSession { thread, condition, since, stopped, .. } = session;
+    let keep = |stopped: Stopped| {
+        sessions.keep(DebuggerSession { number, image: image.clone(), thread, condition: condition.clone(), since, stopped })
+    };
+    let mut evaluation = match stopped {
+        Stopped::Evaluation(evaluation) => evaluation,
+        Stopped::Attached => {
+            return match image.call_in_attached_thread(thread, action.request(), &limits).await {
+                Ok(Some(reply)) => {
+                    keep(Stopped::Attached);
+                    if reply.is_keyword("other-helper") {
+                        return Err(ToolError::new(
+                            "Another swank-mcp loaded its own helper into the image meanwhile; call again.",
+                        ));
+                    }
+                    check_failure(&reply)?;
+                    action.render(number, &reply, context.settings.max_output)
+                }
+                Ok(None) => {
+                    sessions.end(number);
+                    Ok(ToolOutput::success(format!(
+                        "The thread left the debugger and runs on as the image's own (the person's debugger closed, as \
+                         when they choose a restart); session D{number} has ended. The threads tool shows it; if it \
+                         stops again, the next evaluate-lisp reply says so."
+                    )))
+                }
+                Err(e) => {
+                    keep(Stopped::Attached);
+                    Err(e.into())
+                }
+            };
+        }
+    };
     let deadline = Instant::now() + limits.timeout;
-    let reply = image.call_in_debugger(&session.evaluation, session.thread, action.request(), deadline, &limits).await;
-    match reply {
+    match image.call_in_debugger(&evaluation, thread, action.request(), deadline, &limits).await {
         Ok(Some(reply)) => {
-            sessions.keep(session);
+            keep(Stopped::Evaluation(evaluation));
             check_failure(&reply)?;
             action.render(number, &reply, context.settings.max_output)
         }
         // Control left the debugger: the evaluation goes on from where the action sent it.
         Ok(None) => {
-            let DebuggerSession { number, evaluation, .. } = session;
             let next = image.follow(evaluation, deadline, &limits).await;
             outcome(context, &image, Some(number), next, &limits, deadline).await
         }
         Err(e) => {
-            let mut session = session;
-            if session.evaluation.has_ended() {
+            if evaluation.has_ended() {
                 sessions.end(number);
             } else {
-                sessions.keep(session);
+                keep(Stopped::Evaluation(evaluation));
             }
             Err(e.into())
         }
     }
+}
+
+/// The helper's `attach-thread`: the thread found, and where it waits.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct AttachFacts {
+    /// The server's id of the thread.
+    thread: i64,
+    /// The threads tool's number of it.
+    number: u64,
+    name: String,
+    #[serde(rename = "where")]
+    waits_in: String,
+}
+
+/// Opens a thread of the image waiting in a debugger as a session: the person's SLDB (SLIME or
+/// SLY) or none.
+async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) -> ToolResult {
+    let thread = match args.optional_number_or_name("thread")? {
+        Some(NumberOrName::Number(n)) => n.to_string(),
+        Some(NumberOrName::Name(name)) => name.to_string(),
+        None => {
+            return Err(ToolError::new(
+                "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
+            ))
+        }
+    };
+    let facts = context.call_helper(args, Request::new("attach-thread").arg(thread)).await?;
+    let facts = decode::<AttachFacts>("attach-thread", &facts)?;
+    let image = context.image(args)?;
+    let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+    let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? else {
+        return Err(ToolError::new("The thread left the debugger before it could be attached to."));
+    };
+    check_failure(&reply)?;
+    let report = decode::<StopReport>("debugger-report", &reply)?;
+    let sessions = context.debugger_sessions();
+    let number = sessions.next_number();
+    let condition = format!(
+        "{}: {}",
+        report.condition.type_name,
+        report.condition.message.lines().next().unwrap_or_default()
+    );
+    sessions.keep(DebuggerSession {
+        number,
+        image,
+        thread: facts.thread,
+        condition,
+        since: std::time::Instant::now(),
+        stopped: Stopped::Attached,
+    });
+    let thread = format!("{} {:?}", facts.number, facts.name);
+    Ok(report.into_attached_output(number, &thread, &facts.waits_in))
 }
 
 /// Reads `D1` (or `1`) as session number 1.
@@ -159,8 +251,8 @@ impl<'a> Action<'a> {
             "abort" => Action::Abort,
             other => {
                 return Err(ToolError::new(format!(
-                    "Unknown action {other:?}; the actions are backtrace, frame, eval_in_frame, invoke_restart, \
-                     return_from_frame, restart_frame and abort."
+                    "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
+                     invoke_restart, return_from_frame, restart_frame and abort."
                 )))
             }
         })

@@ -19,7 +19,7 @@ use crate::image::{CallLimits, Evaluating, Image, Request};
 /// Frames shown when an evaluation stops, and by the debugger's `backtrace` without `end`.
 pub(crate) const FRAMES_SHOWN: u64 = 20;
 
-/// An evaluation stopped in an image's debugger, kept for the debugger tool as session `D<number>`.
+/// A thread stopped in an image's debugger, kept for the debugger tool as session `D<number>`.
 pub struct DebuggerSession {
     /// The session's number, unique in this toolbox.
     pub number: u64,
@@ -31,8 +31,30 @@ pub struct DebuggerSession {
     pub condition: String,
     /// When it stopped.
     pub since: std::time::Instant,
-    /// The evaluation, to follow when the debugger tool moves it on.
-    pub evaluation: Evaluating,
+    /// What stopped there.
+    pub stopped: Stopped,
+}
+
+/// What a debugger session stopped.
+pub enum Stopped {
+    /// The agent's own evaluation (evaluate-lisp with `debug: true`), followed when the debugger
+    /// tool moves it on.
+    Evaluation(Evaluating),
+    /// A thread of the image's own, waiting in the person's debugger (or nobody's), which the
+    /// agent attached to. It is never followed nor aborted for the agent: a restart the agent
+    /// invokes sends it on its way, as the person's choice would.
+    Attached,
+}
+
+impl Stopped {
+    /// Whether it is known to have left the debugger; an attached thread's fate is learned by
+    /// acting on it.
+    fn has_ended(&mut self) -> bool {
+        match self {
+            Stopped::Evaluation(evaluation) => evaluation.has_ended(),
+            Stopped::Attached => false,
+        }
+    }
 }
 
 enum Slot {
@@ -94,7 +116,7 @@ impl DebuggerSessions {
         let mut sessions = lock(&self.sessions);
         match sessions.remove(&number) {
             Some(Slot::Waiting(mut session)) => {
-                if session.evaluation.has_ended() {
+                if session.stopped.has_ended() {
                     return Err(SessionUnavailable::Unknown);
                 }
                 sessions.insert(number, Slot::Busy(session.image.clone()));
@@ -118,7 +140,7 @@ impl DebuggerSessions {
     pub fn in_image(&self, image: &Arc<Image>) -> Vec<DebuggerSessionSummary> {
         let mut sessions = lock(&self.sessions);
         sessions.retain(|_, slot| match slot {
-            Slot::Waiting(session) => !session.evaluation.has_ended(),
+            Slot::Waiting(session) => !session.stopped.has_ended(),
             Slot::Busy(_) => true,
         });
         let mut summaries: Vec<DebuggerSessionSummary> = sessions
@@ -145,19 +167,21 @@ impl DebuggerSessions {
         summaries
     }
 
-    /// Aborts every evaluation waiting in the debugger, for a server that exits: none is left
-    /// waiting for a client that is gone. Waits a moment for each to unwind.
+    /// Aborts every evaluation of the agent's waiting in the debugger, for a server that exits:
+    /// none is left waiting for a client that is gone. Waits a moment for each to unwind. The
+    /// image's own threads it attached to stay where they wait, for the person.
     pub async fn abort_all(&self) {
-        let sessions: Vec<DebuggerSession> = lock(&self.sessions)
+        let sessions: Vec<(u64, i64, Evaluating)> = lock(&self.sessions)
             .drain()
             .filter_map(|(_, slot)| match slot {
-                Slot::Waiting(session) => Some(session),
-                Slot::Busy(_) => None,
+                Slot::Waiting(DebuggerSession { number, thread, stopped: Stopped::Evaluation(evaluation), .. }) => {
+                    Some((number, thread, evaluation))
+                }
+                _ => None,
             })
             .collect();
-        for session in sessions {
-            let number = session.number;
-            if !session.evaluation.abort(session.thread).await {
+        for (number, thread, evaluation) in sessions {
+            if !evaluation.abort(thread).await {
                 tracing::warn!(session = number, "a debugger session did not unwind when aborted");
             }
         }
@@ -188,7 +212,7 @@ pub(crate) async fn stopped(
         thread,
         condition,
         since: std::time::Instant::now(),
-        evaluation,
+        stopped: Stopped::Evaluation(evaluation),
     });
     Ok(report.into_output(number, context.settings.max_output, context.settings.debug_timeout))
 }
@@ -239,6 +263,31 @@ impl StopReport {
             "frames": self.frames.iter().map(|(index, call)| json!({"frame": index, "call": call})).collect::<Vec<_>>(),
         });
         ToolOutput::error(sections.join("\n\n")).with_structured(structured)
+    }
+}
+
+impl StopReport {
+    /// The reply to an attach: the stop as the person's debugger shows it, and how to act on it.
+    pub(crate) fn into_attached_output(self, number: u64, thread: &str, where_: &str) -> ToolOutput {
+        let mut sections =
+            vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
+        if !self.condition.restarts.is_empty() {
+            sections.push(restarts_section(&self.condition.restarts));
+        }
+        if !self.frames.is_empty() {
+            sections.push(frames_section(&self.frames));
+        }
+        sections.push(format!(
+            "Thread {thread} waits in {where_}; attached as session D{number}. Act on it with the debugger tool as on \
+             any session (frame, eval_in_frame, restart_frame after you redefine a function, invoke_restart, abort): \
+             a restart sends the thread on and closes the person's debugger, as if they had chosen it."
+        ));
+        let structured = json!({
+            "error": self.condition.to_json(),
+            "debugger_session": format!("D{number}"),
+            "frames": self.frames.iter().map(|(index, call)| json!({"frame": index, "call": call})).collect::<Vec<_>>(),
+        });
+        ToolOutput::success(sections.join("\n\n")).with_structured(structured)
     }
 }
 

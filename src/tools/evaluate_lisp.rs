@@ -212,6 +212,8 @@ pub(crate) struct BackgroundError {
     pub backtrace: Vec<String>,
     /// The threads tool's interrupt: noted, and the thread went on.
     pub went_on: bool,
+    /// A thread of the image's own that stopped in a debugger: where it waits, and how to attach.
+    pub waits: Option<String>,
 }
 
 impl Background {
@@ -224,8 +226,15 @@ impl Background {
             parts.push(output);
         }
         for error in &self.errors {
-            let what = if error.went_on { "was interrupted and went on" } else { "stopped" };
+            let what = match (&error.waits, error.went_on) {
+                (Some(_), _) => "of the image stopped",
+                (None, true) => "was interrupted and went on",
+                (None, false) => "stopped",
+            };
             let mut part = format!("Thread {:?} {what}: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
+            if let Some(waits) = &error.waits {
+                part.push_str(&format!("\nIt {waits}."));
+            }
             if !error.backtrace.is_empty() {
                 part.push_str(&format!("\nBacktrace:\n  {}", error.backtrace.join("\n  ")));
             }
@@ -446,7 +455,7 @@ mod tests {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
             ":trace (nil 0 nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
             ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3 nil 3) :background (:output (\"working\" 0) \
-             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil)) \
+             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil :waits nil)) \
              :errors-dropped 0)",
         );
         let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();

@@ -1,0 +1,184 @@
+;;;; The image's own threads (the person's: started at init, by a library, from their REPL), which
+;;;; swank-mcp must never take, and which the agent may still debug as a SLIME user does.
+;;;;
+;;;; Where such a thread's debugger goes. No connection serves it, so the server sends it to its
+;;;; DEFAULT-CONNECTION, which swank and slynk define as the newest one: swank-mcp's, since it
+;;;; attaches after the person's Emacs. PERSON-FIRST-CONNECTION answers the newest connection that
+;;;; is not a swank-mcp server's instead, so the person's SLDB shows the error; only with no other
+;;;; connection does it stay swank-mcp's, whose server then leaves the thread waiting there. Either
+;;;; way every agent session's next reply says that the thread stopped (NOTE-IMAGE-THREAD-STOP).
+;;;;
+;;;; Acting on a thread that waits in a debugger. Such a thread reads requests from its own mailbox
+;;;; whichever connection sent them, so the agent's server sends its debugger requests to the
+;;;; thread's id as Emacs does, through ATTACHED. The reply goes to the connection the thread's
+;;;; debugger belongs to; ROUTE-ATTACHED-REPLY, on the server's event hook, hands it to the agent's
+;;;; connection that asked, so the person's Emacs never sees a reply it did not ask for. A restart
+;;;; the agent invokes unwinds the thread's debugger as the person's own choice would: their SLDB
+;;;; closes (:debug-return) and their connection stays as it was.
+;;;;
+;;;; Loaded after workers.lisp, under the rules of package.lisp.
+
+(in-package #:mcp-agent-helper)
+
+;;; ------------------------------------------------------------------------------------------
+;;; Which connections are swank-mcp's
+
+(defun agent-connection-p (connection)
+  "True for a connection of a swank-mcp server: one with this helper's workers or sessions."
+  (or (find connection (worker-connections) :key #'cdr)
+      (sb-ext:with-locked-hash-table (*sessions*)
+        (loop for session being the hash-values of *sessions*
+              thereis (eq (session-connection session) connection)))))
+
+(defun person-first-connection (package default-connection)
+  "The newest connection of the server of PACKAGE that is not a swank-mcp server's, or what the
+server's own DEFAULT-CONNECTION answers when there is none."
+  (let ((connections (let ((variable (find-symbol "*CONNECTIONS*" package)))
+                       (and variable (boundp variable) (symbol-value variable)))))
+    (or (ignore-errors (find-if-not #'agent-connection-p connections))
+        (funcall default-connection))))
+
+(defun swank-person-first (default-connection)
+  (person-first-connection (find-package "SWANK") default-connection))
+
+(defun slynk-person-first (default-connection)
+  (person-first-connection (find-package "SLYNK") default-connection))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Telling the agents that a thread of the image stopped
+
+(defun server-debugger-variable (kind)
+  "The symbol of the server debugger's state KIND (:LEVEL, :CONDITION or :RESTARTS) of the server
+whose debugger runs in this thread, swank's or slynk's, or NIL."
+  (first (ecase kind
+           (:level (or (existing-symbols "SWANK" "*SLDB-LEVEL*") (existing-symbols "SLYNK" "*SLY-DB-LEVEL*")))
+           (:condition (or (existing-symbols "SWANK" "*SWANK-DEBUGGER-CONDITION*")
+                           (existing-symbols "SLYNK" "*SLYNK-DEBUGGER-CONDITION*")))
+           (:restarts (or (existing-symbols "SWANK" "*SLDB-RESTARTS*")
+                          (existing-symbols "SLYNK" "*SLY-DB-RESTARTS*"))))))
+
+(defun note-image-thread-stop (invoke-debugger condition)
+  "Wraps the server's entry into its debugger (swank's INVOKE-SLIME-DEBUGGER, slynk's
+INVOKE-SLY-DEBUGGER). For a thread no connection serves, every agent session's next reply says
+that it stopped, where it waits and how to attach; then the server's debugger runs as ever."
+  (unless (or (server-connection) *agent-session*)
+    (ignore-errors
+     (let ((person (some (lambda (package)
+                           (let ((connections (find-symbol "*CONNECTIONS*" package)))
+                             (and connections (boundp connections)
+                                  (find-if-not #'agent-connection-p (symbol-value connections)))))
+                         (server-packages))))
+       (sb-ext:with-locked-hash-table (*sessions*)
+         (loop for session being the hash-values of *sessions*
+               do (record-background-error
+                   (session-background session) condition
+                   (ignore-errors (backtrace-lines condition))
+                   :waits (format nil "waits in ~:[no one's debugger (no Emacs is connected)~;the person's Emacs debugger~]: ~
+                                       attach with {\"action\": \"attach\", \"thread\": ~D}"
+                                  person (thread-number sb-thread:*current-thread*))))))))
+  (funcall invoke-debugger condition))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Acting on a thread that waits in a server's debugger
+
+(defvar *attached-routes* (make-hash-table :test 'equal :synchronized t)
+  "(thread . request id) -> the agent's connection that sent the request, while a thread waiting
+in another connection's debugger runs it: where its reply goes.")
+
+(defun server-thread (server id)
+  "The thread the server SERVER numbers ID, or NIL."
+  (let ((find (server-function server "FIND-THREAD" (server-backend server))))
+    (and find (funcall find id))))
+
+(defun route-attached-reply (connection event)
+  "On each server's *EVENT-HOOK*, which a connection's control thread runs on every event before
+it dispatches it (so it must be quick and never fail). An ATTACHED request arriving from the
+agent's CONNECTION is noted under its thread and id; the thread's reply to it, which goes to the
+connection the thread's debugger belongs to, is handed to the agent's connection instead. True
+when the event was handed on."
+  (ignore-errors
+   (when (consp event)
+     (case (first event)
+       (:emacs-rex
+        (destructuring-bind (&optional form package thread id) (rest event)
+          (declare (ignore package))
+          (when (and (consp form) (eq (first form) 'attached) (integerp thread))
+            (let* ((server (current-server))
+                   (target (and server (server-thread server thread))))
+              (when target
+                (setf (gethash (cons target id) *attached-routes*) connection)))))
+        nil)
+       (:return
+        (let* ((key (cons (second event) (car (last event))))
+               (origin (gethash key *attached-routes*)))
+          (when origin
+            (remhash key *attached-routes*)
+            (unless (eq origin connection)
+              (let* ((server (current-server))
+                     (control-thread (server-function server "MCONN.CONTROL-THREAD"))
+                     (send (server-function server "SEND")))
+                (when (and control-thread send)
+                  (funcall send (funcall control-thread origin) event)
+                  t))))))))))
+
+(defun server-debugger-state ()
+  "A PARKED made of the server's debugger this thread waits in, or NIL when it waits in none."
+  (flet ((value (kind)
+           (let ((variable (server-debugger-variable kind)))
+             (and variable (boundp variable) (symbol-value variable)))))
+    (let ((level (value :level)))
+      (and (integerp level) (plusp level)
+           (new 'parked :condition (value :condition)
+                        :restarts (value :restarts)
+                        :package *package*
+                        :stdout nil
+                        :stderr nil)))))
+
+(defparameter *attachable-entries*
+  '("DEBUGGER-REPORT" "DEBUGGER-FRAME" "DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART"
+    "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT")
+  "The entries ATTACHED runs: the debugger tool's actions.")
+
+(define-entry attached (version name &rest arguments)
+  "CALL for a thread that waits in a server's debugger on its own (a thread of the image's, in the
+person's SLDB or in none): the debugger entry NAME applied to ARGUMENTS inside that debugger, as
+one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
+  (cond ((not (equal version *version*)) :other-helper)
+        ((not (member (string-upcase name) *attachable-entries* :test #'string=))
+         (list :failure (format nil "~A is not a debugger action." name)))
+        (t (let ((*parked* (or *parked* (server-debugger-state))))
+             (if *parked*
+                 (apply (find-symbol (string-upcase name) '#:mcp-agent-helper) arguments)
+                 (list :failure "This thread no longer waits in a debugger."))))))
+
+(define-entry attach-thread (designator &key session token)
+  "The thread DESIGNATOR (the threads tool's number or a name), when it waits in a server's debugger:
+(:THREAD server-id :NUMBER n :NAME name :LEVEL level :WHERE text). Fails, saying why, otherwise."
+  (declare (ignore session))
+  (run-tool
+   token
+   (lambda ()
+     (let* ((thread (find-thread designator))
+            (level (let ((variable (server-debugger-variable :level)))
+                     (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
+            (server (current-server))
+            (id-of (and server (server-function server "THREAD-ID" (server-backend server)))))
+       (cond ((sb-thread:symbol-value-in-thread '*parked* thread nil)
+              (fail "Thread ~A ~S is an evaluation of swank-mcp's waiting in its debugger: act on it with the ~
+                     session its evaluation returned (lisp-status lists the sessions)."
+                    (thread-number thread) (sb-thread:thread-name thread)))
+             ((not (and (integerp level) (plusp level)))
+              (fail "Thread ~A ~S does not wait in a debugger~@[ (it ~A)~]. A thread is attached to when it stops in ~
+                     one: on an error, a BREAK, or a breakpoint."
+                    (thread-number thread) (sb-thread:thread-name thread) (ignore-errors (waiting-text thread))))
+             ((null id-of)
+              (fail "The server has no THREAD-ID, which attaching needs."))
+             (t
+              (let ((connection (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil)))
+                (list :thread (funcall id-of thread)
+                      :number (thread-number thread)
+                      :name (safe-princ (sb-thread:thread-name thread))
+                      :level level
+                      :where (cond ((null connection) "a debugger no connection serves")
+                                   ((agent-connection-p connection) "swank-mcp's connection, as no Emacs is connected")
+                                   (t "the person's Emacs debugger"))))))))))
