@@ -240,7 +240,9 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
                 Protocol::Slynk => &[".sly-secret"],
                 Protocol::Auto => &[".slime-secret", ".sly-secret"],
             };
-            let present: Vec<PathBuf> = candidates.iter().map(|name| home.join(name)).filter(|p| p.is_file()).collect();
+            // Not only regular files: a FIFO or directory there is refused below, where skipping it
+            // would connect without the secret.
+            let present: Vec<PathBuf> = candidates.iter().map(|name| home.join(name)).filter(|p| p.exists()).collect();
             // Which server answers is known only after the secret is sent, and a wrong secret
             // wedges the server's accept thread, so there is no second try: say which was chosen.
             if present.len() > 1 {
@@ -255,10 +257,46 @@ fn read_secret(cli: &Cli) -> anyhow::Result<Option<String>> {
             }
         }
     };
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read the secret file {}", path.display()))?;
+    let text = read_secret_file(&path).with_context(|| format!("cannot read the secret file {}", path.display()))?;
     tracing::debug!(path = %path.display(), "using a secret file");
     Ok(Some(text.lines().next().unwrap_or_default().to_string()))
+}
+
+/// The most a secret file may hold. It holds one line: a larger file is not one (a device, a log
+/// named by mistake), and reading it whole could take the server's memory.
+const MAX_SECRET_FILE: u64 = 4096;
+
+/// Reads a secret file, refusing what is not a small regular file. Links are followed: a dotfile
+/// manager links ~/.slime-secret, and reading through a link writes nothing.
+fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // Checked before opening: opening a FIFO waits for a writer, and opening a device may act on it.
+    check_secret_file(&std::fs::metadata(path)?)?;
+    // A FIFO put there since the check opens at once with O_NONBLOCK, to be refused below, instead
+    // of blocking the start. O_NONBLOCK changes nothing for a regular file.
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    check_secret_file(&file.metadata()?)?;
+    // Bounded again: the file may have grown since, or report no size (as /proc's files do).
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SECRET_FILE {
+        bail!("it holds more than {MAX_SECRET_FILE} bytes; a secret file holds one line, the secret");
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("it is not UTF-8 text"))
+}
+
+fn check_secret_file(metadata: &std::fs::Metadata) -> anyhow::Result<()> {
+    if let Some(kind) = swank_mcp::source::not_regular(metadata) {
+        bail!("it is {kind}, not a regular file; a secret file holds the secret on its first line");
+    }
+    if metadata.len() > MAX_SECRET_FILE {
+        bail!(
+            "it is {} bytes, more than the {MAX_SECRET_FILE} a secret file may hold (one line, the secret)",
+            metadata.len()
+        );
+    }
+    Ok(())
 }
 
 fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {

@@ -97,3 +97,59 @@ async fn the_secret_never_reaches_the_log_even_at_trace_level() {
     assert!(log.contains("emacs-rex") && log.contains("secret sent"), "{log}");
     assert!(!log.contains("trace-me-not") && !log.contains("5f0c9e1d"), "the secret is in the log:\n{log}");
 }
+
+/// A secret file that is not a small regular file is refused at once, with an error that names it
+/// and says what it is (issue 36.4): a FIFO blocked the start for good, and `/dev/zero` was read
+/// until memory ran out.
+#[test]
+fn a_secret_file_that_is_not_a_small_regular_file_is_refused_at_once() {
+    use std::os::unix::process::CommandExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let fifo = home.path().join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let large = home.path().join("large");
+    std::fs::write(&large, format!("{SECRET}\n{}", "x".repeat(5000))).unwrap();
+    let refused = |args: &[&str], what: &str| {
+        let port = common::dead_port().to_string();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"));
+        command.env("HOME", home.path()).args(["--port", &port]).args(args).args(["eval", "(+ 1 2)"]);
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        // SAFETY: setrlimit is async-signal-safe. The bound keeps a server that reads /dev/zero
+        // whole from taking the machine's memory before the deadline below.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
+                match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+        let mut child = command.spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{args:?}: still running after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains(what), "{args:?}: {stderr}");
+    };
+    let fifo_path = fifo.to_str().unwrap();
+    refused(
+        &["--secret-file", fifo_path],
+        &format!("cannot read the secret file {fifo_path}\n  caused by: it is a FIFO (named pipe), not a regular file"),
+    );
+    refused(
+        &["--secret-file", "/dev/zero"],
+        "cannot read the secret file /dev/zero\n  caused by: it is a character device, not a regular file",
+    );
+    refused(&["--secret-file", large.to_str().unwrap()], "more than the 4096 a secret file may hold");
+    // ~/.slime-secret was skipped when it was not a regular file: the server connected without it.
+    std::fs::rename(&fifo, home.path().join(".slime-secret")).unwrap();
+    refused(&[], "/.slime-secret\n  caused by: it is a FIFO (named pipe), not a regular file");
+}

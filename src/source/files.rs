@@ -434,8 +434,9 @@ fn resolve(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// What a file that is not a regular file is, for the refusal.
-fn not_regular(metadata: &Metadata) -> Option<&'static str> {
+/// What a file that is not a regular file is ("a FIFO (named pipe)", ...), for a refusal; `None`
+/// for a regular file.
+pub fn not_regular(metadata: &Metadata) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     let kind = metadata.file_type();
     if kind.is_file() {

@@ -20,7 +20,7 @@ pub use edit::{
     prepare_edit, prepare_edits, BatchError, EditError, EditReport, EditRequest, FileEdit, Operation, PreparedEdit,
     PreparedEdits, RemovedForm,
 };
-pub use files::{AllowedRoots, PathError, RootList, SourceFile};
+pub use files::{not_regular, AllowedRoots, PathError, RootList, SourceFile};
 pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
 pub use load::{definition_count, locate_definition, top_level_form_at, DefinitionPlace, LoadPlan, LoadTarget};
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};
