@@ -1,8 +1,8 @@
 //! The exit guard against real images: whatever way the agent's code reaches an exit (a thread it
-//! starts, directly or through bordeaux-threads, a thread such a thread starts, a timer, an
-//! interruption of the main thread, a finalizer, an exit hook), an image swank-mcp did not start
-//! keeps running, and the refusal comes back in the [background] section; the human's own exits
-//! still end the image. Every test that could end an image (when the guard fails, or on purpose)
+//! starts, directly, through bordeaux-threads or SBCL's internal functions, a thread such a thread
+//! starts, a timer, an interruption of the main thread, a finalizer, an exit or after-GC hook,
+//! whatever of these added the hook), an image swank-mcp did not start keeps running, and the
+//! refusal comes back in the [background] section; the human's own exits still end the image. Every test that could end an image (when the guard fails, or on purpose)
 //! has a throwaway image of its own.
 
 mod common;
@@ -118,6 +118,19 @@ async fn exits_in_threads_the_agent_starts_are_refused() {
         (
             "(bt:join-thread (bt:make-thread (lambda () (sb-ext:exit :code 16)) :name \"bt exiter\"))".to_string(),
             stopped("bt exiter", "(SB-EXT:EXIT :CODE 16)"),
+        ),
+        // SBCL's internal ways of starting a thread, which MAKE-THREAD itself goes through.
+        (
+            "(sb-thread::make-system-thread \"system exiter\" (lambda () (sb-ext:exit :code 19)) nil nil) :started"
+                .to_string(),
+            stopped("system exiter", "(SB-EXT:EXIT :CODE 19)"),
+        ),
+        (
+            "(sb-thread::start-thread (sb-thread::%make-thread \"started exiter\" nil (sb-thread:make-semaphore))
+                                      (lambda () (sb-ext:exit :code 20)) nil)
+             :started"
+                .to_string(),
+            stopped("started exiter", "(SB-EXT:EXIT :CODE 20)"),
         ),
         // Not joined: the thread is still running when the reply goes; the next one reports it.
         (
@@ -279,6 +292,157 @@ async fn hooks_the_agent_adds_cannot_end_the_image() {
     user_send(&user, "(sb-ext:exit :code 5)");
     wait_until_gone(pid).await;
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "the human's hook ran");
+}
+
+/// The string `code` (read in CL-USER) returns on the human's connection. Fails when the image
+/// ended.
+async fn user_text(connection: &Connection, code: &str) -> String {
+    let form = Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(code)])]);
+    let reply = connection
+        .rex(form, "COMMON-LISP-USER", Thread::New)
+        .await
+        .unwrap_or_else(|e| panic!("the image ended at the human's {code}: {e}"));
+    reply.as_str().unwrap_or_else(|| panic!("a string: {reply}")).to_string()
+}
+
+/// The human collects garbage on their own connection, as their code does when it allocates: the
+/// after-GC hooks run in their thread, outside any code of the agent's. Returns what the hooks'
+/// warnings printed.
+async fn user_collects(connection: &Connection) -> String {
+    user_text(connection, "(with-output-to-string (*error-output*) (sb-ext:gc :full t))").await
+}
+
+/// Evaluates `code` as the agent, then has the human collect garbage until a reply's [background]
+/// section holds `expected`.
+async fn refused_at_the_users_collections(toolbox: &Arc<Toolbox>, user: &Connection, code: &str, expected: &str) {
+    let first = call(toolbox, "evaluate-lisp", json!({ "code": code })).await.text;
+    assert!(!first.contains("[ERROR]"), "{code}: {first}");
+    let mut text = String::new();
+    for _ in 0..ASKS {
+        user_collects(user).await;
+        text = call(toolbox, "evaluate-lisp", json!({ "code": "(sleep 0.05)" })).await.text;
+        assert!(!text.contains("lost the connection") && !text.contains("No Lisp image"), "{code}: {text}");
+        if text.contains(expected) {
+            let background = text.split("[background]\n").nth(1).unwrap_or_else(|| panic!("{code}: {text}"));
+            assert!(background.contains(expected), "{code}: {text}");
+            return;
+        }
+    }
+    panic!("{code}: no refusal {expected:?} in the background; the first reply: {first}; the last: {text}");
+}
+
+/// An after-GC hook runs in whichever thread collects, the human's too, where nothing of the
+/// agent's runs: a hook is the agent's when code of the agent's added it, however deep that code
+/// ran (a timer, a finalizer, an interruption, another hook, a thread SBCL's internals started).
+#[tokio::test]
+async fn after_gc_hooks_that_code_of_the_agent_adds_cannot_end_the_image() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let user = user_connection(image.port).await;
+    let hook = |code: u32| format!("(push (lambda () (sb-ext:exit :code {code})) sb-ext:*after-gc-hooks*)");
+    let cases = [
+        (format!("(sb-ext:schedule-timer (sb-ext:make-timer (lambda () {}) :thread t) 0.05) :scheduled", hook(61)), 61),
+        (format!("(progn (sb-ext:finalize (make-array 1000) (lambda () {})) nil)", hook(62)), 62),
+        (
+            format!(
+                "(let ((pushed nil))
+                   (push (lambda () (unless pushed (setf pushed t) {})) sb-ext:*after-gc-hooks*)
+                   :pushed)",
+                hook(63)
+            ),
+            63,
+        ),
+        (format!("(sb-thread:interrupt-thread (sb-thread:main-thread) (lambda () {}))", hook(64)), 64),
+        (format!("(sb-thread::make-system-thread \"system pusher\" (lambda () {}) nil nil) :started", hook(65)), 65),
+    ];
+    for (code, exit) in &cases {
+        let expected = format!("went on: {REFUSED}(SB-EXT:EXIT :CODE {exit}) was refused");
+        refused_at_the_users_collections(&toolbox, &user, code, &expected).await;
+        assert_eq!(eval_ok(&toolbox, "(setf sb-ext:*after-gc-hooks* nil)").await, "=> NIL");
+    }
+
+    // A hook added by a thread of the agent's that still runs, after the evaluation that started
+    // it ended: its exit is refused, and the refusal is the warning SBCL prints for a failed hook.
+    let code =
+        format!("(sb-thread:make-thread (lambda () (sleep 0.2) {} (sleep 600)) :name \"pusher\") :started", hook(66));
+    eval_ok(&toolbox, &code).await;
+    let hooks = "(princ-to-string (length sb-ext:*after-gc-hooks*))";
+    for _ in 0..ASKS {
+        if user_text(&user, hooks).await == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let warnings = user_collects(&user).await;
+    assert!(warnings.contains("(SB-EXT:EXIT :CODE 66) was refused"), "{warnings}");
+    assert_eq!(eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
+}
+
+/// Hooks that hooks and timers of the agent's add run as the agent's at the human's exit: their
+/// exits are refused, and the human's own exit hook runs.
+#[tokio::test]
+async fn exit_hooks_that_code_of_the_agent_adds_cannot_end_the_image_first() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("human-hook-ran");
+    let user = user_connection(image.port).await;
+    // The human's hook collects garbage, which runs the after-GC hooks there are by then.
+    let human_hook = format!(
+        "(push (lambda () (sb-ext:gc :full t)
+                          (with-open-file (out {:?} :direction :output) (write-string \"the human's hook ran\" out)))
+               sb-ext:*exit-hooks*)",
+        marker.to_str().unwrap()
+    );
+    let form = Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(human_hook)])]);
+    user.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap();
+    let pid = image_pid(&toolbox).await;
+
+    // Exit hooks run first to last, and these are pushed after the human's.
+    eval_ok(
+        &toolbox,
+        "(push (lambda () (push (lambda () (sb-ext:exit :code 67 :abort t)) sb-ext:*after-gc-hooks*)) sb-ext:*exit-hooks*)
+         (let ((done (sb-thread:make-semaphore)))
+           (sb-ext:schedule-timer
+            (sb-ext:make-timer (lambda () (push (lambda () (sb-ext:exit :code 68 :abort t)) sb-ext:*exit-hooks*)
+                                          (sb-thread:signal-semaphore done))
+                               :thread t)
+            0.05)
+           (sb-thread:wait-on-semaphore done))",
+    )
+    .await;
+    user_send(&user, "(sb-ext:exit :code 5)");
+    wait_until_gone(pid).await;
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "the human's hook ran");
+}
+
+/// Uninstalling the helper takes the agent's hooks out with its guard, and leaves the human's.
+#[tokio::test]
+async fn uninstall_takes_the_agents_hooks_out() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let user = user_connection(image.port).await;
+    let human_hook = "(progn (defvar *human-collections* 0)
+                             (push (lambda () (incf *human-collections*)) sb-ext:*after-gc-hooks*))";
+    let form = Form::call("cl", "eval", [Form::call("cl", "read-from-string", [Form::string(human_hook)])]);
+    user.rex(form, "COMMON-LISP-USER", Thread::New).await.unwrap();
+    let expected = format!("went on: {REFUSED}(SB-EXT:EXIT :CODE 71) was refused");
+    let code = "(push (lambda () (sb-ext:exit :code 71)) sb-ext:*after-gc-hooks*) :pushed";
+    refused_at_the_users_collections(&toolbox, &user, code, &expected).await;
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .args(["--port", &image.port.to_string(), "uninstall"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 function an agent put on SB-EXT:*AFTER-GC-HOOKS*"), "{text}");
+
+    user_collects(&user).await;
+    // Only the human's hook is left, and it ran.
+    let left = "(format nil \"~D ~A\" (length sb-ext:*after-gc-hooks*) (plusp *human-collections*))";
+    assert_eq!(user_text(&user, left).await, "1 T");
 }
 
 #[tokio::test]

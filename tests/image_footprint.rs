@@ -183,9 +183,9 @@ async fn nothing_of_a_session_remains_once_it_ends_or_its_connection_closes() {
 /// its callers call: its encapsulation while it has one (FDEFINITION would look through it).
 const RECORD_THE_IMAGE: &str = "(progn
   (defparameter *footprint-functions*
-    (remove nil (list 'sb-thread:make-thread 'sb-ext:exit 'sb-ext:make-timer 'sb-thread:interrupt-thread
-                      'sb-ext:finalize (find-symbol \"RUN-EXPIRED-TIMERS\" \"SB-IMPL\")
-                      (find-symbol \"%DEFMACRO\" \"SB-C\") (find-symbol \"LOAD-DEFMETHOD\" \"SB-PCL\")
+    (remove nil (list (find-symbol \"START-THREAD\" \"SB-THREAD\") 'sb-ext:exit 'sb-ext:make-timer
+                      'sb-thread:interrupt-thread 'sb-ext:finalize (find-symbol \"RUN-EXPIRED-TIMERS\" \"SB-IMPL\")
+                      (find-symbol \"CALL-HOOKS\" \"SB-INT\") (find-symbol \"%DEFMACRO\" \"SB-C\") (find-symbol \"LOAD-DEFMETHOD\" \"SB-PCL\")
                       (find-symbol \"LOAD-DEFCLASS\" \"SB-PCL\"))))
   (defparameter *definitions-before* (mapcar #'symbol-function *footprint-functions*))
   (defparameter *hooks* (list 'sb-int:*setf-fdefinition-hook* (find-symbol \"*CONNECTION-CLOSED-HOOK*\" \"SWANK\")))
@@ -202,15 +202,15 @@ const RECORD_THE_IMAGE: &str = "(progn
                  '(:workers))))
   (length *footprint-functions*))";
 
-const EVERYTHING_INSTALLED: &str = "(SB-THREAD:MAKE-THREAD SB-EXT:EXIT SB-EXT:MAKE-TIMER SB-THREAD:INTERRUPT-THREAD \
-     SB-EXT:FINALIZE SB-IMPL::RUN-EXPIRED-TIMERS SB-C::%DEFMACRO SB-PCL::LOAD-DEFMETHOD SB-PCL::LOAD-DEFCLASS \
+const EVERYTHING_INSTALLED: &str = "(SB-THREAD::START-THREAD SB-EXT:EXIT SB-EXT:MAKE-TIMER SB-THREAD:INTERRUPT-THREAD \
+     SB-EXT:FINALIZE SB-IMPL::RUN-EXPIRED-TIMERS SB-INT:CALL-HOOKS SB-C::%DEFMACRO SB-PCL::LOAD-DEFMETHOD SB-PCL::LOAD-DEFCLASS \
      SB-INT:*SETF-FDEFINITION-HOOK* SWANK::*CONNECTION-CLOSED-HOOK* :PACKAGE)";
 
 #[tokio::test]
 async fn uninstall_takes_every_change_out_and_the_next_call_installs_again() {
     let image = common::private_image().await;
     let raw = raw_connection(image.port).await;
-    assert_eq!(ask(&raw, RECORD_THE_IMAGE).await, "9", "this SBCL has every function the helper encapsulates");
+    assert_eq!(ask(&raw, RECORD_THE_IMAGE).await, "10", "this SBCL has every function the helper encapsulates");
     assert_eq!(ask(&raw, "(changed-since-start)").await, "NIL");
 
     let (ok, out) = swank_mcp(image.port, &["eval", "(+ 1 2)"]).await;
@@ -221,7 +221,7 @@ async fn uninstall_takes_every_change_out_and_the_next_call_installs_again() {
     let (ok, out) = swank_mcp(image.port, &["uninstall"]).await;
     assert!(ok, "{out}");
     for taken_out in [
-        "the encapsulation of SB-THREAD:MAKE-THREAD",
+        "the encapsulation of SB-THREAD::START-THREAD",
         "the encapsulation of SB-EXT:EXIT",
         "a function on SWANK::*CONNECTION-CLOSED-HOOK*",
         "The package MCP-AGENT-HELPER was deleted",

@@ -128,8 +128,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
          (stdout (make-capture max-output))
          (stderr (make-capture max-output))
          (warnings '())
-         (warning-count 0)
-         (hooks (hook-lists)))
+         (warning-count 0))
     (flet ((record-warning (warning)
              (when (or *frame-evaluation*
                        (muffled-by-sbcl-p warning)
@@ -145,16 +144,17 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
       (multiple-value-bind (start-package note) (resolve-package package session)
         (multiple-value-bind (outcome final-package failed-condition)
             (if start-package
-                (call-registered token
-                                 (lambda (evaluation)
-                                   (declare (ignore evaluation))
-                                   (evaluate-in-session code session start-package max-output
-                                                        stdout stderr #'record-warning debug
-                                                        print-length print-level)))
+                (call-claiming-hooks
+                 (lambda ()
+                   (call-registered token
+                                    (lambda (evaluation)
+                                      (declare (ignore evaluation))
+                                      (evaluate-in-session code session start-package max-output
+                                                           stdout stderr #'record-warning debug
+                                                           print-length print-level)))))
                 (list :kind :error :type "PACKAGE-ERROR" :class "PACKAGE-ERROR"
                       :message (missing-package-message package)
                       :backtrace nil :restarts nil))
-          (adopt-hooks hooks session allow-exit)
           (when (and final-package (not (eq final-package start-package)))
             (setf (session-package-name session) (package-name final-package)))
           (let ((succeeded (eq (first outcome) :ok))

@@ -3,12 +3,13 @@
 ;;;; helper) and taken out by UNINSTALL. No other file changes anything outside the package;
 ;;;; docs/security.md's list of what swank-mcp changes in an image is this file's.
 ;;;;
-;;;; - Encapsulations of SBCL functions (*ENCAPSULATIONS*): SB-THREAD:MAKE-THREAD, SB-EXT:EXIT,
-;;;;   SB-EXT:MAKE-TIMER, SB-THREAD:INTERRUPT-THREAD, SB-EXT:FINALIZE and SB-IMPL::RUN-EXPIRED-TIMERS
-;;;;   (observe.lisp: what an agent's code starts runs as the agent's, and it cannot end the image),
-;;;;   and the definers SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS (undo.lisp's
-;;;;   journal). Each costs the image's own calls of the function one special-variable test when
-;;;;   no agent's call runs.
+;;;; - Encapsulations of SBCL functions (*ENCAPSULATIONS*): SB-THREAD::START-THREAD, SB-EXT:EXIT,
+;;;;   SB-EXT:MAKE-TIMER, SB-THREAD:INTERRUPT-THREAD, SB-EXT:FINALIZE, SB-IMPL::RUN-EXPIRED-TIMERS
+;;;;   and SB-INT:CALL-HOOKS (observe.lisp: what an agent's code starts or puts on SBCL's hook
+;;;;   lists runs as the agent's, and it cannot end the image), and the definers SB-C::%DEFMACRO,
+;;;;   SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS (undo.lisp's journal). Each costs the image's
+;;;;   own calls of the function one special-variable test when no agent's call runs, but
+;;;;   CALL-HOOKS, which looks each hook it runs up in a table.
 ;;;; - Encapsulations of the servers' DEFAULT-CONNECTION and INVOKE-SLIME-DEBUGGER (slynk's
 ;;;;   INVOKE-SLY-DEBUGGER), image-threads.lisp: the debugger of a thread no connection serves goes
 ;;;;   to the person's connection rather than swank-mcp's, and the agents are told it stopped.
@@ -24,11 +25,13 @@
 ;;;; Besides these, the helper changes the servers' own state as it serves calls (servers.lisp,
 ;;;; workers.lisp): it drops finished threads' mailboxes and ids, restarts a worker's message
 ;;;; count at each call, and sets TCP_NODELAY on the socket of a connection that asks for
-;;;; workers; and it runs worker threads, which UNINSTALL ends. Some tools change the image for
-;;;; as long as they need to: run-tests encapsulates the test frameworks' functions and LOAD
-;;;; while a run reads results (testing.lisp), and what the trace tool traces stays traced until
-;;;; its session ends. UNINSTALL refuses while a call runs and ends every session, so it leaves
-;;;; neither.
+;;;; workers; and it runs worker threads, which UNINSTALL ends. UNINSTALL also takes the functions
+;;;; agents put on SBCL's hook lists off them (observe.lisp's REMOVE-AGENT-HOOKS): without the
+;;;; encapsulation of SB-INT:CALL-HOOKS they would run as the person's code, an exit in them
+;;;; unrefused. Some tools change the image for as long as they need to: run-tests encapsulates
+;;;; the test frameworks' functions and LOAD while a run reads results (testing.lisp), and what
+;;;; the trace tool traces stays traced until its session ends. UNINSTALL refuses while a call
+;;;; runs and ends every session, so it leaves neither.
 ;;;;
 ;;;; Loaded after package.lisp, under its rules.
 
@@ -39,12 +42,13 @@
   (require :sb-introspect))
 
 (defparameter *encapsulations*
-  '(("SB-THREAD" "MAKE-THREAD" mcp-agent-thread-watch make-agent-thread)
+  '(("SB-THREAD" "START-THREAD" mcp-agent-thread-watch start-agent-thread)
     ("SB-EXT" "EXIT" mcp-agent-exit-guard refuse-agent-exit)
     ("SB-EXT" "MAKE-TIMER" mcp-agent-timer-watch make-agent-timer)
     ("SB-THREAD" "INTERRUPT-THREAD" mcp-agent-interrupt-watch interrupt-as-agent)
     ("SB-EXT" "FINALIZE" mcp-agent-finalizer-watch finalize-as-agent)
     ("SB-IMPL" "RUN-EXPIRED-TIMERS" mcp-agent-timers-unbound run-timers-as-nobody)
+    ("SB-INT" "CALL-HOOKS" mcp-agent-hook-owners call-owned-hooks)
     ("SB-C" "%DEFMACRO" mcp-agent-journal journal-defmacro)
     ("SB-PCL" "LOAD-DEFMETHOD" mcp-agent-journal journal-defmethod)
     ("SB-PCL" "LOAD-DEFCLASS" mcp-agent-journal journal-defclass)
@@ -170,7 +174,8 @@ longer exist)."
 revision from before *INSTALLED* is recognised by its tag). Returns a line for each item taken out."
   (sb-thread:with-mutex (*footprint-lock*)
     (setf *footprint-installed* nil)
-    (prog1 (remove nil (mapcar #'remove-item (union (present-items) (image-items) :test #'equal)))
+    (prog1 (append (remove-agent-hooks)
+                   (remove nil (mapcar #'remove-item (union (present-items) (image-items) :test #'equal))))
       (forget-servers))))
 
 ;;; ------------------------------------------------------------------------------------------

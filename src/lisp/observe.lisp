@@ -217,10 +217,12 @@ stays traced. Returns the specifications untraced."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Threads the agent starts
 ;;;
-;;; SB-THREAD:MAKE-THREAD is encapsulated: a thread made during an agent's tool call runs its
-;;; function with its output going into the session's background buffer, and an unhandled error
-;;; (or BREAK) in it is recorded there with a short backtrace instead of waiting in a debugger
-;;; nobody drives. The next evaluate-lisp reply of the session carries both, in [background].
+;;; SBCL's SB-THREAD::START-THREAD is encapsulated, which every way of starting a Lisp thread
+;;; calls (SB-THREAD:MAKE-THREAD, bordeaux-threads, SBCL's internal MAKE-SYSTEM-THREAD): a thread
+;;; started during an agent's tool call runs its function with its output going into the
+;;; session's background buffer, and an unhandled error (or BREAK) in it is recorded there with a
+;;; short backtrace instead of waiting in a debugger nobody drives. The next evaluate-lisp reply
+;;; of the session carries both, in [background].
 
 (defparameter *max-background-output* 16000
   "Characters of agent threads' output kept per session until a reply takes them.")
@@ -316,9 +318,10 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
 
 (defun call-as-agent (session exit-allowed function arguments leave)
   "FUNCTION applied to ARGUMENTS as code of SESSION's agent: with output into the session's
-background, exits refused unless EXIT-ALLOWED (see REFUSE-AGENT-EXIT), and an error it leaves
-unhandled (or a BREAK) recorded there with a short backtrace; LEAVE, which must not return, is then
-called instead of waiting in a debugger nobody drives."
+background, exits refused unless EXIT-ALLOWED (see REFUSE-AGENT-EXIT), hooks it adds made the
+agent's (see CALL-CLAIMING-HOOKS), and an error it leaves unhandled (or a BREAK) recorded there
+with a short backtrace; LEAVE, which must not return, is then called instead of waiting in a
+debugger nobody drives."
   (let* ((background (session-background session))
          (stream (make-instance 'background-stream :background background))
          (input (make-string-input-stream ""))
@@ -343,32 +346,22 @@ called instead of waiting in a debugger nobody drives."
                          (funcall leave)))))
            (sb-ext:*invoke-debugger-hook* hook)
            (*debugger-hook* hook))
-      (apply function arguments))))
+      (call-claiming-hooks (lambda () (apply function arguments))))))
 
-(defun run-agent-thread (session exit-allowed function arguments)
-  "The body of a thread the agent of SESSION started: FUNCTION applied to ARGUMENTS as the agent's
-code (see CALL-AS-AGENT); after an unhandled error the thread is aborted (JOIN-THREAD sees it end
-abnormally). Functions it put on SBCL's hook lists run as the agent's code too (see ADOPT-HOOKS)."
-  (let ((hooks (hook-lists)))
-    (unwind-protect
-         (call-as-agent session exit-allowed function arguments #'sb-thread:abort-thread)
-      (adopt-hooks hooks session exit-allowed))))
-
-(defun make-agent-thread (make-thread function &rest options &key arguments &allow-other-keys)
-  "The encapsulation of SB-THREAD:MAKE-THREAD: inside an agent's evaluation, or in a thread the
-agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the agent's."
+(defun start-agent-thread (start-thread thread function arguments)
+  "The encapsulation of SBCL's SB-THREAD::START-THREAD: inside an agent's evaluation, or in code
+of the agent's, the new THREAD runs FUNCTION as the agent's code (see CALL-AS-AGENT), is aborted
+after an unhandled error (JOIN-THREAD sees it end abnormally), and is remembered as the agent's."
   (let ((session *agent-session*)
         (exit-allowed *exit-allowed*))
     (if session
-        (let* ((arguments (if (listp arguments) arguments (list arguments)))
-               (thread (apply make-thread
-                              (lambda () (run-agent-thread session exit-allowed function arguments))
-                              :arguments nil
-                              (loop for (key value) on options by #'cddr
-                                    unless (eq key :arguments) append (list key value)))))
+        (progn
           (setf (gethash thread *agent-threads*) session)
-          thread)
-        (apply make-thread function options))))
+          (funcall start-thread thread
+                   (lambda (&rest arguments)
+                     (call-as-agent session exit-allowed function arguments #'sb-thread:abort-thread))
+                   arguments))
+        (funcall start-thread thread function arguments))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; An agent cannot end the user's image by accident
@@ -379,8 +372,10 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
 ;;; server started the image, or runs with --allow-exit). A catch around the call could not stop an
 ;;; exit instead: from another thread SBCL takes the exit lock, unwinds that thread, runs the exit
 ;;; hooks and tells the main thread to exit. Code the agent hands to the image to run later, or in
-;;; another thread (a timer, an interruption, a finalizer, an exit or after-GC hook), is made to
-;;; run as the agent's code wherever it runs, so that the guard knows it for the agent's.
+;;; another thread (a thread, a timer, an interruption, a finalizer), is made to run as the agent's
+;;; code wherever it runs, so that the guard knows it for the agent's. A function put on one of
+;;; SBCL's hook lists is not handed to anything the helper sees: it is known for the agent's by
+;;; when it appeared there (see CALL-CLAIMING-HOOKS), and SBCL runs it as the agent's code then.
 
 (define-condition exit-refused (error)
   ((arguments :initarg :arguments :reader exit-refused-arguments))
@@ -391,13 +386,17 @@ agent started, the new thread runs as RUN-AGENT-THREAD and is remembered as the 
                      (let ((*package* (find-package '#:common-lisp)))
                        (mapcar #'prin1-to-string (exit-refused-arguments condition)))))))
 
+(defvar *unowned-hook* nil
+  "True while a hook of no known owner that may be the agent's runs (see HOOK-AS-OWNED): an exit in
+it is refused.")
+
 (defun refuse-agent-exit (exit &rest arguments)
-  (if (and (or *agent-call* *agent-session*) (not *exit-allowed*))
+  (if (and (or *agent-call* *agent-session* *unowned-hook*) (not *exit-allowed*))
       (error 'exit-refused :arguments arguments)
       (apply exit arguments)))
 
 (defvar *agent-callbacks* (make-hash-table :test 'eq :weakness :key :synchronized t)
-  "The functions AGENT-CALLBACK made, so that none is wrapped twice.")
+  "The functions AGENT-CALLBACK made.")
 
 (defun agent-callback (function &key whole-thread (session *agent-session*) (exit-allowed *exit-allowed*)
                                      (owner (or *evaluation* sb-thread:*current-thread*)))
@@ -430,27 +429,110 @@ debugger see its errors."
     (setf (gethash callback *agent-callbacks*) t)
     callback))
 
-(defparameter *hook-variables* '(sb-ext:*exit-hooks* sb-ext:*after-gc-hooks*)
-  "Lists of functions SBCL calls later in whichever thread: SB-EXT:*EXIT-HOOKS* when the human
-exits (where a hook that exits again would end the image at once, with another code, before the
-human's own hooks and the flushing of output ran), SB-EXT:*AFTER-GC-HOOKS* after any collection.")
+(defparameter *hook-variables* '(sb-ext:*exit-hooks* sb-ext:*after-gc-hooks* sb-ext:*save-hooks*)
+  "Lists of functions SBCL calls later in whichever thread, through SB-INT:CALL-HOOKS:
+SB-EXT:*EXIT-HOOKS* when the human exits (where a hook that exits again would end the image at
+once, with another code, before the human's own hooks and the flushing of output ran),
+SB-EXT:*AFTER-GC-HOOKS* after any collection, SB-EXT:*SAVE-HOOKS* when the human saves the image
+(where an exit would end it unsaved). SB-EXT:*INIT-HOOKS* is not among them: its functions run in
+the new process a saved core starts, not in this image.")
 
-(defun hook-lists ()
-  (mapcar #'symbol-value *hook-variables*))
+(defvar *hook-owners* (make-hash-table :test 'eq :weakness :key :synchronized t)
+  "Function (or designator) on a list of *HOOK-VARIABLES* -> whose it is: :PERSON, or for an
+agent's, the AGENT-CALLBACK that SBCL calls instead (see CALL-OWNED-HOOKS). The lists themselves
+are never changed while the helper is installed, so that the person's code and the agent's see
+and remove exactly what they put there.")
 
-(defun adopt-hooks (before session exit-allowed)
-  "Makes the functions put on the lists of *HOOK-VARIABLES* since they held BEFORE (what
-HOOK-LISTS returned) run as SESSION's agent's code."
+(defvar *agent-code-runs* '()
+  "One entry for each run of agent code under way in the image (see CALL-CLAIMING-HOOKS):
+(lists . exit-allowed), LISTS the values of *HOOK-VARIABLES* when it began. Replaced, never
+changed, under *HOOK-LOCK*, so that it is read without the lock while hooks run.")
+
+(defvar *hook-lock* (sb-thread:make-mutex :name "mcp-agent-helper hook owners"))
+
+(defmacro with-hook-lock (&body body)
+  ;; Without collections: one in this thread while it holds the lock would run the hooks, and an
+  ;; agent's hook takes the lock when it ends.
+  `(sb-sys:without-gcing (sb-thread:with-mutex (*hook-lock*) ,@body)))
+
+(defun claim-hooks (owner &optional (before '()))
+  "Gives each function on the lists of *HOOK-VARIABLES* that has no owner and was not on them
+when they held BEFORE (a CAR of an *AGENT-CODE-RUNS* entry) the owner OWNER makes of it."
   (loop for variable in *hook-variables*
-        for old in before
-        for hooks = (symbol-value variable)
-        unless (eq hooks old)
-          do (setf (symbol-value variable)
-                   (mapcar (lambda (hook)
-                             (if (or (member hook old) (gethash hook *agent-callbacks*))
-                                 hook
-                                 (agent-callback hook :session session :exit-allowed exit-allowed :owner nil)))
-                           hooks))))
+        for old = (pop before)
+        do (dolist (hook (symbol-value variable))
+             (unless (or (gethash hook *hook-owners*) (member hook old))
+               (setf (gethash hook *hook-owners*) (funcall owner hook))))))
+
+(defun call-claiming-hooks (function)
+  "Calls FUNCTION, which runs as the agent's code when *AGENT-SESSION* is bound. A function that
+appears on a list of *HOOK-VARIABLES* while it runs becomes the agent's: SBCL runs it as the
+agent's code (see CALL-OWNED-HOOKS), in whatever thread, however deep in the agent's hooks,
+timers or threads it was added. Which thread added one cannot be known, so one the person adds
+meanwhile is taken for the agent's too; what is added while no agent code runs is the person's."
+  (let ((session *agent-session*)
+        (exit-allowed *exit-allowed*))
+    (if (null session)
+        (funcall function)
+        (let ((run nil))
+          ;; Uninterrupted between the bookkeeping and the call: a run left in the list would
+          ;; keep every later hook from being the person's.
+          (sb-sys:without-interrupts
+            (unwind-protect
+                 (progn
+                   (with-hook-lock
+                     (unless *agent-code-runs*
+                       (claim-hooks (constantly :person)))
+                     (setf run (cons (mapcar #'symbol-value *hook-variables*) exit-allowed))
+                     (setf *agent-code-runs* (cons run *agent-code-runs*)))
+                   (sb-sys:with-local-interrupts (funcall function)))
+              (when run
+                (with-hook-lock
+                  (claim-hooks (lambda (hook)
+                                 (agent-callback hook :session session :exit-allowed exit-allowed :owner nil))
+                               (car run))
+                  (setf *agent-code-runs* (remove run *agent-code-runs*))))))))))
+
+(defun hook-as-owned (hook)
+  "What SBCL calls for HOOK: an agent's hook's AGENT-CALLBACK; HOOK itself when it is the
+person's; or, while agent code that added it may still run, HOOK with exits refused."
+  (let ((owner (gethash hook *hook-owners*)))
+    (cond ((functionp owner) owner)
+          ((and (null owner)
+                (loop for (lists . exit-allowed) in *agent-code-runs*
+                      thereis (and (not exit-allowed)
+                                   (loop for variable in *hook-variables*
+                                         for old in lists
+                                         thereis (and (member hook (symbol-value variable))
+                                                      (not (member hook old)))))))
+           (lambda (&rest arguments)
+             (let ((*unowned-hook* t)
+                   (*exit-allowed* nil))
+               (apply hook arguments))))
+          (t hook))))
+
+(defun call-owned-hooks (call-hooks kind hooks &rest options)
+  "The encapsulation of SB-INT:CALL-HOOKS, by which SBCL runs the lists of *HOOK-VARIABLES*: each
+hook runs as HOOK-AS-OWNED says. An exit is refused by what the thread runs when it exits, and a
+collection runs the hooks in whichever thread allocated, the person's too: so a hook is known for
+the agent's by when it was added."
+  (apply call-hooks kind (mapcar #'hook-as-owned hooks) options))
+
+(defun remove-agent-hooks ()
+  "For UNINSTALL: takes the agents' functions off the lists of *HOOK-VARIABLES*, where without the
+helper they would run as the person's code. Returns a line for each list changed."
+  (loop for variable in *hook-variables*
+        for removed = (loop (let* ((old (symbol-value variable))
+                                   (new (remove-if (lambda (hook)
+                                                     ;; A revision before *HOOK-OWNERS* put its
+                                                     ;; AGENT-CALLBACKs on the lists themselves.
+                                                     (or (functionp (gethash hook *hook-owners*))
+                                                         (gethash hook *agent-callbacks*)))
+                                                   old)))
+                              (when (eq old (sb-ext:compare-and-swap (symbol-value variable) old new))
+                                (return (- (length old) (length new))))))
+        when (plusp removed)
+          collect (format nil "~D function~:P an agent put on ~A" removed (qualified-name variable))))
 
 (defun make-agent-timer (make-timer function &rest options &key thread &allow-other-keys)
   "The encapsulation of SB-EXT:MAKE-TIMER: the function of a timer the agent's code makes runs as

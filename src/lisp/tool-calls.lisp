@@ -253,22 +253,21 @@ cancellation interrupts it) with the tool streams bound to STDOUT and STDERR (by
 goes nowhere: nothing a tool does prints in the user's image), and with TURN, (turn what), once it
 has that turn (see CALL-WITH-TURN). Returns the plist, or (:FAILURE message) for a TOOL-FAILURE, or
 (:ERROR report) for anything else that went wrong."
-  (let* ((hooks (hook-lists))
-         (outcome (call-registered
-                   token
-                   (lambda (evaluation)
-                     (declare (ignore evaluation))
-                     (with-tool-streams (stdout stderr)
-                       (handler-case (call-trapping-debugger
-                                      (if turn
-                                          (lambda () (call-with-turn (first turn) (second turn) function))
-                                          function))
-                         (tool-failure (failure)
-                           (list :failure (tool-failure-message failure)))))))))
-    ;; The tools that run the agent's code (load-file and the like) bind its session: hooks that
-    ;; code added run as the agent's (see ADOPT-HOOKS).
-    (when *agent-session*
-      (adopt-hooks hooks *agent-session* *exit-allowed*))
+  ;; The tools that run the agent's code (load-file and the like) bind its session: hooks that
+  ;; code adds are the agent's (see CALL-CLAIMING-HOOKS).
+  (let ((outcome (call-claiming-hooks
+                  (lambda ()
+                    (call-registered
+                     token
+                     (lambda (evaluation)
+                       (declare (ignore evaluation))
+                       (with-tool-streams (stdout stderr)
+                         (handler-case (call-trapping-debugger
+                                        (if turn
+                                            (lambda () (call-with-turn (first turn) (second turn) function))
+                                            function))
+                           (tool-failure (failure)
+                             (list :failure (tool-failure-message failure)))))))))))
     (case (first outcome)
       (:ok (second outcome))
       (:failure outcome)
