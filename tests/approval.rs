@@ -492,6 +492,59 @@ async fn a_file_changed_between_the_preview_and_the_approval_is_neither_written_
     assert_eq!(eval(&mut other, "(cl-user::bound-file)").await, "=> 2");
 }
 
+/// A file rewritten in place (the same inode) just after the human approved loading it (issue
+/// 36.2): the image compiles the bytes that were checked against what the human was shown, so it
+/// loads the approved definition, or the call is refused, but never loads the new text. The
+/// rewrite comes at delays that span the server's read and check of the file and the image's
+/// compiling it, and the file is large enough for those to take a while.
+#[tokio::test]
+async fn a_file_rewritten_in_place_after_the_approval_never_loads_the_new_text() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rewritten.lisp");
+    let path = file.to_str().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "load-file", "--root", root]).await;
+    let mut other = client_without_confirm().await;
+    let padding = format!("#|{}|#\n", "x".repeat(2 << 20));
+    let approved = format!("{padding}(defun cl-user::rewritten-in-place () :approved)\n");
+    let unapproved = format!("{padding}(defun cl-user::rewritten-in-place () :unapproved)\n");
+    let mut outcomes = Vec::new();
+    for attempt in 0..20 {
+        std::fs::write(&file, &approved).unwrap();
+        eval(&mut other, "(fmakunbound 'cl-user::rewritten-in-place)").await;
+        let id = 100 + attempt;
+        send_call(&mut client, id, "load-file", json!({"file_path": path})).await;
+        let asked = elicitation(&mut client).await;
+        client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})).await;
+        tokio::time::sleep(Duration::from_millis(attempt as u64 * 2)).await;
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
+        let mut rewriting = std::fs::OpenOptions::new().write(true).truncate(true).open(&file).unwrap();
+        rewriting.write_all(unapproved.as_bytes()).unwrap();
+        drop(rewriting);
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap()), inode);
+        let reply = client.receive().await;
+        assert_eq!(reply["id"], id, "{reply}");
+        let loaded =
+            eval(&mut other, "(if (fboundp 'cl-user::rewritten-in-place) (cl-user::rewritten-in-place) :none)").await;
+        let outcome = (is_error(&reply), loaded.as_str());
+        assert!(
+            matches!(outcome, (false, "=> :APPROVED") | (true, "=> :NONE")),
+            "attempt {attempt}: {outcome:?}: {}",
+            text(&reply)
+        );
+        if is_error(&reply) {
+            assert!(
+                text(&reply).starts_with("load-file was not run: rewritten.lisp changed after the user approved"),
+                "{reply}"
+            );
+        }
+        outcomes.push(is_error(&reply));
+    }
+    eval(&mut other, "(fmakunbound 'cl-user::rewritten-in-place)").await;
+    eprintln!("refused after the rewrite: {outcomes:?}");
+}
+
 /// Runs `swank-mcp ARGS eval CODE`; its exit status and stdout.
 async fn shell_eval(args: &[&str], code: &str) -> (bool, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))

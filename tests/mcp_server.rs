@@ -274,6 +274,58 @@ async fn cancellation_interrupts_the_call_and_sends_no_response() {
     assert_eq!(text(&reply), "=> :UNWOUND");
 }
 
+/// A `tools/call` line followed at once by the line cancelling it (issue 36.6): in one write,
+/// so that the server reads the cancellation before it starts the call, or a few milliseconds
+/// later, when the call's request is on its way to the image or waits there for a thread. The
+/// evaluation must never start: none of them pushes its number. Some go one at a time, some in
+/// storms of several calls and their cancellations at once.
+#[tokio::test]
+async fn a_cancellation_right_behind_its_call_stops_the_evaluation_from_starting() {
+    let image = common::private_image().await;
+    let mut client = McpClient::for_port(image.port).await;
+    client.initialize().await;
+    client.call_tool("evaluate-lisp", json!({"code": "(defvar cl-user::*cancel-race-ran* nil)"})).await;
+    let call = |n: usize| {
+        json!({"jsonrpc": "2.0", "id": format!("race-{n}"), "method": "tools/call", "params": {"name": "evaluate-lisp",
+               "arguments": {"code": format!("(progn (sleep 3) (push {n} cl-user::*cancel-race-ran*))")}}})
+    };
+    let cancel = |n: usize| json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": format!("race-{n}")}});
+    let lines = |messages: &[Value]| messages.iter().map(|m| format!("{m}\n")).collect::<String>();
+    let mut next = 0;
+    for round in 0..30 {
+        let line = lines(&[call(next), cancel(next)]);
+        match round % 3 {
+            0 => client.send_raw(line.trim_end().as_bytes()).await,
+            delay => {
+                client.send(&call(next)).await;
+                tokio::time::sleep(Duration::from_millis(delay as u64 * 3)).await;
+                client.send(&cancel(next)).await;
+            }
+        }
+        next += 1;
+    }
+    for storm in 0..4 {
+        let numbers: Vec<usize> = (next..next + 8).collect();
+        next += 8;
+        let calls: Vec<Value> = numbers.iter().map(|&n| call(n)).collect();
+        let cancels: Vec<Value> = numbers.iter().map(|&n| cancel(n)).collect();
+        if storm % 2 == 0 {
+            client.send_raw(lines(&[calls, cancels].concat()).trim_end().as_bytes()).await;
+        } else {
+            client.send_raw(lines(&calls).trim_end().as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            client.send_raw(lines(&cancels).trim_end().as_bytes()).await;
+        }
+    }
+    // Long enough for any evaluation that started to have pushed its number.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let checked = Instant::now();
+    // No response comes for a cancelled call: the first is the check's.
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "cl-user::*cancel-race-ran*"})).await;
+    assert_eq!(text(&reply), "=> NIL", "of {next} cancelled evaluations, these ran");
+    assert!(checked.elapsed() < Duration::from_secs(2), "the server was slow to answer: {:?}", checked.elapsed());
+}
+
 #[tokio::test]
 async fn the_server_exits_when_stdin_closes_and_stdout_carries_only_json() {
     let mut client = McpClient::for_port(common::shared_image_port()).await;

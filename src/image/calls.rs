@@ -136,6 +136,7 @@ impl Image {
         let form = self.helper_form(request, &token);
         let mut reloaded = false;
         loop {
+            not_cancelled(limits)?;
             live.workers.keep(&live.connection);
             let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
             let reply = self.supervise(&live.connection, &token, deadline, limits, call).await;
@@ -160,6 +161,7 @@ impl Image {
         let form = self.helper_form(request, &token);
         let mut reloaded = false;
         loop {
+            not_cancelled(limits)?;
             let rex = connection.rex_debuggable(form.clone(), "COMMON-LISP-USER")?;
             let evaluating = Evaluating { connection: connection.clone(), token: token.clone(), rex };
             let evaluation = self.follow(evaluating, deadline, limits).await;
@@ -360,6 +362,17 @@ impl Image {
             _ => CallError::Unwound,
         }
     }
+}
+
+/// Refuses to send a request for a call the client has cancelled. A cancellation that comes
+/// after the request went out reaches the helper, which aborts the evaluation whether it
+/// started or not (CANCEL in calls.lisp); one that comes before is enforced here, so that
+/// nothing is sent at all (nor sent again after a reload of the helper).
+fn not_cancelled(limits: &CallLimits) -> Result<(), CallError> {
+    if limits.cancel.is_cancelled() {
+        return Err(CallError::Cancelled);
+    }
+    Ok(())
 }
 
 /// What the image says of an evaluation that did not unwind: where its thread waits, and which

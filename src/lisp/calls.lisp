@@ -169,14 +169,16 @@ or, when the evaluation is aborted, the report it was aborted with."
          (*agent-call* token)
          (named-from (name-thread-for-call token)))
     (reset-send-counter)
-    (sb-thread:with-mutex (*registry-lock*)
-      (setf early (or (gethash token *early-cancellations*)
-                      (gethash (token-call token) *cancelled-calls*)))
-      (remhash token *early-cancellations*)
-      (unless early
-        (setf (gethash token *running*) evaluation)))
     (unwind-protect
+         ;; Registered inside the CATCH: a CANCEL that finds the evaluation registered may
+         ;; interrupt it at once, and its throw needs the tag to be there already.
          (catch (evaluation-tag evaluation)
+           (sb-thread:with-mutex (*registry-lock*)
+             (setf early (or (gethash token *early-cancellations*)
+                             (gethash (token-call token) *cancelled-calls*)))
+             (remhash token *early-cancellations*)
+             (unless early
+               (setf (gethash token *running*) evaluation)))
            (when early
              (throw (evaluation-tag evaluation) (interruption-report (car early) (cdr early) nil)))
            (multiple-value-prog1 (funcall function evaluation)

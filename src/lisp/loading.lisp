@@ -2,11 +2,14 @@
 ;;;; with their source locations, as C-c C-c and C-c C-k do, and report the compiler's conditions
 ;;;; at file, line and column. Also the reverse, for a deleted definition.
 ;;;;
-;;;; The server reads the file and sends LOAD-SOURCE the text to compile: the file with everything
-;;;; but the chosen definitions blanked out, each definition at its own offset, line and top-level
-;;;; form number (src/source/load.rs). It is compiled as a file of its own whose source name is
-;;;; the real file's, with the real file's write date, so that SBCL records each definition where
-;;;; it is in the real file and find-definition sees no change.
+;;;; The server reads the file and sends the octets to compile: to LOAD-SOURCE the file with
+;;;; everything but the chosen definitions blanked out, each definition at its own offset, line and
+;;;; top-level form number (src/source/load.rs); to LOAD-SOURCE-FILE the whole file. The image
+;;;; never reads the real file: what it compiles is what the server checked (and, under --confirm,
+;;;; showed the human), whatever happens to the file meanwhile. The octets are compiled from a
+;;;; private file of the image's own whose source name is the real file's, with the real file's
+;;;; write date, so that SBCL records each definition where it is in the real file and
+;;;; find-definition sees no change.
 ;;;;
 ;;;; Loaded after undo.lisp, under the rules of package.lisp.
 
@@ -16,15 +19,11 @@
   "Compiler conditions a load reports in full; the rest are only counted.")
 
 (defun temporary-directory ()
-  (let ((directory (or (sb-ext:posix-getenv "TMPDIR") "/tmp")))
-    (pathname (if (char= (char directory (1- (length directory))) #\/)
-                  directory
-                  (concatenate 'string directory "/")))))
-
-(defun temporary-pathname (type)
-  (merge-pathnames (format nil "mcp-agent-load-~36R-~36R.~A"
-                           (get-universal-time) (random (expt 36 8) (make-random-state t)) type)
-                   (temporary-directory)))
+  "The native name of the directory for temporary files, ending in a slash."
+  (let ((directory (sb-ext:posix-getenv "TMPDIR")))
+    (cond ((zerop (length directory)) "/tmp/")
+          ((char= (char directory (1- (length directory))) #\/) directory)
+          (t (concatenate 'string directory "/")))))
 
 (defun posix (name &rest arguments)
   "Calls SB-POSIX's function NAME, the contrib required on first use."
@@ -35,11 +34,11 @@
   (require :sb-posix)
   (symbol-value (find-symbol name '#:sb-posix)))
 
-(defun set-write-date (pathname universal-time)
-  "Gives PATHNAME the write date UNIVERSAL-TIME."
+(defun set-write-date (native-name universal-time)
+  "Gives the file NATIVE-NAME the write date UNIVERSAL-TIME."
   (ignore-errors
    (let ((unix-time (- universal-time (encode-universal-time 0 0 0 1 1 1970 0))))
-     (posix "UTIMES" (sb-ext:native-namestring pathname) unix-time unix-time))))
+     (posix "UTIMES" native-name unix-time unix-time))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where a compiler condition is, in a file's octets
@@ -174,34 +173,75 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
                               *max-load-conditions*)
           :inactive inactive)))
 
-(defun compile-and-load (source octets &key source-name)
-  "Compiles the file SOURCE (whose contents are OCTETS) under the source name SOURCE-NAME, and
-loads the result unless the compiler reported an error. Returns the report of LOAD-REPORT."
-  (let ((fasl (temporary-pathname "fasl"))
-        (*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
-        (*package* (find-package '#:common-lisp-user))
-        (*readtable* (copy-readtable nil)))
+(defun text-octets (text)
+  "The octets TEXT carries, one per character: the server sends a file's bytes as the characters of
+the same codes (Latin-1), so that the image gets exactly those bytes whatever their encoding."
+  (let ((octets (make-array (length text) :element-type '(unsigned-byte 8))))
+    (loop for c across text
+          for i from 0
+          do (if (< (char-code c) 256)
+                 (setf (aref octets i) (char-code c))
+                 (fail "The text to load came with the character ~S, which is no octet: swank-mcp sends a ~
+                        file's bytes one per character. Nothing was loaded." c)))
+    octets))
+
+(defun call-with-private-copy (octets write-date function)
+  "Calls FUNCTION with the pathnames of a file that holds OCTETS, with the write date WRITE-DATE
+when given, and of the fasl to compile it to. Both are in a directory made for the call, that only
+this user may enter, and are removed with it after: no other process can put its own text in
+their place, or read them."
+  (let* ((directory (handler-case (posix "MKDTEMP" (concatenate 'string (temporary-directory) "mcp-agent-load-XXXXXX"))
+                      (error (e)
+                        (fail "The image could not make a directory for the file to compile in ~A (~A); ~
+                               nothing was loaded." (temporary-directory) (condition-message e)))))
+         (source (concatenate 'string directory "/source.lisp"))
+         (fasl (concatenate 'string directory "/source.fasl")))
     (unwind-protect
-         (multiple-value-bind (values conditions)
-             (call-recording-file-conditions
-              octets
-              (lambda ()
-                (with-compilation-unit (:override t :source-namestring source-name)
-                  (compile-file source :output-file fasl))))
-           (let* ((output (first values))
-                  (errors (find "ERROR" conditions :key (lambda (c) (getf c :severity)) :test #'string=))
-                  (loaded (and output (not errors)
-                               (handler-case (progn (load output) t)
-                                 (error (e)
-                                   (setf conditions
-                                         (append conditions
-                                                 (list (list :severity "ERROR"
-                                                             :message (format nil "Loading the compiled code failed: ~A"
-                                                                              (condition-message e))
-                                                             :form nil :line nil :column nil))))
-                                   nil)))))
-             (load-report conditions loaded)))
-      (ignore-errors (delete-file fasl)))))
+         (let ((descriptor (posix "OPEN" source
+                                  (logior (posix-flag "O-WRONLY") (posix-flag "O-CREAT") (posix-flag "O-EXCL"))
+                                  #o600)))
+           (with-open-stream (out (sb-sys:make-fd-stream descriptor :output t :element-type '(unsigned-byte 8)
+                                                                     :file source))
+             (write-sequence octets out))
+           (when write-date
+             (set-write-date source write-date))
+           (funcall function (sb-ext:parse-native-namestring source) (sb-ext:parse-native-namestring fasl)))
+      ;; Whatever the compiler left there, not only the two files it was asked for.
+      (dolist (file (ignore-errors
+                     (directory (merge-pathnames (make-pathname :name :wild :type :wild)
+                                                 (sb-ext:parse-native-namestring (concatenate 'string directory "/"))))))
+        (ignore-errors (delete-file file)))
+      (ignore-errors (posix "RMDIR" directory)))))
+
+(defun compile-and-load (octets file write-date)
+  "Compiles OCTETS, the text to load of FILE (the real file's native name, written WRITE-DATE), from
+a private copy (see CALL-WITH-PRIVATE-COPY) whose source name is FILE, and loads the result unless
+the compiler reported an error. Returns the report of LOAD-REPORT."
+  (call-with-private-copy
+   octets write-date
+   (lambda (source fasl)
+     (let ((*compile-verbose* nil) (*compile-print* nil) (*load-verbose* nil) (*load-print* nil)
+           (*package* (find-package '#:common-lisp-user))
+           (*readtable* (copy-readtable nil)))
+       (multiple-value-bind (values conditions)
+           (call-recording-file-conditions
+            octets
+            (lambda ()
+              (with-compilation-unit (:override t :source-namestring file)
+                (compile-file source :output-file fasl))))
+         (let* ((output (first values))
+                (errors (find "ERROR" conditions :key (lambda (c) (getf c :severity)) :test #'string=))
+                (loaded (and output (not errors)
+                             (handler-case (progn (load output) t)
+                               (error (e)
+                                 (setf conditions
+                                       (append conditions
+                                               (list (list :severity "ERROR"
+                                                           :message (format nil "Loading the compiled code failed: ~A"
+                                                                            (condition-message e))
+                                                           :form nil :line nil :column nil))))
+                                 nil)))))
+           (load-report conditions loaded)))))))
 
 (defun inactive-guards (guards)
   "The GUARDS, each (label marker feature-text), whose reader conditional does not let the form
@@ -217,10 +257,10 @@ through in this image."
              guards))
 
 (define-entry load-source (file text &key guards write-date session token (max-output 65536))
-  "Compiles TEXT, the file FILE with everything but some definitions blanked out (see the top of
-this file), and loads it, for load-form. GUARDS are the reader conditionals in front of the
-definitions, (label marker feature-text) each. WRITE-DATE is FILE's as the server read it (the
-image never looks at FILE itself). Returns a plist: :LOADED; the counts :WARNINGS :ERRORS
+  "Compiles TEXT, the octets (one per character) of the file FILE with everything but some
+definitions blanked out (see the top of this file), and loads it, for load-form. GUARDS are the
+reader conditionals in front of the definitions, (label marker feature-text) each. WRITE-DATE is
+FILE's as the server read it. Returns a plist: :LOADED; the counts :WARNINGS :ERRORS
 :STYLE-WARNINGS :NOTES; :CONDITIONS, each (:SEVERITY :MESSAGE :FORM :LINE :COLUMN) with LINE and
 COLUMN in FILE; :INACTIVE, the guards that keep their definition out in this image; :STDOUT (text
 dropped)."
@@ -232,72 +272,28 @@ dropped)."
     (let ((result
             (run-tool token
                       (lambda ()
-                        (let ((source (temporary-pathname "lisp"))
-                              (octets (sb-ext:string-to-octets text :external-format :utf-8)))
-                          (unwind-protect
-                               (progn
-                                 (with-open-file (out source :direction :output :element-type '(unsigned-byte 8)
-                                                             :if-exists :supersede)
-                                   (write-sequence octets out))
-                                 (when write-date
-                                   (set-write-date source write-date))
-                                 (let ((report (compile-and-load source octets :source-name file)))
-                                   (setf (getf report :inactive) (inactive-guards guards))
-                                   report))
-                            (ignore-errors (delete-file source)))))
+                        (let ((report (compile-and-load (text-octets text) file write-date)))
+                          (setf (getf report :inactive) (inactive-guards guards))
+                          report))
                       :stdout stdout)))
       (if (getf result :failure)
           result
           (append result (list :stdout (capture-report stdout)))))))
 
-(defconstant +o-path+ #o10000000
-  "Linux's O_PATH, which SB-POSIX lacks: a descriptor that names a file without opening it for
-reading (opening a device can act on it; a FIFO would block).")
-
-(defun call-with-checked-file (file device inode function)
-  "Calls FUNCTION with a name that opens FILE as the server read it beneath its roots: the file
-of device DEVICE and inode INODE (decimal texts). The server sends only the path, and a directory
-on it swapped for a symlink since would lead the image elsewhere: so the image takes a handle on
-FILE once, checks that it is that file, and compiles it through /proc/self/fd, which names what
-the handle holds whatever happens to the path; *COMPILE-FILE-TRUENAME* is still the file's own
-name."
-  (let ((descriptor (handler-case (posix "OPEN" (sb-ext:native-namestring file) +o-path+)
-                      (error (e)
-                        (fail "The image cannot open the file ~A (~A): it was moved since swank-mcp ~
-                               read it, or the image runs on another machine, in another file system ~
-                               namespace or as another user than swank-mcp. Nothing was loaded."
-                              file (condition-message e))))))
-    (unwind-protect
-         (let ((opened (posix "FSTAT" descriptor))
-               (name (format nil "/proc/self/fd/~D" descriptor)))
-           (unless (and (eql (posix "STAT-DEV" opened) (parse-integer device))
-                        (eql (posix "STAT-INO" opened) (parse-integer inode)))
-             (fail "The image found another file at ~A than swank-mcp read: the file was replaced, or a ~
-                    directory on its path, in between (or the image sees another file system). Nothing ~
-                    was loaded; load it again." file))
-           (unless (probe-file "/proc/self/fd/")
-             (fail "The image has no /proc/self/fd, through which load-file compiles exactly the file ~
-                    swank-mcp checked; nothing was loaded."))
-           (funcall function name))
-      (posix "CLOSE" descriptor))))
-
-(define-entry load-source-file (file &key device inode session token (max-output 65536))
-  "Compiles and loads FILE for load-file: the file of DEVICE and INODE that the server read (see
-CALL-WITH-CHECKED-FILE). Returns the plist LOAD-SOURCE does, without :INACTIVE. New definitions
-are not listed in the undo journal (a file's hundreds would push out the replacements); replaced
-functions and macros are."
+(define-entry load-source-file (file text &key write-date session token (max-output 65536))
+  "Compiles and loads TEXT, the octets (one per character) of the whole file FILE as the server read
+it, written WRITE-DATE, for load-file. Returns the plist LOAD-SOURCE does, without :INACTIVE. New
+definitions are not listed in the undo journal (a file's hundreds would push out the
+replacements); replaced functions and macros are."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
         (*agent-session* (find-session session)))
     (let ((result (run-tool token
                             (lambda ()
-                              (call-with-checked-file
-                               file device inode
-                               (lambda (opened)
-                                 (let ((*journal-additions* nil)
-                                       (*file-octets* (make-hash-table :test 'equal)))
-                                   (compile-and-load opened (read-file-octets opened) :source-name file)))))
+                              (let ((*journal-additions* nil)
+                                    (*file-octets* (make-hash-table :test 'equal)))
+                                (compile-and-load (text-octets text) file write-date)))
                             :stdout stdout)))
       (if (getf result :failure)
           result

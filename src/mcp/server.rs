@@ -203,22 +203,23 @@ impl Server {
     async fn dispatch(self: &Arc<Self>, bytes: &[u8], calls: &mut Calls) {
         match Line::parse(bytes) {
             Line::Single(message) if is_tool_call(&message) => {
-                let server = self.clone();
+                let (server, answer) = (self.clone(), self.admit(message));
                 calls.push(Box::pin(async move {
-                    if let Some(reply) = server.answer(message).await {
+                    if let Some(reply) = answer.await {
                         server.send(reply);
                     }
                 }));
             }
             Line::Single(message) => {
-                if let Some(reply) = self.answer(message).await {
+                if let Some(reply) = self.admit(message).await {
                     self.send(reply);
                 }
             }
             Line::Batch(messages) => {
                 let server = self.clone();
+                let answers: Vec<_> = messages.into_iter().map(|m| self.admit(m)).collect();
                 calls.push(Box::pin(async move {
-                    let replies = futures::future::join_all(messages.into_iter().map(|m| server.answer(m))).await;
+                    let replies = futures::future::join_all(answers).await;
                     let replies: Vec<Response> = replies.into_iter().flatten().collect();
                     if !replies.is_empty() {
                         server.send(replies);
@@ -343,8 +344,27 @@ impl Server {
         self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).as_str() >= STRUCTURED_OUTPUT_SINCE
     }
 
-    /// The response to one message, if it gets one.
-    async fn answer(self: &Arc<Self>, message: Result<Message, Invalid>) -> Option<Response> {
+    /// Answers one message: the future gives the response, if it gets one. A tool call is
+    /// registered for cancellation here, as its line is read, rather than when that future first
+    /// runs: calls run beside the reader loop, which may read and handle the line cancelling the
+    /// call before then, and a cancellation that finds no call is dropped.
+    fn admit(self: &Arc<Self>, message: Result<Message, Invalid>) -> impl Future<Output = Option<Response>> + Send {
+        let in_flight = match &message {
+            Ok(Message::Request(request)) if request.method == "tools/call" => {
+                Some(InFlight::register(self, &request.id))
+            }
+            _ => None,
+        };
+        let server = self.clone();
+        async move { server.answer(message, in_flight).await }
+    }
+
+    /// The response to one message, if it gets one; `in_flight` is a tool call's registration.
+    async fn answer(
+        self: &Arc<Self>,
+        message: Result<Message, Invalid>,
+        in_flight: Option<InFlight>,
+    ) -> Option<Response> {
         match message {
             Err(invalid) => invalid_response(invalid),
             Ok(Message::Response(reply)) => {
@@ -355,15 +375,15 @@ impl Server {
                 self.notification(notification);
                 None
             }
-            Ok(Message::Request(request)) => self.answer_request(request).await,
+            Ok(Message::Request(request)) => self.answer_request(request, in_flight).await,
         }
     }
 
     /// Answers a request, with a panic (a bug) answered as an internal error instead of taking
     /// the server, and every other call running beside it, down.
-    async fn answer_request(self: &Arc<Self>, request: Request) -> Option<Response> {
+    async fn answer_request(self: &Arc<Self>, request: Request, in_flight: Option<InFlight>) -> Option<Response> {
         let id = request.id.clone();
-        match AssertUnwindSafe(self.request(request)).catch_unwind().await {
+        match AssertUnwindSafe(self.request(request, in_flight)).catch_unwind().await {
             Ok(outcome) => respond(id.0, outcome),
             Err(_) => Some(error_response(
                 id.0,
@@ -397,7 +417,11 @@ impl Server {
         }
     }
 
-    async fn request(self: &Arc<Self>, request: Request) -> Result<Option<ResultBody>, (i64, String)> {
+    async fn request(
+        self: &Arc<Self>,
+        request: Request,
+        in_flight: Option<InFlight>,
+    ) -> Result<Option<ResultBody>, (i64, String)> {
         let method = request.method.as_str();
         match method {
             "initialize" => {
@@ -424,7 +448,8 @@ impl Server {
                     )
                 })?;
                 let progress_token = params.meta.and_then(|meta| meta.progress_token);
-                self.call_tool(&request.id, &params.name, params.arguments, progress_token).await
+                let in_flight = in_flight.unwrap_or_else(|| InFlight::register(self, &request.id));
+                self.call_tool(in_flight, &params.name, params.arguments, progress_token).await
             }
             other => Err((METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
@@ -473,13 +498,12 @@ impl Server {
 
     async fn call_tool(
         self: &Arc<Self>,
-        id: &RequestId,
+        in_flight: InFlight,
         name: &str,
         arguments: Option<Value>,
         progress_token: Option<Value>,
     ) -> Result<Option<ResultBody>, (i64, String)> {
-        let cancel = CancellationToken::new();
-        let in_flight = InFlight::register(self, id, cancel.clone());
+        let cancel = in_flight.cancel.clone();
         let started = std::time::Instant::now();
         let caller = self.caller.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let progress = self.progress_for(progress_token);
@@ -534,22 +558,24 @@ struct CancelledParams {
     request_id: Value,
 }
 
-/// A running call's entry in [`Server::in_flight`], removed however the call ends: with its
-/// output, or by a panic.
-struct InFlight<'a> {
-    server: &'a Server,
+/// A tool call's entry in [`Server::in_flight`], from when its line is read until it ends,
+/// removed however it ends: with its output, refused, or by a panic.
+struct InFlight {
+    server: Arc<Server>,
     key: String,
+    /// Cancelled by the client's `notifications/cancelled`.
+    cancel: CancellationToken,
 }
 
-impl<'a> InFlight<'a> {
-    fn register(server: &'a Server, id: &RequestId, cancel: CancellationToken) -> Self {
-        let key = id.0.to_string();
-        server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel);
-        InFlight { server, key }
+impl InFlight {
+    fn register(server: &Arc<Server>, id: &RequestId) -> Self {
+        let (key, cancel) = (id.0.to_string(), CancellationToken::new());
+        server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
+        InFlight { server: server.clone(), key, cancel }
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
     }

@@ -93,6 +93,12 @@ impl Pipeline {
                     };
                     match approved {
                         Err(refused) => refused,
+                        // Cancelled before it started (while it waited for approval, or before
+                        // that): it never starts.
+                        Ok(_) if cancel.is_cancelled() => (
+                            Ending::Cancelled,
+                            ToolOutput::error(format!("{name} was not run: the client cancelled the call.")),
+                        ),
                         Ok(fingerprint) => {
                             if asks {
                                 observations.iter_mut().for_each(|observation| observation.running());

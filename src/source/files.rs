@@ -293,13 +293,7 @@ impl AllowedRoots {
         let OpenedFile { shown, path, mut file, metadata, .. } = self.open(path)?;
         check_size(&shown, &metadata, limit)?;
         match read_all(&mut file, &metadata) {
-            Ok(bytes) => Ok(SourceFile {
-                shown,
-                path,
-                bytes,
-                identity: (metadata.dev(), metadata.ino()),
-                modified: metadata.modified().ok(),
-            }),
+            Ok(bytes) => Ok(SourceFile { shown, path, bytes, modified: metadata.modified().ok() }),
             Err(source) => Err(PathError::Read { path: shown, source }),
         }
     }
@@ -556,9 +550,6 @@ pub struct SourceFile {
     /// The file's real path, with no symbolic link in it.
     pub path: PathBuf,
     pub(crate) bytes: Vec<u8>,
-    /// Device and inode of the file read: what another process that opens `path` must find
-    /// there, since the path may lead elsewhere by then.
-    pub(crate) identity: (u64, u64),
     /// When the file read was last modified.
     pub(crate) modified: Option<SystemTime>,
 }

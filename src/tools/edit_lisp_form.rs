@@ -330,7 +330,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             sections.push(format!("Nothing to load from {}: the new text holds no form.", file.shown));
             continue;
         }
-        match load_plan(context, args, &file.path, file.modified, &plan).await {
+        match load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
             Ok(loaded) => {
                 let (text, load_failed, load) = loaded.render(&file.shown, &plan, None);
                 sections.push(text);

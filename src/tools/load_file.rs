@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::lisp_reply::{decode, plural};
-use super::load_form::LoadReport;
+use super::load_form::{octet_text, universal_time, LoadReport};
 use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
@@ -50,13 +50,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     let counted = definition_count(&file.bytes);
-    // The image opens the path again, and must load only the file read here (see
-    // CALL-WITH-CHECKED-FILE in loading.lisp); an inode may pass i64, hence text.
-    let (device, inode) = file.identity;
+    // The bytes read and checked here are what the image compiles: reading the file again, the
+    // image could find other text there (rewritten in place since, or through a path that now
+    // leads elsewhere).
     let request = Request::new("load-source-file")
         .arg(file.path.display().to_string())
-        .key("device", device.to_string())
-        .key("inode", inode.to_string())
+        .arg(octet_text(&file.bytes, &file.shown)?)
+        .key("write-date", universal_time(file.modified))
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     let report = decode::<LoadReport>("load-source-file", &reply)?;

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::image::Request;
 use crate::source::{AllowedRoots, LoadPlan, LoadTarget, SourceFile};
+use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
@@ -49,7 +50,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
     let plan = plan(args, &file)?;
-    let loaded = load_plan(context, args, &file.path, file.modified, &plan).await?;
+    let loaded = load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await?;
     Ok(loaded.into_output(&file.shown, &plan, None))
 }
 
@@ -87,12 +88,13 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
     })
 }
 
-/// Sends `plan` to the image to compile and load, as the text of the file at `path` last modified
-/// at `modified` (the image never opens the path, which may lead elsewhere by then).
+/// Sends `plan` to the image to compile and load, as the text of the file at `path` (`shown` in
+/// messages) last modified at `modified`: the image never opens the path, which may lead
+/// elsewhere by then, or to other text.
 pub(crate) async fn load_plan(
     context: &ToolContext,
     args: &Arguments,
-    path: &Path,
+    (path, shown): (&Path, &str),
     modified: Option<SystemTime>,
     plan: &LoadPlan,
 ) -> Result<LoadReport, ToolError> {
@@ -107,7 +109,7 @@ pub(crate) async fn load_plan(
         .collect::<Vec<_>>();
     let request = Request::new("load-source")
         .arg(path.display().to_string())
-        .arg(String::from_utf8_lossy(&plan.text).into_owned())
+        .arg(octet_text(&plan.text, shown)?)
         .key("guards", Form::list_of(guards))
         .key("write-date", universal_time(modified))
         .key("max-output", context.settings.max_output);
@@ -115,9 +117,29 @@ pub(crate) async fn load_plan(
     decode::<LoadReport>("load-source", &reply)
 }
 
+/// Room in a request to the image for what it carries besides a file's text.
+const REQUEST_ROOM: usize = 64 * 1024;
+
+/// `bytes`, text to compile from the file `shown`, as the load entries of the helper take it:
+/// one character per byte, of the byte's code (Latin-1), so that the image compiles exactly these
+/// bytes whatever their encoding (TEXT-OCTETS in loading.lisp). The error says when they do not
+/// fit in one swank message.
+pub(crate) fn octet_text(bytes: &[u8], shown: &str) -> Result<String, ToolError> {
+    // A byte over 127 takes two bytes of UTF-8 on the wire, and `"` and `\` take an escape.
+    let wire = bytes.len() + bytes.iter().filter(|&&b| b >= 0x80 || b == b'"' || b == b'\\').count();
+    if wire + REQUEST_ROOM > MAX_PAYLOAD {
+        return Err(ToolError::new(format!(
+            "Nothing was loaded: the text of {shown} takes {wire} bytes in a request to the image, over the {} that \
+             one swank message carries with the rest of the request. Load it with load-system, or split the file.",
+            MAX_PAYLOAD - REQUEST_ROOM
+        )));
+    }
+    Ok(bytes.iter().map(|&b| char::from(b)).collect())
+}
+
 /// `time` as a Lisp universal time (whole seconds since 1900, as FILE-WRITE-DATE gives it), or
 /// `nil`.
-fn universal_time(time: Option<SystemTime>) -> Form {
+pub(crate) fn universal_time(time: Option<SystemTime>) -> Form {
     const UNIX_EPOCH_AS_UNIVERSAL_TIME: u64 = 2_208_988_800;
     time.and_then(|time| time.duration_since(UNIX_EPOCH).ok())
         .and_then(|since| i64::try_from(since.as_secs() + UNIX_EPOCH_AS_UNIVERSAL_TIME).ok())
@@ -272,5 +294,15 @@ mod tests {
             "Loaded `defun f` (a.lisp, lines 2-3) into the image, read in package :app. 0 errors, 0 warnings, 1 style-warning.\n\n\
              STYLE-WARNING: undefined function: APP::G\n  in form: (G 1)\n  at: a.lisp:8:17"
         );
+    }
+
+    #[test]
+    fn each_byte_goes_as_the_character_of_its_code_within_one_message() {
+        let bytes = [b'(', 0xC3, 0xA9, 0xFF, 0, b'"', b'\\', b')'];
+        let text = octet_text(&bytes, "a.lisp").unwrap();
+        assert_eq!(text.chars().map(u32::from).collect::<Vec<_>>(), bytes.map(u32::from));
+        // Half a message of bytes over 127 takes a whole one.
+        let refused = octet_text(&vec![0x80; MAX_PAYLOAD / 2], "a.lisp").unwrap_err();
+        assert!(refused.0.starts_with("Nothing was loaded: the text of a.lisp takes 16777214 bytes"), "{}", refused.0);
     }
 }

@@ -85,7 +85,7 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
 
 /// The `file_path` argument of the tools that load a file into the image.
 pub(crate) const LOADED_FILE: Param =
-    Param::text("file_path", "Under an allowed root; the image reads it at the same path.").required();
+    Param::text("file_path", "Under an allowed root; compiled under this name.").required();
 
 /// The `index` argument of the tools that find a definition in a file as edit-lisp-form does.
 pub(crate) const FORM_INDEX: Param = Param::integer("index", 1, "Which match, 1-based, when several do.")
