@@ -1,0 +1,213 @@
+//! The image's own threads (issue 37): an error in a thread the person runs goes to the person's
+//! debugger, never to swank-mcp's, and the thread lives; the agent attaches to it where it waits,
+//! reads a local, redefines the function and restarts the frame, and the same thread finishes the
+//! same job while the person's debugger closes and their connection still answers. With no
+//! person's connection the thread waits for the agent, who is told it stopped.
+//!
+//! The person is a raw swank client connected first, as SLIME is: it reads every message the
+//! image sends it.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use common::{is_error, text, McpClient};
+
+/// The person's Emacs: a swank connection of its own, opened before swank-mcp's.
+struct Person {
+    stream: TcpStream,
+    next_request: u32,
+    /// Messages read while waiting for something else.
+    unread: std::collections::VecDeque<String>,
+}
+
+impl Person {
+    async fn connect(port: u16) -> Self {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        Self { stream, next_request: 1, unread: Default::default() }
+    }
+
+    async fn send(&mut self, message: &str) {
+        self.stream.write_all(format!("{:06x}{message}", message.len()).as_bytes()).await.unwrap();
+    }
+
+    async fn receive(&mut self) -> String {
+        let mut header = [0u8; 6];
+        self.stream.read_exact(&mut header).await.unwrap();
+        let length = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
+        let mut payload = vec![0u8; length];
+        self.stream.read_exact(&mut payload).await.unwrap();
+        String::from_utf8(payload).unwrap()
+    }
+
+    /// Evaluates `code` in `package` as SLIME's `C-x C-e` does; returns the `(:ok ...)` or
+    /// `(:abort ...)` of the reply.
+    async fn eval(&mut self, code: &str, package: &str) -> String {
+        let id = self.next_request;
+        self.next_request += 1;
+        let quoted = code.replace('\\', "\\\\").replace('"', "\\\"");
+        self.send(&format!("(:emacs-rex (swank:interactive-eval \"{quoted}\") \"{package}\" t {id})")).await;
+        let ending = format!(" {id})");
+        let within = Duration::from_secs(30);
+        tokio::time::timeout(within, async {
+            loop {
+                let message = self.receive().await;
+                match message.strip_prefix("(:return ").and_then(|m| m.strip_suffix(&ending)) {
+                    Some(value) => return value.to_string(),
+                    None => self.unread.push_back(message),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no reply to {code} within {within:?}"))
+    }
+
+    /// The next message that starts with `prefix`, read or still to come.
+    async fn told(&mut self, prefix: &str) -> String {
+        if let Some(at) = self.unread.iter().position(|message| message.starts_with(prefix)) {
+            return self.unread.remove(at).unwrap();
+        }
+        let within = Duration::from_secs(30);
+        tokio::time::timeout(within, async {
+            loop {
+                let message = self.receive().await;
+                if message.starts_with(prefix) {
+                    return message;
+                }
+                self.unread.push_back(message);
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the person's connection was not told {prefix} within {within:?}"))
+    }
+}
+
+/// An invoicing service's piece: a worker that prices a job, and a job whose quantity came as text.
+const SHOP: &str = "(progn (defpackage :shop (:use :cl)) \
+     (in-package :shop) \
+     (declaim (optimize (debug 2))) \
+     (defvar *done* '()) \
+     (defun price (qty) (* qty 10)) \
+     (defun work (job) (push (price job) *done*)) \
+     t)";
+
+/// The number of the backtrace line that calls `function`: "3: (PRICE \"3\")" gives 3.
+fn frame_of(backtrace: &str, function: &str) -> u64 {
+    backtrace
+        .lines()
+        .find_map(|line| {
+            let (number, call) = line.split_once(": ")?;
+            call.starts_with(&format!("({function} ")).then(|| number.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no frame of {function} in {backtrace}"))
+}
+
+/// The session a debugger reply names: "[DEBUGGER D3] ..." gives "D3".
+fn session_of(reply: &str) -> String {
+    let start = reply.find("[DEBUGGER D").unwrap_or_else(|| panic!("no session in {reply}")) + "[DEBUGGER ".len();
+    reply[start..].split(']').next().unwrap().to_string()
+}
+
+async fn tool(agent: &mut McpClient, name: &str, arguments: Value) -> String {
+    let reply = agent.call_tool(name, arguments).await;
+    assert!(!is_error(&reply), "{name}: {reply}");
+    text(&reply).to_string()
+}
+
+#[tokio::test]
+async fn an_error_in_the_persons_thread_reaches_their_debugger_and_the_agent_restarts_its_frame() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    assert_eq!(person.eval(SHOP, "COMMON-LISP-USER").await, "(:ok \"=> T\")");
+    // swank-mcp attaches after the person's Emacs, so swank would take it for the default.
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
+
+    person.eval("(sb-thread:make-thread (lambda () (work \"3\")) :name \"shop-worker\")", "SHOP").await;
+    let debug = person.told("(:debug ").await;
+    assert!(debug.contains("shop-worker") && debug.contains("is not a NUMBER"), "the person's SLDB opens: {debug}");
+
+    let threads = tool(&mut agent, "threads", json!({})).await;
+    let listed = threads.lines().find(|line| line.contains("shop-worker")).unwrap_or_else(|| panic!("{threads}"));
+    assert!(listed.contains("waits in the SLIME debugger") && listed.contains("is not a NUMBER"), "{listed}");
+
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "shop-worker"})).await;
+    assert!(attached.contains("waits in the person's Emacs debugger"), "{attached}");
+    let session = session_of(&attached);
+    let frame = frame_of(&attached, "PRICE");
+    let locals = tool(&mut agent, "debugger", json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(locals.contains("QTY = \"3\""), "{locals}");
+    let value = tool(
+        &mut agent,
+        "debugger",
+        json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(length qty)"}),
+    )
+    .await;
+    assert!(value.starts_with("=> 1"), "{value}");
+
+    tool(
+        &mut agent,
+        "evaluate-lisp",
+        json!({"code": "(defun price (qty) (* (if (stringp qty) (parse-integer qty) qty) 10))", "package": "SHOP"}),
+    )
+    .await;
+    let resumed =
+        tool(&mut agent, "debugger", json!({"session": session, "action": "restart_frame", "frame": frame})).await;
+    assert!(resumed.contains("left the debugger"), "{resumed}");
+
+    // The person's SLDB closes as when they pick a restart, the same thread finished the same job,
+    // and their connection still answers.
+    let closed = person.told("(:debug-return ").await;
+    assert!(closed.starts_with("(:debug-return "), "{closed}");
+    assert_eq!(person.eval("*done*", "SHOP").await, "(:ok \"=> (30)\")");
+    let reply = agent.call_tool("debugger", json!({"session": session, "action": "backtrace"})).await;
+    assert!(is_error(&reply) && text(&reply).contains("no debugger session"), "the session ended: {reply}");
+    assert!(
+        !person.unread.iter().any(|message| message.starts_with("(:return ")),
+        "the person's Emacs got no reply it did not ask for: {:?}",
+        person.unread
+    );
+}
+
+#[tokio::test]
+async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
+    let image = common::private_image().await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
+    // A thread of the image's own, started by a connection that has gone before it fails.
+    {
+        let mut person = Person::connect(image.port).await;
+        person.eval(SHOP, "COMMON-LISP-USER").await;
+        person.eval("(sb-thread:make-thread (lambda () (sleep 1) (work \"4\")) :name \"lone-worker\")", "SHOP").await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 1)"})).await;
+    assert!(
+        reply.contains("[background]")
+            && reply.contains("Thread \"lone-worker\" of the image stopped")
+            && reply.contains("waits in no one's debugger")
+            && reply.contains("\"action\": \"attach\""),
+        "{reply}"
+    );
+    let threads = tool(&mut agent, "threads", json!({})).await;
+    assert!(threads.contains("lone-worker"), "swank-mcp did not end the thread: {threads}");
+
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "lone-worker"})).await;
+    let session = session_of(&attached);
+    let frame = frame_of(&attached, "PRICE");
+    tool(
+        &mut agent,
+        "evaluate-lisp",
+        json!({"code": "(defun price (qty) (* (if (stringp qty) (parse-integer qty) qty) 10))", "package": "SHOP"}),
+    )
+    .await;
+    tool(&mut agent, "debugger", json!({"session": session, "action": "restart_frame", "frame": frame})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(common::without_handle(&tool(&mut agent, "evaluate-lisp", json!({"code": "shop::*done*"})).await), "=> (40)");
+}
