@@ -63,6 +63,12 @@ frame 0, which tells the helper's frames above the user's from those below them.
                       (unless (implementation-internal-p name)
                         (setf seen-user-frame t))
                       (push (list index frame name) frames)))))
+    ;; A thread of the image's own (see ATTACHED) has SBCL's thread start under its code, never
+    ;; the agent's business: left out as the evaluator's frames are.
+    (loop while (and frames (rest frames)
+                     (implementation-internal-p (third (first frames)))
+                     (not (evaluator-frame-p (third (first frames)))))
+          do (pop frames))
     (let ((innermost-evaluator nil))
       (loop while (and frames (evaluator-frame-p (third (first frames))))
             do (setf innermost-evaluator (pop frames)))

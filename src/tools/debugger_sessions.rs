@@ -280,7 +280,7 @@ impl StopReport {
         sections.push(format!(
             "Thread {thread} waits in {where_}; attached as session D{number}. Act on it with the debugger tool as on \
              any session (frame, eval_in_frame, restart_frame after you redefine a function, invoke_restart, abort): \
-             a restart sends the thread on and closes the person's debugger, as if they had chosen it."
+             a restart sends the thread on, as the person's own choice in their debugger would."
         ));
         let structured = json!({
             "error": self.condition.to_json(),
