@@ -144,6 +144,12 @@ async fn an_error_in_the_persons_thread_reaches_their_debugger_and_the_agent_res
     let listed = threads.lines().find(|line| line.contains("shop-worker")).unwrap_or_else(|| panic!("{threads}"));
     assert!(listed.contains("waits in the SLIME debugger") && listed.contains("TYPE-ERROR"), "{listed}");
 
+    let status = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(
+        status.contains("Stopped thread") && status.contains("\"shop-worker\" waits in the SLIME debugger"),
+        "{status}"
+    );
+
     let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "shop-worker"})).await;
     assert!(attached.contains("waits in the person's Emacs debugger"), "{attached}");
     let session = session_of(&attached);
@@ -221,4 +227,53 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
         common::without_handle(&tool(&mut agent, "evaluate-lisp", json!({"code": "shop::*done*"})).await),
         "=> (40)"
     );
+}
+
+#[tokio::test]
+async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with_its_session() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    let set = tool(
+        &mut agent,
+        "debugger",
+        json!({"action": "break", "function": "price", "package": "SHOP", "condition": "(> qty 5)"}),
+    )
+    .await;
+    assert!(set.starts_with("Breakpoint 1: SHOP::PRICE when (> qty 5), every thread"), "{set}");
+
+    person.eval("(progn (defvar *low* nil) (defvar *high* nil))", "SHOP").await;
+    person.eval("(sb-thread:make-thread (lambda () (setf *low* (price 3))) :name \"low\")", "SHOP").await;
+    person.eval("(sb-thread:make-thread (lambda () (setf *high* (price 7))) :name \"high\")", "SHOP").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The call whose condition is false went on; the other waits for the agent, not the person.
+    assert_eq!(person.eval("(list *low* *high*)", "SHOP").await, "(:ok \"=> (30 NIL)\")");
+    assert!(!person.unread.iter().any(|message| message.starts_with("(:debug ")), "{:?}", person.unread);
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
+    assert!(
+        reply.contains("Breakpoint 1: SHOP::PRICE called with (7)") && reply.contains("waits at breakpoint 1"),
+        "{reply}"
+    );
+
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "high"})).await;
+    assert!(attached.contains("[CONTINUE]"), "{attached}");
+    let session = session_of(&attached);
+    let resumed = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
+    assert!(resumed.contains("left the debugger"), "{resumed}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(person.eval("*high*", "SHOP").await.starts_with("(:ok \"=> 70 "), "the call went on");
+
+    let listed = tool(&mut agent, "debugger", json!({"action": "breakpoints"})).await;
+    assert!(listed.contains("Breakpoint 1: SHOP::PRICE") && listed.contains("1 stop"), "{listed}");
+    // A session that ends leaves no breakpoint behind.
+    drop(agent);
+    let encapsulated = "(sb-int:encapsulated-p 'price 'mcp-agent-helper::mcp-agent-breakpoint)";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while person.eval(encapsulated, "SHOP").await != "(:ok \"=> NIL\")" {
+        assert!(std::time::Instant::now() < deadline, "the breakpoint outlived its session");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(person.eval("(price 9)", "SHOP").await.starts_with("(:ok \"=> 90 "), "no stop without the breakpoint");
 }

@@ -64,6 +64,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/inspect.lisp"),
     include_str!("../lisp/workers.lisp"),
     include_str!("../lisp/image-threads.lisp"),
+    include_str!("../lisp/breakpoints.lisp"),
 );
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for

@@ -842,4 +842,12 @@ of the threads the server knows by the ids DEBUGGER-THREADS."
                       :tool-calls (sb-thread:with-mutex (*registry-lock*)
                                     ;; Not counting this call itself.
                                     (max 0 (1- (hash-table-count *running*))))
-                      :debugger-threads (mapcar #'listed-thread-number debugger-threads))))))
+                      :debugger-threads (mapcar #'listed-thread-number debugger-threads)
+                      :stopped-threads (loop for thread in (sb-thread:list-all-threads)
+                                             for waiting = (and (not (sb-thread:symbol-value-in-thread
+                                                                      '*parked* thread nil))
+                                                                (ignore-errors (debugger-text thread)))
+                                             when waiting
+                                               collect (format nil "~D ~S ~A" (thread-number thread)
+                                                               (safe-princ (sb-thread:thread-name thread))
+                                                               waiting)))))))

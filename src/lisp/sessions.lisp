@@ -60,11 +60,12 @@ through, whose closing ends the session."
 
 (defun release-session (session)
   "Releases everything SESSION holds in the image: what it traces is untraced (unless another
-session traces it too), its handles (and the objects they kept) and allowances go, and its agent
+session traces it too), its breakpoints are removed, its handles (and the objects they kept) and allowances go, and its agent
 threads are no longer known as its. A thread of its agent still running writes into its background
 buffer, which nobody reads any more."
   (setf (session-ended-p session) t)
   (untrace-session session)
+  (forget-session-breakpoints session)
   (sb-thread:with-mutex ((session-lock session))
     (setf (session-handle-table session) nil
           (session-allowances session) '()))

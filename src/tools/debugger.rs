@@ -33,11 +33,29 @@ const ARGUMENTS: &[Param] = &[
     Param::text("session", "e.g. \"D1\"; every action but attach."),
     Param::one_of(
         "action",
-        &["attach", "backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame", "restart_frame", "abort"],
+        &[
+            "attach",
+            "backtrace",
+            "frame",
+            "eval_in_frame",
+            "invoke_restart",
+            "continue",
+            "return_from_frame",
+            "restart_frame",
+            "abort",
+            "break",
+            "breakpoints",
+            "unbreak",
+        ],
         "",
     )
     .required(),
-    Param::integer_or_name("thread", "attach: a thread waiting in a debugger, by its number or name as threads lists it."),
+    Param::integer_or_name("thread", "attach: a thread waiting in a debugger; break: the only thread to stop. Its number or name as threads lists it."),
+    Param::text("function", "break: the function whose calls stop, e.g. \"shop::price\"."),
+    Param::code("condition", "break: stop only when this holds, Lisp over the function's parameters by name."),
+    Param::integer("hits", 1, "break: remove it after this many stops."),
+    Param::integer("breakpoint", 1, "unbreak: its number (default: every breakpoint of this session)."),
+    Param::text("package", "break: package to read function and condition in."),
     Param::integer("frame", 0, "Frame number, as backtrace shows it."),
     Param::integer("start", 0, "backtrace: first frame (default 0)."),
     Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
@@ -59,7 +77,8 @@ fn definition() -> ToolDefinition {
             "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1), \
             or attach to any thread of the image waiting in a debugger (the person's SLDB included) as a session: \
             see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
-            redefine its function), abort. Resuming returns its result, or a new session if it stops again.",
+            redefine its function), abort. Resuming returns its result, or a new session if it stops again. \
+            break sets a breakpoint that stops one thread when its condition holds; continue resumes it.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
@@ -76,8 +95,31 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    if args.required_str("action")? == "attach" {
-        return attach(context, args, &limits).await;
+    match args.required_str("action")? {
+        "attach" => return attach(context, args, &limits).await,
+        "break" => return set_breakpoint(context, args).await,
+        "breakpoints" => {
+            let reply = context.call_helper(args, Request::new("list-breakpoints")).await?;
+            let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
+            return Ok(ToolOutput::success(if listed.is_empty() {
+                "No breakpoints.".to_string()
+            } else {
+                listed.iter().map(Breakpoint::line).collect::<Vec<_>>().join("\n")
+            }));
+        }
+        "unbreak" => {
+            let request = Request::new("remove-breakpoint").key("number", args.optional_u64("breakpoint")?);
+            let reply = context.call_helper(args, request).await?;
+            let removed = decode::<Removed>("remove-breakpoint", &reply)?.removed;
+            return Ok(ToolOutput::success(match removed.as_slice() {
+                [] => "There were no breakpoints to remove.".to_string(),
+                removed => format!(
+                    "Removed: {}. Threads waiting at them still wait: continue them.",
+                    removed.iter().map(Breakpoint::line).collect::<Vec<_>>().join("; ")
+                ),
+            }));
+        }
+        _ => {}
     }
     let number = session_number(args.required_str("session")?)?;
     let action = Action::read(args)?;
@@ -138,6 +180,77 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             Err(e.into())
         }
     }
+}
+
+/// A breakpoint as the helper describes it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Breakpoint {
+    number: u64,
+    function: String,
+    condition: Option<String>,
+    thread: Option<String>,
+    stops_left: Option<u64>,
+    hits: u64,
+    condition_errors: u64,
+}
+
+impl Breakpoint {
+    fn line(&self) -> String {
+        let mut line = format!("Breakpoint {}: {}", self.number, self.function);
+        if let Some(condition) = &self.condition {
+            line.push_str(&format!(" when {condition}"));
+        }
+        line.push_str(&match &self.thread {
+            Some(thread) => format!(", thread {thread} only"),
+            None => ", every thread".to_string(),
+        });
+        line.push_str(&format!(", {} stop{}", self.hits, if self.hits == 1 { "" } else { "s" }));
+        if let Some(left) = self.stops_left {
+            line.push_str(&format!(", {left} more before it goes"));
+        }
+        if self.condition_errors > 0 {
+            line.push_str(&format!(", its condition failed {} times (taken as false)", self.condition_errors));
+        }
+        line
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Breakpoints {
+    breakpoints: Vec<Breakpoint>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Removed {
+    removed: Vec<Breakpoint>,
+}
+
+/// Sets a breakpoint on a function: a call that stops waits in the debugger on this server's
+/// connection, for `attach` and `continue`.
+async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let function = args
+        .optional_str("function")?
+        .ok_or_else(|| ToolError::new("break needs `function`, the function whose calls stop."))?;
+    let thread = match args.optional_number_or_name("thread")? {
+        Some(NumberOrName::Number(n)) => Some(n.to_string()),
+        Some(NumberOrName::Name(name)) => Some(name.to_string()),
+        None => None,
+    };
+    let request = Request::new("set-breakpoint")
+        .arg(function)
+        .key("condition", args.optional_str("condition")?)
+        .key("thread", thread)
+        .key("hits", args.optional_u64("hits")?)
+        .key("package", args.optional_str("package")?);
+    let reply = context.call_helper(args, request).await?;
+    let breakpoint = decode::<Breakpoint>("set-breakpoint", &reply)?;
+    Ok(ToolOutput::success(format!(
+        "{}. A call that stops waits in the debugger; the next evaluate-lisp reply and lisp-status say which \
+         thread: attach to it, then {{\"action\": \"continue\"}} (or restart_frame after a fix). It goes with \
+         unbreak or when this session ends.",
+        breakpoint.line()
+    )))
 }
 
 /// The helper's `attach-thread`: the thread found, and where it waits.
@@ -249,10 +362,11 @@ impl<'a> Action<'a> {
             "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: args.required_str("code")? },
             "restart_frame" => Action::RestartFrame { frame: frame()? },
             "abort" => Action::Abort,
+            "continue" => Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() },
             other => {
                 return Err(ToolError::new(format!(
                     "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
-                     invoke_restart, return_from_frame, restart_frame and abort."
+                     invoke_restart, continue, return_from_frame, restart_frame, abort, break, breakpoints and unbreak."
                 )))
             }
         })

@@ -88,6 +88,9 @@ struct ImageFacts {
     /// The threads tool's number of each debugger session's thread, in the order asked; `None`
     /// for one that has ended.
     pub debugger_threads: Vec<Option<u64>>,
+    /// Threads of the image's own waiting in a server's debugger (the person's SLDB or nobody's),
+    /// as the threads tool lists them: the debugger tool attaches to them.
+    pub stopped_threads: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +163,9 @@ impl Status {
                 )
             });
         }
+        for thread in &image.stopped_threads {
+            lines.push(format!("Stopped thread {thread}: the debugger tool's attach opens it"));
+        }
         if !self.images.is_empty() {
             let images: Vec<String> = self
                 .images
@@ -197,6 +203,7 @@ impl Status {
             "in_flight": self.in_flight,
             "debugger_sessions": self.debugger_sessions.iter().zip(self.listed_threads()).map(|(s, thread)| json!({"session": format!("D{}", s.number), "thread": thread, "condition": s.condition, "age_seconds": s.age.as_secs(), "busy": s.busy})).collect::<Vec<_>>(),
             "tool_calls_in_image": image.tool_calls,
+            "stopped_threads": image.stopped_threads,
             "heap_used": image.heap_used,
             "heap_size": image.heap_size,
             "asdf": image.asdf,
@@ -215,7 +222,7 @@ mod tests {
 
     const FACTS: &str = "(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
          :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
-         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0 :debugger-threads (6))";
+         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0 :debugger-threads (6) :stopped-threads (\"9 \\\"shop-worker\\\" waits in the SLIME debugger, level 1 (TYPE-ERROR: bad)\"))";
 
     #[test]
     fn status_lines() {
@@ -244,7 +251,9 @@ mod tests {
             "Lisp: SBCL 2.2.9.debian (X86-64, Linux 6.1)\nServer: swank 2.27, communication style spawn\n\
              Connection: 127.0.0.1:4005 (attached, pid 1234)\nSession package: COMMON-LISP-USER\nThreads: 4\n\
              Evaluations in flight: 0\nHeap: 50.0 MB used of 8192.0 MB\nLoaded: ASDF 3.3.5\n\
-             Debugger session D2: thread 6, SIMPLE-ERROR: disk full, waiting 1m 35s\nFeatures (60): :X86-64 :SB-THREAD ..."
+             Debugger session D2: thread 6, SIMPLE-ERROR: disk full, waiting 1m 35s\n\
+             Stopped thread 9 \"shop-worker\" waits in the SLIME debugger, level 1 (TYPE-ERROR: bad): the debugger \
+             tool's attach opens it\nFeatures (60): :X86-64 :SB-THREAD ..."
         );
     }
 

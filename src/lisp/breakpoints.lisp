@@ -1,0 +1,208 @@
+;;;; Breakpoints: the debugger tool's break, breakpoints and unbreak. A breakpoint encapsulates a
+;;;; function (as TRACE does), so a call of it by name stops the calling thread, and that thread
+;;;; only, when the breakpoint's thread and condition say so. The thread then waits in the server's
+;;;; debugger on the connection of the agent that set it (never the person's: they did not ask
+;;;; for it), where the debugger tool attaches to it; CONTINUE resumes the call. A breakpoint is its
+;;;; session's: it goes when the session ends.
+;;;;
+;;;; Loaded after image-threads.lisp, under the rules of package.lisp.
+
+(in-package #:mcp-agent-helper)
+
+(defclass breakpoint ()
+  ((number :initarg :number :reader breakpoint-number)
+   (function-name :initarg :function-name :reader breakpoint-function-name)
+   (condition-text :initarg :condition-text :reader breakpoint-condition-text)
+   (test :initarg :test :reader breakpoint-test
+         :documentation "A function of the call's arguments, or NIL to stop at every call.")
+   (thread :initarg :thread :reader breakpoint-thread
+           :documentation "The only thread it stops, or NIL for every thread.")
+   (stops-left :initarg :stops-left :accessor breakpoint-stops-left
+               :documentation "How many more stops before it goes, or NIL for no limit.")
+   (hits :initform 0 :accessor breakpoint-hits)
+   (condition-errors :initform 0 :accessor breakpoint-condition-errors)
+   (session :initarg :session :reader breakpoint-session)))
+
+(defvar *breakpoints* '()
+  "Every breakpoint set, newest first. Changed only under *BREAKPOINTS-LOCK*.")
+
+(defvar *breakpoints-lock* (sb-thread:make-mutex :name "mcp-agent-helper breakpoints"))
+
+(defvar *breakpoint-counter* (list 0)
+  "The last breakpoint number given, in a cons for ATOMIC-INCF.")
+
+(define-condition breakpoint-hit (simple-condition) ()
+  (:documentation "What a thread stopped at a breakpoint waits in the debugger with."))
+
+(defun server-debugging-function (package)
+  "A function of (CONNECTION CONDITION) that enters the debugger of the server of PACKAGE on
+CONNECTION, as a request of that connection would, or NIL when the server lacks the parts. Made
+from the server's own WITH-CONNECTION and DEBUG-IN-EMACS, found by name; no pending request is
+named, so the agent's server takes the stop for a thread it did not start and leaves it waiting."
+  (destructuring-bind (&optional with-connection debug pending)
+      (mapcar (lambda (name) (find-symbol name package))
+              (if (string= (package-name package) "SLYNK")
+                  '("WITH-CONNECTION" "DEBUG-IN-SLY" "*PENDING-CONTINUATIONS*")
+                  '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*")))
+    (and with-connection debug pending (macro-function with-connection) (fboundp debug)
+         (compile nil `(lambda (connection condition)
+                         (let ((,pending '()))
+                           (,with-connection (connection) (,debug condition))))))))
+
+(defvar *debugging-functions* (make-hash-table :test 'eq :synchronized t)
+  "Server package -> its SERVER-DEBUGGING-FUNCTION, made on the first stop.")
+
+(defun stop-at-breakpoint (breakpoint arguments)
+  "Stops the current thread at BREAKPOINT, called with ARGUMENTS, in the debugger of the agent's
+connection; returns when the agent continues. Its session is told in its next reply."
+  (let* ((session (breakpoint-session breakpoint))
+         (connection (session-connection session))
+         (server (session-server session))
+         (package (and server (server-package server)))
+         (enter (and package connection
+                     (or (gethash package *debugging-functions*)
+                         (setf (gethash package *debugging-functions*) (server-debugging-function package)))))
+         (condition (make-condition 'breakpoint-hit
+                                    :format-control "Breakpoint ~D: ~A called with ~A"
+                                    :format-arguments (list (breakpoint-number breakpoint)
+                                                            (qualified-name (breakpoint-function-name breakpoint))
+                                                            (print-briefly arguments)))))
+    (ignore-errors
+     (record-background-error (session-background session) condition nil
+                              :waits (format nil "waits at breakpoint ~D: attach with {\"action\": \"attach\", ~
+                                                  \"thread\": ~D}, and continue it with {\"action\": \"continue\"}"
+                                             (breakpoint-number breakpoint)
+                                             (thread-number sb-thread:*current-thread*))))
+    (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
+      (if enter
+          (funcall enter connection condition)
+          (invoke-debugger condition)))))
+
+(defun breakpoint-applies-p (breakpoint arguments)
+  "Whether this call, with ARGUMENTS, stops at BREAKPOINT: in its thread (if it names one), not in
+a tool call of swank-mcp's own (which has nobody to stop for), and when its condition holds. A
+condition that signals counts as false, and is counted."
+  (and (or (null (breakpoint-thread breakpoint))
+           (eq (breakpoint-thread breakpoint) sb-thread:*current-thread*))
+       (not (in-call-p))
+       (not (session-ended-p (breakpoint-session breakpoint)))
+       (or (null (breakpoint-test breakpoint))
+           (handler-case (funcall (breakpoint-test breakpoint) arguments)
+             (error ()
+               (sb-thread:with-mutex (*breakpoints-lock*)
+                 (incf (breakpoint-condition-errors breakpoint)))
+               nil)))))
+
+(defun breakpoint-wrapper (function-name)
+  "The encapsulation of FUNCTION-NAME: each call asks its breakpoint, found afresh, so that an
+UNBREAK under way never leaves a call stopping at a breakpoint that is gone."
+  (lambda (original &rest arguments)
+    (let ((breakpoint (find function-name *breakpoints* :key #'breakpoint-function-name :test #'equal)))
+      (when (and breakpoint (breakpoint-applies-p breakpoint arguments))
+        (let ((last (sb-thread:with-mutex (*breakpoints-lock*)
+                      (incf (breakpoint-hits breakpoint))
+                      (let ((left (breakpoint-stops-left breakpoint)))
+                        (when left
+                          (setf (breakpoint-stops-left breakpoint) (1- left)))
+                        (eql left 1)))))
+          (when last
+            (remove-breakpoints (list breakpoint)))
+          (stop-at-breakpoint breakpoint arguments))))
+    (apply original arguments)))
+
+(defun condition-test (text function-name package)
+  "A function of a call's arguments that evaluates TEXT, read in PACKAGE, with FUNCTION-NAME's
+parameters bound by name to them."
+  (let* ((lambda-list (sb-introspect:function-lambda-list (fdefinition function-name)))
+         (forms (let ((*package* package)) (read-forms text package)))
+         (variables (loop for item in lambda-list
+                          unless (member item lambda-list-keywords)
+                            collect (let ((name (if (consp item) (first item) item)))
+                                      (if (consp name) (second name) name)))))
+    (when (rest forms)
+      (fail "The condition is one form; it reads as ~D." (length forms)))
+    (compile nil `(lambda (arguments)
+                    (destructuring-bind ,lambda-list arguments
+                      (declare (ignorable ,@variables))
+                      ,(first forms))))))
+
+(defun remove-breakpoints (breakpoints)
+  "Takes BREAKPOINTS out, and each function's encapsulation with its last one."
+  (sb-thread:with-mutex (*breakpoints-lock*)
+    (setf *breakpoints* (set-difference *breakpoints* breakpoints))
+    (dolist (breakpoint breakpoints)
+      (let ((name (breakpoint-function-name breakpoint)))
+        (unless (find name *breakpoints* :key #'breakpoint-function-name :test #'equal)
+          (when (and (fboundp name) (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint))
+            (internal-call "SB-INT" "UNENCAPSULATE" name 'mcp-agent-breakpoint)))))))
+
+(defun forget-session-breakpoints (session)
+  "Removes SESSION's breakpoints: it has ended."
+  (remove-breakpoints (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq)))
+
+(defun breakpoint-plist (breakpoint)
+  (list :number (breakpoint-number breakpoint)
+        :function (qualified-name (breakpoint-function-name breakpoint))
+        :condition (breakpoint-condition-text breakpoint)
+        :thread (let ((thread (breakpoint-thread breakpoint)))
+                  (and thread (format nil "~D ~S" (thread-number thread) (safe-princ (sb-thread:thread-name thread)))))
+        :stops-left (breakpoint-stops-left breakpoint)
+        :hits (breakpoint-hits breakpoint)
+        :condition-errors (breakpoint-condition-errors breakpoint)))
+
+(define-entry set-breakpoint (function &key condition thread hits package session token)
+  "Sets a breakpoint on FUNCTION (a name as typed) for SESSION: CONDITION, code over the function's
+parameters by name; THREAD, the only thread it stops; HITS, how many stops before it goes.
+Returns the breakpoint's plist."
+  (run-tool
+   token
+   (lambda ()
+     (let* ((session (find-session session))
+            (package (tool-package package session))
+            (name (find-existing-symbol function package))
+            (target (and thread (find-thread thread))))
+       (unless (and (fboundp name) (not (macro-function name)) (not (special-operator-p name)))
+         (fail "~A is not a function; a breakpoint stops calls of a function." (qualified-name name)))
+       (when (eq (symbol-package name) (load-time-value (find-package '#:mcp-agent-helper)))
+         (fail "~A is swank-mcp's own." (qualified-name name)))
+       (sb-thread:with-mutex (*breakpoints-lock*)
+         (let ((existing (find name *breakpoints* :key #'breakpoint-function-name)))
+           (when existing
+             (fail "~A already has breakpoint ~D; unbreak it first." (qualified-name name)
+                   (breakpoint-number existing)))))
+       (let ((breakpoint (new 'breakpoint
+                              :number (1+ (sb-ext:atomic-incf (car *breakpoint-counter*)))
+                              :function-name name
+                              :condition-text condition
+                              :test (and condition (condition-test condition name package))
+                              :thread target
+                              :stops-left hits
+                              :session session)))
+         (sb-thread:with-mutex (*breakpoints-lock*)
+           (push breakpoint *breakpoints*)
+           (unless (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint)
+             (internal-call "SB-INT" "ENCAPSULATE" name 'mcp-agent-breakpoint (breakpoint-wrapper name))))
+         (breakpoint-plist breakpoint))))))
+
+(define-entry list-breakpoints (&key session token)
+  "SESSION's breakpoints, oldest first: (:BREAKPOINTS plists)."
+  (run-tool token
+            (lambda ()
+              (let ((session (find-session session)))
+                (list :breakpoints (mapcar #'breakpoint-plist
+                                           (reverse (remove session *breakpoints*
+                                                            :key #'breakpoint-session :test-not #'eq))))))))
+
+(define-entry remove-breakpoint (&key number session token)
+  "Removes SESSION's breakpoint NUMBER, or all of them when NUMBER is NIL: (:REMOVED plists)."
+  (run-tool token
+            (lambda ()
+              (let* ((session (find-session session))
+                     (own (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq))
+                     (chosen (if number
+                                 (or (remove number own :key #'breakpoint-number :test-not #'eql)
+                                     (fail "There is no breakpoint ~D of this session~:[~;; its breakpoints are ~
+                                            ~{~D~^, ~}~]." number own (mapcar #'breakpoint-number own)))
+                                 own)))
+                (remove-breakpoints chosen)
+                (list :removed (mapcar #'breakpoint-plist chosen))))))
