@@ -277,3 +277,36 @@ async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with
     }
     assert!(person.eval("(price 9)", "SHOP").await.starts_with("(:ok \"=> 90 "), "no stop without the breakpoint");
 }
+
+#[tokio::test]
+async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continued() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    person
+        .eval(
+            "(progn (defvar *stepped* nil) \
+               (defun total (a b) (declare (optimize (debug 3))) (let ((s (+ a b))) (* (price s) 2))) t)",
+            "SHOP",
+        )
+        .await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::total", "hits": 1})).await;
+    person.eval("(sb-thread:make-thread (lambda () (setf *stepped* (total 1 2))) :name \"stepper\")", "SHOP").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "stepper"})).await;
+    let session = session_of(&attached);
+    let first = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
+    assert!(first.contains("STEP-FORM-CONDITION") && first.contains("(+ A B)"), "the first step: {first}");
+    assert_eq!(session_of(&first), session, "the same session goes on");
+    let second = tool(&mut agent, "debugger", json!({"session": session, "action": "step_over"})).await;
+    assert!(
+        second.contains("STEP-FORM-CONDITION") && second.contains("PRICE"),
+        "the next call, stepped over: {second}"
+    );
+    let done = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
+    assert!(done.contains("runs on"), "{done}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(person.eval("*stepped*", "SHOP").await.starts_with("(:ok \"=> 60 "), "the stepped call finished");
+}

@@ -52,16 +52,42 @@ named, so the agent's server takes the stop for a thread it did not start and le
 (defvar *debugging-functions* (make-hash-table :test 'eq :synchronized t)
   "Server package -> its SERVER-DEBUGGING-FUNCTION, made on the first stop.")
 
-(defun stop-at-breakpoint (breakpoint arguments)
-  "Stops the current thread at BREAKPOINT, called with ARGUMENTS, in the debugger of the agent's
-connection; returns when the agent continues. Its session is told in its next reply."
-  (let* ((session (breakpoint-session breakpoint))
-         (connection (session-connection session))
+(defun agent-debugger (session)
+  "A function of a condition that enters the debugger on SESSION's connection with it, or, where
+the server lacks the parts, the debugger as ever."
+  (let* ((connection (session-connection session))
          (server (session-server session))
          (package (and server (server-package server)))
          (enter (and package connection
                      (or (gethash package *debugging-functions*)
-                         (setf (gethash package *debugging-functions*) (server-debugging-function package)))))
+                         (setf (gethash package *debugging-functions*) (server-debugging-function package))))))
+    (if enter
+        (lambda (condition) (funcall enter connection condition))
+        #'invoke-debugger)))
+
+(defun call-with-agent-stepping (session function arguments)
+  "Calls FUNCTION with ARGUMENTS so that SBCL's stepper, if the agent turned it on at a breakpoint
+(step_into and its kin), stops each step in the debugger of SESSION's connection, as swank's own
+debugging environment routes steps to SLDB. Outside it a step would go to SBCL's terminal stepper."
+  (destructuring-bind (&optional hook invoke-stepper find-stepped-frame)
+      (list (first (existing-symbols "SB-EXT" "*STEPPER-HOOK*"))
+            (first (existing-symbols "SB-IMPL" "INVOKE-STEPPER"))
+            (first (existing-symbols "SB-DI" "FIND-STEPPED-FRAME")))
+    (if (and hook invoke-stepper find-stepped-frame (fboundp invoke-stepper) (fboundp find-stepped-frame))
+        (let ((enter (agent-debugger session)))
+          (progv (list hook)
+              (list (lambda (condition)
+                      (when (typep condition 'sb-ext:step-form-condition)
+                        (let ((sb-debug:*stack-top-hint* (funcall find-stepped-frame)))
+                          (funcall enter condition)))))
+            (handler-bind ((sb-ext:step-condition (lambda (condition) (funcall invoke-stepper condition))))
+              (apply function arguments))))
+        (apply function arguments))))
+
+(defun stop-at-breakpoint (breakpoint arguments)
+  "Stops the current thread at BREAKPOINT, called with ARGUMENTS, in the debugger of the agent's
+connection; returns when the agent continues. Its session is told in its next reply."
+  (let* ((session (breakpoint-session breakpoint))
          (condition (make-condition 'breakpoint-hit
                                     :format-control "Breakpoint ~D: ~A called with ~A"
                                     :format-arguments (list (breakpoint-number breakpoint)
@@ -74,9 +100,7 @@ connection; returns when the agent continues. Its session is told in its next re
                                              (breakpoint-number breakpoint)
                                              (thread-number sb-thread:*current-thread*))))
     (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
-      (if enter
-          (funcall enter connection condition)
-          (invoke-debugger condition)))))
+      (funcall (agent-debugger session) condition))))
 
 (defun breakpoint-applies-p (breakpoint arguments)
   "Whether this call, with ARGUMENTS, stops at BREAKPOINT: in its thread (if it names one), not in
@@ -98,17 +122,18 @@ condition that signals counts as false, and is counted."
 UNBREAK under way never leaves a call stopping at a breakpoint that is gone."
   (lambda (original &rest arguments)
     (let ((breakpoint (find function-name *breakpoints* :key #'breakpoint-function-name :test #'equal)))
-      (when (and breakpoint (breakpoint-applies-p breakpoint arguments))
-        (let ((last (sb-thread:with-mutex (*breakpoints-lock*)
-                      (incf (breakpoint-hits breakpoint))
-                      (let ((left (breakpoint-stops-left breakpoint)))
-                        (when left
-                          (setf (breakpoint-stops-left breakpoint) (1- left)))
-                        (eql left 1)))))
-          (when last
-            (remove-breakpoints (list breakpoint)))
-          (stop-at-breakpoint breakpoint arguments))))
-    (apply original arguments)))
+      (if (and breakpoint (breakpoint-applies-p breakpoint arguments))
+          (let ((last (sb-thread:with-mutex (*breakpoints-lock*)
+                        (incf (breakpoint-hits breakpoint))
+                        (let ((left (breakpoint-stops-left breakpoint)))
+                          (when left
+                            (setf (breakpoint-stops-left breakpoint) (1- left)))
+                          (eql left 1)))))
+            (when last
+              (remove-breakpoints (list breakpoint)))
+            (stop-at-breakpoint breakpoint arguments)
+            (call-with-agent-stepping (breakpoint-session breakpoint) original arguments))
+          (apply original arguments)))))
 
 (defun condition-test (text function-name package)
   "A function of a call's arguments that evaluates TEXT, read in PACKAGE, with FUNCTION-NAME's

@@ -241,11 +241,15 @@ a compile-time error, which cannot be muffled)."
 (defun find-parked-restart (designator)
   "The parked evaluation's restart numbered DESIGNATOR, or named it (a string, any case)."
   (let* ((restarts (parked-restarts *parked*))
+         (named (lambda (name)
+                  (find name restarts
+                        :key (lambda (r) (if (restart-name r) (symbol-name (restart-name r)) ""))
+                        :test #'string-equal)))
          (restart (if (integerp designator)
                       (and (< -1 designator (length restarts)) (nth designator restarts))
-                      (find designator restarts
-                            :key (lambda (r) (if (restart-name r) (symbol-name (restart-name r)) ""))
-                            :test #'string-equal))))
+                      ;; The continue action goes on from a step as from a breakpoint.
+                      (or (funcall named designator)
+                          (and (string-equal designator "CONTINUE") (funcall named "STEP-CONTINUE"))))))
     (cond ((and (null restart) (null restarts))
            (fail "There is no restart ~A: this evaluation offers none (no RESTART-CASE or WITH-SIMPLE-RESTART ~
                   around the error, and the server's own restarts back to its top level are not the code's). ~
@@ -303,3 +307,23 @@ own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
                (invoke-restart abort)
                (fail "The thread has no ABORT restart: invoke one of its restarts instead."))))
      (fail "The evaluation could not be aborted: it has already finished."))))
+
+(define-entry debugger-step (kind index)
+  "Steps the stopped thread as SLDB's s, x and o do (KIND \"into\", \"over\" or \"out\"), through the
+server's own stepper commands: from a step, the next one; from a stop with a CONTINUE restart (a
+breakpoint, BREAK), SBCL's stepper is turned on and the thread continues to its first step. Returns
+only when it could not step."
+  (debugger-command
+   (lambda ()
+     (let* ((server (current-server))
+            (slynk (and server (string= (package-name (server-package server)) "SLYNK")))
+            (name (concatenate 'string (if slynk "SLY-DB-" "SLDB-")
+                               (cond ((string= kind "into") "STEP")
+                                     ((string= kind "over") "NEXT")
+                                     ((string= kind "out") "OUT")
+                                     (t (fail "Unknown step ~S: use into, over or out." kind)))))
+            (step (and server (server-function server name))))
+       (unless step
+         (fail "The swank or slynk server in this image has no ~A, which stepping needs." name))
+       (funcall step index)
+       (fail "The thread could not be stepped from here.")))))

@@ -136,7 +136,7 @@ when the event was handed on."
 
 (defparameter *attachable-entries*
   '("DEBUGGER-REPORT" "DEBUGGER-FRAME" "DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART"
-    "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT")
+    "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT" "DEBUGGER-STEP")
   "The entries ATTACHED runs: the debugger tool's actions.")
 
 (define-entry attached (version name &rest arguments)

@@ -40,6 +40,9 @@ const ARGUMENTS: &[Param] = &[
             "eval_in_frame",
             "invoke_restart",
             "continue",
+            "step_into",
+            "step_over",
+            "step_out",
             "return_from_frame",
             "restart_frame",
             "abort",
@@ -132,10 +135,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     };
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
-        Stopped::Attached => {
+        Stopped::Attached { listed } => {
             return match image.call_in_attached_thread(thread, action.request(), &limits).await {
                 Ok(Some(reply)) => {
-                    keep(Stopped::Attached);
+                    keep(Stopped::Attached { listed });
                     if reply.is_keyword("other-helper") {
                         return Err(ToolError::new(
                             "Another swank-mcp loaded its own helper into the image meanwhile; call again.",
@@ -146,14 +149,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 }
                 Ok(None) => {
                     sessions.end(number);
-                    Ok(ToolOutput::success(format!(
-                        "The thread left the debugger and runs on as the image's own (the person's debugger closed, as \
-                         when they choose a restart); session D{number} has ended. The threads tool shows it; if it \
-                         stops again, the next evaluate-lisp reply says so."
-                    )))
+                    follow_attached(context, args, (number, listed), action.stops_again_within(), &limits).await
                 }
                 Err(e) => {
-                    keep(Stopped::Attached);
+                    keep(Stopped::Attached { listed });
                     Err(e.into())
                 }
             };
@@ -300,10 +299,66 @@ async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) ->
         thread: facts.thread,
         condition,
         since: std::time::Instant::now(),
-        stopped: Stopped::Attached,
+        stopped: Stopped::Attached { listed: facts.number },
     });
     let thread = format!("{} {:?}", facts.number, facts.name);
     Ok(report.into_attached_output(number, &thread, &facts.waits_in))
+}
+
+/// After an action moved an attached thread on: when it stops again in a debugger within `within`
+/// (the next step, a breakpoint), that stop as the same session; otherwise that it runs on.
+async fn follow_attached(
+    context: &ToolContext,
+    args: &Arguments,
+    (number, listed): (u64, u64),
+    within: Duration,
+    limits: &CallLimits,
+) -> ToolResult {
+    const POLL: Duration = Duration::from_millis(50);
+    let give_up = Instant::now() + within;
+    loop {
+        // Not waiting in a debugger (yet, or any more) is an answer of the helper's, as is a
+        // thread that has ended: either way there is nothing to report until the time is up.
+        let facts = match context.call_helper(args, Request::new("attach-thread").arg(listed.to_string())).await {
+            Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok(),
+            Err(_) => None,
+        };
+        if let Some(facts) = facts {
+            let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+            let image = context.image(args)?;
+            if let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? {
+                check_failure(&reply)?;
+                let report = decode::<StopReport>("debugger-report", &reply)?;
+                let condition =
+                    format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
+                context.debugger_sessions().keep(DebuggerSession {
+                    number,
+                    image,
+                    thread: facts.thread,
+                    condition,
+                    since: std::time::Instant::now(),
+                    stopped: Stopped::Attached { listed },
+                });
+                let thread = format!("{} {:?}", facts.number, facts.name);
+                return Ok(report.into_attached_output(number, &thread, &facts.waits_in));
+            }
+        }
+        if Instant::now() >= give_up {
+            return Ok(ToolOutput::success(format!(
+                "The thread left the debugger and runs on as the image's own (the person's debugger closed, as when \
+                 they choose a restart); session D{number} has ended. The threads tool shows it; if it stops again, \
+                 the next evaluate-lisp reply says so.{}",
+                if within > Duration::from_secs(1) {
+                    " No step was reached: SBCL steps only code compiled with (debug 3); recompile the function \
+                     with (declare (optimize (debug 3))) in its body, or (declaim (optimize (debug 3))) before it, \
+                     and step again."
+                } else {
+                    ""
+                }
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Reads `D1` (or `1`) as session number 1.
@@ -337,6 +392,8 @@ enum Action<'a> {
     ReturnFromFrame { frame: u64, code: &'a str },
     RestartFrame { frame: u64 },
     Abort,
+    /// SLDB's s, x and o.
+    Step { kind: &'static str, frame: u64 },
 }
 
 impl<'a> Action<'a> {
@@ -363,10 +420,14 @@ impl<'a> Action<'a> {
             "restart_frame" => Action::RestartFrame { frame: frame()? },
             "abort" => Action::Abort,
             "continue" => Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() },
+            "step_into" => Action::Step { kind: "into", frame: args.optional_u64("frame")?.unwrap_or(0) },
+            "step_over" => Action::Step { kind: "over", frame: args.optional_u64("frame")?.unwrap_or(0) },
+            "step_out" => Action::Step { kind: "out", frame: args.optional_u64("frame")?.unwrap_or(0) },
             other => {
                 return Err(ToolError::new(format!(
                     "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
-                     invoke_restart, continue, return_from_frame, restart_frame, abort, break, breakpoints and unbreak."
+                     invoke_restart, continue, step_into, step_over, step_out, return_from_frame, restart_frame, abort, \
+                     break, breakpoints and unbreak."
                 )))
             }
         })
@@ -389,6 +450,17 @@ impl<'a> Action<'a> {
             }
             Action::RestartFrame { frame } => Request::new("debugger-restart-frame").arg(*frame),
             Action::Abort => Request::new("debugger-abort"),
+            Action::Step { kind, frame } => Request::new("debugger-step").arg(*kind).arg(*frame),
+        }
+    }
+
+    /// How long an attached thread this action moved on is watched for its next stop: a step
+    /// stops again at once where the code has step points; anything else stops again only if it
+    /// meets another breakpoint or error soon.
+    fn stops_again_within(&self) -> Duration {
+        match self {
+            Action::Step { .. } => Duration::from_secs(2),
+            _ => Duration::from_millis(300),
         }
     }
 
@@ -439,7 +511,10 @@ impl<'a> Action<'a> {
             }
             // These return only when they could not do what they were asked, which the helper
             // reports as a failure; a plain reply means the restart returned normally.
-            Action::InvokeRestart { .. } | Action::ReturnFromFrame { .. } | Action::RestartFrame { .. } => {
+            Action::InvokeRestart { .. }
+            | Action::ReturnFromFrame { .. }
+            | Action::RestartFrame { .. }
+            | Action::Step { .. } => {
                 Ok(ToolOutput::success(format!("The restart returned without moving the evaluation on. {waiting}")))
             }
             Action::Abort => Ok(ToolOutput::error(format!("The evaluation could not be aborted. {waiting}"))),

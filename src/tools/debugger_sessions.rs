@@ -41,9 +41,13 @@ pub enum Stopped {
     /// tool moves it on.
     Evaluation(Evaluating),
     /// A thread of the image's own, waiting in the person's debugger (or nobody's), which the
-    /// agent attached to. It is never followed nor aborted for the agent: a restart the agent
-    /// invokes sends it on its way, as the person's choice would.
-    Attached,
+    /// agent attached to. It is never aborted for the agent: a restart the agent invokes sends it
+    /// on its way, as the person's choice would, and found again by its number when it stops again
+    /// (a step, a breakpoint).
+    Attached {
+        /// Its number in the threads tool.
+        listed: u64,
+    },
 }
 
 impl Stopped {
@@ -52,7 +56,7 @@ impl Stopped {
     fn has_ended(&mut self) -> bool {
         match self {
             Stopped::Evaluation(evaluation) => evaluation.has_ended(),
-            Stopped::Attached => false,
+            Stopped::Attached { .. } => false,
         }
     }
 }
