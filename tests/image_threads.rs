@@ -310,3 +310,31 @@ async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continue
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(person.eval("*stepped*", "SHOP").await.starts_with("(:ok \"=> 60 "), "the stepped call finished");
 }
+
+#[tokio::test]
+async fn a_trace_of_every_thread_summarises_other_threads_calls_in_the_next_reply() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    let traced =
+        tool(&mut agent, "trace", json!({"functions": ["shop::price"], "threads": "all", "max_calls": 3})).await;
+    assert!(traced.contains("Calls by other threads are recorded too (every thread: SHOP::PRICE"), "{traced}");
+    person
+        .eval(
+            "(sb-thread:join-thread (sb-thread:make-thread (lambda () (dotimes (i 5) (price i))) :name \"pricer\"))",
+            "SHOP",
+        )
+        .await;
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
+    assert!(reply.contains("Calls by other threads since the last reply:"), "{reply}");
+    for i in 0..3 {
+        assert!(reply.contains(&format!("[pricer] 0: (SHOP::PRICE {i})")), "call {i}: {reply}");
+        assert!(reply.contains(&format!("[pricer] 0: SHOP::PRICE returned {}", i * 10)), "return {i}: {reply}");
+    }
+    assert!(!reply.contains("(SHOP::PRICE 3)"), "max_calls holds: {reply}");
+    assert!(reply.contains("reached its max_calls"), "{reply}");
+    let next = tool(&mut agent, "evaluate-lisp", json!({"code": "2"})).await;
+    assert_eq!(next, "=> 2", "taken once");
+}

@@ -175,7 +175,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
                   :warnings-lost lost-warnings
                   :package (session-package-name session)
                   :notes (if note (list note) nil)
-                  :trace (trace-report)
+                  :trace (trace-report session)
                   :background (take-background session))))))))
 
 (defun warning-text (warning)

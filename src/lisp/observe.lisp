@@ -42,18 +42,102 @@ printed as from the session's package."
        (make-instance 'trace-log :package (or (find-package-loosely (session-package-name session))
                                               *package*))))
 
+(defclass wide-trace ()
+  ((log :initarg :log :reader wide-trace-log)
+   (thread :initarg :thread :reader wide-trace-thread
+           :documentation "The only thread whose calls it records, or NIL for every thread.")
+   (functions :initarg :functions :reader wide-trace-functions
+              :documentation "The spec keys of the functions it records.")
+   (deadline :initarg :deadline :reader wide-trace-deadline
+             :documentation "The internal real time after which it records nothing.")
+   (calls-left :initarg :calls-left :reader wide-trace-calls-left
+               :documentation "How many more outermost calls it records, in a cons for ATOMIC-DECF.")
+   (ended :initform nil :accessor wide-trace-ended
+          :documentation "Why it stopped recording, once it has: :CALLS or :TIME.")
+   (session :initarg :session :reader wide-trace-session))
+  (:documentation "A session's trace of calls made by other threads than its evaluations' (the
+trace tool's threads argument): kept until its next evaluate-lisp reply takes them."))
+
+(defvar *wide-traces* '()
+  "The WIDE-TRACEs recording, newest first; changed only under *WIDE-TRACES-LOCK*.")
+
+(defvar *wide-traces-lock* (sb-thread:make-mutex :name "mcp-agent-helper wide traces"))
+
+(defun start-wide-trace (session specs thread max-calls seconds package)
+  "Records, for SESSION, the calls of SPECS that other threads make (THREAD's only, when given),
+until MAX-CALLS calls or SECONDS have passed; replaces the session's earlier one."
+  (let ((trace (make-instance 'wide-trace
+                              :log (make-instance 'trace-log :package package)
+                              :thread thread
+                              :functions (mapcar #'spec-key specs)
+                              :deadline (+ (get-internal-real-time) (* seconds internal-time-units-per-second))
+                              :calls-left (list max-calls)
+                              :session session)))
+    (sb-thread:with-mutex (*wide-traces-lock*)
+      (setf *wide-traces* (cons trace (remove session *wide-traces* :key #'wide-trace-session))))
+    trace))
+
+(defun stop-wide-trace (session)
+  (sb-thread:with-mutex (*wide-traces-lock*)
+    (setf *wide-traces* (remove session *wide-traces* :key #'wide-trace-session))))
+
+(defvar *wide-trace-thread* nil
+  "While an event of another thread is recorded: that thread's name, which its line starts with.")
+
+(defun record-wide-trace-event (depth name kind values)
+  "Records a call outside the agent's evaluations in each wide trace that watches it: the calls of
+the image's own threads."
+  (let ((key nil))
+    (dolist (trace *wide-traces*)
+      (when (and (null (wide-trace-ended trace))
+                 (or (null (wide-trace-thread trace)) (eq (wide-trace-thread trace) sb-thread:*current-thread*))
+                 (member (or key (setf key (spec-key name))) (wide-trace-functions trace) :test #'string=))
+        (cond ((> (get-internal-real-time) (wide-trace-deadline trace))
+               (setf (wide-trace-ended trace) :time))
+              ((and (eq kind :enter) (zerop depth)
+                    (<= (sb-ext:atomic-decf (car (wide-trace-calls-left trace))) 0))
+               (setf (wide-trace-ended trace) :calls))
+              (t
+               (let ((*trace-log* (wide-trace-log trace))
+                     (*wide-trace-thread* (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))))
+                 (record-trace-event depth name kind nil values))))))))
+
+(defun take-wide-trace (session)
+  "The events SESSION's wide trace recorded since the last reply, taken (its log emptied), with a
+line that says so when it stopped recording."
+  (let ((trace (find session *wide-traces* :key #'wide-trace-session)))
+    (when trace
+      (let ((log (wide-trace-log trace)))
+        (sb-thread:with-mutex ((trace-log-lock log))
+          (prog1 (append (reverse (trace-log-events log))
+                         (when (plusp (trace-log-lost log))
+                           (list (format nil "(~:D more events of other threads were counted, not kept)"
+                                         (trace-log-lost log))))
+                         (case (wide-trace-ended trace)
+                           (:calls (list "(the trace of other threads reached its max_calls and stopped)"))
+                           (:time (list "(the trace of other threads reached its time limit and stopped)"))))
+            (setf (trace-log-events log) '()
+                  (trace-log-kept log) 0
+                  (trace-log-lost log) 0)
+            (when (wide-trace-ended trace)
+              (stop-wide-trace session))))))))
+
 (defun record-trace-event (depth name kind frame values)
   "SBCL's TRACE report function (:REPORT): records the event in the current evaluation's log, if
-any. Calls outside the agent's evaluations (the user's own) are not reported anywhere."
+any, or in the wide traces that watch the calls of other threads. Calls nobody watches are not
+reported anywhere."
   (declare (ignore frame))
   (let ((log *trace-log*))
+    (when (and (null log) *wide-traces*)
+      (return-from record-trace-event (record-wide-trace-event depth name kind values)))
     (when log
       (sb-thread:with-mutex ((trace-log-lock log))
         (if (or (>= depth *max-trace-depth*) (>= (trace-log-kept log) *max-kept-trace-events*))
             (incf (trace-log-lost log))
             (let ((package (trace-log-package log)))
               (incf (trace-log-kept log))
-              (push (let ((indent (make-string (* 2 depth) :initial-element #\Space)))
+              (push (let ((indent (format nil "~@[[~A] ~]~A" *wide-trace-thread*
+                                          (make-string (* 2 depth) :initial-element #\Space))))
                       (ecase kind
                         (:enter (format nil "~A~D: ~A" indent depth
                                         (print-briefly (cons name values) :package package
@@ -68,20 +152,23 @@ any. Calls outside the agent's evaluations (the user's own) are not reported any
                                                  (print-briefly name :package package)))))
                     (trace-log-events log))))))))
 
-(defun trace-report ()
-  "The current evaluation's trace events, oldest first: (shown dropped rest lost), the events
-shown, how many were not, the handle of the events kept and the offset of the first not shown
-(see REST-LISTING), and how many were not kept."
-  (let ((log *trace-log*))
-    (if log
-        (sb-thread:with-mutex ((trace-log-lock log))
-          (let ((events (reverse (trace-log-events log)))
-                (lost (trace-log-lost log)))
-            (list (subseq events 0 (min (length events) *max-trace-events*))
-                  (+ (max 0 (- (length events) *max-trace-events*)) lost)
-                  (rest-listing events *max-trace-events*)
-                  lost)))
-        (list nil 0 nil 0))))
+(defun trace-report (session)
+  "The current evaluation's trace events, oldest first, then those of other threads SESSION's wide
+trace recorded since its last reply: (shown dropped rest lost), the events shown, how many were
+not, the handle of the events kept and the offset of the first not shown (see REST-LISTING), and
+how many were not kept."
+  (let ((log *trace-log*)
+        (others (take-wide-trace session)))
+    (multiple-value-bind (own lost)
+        (if log
+            (sb-thread:with-mutex ((trace-log-lock log))
+              (values (reverse (trace-log-events log)) (trace-log-lost log)))
+            (values '() 0))
+      (let ((events (append own (and others (cons "Calls by other threads since the last reply:" others)))))
+        (list (subseq events 0 (min (length events) *max-trace-events*))
+              (+ (max 0 (- (length events) *max-trace-events*)) lost)
+              (rest-listing events *max-trace-events*)
+              lost)))))
 
 (defun read-trace-spec (text package)
   "The function TEXT names, as TRACE takes it: a symbol, (SETF NAME), or (METHOD NAME QUALIFIER*
@@ -180,12 +267,15 @@ stays traced. Returns the specifications untraced."
     (sb-thread:with-mutex ((session-lock session))
       (setf (session-traces session)
             (remove-if (lambda (spec) (member (spec-key spec) keys :test #'string=)) (session-traces session))))
+    (unless (session-traces session)
+      (stop-wide-trace session))
     targets))
 
-(define-entry trace-functions (functions &key untrace package session token)
+(define-entry trace-functions (functions &key untrace package threads (max-calls 1000) (seconds 300) session token)
   "The trace tool: traces FUNCTIONS (texts of names) for SESSION, or with UNTRACE untraces them
-(all of SESSION's when FUNCTIONS is empty). Returns (:TRACED names :UNTRACED names :MAX-EVENTS n
-:MAX-DEPTH n)."
+(all of SESSION's when FUNCTIONS is empty). THREADS, \"all\" or a thread as the threads tool names
+it, records the calls other threads make too, until MAX-CALLS calls or SECONDS have passed.
+Returns (:TRACED names :UNTRACED names :MAX-EVENTS n :MAX-DEPTH n :OTHER-THREADS text)."
   (run-tool
    token
    (lambda ()
@@ -204,15 +294,24 @@ stays traced. Returns the specifications untraced."
                (let ((untraced (untrace-session session specs)))
                  (list :traced (names (session-traces session))
                        :untraced (names untraced)
-                       :max-events *max-trace-events* :max-depth *max-trace-depth*)))
-             (progn
+                       :max-events *max-trace-events* :max-depth *max-trace-depth*
+                       :other-threads nil)))
+             (let ((thread (and threads (not (string-equal threads "all")) (find-thread threads))))
                (dolist (spec specs)
                  (trace-spec spec)
                  (sb-thread:with-mutex ((session-lock session))
                    (pushnew spec (session-traces session) :key #'spec-key :test #'string=)))
+               (when threads
+                 (start-wide-trace session specs thread max-calls seconds package))
                (list :traced (names (session-traces session))
                      :untraced nil
-                     :max-events *max-trace-events* :max-depth *max-trace-depth*))))))))
+                     :max-events *max-trace-events* :max-depth *max-trace-depth*
+                     :other-threads (and threads
+                                         (format nil "~:[every thread~;~:*thread ~A~]: ~{~A~^, ~}, for ~:D s or ~:D ~
+                                                      calls, whichever comes first"
+                                                 (and thread (format nil "~D ~S" (thread-number thread)
+                                                                     (safe-princ (sb-thread:thread-name thread))))
+                                                 (names specs) seconds max-calls))))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Threads the agent starts

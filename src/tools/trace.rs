@@ -17,6 +17,9 @@ const ARGUMENTS: &[Param] = &[
     Param::texts("functions", "foo, pkg::foo, (setf foo), (method area :around (shape))."),
     Param::flag("untrace", "Untrace these, or everything this session traces."),
     Param::text("package", "Package for unqualified names."),
+    Param::integer_or_name("threads", "\"all\", or a thread as threads lists it: record the calls other threads make too."),
+    Param::integer("max_calls", 1, "threads: stop recording after this many calls (default 1000)."),
+    Param::integer("seconds", 1, "threads: stop recording after this long (default 300)."),
 ];
 
 fn definition() -> ToolDefinition {
@@ -25,8 +28,8 @@ fn definition() -> ToolDefinition {
         title: "Trace functions",
         description:
             "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
-            evaluate-lisp calls come back in their [trace] section; calls by others print nothing. untrace: true \
-            takes them off (all, when no functions are given).",
+            evaluate-lisp calls come back in their [trace] section, and with threads, those of the image's other \
+            threads too. untrace: true takes them off (all, when no functions are given).",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
@@ -46,8 +49,18 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
              everything this session traces, pass {\"untrace\": true}.",
         ));
     }
-    let request =
-        Request::new("trace-functions").arg(Form::list_of(functions)).key("untrace", untrace).key("package", package);
+    let threads = match args.optional_number_or_name("threads")? {
+        Some(super::arguments::NumberOrName::Number(n)) => Some(n.to_string()),
+        Some(super::arguments::NumberOrName::Name(name)) => Some(name.to_string()),
+        None => None,
+    };
+    let request = Request::new("trace-functions")
+        .arg(Form::list_of(functions))
+        .key("untrace", untrace)
+        .key("package", package)
+        .key("threads", threads)
+        .key_if("max-calls", args.optional_u64("max_calls")?)
+        .key_if("seconds", args.optional_u64("seconds")?);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
 }
@@ -62,6 +75,8 @@ struct TraceReply {
     max_events: u64,
     #[serde(skip_serializing)]
     max_depth: u64,
+    /// What the trace of other threads' calls records, when one was started.
+    other_threads: Option<String>,
 }
 
 impl TraceReply {
@@ -83,6 +98,12 @@ impl TraceReply {
                  {} events per reply, {} levels deep).",
                 self.max_events, self.max_depth
             ));
+            if let Some(other_threads) = &self.other_threads {
+                lines.push(format!(
+                    "Calls by other threads are recorded too ({other_threads}); each evaluate-lisp reply's [trace] \
+                     section lists those made since the one before, the rest behind a handle."
+                ));
+            }
         }
         lines.join("\n")
     }
@@ -97,8 +118,11 @@ mod tests {
     fn a_trace_says_what_is_traced_and_where_calls_appear() {
         let reply = decode::<TraceReply>(
             "trace-functions",
-            &read("(:traced (\"FIB\" \"(METHOD AREA :AROUND (SHAPE))\") :untraced nil :max-events 100 :max-depth 8)")
-                .unwrap(),
+            &read(
+                "(:traced (\"FIB\" \"(METHOD AREA :AROUND (SHAPE))\") :untraced nil :max-events 100 :max-depth 8 \
+                 :other-threads nil)",
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -106,7 +130,13 @@ mod tests {
             "Tracing FIB, (METHOD AREA :AROUND (SHAPE)).\nTheir calls during your next evaluate-lisp calls appear in \
              the [trace] section of each reply (at most 100 events per reply, 8 levels deep)."
         );
-        let untraced = TraceReply { traced: vec![], untraced: vec!["FIB".into()], max_events: 100, max_depth: 8 };
+        let untraced = TraceReply {
+            traced: vec![],
+            untraced: vec!["FIB".into()],
+            max_events: 100,
+            max_depth: 8,
+            other_threads: None,
+        };
         assert_eq!(untraced.render(true), "Untraced FIB.\nThis session traces nothing now.");
     }
 }
