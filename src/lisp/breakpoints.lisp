@@ -183,8 +183,8 @@ Returns the breakpoint's plist."
    token
    (lambda ()
      (let* ((session (find-session session))
-            (package (tool-package package session))
-            (name (find-existing-symbol function package))
+            (lookup (tool-package package session))
+            (name (find-existing-symbol function lookup))
             (target (and thread (find-thread thread))))
        (unless (and (fboundp name) (not (macro-function name)) (not (special-operator-p name)))
          (fail "~A is not a function; a breakpoint stops calls of a function." (qualified-name name)))
@@ -199,7 +199,11 @@ Returns the breakpoint's plist."
                               :number (1+ (sb-ext:atomic-incf (car *breakpoint-counter*)))
                               :function-name name
                               :condition-text condition
-                              :test (and condition (condition-test condition name package))
+                              ;; Read where the parameters' names are: the function's package,
+                              ;; unless the call names one.
+                              :test (and condition
+                                         (condition-test condition name
+                                                         (if package lookup (or (symbol-package name) lookup))))
                               :thread target
                               :stops-left hits
                               :session session)))
