@@ -209,5 +209,8 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
     .await;
     tool(&mut agent, "debugger", json!({"session": session, "action": "restart_frame", "frame": frame})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(common::without_handle(&tool(&mut agent, "evaluate-lisp", json!({"code": "shop::*done*"})).await), "=> (40)");
+    assert_eq!(
+        common::without_handle(&tool(&mut agent, "evaluate-lisp", json!({"code": "shop::*done*"})).await),
+        "=> (40)"
+    );
 }

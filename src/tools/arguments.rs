@@ -67,8 +67,12 @@ impl Range {
         }
     }
 
+    /// A minimum of 0 goes unsaid: no count, offset or number a tool takes is negative, and the
+    /// list that says it is read in every session.
     fn schema(self, schema: &mut Map<String, Value>) {
-        schema.insert("minimum".into(), self.min.into());
+        if self.min > 0 {
+            schema.insert("minimum".into(), self.min.into());
+        }
         if let Some(max) = self.max {
             schema.insert("maximum".into(), max.into());
         }
@@ -213,9 +217,15 @@ impl Param {
                 range.schema(&mut schema);
                 ("", None)
             }
-            // Each element's arguments are the tool's own, which its description names.
-            Kind::Objects(_) => {
-                schema.insert("items".into(), json!({"type": "object"}));
+            // Each element's arguments are the tool's own, which its description names; the schema
+            // says which of them an element must give.
+            Kind::Objects(params) => {
+                let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
+                let mut items = json!({"type": "object"});
+                if !required.is_empty() {
+                    items["required"] = json!(required);
+                }
+                schema.insert("items".into(), items);
                 ("array", None)
             }
         };
@@ -309,14 +319,18 @@ fn integer(value: &Value) -> Option<u64> {
 }
 
 /// The `inputSchema` of a tool taking `params`, and an `image` argument naming one of `images`
-/// when there is more than one to choose from.
+/// when there is more than one to choose from. That the first is the default, the instructions say
+/// once rather than each tool's schema.
 pub(crate) fn input_schema(params: &[Param], images: &[&str]) -> Value {
     let mut properties: Map<String, Value> = params.iter().map(|p| (p.name.to_string(), p.schema())).collect();
-    if let [default, _, ..] = images {
-        properties.insert("image".into(), json!({"type": "string", "enum": images, "default": default}));
+    if let [_, _, ..] = images {
+        properties.insert("image".into(), json!({"type": "string", "enum": images}));
     }
     let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
-    let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+    // No `"additionalProperties": false`: the call's check refuses an unknown argument, naming the
+    // nearest one the tool takes, which tells an agent more than a client's schema error; and the
+    // list, read in every session, does not say it 22 times.
+    let mut schema = json!({"type": "object", "properties": properties});
     if !required.is_empty() {
         schema["required"] = json!(required);
     }
@@ -666,14 +680,14 @@ mod tests {
     fn the_schema_says_what_the_checks_take() {
         let schema = input_schema(PARAMS, &["only"]);
         assert_eq!(schema["required"], json!(["code"]));
-        assert_eq!(schema["additionalProperties"], json!(false));
+        assert!(schema.get("additionalProperties").is_none());
         assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer", "minimum": 1, "maximum": 100}));
         assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean"}));
         assert_eq!(schema["properties"]["mode"], json!({"type": "string", "enum": ["cpu", "time"], "default": "cpu"}));
         assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer", "minimum": 1}));
         assert!(schema["properties"].get("image").is_none());
         let several = input_schema(PARAMS, &["one", "two"]);
-        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"], "default": "one"}));
+        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"]}));
     }
 
     #[test]

@@ -30,36 +30,30 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("session", "e.g. \"D1\"; every action but attach."),
+    Param::text("session", ""),
     Param::one_of(
         "action",
         &["attach", "backtrace", "frame", "eval_in_frame", "invoke_restart", "return_from_frame", "restart_frame", "abort"],
         "",
     )
     .required(),
-    Param::integer_or_name("thread", "attach: a thread waiting in a debugger, by its number or name as threads lists it."),
-    Param::integer("frame", 0, "Frame number, as backtrace shows it."),
-    Param::integer("start", 0, "backtrace: first frame (default 0)."),
-    Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
-    Param::code(
-        "code",
-        "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns.",
-    ),
-    Param::integer_or_name("restart", "invoke_restart: its number or name, e.g. \"USE-VALUE\"."),
-    Param::texts("arguments", "invoke_restart: forms whose values are its arguments."),
-    Param::integer("timeout_ms", 1, "Limit of this action and what it resumes (default: --eval-timeout).")
-        .at_most(MAX_TIMEOUT_MS),
+    Param::integer_or_name("thread", ""),
+    Param::integer("frame", 0, ""),
+    Param::integer("start", 0, ""),
+    Param::integer("end", 0, ""),
+    Param::code("code", ""),
+    Param::integer_or_name("restart", ""),
+    Param::texts("arguments", "The restart's, as forms."),
+    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "debugger",
-        title: "Debugger",
         description:
-            "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1), \
-            or attach to any thread of the image waiting in a debugger (the person's SLDB included) as a session: \
-            see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
-            redefine its function), abort. Resuming returns its result, or a new session if it stops again.",
+            "A debugger session: an evaluation stopped with debug: true (D1), or a thread waiting in any debugger, \
+            the user's SLDB too, that attach makes one. Frames and locals, code in a frame, restarts, return from or \
+            restart a frame, abort.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }

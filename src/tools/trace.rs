@@ -14,19 +14,16 @@ use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::texts("functions", "foo, pkg::foo, (setf foo), (method area :around (shape))."),
-    Param::flag("untrace", "Untrace these, or everything this session traces."),
-    Param::text("package", "Package for unqualified names."),
+    Param::texts("functions", "e.g. (setf f), (method area :around (shape))."),
+    Param::flag("untrace", "These, or all."),
+    Param::text("package", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "trace",
-        title: "Trace functions",
         description:
-            "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
-            evaluate-lisp calls come back in their [trace] section; calls by others print nothing. untrace: true \
-            takes them off (all, when no functions are given).",
+            "Trace functions, macros and methods (SBCL's TRACE) in your later evaluate-lisp calls.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
