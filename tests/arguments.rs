@@ -46,7 +46,6 @@ async fn every_tool_refuses_an_argument_its_schema_does_not_name() {
     for tool in &tools {
         let name = tool["name"].as_str().unwrap();
         let schema = &tool["inputSchema"];
-        assert_eq!(schema["additionalProperties"], json!(false), "{name}: the schema says unknown keys are refused");
         let properties = schema["properties"].as_object().unwrap();
         let Some(first) = properties.keys().next() else {
             let reply = client.call_tool(name, json!({"verbose": true})).await;

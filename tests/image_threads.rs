@@ -236,12 +236,9 @@ async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with
     define_shop(&mut person).await;
     let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
     agent.initialize().await;
-    let set = tool(
-        &mut agent,
-        "debugger",
-        json!({"action": "break", "function": "price", "package": "SHOP", "condition": "(> qty 5)"}),
-    )
-    .await;
+    let set =
+        tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price", "condition": "(> qty 5)"}))
+            .await;
     assert!(set.starts_with("Breakpoint 1: SHOP::PRICE when (> qty 5), every thread"), "{set}");
 
     person.eval("(progn (defvar *low* nil) (defvar *high* nil))", "SHOP").await;

@@ -260,16 +260,17 @@ async fn a_batch_with_load_patches_deletes_and_loads_each_file_once() {
     let project = Project::loaded().await;
     let tb = &project.tb;
     let app = project.path.join("app.lisp");
+    // The file, the form type and `load` said once, in the call, as an agent first writes a
+    // batch; an edit that says `load: false` stays in the file only.
     let output = ok(
         tb,
         "edit-lisp-form",
-        json!({"edits": [
-            {"file_path": app, "form_type": "defun", "form_name": "greet", "operation": "patch",
-             "old_text": "Hello, ~A", "new_text": "Hi, ~A"},
-            {"file_path": app, "form_type": "defun", "form_name": "helper", "operation": "delete"},
-            {"file_path": app, "form_type": "defun", "form_name": "sbcl-only", "operation": "patch",
-             "old_text": ":old", "new_text": ":new"},
-        ], "load": true}),
+        json!({"file_path": app, "form_type": "defun", "load": true, "edits": [
+            {"form_name": "greet", "operation": "patch", "old_text": "Hello, ~A", "new_text": "Hi, ~A"},
+            {"form_name": "helper", "operation": "delete"},
+            {"form_name": "sbcl-only", "operation": "patch", "old_text": ":old", "new_text": ":new"},
+            {"form_name": "early", "operation": "patch", "old_text": ":old", "new_text": ":new", "load": false},
+        ]}),
     )
     .await;
     // The two changed forms of the one file are compiled in one load; the deleted one leaves.
@@ -283,10 +284,12 @@ async fn a_batch_with_load_patches_deletes_and_loads_each_file_once() {
     assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, "=> \"Hi, you\"");
     assert_eq!(eval(tb, "(loadtest-app::sbcl-only)").await, "=> :NEW");
     assert_eq!(eval(tb, "(fboundp 'loadtest-app::helper)").await, "=> NIL");
+    assert_eq!(eval(tb, "(loadtest-app::early)").await, "=> :OLD");
     let text = std::fs::read_to_string(&app).unwrap();
     assert!(
         text.contains("\"Hi, ~A\"") && !text.contains("defun helper") && text.contains("(defun sbcl-only () :new)")
     );
+    assert!(text.contains("(defun early () :new)"), "{text}");
 }
 
 /// load-file sends the image the bytes the server read, which it compiles from a private copy

@@ -610,7 +610,7 @@ fn definitions_describe_the_tools_honestly() {
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);
         assert!(!definition.annotations.open_world);
-        assert_eq!(definition.to_json(true)["annotations"]["readOnlyHint"], json!(true));
+        assert_eq!(definition.to_json()["annotations"]["readOnlyHint"], json!(true));
     }
 }
 
@@ -732,8 +732,10 @@ fn a_batch_is_applied_all_or_none() {
         ),
         "{unknown}"
     );
-    let mixed = project.edit_err("other.lisp", json!({"edits": [patch(&other, "one", "1", "10")], "file_path": other}));
-    assert!(mixed.contains("Give one edit's fields or `edits`, not both"), "{mixed}");
+    let mixed = project.edit_err("other.lisp", json!({"edits": [patch(&other, "one", "1", "10")], "form_name": "two"}));
+    assert!(mixed.contains("Give one edit's fields or `edits`, not both: `form_name`"), "{mixed}");
+    let mixed = project.edit_err("other.lisp", json!({"edits": [patch(&other, "one", "1", "10")], "index": 1}));
+    assert!(mixed.contains("`index` belongs in an element of `edits`"), "{mixed}");
 
     // Two edits of one file and one of another: all written, each edit on what the one before left.
     let output = project.edit(json!({"edits": [
@@ -747,6 +749,53 @@ fn a_batch_is_applied_all_or_none() {
     assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
     assert!(output.text.starts_with("Patched `defun one` (line 1) in other.lisp:\n@@ -1 +1 @@\n"), "{}", output.text);
     assert_eq!(output.structured_value().unwrap()["edits"].as_array().map(Vec::len), Some(4));
+}
+
+/// An agent's first batch names the file and the form type once, in the call, and each edit only
+/// what differs: the call's `file_path`, `form_type` and `load` are each edit's unless it gives its
+/// own.
+#[test]
+fn a_batch_takes_the_calls_file_form_type_and_load_as_each_edits() {
+    let project = Project::new();
+    let other = project.file("other.lisp", "(defun one () 1)\n\n(defun two () 2)\n\n(defvar *three* 3)\n");
+    let shapes = project.file("shapes.lisp", fixture("shapes.lisp"));
+    let output = project.edit(json!({"file_path": other, "form_type": "defun", "edits": [
+        {"form_name": "one", "operation": "patch", "old_text": "1", "new_text": "10"},
+        {"form_name": "two", "operation": "patch", "old_text": "2", "new_text": "20"},
+        {"form_type": "defvar", "form_name": "*three*", "operation": "patch", "old_text": "3", "new_text": "30"},
+        {"file_path": shapes, "form_name": "scale", "operation": "patch",
+         "old_text": "\"Return a copy", "new_text": "\"Return a new copy"},
+    ]}));
+    assert!(!output.is_error, "{}", output.text);
+    assert_eq!(project.read("other.lisp"), "(defun one () 10)\n\n(defun two () 20)\n\n(defvar *three* 30)\n");
+    assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
+
+    // Neither the edit nor the call names the file: the refusal says which edit lacks what.
+    let missing = project
+        .edit_err("other.lisp", json!({"form_type": "defun", "edits": [{"form_name": "one", "operation": "delete"}]}));
+    assert_eq!(missing, "Edit 1 of 1: Missing required argument `file_path` (a string).");
+
+    // `load` too: an edit's own says whether it needs the image, which a run on files alone lacks.
+    let patch = json!({"form_name": "one", "operation": "patch", "old_text": "10", "new_text": "11"});
+    let mut loading = patch.clone();
+    loading["load"] = json!(true);
+    for arguments in [
+        json!({"file_path": other, "form_type": "defun", "load": true, "edits": [patch.clone()]}),
+        json!({"file_path": other, "form_type": "defun", "edits": [loading]}),
+    ] {
+        let refused = project.edit_err("other.lisp", arguments);
+        assert!(refused.contains("`load: true` needs the image"), "{refused}");
+    }
+    let mut not_loading = patch;
+    not_loading["load"] = json!(false);
+    let output = project.edit(json!({"file_path": other, "form_type": "defun", "load": true, "edits": [not_loading]}));
+    assert!(!output.is_error, "{}", output.text);
+    assert!(project.read("other.lisp").starts_with("(defun one () 11)\n"));
+
+    // The schema says what an edit must give itself.
+    let schema = edit_lisp_form::definition().input_schema();
+    assert_eq!(schema["properties"]["edits"]["items"]["required"], json!(["form_name", "operation"]));
+    assert!(schema["properties"]["edits"]["description"].as_str().unwrap().contains("file_path, form_type and load"));
 }
 
 #[test]

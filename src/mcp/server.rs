@@ -34,7 +34,7 @@ use crate::tools::{Progress, ToolOutput, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-/// Structured tool output (`structuredContent`) and a tool's own `title` exist from this revision on.
+/// Structured tool output (`structuredContent`) exists from this revision on.
 const STRUCTURED_OUTPUT_SINCE: &str = "2025-06-18";
 /// Generous for any real request (a big `content` for edit-lisp-form included), small enough
 /// that a runaway client cannot make the server buffer without bound.
@@ -59,30 +59,35 @@ const NOT_INITIALIZED: i64 = -32003;
 /// common, so that no tool's description repeats it.
 const INSTRUCTIONS: &str = "\
 swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the one the user works in \
-from Emacs: what you define there is theirs too, and their state is there, so look before you redefine.
+from Emacs: what you define there is theirs too, so look before you redefine.
 To fix failing tests, loop: run-tests gives each failing test's form, expected and actual values; find-definition \
 with source: true gives the current text of the definitions involved (several symbols in one call); edit-lisp-form \
 with operation \"patch\" (old_text, new_text) and load: true fixes the file and the image at once (edits: [...] makes \
 several edits, all or none); then run-tests again.
 The tools:
-1. Find your way: lisp-outline lists a file's forms (source: true, their text); find-definition, describe-symbol, \
-apropos-search, xref and class-info ask the image. None of them changes anything.
+1. Find your way: lisp-outline lists a file's forms; find-definition, describe-symbol, apropos-search, xref and \
+class-info ask the image, changing nothing.
 2. Change code in its file: edit-lisp-form with load: true edits the file and compiles the change into the image, \
 so the image runs what the file says and find-definition points at it. load-form and load-file compile what a file \
-already says, load-system loads an ASDF system; compiler messages come at file:line:column. compile-form checks code \
-without defining anything; macroexpand-form shows what a macro makes.
+already says, load-system an ASDF system. compile-form checks code without defining anything; macroexpand-form \
+shows what a macro makes.
 3. Run it: evaluate-lisp in your own REPL session (its package and *, ** persist; the user's REPL is untouched), \
-run-tests for a system's or a suite's tests.
-4. Debug: an error comes back with its backtrace and restarts, unwound. Run it again with debug: true to keep the \
-failing state: the debugger tool shows frames and locals, evaluates in a frame, restarts a frame after you fix its \
-function, or invokes a restart. trace, profile, threads and inspect look closer.
+run-tests for tests.
+4. Debug: an error comes back with its backtrace and restarts, unwound; run it again with debug: true to keep the \
+failing state for the debugger tool. trace, profile, threads and inspect look closer.
 5. undo lists what your calls defined or replaced, and puts back what was there.
-In replies: a value other than a number, character or symbol has a handle (@3) that inspect takes. A note under a \
-cut section names the handle and offset where inspect reads the rest. Threads you start report their output and \
-errors in a [background] section of your next evaluate-lisp reply; traced calls come in a [trace] section. \
-Interactive input reads end of file. An exit (sb-ext:exit, uiop:quit) is refused in an image swank-mcp did not \
-start. file_path is absolute or relative to the first --root, and files are written only under allowed roots; \
-package defaults to your session's package (initially CL-USER).";
+Arguments: file_path is absolute or relative to the first --root; files are read under allowed roots or an ASDF \
+system's directory, written only under allowed roots; large_file: true reads one over 64 MiB. A definition in a \
+file is its form_type (e.g. defun) and form_name as lisp-outline shows it (e.g. \"area :around (shape)\"); index, \
+from 1, picks among several. A symbol is name, pkg:name or pkg::name; package defaults to your session's \
+(initially CL-USER). timeout_ms defaults to --eval-timeout; offset and limit page through a long list; source: \
+true adds each form's text. With several images, image picks one (default: the first).
+Replies: evaluate-lisp's has [stdout], [stderr], [warnings] and => value lines; an error, [ERROR] TYPE, message, \
+backtrace and restarts. Compiler messages come at file:line:column. A value other than a number, character or \
+symbol has a handle (@3) for inspect; a note under a cut section names the handle and offset where inspect reads \
+the rest. Threads you start report output and errors in a [background] section of your next evaluate-lisp reply; \
+traced calls, in a [trace] section. Interactive input reads end of file. An exit (sb-ext:exit, uiop:quit) is \
+refused in an image swank-mcp did not start.";
 
 struct Server {
     /// Where every tool call goes.
@@ -436,10 +441,7 @@ impl Server {
                 NOT_INITIALIZED,
                 format!("The server is not initialized: send initialize first, and {method} once it is answered"),
             )),
-            "tools/list" => {
-                let title_field = self.structured_output();
-                Ok(Some(ResultBody::Json(json!({ "tools": self.pipeline.toolbox().tool_list(title_field) }))))
-            }
+            "tools/list" => Ok(Some(ResultBody::Json(json!({ "tools": self.pipeline.toolbox().tool_list() })))),
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {
                     (

@@ -11,18 +11,16 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("query", "Part of the name, e.g. \"hash-table\".").required(),
-    Param::text("package", "Only symbols accessible in this package (default: all)."),
-    Param::flag("external_only", "Only external symbols."),
+    Param::text("query", "").required(),
+    Param::text("package", "Default: all packages."),
+    Param::flag("external_only", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "apropos-search",
-        title: "Find symbols by name",
         description:
-            "Find symbols whose names contain query (case-insensitive), with what each names; exact and prefix \
-            matches first, the list capped.",
+            "Find symbols whose names contain query, with what each names.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

@@ -53,6 +53,8 @@ enum Kind {
 struct Range {
     min: u64,
     max: Option<u64>,
+    /// Whether the schema states `max`: a sanity bound (a day for a time limit) is only checked.
+    max_listed: bool,
 }
 
 impl Range {
@@ -67,9 +69,13 @@ impl Range {
         }
     }
 
+    /// A minimum of 0 goes unsaid: no count, offset or number a tool takes is negative, and the
+    /// list that says it is read in every session.
     fn schema(self, schema: &mut Map<String, Value>) {
-        schema.insert("minimum".into(), self.min.into());
-        if let Some(max) = self.max {
+        if self.min > 0 {
+            schema.insert("minimum".into(), self.min.into());
+        }
+        if let (Some(max), true) = (self.max, self.max_listed) {
             schema.insert("maximum".into(), max.into());
         }
     }
@@ -121,12 +127,12 @@ impl Param {
 
     /// An integer from `min`.
     pub const fn integer(name: &'static str, min: u64, description: &'static str) -> Self {
-        Self::new(name, Kind::Integer(Range { min, max: None }), description)
+        Self::new(name, Kind::Integer(Range { min, max: None, max_listed: false }), description)
     }
 
     /// A list of integers from `min`.
     pub const fn integers(name: &'static str, min: u64, description: &'static str) -> Self {
-        Self::new(name, Kind::Integers(Range { min, max: None }), description)
+        Self::new(name, Kind::Integers(Range { min, max: None, max_listed: false }), description)
     }
 
     /// A list of strings.
@@ -141,7 +147,7 @@ impl Param {
 
     /// An integer from 0, or a name.
     pub const fn integer_or_name(name: &'static str, description: &'static str) -> Self {
-        Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None }), description)
+        Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None, max_listed: false }), description)
     }
 
     /// The call must give it.
@@ -150,12 +156,23 @@ impl Param {
         self
     }
 
-    /// An integer argument takes at most `max`.
-    pub const fn at_most(mut self, max: u64) -> Self {
+    /// An integer argument takes at most `max`, which the schema states.
+    pub const fn at_most(self, max: u64) -> Self {
+        self.bounded(max, true)
+    }
+
+    /// An integer argument takes at most `max`, a sanity bound the schema leaves unsaid: no agent
+    /// needs it to choose a value, and the list is read in every session. A call past it is
+    /// refused with the bound named.
+    pub const fn within(self, max: u64) -> Self {
+        self.bounded(max, false)
+    }
+
+    const fn bounded(mut self, max: u64, max_listed: bool) -> Self {
         self.kind = match self.kind {
-            Kind::Integer(range) => Kind::Integer(Range { min: range.min, max: Some(max) }),
-            Kind::Integers(range) => Kind::Integers(Range { min: range.min, max: Some(max) }),
-            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { min: range.min, max: Some(max) }),
+            Kind::Integer(range) => Kind::Integer(Range { min: range.min, max: Some(max), max_listed }),
+            Kind::Integers(range) => Kind::Integers(Range { min: range.min, max: Some(max), max_listed }),
+            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { min: range.min, max: Some(max), max_listed }),
             other => other,
         };
         self
@@ -213,9 +230,15 @@ impl Param {
                 range.schema(&mut schema);
                 ("", None)
             }
-            // Each element's arguments are the tool's own, which its description names.
-            Kind::Objects(_) => {
-                schema.insert("items".into(), json!({"type": "object"}));
+            // Each element's arguments are the tool's own, which its description names; the schema
+            // says which of them an element must give.
+            Kind::Objects(params) => {
+                let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
+                let mut items = json!({"type": "object"});
+                if !required.is_empty() {
+                    items["required"] = json!(required);
+                }
+                schema.insert("items".into(), items);
                 ("array", None)
             }
         };
@@ -243,8 +266,8 @@ impl Param {
             Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
             Kind::Flag => "true or false".into(),
             Kind::Integer(range) => range.describe(),
-            Kind::Integers(Range { min, max: Some(max) }) => format!("a list of integers from {min} to {max}"),
-            Kind::Integers(Range { min, max: None }) => format!("a list of integers of {min} or more"),
+            Kind::Integers(Range { min, max: Some(max), .. }) => format!("a list of integers from {min} to {max}"),
+            Kind::Integers(Range { min, max: None, .. }) => format!("a list of integers of {min} or more"),
             Kind::Texts => "an array of strings".into(),
             Kind::IntegerOrName(range) => format!("{} or a name", range.describe()),
             Kind::Objects(_) => "an array of objects".into(),
@@ -309,14 +332,18 @@ fn integer(value: &Value) -> Option<u64> {
 }
 
 /// The `inputSchema` of a tool taking `params`, and an `image` argument naming one of `images`
-/// when there is more than one to choose from.
+/// when there is more than one to choose from. That the first is the default, the instructions say
+/// once rather than each tool's schema.
 pub(crate) fn input_schema(params: &[Param], images: &[&str]) -> Value {
     let mut properties: Map<String, Value> = params.iter().map(|p| (p.name.to_string(), p.schema())).collect();
-    if let [default, _, ..] = images {
-        properties.insert("image".into(), json!({"type": "string", "enum": images, "default": default}));
+    if let [_, _, ..] = images {
+        properties.insert("image".into(), json!({"type": "string", "enum": images}));
     }
     let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
-    let mut schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+    // No `"additionalProperties": false`: the call's check refuses an unknown argument, naming the
+    // nearest one the tool takes, which tells an agent more than a client's schema error; and the
+    // list, read in every session, does not say it 22 times.
+    let mut schema = json!({"type": "object", "properties": properties});
     if !required.is_empty() {
         schema["required"] = json!(required);
     }
@@ -666,14 +693,14 @@ mod tests {
     fn the_schema_says_what_the_checks_take() {
         let schema = input_schema(PARAMS, &["only"]);
         assert_eq!(schema["required"], json!(["code"]));
-        assert_eq!(schema["additionalProperties"], json!(false));
+        assert!(schema.get("additionalProperties").is_none());
         assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer", "minimum": 1, "maximum": 100}));
         assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean"}));
         assert_eq!(schema["properties"]["mode"], json!({"type": "string", "enum": ["cpu", "time"], "default": "cpu"}));
         assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer", "minimum": 1}));
         assert!(schema["properties"].get("image").is_none());
         let several = input_schema(PARAMS, &["one", "two"]);
-        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"], "default": "one"}));
+        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"]}));
     }
 
     #[test]

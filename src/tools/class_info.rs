@@ -19,10 +19,8 @@ const ARGUMENTS: &[Param] = &[
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "class-info",
-        title: "Describe a class",
         description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
-            metaclass. Works with any class in the running image. Also its documentation and each inherited slot's \
-            class; class may be pkg:name, and a missing class offers near names.",
+            metaclass. Works with any class in the running image.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

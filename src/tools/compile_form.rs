@@ -19,11 +19,9 @@ const ARGUMENTS: &[Param] = &[
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "compile-form",
-        title: "Compile without running",
         description:
             "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and other \
-            issues that only appear at compile time. Useful for checking code correctness before evaluation. Nothing \
-            is defined; a macro the code defines is not run (its uses get a WARNING).",
+            issues that only appear at compile time. Useful for checking code correctness before evaluation.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }

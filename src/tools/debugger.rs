@@ -30,7 +30,7 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("session", "e.g. \"D1\"; every action but attach."),
+    Param::text("session", ""),
     Param::one_of(
         "action",
         &[
@@ -53,35 +53,26 @@ const ARGUMENTS: &[Param] = &[
         "",
     )
     .required(),
-    Param::integer_or_name("thread", "attach: a thread waiting in a debugger; break: the only thread to stop. Its number or name as threads lists it."),
-    Param::text("function", "break: the function whose calls stop, e.g. \"shop::price\"."),
-    Param::code("condition", "break: stop only when this holds, Lisp over the function's parameters by name."),
-    Param::integer("hits", 1, "break: remove it after this many stops."),
-    Param::integer("breakpoint", 1, "unbreak: its number (default: every breakpoint of this session)."),
-    Param::text("package", "break: package to read function and condition in."),
-    Param::integer("frame", 0, "Frame number, as backtrace shows it."),
-    Param::integer("start", 0, "backtrace: first frame (default 0)."),
-    Param::integer("end", 0, "backtrace: frame after the last (default start + 20)."),
-    Param::code(
-        "code",
-        "eval_in_frame: code to run with the frame's locals, read in its package; return_from_frame: the form whose values it returns.",
-    ),
-    Param::integer_or_name("restart", "invoke_restart: its number or name, e.g. \"USE-VALUE\"."),
-    Param::texts("arguments", "invoke_restart: forms whose values are its arguments."),
-    Param::integer("timeout_ms", 1, "Limit of this action and what it resumes (default: --eval-timeout).")
-        .at_most(MAX_TIMEOUT_MS),
+    Param::integer_or_name("thread", ""),
+    Param::text("function", ""),
+    Param::code("condition", ""),
+    Param::integer("hits", 0, ""),
+    Param::integer("breakpoint", 0, ""),
+    Param::integer("frame", 0, ""),
+    Param::integer("start", 0, ""),
+    Param::integer("end", 0, ""),
+    Param::code("code", ""),
+    Param::integer_or_name("restart", ""),
+    Param::texts("arguments", ""),
+    Param::integer("timeout_ms", 1, "").within(MAX_TIMEOUT_MS),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "debugger",
-        title: "Debugger",
         description:
-            "Act on an evaluation stopped in the debugger (evaluate-lisp with debug: true returns its session, D1), \
-            or attach to any thread of the image waiting in a debugger (the person's SLDB included) as a session: \
-            see frames and locals, evaluate in a frame, invoke a restart, return from or restart a frame (after you \
-            redefine its function), abort. Resuming returns its result, or a new session if it stops again. \
-            break sets a breakpoint that stops one thread when its condition holds; continue resumes it.",
+            "An evaluation stopped with debug: true (D1), or a thread in any debugger (the user's SLDB \
+            too). break: function's calls stop if condition holds.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
@@ -93,6 +84,9 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let timeout_ms = args.optional_u64("timeout_ms")?;
+    if args.optional_u64("hits")? == Some(0) || args.optional_u64("breakpoint")? == Some(0) {
+        return Err(ToolError::new("`hits` and `breakpoint` count from 1."));
+    }
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
@@ -241,7 +235,7 @@ async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
         .key("condition", args.optional_str("condition")?)
         .key("thread", thread)
         .key("hits", args.optional_u64("hits")?)
-        .key("package", args.optional_str("package")?);
+        .key("package", None::<&str>);
     let reply = context.call_helper(args, request).await?;
     let breakpoint = decode::<Breakpoint>("set-breakpoint", &reply)?;
     Ok(ToolOutput::success(format!(

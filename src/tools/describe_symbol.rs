@@ -18,11 +18,8 @@ const ARGUMENTS: &[Param] = &[super::SYMBOL, super::SYMBOL_PACKAGE];
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "describe-symbol",
-        title: "Describe a symbol",
         description:
-            "Say what a symbol names in the image (function, macro, generic function with its methods, variable with \
-            its value, class, type) with its syntax, documentation and source file. Evaluates and interns nothing; a \
-            missing symbol offers near names.",
+            "What a symbol names (function, method, variable, class...), with syntax, documentation, value and source.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

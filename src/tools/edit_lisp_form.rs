@@ -23,23 +23,27 @@ use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEd
 
 /// One edit's arguments, as a call gives them alone or as an element of `edits`.
 const FILE_PATH: Param = Param::text("file_path", "");
-const FORM_TYPE: Param = Param::text("form_type", "The operator, e.g. \"defun\".");
-const FORM_NAME: Param = Param::text("form_name", "As lisp-outline shows it, e.g. \"area :around (shape)\".");
+const FORM_TYPE: Param = Param::text("form_type", "");
+const FORM_NAME: Param = Param::text("form_name", "");
 const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
-const CONTENT: Param = Param::code("content", "Whole top-level form(s); not for delete or patch.");
-const OLD_TEXT: Param = Param::text("old_text", "patch: text found once in the form.");
+const CONTENT: Param = Param::code("content", "Whole form(s).");
+const OLD_TEXT: Param = Param::text("old_text", "Found once in the form.");
 const NEW_TEXT: Param = Param::code("new_text", "");
+const LOAD: Param = Param::flag("load", "");
 
-/// An element of `edits`: one edit, whose target and operation it must give.
+/// An element of `edits`: one edit, whose target and operation it must give. Its file, form type
+/// and `load`, when it leaves them out, are the call's: several edits of one file say its name
+/// once, as an agent first writes them.
 const EDIT: &[Param] = &[
-    FILE_PATH.required(),
-    FORM_TYPE.required(),
+    FILE_PATH,
+    FORM_TYPE,
     FORM_NAME.required(),
     OPERATION.required(),
     CONTENT,
     OLD_TEXT,
     NEW_TEXT,
     FORM_INDEX,
+    LOAD,
 ];
 
 /// The arguments: the schema and the checks. One edit's fields, or `edits`: which of them the
@@ -53,9 +57,9 @@ const ARGUMENTS: &[Param] = &[
     OLD_TEXT,
     NEW_TEXT,
     FORM_INDEX,
-    Param::objects("edits", EDIT, "Edits, each with the fields above."),
-    Param::flag("dry_run", "Return the diff; write and load nothing."),
-    Param::flag("load", "Compile the change into the image."),
+    Param::objects("edits", EDIT, "file_path, form_type and load default to the call's."),
+    Param::flag("dry_run", ""),
+    LOAD,
     LARGE_FILE_ARGUMENT,
 ];
 
@@ -68,10 +72,9 @@ fn unknown_operation(operation: &Value) -> String {
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
-        title: "Edit a Lisp definition",
-        description: "Edit one definition (defun, defmethod, defclass...) of a Lisp file on its syntax tree: replace, \
-            delete, insert beside it, or patch old_text to new_text in it; several edits all or none. Use it \
-            rather than rewriting files. Returns the diff; load: true compiles the change into the image.",
+        description: "Edit definitions of a Lisp file on its syntax tree: replace, delete, insert beside, or patch \
+            old_text to new_text; edits, several at once, all or none. Use it rather than rewriting files; load: true \
+            compiles the change into the image.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
@@ -93,10 +96,21 @@ struct EditArguments {
     content: String,
     old_text: String,
     index: Option<usize>,
+    /// Whether its new forms are compiled into the image (a delete's form taken out of it).
+    load: bool,
 }
 
 impl EditArguments {
-    fn read(args: &Arguments) -> Result<Self, ToolError> {
+    /// The edit `args` gives, taking the `file_path`, `form_type` and `load` it leaves out from
+    /// `call` (the call's own arguments, which are `args` when the call is the one edit).
+    fn read(args: &Arguments, call: &Arguments) -> Result<Self, ToolError> {
+        let inherited = |field| -> Result<String, ToolError> {
+            Ok(match args.optional_str(field)? {
+                Some(text) => text,
+                None => call.required_str(field)?,
+            }
+            .to_string())
+        };
         let operation = args.required_str("operation")?;
         let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
         let (content, old_text) = match operation {
@@ -122,13 +136,14 @@ impl EditArguments {
             }
         }
         Ok(EditArguments {
-            file_path: args.required_str("file_path")?.to_string(),
-            form_type: args.required_str("form_type")?.to_string(),
+            file_path: inherited("file_path")?,
+            form_type: inherited("form_type")?,
             form_name: args.required_str("form_name")?.to_string(),
             operation,
             content: content.to_string(),
             old_text: old_text.to_string(),
             index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
+            load: if args.value("load").is_some() { args.flag("load")? } else { call.flag("load")? },
         })
     }
 
@@ -149,9 +164,9 @@ impl EditArguments {
 
 /// The edits a call asks for: its `edits`, or itself.
 fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
-    let Some(edits) = args.optional_objects("edits")? else { return Ok(vec![EditArguments::read(args)?]) };
-    for field in ["file_path", "form_type", "form_name", "operation", "content", "old_text", "new_text"] {
-        if args.optional_str(field)?.is_some() {
+    let Some(edits) = args.optional_objects("edits")? else { return Ok(vec![EditArguments::read(args, args)?]) };
+    for field in ["form_name", "operation", "content", "old_text", "new_text", "index"] {
+        if args.value(field).is_some() {
             return Err(ToolError::new(format!(
                 "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
             )));
@@ -164,7 +179,7 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
         .iter()
         .enumerate()
         .map(|(i, edit)| {
-            EditArguments::read(edit)
+            EditArguments::read(edit, args)
                 .map_err(|error| ToolError::new(format!("Edit {} of {}: {}", i + 1, edits.len(), error.0)))
         })
         .collect()
@@ -175,6 +190,8 @@ struct Edited {
     /// The fingerprint of the files as they were read.
     read: Fingerprint,
     reports: Vec<EditReport>,
+    /// Whether each report's edit goes into the image, in the order of `reports`.
+    load: Vec<bool>,
     /// Each file edited: its real path, its name in messages, its new text, and where in it the
     /// forms the edits wrote are.
     files: Vec<EditedFile>,
@@ -192,8 +209,8 @@ struct EditedFile {
 }
 
 /// How the edits are made: only shown, or written (and then only on the files as the human who
-/// `approved` them saw them, if anyone did); with `for_load`, with what loading their forms needs
-/// (each file's new text: a copy of the whole file).
+/// `approved` them saw them, if anyone did); with `for_load`, with what loading the forms of the
+/// edits that load needs (each file's new text: a copy of the whole file).
 struct Making {
     dry_run: bool,
     for_load: bool,
@@ -225,7 +242,7 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
     Fingerprint::check_read(approved, "edit-lisp-form", &names.join(" or "), read)?;
     let mut files: Vec<EditedFile> = Vec::new();
     if for_load {
-        for (report, path, text) in prepared.edits() {
+        for ((report, path, text), _) in prepared.edits().zip(&edits).filter(|(_, edit)| edit.load) {
             let file = match files.iter_mut().position(|file| file.path == path) {
                 Some(file) => file,
                 None => {
@@ -239,7 +256,7 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
                     files.len() - 1
                 }
             };
-            // The last edit of a file has its whole new text.
+            // Every edit of a file comes with the text all of them leave.
             files[file].text = text.to_vec();
             if report.removed.is_none() && !report.new_span.is_empty() {
                 files[file].spans.push(report.new_span.clone());
@@ -262,7 +279,8 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
         [report] => structured(report, dry_run),
         reports => json!({"edits": reports.iter().map(|report| structured(report, dry_run)).collect::<Vec<_>>()}),
     };
-    Ok(Edited { read, text: texts.join("\n\n"), reports, files, structured })
+    let load = edits.iter().map(|edit| edit.load).collect();
+    Ok(Edited { read, text: texts.join("\n\n"), reports, load, files, structured })
 }
 
 /// What the human approving the edits is shown: their dry run, with the diffs.
@@ -289,8 +307,13 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     edit_alone(args, roots, None)
 }
 
+/// Whether the call compiles any of its edits into the image: some edit loads, and it is no dry run.
+fn loads(args: &Arguments) -> Result<bool, ToolError> {
+    Ok(!args.flag("dry_run")? && edit_arguments(args)?.iter().any(|edit| edit.load))
+}
+
 fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerprint>) -> ToolResult {
-    if args.flag("load")? && !args.flag("dry_run")? {
+    if loads(args)? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
     let edited = edit(args, roots, Making { dry_run: args.flag("dry_run")?, for_load: false, approved })?;
@@ -298,18 +321,18 @@ fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerpri
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let load = args.flag("load")? && !args.flag("dry_run")?;
     let (owned, approved) = (args.clone(), context.approved);
-    if !load {
+    if !loads(args)? {
         return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
     let making = Making { dry_run: false, for_load: true, approved };
-    let Edited { reports, files, text, mut structured, .. } =
+    let Edited { reports, load, files, text, mut structured, .. } =
         context.on_files(move |roots| edit(&owned, roots, making)).await?;
     let mut sections = vec![text];
     let mut loads = Vec::new();
     let mut failed = false;
-    for removed in reports.iter().filter_map(|report| report.removed.as_ref()) {
+    let loaded = reports.iter().zip(load).filter_map(|(report, load)| load.then_some(report));
+    for removed in loaded.filter_map(|report| report.removed.as_ref()) {
         match unload(context, args, removed).await {
             Ok(note) => {
                 loads.push(json!({ "note": note }));

@@ -28,22 +28,17 @@ const MAX_PRINT_LEVEL: u64 = 10_000;
 const ARGUMENTS: &[Param] = &[
     Param::code("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
     Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
-    Param::integer("timeout_ms", 1, "Interrupt it after this long (default: --eval-timeout, 30 s).")
-        .at_most(MAX_TIMEOUT_MS),
-    Param::integer("print_length", 0, "*PRINT-LENGTH* of the values (default 200).").at_most(MAX_PRINT_LENGTH),
-    Param::integer("print_level", 0, "*PRINT-LEVEL* of the values (default 10).").at_most(MAX_PRINT_LEVEL),
-    Param::flag("debug", "On an unhandled error, stop in the debugger and return a session for the debugger tool."),
+    Param::integer("timeout_ms", 1, "").within(MAX_TIMEOUT_MS),
+    Param::integer("print_length", 0, "").within(MAX_PRINT_LENGTH).default_integer(200),
+    Param::integer("print_level", 0, "").within(MAX_PRINT_LEVEL).default_integer(10),
+    Param::flag("debug", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
-        title: "Evaluate Lisp",
         description:
-            "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls. \
-            Forms run one at a time; IN-PACKAGE changes the session's package. Replies with [stdout], [stderr], \
-            [warnings] and `=> value` lines (with a handle, @3, for inspect); an error as [ERROR] TYPE, message, \
-            backtrace and restarts, unwound.",
+            "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }

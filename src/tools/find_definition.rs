@@ -18,19 +18,17 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("symbol", "name, pkg:name or pkg::name; several with spaces between.").required(),
+    Param::text("symbol", "Several with spaces between.").required(),
     Param::flag("source", ""),
     super::SYMBOL_PACKAGE,
-    Param::integer("offset", 0, "The next page's offset."),
-    Param::integer("limit", 1, "At most this many.").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
+    Param::integer("offset", 0, ""),
+    Param::integer("limit", 1, "").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
-        title: "Find definitions",
-        description: "Where symbols are defined: each definition (function, method, variable, class...) at \
-            file:line:column in the file's current text; source: true adds its text. In pages of 50.",
+        description: "Where symbols are defined, at file:line:column in the file's current text.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

@@ -16,20 +16,18 @@ const MAX_PARTS: u64 = 1000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("handle", "A handle from a reply, e.g. \"@3\"."),
-    Param::code("code", "Code whose first value to inspect."),
-    Param::text("package", "Package to read code in."),
-    Param::integer("offset", 0, "First part or character (default 0)."),
-    Param::integer("limit", 1, "Parts (default 50, at most 1,000) or characters (default --max-output) to show."),
+    Param::text("handle", ""),
+    Param::code("code", ""),
+    Param::text("package", ""),
+    Param::integer("offset", 0, ""),
+    Param::integer("limit", 1, ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "inspect",
-        title: "Inspect a value",
-        description: "Show a value as SLIME's inspector does: its type and parts (slots, elements, entries, methods, \
-            bindings), each with a handle to inspect next. Give a handle (@3) or code. For a string or a cut \
-            output's handle, offset and limit count characters.",
+        description: "A value (of a handle or code) as SLIME's inspector shows it: type and parts, each with a \
+            handle; offset and limit count parts or a string's characters.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }

@@ -16,8 +16,8 @@ use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", "Under an allowed root or an ASDF system's directory."),
-    Param::text("code", "Text to check instead of a file."),
+    Param::text("file_path", ""),
+    Param::text("code", ""),
     LARGE_FILE_ARGUMENT,
 ];
 
@@ -25,10 +25,8 @@ const ARGUMENTS: &[Param] = &[
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-check-parens",
-        title: "Check Lisp parentheses",
         description:
-            "Check that Lisp source (file_path or code) reads as complete forms; else where reading failed, the open \
-            paren, and where a missing ) likely belongs.",
+            "Check that Lisp source (a file or code) reads as complete forms, else where a ) is likely missing.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }

@@ -16,9 +16,9 @@ use crate::source::{line_count, outline_page_of, AllowedRoots};
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", "Under an allowed root or an ASDF system's directory.").required(),
-    Param::integer("offset", 0, "The next page's offset."),
-    Param::integer("limit", 1, "At most this many forms.").at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
+    Param::text("file_path", "").required(),
+    Param::integer("offset", 0, ""),
+    Param::integer("limit", 1, "").at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
     Param::flag("source", ""),
     LARGE_FILE_ARGUMENT,
 ];
@@ -27,11 +27,8 @@ const ARGUMENTS: &[Param] = &[
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-outline",
-        title: "Outline a Lisp file",
         description:
-            "A Lisp file's top-level forms, one line each: lines, reader conditional, operator and name (forms in \
-            progn, eval-when etc. indented), as edit-lisp-form and load-form take them; source: true adds each \
-            form's text. In pages.",
+            "A Lisp file's forms, one a line: lines, operator and name as edit-lisp-form takes them.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }

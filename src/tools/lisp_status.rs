@@ -18,10 +18,8 @@ use crate::swank::Form;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-status",
-        title: "Image status",
         description:
-            "What swank-mcp is attached to: the Lisp and its version, swank or slynk, host:port and pid, your \
-            session's package, threads, evaluations running or in the debugger, heap and *features*.",
+            "What swank-mcp is attached to; your session's package, threads and evaluations.",
         arguments: &[],
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

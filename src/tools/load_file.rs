@@ -22,10 +22,8 @@ const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-file",
-        title: "Compile and load a file",
         description:
-            "Compile and load a whole file, as Emacs's C-c C-k, so that its definitions point at it. Replies with \
-            every compiler message at file:line:column; a compile error loads nothing.",
+            "Compile and load a whole file, as C-c C-k does.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }

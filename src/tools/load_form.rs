@@ -23,8 +23,8 @@ use crate::swank::Form;
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     LOADED_FILE,
-    Param::text("form_type", "The operator, e.g. \"defun\".").required(),
-    Param::text("form_name", "As lisp-outline shows it.").required(),
+    Param::text("form_type", "").required(),
+    Param::text("form_name", "").required(),
     FORM_INDEX,
     LARGE_FILE_ARGUMENT,
 ];
@@ -32,11 +32,8 @@ const ARGUMENTS: &[Param] = &[
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-form",
-        title: "Load one definition from a file",
         description:
-            "Compile one definition of a file into the image as C-c C-c does, found as edit-lisp-form finds it, \
-            under the file's name (find-definition and backtraces point at it). Replies with the compiler's \
-            messages at file:line:column; a compile error loads nothing.",
+            "Compile one definition of a file into the image, as C-c C-c does, under the file's name.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
     }

@@ -21,18 +21,15 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("system", "e.g. \"alexandria\".").required(),
-    Param::flag("force", "Recompile and reload the system itself."),
+    Param::text("system", "").required(),
+    Param::flag("force", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-system",
-        title: "Load an ASDF system",
         description:
-            "Load an ASDF system and its dependencies (asdf:load-system), compiling what is out of date; replies with \
-            the time, the compiler's errors and warnings at file:line:column, and the output. Sends progress; limit \
-            10 minutes.",
+            "Load an ASDF system and its dependencies (asdf:load-system).",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }

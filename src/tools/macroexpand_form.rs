@@ -15,16 +15,15 @@ use crate::swank::Sexp;
 const ARGUMENTS: &[Param] = &[
     Param::code("form", "The Lisp form to expand (as a string)").required(),
     Param::flag("full", "If true, fully expand all macros recursively (default: false, single step)"),
-    Param::text("package", "Package to read the form in."),
+    Param::text("package", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "macroexpand-form",
-        title: "Expand a macro",
         description:
             "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, LOOP, or \
-            WITH-* generate. A MACROLET in the form is not run.",
+            WITH-* generate.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }

@@ -84,21 +84,20 @@ pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>
 }
 
 /// The `file_path` argument of the tools that load a file into the image.
-pub(crate) const LOADED_FILE: Param =
-    Param::text("file_path", "Under an allowed root; compiled under this name.").required();
+pub(crate) const LOADED_FILE: Param = Param::text("file_path", "").required();
 
 /// The `index` argument of the tools that find a definition in a file as edit-lisp-form does.
-pub(crate) const FORM_INDEX: Param = Param::integer("index", 1, "Which match, 1-based, when several do.")
-    .explained(|_| "Argument `index` is 1-based: use 1 for the first match.".to_string());
+pub(crate) const FORM_INDEX: Param =
+    Param::integer("index", 1, "").explained(|_| "Argument `index` is 1-based: use 1 for the first match.".to_string());
 
 /// The `symbol` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL: Param = Param::text("symbol", "name, pkg:name or pkg::name.").required();
+pub(crate) const SYMBOL: Param = Param::text("symbol", "").required();
 
 /// The `package` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL_PACKAGE: Param = Param::text("package", "Package for an unqualified name.");
+pub(crate) const SYMBOL_PACKAGE: Param = Param::text("package", "");
 
 /// The `large_file` argument, shared by the source tools.
-pub(crate) const LARGE_FILE_ARGUMENT: Param = Param::flag("large_file", "Read a file over 64 MiB too.");
+pub(crate) const LARGE_FILE_ARGUMENT: Param = Param::flag("large_file", "");
 
 /// What a tool's function gives back.
 pub type ToolResult = Result<ToolOutput, ToolError>;
@@ -290,13 +289,13 @@ impl Toolbox {
 
     /// The `tools/list` entries of the tools this server offers: an image tool takes an `image`
     /// argument when there are several images.
-    pub fn tool_list(&self, title_field: bool) -> Vec<Value> {
+    pub fn tool_list(&self) -> Vec<Value> {
         let names = self.image_names();
         self.offered
             .iter()
             .map(|offered| {
                 let images: &[&str] = if offered.image_argument { &names } else { &[] };
-                offered.definition.list_entry(title_field, images)
+                offered.definition.list_entry(images)
             })
             .collect()
     }

@@ -30,7 +30,6 @@ pub struct Annotations {
 pub struct ToolDefinition {
     /// The name clients call it by, e.g. `evaluate-lisp`.
     pub name: &'static str,
-    pub(crate) title: &'static str,
     /// What the model reads to decide when and how to use the tool.
     pub description: &'static str,
     /// Its arguments: the one declaration that gives both the schema and the checks.
@@ -46,18 +45,20 @@ impl ToolDefinition {
     }
 
     /// The `tools/list` entry, without the `image` argument.
-    pub fn to_json(&self, title_field: bool) -> Value {
-        self.list_entry(title_field, &[])
+    pub fn to_json(&self) -> Value {
+        self.list_entry(&[])
     }
 
-    /// The `tools/list` entry, with an `image` argument when `images` offers a choice. The title
-    /// is a field of its own from protocol revision 2025-06-18 on, and an annotation before. A
-    /// hint is left out where it says what the specification's default says (not read-only,
-    /// destructive, not idempotent, open world).
+    /// The `tools/list` entry, with an `image` argument when `images` offers a choice. A hint is left out where it says what the specification's default says (not read-only,
+    /// destructive, not idempotent, open world), and so are the destructive and idempotent hints of
+    /// a read-only tool, which the specification gives a meaning only when it is not read-only;
+    /// no hint left, no `annotations`.
     ///
     /// No `outputSchema`: every agent session carries this list in its context, and the schemas
-    /// of the structured results would more than double it; docs/tools.md describes them.
-    pub(crate) fn list_entry(&self, title_field: bool, images: &[&str]) -> Value {
+    /// of the structured results would more than double it; docs/tools.md describes them. No
+    /// `title` either: it is for a client's display, which shows the name without one, and the
+    /// titles were 600 bytes of that list.
+    pub(crate) fn list_entry(&self, images: &[&str]) -> Value {
         let hints = &self.annotations;
         let mut annotations = serde_json::Map::new();
         for (hint, value, default) in [
@@ -66,7 +67,8 @@ impl ToolDefinition {
             ("idempotentHint", hints.idempotent, false),
             ("openWorldHint", hints.open_world, true),
         ] {
-            if value != default {
+            let meaningless = hints.read_only && matches!(hint, "destructiveHint" | "idempotentHint");
+            if value != default && !meaningless {
                 annotations.insert(hint.into(), value.into());
             }
         }
@@ -75,12 +77,9 @@ impl ToolDefinition {
             "description": self.description,
             "inputSchema": input_schema(self.arguments, images),
         });
-        if title_field {
-            tool["title"] = self.title.into();
-        } else {
-            annotations.insert("title".into(), self.title.into());
+        if !annotations.is_empty() {
+            tool["annotations"] = annotations.into();
         }
-        tool["annotations"] = annotations.into();
         tool
     }
 }

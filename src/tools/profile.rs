@@ -19,20 +19,17 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::code("code", "e.g. \"(my-app::build-index)\".").required(),
+    Param::code("code", "").required(),
     Param::one_of("mode", &MODES, "").default_text("cpu"),
-    Param::text("package", "Package to read code in."),
-    Param::integer("timeout_ms", 1, "Time limit (default: --eval-timeout).").at_most(MAX_TIMEOUT_MS),
+    Param::text("package", ""),
+    Param::integer("timeout_ms", 1, "").within(MAX_TIMEOUT_MS),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "profile",
-        title: "Profile code",
         description:
-            "Run code once and say where its time went: mode cpu (default) or alloc samples it with sb-sprof and \
-            lists the top 15 functions (allocation counted to the code that made it); time runs it under TIME. Only \
-            the calling thread is profiled.",
+            "Run code once and say where its time or allocation went (sb-sprof), or TIME it.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }

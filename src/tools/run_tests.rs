@@ -30,20 +30,17 @@ const MAX_KEPT_FAILURES: u64 = 10_000;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("system", "The system to test, or to load first, e.g. \"my-app/tests\".").required(),
-    Param::text("suite", "Instead of the test-op, e.g. \"app-tests::all\"."),
-    Param::text("test", "Instead of the test-op."),
-    Param::text("package", "Package to read suite or test in."),
+    Param::text("system", "").required(),
+    Param::text("suite", ""),
+    Param::text("test", ""),
+    Param::text("package", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
-        title: "Run tests",
         description:
-            "Run a system's tests (asdf:test-system), or after loading it one FiveAM or Parachute suite or FiveAM, \
-            Parachute or RT test. Replies with the counts and each failing test's form, expected and actual values. \
-            Limit 10 minutes.",
+            "Run a system's tests (asdf:test-system), or one FiveAM or Parachute suite or test, or RT test.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }

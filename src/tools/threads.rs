@@ -14,18 +14,16 @@ const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     Param::one_of("action", &ACTIONS, "").default_text("list"),
-    Param::integer_or_name("thread", "Its number from the list, or its name."),
-    Param::flag("force", "Act on a thread you did not start."),
+    Param::integer_or_name("thread", ""),
+    Param::flag("force", ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "threads",
-        title: "Threads of the image",
         description:
-            "The image's threads: list (the default: state, the lock it waits for and its holder, whether you started \
-            it), backtrace, interrupt (into its debugger, as SLIME's C-c C-c), abort. interrupt and abort need force \
-            for threads you did not start.",
+            "List the image's threads; backtrace, interrupt (into its debugger) or abort one, with force if you did \
+            not start it.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }

@@ -14,22 +14,18 @@ use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::texts("functions", "foo, pkg::foo, (setf foo), (method area :around (shape))."),
-    Param::flag("untrace", "Untrace these, or everything this session traces."),
-    Param::text("package", "Package for unqualified names."),
-    Param::integer_or_name("threads", "\"all\", or a thread as threads lists it: record the calls other threads make too."),
-    Param::integer("max_calls", 1, "threads: stop recording after this many calls (default 1000)."),
-    Param::integer("seconds", 1, "threads: stop recording after this long (default 300)."),
+    Param::texts("functions", "e.g. (setf f), (method area :around (shape))."),
+    Param::flag("untrace", "These, or all."),
+    Param::text("package", ""),
+    Param::integer_or_name("threads", "all, or one"),
+    Param::integer("max_calls", 0, ""),
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "trace",
-        title: "Trace functions",
         description:
-            "Trace functions, macros and methods for this session (SBCL's TRACE): calls and returns during your later \
-            evaluate-lisp calls come back in their [trace] section, and with threads, those of the image's other \
-            threads too. untrace: true takes them off (all, when no functions are given).",
+            "Trace functions and methods (SBCL's TRACE) in your later evaluations; threads: in other threads too.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
@@ -59,8 +55,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .key("untrace", untrace)
         .key("package", package)
         .key("threads", threads)
-        .key_if("max-calls", args.optional_u64("max_calls")?)
-        .key_if("seconds", args.optional_u64("seconds")?);
+        .key_if("max-calls", args.optional_u64("max_calls")?);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
 }

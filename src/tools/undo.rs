@@ -16,10 +16,10 @@ use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::integers("entries", 1, "Entry numbers to restore.").explained(numbered_from_one),
-    Param::integer("since", 1, "Restore this entry and every later one.").explained(numbered_from_one),
-    Param::flag("force", "Restore entries changed since too."),
-    Param::integer("before", 1, "List the entries numbered below this one.").explained(numbered_from_one),
+    Param::integers("entries", 1, "").explained(numbered_from_one),
+    Param::integer("since", 1, "And every later entry.").explained(numbered_from_one),
+    Param::flag("force", "Also entries changed since."),
+    Param::integer("before", 1, "List entries below it.").explained(numbered_from_one),
 ];
 
 fn numbered_from_one(_: &serde_json::Value) -> String {
@@ -29,11 +29,9 @@ fn numbered_from_one(_: &serde_json::Value) -> String {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "undo",
-        title: "Undo redefinitions",
         description:
-            "Undo what agents' calls defined in the image: each function, macro, method and class their code added or \
-            replaced is journaled (not the user's own). No arguments lists the newest 20 entries; entries or since \
-            restores them, newest first. An entry changed since is refused unless force.",
+            "Undo what agents' calls defined or replaced in the image: no arguments lists the journal; entries or \
+            since restores.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }

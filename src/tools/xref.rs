@@ -16,7 +16,7 @@ const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "ma
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
     super::SYMBOL,
-    Param::one_of("kind", &KINDS, "Which relation.").required().explained(unknown_kind),
+    Param::one_of("kind", &KINDS, "").required().explained(unknown_kind),
     super::SYMBOL_PACKAGE,
 ];
 
@@ -27,11 +27,9 @@ fn unknown_kind(kind: &serde_json::Value) -> String {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "xref",
-        title: "Cross-references",
         description:
-            "Cross-references of compiled code, with file and line (found again if the file changed since): callers \
-            (calls), callees, who references, binds or sets a variable, macro uses (macroexpands), methods \
-            specializing on a class (specializes). Inlined calls leave none.",
+            "Who calls, references, binds, sets or macroexpands a symbol in compiled code, what it calls (callees), \
+            which methods specialize on a class.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
