@@ -551,7 +551,7 @@ async fn a_file_loaded_over_existing_definitions_journals_each_of_them_once() {
     let later = std::time::SystemTime::now() + Duration::from_secs(2);
     std::fs::File::options().write(true).open(&file).and_then(|f| f.set_modified(later)).unwrap();
     let (loaded, _) = call_ok(&mut client, "load-system", json!({"system": "undo-reload"})).await;
-    assert!(loaded.contains("ASDF reloaded 1 file of undo-reload (reload.lisp)"), "{loaded}");
+    assert!(loaded.contains("ASDF reloaded 1 changed file of undo-reload (reload.lisp)"), "{loaded}");
     let (listing, journal) = call_ok(&mut client, "undo", json!({})).await;
     replaced.extend([
         ("function".to_string(), "COMMON-LISP-USER::UNDO-RELOAD-NEW-FUNCTION".to_string()),

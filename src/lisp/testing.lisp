@@ -297,54 +297,110 @@ REASON, EXPECTED and ACTUAL as texts."
 (defparameter *max-values-shown* 20
   "The failures of one check (a check in a loop) a failing test's text lists.")
 
-(defun tested-text (tested &optional limit)
-  "TESTED's failures as the reply shows them: one line naming it, then each check that failed
+(defun distinct-failures (tested)
+  "TESTED's failures, each once, in the order they came: (((kind form reason expected actual) nth)
+. runs newest first). A failure repeated in another run is the same one; one repeated within a
+run (a check in a loop failing alike) is another, and NTH, counting from 1, tells them apart: the
+counts stay true."
+  (let ((distinct '())
+        (seen (make-hash-table :test 'equal)))
+    (dolist (failure (reverse (tested-failures tested)))
+      (destructuring-bind (run . fields) failure
+        (let* ((key (list fields (incf (gethash failure seen 0))))
+               (same (assoc key distinct :test #'equal)))
+          (if same
+              (push run (cdr same))
+              (push (list key run) distinct)))))
+    (reverse distinct)))
+
+(defun times-text (times)
+  (case times (1 nil) (2 "twice") (t (format nil "~D times" times))))
+
+(defun failures-text (tested &optional limit)
+  "TESTED's failures as the reply shows them under the line naming it: each check that failed
 once, its form with its expected and actual values (or the reason, when there are no values); a
-check that failed several times (in a loop) shows its form once, then each failure's values, at
+check that failed several times (in a loop) shows its form once with how many failures and how
+many of them alike, then each distinct failure's values once, saying how many times it came, at
 most LIMIT of them when given. A failure that only some of the failing runs had says which.
 Returns the text, and whether LIMIT left failures out."
-  (let ((runs (length (tested-statuses tested)))
-        (failed-runs (failed-runs tested))
-        ;; Each distinct failure, (fields . runs newest first), newest first: a failure repeated
-        ;; in several runs is one.
-        (distinct '())
+  (let ((failed-runs (failed-runs tested))
+        (distinct (distinct-failures tested))
         (cut nil))
-    (dolist (failure (reverse (tested-failures tested)))
-      (let ((same (assoc (rest failure) distinct :test #'equal)))
-        (if same
-            (push (first failure) (cdr same))
-            (push (list (rest failure) (first failure)) distinct))))
-    (setf distinct (reverse distinct))
-    (flet ((check (entry) (subseq (car entry) 0 2)))
+    (flet ((fields (entry) (first (first entry)))
+           (check (entry) (subseq (first (first entry)) 0 2)))
       (values
        (with-output-to-string (out)
-         (format out "[~:[FAIL~;ERROR~]] ~A~@[ (failed in ~A of ~D only)~]"
-                 (find :error distinct :key #'caar) (tested-name tested)
-                 (and (< (length failed-runs) runs) (runs-text failed-runs)) runs)
          (dolist (check (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t))
            (let* ((group (remove-if-not (lambda (entry) (equal (check entry) check)) distinct))
+                  (alike (remove-duplicates (mapcar #'fields group) :test #'equal :from-end t))
+                  (times (mapcar (lambda (fields) (count fields group :key #'fields :test #'equal)) alike))
                   (several (rest group)))
-             (format out "~@[~%  Form: ~A~]~:[~; (~D failures)~]" (second check) several (length group))
-             (loop for ((nil nil reason expected actual) . newest-runs) in group
+             (format out "~@[~%  Form: ~A~]~:[~; (~D failures~@[, ~{~D~^ and ~} alike~])~]"
+                     (second check) several (length group) (remove 1 times))
+             (loop for fields in alike
+                   for (nil nil reason expected actual) = fields
+                   for n in times
+                   ;; The runs of its first time: a failure the other runs lack is told apart.
+                   for runs = (rest (find fields group :key #'fields :test #'equal))
+                   for notes = (remove nil (list (times-text n)
+                                                 (and (< (length runs) (length failed-runs))
+                                                      (runs-text (reverse runs)))))
                    for shown from 1
-                   for only = (and (< (length newest-runs) (length failed-runs)) (runs-text (reverse newest-runs)))
                    do (cond ((and limit (> shown limit))
-                             (format out "~%  ... ~D more" (- (length group) limit))
+                             (format out "~%  ... ~D more" (reduce #'+ (nthcdr (1- shown) times)))
                              (setf cut t)
                              (loop-finish))
                             ((and expected actual several)
-                             (format out "~%  Expected: ~A  Actual: ~A~@[ (~A)~]" expected actual only))
+                             (format out "~%  Expected: ~A  Actual: ~A" expected actual))
                             ((and expected actual)
-                             (format out "~%  Expected: ~A~%  Actual: ~A~@[ (~A)~]" expected actual only))
+                             (format out "~%  Expected: ~A~%  Actual: ~A" expected actual))
                             (reason
-                             (format out "~%  Reason: ~A~@[ (~A)~]" reason only)))))))
+                             (format out "~%  Reason: ~A" reason)))
+                      (when (or reason (and expected actual))
+                        (format out "~@[ (~{~A~^; ~})~]" notes))))))
        cut))))
 
-(defun tested-shown-text (tested)
-  "TESTED's text as a reply shows it: at most *MAX-VALUES-SHOWN* failures of one check, and then a
+(defun variant-stem (name)
+  "NAME, a test's printed name, without its last part (after a dot, hyphen, slash or underscore),
+or NIL when it has none: tests FOO.INTERPRETED and FOO.COMPILED (one body run two ways) are
+variants of FOO, whose failures alike a reply shows once."
+  (let* ((start (let ((colon (position #\: name :from-end t))) (if colon (1+ colon) 0)))
+         (end (position-if (lambda (char) (find char "./-_")) name :start start :from-end t)))
+    (and end (subseq name 0 end))))
+
+(defun alike-groups (failing)
+  "FAILING, the failing TESTEDs, in groups of variants (see VARIANT-STEM) that failed alike in the
+same runs, each group in order, the groups in the order of their first test."
+  (let ((groups '()))
+    (dolist (tested failing)
+      (let* ((key (list (or (variant-stem (tested-name tested)) (tested-name tested))
+                        (failures-text tested) (failed-runs tested) (length (tested-statuses tested))))
+             (group (assoc key groups :test #'equal)))
+        (if group
+            (push tested (cdr group))
+            (push (list key tested) groups))))
+    (mapcar (lambda (group) (reverse (rest group))) (reverse groups))))
+
+(defun group-text (group &optional limit)
+  "The failures GROUP (TESTEDs alike) had, as the reply shows them: one line naming every test in
+it, then their failures (see FAILURES-TEXT). Returns the text, and whether LIMIT left failures
+out."
+  (let* ((tested (first group))
+         (runs (length (tested-statuses tested)))
+         (failed-runs (failed-runs tested)))
+    (multiple-value-bind (failures cut) (failures-text tested limit)
+      (values (format nil "[~:[FAIL~;ERROR~]] ~{~A~#[~; and ~:;, ~]~}~:[~; (alike)~]~@[ (failed in ~A only)~]~A"
+                      (find :error (tested-failures tested) :key #'second)
+                      (mapcar #'tested-name group) (rest group)
+                      (and (< (length failed-runs) runs) (format nil "~A of ~D" (runs-text failed-runs) runs))
+                      failures)
+              cut))))
+
+(defun group-shown-text (group)
+  "GROUP's text as a reply shows it: at most *MAX-VALUES-SHOWN* failures of one check, and then a
 handle of the whole text."
-  (multiple-value-bind (text cut) (tested-text tested *max-values-shown*)
-    (let ((handle (and cut (let ((whole (tested-text tested))) (text-handle whole 0 (length whole))))))
+  (multiple-value-bind (text cut) (group-text group *max-values-shown*)
+    (let ((handle (and cut (let ((whole (group-text group))) (text-handle whole 0 (length whole))))))
       (if handle
           (format nil "~A~%  [every failure of this test: inspect ~A]" text handle)
           text))))
@@ -353,14 +409,17 @@ handle of the whole text."
   "The tally as run-tests replies with it: :FRAMEWORK; :TESTS, the distinct tests; :RUNS, how
 many times each ran, and :UNIFORM, whether all ran that many times; :PASSED, :FAILED, :ERRORS and
 :SKIPPED, the tests by their worst run; :FAILED-EVERY-RUN, the failing tests that failed in each
-of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the first *MAX-TEST-FAILURES*
-failing tests (:TEST :KIND :FAILED-RUNS :TEXT :FAILURES, the first *MAX-VALUES-SHOWN* failures,
-each (:RUN :FORM :REASON :EXPECTED :ACTUAL)); :FAILING-REST, the handle of every failing test's text and the offset of the
-first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
+of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the failing tests of the
+first *MAX-TEST-FAILURES* groups alike (see ALIKE-GROUPS), each (:TEST :SAME-AS :KIND
+:FAILED-RUNS :TEXT :FAILURES): SAME-AS the first test of its group, for the others, which have no
+TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :EXPECTED
+:ACTUAL); :FAILING-REST, the handle of every group's text and the offset of the first not shown
+(see REST-LISTING); :FAILING-DROPPED, how many failing tests were not shown."
   (let* ((all (reverse (tally-order tally)))
          (counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
          (runs (reduce #'max all :key (lambda (tested) (length (tested-statuses tested))) :initial-value 0))
-         (failing (remove-if-not (lambda (tested) (intersection '(:failed :error) (tested-statuses tested))) all)))
+         (failing (remove-if-not (lambda (tested) (intersection '(:failed :error) (tested-statuses tested))) all))
+         (groups (alike-groups failing)))
     (dolist (tested all)
       (let ((worst (reduce (lambda (a b) (if (> (position b *status-severity*) (position a *status-severity*)) b a))
                            (tested-statuses tested))))
@@ -376,21 +435,24 @@ first not shown (see REST-LISTING); :FAILING-DROPPED, how many were not shown."
                                                (tested-statuses tested)))
                                       failing)
           :checks (tally-checks tally)
-          :failing (loop for tested in failing
+          :failing (loop for group in groups
                          repeat *max-test-failures*
-                         collect (list :test (tested-name tested)
-                                       :kind (if (member :error (tested-statuses tested)) "error" "failure")
-                                       :failed-runs (failed-runs tested)
-                                       :text (tested-shown-text tested)
-                                       :failures (loop for (run kind form reason expected actual)
-                                                         in (reverse (tested-failures tested))
-                                                       repeat *max-values-shown*
-                                                       collect (list :run run
-                                                                     :kind (if (eq kind :error) "error" "failure")
-                                                                     :form form :reason reason
-                                                                     :expected expected :actual actual))))
-          :failing-rest (rest-listing (mapcar #'tested-text failing) *max-test-failures*)
-          :failing-dropped (max 0 (- (length failing) *max-test-failures*)))))
+                         append (loop for tested in group
+                                      for first = t then nil
+                                      collect (list :test (tested-name tested)
+                                                    :same-as (and (not first) (tested-name (first group)))
+                                                    :kind (if (member :error (tested-statuses tested)) "error" "failure")
+                                                    :failed-runs (failed-runs tested)
+                                                    :text (and first (group-shown-text group))
+                                                    :failures (loop for (run kind form reason expected actual)
+                                                                      in (reverse (tested-failures tested))
+                                                                    repeat *max-values-shown*
+                                                                    collect (list :run run
+                                                                                  :kind (if (eq kind :error) "error" "failure")
+                                                                                  :form form :reason reason
+                                                                                  :expected expected :actual actual)))))
+          :failing-rest (rest-listing (mapcar #'group-text groups) *max-test-failures*)
+          :failing-dropped (loop for group in (nthcdr *max-test-failures* groups) sum (length group)))))
 
 ;;; FiveAM
 

@@ -442,11 +442,13 @@ const MAX_RELOADED_SHOWN: usize = 10;
 
 impl Reloaded {
     /// One sentence: the files ASDF loaded again because they changed (named, by system), how
-    /// many more because they depend on those, and where undo has what they replaced.
+    /// many more of each system it rebuilt because they depend on those (a dependency's change
+    /// rebuilds a whole framework, which is not the agent's change), and where undo has what they
+    /// replaced.
     pub fn render(&self) -> String {
-        let changed: Vec<&ReloadedFile> = self.files.iter().filter(|f| f.changed).collect();
+        let (changed, others): (Vec<&ReloadedFile>, Vec<&ReloadedFile>) = self.files.iter().partition(|f| f.changed);
         // Without a changed file (a forced load), every file reloaded is named.
-        let named = if changed.is_empty() { self.files.iter().collect() } else { changed };
+        let (named, others) = if changed.is_empty() { (others, Vec::new()) } else { (changed, others) };
         let mut systems: Vec<(&str, Vec<&str>)> = Vec::new();
         for file in named.iter().take(MAX_RELOADED_SHOWN) {
             match systems.iter_mut().find(|(system, _)| *system == file.system) {
@@ -468,11 +470,33 @@ impl Reloaded {
         if named.len() > MAX_RELOADED_SHOWN {
             list.push_str(&format!(", {} more", named.len() - MAX_RELOADED_SHOWN));
         }
-        let others = self.files.len() - named.len();
-        let changed = if named.iter().any(|f| f.changed) { " changed since loaded" } else { "" };
-        let mut text = format!("ASDF reloaded {} {list}){changed}", plural(named.len() as u64, "file", "files"));
-        if others > 0 {
-            text.push_str(&format!(" and {others} that depend on them"));
+        let changed = if named.iter().any(|f| f.changed) { "changed " } else { "" };
+        let files = if named.len() == 1 { "file" } else { "files" };
+        let mut text = format!("ASDF reloaded {} {changed}{files} {list})", named.len());
+        if !others.is_empty() {
+            let mut counts: Vec<(&str, u64)> = Vec::new();
+            for file in &others {
+                match counts.iter_mut().find(|(system, _)| *system == file.system) {
+                    Some((_, count)) => *count += 1,
+                    None => counts.push((&file.system, 1)),
+                }
+            }
+            let counts: Vec<String> = counts
+                .iter()
+                .enumerate()
+                .map(|(i, (system, count))| match i {
+                    0 => format!("{} of {system}", plural(*count, "file", "files")),
+                    _ => format!("{count} of {system}"),
+                })
+                .collect();
+            let counts = match counts.split_last() {
+                Some((last, [])) => last.clone(),
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            let verb = if others.iter().all(|f| f.recompiled) { "rebuilt" } else { "reloaded" };
+            let depend = if others.len() == 1 { "it depends" } else { "they depend" };
+            text.push_str(&format!("; {verb} {counts} because a file {depend} on changed"));
         }
         match self.journal {
             Some((first, last)) if first == last => {
@@ -581,8 +605,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             reloaded.render(),
-            "ASDF reloaded 2 files of app (src/a.lisp, src/b.lisp) changed since loaded and 1 that depend on them; \
-             undo entries 4 to 9 have what they replaced."
+            "ASDF reloaded 2 changed files of app (src/a.lisp, src/b.lisp); rebuilt 1 file of app because a file \
+             it depends on changed; undo entries 4 to 9 have what they replaced."
         );
         let forced: Reloaded = from_sexp(
             &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7))")
@@ -592,6 +616,18 @@ mod tests {
         assert_eq!(
             forced.render(),
             "ASDF reloaded 2 files (app: a.lisp; app/tests: tests.lisp); undo entry 7 has what it replaced."
+        );
+        // A change to a file FiveAM depends on rebuilds FiveAM: its files are counted apart from
+        // the agent's.
+        let mut files = "(\"app\" \"a.lisp\" t t) (\"app\" \"b.lisp\" t t) (\"app\" \"c.lisp\" t nil)".to_string();
+        for i in 0..10 {
+            files.push_str(&format!(" (\"fiveam\" \"src/f{i}.lisp\" t nil)"));
+        }
+        let rebuilt: Reloaded = from_sexp(&read(&format!("(:files ({files}) :journal nil)")).unwrap()).unwrap();
+        assert_eq!(
+            rebuilt.render(),
+            "ASDF reloaded 2 changed files of app (a.lisp, b.lisp); rebuilt 1 file of app and 10 of fiveam because \
+             a file they depend on changed."
         );
     }
 

@@ -1,7 +1,9 @@
 //! `run-tests`: a system's tests (ASDF's test-system) or one named FiveAM or Parachute suite or
 //! FiveAM, Parachute or RT test, with the results read as data: counts of distinct tests (a suite
 //! the test-op runs twice is said once), and each failing test once, with its forms, expected and
-//! actual values. The run's output stays behind a handle; it comes into the reply only where it
+//! actual values (variants of a test that failed alike, `FOO.INTERPRETED` and `FOO.COMPILED`, in
+//! one text). Failing tests head the reply FAILED; only a build or test-op that signalled makes
+//! the call an error. The run's output stays behind a handle; it comes into the reply only where it
 //! holds what the counts cannot: for a run whose results no framework gave (judged by the lines
 //! of its output that name failures), and before an error outside any test. Progress reports
 //! while it runs.
@@ -77,7 +79,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         )
         .await;
     let report = decode::<TestReport>("run-tests", &reply?)?;
-    Ok(ToolOutput::new(report.render(context.settings.max_output), report.failed())
+    Ok(ToolOutput::new(report.render(context.settings.max_output), report.is_error())
         .with_structured(report.structured()))
 }
 
@@ -98,13 +100,17 @@ struct CheckFailure {
 #[serde(rename_all = "kebab-case")]
 struct FailingTest {
     test: String,
+    /// The test whose text this one's failures are in, for a variant that failed alike (the
+    /// same body run interpreted and compiled: `FOO.INTERPRETED`, `FOO.COMPILED`).
+    #[serde(rename(serialize = "same_as"))]
+    same_as: Option<String>,
     kind: String,
     #[serde(rename(serialize = "failed_runs"))]
     failed_runs: Vec<u64>,
-    /// As the reply shows it (the helper writes it, the same text its handle keeps for the tests
-    /// not shown).
+    /// As the reply shows it, naming the variants alike too (the helper writes it, the same text
+    /// its handle keeps for the tests not shown); none for those variants.
     #[serde(skip_serializing)]
-    text: String,
+    text: Option<String>,
     failures: Vec<CheckFailure>,
 }
 
@@ -284,12 +290,26 @@ impl Results {
 }
 
 impl TestReport {
-    /// Whether the call is an error: a test failed, the run failed, or no results were read and
-    /// the output names failures.
+    /// Whether the call is an error: the build or the run signalled. Tests that fail are what
+    /// the tool reports, not its failure: such a reply is headed FAILED instead.
+    fn is_error(&self) -> bool {
+        self.run_error.is_some() || self.ran.is_none()
+    }
+
+    /// Whether the run failed without an error: a test failed, or no results were read and the
+    /// output names failures.
     fn failed(&self) -> bool {
-        self.run_error.is_some()
-            || self.results.iter().any(|r| r.failed + r.errors > 0)
-            || (self.results.is_empty() && !self.failure_lines().is_empty())
+        !self.is_error()
+            && (self.results.iter().any(|r| r.failed + r.errors > 0)
+                || (self.results.is_empty() && !self.failure_lines().is_empty()))
+    }
+
+    fn outcome(&self) -> &'static str {
+        match (self.is_error(), self.failed()) {
+            (true, _) => "error",
+            (false, true) => "failed",
+            (false, false) => "passed",
+        }
     }
 
     /// The output's lines as the reply has them: its start, and for a cut output its end.
@@ -331,6 +351,7 @@ impl TestReport {
         }
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut summary = match &self.ran {
+            Some(ran) if self.failed() => format!("FAILED: ran {ran} in {seconds:.2} s."),
             Some(ran) => format!("Ran {ran} in {seconds:.2} s."),
             None => format!("No tests ran: building {:?} failed after {seconds:.2} s.", self.system),
         };
@@ -339,19 +360,22 @@ impl TestReport {
             summary.push_str(&format!("\n{}", results.summary(by_test_op)));
         }
         let failure_lines = if self.results.is_empty() { self.failure_lines() } else { Vec::new() };
-        if self.results.is_empty() && self.ran.is_some() {
-            let loaded = if self.frameworks.is_empty() {
-                "no test framework is loaded".to_string()
-            } else {
-                format!("frameworks loaded: {}", self.frameworks.join(", "))
+        if self.ran.is_some() {
+            // How the run ended, said plainly: without any framework's results, whether it
+            // returned is all that is known besides its output, and no framework is guessed at.
+            let run = if by_test_op { "the test-op" } else { "the run" };
+            let ended = match (&self.run_error, failure_lines.len()) {
+                (Some(error), _) => format!("{run} signalled {} (above)", error.type_name),
+                (None, _) if !self.results.is_empty() => String::new(),
+                (None, 0) if self.output_characters() == 0 => format!("{run} returned and printed nothing"),
+                (None, 0) => format!("{run} returned, and its output names no failures"),
+                (None, _) => format!("{run} returned, and its output names failures (below)"),
             };
-            let verdict = match (&self.run_error, failure_lines.len()) {
-                (Some(_), _) => "the run failed: see the error above",
-                (None, 0) if self.output_characters() == 0 => "the run printed nothing",
-                (None, 0) => "the output names no failures",
-                (None, _) => "the output names failures, below",
-            };
-            summary.push_str(&format!("\nNo FiveAM, Parachute or RT results were read ({loaded}); {verdict}."));
+            if self.results.is_empty() {
+                summary.push_str(&format!("\nNo test framework's results were read: {ended}."));
+            } else if !ended.is_empty() {
+                summary.push_str(&format!("\n{}{}.", ended[..1].to_uppercase(), &ended[1..]));
+            }
         }
         if let Some(reloaded) = &self.reloaded {
             summary.push_str(&format!("\nBefore the tests, {}", reloaded.render()));
@@ -366,7 +390,7 @@ impl TestReport {
         }
         sections.push(summary);
         for results in &self.results {
-            sections.extend(results.failing.iter().map(|failing| failing.text.clone()));
+            sections.extend(results.failing.iter().filter_map(|failing| failing.text.clone()));
             let dropped = results.failing_dropped;
             match &results.failing_rest {
                 _ if dropped == 0 => {}
@@ -432,6 +456,7 @@ impl TestReport {
         json!({
             "system": self.system,
             "ran": self.ran,
+            "outcome": self.outcome(),
             "frameworks": self.frameworks,
             "milliseconds": self.milliseconds,
             "results": self.results,
@@ -462,7 +487,7 @@ mod tests {
 
     const RT_TWICE: &str =
         "(:framework \"RT\" :tests 249 :runs 2 :uniform t :passed 246 :failed 3 :errors 0 :skipped 0 \
-         :failed-every-run 3 :checks (:passed 492 :failed 6 :errors 0 :skipped 0) :failing ((:test \"A-T::IOTA.1\" \
+         :failed-every-run 3 :checks (:passed 492 :failed 6 :errors 0 :skipped 0) :failing ((:test \"A-T::IOTA.1\" :same-as nil \
          :kind \"failure\" :failed-runs (1 2) :text \"[FAIL] A-T::IOTA.1\n  Form: (IOTA 3)\n  Expected: (0 1 2)\n  \
          Actual: (0 1 2 3)\" :failures ((:run 1 :kind \"failure\" :form \"(IOTA 3)\" :reason nil :expected \"(0 1 2)\" \
          :actual \"(0 1 2 3)\")))) :failing-rest nil :failing-dropped 0)";
@@ -484,10 +509,10 @@ mod tests {
     #[test]
     fn a_suite_run_twice_is_counted_once_and_its_output_stays_behind_a_handle() {
         let red = report(RT_TWICE, "Doing 249 pending tests of 249 tests total.\n", "\"@3\"");
-        assert!(red.failed());
+        assert!(red.failed() && !red.is_error());
         assert_eq!(
             red.render(16000),
-            "Ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: 3 failed in both runs, \
+            "FAILED: ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: 3 failed in both runs, \
              246 passed.\nOutput: 44 characters; inspect @3 to read them.\n\n[FAIL] A-T::IOTA.1\n  Form: (IOTA 3)\n  \
              Expected: (0 1 2)\n  Actual: (0 1 2 3)"
         );
@@ -527,12 +552,12 @@ mod tests {
         let table = "Test            Result\nparse-empty     pass\nparse-number    FAIL (expected 3, got 4)\n\
                      error-handling  pass\n3 tests. Unexpected failures: PARSE-NUMBER\n";
         let failing = report("", table, "\"@2\"");
-        assert!(failing.failed());
+        assert!(failing.failed() && !failing.is_error());
         let text = failing.render(16000);
         assert!(
-            text.contains(
-                "No FiveAM, Parachute or RT results were read (frameworks loaded: RT); the output names failures, \
-                 below.\nOutput: 149 characters; inspect @2 to read them.\n\n[output: lines that name failures or \
+            text.starts_with(
+                "FAILED: ran asdf:test-system \"app\" in 0.66 s.\nNo test framework's results were read: the test-op \
+                 returned, and its output names failures (below).\nOutput: 149 characters; inspect @2 to read them.\n\n[output: lines that name failures or \
                  errors]\nparse-number    FAIL (expected 3, got 4)\n3 tests. Unexpected failures: PARSE-NUMBER\n\n\
                  [output: last lines]\nTest            Result\n"
             ),
@@ -541,10 +566,12 @@ mod tests {
         let passing =
             report("", &table.replace("FAIL (expected 3, got 4)", "pass").replace("PARSE-NUMBER", "none"), "\"@2\"");
         assert!(!passing.failed(), "{}", passing.render(16000));
-        assert!(passing.render(16000).contains("the output names no failures."));
+        assert!(passing.render(16000).contains(
+            "\nNo test framework's results were read: the test-op returned, and its output names no failures.\n"
+        ));
         let silent = report("", "", "nil");
         assert!(!silent.failed());
-        assert!(silent.render(16000).contains("the run printed nothing."), "{}", silent.render(16000));
+        assert!(silent.render(16000).contains("the test-op returned and printed nothing."), "{}", silent.render(16000));
     }
 
     #[test]
