@@ -609,7 +609,7 @@ agent's evaluation, which the debugger tool acts on) or the server's own (SLIME'
                        (and (typep condition 'condition)
                             (let ((message (condition-message condition)))
                               (format nil "~A: ~A" (standard-condition-name condition)
-                                      (subseq message 0 (or (position #\Newline message) (length message))))))))))))))
+                                      (subseq message 0 (or (position #\Newline message) (length message)))))))))))))
 
 (defun thread-entry (thread session)
   (list :number (thread-number thread)
