@@ -645,6 +645,15 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
   "The names of the image's threads, as its thread list shows them."
   (swank-mcp-tests--eval '(cl:mapcar 'sb-thread:thread-name (sb-thread:list-all-threads))))
 
+(defun swank-mcp-tests--cancel ()
+  "Run `swank-mcp-cancel-call' in the current buffer; return the image's answer.
+The command returns at once; its answer comes when the image sends it."
+  (let* ((none (make-symbol "none"))
+         (answer none))
+    (swank-mcp-cancel-call (lambda (reply) (setq answer reply)))
+    (swank-mcp-tests--wait "the answer to the cancellation" (lambda () (not (eq answer none))))
+    answer))
+
 (ert-deftest swank-mcp-cancel-call-stops-the-agents-running-call ()
   (swank-mcp-tests--with-approvals (server)
     (swank-mcp-tests--with-activity activity
@@ -665,7 +674,7 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
                               (swank-mcp-tests--response-ok server 4)))
       ;; M-x swank-mcp-cancel-call: the newest call.  The agent is told within a second.
       (let ((start (float-time)))
-        (swank-mcp-cancel-call)
+        (swank-mcp-tests--cancel)
         (should (string-match-p "cancelled evaluate-lisp (ert): its evaluation was interrupted, and the agent is told"
                                 (swank-mcp-tests--last-message)))
         (let ((text (swank-mcp-tests--response-error server 3 1)))
@@ -689,7 +698,7 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
       ;; The workers have their own names back, and nothing is left to cancel.
       (should-not (cl-find-if (lambda (name) (and (stringp name) (string-match-p "evaluate-lisp, call" name)))
                               (swank-mcp-tests--thread-names)))
-      (should-error (swank-mcp-cancel-call) :type 'user-error))))
+      (should (plist-get (swank-mcp-tests--cancel) :failure)))))
 
 (ert-deftest swank-mcp-a-call-whose-server-went-away-is-not-left-running ()
   (swank-mcp-tests--with-approvals (server)
@@ -701,13 +710,13 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
       (swank-mcp-tests--wait-activity activity "the call, ended by the image"
                                       "server gone\n.*server-goes-away.*\n +The agent's server went away before this call ended")
       (should (string-match-p "No agent's call is running or waiting"
-                              (cadr (should-error (swank-mcp-cancel-call) :type 'user-error)))))))
+                              (plist-get (swank-mcp-tests--cancel) :failure))))))
 
 (ert-deftest swank-mcp-cancel-call-declines-a-call-waiting-for-approval ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
     (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-waiting* t)")))
     (swank-mcp-tests--prompt "cancelled-waiting")
-    (swank-mcp-cancel-call)
+    (swank-mcp-tests--cancel)
     (should (string-match-p "declined evaluate-lisp (ert), which waited for approval; it does not run"
                             (swank-mcp-tests--last-message)))
     (should (string-match-p "declined by the user"
@@ -787,7 +796,11 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
 First wait until BUFFER matches LINE."
   (swank-mcp-tests--wait-activity buffer (format "the activity line %S" line) line)
   (swank-mcp-tests--goto-call buffer call)
+  (when (get-buffer "*swank-mcp reply*")
+    (kill-buffer "*swank-mcp reply*"))
+  ;; The reply is shown when the image sends it.
   (with-current-buffer buffer (swank-mcp-activity-show-reply))
+  (swank-mcp-tests--wait "the reply shown" (lambda () (get-buffer "*swank-mcp reply*")))
   (should (equal (with-current-buffer "*swank-mcp reply*" (buffer-string)) reply)))
 
 (ert-deftest swank-mcp-activity-records-every-call-with-its-state ()
@@ -869,11 +882,13 @@ First wait until BUFFER matches LINE."
               (should (string-match-p "declined" (buffer-string)))
               (should-not (string-match-p "evaluate-lisp  (ert)" (buffer-string)))
               (swank-mcp-activity-filter nil)
-              ;; g reads the whole record again.
+              ;; g reads the whole record again, and shows it when it comes.
               (let ((before (buffer-substring-no-properties (point-min) (point-max))))
                 (let ((inhibit-read-only t)) (erase-buffer))
                 (revert-buffer)
-                (should (equal (buffer-substring-no-properties (point-min) (point-max)) before))))
+                (swank-mcp-tests--wait "the record read again"
+                                       (lambda () (equal (buffer-substring-no-properties (point-min) (point-max))
+                                                         before)))))
             (should-not (string-match-p "activity-output-marker\\|activity-failure-marker"
                                         (swank-mcp-tests--repl-text))))
         (when buffer (kill-buffer buffer))))))
@@ -949,6 +964,201 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
                    swank-mcp-tests--backend (length lines)
                    (swank-mcp-tests--median lines) (apply #'max lines)
                    (swank-mcp-tests--median prompts) (apply #'max prompts)))))))
+
+;;;;; A prompt that ends while the person answers it
+
+(ert-deftest swank-mcp-keys-meant-for-a-prompt-that-ended-go-nowhere ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp" "--confirm-timeout" "2s")
+    (let* ((source (generate-new-buffer "swank-mcp-ended.lisp"))
+           (text "(defun swank-mcp-compiled-by-mistake () :compiled)\n")
+           (ended-prompt
+            (lambda (id code)
+              ;; The person goes to the prompt (C-c C-x m p) and reads past the time limit.
+              (swank-mcp-tests--mcp-call server id "evaluate-lisp" `((code . ,code)))
+              (swank-mcp-tests--prompt (regexp-quote code))
+              (execute-kbd-macro (kbd "C-c C-x m p"))
+              (should (eq (window-buffer (selected-window)) (get-buffer swank-mcp--approval-buffer-name)))
+              (window-buffer (selected-window))))
+           (check-inert
+            (lambda (prompt)
+              ;; Focus stays in the prompt, which says how its call ended; what they go on
+              ;; typing there (an answer, yes RET) does nothing but say so again.
+              (should (eq (window-buffer (selected-window)) prompt))
+              (should (string-match-p "\nThis request ended (timed out); nothing ran\\.  q to dismiss\\.\n"
+                                      (with-current-buffer prompt (buffer-string))))
+              (execute-kbd-macro (kbd "C-c C-c"))
+              (execute-kbd-macro (kbd "yes RET"))
+              (execute-kbd-macro (kbd "C-c C-a"))
+              (should (string-match-p "This request ended (timed out); nothing ran\\.  q to dismiss"
+                                      (swank-mcp-tests--last-message)))
+              (should (eq (window-buffer (selected-window)) prompt))
+              (should (equal (with-current-buffer source (buffer-string)) text))
+              ;; q dismisses it.
+              (execute-kbd-macro "q")
+              (should-not (get-buffer swank-mcp--approval-buffer-name)))))
+      (unwind-protect
+          (progn
+            (delete-other-windows)
+            (switch-to-buffer source)
+            (insert text)
+            (lisp-mode)
+            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            (goto-char (point-min))
+            (forward-char 1)
+            ;; The request times out while the prompt has the focus.
+            (let ((prompt (funcall ended-prompt 2 "(defparameter *swank-mcp-ended-first* :ran)")))
+              (swank-mcp-tests--response-error server 2)
+              (swank-mcp-tests--wait "the prompt to say its call ended"
+                                     (lambda () (with-current-buffer prompt swank-mcp--approval-ended)))
+              (funcall check-inert prompt))
+            ;; It times out while the person is asked whether to allow the tool for the session
+            ;; (C-c C-a): they read the question past the time limit, then type yes RET.
+            (let ((prompt (funcall ended-prompt 3 "(defparameter *swank-mcp-ended-second* :ran)")))
+              (cl-letf (((symbol-function 'yes-or-no-p)
+                         (lambda (_question)
+                           (swank-mcp-tests--wait "the request to time out"
+                                                  (lambda () (swank-mcp-tests--responded-p server 3)))
+                           (swank-mcp-tests--idle 0.5)
+                           t)))
+                (execute-kbd-macro (kbd "C-c C-a")))
+              (should (string-match-p "this request (evaluate-lisp) ended while you were asked; nothing ran"
+                                      (swank-mcp-tests--last-message)))
+              (funcall check-inert prompt))
+            ;; Nothing ran, and nothing was compiled.
+            (swank-mcp-tests--idle 1)
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-ENDED-FIRST*") :unbound))
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-ENDED-SECOND*") :unbound))
+            (should-not (swank-mcp-tests--eval
+                         '(cl:fboundp (cl:find-symbol "SWANK-MCP-COMPILED-BY-MISTAKE" "COMMON-LISP-USER")))))
+        (kill-buffer source)))))
+
+;;;;; Approval mode turned off and on
+
+(ert-deftest swank-mcp-approval-mode-off-refuses-the-calls-waiting-and-on-again-shows-them ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-waited-through* :ran)")))
+    (swank-mcp-tests--prompt "waited-through")
+    ;; Another subscription, as another Emacs makes, is sent the call that waits already.
+    (pcase-let* ((`(,connection . ,backend) (swank-mcp--current))
+                 (told '())
+                 (gone nil)
+                 (other (swank-mcp--subscribe connection backend :approvals
+                                              `((:approval . ,(lambda (_channel &rest plist) (push plist told)))
+                                                (:approval-ended . ignore)))))
+      (unwind-protect
+          (progn
+            (swank-mcp-tests--wait "the new subscription to be sent the call waiting"
+                                   (lambda () (cl-find-if (lambda (plist)
+                                                            (string-match-p "waited-through" (plist-get plist :text)))
+                                                          told)))
+            ;; Off here, while the other watches: the call waits on, for the other to answer.
+            (swank-mcp-approval-mode -1)
+            (should-not (get-buffer swank-mcp--approval-buffer-name))
+            (swank-mcp-tests--wait "the message that the other Emacs answers"
+                                   (lambda () (string-match-p "calls waiting in the image of .* are left to the other Emacs"
+                                                              (swank-mcp-tests--last-message))))
+            (should-not (swank-mcp-tests--responded-p server 2))
+            ;; On again: the new subscription shows the call that waits.
+            (swank-mcp-approval-mode 1)
+            (with-current-buffer (swank-mcp-tests--prompt "waited-through")
+              (should (eq (swank-mcp-decline) :taken)))
+            (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 2))))
+        (swank-mcp--unsubscribe connection backend other nil (lambda (_) (setq gone t)))
+        (swank-mcp-tests--wait "the other subscription to go" (lambda () gone))))
+    ;; Off with no other Emacs watching: the call waiting is refused at once, saying why.
+    (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-turned-off* :ran)")))
+    (swank-mcp-tests--prompt "swank-mcp-turned-off")
+    (let ((start (float-time)))
+      (swank-mcp-approval-mode -1)
+      (should (string-match-p "\\`evaluate-lisp was not run: the user turned approval mode off in Emacs"
+                              (swank-mcp-tests--response-error server 3 2)))
+      (let ((told (* 1000 (- (float-time) start))))
+        (swank-mcp-tests--wait "the message that the call was refused"
+                               (lambda () (string-match-p "approval mode is off; 1 call waiting in the image of .* was refused, and the agent is told why"
+                                                          (swank-mcp-tests--last-message))))
+        (message "swank-mcp: the agent was told approval mode was turned off after %.0f ms" told)))
+    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-TURNED-OFF*") :unbound))))
+
+;;;;; Stopping the agent from a busy REPL
+
+(ert-deftest swank-mcp-cancel-from-a-busy-repl-does-not-wait-for-it ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(loop (sleep 0.1)) :busy-repl-loop")))
+      (swank-mcp-tests--wait-activity activity "the agent's call, running" "running\n.*busy-repl-loop")
+      (let* ((repl (swank-mcp-tests--wait "the REPL buffer" #'swank-mcp-tests--repl-buffer))
+             (window (display-buffer repl))
+             (slept nil))
+        ;; The person's own evaluation keeps the REPL's thread busy for 5 s.
+        (with-current-buffer repl
+          (funcall (intern (format "%s-eval-async" swank-mcp-tests--backend)) '(cl:sleep 5)
+                   (lambda (_) (setq slept t))))
+        (swank-mcp-tests--idle 0.3)
+        (let ((start (float-time)))
+          (with-selected-window window
+            (execute-kbd-macro (kbd "C-c C-x m c")))
+          (let ((returned (- (float-time) start)))
+            (message "swank-mcp: C-c C-x m c in a busy REPL returned after %.0f ms" (* 1000 returned))
+            (should (< returned 0.3)))
+          (should (string-match-p "The user cancelled this call in Emacs"
+                                  (swank-mcp-tests--response-error server 2 1)))
+          (should (< (- (float-time) start) 1.5))
+          (should-not slept))
+        (swank-mcp-tests--wait "the REPL's evaluation to end" (lambda () slept) 10)))))
+
+;;;;; Swank-mcp's own buffers, the port, the activity buffer's size
+
+(ert-deftest swank-mcp-commands-are-bound-in-swank-mcps-own-buffers ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-own-buffers* :ran)")))
+      (let* ((prompt (swank-mcp-tests--prompt "own-buffers"))
+             (undo (swank-mcp-undo)))
+        (unwind-protect
+            (dolist (buffer (list activity prompt undo (get-buffer swank-mcp--buffer-name)))
+              (with-current-buffer buffer
+                (should (eq (key-binding (kbd "C-c C-x m a")) #'swank-mcp-activity))
+                (should (eq (key-binding (kbd "C-c C-x m p")) #'swank-mcp-show-approval))
+                (should (eq (key-binding (kbd "C-c C-x m c")) #'swank-mcp-cancel-call))))
+          (kill-buffer undo))
+        ;; And they work there: in the prompt, C-c C-x m c declines its call.
+        (with-selected-window (display-buffer prompt)
+          (execute-kbd-macro (kbd "C-c C-x m c")))
+        (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 2)))))))
+
+(defun swank-mcp-tests--listening-ports ()
+  "The ports of the servers that listen in the test image."
+  (let* ((backend (cdr (swank-mcp--current)))
+         (alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend)))))
+    (swank-mcp-tests--eval `(cl:loop for server in ,(swank-mcp--backend-servers backend)
+                                     when (cl:and (cl:third server) (,alive-p (cl:third server)))
+                                     collect (cl:second server)))))
+
+(ert-deftest swank-mcp-start-shows-the-port-open-in-the-image ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      (should (equal (swank-mcp-tests--listening-ports) (list port)))
+      ;; An Emacs that does not know of it (reconnected, or another) finds it open.
+      (let ((swank-mcp--servers nil))
+        (should (eql (swank-mcp-start t) port))
+        (should (string-match-p (format "port %d was open already in this image, no second one was opened" port)
+                                (swank-mcp-tests--last-message))))
+      (should (equal (swank-mcp-tests--listening-ports) (list port))))))
+
+(ert-deftest swank-mcp-the-activity-buffer-keeps-its-last-lines ()
+  (swank-mcp-tests--with-server (server)
+    (let ((swank-mcp-activity-max-lines 20))
+      (swank-mcp-tests--with-activity activity
+        (dotimes (i 12)
+          (swank-mcp-tests--mcp-call server (+ 10 i) "evaluate-lisp" `((code . ,(format "(list :bounded %d)" i))))
+          (swank-mcp-tests--response-ok server (+ 10 i)))
+        (swank-mcp-tests--wait-activity activity "the last call, done" "done.*\n.*:bounded 11)")
+        (with-current-buffer activity
+          ;; The header's two lines, and the calls that fit in 20 lines, the newest.
+          (should (<= (count-lines (point-min) (point-max)) 22))
+          (should (string-match-p ":bounded 8)\\(.\\|\n\\)*:bounded 11)" (buffer-string)))
+          (should-not (string-match-p ":bounded 0)" (buffer-string)))
+          (should (<= (length swank-mcp--activity-calls) 20)))))))
 
 ;;;;; Undo
 

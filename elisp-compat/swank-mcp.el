@@ -49,9 +49,10 @@
 ;;   M-x swank-mcp-revoke-session-allowances
 ;;                           take back every "allow for the session"
 ;;
-;; In SLIME and SLY buffers, the SLIME REPL included, these are under
-;; C-c C-x m (`swank-mcp-key-prefix'): a activity, c cancel, u undo,
-;; m approval mode, p the prompt, r revoke, s start, q stop, i status.
+;; In SLIME and SLY buffers, the SLIME REPL included, and in swank-mcp's own
+;; buffers, these are under C-c C-x m (`swank-mcp-key-prefix'): a activity,
+;; c cancel, u undo, m approval mode, p the prompt, r revoke, s start, q stop,
+;; i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -103,9 +104,10 @@ Give an absolute file name when it is not on the clients' PATH."
   "Calls waiting for approval: a list of (CONNECTION BACKEND PLIST), oldest first.")
 
 (defcustom swank-mcp-key-prefix (kbd "C-c C-x m")
-  "The key of `swank-mcp-command-map' in SLIME's and SLY's buffers.
+  "The key of `swank-mcp-command-map' in SLIME's, SLY's and swank-mcp's buffers.
 It is bound in `slime-mode-map', `slime-repl-mode-map' (the SLIME REPL,
-which has no `slime-mode') and `sly-mode-map'.
+which has no `slime-mode'), `sly-mode-map' and the maps of swank-mcp's own
+buffers.
 The default is under the prefix of SLIME's and SLY's own commands for
 threads and connections, where neither binds m.  Set it before swank-mcp
 is loaded; nil binds nothing."
@@ -121,6 +123,7 @@ is loaded; nil binds nothing."
   eval-async           ; the same, calling a continuation with the value
   connections          ; variable listing the open connections
   dispatching-variable ; variable that selects the connection `eval' uses
+  thread-variable      ; variable that selects the image's thread a request runs in
   connection-name      ; function of a connection
   pid                  ; function of a connection
   create-server        ; the server's own function symbols
@@ -152,6 +155,7 @@ backend SERVER-BACKEND, as written in forms."
      :eval-async (funcall own "-eval-async")
      :connections (funcall own "-net-processes")
      :dispatching-variable (funcall own "-dispatching-connection")
+     :thread-variable (funcall own "-current-thread")
      :connection-name (funcall own "-connection-name")
      :pid (funcall own "-pid")
      :create-server (funcall server ":create-server")
@@ -197,9 +201,32 @@ In a buffer where SLY is active SLY comes first, elsewhere SLIME."
   (or (swank-mcp--current)
       (user-error "No SLIME or SLY connection: start one with M-x slime or M-x sly first")))
 
+(defun swank-mcp--request-buffer ()
+  "The buffer swank-mcp's requests are made from.
+SLIME and SLY call a request's continuation in the buffer it was made from,
+which must outlive the request; and a request made from the REPL buffer
+would go to the REPL's thread (see `swank-mcp--in-new-thread')."
+  (get-buffer-create " *swank-mcp requests*"))
+
+(defmacro swank-mcp--in-new-thread (connection backend &rest body)
+  "Run BODY, which make requests through BACKEND, for CONNECTION's image.
+Each request runs in a thread of its own in the image.  The front end sends
+a request to the thread its buffer names: in the REPL buffer the REPL's
+thread, which runs the person's own evaluation (a `(sleep 12)', or one
+waiting for a lock an agent's call holds), and would take the request only
+after it."
+  (declare (indent 2) (debug t))
+  `(with-current-buffer (swank-mcp--request-buffer)
+     (cl-progv (list (swank-mcp--backend-dispatching-variable ,backend)
+                     (swank-mcp--backend-thread-variable ,backend))
+         (list ,connection t)
+       ,@body)))
+
 (defun swank-mcp--eval (connection backend form)
-  "Evaluate FORM through BACKEND in the image of CONNECTION and return its value."
-  (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
+  "Evaluate FORM through BACKEND in the image of CONNECTION and return its value.
+Emacs waits for it: only for requests that take the image a moment, and that
+no lock of the person's or an agent's code can hold up."
+  (swank-mcp--in-new-thread connection backend
     (funcall (swank-mcp--backend-eval backend) form)))
 
 (defun swank-mcp--forget-closed ()
@@ -215,27 +242,39 @@ In a buffer where SLY is active SLY comes first, elsewhere SLIME."
           (funcall (swank-mcp--backend-pid backend) connection)))
 
 (defun swank-mcp--open-server (connection backend)
-  "Open a persistent server in the image of CONNECTION; return its port.
-BACKEND says how to reach the image.  Tries `swank-mcp-port' and the ports
-after it, in the image itself, where a taken port shows as an error."
+  "Open a persistent server in the image of CONNECTION, unless one is open.
+Return (PORT . OPENED): OPENED is nil when the port was open already; nil
+when no port could be opened.  BACKEND says how to reach the image.  Tries
+`swank-mcp-port' and the ports after it, in the image itself, where a taken
+port shows as an error."
+  ;; The image is asked, not this Emacs's list: a port opened before Emacs
+  ;; reconnected, or by another Emacs, is still open.  A server that still
+  ;; listens has its thread; the one M-x slime or M-x sly connected through
+  ;; accepted that one connection and its thread has ended.
   ;; Every symbol is package-qualified: the server reads requests in a
   ;; package that uses nothing.  The variable may stay unqualified.
   ;; The new server's listening thread registers it a moment after
   ;; create-server returns, and a stop-server that arrives first is lost:
   ;; wait for the registration (a second at most).
-  (swank-mcp--eval
-   connection backend
-   `(cl:let ((port (cl:loop for port from ,swank-mcp-port
-                            below ,(+ swank-mcp-port swank-mcp-port-attempts)
-                            do (cl:handler-case
-                                   (cl:return (,(swank-mcp--backend-create-server backend)
-                                               :port port :dont-close t))
-                                 (cl:error nil nil)))))
-      (cl:loop repeat 100
-               until (cl:or (cl:null port)
-                            (cl:find port ,(swank-mcp--backend-servers backend) :key 'cl:second))
-               do (cl:sleep 0.01))
-      port)))
+  (let ((servers (swank-mcp--backend-servers backend))
+        (alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend)))))
+    (swank-mcp--eval
+     connection backend
+     `(cl:let ((open (cl:find-if (cl:lambda (server)
+                                   (cl:and (cl:third server) (,alive-p (cl:third server))))
+                                 ,servers)))
+        (cl:if open
+               (cl:cons (cl:second open) cl:nil)
+               (cl:let ((port (cl:loop for port from ,swank-mcp-port
+                                       below ,(+ swank-mcp-port swank-mcp-port-attempts)
+                                       do (cl:handler-case
+                                              (cl:return (,(swank-mcp--backend-create-server backend)
+                                                          :port port :dont-close t))
+                                            (cl:error nil nil)))))
+                 (cl:loop repeat 100
+                          until (cl:or (cl:null port) (cl:find port ,servers :key 'cl:second))
+                          do (cl:sleep 0.01))
+                 (cl:and port (cl:cons port cl:t))))))))
 
 ;;;###autoload
 (defun swank-mcp-start (&optional interactive)
@@ -243,14 +282,15 @@ after it, in the image itself, where a taken port shows as an error."
 The server is opened in the image of the current SLIME or SLY connection on
 `swank-mcp-port', or on the next free port when that one is taken, and
 keeps accepting connections (:dont-close t).  When one is already open in
-that image, its port is returned.  The configuration for MCP clients is put
-in the buffer *swank-mcp*, which is shown when INTERACTIVE is non-nil (as
-it is when called as a command)."
+that image (opened by this Emacs, before it reconnected, or by another),
+its port is returned and no second one is opened.  The configuration for
+MCP clients is put in the buffer *swank-mcp*, which is shown when
+INTERACTIVE is non-nil (as it is when called as a command)."
   (interactive (list t))
   (swank-mcp--forget-closed)
   (pcase-let* ((`(,connection . ,backend) (swank-mcp--require-current))
-               (port (or (nth 2 (assq connection swank-mcp--servers))
-                         (swank-mcp--open-server connection backend))))
+               (known (nth 2 (assq connection swank-mcp--servers)))
+               (`(,port . ,opened) (if known (cons known nil) (swank-mcp--open-server connection backend))))
     (unless (integerp port)
       (error "No free port in %d-%d for the swank-mcp server"
              swank-mcp-port (+ swank-mcp-port swank-mcp-port-attempts -1)))
@@ -258,7 +298,9 @@ it is when called as a command)."
       (push (list connection backend port) swank-mcp--servers))
     (swank-mcp--show-configuration port (swank-mcp--describe-connection connection backend) interactive)
     (when interactive
-      (message "swank-mcp: port %d is open; the client configuration is in %s%s" port swank-mcp--buffer-name
+      (message "swank-mcp: port %d %s; the client configuration is in %s%s" port
+               (if opened "is open" "was open already in this image, no second one was opened")
+               swank-mcp--buffer-name
                (if (executable-find swank-mcp-program)
                    ""
                  (format " (but this Emacs does not find %s)" swank-mcp-program))))
@@ -276,7 +318,14 @@ Return the port closed, or nil when none was open."
     (if (not server)
         (progn (message "swank-mcp: no port is open in this image") nil)
       (let ((port (nth 2 server)))
-        (swank-mcp--eval connection backend `(,(swank-mcp--backend-stop-server backend) ,port))
+        ;; The server's sentinel thread forgets it a moment later: wait for that (a second at
+        ;; most), so that a `swank-mcp-start' right after does not find it still open.
+        (swank-mcp--eval connection backend
+                         `(cl:progn
+                            (,(swank-mcp--backend-stop-server backend) ,port)
+                            (cl:loop repeat 100
+                                     while (cl:find ,port ,(swank-mcp--backend-servers backend) :key 'cl:second)
+                                     do (cl:sleep 0.01))))
         (setq swank-mcp--servers (delq server swank-mcp--servers))
         (message "swank-mcp: closed port %d" port)
         port))))
@@ -318,7 +367,7 @@ Return a list of (PORT . DESCRIPTION), one per open port."
 (defun swank-mcp--keys-text ()
   "Return where the commands are bound, for the *swank-mcp* buffer."
   (if swank-mcp-key-prefix
-      (format "In SLIME and SLY buffers (the REPL too), %s is swank-mcp's prefix: a activity, \
+      (format "In SLIME and SLY buffers (the REPL too) and swank-mcp's own, %s is swank-mcp's prefix: a activity, \
 m approval mode, p the prompt of a call waiting, c cancel the agent's call, u undo, r revoke \
 \"allow for the session\", s start, q stop, i status.\n"
               (key-description swank-mcp-key-prefix))
@@ -326,10 +375,13 @@ m approval mode, p the prompt of a call waiting, c cancel the agent's call, u un
 swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-start, \
 swank-mcp-stop and swank-mcp-status.\n"))
 
+(define-derived-mode swank-mcp-configuration-mode special-mode "swank-mcp"
+  "The configuration MCP clients need to attach swank-mcp to the image.")
+
 (defun swank-mcp--show-configuration (port where display)
   "Fill the *swank-mcp* buffer for PORT opened in WHERE; show it when DISPLAY."
   (with-current-buffer (get-buffer-create swank-mcp--buffer-name)
-    (special-mode)
+    (swank-mcp-configuration-mode)
     (let ((inhibit-read-only t))
       (erase-buffer)
       (unless (executable-find swank-mcp-program)
@@ -379,18 +431,11 @@ It is nil there until an agent's swank-mcp has loaded the helper."
             (cl:funcall helper ,@arguments)
             cl:nil)))
 
-(defun swank-mcp--request-buffer ()
-  "The buffer the asynchronous requests are made from.
-SLIME and SLY call a request's continuation in the buffer it was made from,
-which must outlive the request."
-  (get-buffer-create " *swank-mcp requests*"))
-
 (defun swank-mcp--eval-async (connection backend form continuation)
   "Evaluate FORM through BACKEND in CONNECTION's image, asynchronously.
 CONTINUATION is called with the value."
-  (with-current-buffer (swank-mcp--request-buffer)
-    (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
-      (funcall (swank-mcp--backend-eval-async backend) form continuation))))
+  (swank-mcp--in-new-thread connection backend
+    (funcall (swank-mcp--backend-eval-async backend) form continuation)))
 
 (defun swank-mcp--feeds-form (update)
   "Return a form to change the image's list of subscribed channels with UPDATE.
@@ -405,32 +450,43 @@ yet, so that the image tells Emacs from the helper's first call on."
      (sb-ext:atomic-update (cl:symbol-value feeds) ,update)
      cl:t))
 
+(defun swank-mcp--connection-form (backend)
+  "Return the form for the requesting connection, in the image of BACKEND."
+  (intern (format "%s::*emacs-connection*" (swank-mcp--backend-server-package backend))))
+
 (defun swank-mcp--subscribe-form (backend id topic)
   "Return a form to subscribe channel ID of the requesting connection to TOPIC.
 BACKEND names the server's parts the form uses: the connection the request
 came in on, its control thread, which writes to Emacs, and the backend's
 `send' to that thread's mailbox, which exists already (no thread or mailbox
-is made per message)."
+is made per message).  A channel subscribed to :approvals is then sent the
+calls that wait for approval already."
   (let* ((server (swank-mcp--backend-server-package backend))
-         (connection (intern (format "%s::*emacs-connection*" server)))
+         (connection (swank-mcp--connection-form backend))
          (control-thread (intern (format "%s::mconn.control-thread" server)))
          (alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend))))
-         (send (intern (format "%s::send" (swank-mcp--backend-server-backend backend)))))
-    (swank-mcp--feeds-form
-     `(cl:lambda (feeds)
-        (cl:let ((thread (,control-thread ,connection)))
-          (cl:cons (cl:list ,connection ,id ,topic
-                            (cl:lambda (message)
-                              (cl:when (,alive-p thread)
-                                (,send thread (cl:list :channel-send ,id message))
-                                cl:t)))
-                   feeds))))))
+         (send (intern (format "%s::send" (swank-mcp--backend-server-backend backend))))
+         (subscribe (swank-mcp--feeds-form
+                     `(cl:lambda (feeds)
+                        (cl:let ((thread (,control-thread ,connection)))
+                          (cl:cons (cl:list ,connection ,id ,topic
+                                            (cl:lambda (message)
+                                              (cl:when (,alive-p thread)
+                                                (,send thread (cl:list :channel-send ,id message))
+                                                cl:t))
+                                            (cl:lambda () (,alive-p thread)))
+                                   feeds))))))
+    (if (eq topic :approvals)
+        `(cl:progn ,subscribe
+                   ,(swank-mcp--helper-call "SEND-WAITING-APPROVALS" connection id)
+                   cl:t)
+      subscribe)))
 
 (defun swank-mcp--unsubscribe-form (backend id)
   "Return a form to drop the subscription of channel ID.
 The channel is the requesting connection's; BACKEND names the server's
 variable of that connection."
-  (let ((connection (intern (format "%s::*emacs-connection*" (swank-mcp--backend-server-package backend)))))
+  (let ((connection (swank-mcp--connection-form backend)))
     (swank-mcp--feeds-form
      `(cl:lambda (feeds)
         (cl:remove-if (cl:lambda (feed) (cl:and (cl:eq (cl:first feed) ,connection) (cl:eql (cl:second feed) ,id)))
@@ -471,9 +527,8 @@ function of no arguments, is called when given."
         (channel nil))
     (pcase-dolist (`(,message . ,function) operations)
       (puthash message function table))
-    (with-current-buffer (swank-mcp--request-buffer)
-      (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
-        (setq channel (funcall (swank-mcp--backend-make-channel backend) table "swank-mcp"))))
+    (swank-mcp--in-new-thread connection backend
+      (setq channel (funcall (swank-mcp--backend-make-channel backend) table "swank-mcp")))
     (puthash (funcall (swank-mcp--backend-channel-id backend) channel) t swank-mcp--own-channels)
     (advice-add (swank-mcp--backend-log-event backend) :around #'swank-mcp--log-briefly)
     (swank-mcp--eval-async connection backend
@@ -484,20 +539,26 @@ function of no arguments, is called when given."
                                (funcall subscribed))))
     channel))
 
-(defun swank-mcp--unsubscribe (connection backend channel)
+(defun swank-mcp--unsubscribe (connection backend channel &optional then-form then)
   "Drop the subscription of CHANNEL of CONNECTION, then close the channel.
 BACKEND says how to reach the image.  The channel stays open until the image
-has dropped it: a message sent meanwhile must find it."
+has dropped it: a message sent meanwhile must find it.  THEN-FORM, when
+given, is evaluated in the image right after, in the same request, and THEN
+is called with its value."
   (if (not (process-live-p connection))
       nil
     (swank-mcp--eval-async connection backend
-                           (swank-mcp--unsubscribe-form backend (funcall (swank-mcp--backend-channel-id backend) channel))
-                           (lambda (_)
+                           `(cl:progn
+                              ,(swank-mcp--unsubscribe-form backend (funcall (swank-mcp--backend-channel-id backend)
+                                                                             channel))
+                              ,(or then-form 'cl:nil))
+                           (lambda (value)
+                             (when then
+                               (funcall then value))
                              (remhash (funcall (swank-mcp--backend-channel-id backend) channel)
                                       swank-mcp--own-channels)
-                             (with-current-buffer (swank-mcp--request-buffer)
-                               (cl-progv (list (swank-mcp--backend-dispatching-variable backend)) (list connection)
-                                 (funcall (swank-mcp--backend-close-channel backend) channel)))))))
+                             (swank-mcp--in-new-thread connection backend
+                               (funcall (swank-mcp--backend-close-channel backend) channel))))))
 
 (defun swank-mcp--fontify (text mode)
   "TEXT with the faces MODE's font lock gives it."
@@ -528,6 +589,17 @@ has dropped it: a message sent meanwhile must find it."
 A list of plists, newest first.")
 (defvar-local swank-mcp--activity-filter nil
   "Nil to show every call, else (KIND . VALUE): KIND `tool' or `state'.")
+(defvar-local swank-mcp--activity-lines 0
+  "How many lines the calls shown take.")
+
+(defcustom swank-mcp-activity-max-lines 5000
+  "Lines of calls an activity buffer keeps; the oldest calls beyond them go.
+The buffer, and the calls it remembers for its filters, would otherwise grow
+for as long as it is open, and every change of a call (and the prompt of a
+call waiting behind it) would take longer.  The image's own record, which
+\[revert-buffer] reads again, keeps its last 200 calls."
+  :type 'integer
+  :group 'swank-mcp)
 
 (defconst swank-mcp--call-states
   '((:waiting "waiting for approval" warning)
@@ -696,24 +768,50 @@ such."
                                     (get-buffer-window-list (current-buffer) nil t))))
     (setq swank-mcp--activity-calls
           (cons call (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal)))
+    ;; Every call shown takes a line at least: no more are remembered than can be shown.
+    (let ((last-kept (nthcdr (1- (max 1 swank-mcp-activity-max-lines)) swank-mcp--activity-calls)))
+      (when last-kept
+        (setcdr last-kept nil)))
     ;; The new lines go in before the old ones are deleted: inserted where the old lines
     ;; were deleted, they would land before the next call's start marker (which stays put
     ;; at an insertion), and that call's next change would delete them with its own.
     (save-excursion
       (goto-char (if shown (car shown) (point-max)))
       (if (swank-mcp--activity-shown-p call)
-          (let ((start (point-marker)))
-            (insert (swank-mcp--activity-text call))
+          (let ((start (point-marker))
+                (text (swank-mcp--activity-text call)))
+            (insert text)
+            (cl-incf swank-mcp--activity-lines (cl-count ?\n text))
             (puthash id (cons start (point-marker)) swank-mcp--activity-entries))
         (remhash id swank-mcp--activity-entries))
       (when shown
+        (cl-decf swank-mcp--activity-lines (count-lines (point) (cdr shown)))
         (delete-region (point) (cdr shown))
         (set-marker (car shown) nil)
         (set-marker (cdr shown) nil)))
+    (swank-mcp--activity-trim)
     ;; Newest at the bottom: whoever was at the end follows it.
     (when at-end (goto-char (point-max)))
     (dolist (window windows)
       (set-window-point window (point-max)))))
+
+(defun swank-mcp--activity-trim ()
+  "Drop the oldest entries while the shown ones take too many lines.
+That is more than `swank-mcp-activity-max-lines'.  The newest call shown
+always stays."
+  (let ((inhibit-read-only t))
+    (while (and (> swank-mcp--activity-lines swank-mcp-activity-max-lines)
+                (> (hash-table-count swank-mcp--activity-entries) 1))
+      (let* ((start (next-single-property-change (point-min) 'swank-mcp-call))
+             (id (get-text-property start 'swank-mcp-call))
+             (entry (gethash id swank-mcp--activity-entries)))
+        (cl-decf swank-mcp--activity-lines (count-lines (car entry) (cdr entry)))
+        (delete-region (car entry) (cdr entry))
+        (set-marker (car entry) nil)
+        (set-marker (cdr entry) nil)
+        (remhash id swank-mcp--activity-entries)
+        (setq swank-mcp--activity-calls
+              (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))))))
 
 (defun swank-mcp--activity-header ()
   "Return the first lines of the activity buffer: what is in it, and its keys."
@@ -736,6 +834,7 @@ such."
         (calls (reverse swank-mcp--activity-calls)))
     (erase-buffer)
     (clrhash swank-mcp--activity-entries)
+    (setq swank-mcp--activity-lines 0)
     (insert (swank-mcp--activity-header))
     (setq swank-mcp--activity-calls nil)
     (mapc #'swank-mcp--activity-show calls)))
@@ -770,13 +869,12 @@ Asked once the buffer has subscribed, so that no change is missed."
                                  (swank-mcp--activity-take-record calls)))))))
 
 (defun swank-mcp--activity-revert (&rest _)
-  "Read the image's whole record again, for `revert-buffer'."
+  "Read the image's whole record again, for `revert-buffer'.
+It is shown when it comes: Emacs does not wait for a busy image."
   (unless swank-mcp--activity-channel
     (user-error "The connection of this buffer closed"))
   (setq swank-mcp--activity-calls nil)
-  (swank-mcp--activity-take-record
-   (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
-                    (swank-mcp--helper-call "ACTIVITY-RECORDS"))))
+  (swank-mcp--activity-read-record))
 
 (defun swank-mcp--activity-starts ()
   "Return the start of each call shown, in order."
@@ -827,24 +925,27 @@ answer shows every call."
 
 (defun swank-mcp-activity-show-reply ()
   "Show the reply the agent received for the call at point, exactly as it got it.
-On a call waiting for approval, go to its prompt."
+On a call waiting for approval, go to its prompt.  The reply is shown when
+the image sends it: Emacs does not wait for a busy image."
   (interactive)
   (let* ((id (or (get-text-property (point) 'swank-mcp-call) (user-error "No call here")))
          (call (cl-find id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))
          (approval (cl-find-if (lambda (approval)
                                  (and (eq (car approval) swank-mcp--activity-connection)
                                       (equal (plist-get (nth 2 approval) :call) id)))
-                               swank-mcp--approvals))
-         (text (and (not approval)
-                    (plist-get (swank-mcp--eval swank-mcp--activity-connection swank-mcp--activity-backend
-                                                (swank-mcp--helper-call "ACTIVITY-REPLY" id))
-                               :text))))
-    (cond (approval (swank-mcp-show-approval approval))
-          ((null text)
-           (user-error (if (memq (plist-get call :state) '(:waiting :running))
-                           "This call has not ended yet"
-                         "The image no longer keeps this call's reply")))
-          (t (swank-mcp--show-reply call text)))))
+                               swank-mcp--approvals)))
+    (if approval
+        (swank-mcp-show-approval approval)
+      (swank-mcp--eval-async swank-mcp--activity-connection swank-mcp--activity-backend
+                             (swank-mcp--helper-call "ACTIVITY-REPLY" id)
+                             (lambda (reply)
+                               (let ((text (plist-get reply :text)))
+                                 (if text
+                                     (swank-mcp--show-reply call text)
+                                   (message "swank-mcp: %s"
+                                            (if (memq (plist-get call :state) '(:waiting :running))
+                                                "this call has not ended yet."
+                                              "the image no longer keeps this call's reply.")))))))))
 
 (defun swank-mcp--show-reply (call text)
   "Show TEXT, the reply the agent received for CALL."
@@ -1141,8 +1242,17 @@ The prompt numbers the calls of such a batch: the second of two is (2 of 2).")
 The image may say that its request ended before it answers: that end is
 the answer's own.")
 
+(defvar swank-mcp--asking nil
+  "The approval whose \"allow for the session\" question the minibuffer asks.")
+
 (defvar-local swank-mcp--approval-shown nil
-  "The approval the approval buffer shows: an element of `swank-mcp--approvals'.")
+  "The approval the approval buffer shows: an element of `swank-mcp--approvals'.
+Once it has ended while the person was answering, the one it showed.")
+
+(defvar-local swank-mcp--approval-ended nil
+  "Why the call the prompt shows ended, as the prompt says it; nil while it waits.
+The prompt of a call that ended while the person was answering it stays, its
+keys inert, until they dismiss it.")
 
 (defvar-local swank-mcp--approval-shown-since 0
   "When the approval buffer began to show `swank-mcp--approval-shown'.")
@@ -1155,6 +1265,18 @@ the answer's own.")
     (define-key map (kbd "q") #'swank-mcp-approval-hide)
     map)
   "Keymap of `swank-mcp-approval-buffer-mode'.")
+
+(defvar swank-mcp-approval-ended-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map swank-mcp-approval-buffer-mode-map)
+    ;; The keys that answer, and those typed when a question goes (yes RET),
+    ;; only say that the call ended.
+    (dolist (key '("C-c C-c" "C-c C-k" "C-c C-a" "RET" "SPC" "DEL" "TAB" "C-j" "g"))
+      (define-key map (kbd key) #'swank-mcp-approval-ended-key))
+    (define-key map [remap self-insert-command] #'swank-mcp-approval-ended-key)
+    (define-key map (kbd "q") #'swank-mcp-approval-dismiss)
+    map)
+  "Keymap of the prompt of a call that ended while the person was answering it.")
 
 (define-derived-mode swank-mcp-approval-buffer-mode special-mode "swank-mcp approval"
   "A tool call that waits for your approval.
@@ -1185,11 +1307,33 @@ session (after asking you)."
       (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)))
   (if swank-mcp-approval-mode
       (swank-mcp--approval-subscribe)
+    ;; The calls waiting are not left to wait for an answer nobody gives until
+    ;; --confirm-timeout: the image refuses them at once, and tells their agents
+    ;; why, unless another Emacs in approval mode can answer them.
     (pcase-dolist (`(,connection ,backend ,channel) swank-mcp--approval-channels)
-      (swank-mcp--unsubscribe connection backend channel))
+      (swank-mcp--unsubscribe connection backend channel
+                              (swank-mcp--helper-call "REFUSE-UNWATCHED-APPROVALS")
+                              (lambda (refused)
+                                (swank-mcp--approval-mode-off-said connection backend refused))))
+    (let ((shown (swank-mcp--approval-shown)))
+      (when (and shown (swank-mcp--approval-engaged-p shown))
+        (swank-mcp--approval-end-shown shown '("approval mode was turned off" "it is not answered here"))))
     (setq swank-mcp--approval-channels nil
           swank-mcp--approvals nil)
     (swank-mcp--approval-show)))
+
+(defun swank-mcp--approval-mode-off-said (connection backend refused)
+  "Say what became of the requests of CONNECTION's image as the mode went off.
+REFUSED is the image's answer: how many it refused, or :watched when another
+Emacs in approval mode answers them; nil without the helper.  BACKEND names
+the front end."
+  (cond ((eq refused :watched)
+         (message "swank-mcp: approval mode is off; the calls waiting in the image of the %s are left to the other Emacs in approval mode there."
+                  (swank-mcp--describe-connection connection backend)))
+        ((and (integerp refused) (> refused 0))
+         (message "swank-mcp: approval mode is off; %d call%s waiting in the image of the %s %s refused, and the agent%s told why."
+                  refused (if (= refused 1) "" "s") (swank-mcp--describe-connection connection backend)
+                  (if (= refused 1) "was" "were") (if (= refused 1) " is" "s are")))))
 
 (defun swank-mcp--connections ()
   "Every open connection, as (CONNECTION . BACKEND)."
@@ -1219,9 +1363,10 @@ session (after asking you)."
   "Make WINDOW as tall as the prompt in it, up to half its frame."
   (fit-window-to-buffer window (max window-min-height (/ (frame-height (window-frame window)) 2))))
 
-(defun swank-mcp--approval-key (command)
-  "The keys of COMMAND in the prompt, as text."
-  (substitute-command-keys (format "\\<swank-mcp-approval-buffer-mode-map>\\[%s]" command)))
+(defun swank-mcp--approval-key (command &optional map)
+  "The keys of COMMAND in the prompt, as text.
+MAP names the prompt's keymap, by default `swank-mcp-approval-buffer-mode-map'."
+  (substitute-command-keys (format "\\<%s>\\[%s]" (or map 'swank-mcp-approval-buffer-mode-map) command)))
 
 (defun swank-mcp--approval-go-key ()
   "Return the keys that go to the prompt, as text."
@@ -1250,17 +1395,24 @@ Return \"\" for a call that came alone."
 (defun swank-mcp--approval-add (connection backend plist)
   "Note the approval PLIST that CONNECTION's image asks for, and show it.
 BACKEND says how to reach the image.  The prompt shows the oldest call
-waiting; each new one is announced with its window, a bell and a message."
+waiting; each new one is announced with its window, a bell and a message.
+One the image tells of twice (as it subscribes this Emacs, see
+`swank-mcp--subscribe-form') is shown once."
   (let ((approval (list connection backend plist)))
-    (setq swank-mcp--approvals (append swank-mcp--approvals (list approval)))
-    (cl-incf swank-mcp--approvals-in-batch)
-    (let ((buffer (swank-mcp--approval-show)))
-      (when buffer
-        (display-buffer buffer swank-mcp--approval-display-action)
-        (ding t)
-        (message "swank-mcp: %s  Answer in %s (%s goes there)."
-                 (swank-mcp--approval-heading approval) swank-mcp--approval-buffer-name
-                 (swank-mcp--approval-go-key))))))
+    (unless (swank-mcp--approval-find connection (plist-get plist :id))
+      (swank-mcp--approval-announce approval))))
+
+(defun swank-mcp--approval-announce (approval)
+  "Add APPROVAL to those waiting, and announce it."
+  (setq swank-mcp--approvals (append swank-mcp--approvals (list approval)))
+  (cl-incf swank-mcp--approvals-in-batch)
+  (let ((buffer (swank-mcp--approval-show)))
+    (when buffer
+      (display-buffer buffer swank-mcp--approval-display-action)
+      (ding t)
+      (message "swank-mcp: %s  Answer in %s (%s goes there)."
+               (swank-mcp--approval-heading approval) swank-mcp--approval-buffer-name
+               (swank-mcp--approval-go-key)))))
 
 (defun swank-mcp--approval-find (connection id)
   "The approval ID of CONNECTION's image that waits, or nil."
@@ -1268,28 +1420,78 @@ waiting; each new one is announced with its window, a bell and a message."
                 (and (eq (car approval) connection) (eql (plist-get (nth 2 approval) :id) id)))
               swank-mcp--approvals))
 
-(defun swank-mcp--approval-remove (approval)
-  "Forget APPROVAL: it was answered or has ended."
+(defun swank-mcp--approval-remove (approval &optional ended)
+  "Forget APPROVAL: it was answered or has ended.
+With ENDED, (REASON CONSEQUENCE) as `swank-mcp--approval-end-shown' takes
+them, the prompt that shows it stays, saying so."
   (setq swank-mcp--approvals (delq approval swank-mcp--approvals))
   (unless swank-mcp--approvals
     (setq swank-mcp--approvals-in-batch 0))
+  (when ended
+    (swank-mcp--approval-end-shown approval ended))
   (swank-mcp--approval-show))
 
 (defun swank-mcp--approval-next-text ()
   "Return the heading of the next call in the prompt, if one waits."
-  (let ((next (swank-mcp--approval-shown)))
+  (let ((next (or (swank-mcp--approval-shown) (car swank-mcp--approvals))))
     (if next
         (format "  Next: %s" (swank-mcp--approval-heading next))
       "")))
 
+(defun swank-mcp--approval-engaged-p (approval)
+  "Whether the person may be answering APPROVAL now.
+They are when Emacs asks them about it in the minibuffer, or when the prompt
+shows it in the selected window (or in the window the minibuffer was entered
+from): the keys they type next are meant for it."
+  (let ((buffer (get-buffer swank-mcp--approval-buffer-name))
+        (window (if (window-minibuffer-p)
+                    (or (minibuffer-selected-window) (selected-window))
+                  (selected-window))))
+    (or (eq swank-mcp--asking approval)
+        (and buffer
+             (eq approval (buffer-local-value 'swank-mcp--approval-shown buffer))
+             (eq (window-buffer window) buffer)))))
+
+(defun swank-mcp--ended-why (verdict)
+  "How the request that ended with VERDICT ended, as (REASON CONSEQUENCE)."
+  (pcase verdict
+    (:timeout '("timed out" "nothing ran"))
+    (:cancelled '("the agent withdrew it" "nothing ran"))
+    (:no '("declined in another Emacs" "nothing ran"))
+    ((or :yes :always) '("approved in another Emacs" "the call runs"))
+    (:turned-off '("approval mode was turned off" "nothing ran"))
+    (_ (list (format "%s" verdict) "nothing ran"))))
+
+(defun swank-mcp--approval-end-shown (approval why)
+  "Keep the prompt of APPROVAL, which ended, saying WHY, until it is dismissed.
+WHY is (REASON CONSEQUENCE).  Its window stays where it is, selected or not:
+focus never moves, so what the person goes on typing reaches the prompt, whose
+keys now only say that the call ended (`swank-mcp-approval-ended-map').  A
+question the minibuffer asks about it is taken back (`swank-mcp--answer')."
+  (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
+    (when (and buffer (eq approval (buffer-local-value 'swank-mcp--approval-shown buffer)))
+      (with-current-buffer buffer
+        (setq swank-mcp--approval-ended
+              (format "This request ended (%s); %s." (car why) (cadr why)))
+        (use-local-map swank-mcp-approval-ended-map)
+        (swank-mcp--approval-insert approval)))
+    (when (eq swank-mcp--asking approval)
+      ;; From a timer, which runs inside the minibuffer's wait, as `with-timeout' does: not
+      ;; from the connection's process filter, in the middle of its input.
+      (run-at-time 0 nil (lambda ()
+                           (when (eq swank-mcp--asking approval)
+                             (throw 'swank-mcp--question-ended :ended)))))))
+
 (defun swank-mcp--approval-ended (connection plist)
   "The image ended the approval request PLIST of CONNECTION's image.
 PLIST has the request's :id and :verdict.  A request not answered here
-ended by itself: the echo area says how, and that nothing ran."
+ended by itself: the echo area says how, and that nothing ran.  When the
+person was answering it, its prompt stays, saying so."
   (let ((approval (swank-mcp--approval-find connection (plist-get plist :id))))
     (when (and approval (not (eq approval swank-mcp--answering)))
       (let ((tool (plist-get (nth 2 approval) :tool)))
-        (swank-mcp--approval-remove approval)
+        (swank-mcp--approval-remove approval (and (swank-mcp--approval-engaged-p approval)
+                                                  (swank-mcp--ended-why (plist-get plist :verdict))))
         (message "swank-mcp: %s%s"
                  (pcase (plist-get plist :verdict)
                    (:timeout (format "nobody answered in time: the approval request of %s timed out \
@@ -1297,81 +1499,126 @@ ended by itself: the echo area says how, and that nothing ran."
                    (:cancelled (format "the agent withdrew its request: %s was cancelled and did not run." tool))
                    ((or :yes :always) (format "%s was approved in another Emacs." tool))
                    (:no (format "%s was declined in another Emacs; it did not run." tool))
+                   (:turned-off (format "approval mode was turned off: %s did not run." tool))
                    (_ (format "the approval request of %s ended; %s did not run." tool tool)))
                  (swank-mcp--approval-next-text))))))
 
 (defun swank-mcp--approval-shown ()
-  "Return the approval in the prompt, or nil when none waits."
+  "Return the approval in the prompt, or nil when none waits there."
   (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
-    (and buffer (buffer-local-value 'swank-mcp--approval-shown buffer))))
+    (and buffer
+         (not (buffer-local-value 'swank-mcp--approval-ended buffer))
+         (buffer-local-value 'swank-mcp--approval-shown buffer))))
+
+(defun swank-mcp--approval-insert (approval)
+  "Fill the current buffer, the prompt, with APPROVAL.
+Once it has ended, with why instead of the keys that answer."
+  (let ((inhibit-read-only t))
+    (erase-buffer)
+    (insert (propertize (swank-mcp--approval-heading approval) 'face 'bold) "\n"
+            (if swank-mcp--approval-ended
+                (propertize (format "%s  %s to dismiss.\n\n" swank-mcp--approval-ended
+                                    (swank-mcp--approval-key 'swank-mcp-approval-dismiss 'swank-mcp-approval-ended-map))
+                            'face 'warning)
+              (propertize
+               (format "%s runs it, %s declines it, %s runs it and allows %s for the rest of \
+the session (after asking you).  %s hides this window; the call goes on waiting.\n\n"
+                       (swank-mcp--approval-key 'swank-mcp-approve)
+                       (swank-mcp--approval-key 'swank-mcp-decline)
+                       (swank-mcp--approval-key 'swank-mcp-approve-for-session)
+                       (plist-get (nth 2 approval) :tool)
+                       (swank-mcp--approval-key 'swank-mcp-approval-hide))
+               'face 'shadow))
+            (swank-mcp--fontify-shown (or (plist-get (nth 2 approval) :text) ""))
+            "\n")
+    (goto-char (point-min))
+    (dolist (window (get-buffer-window-list (current-buffer) nil t))
+      (set-window-point window (point-min))
+      (set-window-start window (point-min)))))
 
 (defun swank-mcp--approval-show (&optional wanted)
   "Show WANTED, the approval shown, or the oldest waiting; return the buffer.
 When none waits, close the buffer and return nil.  The buffer is not
 displayed here.  Approvals of connections that closed are dropped: nobody can
-answer them."
+answer them.  A prompt whose call ended while the person was answering it
+stays as it is until they dismiss it."
   (setq swank-mcp--approvals
         (cl-remove-if-not (lambda (approval) (process-live-p (car approval))) swank-mcp--approvals))
   (let ((buffer (get-buffer swank-mcp--approval-buffer-name)))
-    (if (null swank-mcp--approvals)
-        (progn
-          (setq swank-mcp--approvals-in-batch 0)
-          (when buffer
-            (quit-windows-on buffer)
-            (kill-buffer buffer))
-          nil)
+    (cond
+     ((and buffer (buffer-local-value 'swank-mcp--approval-ended buffer))
+      buffer)
+     ((null swank-mcp--approvals)
+      (setq swank-mcp--approvals-in-batch 0)
+      (when buffer
+        (quit-windows-on buffer)
+        (kill-buffer buffer))
+      nil)
+     (t
       (with-current-buffer (get-buffer-create swank-mcp--approval-buffer-name)
         (unless (derived-mode-p 'swank-mcp-approval-buffer-mode)
           (swank-mcp-approval-buffer-mode))
-        (let ((inhibit-read-only t)
-              (shown (cond ((memq wanted swank-mcp--approvals) wanted)
+        (let ((shown (cond ((memq wanted swank-mcp--approvals) wanted)
                            ((memq swank-mcp--approval-shown swank-mcp--approvals) swank-mcp--approval-shown)
                            (t (car swank-mcp--approvals)))))
           (if (eq shown swank-mcp--approval-shown)
               ;; The same call, whose number may have changed: the rest stays, and so
               ;; does where the user scrolled to.
-              (save-excursion
-                (goto-char (point-min))
-                (delete-region (point) (line-end-position))
-                (insert (propertize (swank-mcp--approval-heading shown) 'face 'bold)))
+              (let ((inhibit-read-only t))
+                (save-excursion
+                  (goto-char (point-min))
+                  (delete-region (point) (line-end-position))
+                  (insert (propertize (swank-mcp--approval-heading shown) 'face 'bold))))
             (setq swank-mcp--approval-shown shown
                   swank-mcp--approval-shown-since (float-time))
-            (erase-buffer)
-            (insert (propertize (swank-mcp--approval-heading shown) 'face 'bold) "\n"
-                    (propertize
-                     (format "%s runs it, %s declines it, %s runs it and allows %s for the rest of \
-the session (after asking you).  %s hides this window; the call goes on waiting.\n\n"
-                             (swank-mcp--approval-key 'swank-mcp-approve)
-                             (swank-mcp--approval-key 'swank-mcp-decline)
-                             (swank-mcp--approval-key 'swank-mcp-approve-for-session)
-                             (plist-get (nth 2 shown) :tool)
-                             (swank-mcp--approval-key 'swank-mcp-approval-hide))
-                     'face 'shadow)
-                    (swank-mcp--fontify-shown (or (plist-get (nth 2 shown) :text) ""))
-                    "\n")
-            (goto-char (point-min))
-            (dolist (window (get-buffer-window-list (current-buffer) nil t))
-              (set-window-point window (point-min))
-              (set-window-start window (point-min)))))
-        (current-buffer)))))
+            (swank-mcp--approval-insert shown)))
+        (current-buffer))))))
+
+(defun swank-mcp-approval-ended-key ()
+  "Say that the call of this prompt ended; do nothing else."
+  (interactive)
+  (message "swank-mcp: %s  %s to dismiss." swank-mcp--approval-ended
+           (swank-mcp--approval-key 'swank-mcp-approval-dismiss 'swank-mcp-approval-ended-map)))
+
+(defun swank-mcp-approval-dismiss ()
+  "Dismiss the prompt of a call that ended: show the next call waiting, if any."
+  (interactive)
+  (setq swank-mcp--approval-ended nil
+        swank-mcp--approval-shown nil)
+  (use-local-map swank-mcp-approval-buffer-mode-map)
+  (swank-mcp--approval-show))
 
 (defun swank-mcp--answer (verdict)
   "Answer the approval shown in the current buffer with VERDICT.
 Return what the image says: :taken, or :ended when the request had ended;
 nil when the user took back an answer that needed confirming."
   (let ((shown swank-mcp--approval-shown))
+    (when swank-mcp--approval-ended
+      (user-error "%s" swank-mcp--approval-ended))
     (unless (and (derived-mode-p 'swank-mcp-approval-buffer-mode) (memq shown swank-mcp--approvals))
       (user-error "No call waits for approval here; answer in %s" swank-mcp--approval-buffer-name))
     (when (< (- (float-time) swank-mcp--approval-shown-since) swank-mcp-approval-read-delay)
       (user-error "This call was shown a moment ago: read it, then answer"))
     (pcase-let* ((`(,connection ,backend ,plist) shown)
-                 (tool (plist-get plist :tool)))
-      (if (and (eq verdict :always)
-               (not (yes-or-no-p (format "Run %s now, and every later %s call of %s without asking you, \
+                 (tool (plist-get plist :tool))
+                 (confirmed
+                  (or (not (eq verdict :always))
+                      ;; A request that ends meanwhile takes the question back
+                      ;; (`swank-mcp--approval-end-shown').
+                      (catch 'swank-mcp--question-ended
+                        (let ((swank-mcp--asking shown))
+                          (yes-or-no-p (format "Run %s now, and every later %s call of %s without asking you, \
 for the rest of its session? "
-                                         tool tool (or (plist-get plist :client) "this agent")))))
-          (progn (message "swank-mcp: not answered; %s still waits" tool)
-                 nil)
+                                               tool tool (or (plist-get plist :client) "this agent"))))))))
+      (cond
+       ((not (memq shown swank-mcp--approvals))
+        (message "swank-mcp: this request (%s) ended while you were asked; nothing ran.%s"
+                 tool (swank-mcp--approval-next-text))
+        :ended)
+       ((not confirmed)
+        (message "swank-mcp: not answered; %s still waits" tool)
+        nil)
+       (t
         (let ((taken (let ((swank-mcp--answering shown))
                        (swank-mcp--eval connection backend
                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)))))
@@ -1385,7 +1632,7 @@ for the rest of its session? "
                                  (:always "approved, and allowed for the rest of the session.")))
                      (format "this request (%s) already ended; nothing ran." tool))
                    (swank-mcp--approval-next-text))
-          (or taken :ended))))))
+          (or taken :ended)))))))
 
 (defun swank-mcp-approve ()
   "Run the call shown."
@@ -1444,35 +1691,44 @@ each (TOOL CLIENT)."
 ;;;;; Stopping an agent's call
 
 ;;;###autoload
-(defun swank-mcp-cancel-call ()
+(defun swank-mcp-cancel-call (&optional then)
   "End an agent's call: the newest one running or waiting for approval.
 In an activity buffer, the call at point.  A running call's evaluation in
 the image is interrupted at once, and so is any it would start after, and
 the agent receives the reply that you cancelled the call; what it did
-before that stays done.  A call waiting for approval is declined.  Return
-the image's answer, a plist."
+before that stays done.  A call waiting for approval is declined.
+Emacs does not wait for the image, which may be busy (your REPL's own
+evaluation included): the echo area says what happened once it answers.
+THEN, when given, is called with the image's answer, a plist (nil when no
+agent has worked in the image)."
   (interactive)
-  (pcase-let* ((`(,connection . ,backend)
-                (if (derived-mode-p 'swank-mcp-activity-mode)
-                    (cons swank-mcp--activity-connection swank-mcp--activity-backend)
-                  (swank-mcp--require-current)))
-               (call (and (derived-mode-p 'swank-mcp-activity-mode)
-                          (get-text-property (point) 'swank-mcp-call)))
-               (reply (swank-mcp--eval connection backend
-                                       (swank-mcp--helper-call "CANCEL-CALL" (or call 'cl:nil))))
-               (record (or (plist-get reply :cancelled) (plist-get reply :declined))))
-    (cond ((null reply) (user-error "No agent has worked in this image yet"))
-          ((plist-get reply :failure) (user-error "%s" (plist-get reply :failure)))
-          (t
-           (message "swank-mcp: %s"
+  (pcase-let ((`(,connection . ,backend)
+               (if (derived-mode-p 'swank-mcp-activity-mode)
+                   (cons swank-mcp--activity-connection swank-mcp--activity-backend)
+                 (swank-mcp--require-current)))
+              (call (and (derived-mode-p 'swank-mcp-activity-mode)
+                         (get-text-property (point) 'swank-mcp-call))))
+    (swank-mcp--eval-async connection backend
+                           (swank-mcp--helper-call "CANCEL-CALL" (or call 'cl:nil))
+                           (lambda (reply)
+                             (swank-mcp--cancel-said reply)
+                             (when then
+                               (funcall then reply))))))
+
+(defun swank-mcp--cancel-said (reply)
+  "Tell in the echo area what the image's REPLY to a cancellation means."
+  (let ((record (or (plist-get reply :cancelled) (plist-get reply :declined))))
+    (message "swank-mcp: %s"
+             (cond ((null reply) "no agent has worked in this image yet.")
+                   ((plist-get reply :failure) (plist-get reply :failure))
+                   (t
                     (format (cond ((plist-get reply :declined)
                                    "declined %s (%s), which waited for approval; it does not run.")
                                   ((> (plist-get reply :interrupted) 0)
                                    "cancelled %s (%s): its evaluation was interrupted, and the agent is told.")
                                   (t "cancelled %s (%s): it had no evaluation running in the image; it stops \
 at its next one, and the agent is told."))
-                            (plist-get record :tool) (or (plist-get record :client) "unknown client")))
-           reply))))
+                            (plist-get record :tool) (or (plist-get record :client) "unknown client")))))))
 
 ;;;;; Key bindings
 
@@ -1496,14 +1752,18 @@ at its next one, and the agent is told."))
 
 ;;;###autoload
 (defun swank-mcp-bind-keys ()
-  "Bind `swank-mcp-command-map' in SLIME's and SLY's mode maps.
+  "Bind `swank-mcp-command-map' in SLIME's, SLY's and swank-mcp's mode maps.
 It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook',
 `slime-repl-mode-hook' and `sly-mode-hook': the maps exist once the mode
-does, and binding again changes nothing.  Autoloaded, so that the hooks
-load swank-mcp."
+does, and binding again changes nothing; and when swank-mcp is loaded, for
+its own buffers (the activity, the prompt, undo, *swank-mcp*), which have
+neither SLIME's nor SLY's mode.  Autoloaded, so that the hooks load
+swank-mcp."
   (when swank-mcp-key-prefix
     (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p slime-repl-mode-map)
-                       (bound-and-true-p sly-mode-map)))
+                       (bound-and-true-p sly-mode-map)
+                       swank-mcp-activity-mode-map swank-mcp-approval-buffer-mode-map
+                       swank-mcp-undo-mode-map swank-mcp-configuration-mode-map))
       (when (and (keymapp map) (not (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map)))
         (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
 
@@ -1513,6 +1773,8 @@ load swank-mcp."
 (add-hook 'slime-repl-mode-hook #'swank-mcp-bind-keys)
 ;;;###autoload
 (add-hook 'sly-mode-hook #'swank-mcp-bind-keys)
+
+(swank-mcp-bind-keys)
 
 (provide 'swank-mcp)
 

@@ -274,6 +274,21 @@ async fn an_answer_in_emacs_after_the_time_limit_is_told_the_request_ended() {
     assert_eq!(eval(&mut other, "(boundp '*answered-too-late*)").await, "=> NIL");
 }
 
+/// An Emacs that subscribes while a call waits (approval mode turned on again, a reconnection) is
+/// sent that call at once, and its answer is taken.
+#[tokio::test]
+async fn an_emacs_that_subscribes_while_a_call_waits_is_sent_it() {
+    let Some(mut first) = Emacs::in_approval_mode().await else { return };
+    let mut client = client_with(&["--confirm", "evaluate-lisp", "--confirm-timeout", "30s"], json!({})).await;
+    send_call(&mut client, 7, "evaluate-lisp", json!({"code": "(defparameter *sent-to-a-later-emacs* :ran)"})).await;
+    let id = approval_id(&first.told(":approval", "*sent-to-a-later-emacs*").await);
+    let Some(mut later) = Emacs::in_approval_mode().await else { return };
+    assert_eq!(approval_id(&later.told(":approval", "*sent-to-a-later-emacs*").await), id);
+    assert_eq!(later.eval(&format!("(mcp-agent-helper:answer-approval {id} :no)")).await, "(:ok :taken)");
+    let reply = client.receive().await;
+    assert!(is_error(&reply) && text(&reply).contains("declined by the user"), "{reply}");
+}
+
 #[tokio::test]
 async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
     let dir = tempfile::tempdir().unwrap();

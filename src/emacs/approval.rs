@@ -17,7 +17,7 @@ use crate::tools::ToolError;
 
 /// The user's answer in Emacs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum EmacsVerdict {
     /// Run the call.
     Yes,
@@ -29,6 +29,8 @@ pub enum EmacsVerdict {
     Timeout,
     /// No Emacs in approval mode watches the image.
     Unavailable,
+    /// The last Emacs in approval mode turned it off while the call waited.
+    TurnedOff,
 }
 
 /// How long past `--confirm-timeout` the server waits for the image's own end of the request.

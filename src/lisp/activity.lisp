@@ -17,11 +17,12 @@
 (in-package #:mcp-agent-helper)
 
 (defvar *emacs-feeds* '()
-  "The Emacs channels to tell of agents' calls, each (CONNECTION CHANNEL-ID TOPIC SEND). TOPIC is
-:ACTIVITY (an activity buffer) or :APPROVALS (approval mode). SEND queues one message for that
-connection's Emacs and returns NIL once the connection has closed. Emacs adds and removes its
-entries itself (swank-mcp--subscribe-form), with the server's names, which this file may not
-mention, and maybe before any agent has loaded this helper.")
+  "The Emacs channels to tell of agents' calls, each (CONNECTION CHANNEL-ID TOPIC SEND LIVE-P).
+TOPIC is :ACTIVITY (an activity buffer) or :APPROVALS (approval mode). SEND queues one message for
+that connection's Emacs and returns NIL once the connection has closed; LIVE-P, of no arguments,
+says whether it is still open. Emacs adds and removes its entries itself
+(swank-mcp--subscribe-form), with the server's names, which this file may not mention, and maybe
+before any agent has loaded this helper.")
 
 (defun emacs-subscribed-p ()
   "True while an Emacs buffer subscribes to agents' calls here."
@@ -230,6 +231,10 @@ RECORD-PLIST. Later changes come down its channel."
   ((id :initarg :id :reader approval-id)
    ;; The agent's call waiting for it, as the activity record names it, or NIL.
    (call :initarg :call :reader approval-call)
+   ;; What Emacs shows, kept for an Emacs that subscribes while the request waits.
+   (client :initarg :client :reader approval-client)
+   (tool :initarg :tool :reader approval-tool)
+   (text :initarg :text :reader approval-text)
    (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
              :reader approval-answered)
    (verdict :initform nil :accessor approval-verdict)))
@@ -241,27 +246,33 @@ RECORD-PLIST. Later changes come down its channel."
 
 (defvar *next-approval-id* 1)
 
+(defun approval-message (approval)
+  "The message that asks Emacs for APPROVAL."
+  (list :approval :id (approval-id approval) :call (approval-call approval)
+                  :client (approval-client approval) :tool (approval-tool approval) :text (approval-text approval)))
+
 (define-entry (request-approval :look t) (tool text &key client timeout-ms session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
-and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT, or
-:UNAVAILABLE when no Emacs is in approval mode. A cancellation interrupts the wait through TOKEN,
-as for any call. Emacs is told when the request ends, however it ends, so that its prompt goes."
+and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT,
+:UNAVAILABLE when no Emacs is in approval mode, or :TURNED-OFF when the last Emacs in approval mode
+turned it off while the request waited (REFUSE-UNWATCHED-APPROVALS). A cancellation interrupts the
+wait through TOKEN, as for any call. Emacs is told when the request ends, however it ends, so that
+its prompt goes."
   (declare (ignore session))
   (run-tool
    token
    (lambda ()
      (let* ((approval (make-instance 'approval :id (sb-thread:with-mutex (*approval-lock*)
                                                      (incf *next-approval-id*))
-                                               :call (token-call token)))
+                                               :call (token-call token) :client client :tool tool :text text))
             (id (approval-id approval))
             (verdict :cancelled))
        ;; Registered before Emacs hears of it, so that an answer at once finds it.
        (sb-thread:with-mutex (*approval-lock*)
          (push approval *approvals*))
        (unwind-protect
-            (if (not (tell-emacs :approvals :approval :id id :call (approval-call approval)
-                                                      :client client :tool tool :text text))
+            (if (not (apply #'tell-emacs :approvals (approval-message approval)))
                 (setf verdict :unavailable)
                 (progn
                   ;; A semaphore, not a condition variable: SBCL 2.2.9's CONDITION-WAIT returns from
@@ -274,9 +285,44 @@ as for any call. Emacs is told when the request ends, however it ends, so that i
                           verdict (or (approval-verdict approval) :timeout)))))
          (sb-thread:with-mutex (*approval-lock*)
            (setf *approvals* (remove approval *approvals*)))
-         (unless (eq verdict :unavailable)
-           (tell-emacs :approvals :approval-ended :id id :verdict verdict)))
+         ;; Even when nobody was told of it at first: an Emacs that subscribed since may have
+         ;; been sent it (SEND-WAITING-APPROVALS).
+         (tell-emacs :approvals :approval-ended :id id :verdict verdict))
        (list :verdict verdict)))))
+
+(define-entry send-waiting-approvals (connection channel-id)
+  "For Emacs, as it subscribes its channel CHANNEL-ID of CONNECTION to approvals (approval mode
+turned on, a new connection): sends down it every approval still waiting, oldest first, so that
+calls that waited before are answered there too. Under *APPROVAL-LOCK*, which a request holds as
+it stops waiting: its end is told after this, and never before the approval itself. An approval
+told again (REQUEST-APPROVAL tells the new channel too) is shown once. True when the channel is
+subscribed."
+  (let ((feed (find-if (lambda (feed) (and (eq (first feed) connection) (eql (second feed) channel-id)))
+                       *emacs-feeds*)))
+    (when feed
+      (sb-thread:with-mutex (*approval-lock*)
+        (dolist (approval (reverse *approvals*))
+          (unless (approval-verdict approval)
+            (funcall (fourth feed) (approval-message approval)))))
+      t)))
+
+(defun approvals-watched-p ()
+  "True while an Emacs whose connection is open is subscribed to approvals."
+  (some (lambda (feed)
+          (and (eq (third feed) :approvals)
+               (fifth feed)
+               (ignore-errors (funcall (fifth feed)))))
+        *emacs-feeds*))
+
+(define-entry refuse-unwatched-approvals ()
+  "For Emacs, once it has dropped its approval subscription (approval mode turned off): when no
+other Emacs is in approval mode here, every approval waiting ends at once in :TURNED-OFF, and its
+agent is told why, rather than waiting for an answer nobody can give until --confirm-timeout.
+Returns how many ended, or :WATCHED when another Emacs watches them and they wait on for it."
+  (sb-thread:with-mutex (*approval-lock*)
+    (if (approvals-watched-p)
+        :watched
+        (count-if (lambda (approval) (give-verdict approval :turned-off)) *approvals*))))
 
 (define-entry answer-approval (id verdict)
   "The user's answer (:YES, :NO or :ALWAYS) to approval ID: :TAKEN when the request still waited

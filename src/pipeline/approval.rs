@@ -120,6 +120,15 @@ pub(crate) fn unanswered(tool: &str, limit: Duration) -> ToolOutput {
     ))
 }
 
+/// The error for a call whose approval request ended when the user turned approval mode off.
+fn turned_off(tool: &str) -> ToolOutput {
+    ToolOutput::error(format!(
+        "{tool} was not run: the user turned approval mode off in Emacs (swank-mcp-approval-mode) while it waited \
+         for an answer, and no other Emacs watches the image. Nothing changed. Do not retry it unasked: tell the \
+         user what you wanted to do."
+    ))
+}
+
 pub(crate) fn declined(tool: &str) -> ToolOutput {
     ToolOutput::error(format!("{tool} was declined by the user; it did not run and nothing changed."))
 }
@@ -228,6 +237,7 @@ async fn ask_emacs(
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
         Ok(EmacsVerdict::No) => Verdict::Declined(declined(tool)),
         Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, caller)),
+        Ok(EmacsVerdict::TurnedOff) => Verdict::Declined(turned_off(tool)),
         Ok(EmacsVerdict::Timeout) => Verdict::TimedOut(unanswered(tool, limit)),
         Err(error) => {
             let output =
