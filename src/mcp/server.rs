@@ -74,7 +74,8 @@ shows what a macro makes.
 3. Run it: evaluate-lisp in your own REPL session (its package and *, ** persist; the user's REPL is untouched), \
 run-tests for tests.
 4. Debug: an error comes back with its backtrace and restarts, unwound; run it again with debug: true to keep the \
-failing state for the debugger tool. trace, profile, threads and inspect look closer.
+failing state for the debugger tool, which also attaches to any thread waiting in a debugger (the user's SLDB too): \
+fix the function, then restart_frame. trace, profile, threads and inspect look closer.
 5. undo lists what your calls defined or replaced, and puts back what was there.
 Arguments: file_path is absolute or relative to the first --root; files are read under allowed roots or an ASDF \
 system's directory, written only under allowed roots; large_file: true reads one over 64 MiB. A definition in a \
