@@ -109,8 +109,9 @@ when the event was handed on."
                 (setf (gethash (cons target id) *attached-routes*) connection)))))
         nil)
        (:return
-        (let* ((key (cons (second event) (car (last event))))
-               (origin (gethash key *attached-routes*)))
+        (let* ((key (and (plusp (hash-table-count *attached-routes*))
+                         (cons (second event) (car (last event)))))
+               (origin (and key (gethash key *attached-routes*))))
           (when origin
             (remhash key *attached-routes*)
             (unless (eq origin connection)
