@@ -19,6 +19,27 @@ fn the_readme_is_read_in_five_minutes() {
     );
 }
 
+/// docs/cli.md opens with `swank-mcp --help` as the binary prints it: a hand copy drifts.
+#[test]
+fn the_command_line_page_shows_the_help_the_binary_prints() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
+        .arg("--help")
+        .env_remove("SWANK_MCP_HOST")
+        .env_remove("SWANK_MCP_PORT")
+        .output()
+        .expect("swank-mcp runs");
+    let help = String::from_utf8(output.stdout).expect("the help is UTF-8");
+    let page = fs::read_to_string(repository().join("docs/cli.md")).expect("docs/cli.md reads");
+    let fence = "```\n";
+    let start = page.find(fence).expect("docs/cli.md has a code block") + fence.len();
+    let end = start + page[start..].find(fence).expect("its code block is closed");
+    assert_eq!(
+        &page[start..end],
+        help,
+        "docs/cli.md's first code block is not what `swank-mcp --help` prints: paste the output in"
+    );
+}
+
 #[test]
 fn every_relative_link_in_the_documentation_leads_somewhere() {
     let root = repository();

@@ -69,9 +69,8 @@ const SBCL_SCRIPT: &str = r#"
 /// top-level form, a top-level form of the tree ends (`read` also eats one whitespace character
 /// after a token). Forms SBCL skips (`#-sbcl`) leave gaps, and the first form it cannot read
 /// (an unknown package in a feature expression) ends the comparison for that file. Needs `sbcl`
-/// on the PATH: `cargo test -- --ignored`.
+/// on the PATH, as every test against an image does.
 #[test]
-#[ignore = "needs sbcl"]
 fn top_level_boundaries_agree_with_sbcl() {
     let files = corpus();
     let script = std::env::temp_dir().join(format!("swank-mcp-ends-{}.lisp", std::process::id()));
