@@ -215,7 +215,7 @@ fn a_read_only_file_is_not_replaced() {
 fn a_file_of_another_user_is_not_replaced() {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: chown to another user needs root");
+        common::skip("chown to another user needs root");
         return;
     }
     let (_dir, root, roots) = project();
