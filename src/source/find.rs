@@ -122,8 +122,8 @@ fn similar_names<'f>(forms: &'f [TopForm], query: &Query) -> Vec<&'f TopForm> {
 
 /// Edit distance over characters, counting a swap of two neighbours as one edit (the optimal
 /// string alignment distance), since transposed letters are a common typo; `None` for names too
-/// long to be worth comparing.
-fn edit_distance(a: &str, b: &str) -> Option<usize> {
+/// long to be worth comparing. The one measure of "a near name" in this crate.
+pub fn edit_distance(a: &str, b: &str) -> Option<usize> {
     const MAX_CHARS: usize = 100;
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();

@@ -568,27 +568,11 @@ fn nearest<'a>(name: &str, names: &[&'a str]) -> Option<&'a str> {
         } else if !wanted.is_empty() && (candidate.starts_with(&wanted) || wanted.starts_with(&candidate)) {
             1
         } else {
-            edit_distance(&wanted, &candidate)
+            crate::source::edit_distance(&wanted, &candidate).unwrap_or(usize::MAX)
         }
     };
     let (best, score) = names.iter().map(|n| (*n, distance(n))).min_by_key(|(_, score)| *score)?;
     (score <= (wanted.chars().count() / 3).max(2)).then_some(best)
-}
-
-/// Levenshtein distance, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substituted = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 fn missing_argument(name: &str, expected: &str) -> ArgumentError {
