@@ -51,8 +51,8 @@ async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
     let tb = shared();
     demo_system(&tb, dir.path()).await;
     let output = call(&tb, "run-tests", json!({"system": "obs-demo", "suite": "obs-demo::demo-suite"})).await;
-    assert!(output.is_error, "a failing test makes the call an error: {}", output.text);
-    assert!(output.text.starts_with("Ran FiveAM suite OBS-DEMO::DEMO-SUITE in "), "{}", output.text);
+    assert!(!output.is_error, "failing tests are the run's answer, not the call's error: {}", output.text);
+    assert!(output.text.starts_with("FAILED: ran FiveAM suite OBS-DEMO::DEMO-SUITE in "), "{}", output.text);
     assert!(output.text.contains("\nFiveAM: 2 tests (2 checks): 1 failed, 1 passed.\n"), "{}", output.text);
     assert!(
         output.text.ends_with("\n\n[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (ADD 2 3))\n  Expected: 5\n  Actual: 6"),
@@ -70,7 +70,7 @@ async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
 
     // The system's own test-op: the FiveAM run inside it is recognised.
     let output = call(&tb, "run-tests", json!({"system": "obs-demo"})).await;
-    assert!(output.text.starts_with("Ran asdf:test-system \"obs-demo\" in "), "{}", output.text);
+    assert!(output.text.starts_with("FAILED: ran asdf:test-system \"obs-demo\" in "), "{}", output.text);
     assert!(output.text.contains("1 failed, 1 passed."), "{}", output.text);
     assert!(output.text.contains("Expected: 5\n  Actual: 6"), "{}", output.text);
 
@@ -514,7 +514,7 @@ async fn failures_past_those_described_are_behind_a_handle() {
     )
     .await;
     let output = call(&tb, "run-tests", json!({"system": "obs-failing", "suite": "obs-failing::failing-suite"})).await;
-    assert!(output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("FAILED: "), "{}", output.text);
     assert!(output.text.contains("\nFiveAM: 56 tests (115 checks): 56 failed.\n"), "{}", output.text);
     assert_eq!(output.text.matches("[FAIL] ").count(), 50, "{}", output.text);
 
