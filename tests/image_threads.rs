@@ -120,6 +120,13 @@ fn session_of(reply: &str) -> String {
     reply[start..].split(']').next().unwrap().to_string()
 }
 
+/// The session a reply's `[background]` opened: "... as debugger session D3: ..." gives "D3".
+fn named_session(reply: &str) -> String {
+    let start = reply.find("as debugger session D").unwrap_or_else(|| panic!("no session in {reply}"))
+        + "as debugger session ".len();
+    reply[start..].split(':').next().unwrap().to_string()
+}
+
 async fn tool(agent: &mut McpClient, name: &str, arguments: Value) -> String {
     let reply = agent.call_tool(name, arguments).await;
     assert!(!is_error(&reply), "{name}: {reply}");
@@ -205,16 +212,16 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
     assert!(
         reply.contains("[background]")
             && reply.contains("Thread \"lone-worker\" of the image stopped")
-            && reply.contains("waits in no one's debugger")
-            && reply.contains("\"action\": \"attach\""),
+            && reply.contains("It waits in no one's debugger (no Emacs is connected) as debugger session D"),
         "{reply}"
     );
     let threads = tool(&mut agent, "threads", json!({})).await;
     assert!(threads.contains("lone-worker"), "swank-mcp did not end the thread: {threads}");
 
-    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "lone-worker"})).await;
-    let session = session_of(&attached);
-    let frame = frame_of(&attached, "SHOP::PRICE");
+    // The reply's session is one the debugger acts on.
+    let session = named_session(&reply);
+    let backtrace = tool(&mut agent, "debugger", json!({"session": session, "action": "backtrace"})).await;
+    let frame = frame_of(&backtrace, "SHOP::PRICE");
     tool(
         &mut agent,
         "evaluate-lisp",
@@ -250,13 +257,16 @@ async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with
     assert!(!person.unread.iter().any(|message| message.starts_with("(:debug ")), "{:?}", person.unread);
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
     assert!(
-        reply.contains("Breakpoint 1: SHOP::PRICE called with (7)") && reply.contains("waits at breakpoint 1"),
+        reply.contains("Breakpoint 1: SHOP::PRICE called with (7)")
+            && reply.contains("It waits at breakpoint 1 as debugger session D"),
         "{reply}"
     );
+    let status = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(status.contains("Debugger session D") && status.contains("BREAKPOINT-HIT"), "{status}");
 
-    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "high"})).await;
-    assert!(attached.contains("[CONTINUE]"), "{attached}");
-    let session = session_of(&attached);
+    let session = named_session(&reply);
+    let backtrace = tool(&mut agent, "debugger", json!({"session": session, "action": "backtrace"})).await;
+    assert!(backtrace.contains("[DEBUGGER"), "{backtrace}");
     let resumed = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
     assert!(resumed.contains("left the debugger"), "{resumed}");
     tokio::time::sleep(Duration::from_millis(300)).await;

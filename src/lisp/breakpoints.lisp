@@ -95,10 +95,7 @@ connection; returns when the agent continues. Its session is told in its next re
                                                             (print-briefly arguments)))))
     (ignore-errors
      (record-background-error (session-background session) condition nil
-                              :waits (format nil "waits at breakpoint ~D: attach with {\"action\": \"attach\", ~
-                                                  \"thread\": ~D}, and continue it with {\"action\": \"continue\"}"
-                                             (breakpoint-number breakpoint)
-                                             (thread-number sb-thread:*current-thread*))))
+                              :waits (format nil "at breakpoint ~D" (breakpoint-number breakpoint))))
     (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
       (funcall (agent-debugger session) condition))))
 

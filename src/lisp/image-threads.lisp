@@ -73,9 +73,9 @@ that it stopped, where it waits and how to attach; then the server's debugger ru
                do (record-background-error
                    (session-background session) condition
                    (ignore-errors (backtrace-lines condition))
-                   :waits (format nil "waits in ~:[no one's debugger (no Emacs is connected)~;the person's Emacs debugger~]: ~
-                                       attach with {\"action\": \"attach\", \"thread\": ~D}"
-                                  person (thread-number sb-thread:*current-thread*))))))))
+                   :waits (if person
+                              "in the person's Emacs debugger"
+                              "in no one's debugger (no Emacs is connected)")))))))
   (funcall invoke-debugger condition))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -84,6 +84,13 @@ that it stopped, where it waits and how to attach; then the server's debugger ru
 (defvar *attached-routes* (make-hash-table :test 'equal :synchronized t)
   "(thread . request id) -> the agent's connection that sent the request, while a thread waiting
 in another connection's debugger runs it: where its reply goes.")
+
+(defun server-thread-id (thread)
+  "The id by which the servers in the image name THREAD (they share one table), or NIL."
+  (loop for server in (servers)
+        for id-of = (server-function server "THREAD-ID" (server-backend server))
+        when id-of
+          return (ignore-errors (funcall id-of thread))))
 
 (defun server-thread (server id)
   "The thread the server SERVER numbers ID, or NIL."

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::debugger_sessions::stopped;
+use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallError, CallLimits, Evaluation, Image, Request};
@@ -79,7 +79,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         return outcome(context, &image, None, next, &limits, deadline).await;
     }
     let reply = image.call_helper(request, &limits).await?;
-    Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
+    Ok(EvaluationReply::decode(&reply)?.with_sessions(context, &image).into_output(context.settings.max_output))
 }
 
 /// What follows an action that moved the evaluation of debugger session `session` on, or an
@@ -103,7 +103,7 @@ pub(crate) async fn outcome(
     }
     match next {
         Ok(Evaluation::Returned(reply)) => {
-            Ok(EvaluationReply::decode(&reply)?.into_output(context.settings.max_output))
+            Ok(EvaluationReply::decode(&reply)?.with_sessions(context, image).into_output(context.settings.max_output))
         }
         Ok(Evaluation::Stopped { evaluation, thread, .. }) => {
             let number = kept.unwrap_or_else(|| sessions.next_number());
@@ -207,8 +207,14 @@ pub(crate) struct BackgroundError {
     pub backtrace: Vec<String>,
     /// The threads tool's interrupt: noted, and the thread went on.
     pub went_on: bool,
-    /// A thread of the image's own that stopped in a debugger: where it waits, and how to attach.
+    /// A thread that stopped in a debugger and waits there (one of the image's own, or one at a
+    /// breakpoint): where.
     pub waits: Option<String>,
+    /// The server's id and the threads tool's number of the waiting thread.
+    pub attach: Option<(i64, u64)>,
+    /// The debugger session it was opened as.
+    #[serde(skip)]
+    pub session: Option<u64>,
 }
 
 impl Background {
@@ -227,8 +233,13 @@ impl Background {
                 (None, false) => "stopped",
             };
             let mut part = format!("Thread {:?} {what}: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
-            if let Some(waits) = &error.waits {
-                part.push_str(&format!("\nIt {waits}."));
+            match (&error.waits, error.session) {
+                (Some(waits), Some(number)) => part.push_str(&format!(
+                    "\nIt waits {waits} as debugger session D{number}: the debugger tool acts on it (frame, \
+                     eval_in_frame, restart_frame after a fix, continue, invoke_restart)."
+                )),
+                (Some(waits), None) => part.push_str(&format!("\nIt waits {waits}.")),
+                (None, _) => {}
             }
             if !error.backtrace.is_empty() {
                 part.push_str(&format!("\nBacktrace:\n  {}", error.backtrace.join("\n  ")));
@@ -246,6 +257,26 @@ impl Background {
 }
 
 impl EvaluationReply {
+    /// The reply with each thread its background says waits in a debugger opened as a debugger
+    /// session, which the reply then names: the stop the agent is told of is one it can act on.
+    pub(crate) fn with_sessions(mut self, context: &ToolContext, image: &Arc<Image>) -> Self {
+        let sessions = context.debugger_sessions();
+        for error in &mut self.background.errors {
+            let Some((thread, listed)) = error.attach else { continue };
+            let number = sessions.next_number();
+            sessions.keep(DebuggerSession {
+                number,
+                image: image.clone(),
+                thread,
+                condition: format!("{}: {}", error.type_name, error.message.lines().next().unwrap_or_default()),
+                since: std::time::Instant::now(),
+                stopped: Stopped::Attached { listed },
+            });
+            error.session = Some(number);
+        }
+        self
+    }
+
     /// The helper's reply to `evaluate`.
     pub fn decode(reply: &Sexp) -> Result<Self, ToolError> {
         decode::<EvaluationReply>("evaluate", reply)
@@ -450,7 +481,7 @@ mod tests {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
             ":trace (nil 0 nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
             ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3 nil 3) :background (:output (\"working\" 0) \
-             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil :waits nil)) \
+             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil :waits nil :attach nil)) \
              :errors-dropped 0)",
         );
         let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();
