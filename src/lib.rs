@@ -17,4 +17,5 @@ pub mod outbox;
 pub mod pipeline;
 pub mod source;
 pub mod swank;
+mod sync;
 pub mod tools;

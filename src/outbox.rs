@@ -11,6 +11,7 @@
 //!
 //! See docs/design.md, "Layers".
 
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
@@ -152,7 +153,7 @@ impl Outbox {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 

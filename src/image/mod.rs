@@ -5,6 +5,7 @@
 //! tells a restarted image from the one before (`identity.rs`), and this server's REPL session
 //! there.
 
+use crate::sync::lock;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -69,11 +70,6 @@ pub struct Image {
     identity: Arc<std::sync::Mutex<ImageIdentity>>,
     /// Set for a server that promised `--read-only`: its requests go through the helper's `LOOK`.
     looks_only: AtomicBool,
-}
-
-/// Poisoning only means another task panicked while holding the lock; the state stays usable.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Image {

@@ -11,6 +11,7 @@
 //!
 //! See docs/design.md, "One call", and docs/security.md, "--audit-log".
 
+use crate::sync::lock;
 use std::fs::{File, Metadata, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -115,7 +116,7 @@ impl AuditLog {
             Err(e) => return tracing::warn!(error = %e, "could not serialise an audit entry"),
         };
         line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = lock(&self.file);
         if let Err(e) = self.append(&mut file, &line) {
             tracing::warn!(error = %e, path = %self.path.display(), "could not write to the audit log");
         }

@@ -5,6 +5,7 @@
 //!
 //! See docs/design.md, "Layers".
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -95,7 +96,7 @@ impl ClientRequests {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashMap<String, Waiter>>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.pending)
     }
 }
 

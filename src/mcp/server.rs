@@ -5,6 +5,7 @@
 //!
 //! See docs/design.md, "One call".
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -189,7 +190,7 @@ where
     tracing::debug!("input closed; cancelling {} running call(s)", calls.len());
     // Nothing can answer a request of ours any more.
     server.requests.close();
-    for token in server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).values() {
+    for token in lock(&server.in_flight).values() {
         token.cancel();
     }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.next().await.is_some() {} }).await;
@@ -347,7 +348,7 @@ impl Server {
     }
 
     fn structured_output(&self) -> bool {
-        self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()).as_str() >= STRUCTURED_OUTPUT_SINCE
+        lock(&self.protocol_version).as_str() >= STRUCTURED_OUTPUT_SINCE
     }
 
     /// Answers one message: the future gives the response, if it gets one. A tool call is
@@ -410,7 +411,7 @@ impl Server {
             "notifications/cancelled" => {
                 let Ok(CancelledParams { request_id }) = notification.params.read() else { return };
                 let key = request_id.to_string();
-                match self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+                match lock(&self.in_flight).get(&key) {
                     Some(token) => {
                         tracing::debug!(request = %key, "cancelling");
                         token.cancel();
@@ -461,7 +462,7 @@ impl Server {
     fn initialize(&self, params: InitializeParams) -> Value {
         let requested = params.protocol_version.as_deref().unwrap_or_default();
         let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[0]);
-        *self.protocol_version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
+        *lock(&self.protocol_version) = version.to_string();
         // The reader loop answers `initialize` before it reads another line, so nothing read
         // after this precedes the response.
         self.initialized.store(true, Ordering::Release);
@@ -469,7 +470,7 @@ impl Server {
         let client = client.as_deref().unwrap_or("unknown client");
         let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation")).is_some_and(Value::is_object);
         let asks = version >= ELICITATION_SINCE && elicitation;
-        *self.caller.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(Caller {
+        *lock(&self.caller) = Arc::new(Caller {
             client: client.to_string(),
             asks: asks.then(|| Arc::new(Elicitation(self.requests.clone())) as Arc<dyn crate::pipeline::Ask>),
             cannot_ask: elicitation::cannot_ask(version),
@@ -508,7 +509,7 @@ impl Server {
     ) -> Result<Option<ResultBody>, (i64, String)> {
         let cancel = in_flight.cancel.clone();
         let started = std::time::Instant::now();
-        let caller = self.caller.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let caller = lock(&self.caller).clone();
         let progress = self.progress_for(progress_token);
         let call = Call { tool: name, arguments, caller: &caller, cancel: cancel.clone(), progress };
         let output = self.pipeline.call(call).await;
@@ -573,13 +574,13 @@ struct InFlight {
 impl InFlight {
     fn register(server: &Arc<Server>, id: &RequestId) -> Self {
         let (key, cancel) = (id.0.to_string(), CancellationToken::new());
-        server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cancel.clone());
+        lock(&server.in_flight).insert(key.clone(), cancel.clone());
         InFlight { server: server.clone(), key, cancel }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.server.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
+        lock(&self.server.in_flight).remove(&self.key);
     }
 }

@@ -5,6 +5,7 @@
 //! the tool's own preview, and the approved call carries the preview's fingerprint, so that it
 //! refuses to run on a file that changed since.
 
+use crate::sync::lock;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -141,11 +142,6 @@ pub(crate) struct Approvals {
     /// Tools the human allowed for the rest of the session in Emacs: the image keeps the
     /// allowance, which Emacs can revoke, so it is checked there before each call.
     in_emacs: Mutex<HashSet<String>>,
-}
-
-/// Poisoning only means another task panicked while holding the lock; the set stays usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Approvals {

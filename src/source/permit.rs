@@ -2,6 +2,8 @@
 //!
 //! See docs/design.md, "Source files".
 
+use crate::sync::{lock, wait};
+
 /// Inputs at least this large count as large parses, of which only [`MAX_LARGE_PARSES`] run at
 /// once: a parse takes a few times its input in memory while it runs.
 pub const LARGE_PARSE: usize = 1024 * 1024;
@@ -23,9 +25,9 @@ pub fn parse_permit(input_len: usize) -> ParsePermit {
         return ParsePermit(false);
     }
     let (count, freed) = &LARGE_PARSES;
-    let mut running = count.lock().unwrap_or_else(|e| e.into_inner());
+    let mut running = lock(count);
     while *running >= MAX_LARGE_PARSES {
-        running = freed.wait(running).unwrap_or_else(|e| e.into_inner());
+        running = wait(freed, running);
     }
     *running += 1;
     ParsePermit(true)
@@ -35,7 +37,7 @@ impl Drop for ParsePermit {
     fn drop(&mut self) {
         if self.0 {
             let (count, freed) = &LARGE_PARSES;
-            *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            *lock(count) -= 1;
             freed.notify_one();
         }
     }

@@ -12,6 +12,7 @@
 //!
 //! See docs/design.md, "The swank client".
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -455,11 +456,6 @@ fn secret_hint(options: &ConnectOptions) -> &'static str {
     } else {
         "if the server has a ~/.slime-secret or ~/.sly-secret, pass --secret-file"
     }
-}
-
-/// Poisoning only means another task panicked while holding the lock; the maps stay usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {

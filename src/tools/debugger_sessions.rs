@@ -3,6 +3,7 @@
 //! toolbox, and the report of where one stopped, which evaluate-lisp and the debugger tool both
 //! give.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,11 +97,6 @@ pub struct DebuggerSessionSummary {
 pub struct DebuggerSessions {
     sessions: Mutex<HashMap<u64, Slot>>,
     last: AtomicU64,
-}
-
-/// Poisoning only means another task panicked while holding the lock; the map stays usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl DebuggerSessions {
