@@ -40,10 +40,9 @@ CONNECTION, as a request of that connection would, or NIL when the server lacks 
 from the server's own WITH-CONNECTION and DEBUG-IN-EMACS, found by name; no pending request is
 named, so the agent's server takes the stop for a thread it did not start and leaves it waiting."
   (destructuring-bind (&optional with-connection debug pending)
+      ;; Slynk kept swank's names for these.
       (mapcar (lambda (name) (find-symbol name package))
-              (if (string= (package-name package) "SLYNK")
-                  '("WITH-CONNECTION" "DEBUG-IN-SLY" "*PENDING-CONTINUATIONS*")
-                  '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*")))
+              '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*"))
     (and with-connection debug pending (macro-function with-connection) (fboundp debug)
          (compile nil `(lambda (connection condition)
                          (let ((,pending '()))
