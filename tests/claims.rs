@@ -92,9 +92,10 @@ async fn a_definition_after_a_dropped_conditional_is_at_its_line() {
     let file = format!("{PPCRE}/util.lisp");
     let text = std::fs::read_to_string(&file).unwrap();
     // The file: #+:lispworks (dropped in SBCL), then #-:lispworks (defmacro with-unique-names ...).
-    let (line, column) = line_and_column(&text, "#-:lispworks\n(defmacro with-unique-names");
+    // Its place is the DEFMACRO's line, not the #- line above it (issue 38, item 9).
+    let (line, column) = line_and_column(&text, "(defmacro with-unique-names");
     let (dropped, _) = line_and_column(&text, "#+:lispworks\n(eval-when");
-    assert!(dropped < line);
+    assert!(dropped < line - 1);
     let described = ok(&toolbox, "describe-symbol", json!({"symbol": "cl-ppcre::with-unique-names"})).await;
     assert!(described.contains(&format!("  Source: {file}:{line}:{column}")), "{described}");
     let found = ok(&toolbox, "find-definition", json!({"symbol": "cl-ppcre::with-unique-names"})).await;
@@ -408,4 +409,46 @@ async fn undo_names_an_agents_definition_as_the_agents() {
     let restored = ok(&toolbox, "undo", json!({"entries": [number]})).await;
     assert!(restored.contains("now defined by an agent's tool call, no source file"), "{restored}");
     assert_eq!(value(&toolbox, "(claims-agent-made)").await, "1");
+}
+
+/// Issue 38, item 9: describe-symbol places a definition behind a `#+` where find-definition
+/// does: at its own line, not the `#+`'s, and after an edit above it, in the file's current text.
+#[tokio::test]
+async fn describe_symbol_places_definitions_as_find_definition_does() {
+    let dir = directory();
+    let toolbox = toolbox_with_root(&dir);
+    let file = dir.join("claims-featured.lisp");
+    let first = format!(
+        "{};;; comment\n#+sbcl\n(defun claims-featured () 1)\n\n#+sbcl\n(defstruct claims-featured-struct a)\n",
+        ";;; line\n".repeat(12)
+    );
+    std::fs::write(&file, &first).unwrap();
+    common::eval_ok(&toolbox, &format!("(load (compile-file {:?}))", file.display().to_string())).await;
+    let places = |text: &str| {
+        [line_and_column(text, "(defun claims-featured"), line_and_column(text, "(defstruct claims-featured-struct")]
+            .map(|(line, column)| format!("{}:{line}:{column}", file.display()))
+    };
+    let [function, structure] = places(&first);
+    assert!(function.ends_with(":15:1"), "{function}");
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured"})).await;
+    assert!(described.lines().any(|line| line == format!("  Source: {function}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured"})).await;
+    assert!(found.ends_with(&format!("function  {function}")), "{found}");
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(described.contains(&format!("  Source: {structure}")), "{described}");
+    // Two lines inserted above, not compiled: both tools find the forms where they are now.
+    let second = format!(";;; Two more\n;;; lines\n{first}");
+    std::fs::write(&file, &second).unwrap();
+    age(&file, 5);
+    let [function, structure] = places(&second);
+    let note = "(the file changed since this was compiled; found in its current text)";
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured"})).await;
+    assert!(described.contains(&format!("  Source: {function} {note}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured"})).await;
+    assert!(found.contains(&format!("function  {function}")), "{found}");
+    // SBCL records a structure by its form's number, which comments above do not change.
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(described.lines().any(|line| line == format!("  Source: {structure}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(found.ends_with(&format!("structure  {structure}")), "{found}");
 }
