@@ -109,7 +109,8 @@ fn plan(cst: &Cst, lines: &LineIndex, forms: &[TopForm], targets: &[usize]) -> L
 pub struct DefinitionPlace {
     /// The form itself, past any reader conditional.
     pub at: (usize, usize),
-    /// The top-level form that holds it.
+    /// The top-level form that holds it, past its reader conditionals (where the helper places
+    /// what SBCL records).
     pub top_level: (usize, usize),
     /// The form's bytes, start and end.
     pub span: (usize, usize),
@@ -138,7 +139,7 @@ pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> 
                     let span = cst.span(form.form);
                     DefinitionPlace {
                         at: place(span.start),
-                        top_level: place(cst.span(outermost.item).start),
+                        top_level: place(cst.span(outermost.form).start),
                         span: (span.start, span.end),
                     }
                 })

@@ -478,7 +478,7 @@ mod tests {
         let source = b"(in-package :x)\n\n#+sbcl\n(progn\n  (defmethod area :around ((s t)) 1))\n";
         let (operators, name) = query_of("method (:AROUND T)", "AREA").unwrap();
         let places = locate_definition(source, operators, &name);
-        assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (3, 1))]);
+        assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (4, 1))]);
     }
 
     #[test]
