@@ -452,3 +452,35 @@ async fn describe_symbol_places_definitions_as_find_definition_does() {
     let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured-struct"})).await;
     assert!(found.ends_with(&format!("structure  {structure}")), "{found}");
 }
+
+/// Issue 38, item 11: load-file counts the forms SBCL compiled, not those its reader skipped
+/// (behind `#+` conditionals that do not hold, nested ones too) nor comments.
+#[tokio::test]
+async fn load_file_counts_the_forms_sbcl_compiled() {
+    let dir = directory();
+    let toolbox = toolbox_with_root(&dir);
+    let file = dir.join("claims-counted.lisp");
+    let text = "#| a block comment |#\n;; a comment\n#+lispworks (defun claims-counted-lw () 1)\n\
+                (progn (defun claims-counted-a () 1) #-sbcl (defun claims-counted-b () 2))\n\
+                #+sbcl (defun claims-counted-c () 3)\n#+(or) (defvar *claims-counted-never* 4)\n";
+    std::fs::write(&file, text).unwrap();
+    let loaded = ok(&toolbox, "load-file", json!({"file_path": file.display().to_string()})).await;
+    // A shell's SBCL reading the file: the forms its reader gives the compiler.
+    let shell = std::process::Command::new("sbcl")
+        .args(["--non-interactive", "--no-userinit", "--eval"])
+        .arg(format!(
+            "(with-open-file (in {:?}) (format t \"~&READ ~D~%\" (loop for form = (read in nil in) until (eq form in) count t)))",
+            file.display().to_string()
+        ))
+        .output()
+        .expect("sbcl runs");
+    let shell = String::from_utf8_lossy(&shell.stdout);
+    assert!(shell.contains("READ 2\n"), "{shell}");
+    assert!(loaded.contains("(2 top-level forms with 2 definitions, nested ones included)"), "{loaded}");
+    // The definitions counted are those the image has.
+    assert_eq!(
+        value(&toolbox, "(mapcar (lambda (s) (and (fboundp s) t)) '(claims-counted-lw claims-counted-a claims-counted-b claims-counted-c))")
+            .await,
+        "(NIL T NIL T)"
+    );
+}
