@@ -484,3 +484,37 @@ async fn load_file_counts_the_forms_sbcl_compiled() {
         "(NIL T NIL T)"
     );
 }
+
+/// Issue 38, item 12: class-info shows every initarg a slot takes, those another superclass
+/// gives it too.
+#[tokio::test]
+async fn class_info_shows_the_initargs_of_every_superclass() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    common::eval_ok(
+        &toolbox,
+        "(defclass claims-left () ((x :initarg :from-left))) \
+         (defclass claims-right () ((x :initarg :from-right :initform 7))) \
+         (defclass claims-both (claims-left claims-right) ()) \
+         (defclass claims-own (claims-right) ((x :initarg :own)))",
+    )
+    .await;
+    // The image: the initargs each class's slot takes, and that the inherited one works.
+    assert_eq!(
+        value(
+            &toolbox,
+            "(mapcar (lambda (c) (sb-mop:finalize-inheritance (find-class c))
+                       (sb-mop:slot-definition-initargs (first (sb-mop:class-slots (find-class c)))))
+                     '(claims-both claims-own))"
+        )
+        .await,
+        "((:FROM-RIGHT :FROM-LEFT) (:FROM-RIGHT :OWN))"
+    );
+    assert_eq!(value(&toolbox, "(slot-value (make-instance 'claims-both :from-right 3) 'x)").await, "3");
+    let both = ok(&toolbox, "class-info", json!({"class": "claims-both"})).await;
+    assert!(
+        both.contains("  X (from CLAIMS-LEFT)\n    Initarg: :FROM-RIGHT\n    Initarg: :FROM-LEFT\n    Initform: 7"),
+        "{both}"
+    );
+    let own = ok(&toolbox, "class-info", json!({"class": "claims-own"})).await;
+    assert!(own.contains("  X\n    Initarg: :FROM-RIGHT\n    Initarg: :OWN\n    Initform: 7"), "{own}");
+}

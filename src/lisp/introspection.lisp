@@ -705,9 +705,12 @@ description: structure slots have no readers in the MOP."
                                  (funcall dsd-accessor dsd)
                                  (funcall dsd-read-only dsd))))))))
 
-(defun slot-plist (slot package structure-accessors &optional from)
-  "SLOT as class-info shows it; FROM names the superclass an inherited slot comes from."
+(defun slot-plist (slot package structure-accessors &key from effective)
+  "SLOT, a direct slot, as class-info shows it; FROM names the superclass an inherited slot comes
+from. EFFECTIVE, the class's effective slot of that name when it is finalized, gives the initargs,
+initform and type the class has: those of every superclass defining the slot, merged."
   (let* ((name (sb-mop:slot-definition-name slot))
+         (merged (or effective slot))
          (readers (sb-mop:slot-definition-readers slot))
          (writers (sb-mop:slot-definition-writers slot))
          (structure (assoc (symbol-name name) structure-accessors
@@ -720,20 +723,25 @@ description: structure slots have no readers in the MOP."
     (let* ((accessors (remove-if-not (lambda (r) (member (list 'setf r) writers :test #'equal)) readers))
            (readers (set-difference readers accessors))
            (writers (remove-if (lambda (w) (and (consp w) (member (second w) accessors))) writers))
-           (type (sb-mop:slot-definition-type slot))
+           (type (sb-mop:slot-definition-type merged))
            (allocation (sb-mop:slot-definition-allocation slot)))
       (flet ((names (list) (sort (mapcar (lambda (n) (name-text n package)) list) #'string<)))
         (list :name (name-text name package)
               :type (and (not (eq type t)) (name-text type package))
               :allocation (and (not (eq allocation :instance)) (name-text allocation package))
-              :initargs (mapcar (lambda (n) (name-text n package)) (sb-mop:slot-definition-initargs slot))
-              :initform (and (sb-mop:slot-definition-initfunction slot)
+              :initargs (mapcar (lambda (n) (name-text n package)) (sb-mop:slot-definition-initargs merged))
+              :initform (and (sb-mop:slot-definition-initfunction merged)
                              (let ((*package* package))
-                               (print-form-briefly (sb-mop:slot-definition-initform slot))))
+                               (print-form-briefly (sb-mop:slot-definition-initform merged))))
               :accessors (names accessors)
               :readers (names readers)
               :writers (names writers)
               :from from)))))
+
+(defun effective-slot (class name)
+  "CLASS's effective slot NAME, when CLASS is finalized."
+  (and (sb-mop:class-finalized-p class)
+       (find name (sb-mop:class-slots class) :key #'sb-mop:slot-definition-name)))
 
 (defun inherited-slot-plists (class package)
   "The slots CLASS has from its superclasses, nearest superclass first, each as SLOT-PLIST shows
@@ -748,7 +756,9 @@ the direct slot that defines it, with :FROM naming that superclass."
           (let ((name (sb-mop:slot-definition-name slot)))
             (when (and (member name effective) (not (member name own)))
               (push name own)
-              (push (slot-plist slot package structure-accessors (name-text (class-name superclass) package))
+              (push (slot-plist slot package structure-accessors
+                                :from (name-text (class-name superclass) package)
+                                :effective (effective-slot class name))
                     plists))))))
     (nreverse plists)))
 
@@ -813,7 +823,12 @@ unexported names of an SB- package, which no user program refers to."
                                                                              (sb-mop:class-precedence-list class))))
                               :not-finalized why
                               :documentation (documentation-text class t)
-                              :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
+                              :direct-slots (mapcar (lambda (slot)
+                                                      (slot-plist slot package accessors
+                                                                  :effective (effective-slot
+                                                                              class
+                                                                              (sb-mop:slot-definition-name slot))))
+                                                    direct-slots)
                               :inherited-slots inherited
                               :slot-count (and finalized (length (sb-mop:class-slots class)))
                               ;; The classes whose own slots are inherited, not the direct
