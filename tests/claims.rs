@@ -92,9 +92,10 @@ async fn a_definition_after_a_dropped_conditional_is_at_its_line() {
     let file = format!("{PPCRE}/util.lisp");
     let text = std::fs::read_to_string(&file).unwrap();
     // The file: #+:lispworks (dropped in SBCL), then #-:lispworks (defmacro with-unique-names ...).
-    let (line, column) = line_and_column(&text, "#-:lispworks\n(defmacro with-unique-names");
+    // Its place is the DEFMACRO's line, not the #- line above it (issue 38, item 9).
+    let (line, column) = line_and_column(&text, "(defmacro with-unique-names");
     let (dropped, _) = line_and_column(&text, "#+:lispworks\n(eval-when");
-    assert!(dropped < line);
+    assert!(dropped < line - 1);
     let described = ok(&toolbox, "describe-symbol", json!({"symbol": "cl-ppcre::with-unique-names"})).await;
     assert!(described.contains(&format!("  Source: {file}:{line}:{column}")), "{described}");
     let found = ok(&toolbox, "find-definition", json!({"symbol": "cl-ppcre::with-unique-names"})).await;
@@ -408,4 +409,112 @@ async fn undo_names_an_agents_definition_as_the_agents() {
     let restored = ok(&toolbox, "undo", json!({"entries": [number]})).await;
     assert!(restored.contains("now defined by an agent's tool call, no source file"), "{restored}");
     assert_eq!(value(&toolbox, "(claims-agent-made)").await, "1");
+}
+
+/// Issue 38, item 9: describe-symbol places a definition behind a `#+` where find-definition
+/// does: at its own line, not the `#+`'s, and after an edit above it, in the file's current text.
+#[tokio::test]
+async fn describe_symbol_places_definitions_as_find_definition_does() {
+    let dir = directory();
+    let toolbox = toolbox_with_root(&dir);
+    let file = dir.join("claims-featured.lisp");
+    let first = format!(
+        "{};;; comment\n#+sbcl\n(defun claims-featured () 1)\n\n#+sbcl\n(defstruct claims-featured-struct a)\n",
+        ";;; line\n".repeat(12)
+    );
+    std::fs::write(&file, &first).unwrap();
+    common::eval_ok(&toolbox, &format!("(load (compile-file {:?}))", file.display().to_string())).await;
+    let places = |text: &str| {
+        [line_and_column(text, "(defun claims-featured"), line_and_column(text, "(defstruct claims-featured-struct")]
+            .map(|(line, column)| format!("{}:{line}:{column}", file.display()))
+    };
+    let [function, structure] = places(&first);
+    assert!(function.ends_with(":15:1"), "{function}");
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured"})).await;
+    assert!(described.lines().any(|line| line == format!("  Source: {function}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured"})).await;
+    assert!(found.ends_with(&format!("function  {function}")), "{found}");
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(described.contains(&format!("  Source: {structure}")), "{described}");
+    // Two lines inserted above, not compiled: both tools find the forms where they are now.
+    let second = format!(";;; Two more\n;;; lines\n{first}");
+    std::fs::write(&file, &second).unwrap();
+    age(&file, 5);
+    let [function, structure] = places(&second);
+    let note = "(the file changed since this was compiled; found in its current text)";
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured"})).await;
+    assert!(described.contains(&format!("  Source: {function} {note}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured"})).await;
+    assert!(found.contains(&format!("function  {function}")), "{found}");
+    // SBCL records a structure by its form's number, which comments above do not change.
+    let described = ok(&toolbox, "describe-symbol", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(described.lines().any(|line| line == format!("  Source: {structure}")), "{described}");
+    let found = ok(&toolbox, "find-definition", json!({"symbol": "claims-featured-struct"})).await;
+    assert!(found.ends_with(&format!("structure  {structure}")), "{found}");
+}
+
+/// Issue 38, item 11: load-file counts the forms SBCL compiled, not those its reader skipped
+/// (behind `#+` conditionals that do not hold, nested ones too) nor comments.
+#[tokio::test]
+async fn load_file_counts_the_forms_sbcl_compiled() {
+    let dir = directory();
+    let toolbox = toolbox_with_root(&dir);
+    let file = dir.join("claims-counted.lisp");
+    let text = "#| a block comment |#\n;; a comment\n#+lispworks (defun claims-counted-lw () 1)\n\
+                (progn (defun claims-counted-a () 1) #-sbcl (defun claims-counted-b () 2))\n\
+                #+sbcl (defun claims-counted-c () 3)\n#+(or) (defvar *claims-counted-never* 4)\n";
+    std::fs::write(&file, text).unwrap();
+    let loaded = ok(&toolbox, "load-file", json!({"file_path": file.display().to_string()})).await;
+    // A shell's SBCL reading the file: the forms its reader gives the compiler.
+    let shell = std::process::Command::new("sbcl")
+        .args(["--non-interactive", "--no-userinit", "--eval"])
+        .arg(format!(
+            "(with-open-file (in {:?}) (format t \"~&READ ~D~%\" (loop for form = (read in nil in) until (eq form in) count t)))",
+            file.display().to_string()
+        ))
+        .output()
+        .expect("sbcl runs");
+    let shell = String::from_utf8_lossy(&shell.stdout);
+    assert!(shell.contains("READ 2\n"), "{shell}");
+    assert!(loaded.contains("(2 top-level forms with 2 definitions, nested ones included)"), "{loaded}");
+    // The definitions counted are those the image has.
+    assert_eq!(
+        value(&toolbox, "(mapcar (lambda (s) (and (fboundp s) t)) '(claims-counted-lw claims-counted-a claims-counted-b claims-counted-c))")
+            .await,
+        "(NIL T NIL T)"
+    );
+}
+
+/// Issue 38, item 12: class-info shows every initarg a slot takes, those another superclass
+/// gives it too.
+#[tokio::test]
+async fn class_info_shows_the_initargs_of_every_superclass() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    common::eval_ok(
+        &toolbox,
+        "(defclass claims-left () ((x :initarg :from-left))) \
+         (defclass claims-right () ((x :initarg :from-right :initform 7))) \
+         (defclass claims-both (claims-left claims-right) ()) \
+         (defclass claims-own (claims-right) ((x :initarg :own)))",
+    )
+    .await;
+    // The image: the initargs each class's slot takes, and that the inherited one works.
+    assert_eq!(
+        value(
+            &toolbox,
+            "(mapcar (lambda (c) (sb-mop:finalize-inheritance (find-class c))
+                       (sb-mop:slot-definition-initargs (first (sb-mop:class-slots (find-class c)))))
+                     '(claims-both claims-own))"
+        )
+        .await,
+        "((:FROM-RIGHT :FROM-LEFT) (:FROM-RIGHT :OWN))"
+    );
+    assert_eq!(value(&toolbox, "(slot-value (make-instance 'claims-both :from-right 3) 'x)").await, "3");
+    let both = ok(&toolbox, "class-info", json!({"class": "claims-both"})).await;
+    assert!(
+        both.contains("  X (from CLAIMS-LEFT)\n    Initarg: :FROM-RIGHT\n    Initarg: :FROM-LEFT\n    Initform: 7"),
+        "{both}"
+    );
+    let own = ok(&toolbox, "class-info", json!({"class": "claims-own"})).await;
+    assert!(own.contains("  X\n    Initarg: :FROM-RIGHT\n    Initarg: :OWN\n    Initform: 7"), "{own}");
 }

@@ -120,6 +120,13 @@ false. Returns the position after it and whether a form was produced."
         ;; #. #p #c #a #s and the like: the dispatch character is followed by a form.
         (t (values (skip-produced octets (1+ j)) t))))))
 
+(defun conditional-form-start (octets start)
+  "Where the form read from START begins: past a #+/#- whose feature expression holds (the
+definition is the form it guards, on the line after, not the conditional's line), else START."
+  (if (and (eql (char-at octets start) #\#) (member (char-at octets (1+ start)) '(#\+ #\-)))
+      (read-form-start octets (skip-produced octets (skip-layout octets (+ start 2))))
+      start))
+
 (defun toplevel-form-start (octets index)
   "The byte position of the INDEX'th (from 0) top-level form in OCTETS."
   (let ((i 0) (count 0))
@@ -128,14 +135,14 @@ false. Returns the position after it and whether a form was produced."
         (when (>= start (length octets)) (return nil))
         (multiple-value-bind (after produced) (skip-form octets start)
           (when produced
-            (when (= count index) (return start))
+            (when (= count index) (return (conditional-form-start octets start)))
             (incf count))
           (when (<= after i) (return nil))
           (setf i after))))))
 
 (defun read-form-start (octets position)
-  "Where the form that the reader reads from byte POSITION starts: past layout and past the
-#+/#- forms it drops. SBCL records the position a top-level form's read began at, which is
+  "Where the form that the reader reads from byte POSITION starts: past layout, past the
+#+/#- forms it drops and past the #+/#- of the one it keeps. SBCL records the position a top-level form's read began at, which is
 before the conditionals it dropped (and its form number counts only the forms read)."
   (loop
     (let ((start (skip-layout octets position)))
@@ -143,7 +150,7 @@ before the conditionals it dropped (and its form number counts only the forms re
         (return (min position (length octets))))
       (multiple-value-bind (after produced) (skip-form octets start)
         (when (or produced (<= after start))
-          (return start))
+          (return (conditional-form-start octets start)))
         (setf position after)))))
 
 (defun octet-line-and-column (octets position)
@@ -360,6 +367,12 @@ DEFCLASS, or its earliest method, is."
           :summary (call-syntax name package)
           :documentation (documentation-text name 'function)
           :details (and generic (method-lines function package))
+          ;; The kind as find-definition labels it: the server finds the definition in the
+          ;; file's current text the same way for both tools.
+          :label (cond ((consp name) (format nil "function ~A" (name-text name package)))
+                       (macro "macro")
+                       (generic "generic function")
+                       (t "function"))
           :source (cond (generic (generic-function-location function name package))
                         (t (definition-location name (if macro :macro :function)))))))
 
@@ -379,6 +392,7 @@ DEFCLASS, or its earliest method, is."
                                    "(unbound)")))
           :documentation (documentation-text symbol 'variable)
           :details nil
+          :label (case kind (:constant "constant") (:macro "symbol macro") (t "variable"))
           :source (definition-location symbol (case kind
                                             (:constant :constant)
                                             (:macro :symbol-macro)
@@ -388,16 +402,18 @@ DEFCLASS, or its earliest method, is."
   (subtypep class (find-class 'condition)))
 
 (defun class-entry (symbol package)
-  (let ((class (find-class symbol)))
+  (let* ((class (find-class symbol))
+         (kind (typecase class
+                 (structure-class :structure)
+                 ((satisfies condition-class-p) :condition)
+                 (t :class))))
     (list :kind "Class"
           :summary (format nil "~A, metaclass ~A (class-info shows its slots)"
                            (name-text symbol package) (name-text (class-name (class-of class)) package))
           :documentation (documentation-text symbol 'type)
           :details nil
-          :source (definition-location symbol (typecase class
-                                            (structure-class :structure)
-                                            ((satisfies condition-class-p) :condition)
-                                            (t :class))))))
+          :label (second (assoc kind *definition-kinds*))
+          :source (definition-location symbol kind))))
 
 (defun type-entry (symbol package)
   (multiple-value-bind (expansion expanded) (ignore-errors (sb-ext:typexpand-1 symbol))
@@ -407,11 +423,13 @@ DEFCLASS, or its earliest method, is."
                        (name-text symbol package))
           :documentation (documentation-text symbol 'type)
           :details nil
+          :label "type"
           :source (definition-location symbol :type))))
 
 (define-entry (describe-symbol :look t) (name &key package session token)
   "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
-symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :SOURCE), the source a location plist."
+symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :LABEL :SOURCE), the source a location plist
+and the label its kind as find-definition names it."
   (run-tool token
             (lambda ()
               (let* ((lookup-package (tool-package package session))
@@ -687,9 +705,12 @@ description: structure slots have no readers in the MOP."
                                  (funcall dsd-accessor dsd)
                                  (funcall dsd-read-only dsd))))))))
 
-(defun slot-plist (slot package structure-accessors &optional from)
-  "SLOT as class-info shows it; FROM names the superclass an inherited slot comes from."
+(defun slot-plist (slot package structure-accessors &key from effective)
+  "SLOT, a direct slot, as class-info shows it; FROM names the superclass an inherited slot comes
+from. EFFECTIVE, the class's effective slot of that name when it is finalized, gives the initargs,
+initform and type the class has: those of every superclass defining the slot, merged."
   (let* ((name (sb-mop:slot-definition-name slot))
+         (merged (or effective slot))
          (readers (sb-mop:slot-definition-readers slot))
          (writers (sb-mop:slot-definition-writers slot))
          (structure (assoc (symbol-name name) structure-accessors
@@ -702,20 +723,25 @@ description: structure slots have no readers in the MOP."
     (let* ((accessors (remove-if-not (lambda (r) (member (list 'setf r) writers :test #'equal)) readers))
            (readers (set-difference readers accessors))
            (writers (remove-if (lambda (w) (and (consp w) (member (second w) accessors))) writers))
-           (type (sb-mop:slot-definition-type slot))
+           (type (sb-mop:slot-definition-type merged))
            (allocation (sb-mop:slot-definition-allocation slot)))
       (flet ((names (list) (sort (mapcar (lambda (n) (name-text n package)) list) #'string<)))
         (list :name (name-text name package)
               :type (and (not (eq type t)) (name-text type package))
               :allocation (and (not (eq allocation :instance)) (name-text allocation package))
-              :initargs (mapcar (lambda (n) (name-text n package)) (sb-mop:slot-definition-initargs slot))
-              :initform (and (sb-mop:slot-definition-initfunction slot)
+              :initargs (mapcar (lambda (n) (name-text n package)) (sb-mop:slot-definition-initargs merged))
+              :initform (and (sb-mop:slot-definition-initfunction merged)
                              (let ((*package* package))
-                               (print-form-briefly (sb-mop:slot-definition-initform slot))))
+                               (print-form-briefly (sb-mop:slot-definition-initform merged))))
               :accessors (names accessors)
               :readers (names readers)
               :writers (names writers)
               :from from)))))
+
+(defun effective-slot (class name)
+  "CLASS's effective slot NAME, when CLASS is finalized."
+  (and (sb-mop:class-finalized-p class)
+       (find name (sb-mop:class-slots class) :key #'sb-mop:slot-definition-name)))
 
 (defun inherited-slot-plists (class package)
   "The slots CLASS has from its superclasses, nearest superclass first, each as SLOT-PLIST shows
@@ -730,7 +756,9 @@ the direct slot that defines it, with :FROM naming that superclass."
           (let ((name (sb-mop:slot-definition-name slot)))
             (when (and (member name effective) (not (member name own)))
               (push name own)
-              (push (slot-plist slot package structure-accessors (name-text (class-name superclass) package))
+              (push (slot-plist slot package structure-accessors
+                                :from (name-text (class-name superclass) package)
+                                :effective (effective-slot class name))
                     plists))))))
     (nreverse plists)))
 
@@ -795,7 +823,12 @@ unexported names of an SB- package, which no user program refers to."
                                                                              (sb-mop:class-precedence-list class))))
                               :not-finalized why
                               :documentation (documentation-text class t)
-                              :direct-slots (mapcar (lambda (slot) (slot-plist slot package accessors)) direct-slots)
+                              :direct-slots (mapcar (lambda (slot)
+                                                      (slot-plist slot package accessors
+                                                                  :effective (effective-slot
+                                                                              class
+                                                                              (sb-mop:slot-definition-name slot))))
+                                                    direct-slots)
                               :inherited-slots inherited
                               :slot-count (and finalized (length (sb-mop:class-slots class)))
                               ;; The classes whose own slots are inherited, not the direct

@@ -157,7 +157,7 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
                        (funcall function)))))
         (values values (nreverse conditions))))))
 
-(defun load-report (conditions loaded &key inactive)
+(defun load-report (conditions loaded &key inactive dropped)
   (flet ((count-of (severity) (count severity conditions :key (lambda (c) (getf c :severity)) :test #'string=)))
     (list :loaded loaded
           :warnings (count-of "WARNING")
@@ -171,7 +171,8 @@ conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the or
                                                     (getf condition :severity) (getf condition :line)
                                                     (getf condition :column) (getf condition :message)))
                               *max-load-conditions*)
-          :inactive inactive)))
+          :inactive inactive
+          :dropped dropped)))
 
 (defun text-octets (text)
   "The octets TEXT carries, one per character: the server sends a file's bytes as the characters of
@@ -243,18 +244,24 @@ the compiler reported an error. Returns the report of LOAD-REPORT."
                                  nil)))))
            (load-report conditions loaded)))))))
 
+(defun guard-holds-p (marker feature)
+  "Whether the reader conditional #MARKER FEATURE (MARKER \"+\" or \"-\", FEATURE the feature
+expression's text) lets the form behind it through in this image."
+  (let ((holds (handler-case
+                   (let ((*package* (find-package '#:keyword)) (*read-eval* nil))
+                     (internal-call "SB-INT" "FEATUREP" (read-from-string feature)))
+                 (error () t))))
+    (eq (and holds t) (string= marker "+"))))
+
 (defun inactive-guards (guards)
   "The GUARDS, each (label marker feature-text), whose reader conditional does not let the form
 through in this image."
-  (remove-if (lambda (guard)
-               (destructuring-bind (label marker feature) guard
-                 (declare (ignore label))
-                 (let ((holds (handler-case
-                                  (let ((*package* (find-package '#:keyword)) (*read-eval* nil))
-                                    (internal-call "SB-INT" "FEATUREP" (read-from-string feature)))
-                                (error () t))))
-                   (eq (and holds t) (string= marker "+")))))
-             guards))
+  (remove-if (lambda (guard) (guard-holds-p (second guard) (third guard))) guards))
+
+(defun dropped-count (guarded)
+  "How many of GUARDED, each the guards (marker feature-text) in front of one form, the reader
+skips in this image: those with a guard that does not hold."
+  (count-if-not (lambda (guards) (every (lambda (guard) (apply #'guard-holds-p guard)) guards)) guarded))
 
 (define-entry load-source (file text &key guards write-date session token (max-output 65536))
   "Compiles TEXT, the octets (one per character) of the file FILE with everything but some
@@ -280,9 +287,12 @@ dropped)."
           result
           (append result (list :stdout (capture-report stdout)))))))
 
-(define-entry load-source-file (file text &key write-date session token (max-output 65536))
+(define-entry load-source-file (file text &key write-date guarded session token (max-output 65536))
   "Compiles and loads TEXT, the octets (one per character) of the whole file FILE as the server read
-it, written WRITE-DATE, for load-file. Returns the plist LOAD-SOURCE does, without :INACTIVE. New
+it, written WRITE-DATE, for load-file. GUARDED is (forms definitions), each a list of the guards
+(marker feature-text) in front of one top-level form or definition the server counted. Returns the
+plist LOAD-SOURCE does, without :INACTIVE, with :DROPPED, how many of those forms and definitions
+the reader skipped (after the load: the features the file itself pushes count). New
 definitions are not listed in the undo journal (a file's hundreds would push out the
 replacements); replaced functions and macros are."
   (let ((stdout (make-capture max-output))
@@ -293,7 +303,9 @@ replacements); replaced functions and macros are."
                             (lambda ()
                               (let ((*journal-additions* nil)
                                     (*file-octets* (make-hash-table :test 'equal)))
-                                (compile-and-load (text-octets text) file write-date)))
+                                (let ((report (compile-and-load (text-octets text) file write-date)))
+                                  (setf (getf report :dropped) (mapcar #'dropped-count guarded))
+                                  report)))
                             :stdout stdout)))
       (if (getf result :failure)
           result

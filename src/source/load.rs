@@ -109,7 +109,8 @@ fn plan(cst: &Cst, lines: &LineIndex, forms: &[TopForm], targets: &[usize]) -> L
 pub struct DefinitionPlace {
     /// The form itself, past any reader conditional.
     pub at: (usize, usize),
-    /// The top-level form that holds it.
+    /// The top-level form that holds it, past its reader conditionals (where the helper places
+    /// what SBCL records).
     pub top_level: (usize, usize),
     /// The form's bytes, start and end.
     pub span: (usize, usize),
@@ -138,7 +139,7 @@ pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> 
                     let span = cst.span(form.form);
                     DefinitionPlace {
                         at: place(span.start),
-                        top_level: place(cst.span(outermost.item).start),
+                        top_level: place(cst.span(outermost.form).start),
                         span: (span.start, span.end),
                     }
                 })
@@ -161,15 +162,36 @@ pub fn top_level_form_at(source: &[u8], line: usize, column: usize) -> Option<(u
     )
 }
 
-/// How many top-level forms `source` has, and how many definitions (forms processed at top level
-/// whose operator starts with `def` or `define-`, nested ones included); `None` when it does not
-/// read.
-pub fn definition_count(source: &[u8]) -> Option<(usize, usize)> {
+/// The top-level forms of a file and its definitions (forms processed at top level whose operator
+/// starts with `def` or `define-`, nested ones included), each with the reader conditionals in
+/// front of it and of its wrappers (see [`guards`]): only the image knows which of those it reads.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Counted {
+    /// The conditionals of each top-level form.
+    pub forms: Vec<Vec<(String, String)>>,
+    /// The conditionals of each definition.
+    pub definitions: Vec<Vec<(String, String)>>,
+}
+
+/// The top-level forms and definitions of `source`; `None` when it does not read.
+pub fn definition_count(source: &[u8]) -> Option<Counted> {
     let cst = Cst::parse(source).ok()?;
     let forms = definitions(&cst);
-    let top_level = forms.iter().filter(|f| f.ancestors.is_empty()).count();
-    let defining = forms.iter().filter(|f| f.head.as_ref().is_some_and(|h| h.operator.starts_with("def"))).count();
-    Some((top_level, defining))
+    let mut counted = Counted::default();
+    for (position, form) in forms.iter().enumerate() {
+        let top_level = form.ancestors.is_empty();
+        let defining = form.head.as_ref().is_some_and(|h| h.operator.starts_with("def"));
+        if top_level || defining {
+            let guards = guards(&cst, &forms, position);
+            if top_level {
+                counted.forms.push(guards.clone());
+            }
+            if defining {
+                counted.definitions.push(guards);
+            }
+        }
+    }
+    Some(counted)
 }
 
 /// The operators of top-level forms that change how the rest of the file reads.

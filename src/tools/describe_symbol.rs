@@ -7,6 +7,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
     symbol_request, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
@@ -31,7 +32,20 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let reply = context.call_helper(args, symbol_request("describe-symbol", args)?).await?;
-    let description = decode::<Description>("describe-symbol", &reply)?;
+    let mut description = decode::<Description>("describe-symbol", &reply)?;
+    // SBCL's record is where the form was when compiled: found in the file's current text as
+    // find-definition finds it, so that the two tools name the same place.
+    let description = context
+        .on_files(move |roots| {
+            let mut texts = CurrentTexts::new(roots);
+            for entry in &mut description.entries {
+                if let (Some(label), Some(source)) = (&entry.label, &mut entry.source) {
+                    texts.relocate_labelled(source, label, &description.symbol);
+                }
+            }
+            Ok(description)
+        })
+        .await?;
     Ok(ToolOutput::success(description.render()).with_structured(description.structured()))
 }
 
@@ -45,6 +59,9 @@ struct Entry {
     pub summary: String,
     pub documentation: Option<String>,
     pub details: Vec<String>,
+    /// The kind as find-definition labels it ("function", "structure"), to find the
+    /// definition in its file's current text; none for a special operator.
+    pub label: Option<String>,
     pub source: Option<Location>,
 }
 
@@ -97,7 +114,7 @@ mod tests {
 
     const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
          ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
-           :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") \
+           :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :label \"generic function\" \
            :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :origin nil))))";
 
     fn describe(reply: &str) -> Result<Description, ToolError> {

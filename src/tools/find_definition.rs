@@ -162,12 +162,8 @@ impl Definitions {
     /// Checks each definition in a file under an allowed root against the file's current text
     /// (see [`CurrentTexts::relocate`]), and with `with_source` takes its text from there.
     fn relocate_changed(&mut self, texts: &mut CurrentTexts, with_source: bool) {
-        let name = self.symbol.rsplit(':').next().unwrap_or(&self.symbol).to_string();
         for definition in &mut self.definitions {
-            let span = match query_of(&definition.kind, &name) {
-                Some((operators, form_name)) => texts.relocate(&mut definition.source, operators, &form_name),
-                None => None,
-            };
+            let span = texts.relocate_labelled(&mut definition.source, &definition.kind, &self.symbol);
             if with_source {
                 definition.text = texts.text_of(&definition.source, span);
                 definition.shown = texts.shown(&definition.source);
@@ -320,6 +316,19 @@ impl<'a> CurrentTexts<'a> {
         }
     }
 
+    /// [`CurrentTexts::relocate`] for a definition of `symbol` (qualified) of `kind` as the helper
+    /// labels it ("function", "method (CIRCLE)"): find-definition and describe-symbol place a
+    /// definition alike.
+    pub(crate) fn relocate_labelled(
+        &mut self,
+        source: &mut Location,
+        kind: &str,
+        symbol: &str,
+    ) -> Option<(usize, usize)> {
+        let (operators, form_name) = query_of(kind, symbol.rsplit(':').next().unwrap_or(symbol))?;
+        self.relocate(source, operators, &form_name)
+    }
+
     /// `file:line:column` of `source` with the file relative to the first root, when it is
     /// under it: what `file_path` takes, and shorter.
     fn shown(&self, source: &Location) -> Option<String> {
@@ -469,7 +478,7 @@ mod tests {
         let source = b"(in-package :x)\n\n#+sbcl\n(progn\n  (defmethod area :around ((s t)) 1))\n";
         let (operators, name) = query_of("method (:AROUND T)", "AREA").unwrap();
         let places = locate_definition(source, operators, &name);
-        assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (3, 1))]);
+        assert_eq!(places.iter().map(|p| (p.at, p.top_level)).collect::<Vec<_>>(), [((5, 3), (4, 1))]);
     }
 
     #[test]

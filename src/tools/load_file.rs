@@ -15,6 +15,7 @@ use super::{
 };
 use crate::image::Request;
 use crate::source::{definition_count, AllowedRoots};
+use crate::swank::Form;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
@@ -47,7 +48,18 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
     Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
+    // What the file holds, less what the image's reader skips (behind `#+` conditionals that do
+    // not hold): the forms SBCL compiled.
     let counted = definition_count(&file.bytes);
+    let guarded = |each: &[Vec<(String, String)>]| {
+        Form::list_of(each.iter().filter(|guards| !guards.is_empty()).map(|guards| {
+            Form::list_of(guards.iter().map(|(marker, feature)| Form::list_of([marker.clone(), feature.clone()])))
+        }))
+    };
+    let guarded = counted.as_ref().map_or_else(
+        || Form::list_of(Vec::<Form>::new()),
+        |counted| Form::list_of([guarded(&counted.forms), guarded(&counted.definitions)]),
+    );
     // The bytes read and checked here are what the image compiles: reading the file again, the
     // image could find other text there (rewritten in place since, or through a path that now
     // leads elsewhere).
@@ -55,14 +67,22 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .arg(file.path.display().to_string())
         .arg(octet_text(&file.bytes, &file.shown)?)
         .key("write-date", universal_time(file.modified))
+        .key("guarded", guarded)
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     let report = decode::<LoadReport>("load-source-file", &reply)?;
-    let contents = match counted {
+    let (dropped_forms, dropped_definitions) = report.dropped.unwrap_or_default();
+    let compiled = counted.as_ref().map(|counted| {
+        (
+            (counted.forms.len() as u64).saturating_sub(dropped_forms),
+            (counted.definitions.len() as u64).saturating_sub(dropped_definitions),
+        )
+    });
+    let contents = match compiled {
         Some((forms, definitions)) => format!(
             " ({} with {}, nested ones included)",
-            plural(forms as u64, "top-level form", "top-level forms"),
-            plural(definitions as u64, "definition", "definitions")
+            plural(forms, "top-level form", "top-level forms"),
+            plural(definitions, "definition", "definitions")
         ),
         None => String::new(),
     };
@@ -81,6 +101,6 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         sections.push(stdout);
     }
     let mut structured = report.structured(&file.shown, None);
-    structured["definitions"] = json!(counted.map(|(_, definitions)| definitions));
+    structured["definitions"] = json!(compiled.map(|(_, definitions)| definitions));
     Ok(super::ToolOutput::new(sections.join("\n\n"), !report.loaded).with_structured(structured))
 }

@@ -159,6 +159,9 @@ pub(crate) struct LoadReport {
     /// The guards, `(label marker feature)`, that keep a form out in this image.
     #[serde(default)]
     pub inactive: Vec<(String, String, String)>,
+    /// For load-file: how many of the top-level forms and of the definitions the server counted
+    /// the reader skipped (behind a reader conditional that does not hold).
+    pub dropped: Option<(u64, u64)>,
     pub stdout: Captured,
 }
 
@@ -277,7 +280,7 @@ mod tests {
             &read(
                 "(:loaded t :warnings 0 :errors 0 :style-warnings 1 :notes 0 :conditions \
                  ((:severity \"STYLE-WARNING\" :message \"undefined function: APP::G\" :form \"(G 1)\" :line 8 :column 17)) \
-                 :rest nil :inactive nil :stdout (\"\" 0))",
+                 :rest nil :inactive nil :dropped nil :stdout (\"\" 0))",
             )
             .unwrap(),
         )
