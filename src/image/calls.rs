@@ -8,116 +8,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::helper::{retry_after_reload, HelperAnswer};
+use super::error::{CallError, CallLimits, ImageError, Step, UNWIND_GRACE};
+use super::helper::load_helper;
 use super::request::Request;
-use super::slot::{ImageError, Step};
 use super::{call_tag, Image};
-use crate::swank::{Connection, DebuggableRex, Endpoint, Form, RexError, RexEvent, Sexp, Thread};
-
-/// How long an interrupted evaluation may take to unwind and report before the call gives up on
-/// it. Unwinding is immediate unless the thread is inside foreign code or WITHOUT-INTERRUPTS, or
-/// a cleanup form it unwinds through waits for a lock (SBCL's compiler, interrupted while it
-/// waits for the world lock, waits for it again in its cleanup).
-pub(crate) const UNWIND_GRACE: Duration = Duration::from_secs(3);
+use crate::swank::{Connection, DebuggableRex, Form, RexError, RexEvent, Sexp, Thread};
 
 /// How long a call whose evaluation ended without a value waits for the connection to close,
 /// which is how an exiting image shows itself.
 const EXIT_WINDOW: Duration = Duration::from_secs(1);
-
-/// Why a helper call did not produce a value.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    /// Connecting to the image, starting it (--launch) or loading the helper failed; nothing was
-    /// evaluated.
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    /// The request failed in a way the other variants do not cover: swank rejected it or could not
-    /// read it, it was over the protocol's size limit, it was aborted with a debugger report, or
-    /// swank-mcp itself had closed the connection.
-    #[error(transparent)]
-    Rex(#[from] RexError),
-    /// The time limit passed before the image was ready to evaluate anything.
-    #[error("{}", .step.explain(.endpoint, *.limit, .advice))]
-    NotReady {
-        /// Where the connection attempt was.
-        step: Step,
-        /// The image's configured endpoint.
-        endpoint: Endpoint,
-        /// The call's time limit.
-        limit: Duration,
-        /// How to give the call more time.
-        advice: &'static str,
-    },
-    /// The time limit passed and the evaluation was interrupted, but it did not unwind within the
-    /// grace; or the image did not answer even the interruption, and swank-mcp closed the
-    /// connection.
-    #[error(
-        "The evaluation was interrupted after {after:?} but did not unwind within {UNWIND_GRACE:?}; its thread may still be \
-         running (it may be inside foreign code or WITHOUT-INTERRUPTS, or wait for a lock while it unwinds).\n{report}"
-    )]
-    Unresponsive {
-        /// The call's time limit.
-        after: Duration,
-        /// What the image said about where the thread waits, or why it could not say.
-        report: String,
-    },
-    /// The connection ended during the call from the image's side: it exited, most likely.
-    #[error(
-        "The call lost the connection to the Lisp image at {endpoint}: {detail}. The image exited (for example the code \
-         called (sb-ext:exit)), crashed, or its swank server was stopped; what it held is gone. {}",
-        if *.relaunch {
-            "The next call starts a new private SBCL image (--launch)."
-        } else {
-            "Start the image (or its swank server) again; the next call reconnects."
-        }
-    )]
-    ImageGone {
-        /// The image's configured endpoint.
-        endpoint: Endpoint,
-        /// How the connection ended.
-        detail: String,
-        /// Whether the next call starts a new image (--launch).
-        relaunch: bool,
-    },
-    /// swank aborted the request without a debugger report: the evaluation's thread was unwound
-    /// from outside the helper, which traps every error itself.
-    #[error(
-        "The evaluation ended without a value: its thread was unwound past swank-mcp's error handling, by ABORT or \
-         another restart that leads out of the call, a THROW to a tag the code did not establish, \
-         SB-THREAD:ABORT-THREAD, or an exit of the image still under way. Its output is lost."
-    )]
-    Unwound,
-    /// The client cancelled the call through [`CallLimits::cancel`]; an evaluation already
-    /// under way was interrupted.
-    #[error("The call was cancelled.")]
-    Cancelled,
-    /// A thread of the image's own, attached to in its debugger, gave no answer within the time
-    /// limit. It is not the agent's to interrupt, so it was left as it is.
-    #[error(
-        "The thread gave no answer within {after:?}. It is the image's own thread, so swank-mcp left it as it is: what \
-         was asked may still be running in it. The threads tool shows what it is doing."
-    )]
-    Unanswered {
-        /// The call's time limit.
-        after: Duration,
-    },
-}
-
-/// The limits of one call: a time limit, what to tell the user when it is reached, and the
-/// client's cancellation.
-#[derive(Debug, Clone)]
-pub struct CallLimits {
-    /// The time limit of the whole call, connecting and loading the helper included. When it
-    /// passes the evaluation is interrupted and gets a short grace to unwind.
-    pub timeout: Duration,
-    /// How to give the call more time, which depends on the tool.
-    pub timeout_advice: &'static str,
-    /// Cancelled when the client no longer wants the answer: the evaluation is interrupted and the
-    /// call fails with [`CallError::Cancelled`].
-    pub cancel: CancellationToken,
-}
 
 impl Image {
     fn new_token(&self) -> String {
@@ -451,4 +351,67 @@ enum Next {
 enum Interruption {
     Timeout,
     Cancelled,
+}
+
+/// What the image's answer to a [`Helper::call`] says of the revision it holds.
+pub(crate) enum HelperAnswer {
+    /// The call's own answer: the image holds this revision.
+    Own,
+    /// `:other-helper`: it holds another.
+    OtherHelper,
+    /// A reader error: it holds no helper (it was uninstalled) or one from before `CALL`. Every
+    /// other part of the request reads in any image, the user's code being a string in it.
+    Unreadable,
+}
+
+impl HelperAnswer {
+    /// The answer of `reply`: a value (none for an evaluation stopped in the debugger) or an
+    /// error.
+    pub(crate) fn of(reply: Result<Option<&Sexp>, &CallError>) -> Self {
+        match reply {
+            Ok(Some(reply)) if reply.is_keyword("other-helper") => HelperAnswer::OtherHelper,
+            Err(CallError::Rex(RexError::ReaderError(_))) => HelperAnswer::Unreadable,
+            _ => HelperAnswer::Own,
+        }
+    }
+}
+
+/// What a call does with its reply, whose `answer` says what the image holds: `Ok(true)` when it
+/// held another revision (or none) and now holds this swank-mcp's helper again, so that the call
+/// must be sent again; `Ok(false)` when the reply is the call's own, or a reader error that this
+/// revision's helper, loaded for the call, did not cure. Loads the helper within the call's
+/// limits, once per call: `reloaded` says whether this call already did.
+pub(crate) async fn retry_after_reload(
+    connection: &Connection,
+    answer: HelperAnswer,
+    reloaded: &mut bool,
+    deadline: Instant,
+    limits: &CallLimits,
+) -> Result<bool, CallError> {
+    match answer {
+        HelperAnswer::Own => return Ok(false),
+        HelperAnswer::Unreadable if *reloaded => return Ok(false),
+        HelperAnswer::OtherHelper | HelperAnswer::Unreadable => {}
+    }
+    let endpoint = connection.endpoint().clone();
+    if std::mem::replace(reloaded, true) {
+        return Err(ImageError::Helper {
+            endpoint,
+            detail: "another swank-mcp version attached to the image loaded its own helper again right after this \
+                     one loaded its own, so the call could not run. Attach one swank-mcp version to this image."
+                .to_string(),
+        }
+        .into());
+    }
+    tracing::info!(%endpoint, "the image holds another helper revision; loading this one again");
+    tokio::select! {
+        loaded = load_helper(connection) => loaded.map(|_| true).map_err(CallError::from),
+        _ = tokio::time::sleep_until(deadline + UNWIND_GRACE) => Err(CallError::NotReady {
+            step: Step::LoadingHelper,
+            endpoint,
+            limit: limits.timeout,
+            advice: limits.timeout_advice,
+        }),
+        _ = limits.cancel.cancelled() => Err(CallError::Cancelled),
+    }
 }

@@ -12,19 +12,17 @@
 //! ([`Helper::call`]); the image runs it only when that is the one it holds, and otherwise answers
 //! `:other-helper`: another swank-mcp (an older or newer version attached to the same image)
 //! loaded its own since, or the person uninstalled the helper. The call then loads this revision
-//! again and is sent once more (`retry_after_reload`); the image replaces another revision only
+//! again and is sent once more (`retry_after_reload` in calls.rs); the image replaces another revision only
 //! while none of its calls runs, and refuses otherwise, which this server reports with both
 //! versions named ([`ImageError::Helper`]).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use tokio::time::Instant;
+use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
-use crate::swank::{Connection, Dialect, Form, RexError, Sexp, Thread};
-
-use super::calls::UNWIND_GRACE;
-use super::{CallError, CallLimits, Image, ImageError, Step};
+use super::error::ImageError;
+use super::Image;
 
 /// Which way into the helper a server's requests take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,69 +234,6 @@ impl Helper {
 /// Makes this swank-mcp's helper the one the image holds (see [`Helper::load`]).
 pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageError> {
     Helper::current().load(connection).await
-}
-
-/// What the image's answer to a [`Helper::call`] says of the revision it holds.
-pub(crate) enum HelperAnswer {
-    /// The call's own answer: the image holds this revision.
-    Own,
-    /// `:other-helper`: it holds another.
-    OtherHelper,
-    /// A reader error: it holds no helper (it was uninstalled) or one from before `CALL`. Every
-    /// other part of the request reads in any image, the user's code being a string in it.
-    Unreadable,
-}
-
-impl HelperAnswer {
-    /// The answer of `reply`: a value (none for an evaluation stopped in the debugger) or an
-    /// error.
-    pub(crate) fn of(reply: Result<Option<&Sexp>, &CallError>) -> Self {
-        match reply {
-            Ok(Some(reply)) if reply.is_keyword("other-helper") => HelperAnswer::OtherHelper,
-            Err(CallError::Rex(RexError::ReaderError(_))) => HelperAnswer::Unreadable,
-            _ => HelperAnswer::Own,
-        }
-    }
-}
-
-/// What a call does with its reply, whose `answer` says what the image holds: `Ok(true)` when it
-/// held another revision (or none) and now holds this swank-mcp's helper again, so that the call
-/// must be sent again; `Ok(false)` when the reply is the call's own, or a reader error that this
-/// revision's helper, loaded for the call, did not cure. Loads the helper within the call's
-/// limits, once per call: `reloaded` says whether this call already did.
-pub(crate) async fn retry_after_reload(
-    connection: &Connection,
-    answer: HelperAnswer,
-    reloaded: &mut bool,
-    deadline: Instant,
-    limits: &CallLimits,
-) -> Result<bool, CallError> {
-    match answer {
-        HelperAnswer::Own => return Ok(false),
-        HelperAnswer::Unreadable if *reloaded => return Ok(false),
-        HelperAnswer::OtherHelper | HelperAnswer::Unreadable => {}
-    }
-    let endpoint = connection.endpoint().clone();
-    if std::mem::replace(reloaded, true) {
-        return Err(ImageError::Helper {
-            endpoint,
-            detail: "another swank-mcp version attached to the image loaded its own helper again right after this \
-                     one loaded its own, so the call could not run. Attach one swank-mcp version to this image."
-                .to_string(),
-        }
-        .into());
-    }
-    tracing::info!(%endpoint, "the image holds another helper revision; loading this one again");
-    tokio::select! {
-        loaded = load_helper(connection) => loaded.map(|_| true).map_err(CallError::from),
-        _ = tokio::time::sleep_until(deadline + UNWIND_GRACE) => Err(CallError::NotReady {
-            step: Step::LoadingHelper,
-            endpoint,
-            limit: limits.timeout,
-            advice: limits.timeout_advice,
-        }),
-        _ = limits.cancel.cancelled() => Err(CallError::Cancelled),
-    }
 }
 
 /// Takes the helper out of `image` for `swank-mcp uninstall` (see `UNINSTALL` in

@@ -16,6 +16,7 @@ use crate::swank::{ConnectOptions, Connection, Endpoint};
 
 pub mod call_tag;
 pub mod calls;
+pub mod error;
 pub mod helper;
 mod identity;
 pub mod launch;
@@ -23,11 +24,11 @@ pub mod request;
 pub mod slot;
 mod workers;
 
-pub use calls::{CallError, CallLimits, Evaluating, Evaluation};
+pub use calls::{Evaluating, Evaluation};
+pub use error::{CallError, CallLimits, ImageError, Step};
 pub use request::Request;
-pub use slot::{ImageError, Step};
 
-use calls::UNWIND_GRACE;
+use error::UNWIND_GRACE;
 use helper::Gate;
 use identity::ImageIdentity;
 use launch::Launcher;

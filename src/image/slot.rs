@@ -10,7 +10,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::calls::{CallError, CallLimits, UNWIND_GRACE};
+use super::error::{CallError, CallLimits, ImageError, Step, UNWIND_GRACE};
 use super::helper::{load_helper, Gate};
 use super::identity::Reached;
 use super::launch::Launcher;
@@ -22,83 +22,6 @@ use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Thread};
 /// How long [`Image::connection`] waits for the connection and the helper. It serves `swank-mcp
 /// status`, which has no time limit of its own; a first helper load on a slow machine fits.
 const STANDALONE_LIMIT: Duration = Duration::from_secs(30);
-
-/// Why an image could not be made ready for calls: connecting to it, starting it (--launch) or
-/// loading the helper into it failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ImageError {
-    /// Nothing answered at the endpoint (the connection was refused or not accepted in time) and
-    /// --launch is off.
-    #[error(
-        "No Lisp image is answering at {endpoint} ({detail}).\n\
-         To attach to your running image, open a swank port in it, for example from the SLIME REPL:\n  \
-         (swank:create-server :port {port} :dont-close t)\n\
-         (with SLY: (slynk:create-server :port {port} :dont-close t)); from Emacs, M-x swank-mcp-start \
-         (elisp-compat/swank-mcp.el) does it in one step. Or restart swank-mcp with --launch to start a \
-         private SBCL image.",
-        port = .endpoint.port
-    )]
-    Unreachable {
-        /// Where the connection was tried.
-        endpoint: Endpoint,
-        /// The system's error, or how long the connection went unaccepted.
-        detail: String,
-    },
-    /// Something answered but the connection failed (the handshake failed, or the server closed
-    /// it), or connecting to the image --launch started failed; carries the [`ConnectError`]'s
-    /// message.
-    #[error("{0}")]
-    Connect(String),
-    /// --launch could not start an image (no `swank-loader.lisp` found, or SBCL failed to start
-    /// swank); carries why.
-    #[error("Could not start a Lisp image: {0}")]
-    Launch(String),
-    /// A request that checks or loads the helper failed, or the image answered it unexpectedly.
-    #[error("Could not load the swank-mcp helper into the image at {endpoint}: {detail}")]
-    Helper {
-        /// Where the connection goes.
-        endpoint: Endpoint,
-        /// What failed.
-        detail: String,
-    },
-}
-
-/// What a connection attempt is doing, for the error of a call whose time limit passes before
-/// the image is ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// Opening the TCP connection and identifying the server.
-    Connecting,
-    /// Starting a private SBCL (--launch) because nothing answered.
-    Launching,
-    /// Checking which helper revision the image holds, and loading this one if needed.
-    LoadingHelper,
-}
-
-impl Step {
-    pub(super) fn explain(self, endpoint: &Endpoint, limit: Duration, advice: &str) -> String {
-        let passed = format!("The time limit of {} ms (and {UNWIND_GRACE:?} of grace) passed", limit.as_millis());
-        match self {
-            Step::Connecting => format!(
-                "{passed} while connecting to the Lisp image at {endpoint}; nothing was evaluated. The image has not \
-                 completed swank's connection handshake: check that it runs and is not stopped (in a debugger, or \
-                 suspended), then call again. {advice}"
-            ),
-            Step::Launching => format!(
-                "{passed} while swank-mcp was starting a private SBCL image for {endpoint} (--launch); nothing was \
-                 evaluated. The image goes on starting (its very first start compiles swank, which takes a minute \
-                 or two): call again shortly."
-            ),
-            Step::LoadingHelper => format!(
-                "{passed} while loading swank-mcp's helper into the Lisp image at {endpoint}; nothing was evaluated. \
-                 The image has not answered the load: loading compiles code, which waits for SBCL's world lock, so \
-                 another thread of the image is probably compiling or loading (a quickload, a compile-file) or \
-                 holds sb-kernel::**world-lock**; or the image stopped answering. Call again once it is done; the \
-                 next call starts the load afresh. {advice}"
-            ),
-        }
-    }
-}
 
 /// The image's connection. Its lock is only ever held for a moment, never across an await.
 pub(super) enum Slot {

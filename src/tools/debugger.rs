@@ -339,8 +339,8 @@ async fn follow_attached(
         }
         if Instant::now() >= give_up {
             return Ok(ToolOutput::success(format!(
-                "The thread left the debugger and runs on as the image's own (the person's debugger closed, as when \
-                 they choose a restart); session D{number} has ended. The threads tool shows it; if it stops again, \
+                "The thread left the debugger and runs on as the image's own (a debugger of the person's that \
+                 showed it closed, as when they choose a restart); session D{number} has ended. The threads tool shows it; if it stops again, \
                  the next evaluate-lisp reply says so.{}",
                 if within > Duration::from_secs(1) {
                     " No step was reached: SBCL steps only code compiled with (debug 3); recompile the function \
