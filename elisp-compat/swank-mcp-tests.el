@@ -829,7 +829,8 @@ First wait until BUFFER matches LINE."
             (swank-mcp-tests--wait-activity buffer "the load-form's arguments"
                                             (format "waiting for approval\n    file_path: %s\n    form_name: swank-mcp-loaded-marker\n    form_type: defun\n"
                                                     (regexp-quote file)))
-            (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, C-c C-c cancel the call, g read again\\.\n"
+            (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, \
+C-c C-c cancel the call, b clear the breakpoints, g read again\\.\n"
                                     (swank-mcp-tests--activity-text buffer)))
             ;; RET on the waiting call goes to its prompt.
             (swank-mcp-tests--prompt "run load-form")
@@ -1300,6 +1301,7 @@ Only its first word: Slynk describes an integer at length after it."
     (should (eq (lookup-key map (kbd "C-c C-x m r")) #'swank-mcp-revoke-session-allowances))
     (should (eq (lookup-key map (kbd "C-c C-x m p")) #'swank-mcp-show-approval))
     (should (eq (lookup-key map (kbd "C-c C-x m c")) #'swank-mcp-cancel-call))
+    (should (eq (lookup-key map (kbd "C-c C-x m b")) #'swank-mcp-clear-breakpoints))
     ;; The front end's own bindings under the same prefix stay.
     (should (eq (lookup-key map (kbd "C-c C-x t")) (intern (format "%s-list-threads" swank-mcp-tests--backend))))
     (should (eq (lookup-key map (kbd "C-c C-x c")) (intern (format "%s-list-connections" swank-mcp-tests--backend)))))
@@ -1338,6 +1340,127 @@ asking you, for the rest of its session? "))))
     (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 4)))
     (should (eql (swank-mcp-tests--image-value "*SWANK-MCP-ALLOWED*") 2)))
   (should-not swank-mcp-approval-mode))
+
+;;;;; The image's own threads: the person's SLDB, the agent's attach and breakpoints
+
+(defun swank-mcp-tests--define-shop ()
+  "Define, as the person would, a worker that prices a job and records it.
+Both keep their frames (debug 2), so that a frame of theirs can be restarted."
+  (swank-mcp-tests--user-eval
+   "(progn (defvar *swank-mcp-done* '()) (defvar *swank-mcp-worker* nil)
+      (defun swank-mcp-price (qty) (declare (optimize (debug 2))) (* qty 10))
+      (defun swank-mcp-work (job) (declare (optimize (debug 2)))
+        (push (cons sb-thread:*current-thread* (swank-mcp-price job)) *swank-mcp-done*))
+      t)"))
+
+(defun swank-mcp-tests--match (regexp text)
+  "The first group of REGEXP in TEXT; fail when it does not match."
+  (should (string-match regexp text))
+  (match-string 1 text))
+
+(ert-deftest swank-mcp-the-agent-fixes-a-thread-waiting-in-the-users-debugger ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--with-activity activity
+      ;; swank-mcp's connection comes after the person's, as when they M-x slime first.
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
+      (should (equal (swank-mcp-tests--response-ok server 2) "=> 3"))
+      (swank-mcp-tests--define-shop)
+      ;; The person starts a worker whose job's quantity came as text.
+      (swank-mcp-tests--user-eval "(setf *swank-mcp-worker*
+                                     (sb-thread:make-thread (lambda () (swank-mcp-work \"3\")) :name \"shop-worker\"))")
+      ;; Their debugger shows the error, as ever, and the thread waits there.
+      (let ((debugger (car (swank-mcp-tests--wait "the person's debugger" #'swank-mcp-tests--debugger-buffers))))
+        (with-current-buffer debugger
+          (should (string-match-p "is not of type" (buffer-string)))))
+      (should (eq (swank-mcp-tests--eval '(cl:and (sb-thread:thread-alive-p cl-user::*swank-mcp-worker*) :alive))
+                  :alive))
+      ;; The agent attaches to it by name, reads the local, fixes the function, restarts the frame.
+      (swank-mcp-tests--mcp-call server 3 "debugger" '((action . "attach") (thread . "shop-worker")))
+      (let* ((attached (swank-mcp-tests--response-ok server 3))
+             (session (swank-mcp-tests--match "\\[DEBUGGER \\(D[0-9]+\\)\\]" attached))
+             (frame (string-to-number
+                     (swank-mcp-tests--match "^ *\\([0-9]+\\): (\\(?:[A-Z-]+::?\\)?SWANK-MCP-PRICE " attached))))
+        (should (string-match-p "waits in the person's Emacs debugger" attached))
+        ;; The person's activity buffer says so, with the condition the thread stopped with.
+        (swank-mcp-tests--wait-activity
+         activity "the attach in the activity buffer"
+         "attached to a thread\n    An agent attached to thread [0-9]+ \"shop-worker\", which waits in the person's \
+Emacs debugger with TYPE-ERROR: The value \"3\" is not of type NUMBER")
+        (swank-mcp-tests--mcp-call server 4 "debugger" `((session . ,session) (action . "frame") (frame . ,frame)))
+        (should (string-match-p "QTY = \"3\"" (swank-mcp-tests--response-ok server 4)))
+        (swank-mcp-tests--mcp-call server 5 "evaluate-lisp"
+                                   '((code . "(defun swank-mcp-price (qty) (* (if (stringp qty) (parse-integer qty) qty) 10))")))
+        (swank-mcp-tests--response-ok server 5)
+        (swank-mcp-tests--mcp-call server 6 "debugger" `((session . ,session) (action . "restart_frame") (frame . ,frame)))
+        (should (string-match-p "left the debugger" (swank-mcp-tests--response-ok server 6))))
+      ;; The person's debugger closes, the same thread finished the same job, and their
+      ;; connection still answers.
+      (swank-mcp-tests--wait "the person's debugger to close" (lambda () (null (swank-mcp-tests--debugger-buffers))))
+      (should (eql (swank-mcp-tests--eval '(cl:let ((done (cl:first cl-user::*swank-mcp-done*)))
+                                            (cl:and (cl:eq (cl:car done) cl-user::*swank-mcp-worker*) (cl:cdr done))))
+                   30))
+      (should (equal (swank-mcp-tests--user-value "(+ 40 2)") "42")))))
+
+(ert-deftest swank-mcp-the-activity-buffer-shows-the-agents-breakpoints-and-b-clears-them ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--user-eval "(progn (defvar *swank-mcp-priced* nil) (defun swank-mcp-tariff (qty) (* qty 10)) t)")
+      (swank-mcp-tests--mcp-call server 2 "debugger" '((action . "break") (function . "swank-mcp-tariff")
+                                                       (condition . "(> qty 5)")))
+      (let ((number (swank-mcp-tests--match "\\`Breakpoint \\([0-9]+\\): " (swank-mcp-tests--response-ok server 2))))
+        (swank-mcp-tests--wait-activity
+         activity "the breakpoint set"
+         (format "breakpoint set\n    An agent set breakpoint %s on [A-Z-]*:*SWANK-MCP-TARIFF when (> qty 5), \
+every thread: a call that stops waits for the agent, not in your debugger\\.\n" number))
+        ;; The person's thread stops at it: for the agent, not in their debugger, and they see it.
+        (swank-mcp-tests--user-eval "(sb-thread:make-thread (lambda () (setf *swank-mcp-priced* (swank-mcp-tariff 7)))
+                                                            :name \"tariff-worker\")")
+        (swank-mcp-tests--wait-activity
+         activity "the stop at the breakpoint"
+         (format "stopped at a breakpoint\n    Thread [0-9]+ \"tariff-worker\" stopped at breakpoint %s: \
+[A-Z-]*:*SWANK-MCP-TARIFF called with (7)\\. It waits for the agent\\.\n" number))
+        (should-not (swank-mcp-tests--debugger-buffers))
+        ;; b in the activity buffer removes every agent's breakpoint (C-c C-x m b elsewhere).
+        (with-current-buffer activity
+          (should (eq (key-binding (kbd "C-c C-x m b")) #'swank-mcp-clear-breakpoints)))
+        (with-selected-window (display-buffer activity)
+          (execute-kbd-macro (kbd "b")))
+        (swank-mcp-tests--wait-activity
+         activity "the breakpoint removed"
+         (format "breakpoint removed\n    Removed breakpoint %s on [A-Z-]*:*SWANK-MCP-TARIFF when (> qty 5), \
+every thread: cleared in Emacs\\.\n" number))
+        (swank-mcp-tests--wait "the echo area to say so"
+                               (lambda () (string-match-p (format "removed the agents' breakpoint on .*SWANK-MCP-TARIFF (%s)\\."
+                                                                  number)
+                                                          (swank-mcp-tests--last-message))))
+        ;; No call stops any more; the one stopped already waits for its agent's continue.
+        (should (equal (swank-mcp-tests--user-value
+                        "(sb-thread:join-thread (sb-thread:make-thread (lambda () (swank-mcp-tariff 9)))
+                                                :timeout 10 :default :stopped)")
+                       "90"))
+        (swank-mcp-tests--mcp-call server 3 "debugger" '((action . "breakpoints")))
+        (should (equal (swank-mcp-tests--response-ok server 3) "No breakpoints."))
+        (swank-mcp-tests--mcp-call server 4 "debugger" '((action . "attach") (thread . "tariff-worker")))
+        (let ((session (swank-mcp-tests--match "\\[DEBUGGER \\(D[0-9]+\\)\\]" (swank-mcp-tests--response-ok server 4))))
+          (swank-mcp-tests--wait-activity
+           activity "the attach to the stopped thread"
+           "attached to a thread\n    An agent attached to thread [0-9]+ \"tariff-worker\", which waits in swank-mcp's \
+connection, at an agent's breakpoint with BREAKPOINT-HIT: ")
+          (swank-mcp-tests--mcp-call server 5 "debugger" `((session . ,session) (action . "continue")))
+          (swank-mcp-tests--response-ok server 5))
+        (swank-mcp-tests--wait-activity
+         activity "the thread going on"
+         (format "left a breakpoint\n    Thread [0-9]+ \"tariff-worker\" left breakpoint %s\\.\n" number))
+        (swank-mcp-tests--wait "the stopped call to finish"
+                               (lambda () (eql (swank-mcp-tests--image-value "*SWANK-MCP-PRICED*") 70))))
+      ;; A breakpoint goes with its agent's session, and the person sees that too.
+      (swank-mcp-tests--mcp-call server 6 "debugger" '((action . "break") (function . "swank-mcp-tariff")))
+      (let ((number (swank-mcp-tests--match "\\`Breakpoint \\([0-9]+\\): " (swank-mcp-tests--response-ok server 6))))
+        (delete-process server)
+        (swank-mcp-tests--wait-activity
+         activity "the breakpoint gone with its session"
+         (format "breakpoint removed\n    Removed breakpoint %s on [A-Z-]*:*SWANK-MCP-TARIFF, every thread: \
+its agent's session ended\\.\n" number))))))
 
 (provide 'swank-mcp-tests)
 

@@ -48,11 +48,16 @@
 ;;                           go to the prompt of the calls waiting
 ;;   M-x swank-mcp-revoke-session-allowances
 ;;                           take back every "allow for the session"
+;;   M-x swank-mcp-clear-breakpoints
+;;                           remove every breakpoint the agents set (the
+;;                           activity buffer shows them, the threads that
+;;                           stop at them, and the threads an agent attaches
+;;                           to, such as one waiting in your SLDB)
 ;;
 ;; In SLIME and SLY buffers, the SLIME REPL included, and in swank-mcp's own
 ;; buffers, these are under C-c C-x m (`swank-mcp-key-prefix'): a activity,
-;; c cancel, u undo, m approval mode, p the prompt, r revoke, s start, q stop,
-;; i status.
+;; c cancel, u undo, m approval mode, p the prompt, r revoke, b clear the
+;; breakpoints, s start, q stop, i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -369,11 +374,11 @@ Return a list of (PORT . DESCRIPTION), one per open port."
   (if swank-mcp-key-prefix
       (format "In SLIME and SLY buffers (the REPL too) and swank-mcp's own, %s is swank-mcp's prefix: a activity, \
 m approval mode, p the prompt of a call waiting, c cancel the agent's call, u undo, r revoke \
-\"allow for the session\", s start, q stop, i status.\n"
+\"allow for the session\", b clear the agents' breakpoints, s start, q stop, i status.\n"
               (key-description swank-mcp-key-prefix))
     "The commands are M-x swank-mcp-activity, swank-mcp-approval-mode, swank-mcp-show-approval, \
-swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-start, \
-swank-mcp-stop and swank-mcp-status.\n"))
+swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-clear-breakpoints, \
+swank-mcp-start, swank-mcp-stop and swank-mcp-status.\n"))
 
 (define-derived-mode swank-mcp-configuration-mode special-mode "swank-mcp"
   "The configuration MCP clients need to attach swank-mcp to the image.")
@@ -610,8 +615,21 @@ call waiting behind it) would take longer.  The image's own record, which
     (:failed "failed" error)
     (:done "done" success)
     ;; The image's own end of a call whose server went away first.
-    (:lost "server gone" shadow))
-  "Each state a call can be in, with how it is named and its face.")
+    (:lost "server gone" shadow)
+    ;; Not a call: an event of the agents' debugging (`swank-mcp--event-kinds').
+    (:event "event" font-lock-keyword-face))
+  "Each state a call can be in, with how it is named and its face.
+The last, :event, is the state of the events between the calls.")
+
+(defconst swank-mcp--event-kinds
+  '((:breakpoint-set "breakpoint set" warning)
+    (:breakpoint-removed "breakpoint removed" shadow)
+    (:breakpoint-hit "stopped at a breakpoint" error)
+    (:breakpoint-left "left a breakpoint" success)
+    (:attached "attached to a thread" warning))
+  "The events the image records between the calls, with their names and faces.
+An agent's breakpoint stops the image's threads, yours included, and an
+agent may attach to a thread waiting in your debugger: these say so.")
 
 (defvar swank-mcp-activity-mode-map
   (let ((map (make-sparse-keymap)))
@@ -620,6 +638,7 @@ call waiting behind it) would take longer.  The image's own record, which
     (define-key map (kbd "p") #'swank-mcp-activity-previous)
     (define-key map (kbd "/") #'swank-mcp-activity-filter)
     (define-key map (kbd "C-c C-c") #'swank-mcp-cancel-call)
+    (define-key map (kbd "b") #'swank-mcp-clear-breakpoints)
     map)
   "Keymap of `swank-mcp-activity-mode'.")
 
@@ -627,11 +646,14 @@ call waiting behind it) would take longer.  The image's own record, which
   "The tool calls agents make in a Lisp image, newest at the bottom.
 Each shows its state: waiting for approval, running, declined, timed out,
 cancelled, failed, done, or server gone (the agent's server went away
-before the call ended).
+before the call ended).  Between them, events: an agent's breakpoint set
+or removed, a thread that stopped at one or left it, a thread an agent
+attached to (one waiting in your debugger, with its condition).
 \\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] shows the reply the agent received for the call at
 point, or the prompt of a call waiting for approval, \\[swank-mcp-activity-next] and \\[swank-mcp-activity-previous] move
 between calls, \\[swank-mcp-activity-filter] shows only one tool's or one state's calls, \\[swank-mcp-cancel-call] ends
-the call at point, \\[revert-buffer] reads the whole record again."
+the call at point, \\[swank-mcp-clear-breakpoints] removes every agent's breakpoint, \\[revert-buffer] reads the whole
+record again."
   (setq truncate-lines t)
   (setq-local revert-buffer-function #'swank-mcp--activity-revert)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
@@ -723,8 +745,25 @@ such."
                           text))))
             arguments "\n")))))
 
+(defun swank-mcp--event-text (event)
+  "The lines that show EVENT, a plist from the image's RECORD-PLIST with :event."
+  (let ((kind (or (assq (plist-get event :event) swank-mcp--event-kinds)
+                  (list nil (format "%s" (plist-get event :event)) 'warning))))
+    (propertize
+     (concat (propertize (plist-get event :time) 'face 'shadow) "  "
+             (propertize (nth 1 kind) 'face (nth 2 kind))
+             "\n    " (or (plist-get event :outcome) "") "\n")
+     'swank-mcp-call (plist-get event :id))))
+
 (defun swank-mcp--activity-text (call)
-  "The lines that show CALL, a plist from the image's RECORD-PLIST."
+  "The lines that show CALL, a plist from the image's RECORD-PLIST.
+An event has lines of its own (`swank-mcp--event-text')."
+  (if (plist-get call :event)
+      (swank-mcp--event-text call)
+    (swank-mcp--call-text call)))
+
+(defun swank-mcp--call-text (call)
+  "The lines that show CALL, a call of an agent's."
   (let* ((milliseconds (plist-get call :milliseconds))
          (state (or (assq (plist-get call :state) swank-mcp--call-states)
                     (list nil (format "%s" (plist-get call :state)) 'warning)))
@@ -825,7 +864,8 @@ always stays."
                          (_ "")))
                (substitute-command-keys
                 "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] the reply (or the prompt of a call waiting), \
-\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \\[revert-buffer] read again.\n"))
+\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \
+\\[swank-mcp-clear-breakpoints] clear the breakpoints, \\[revert-buffer] read again.\n"))
               'face 'shadow))
 
 (defun swank-mcp--activity-redisplay ()
@@ -948,15 +988,18 @@ the image sends it: Emacs does not wait for a busy image."
                                               "the image no longer keeps this call's reply.")))))))))
 
 (defun swank-mcp--show-reply (call text)
-  "Show TEXT, the reply the agent received for CALL."
+  "Show TEXT, the reply the agent received for CALL, or an event's whole text."
   (with-current-buffer (get-buffer-create "*swank-mcp reply*")
     (let ((inhibit-read-only t))
       (erase-buffer)
       (insert text))
     (special-mode)
     (setq header-line-format
-          (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
-                  (nth 1 (assq (plist-get call :state) swank-mcp--call-states))))
+          (if (plist-get call :event)
+              (format "An event of the agents' debugging (%s, %s)" (plist-get call :time)
+                      (nth 1 (assq (plist-get call :event) swank-mcp--event-kinds)))
+            (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
+                    (nth 1 (assq (plist-get call :state) swank-mcp--call-states)))))
     (goto-char (point-min))
     (display-buffer (current-buffer))))
 
@@ -1708,6 +1751,10 @@ agent has worked in the image)."
                  (swank-mcp--require-current)))
               (call (and (derived-mode-p 'swank-mcp-activity-mode)
                          (get-text-property (point) 'swank-mcp-call))))
+    (when (and call (plist-get (cl-find call swank-mcp--activity-calls
+                                        :key (lambda (c) (plist-get c :id)) :test #'equal)
+                               :event))
+      (user-error "This line is an event, not a call: there is nothing to cancel"))
     (swank-mcp--eval-async connection backend
                            (swank-mcp--helper-call "CANCEL-CALL" (or call 'cl:nil))
                            (lambda (reply)
@@ -1730,6 +1777,38 @@ agent has worked in the image)."
 at its next one, and the agent is told."))
                             (plist-get record :tool) (or (plist-get record :client) "unknown client")))))))
 
+;;;;; Clearing the agents' breakpoints
+
+;;;###autoload
+(defun swank-mcp-clear-breakpoints (&optional then)
+  "Remove every breakpoint agents set in the current connection's image.
+In an activity buffer, its connection's image.  An agent's breakpoint
+stops any thread that calls its function, yours included, and the thread
+waits for the agent; after this no call stops for an agent.  A thread that
+waits at one already still waits until its agent continues it.  Emacs does
+not wait for the image: the echo area says what was removed once it
+answers.  THEN, when given, is called with the image's answer, the removed
+breakpoints' plists (nil when there were none)."
+  (interactive)
+  (pcase-let ((`(,connection . ,backend)
+               (if (derived-mode-p 'swank-mcp-activity-mode)
+                   (cons swank-mcp--activity-connection swank-mcp--activity-backend)
+                 (swank-mcp--require-current))))
+    (swank-mcp--eval-async connection backend
+                           (swank-mcp--helper-call "REMOVE-ALL-BREAKPOINTS")
+                           (lambda (removed)
+                             (message "swank-mcp: %s"
+                                      (if removed
+                                          (format "removed the agents' breakpoint%s on %s."
+                                                  (if (cdr removed) "s" "")
+                                                  (mapconcat (lambda (breakpoint)
+                                                               (format "%s (%d)" (plist-get breakpoint :function)
+                                                                       (plist-get breakpoint :number)))
+                                                             removed ", "))
+                                        "no agent has a breakpoint in this image."))
+                             (when then
+                               (funcall then removed))))))
+
 ;;;;; Key bindings
 
 (defvar swank-mcp-command-map
@@ -1740,6 +1819,7 @@ at its next one, and the agent is told."))
     (define-key map (kbd "p") #'swank-mcp-show-approval)
     (define-key map (kbd "c") #'swank-mcp-cancel-call)
     (define-key map (kbd "r") #'swank-mcp-revoke-session-allowances)
+    (define-key map (kbd "b") #'swank-mcp-clear-breakpoints)
     (define-key map (kbd "s") #'swank-mcp-start)
     (define-key map (kbd "q") #'swank-mcp-stop)
     (define-key map (kbd "i") #'swank-mcp-status)

@@ -193,11 +193,12 @@ not a section's heading."
 
 (defun record-plist (record)
   "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
-:MILLISECONDS :OUTCOME); :OUTCOME, the first line of the reply the agent received, and
-:MILLISECONDS are NIL until the call ends. The reply itself is asked for (ACTIVITY-REPLY): every
-message to Emacs is written in its event log (*slime-events*), which keeps the last 100,000
-characters, where the user's own requests must not be pushed out by an agent's burst of calls."
-  (list :id (record-id record)
+:MILLISECONDS :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first line of
+the reply the agent received, and :MILLISECONDS are NIL until the call ends. The reply itself is
+asked for (ACTIVITY-REPLY): every message to Emacs is written in its event log (*slime-events*),
+which keeps the last 100,000 characters, where the user's own requests must not be pushed out by
+an agent's burst of calls."
+  (list* :id (record-id record)
         :state (record-state record)
         :tool (record-tool record)
         :version (record-version record)
@@ -209,20 +210,58 @@ characters, where the user's own requests must not be pushed out by an agent's b
         :milliseconds (record-milliseconds record)
         :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
                         "Cancelled in Emacs.")
-                       ((record-text record) (outcome-line (record-text record))))))
+                       ((record-text record) (outcome-line (record-text record))))
+        (and (typep record 'activity-event) (list :event (event-kind record)))))
 
 (define-entry activity-reply (id)
-  "For Emacs: the reply the agent received for its call ID, as (:TEXT text); the text is NIL
-until the call ends, and the whole answer NIL once the call is no longer recorded."
+  "For Emacs: the reply the agent received for its call ID, as (:TEXT text), or an event's whole
+text; the text is NIL until the call ends, and the whole answer NIL once the call is no longer
+recorded."
   (sb-thread:with-mutex (*activity-lock*)
     (let ((record (find-activity id)))
       (and record (list :text (record-text record))))))
 
 (define-entry activity-records ()
-  "For an Emacs activity buffer that opens or is refreshed: every recorded call, oldest first, as
-RECORD-PLIST. Later changes come down its channel."
+  "For an Emacs activity buffer that opens or is refreshed: every recorded call and event, oldest
+first, as RECORD-PLIST. Later changes come down its channel."
   (sb-thread:with-mutex (*activity-lock*)
     (mapcar #'record-plist (reverse *activity*))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; What the agents' debugging does to the image's threads
+;;;
+;;; An agent's breakpoint stops the person's own threads, which no call of the agent's runs, and
+;;; an agent may attach to a thread that waits in the person's SLDB: the person must see both
+;;; where they watch the agents, not only in the reply the agent gets. So breakpoints set and
+;;; removed, threads stopped at them and leaving them, and threads attached to are recorded
+;;; between the calls, as events: records of their own kind (state :EVENT, tool "debugger"), kept,
+;;; bounded and sent to the activity buffers as calls are, so that a buffer opened later shows them.
+
+(defclass activity-event (activity-record)
+  ((kind :initarg :kind :reader event-kind
+         :documentation "One of :BREAKPOINT-SET, :BREAKPOINT-REMOVED, :BREAKPOINT-HIT,
+:BREAKPOINT-LEFT and :ATTACHED."))
+  (:documentation "Something an agent's debugging did to the image's threads; its TEXT says what."))
+
+(defvar *event-counter* (list 0)
+  "The last event number given, in a cons for ATOMIC-INCF: an event's id is \"event-\" and its
+number, never an id the servers give calls (\"<session>-call-<number>\").")
+
+(defun note-event (kind control &rest arguments)
+  "Records the event KIND, whose text FORMAT makes of CONTROL and ARGUMENTS, and tells the
+activity buffers. Never fails: a thread stopping at a breakpoint must not fail for its record."
+  (ignore-errors
+   (let* ((text (apply #'format nil control arguments))
+          (plist (sb-thread:with-mutex (*activity-lock*)
+                   (let ((event (make-instance 'activity-event
+                                               :kind kind
+                                               :id (format nil "event-~D" (sb-ext:atomic-incf (car *event-counter*)))
+                                               :tool "debugger" :client nil :input "" :package nil
+                                               :state :event)))
+                     (setf (record-text event) text)
+                     (add-activity event)
+                     (record-plist event)))))
+     (apply #'tell-emacs :activity :call plist))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Approvals in Emacs

@@ -5,6 +5,11 @@
 ;;;; for it), where the debugger tool attaches to it; CONTINUE resumes the call. A breakpoint is its
 ;;;; session's: it goes when the session ends.
 ;;;;
+;;;; The person sees them all the same: each breakpoint set or removed, and each thread that stops
+;;;; at one and leaves it, is an event of the activity record (NOTE-EVENT, activity.lisp) that
+;;;; their activity buffer shows, and Emacs removes every agent's breakpoint at once
+;;;; (REMOVE-ALL-BREAKPOINTS).
+;;;;
 ;;;; Loaded after image-threads.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
@@ -87,6 +92,7 @@ debugging environment routes steps to SLDB. Outside it a step would go to SBCL's
   "Stops the current thread at BREAKPOINT, called with ARGUMENTS, in the debugger of the agent's
 connection; returns when the agent continues. Its session is told in its next reply."
   (let* ((session (breakpoint-session breakpoint))
+         (thread sb-thread:*current-thread*)
          (condition (make-condition 'breakpoint-hit
                                     :format-control "Breakpoint ~D: ~A called with ~A"
                                     :format-arguments (list (breakpoint-number breakpoint)
@@ -95,8 +101,15 @@ connection; returns when the agent continues. Its session is told in its next re
     (ignore-errors
      (record-background-error (session-background session) condition nil
                               :waits (format nil "at breakpoint ~D" (breakpoint-number breakpoint))))
-    (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
-      (funcall (agent-debugger session) condition))))
+    (note-event :breakpoint-hit "Thread ~D ~S stopped at breakpoint ~D: ~A called with ~A. It waits for the agent."
+                (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)
+                (qualified-name (breakpoint-function-name breakpoint)) (print-briefly arguments))
+    ;; However it leaves (continued, its frame restarted, aborted), the person sees it run on.
+    (unwind-protect
+         (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
+           (funcall (agent-debugger session) condition))
+      (note-event :breakpoint-left "Thread ~D ~S left breakpoint ~D."
+                  (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)))))
 
 (defun breakpoint-applies-p (breakpoint arguments)
   "Whether this call, with ARGUMENTS, stops at BREAKPOINT: in its thread (if it names one), not in
@@ -126,7 +139,7 @@ UNBREAK under way never leaves a call stopping at a breakpoint that is gone."
                             (setf (breakpoint-stops-left breakpoint) (1- left)))
                           (eql left 1)))))
             (when last
-              (remove-breakpoints (list breakpoint)))
+              (remove-breakpoints (list breakpoint) "its last stop (hits) was taken"))
             (stop-at-breakpoint breakpoint arguments)
             (call-with-agent-stepping (breakpoint-session breakpoint) original arguments))
           (apply original arguments)))))
@@ -147,19 +160,31 @@ parameters bound by name to them."
                       (declare (ignorable ,@variables))
                       ,(first forms))))))
 
-(defun remove-breakpoints (breakpoints)
-  "Takes BREAKPOINTS out, and each function's encapsulation with its last one."
-  (sb-thread:with-mutex (*breakpoints-lock*)
-    (setf *breakpoints* (set-difference *breakpoints* breakpoints))
-    (dolist (breakpoint breakpoints)
-      (let ((name (breakpoint-function-name breakpoint)))
-        (unless (find name *breakpoints* :key #'breakpoint-function-name :test #'equal)
-          (when (and (fboundp name) (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint))
-            (internal-call "SB-INT" "UNENCAPSULATE" name 'mcp-agent-breakpoint)))))))
+(defun breakpoint-text (breakpoint)
+  "BREAKPOINT in a line of the activity record: its number, function, condition and thread."
+  (destructuring-bind (&key number function condition thread &allow-other-keys) (breakpoint-plist breakpoint)
+    (format nil "breakpoint ~D on ~A~@[ when ~A~]~:[, every thread~;, thread ~:*~A only~]"
+            number function condition thread)))
+
+(defun remove-breakpoints (breakpoints why)
+  "Takes BREAKPOINTS out, and each function's encapsulation with its last one. Returns those that
+were still set (two removals can race), which the activity record says WHY of."
+  (let ((removed (sb-thread:with-mutex (*breakpoints-lock*)
+                   (let ((set (intersection breakpoints *breakpoints*)))
+                     (setf *breakpoints* (set-difference *breakpoints* breakpoints))
+                     (dolist (breakpoint breakpoints set)
+                       (let ((name (breakpoint-function-name breakpoint)))
+                         (unless (find name *breakpoints* :key #'breakpoint-function-name :test #'equal)
+                           (when (and (fboundp name)
+                                      (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint))
+                             (internal-call "SB-INT" "UNENCAPSULATE" name 'mcp-agent-breakpoint)))))))))
+    (dolist (breakpoint removed removed)
+      (note-event :breakpoint-removed "Removed ~A: ~A." (breakpoint-text breakpoint) why))))
 
 (defun forget-session-breakpoints (session)
   "Removes SESSION's breakpoints: it has ended."
-  (remove-breakpoints (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq)))
+  (remove-breakpoints (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq)
+                      "its agent's session ended"))
 
 (defun breakpoint-plist (breakpoint)
   (list :number (breakpoint-number breakpoint)
@@ -207,6 +232,8 @@ Returns the breakpoint's plist."
            (push breakpoint *breakpoints*)
            (unless (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint)
              (internal-call "SB-INT" "ENCAPSULATE" name 'mcp-agent-breakpoint (breakpoint-wrapper name))))
+         (note-event :breakpoint-set "An agent set ~A: a call that stops waits for the agent, not in your debugger."
+                     (breakpoint-text breakpoint))
          (breakpoint-plist breakpoint))))))
 
 (define-entry list-breakpoints (&key session token)
@@ -229,5 +256,12 @@ Returns the breakpoint's plist."
                                      (fail "There is no breakpoint ~D of this session~:[~;; its breakpoints are ~
                                             ~{~D~^, ~}~]." number own (mapcar #'breakpoint-number own)))
                                  own)))
-                (remove-breakpoints chosen)
+                (remove-breakpoints chosen "the agent removed it")
                 (list :removed (mapcar #'breakpoint-plist chosen))))))
+
+(define-entry remove-all-breakpoints ()
+  "For Emacs (swank-mcp-clear-breakpoints): removes every agent's breakpoint, whichever session set
+it, so that no call of the image stops for an agent any more. A thread that waits at one already
+still waits for its agent's continue. Returns the removed breakpoints' plists, oldest first."
+  (mapcar #'breakpoint-plist
+          (sort (remove-breakpoints *breakpoints* "cleared in Emacs") #'< :key #'breakpoint-number)))

@@ -14,7 +14,8 @@
 ;;;; debugger belongs to; ROUTE-ATTACHED-REPLY, on the server's event hook, hands it to the agent's
 ;;;; connection that asked, so the person's Emacs never sees a reply it did not ask for. A restart
 ;;;; the agent invokes unwinds the thread's debugger as the person's own choice would: their SLDB
-;;;; closes (:debug-return) and their connection stays as it was.
+;;;; closes (:debug-return) and their connection stays as it was. The person's activity buffer
+;;;; says which thread an agent attached to, and the condition it stopped with (NOTE-EVENT).
 ;;;;
 ;;;; Loaded after workers.lisp, under the rules of package.lisp.
 
@@ -182,11 +183,22 @@ one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
              ((null id-of)
               (fail "The server has no THREAD-ID, which attaching needs."))
              (t
-              (let ((connection (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil)))
+              (let* ((connection (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil))
+                     (condition (let ((variable (server-debugger-variable :condition)))
+                                  (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
+                     ;; BREAKPOINT-HIT by name: breakpoints.lisp, which defines it, loads after this.
+                     (where (cond ((null connection) "a debugger no connection serves")
+                                  ((eq (type-of condition) 'breakpoint-hit)
+                                   "swank-mcp's connection, at an agent's breakpoint")
+                                  ((agent-connection-p connection) "swank-mcp's connection, as no Emacs is connected")
+                                  (t "the person's Emacs debugger"))))
+                ;; The person is told in their activity buffer: the agent may act on their SLDB's thread.
+                (note-event :attached "An agent attached to thread ~D ~S, which waits in ~A~@[ with ~A~]."
+                            (thread-number thread) (safe-princ (sb-thread:thread-name thread)) where
+                            (and (typep condition 'condition)
+                                 (format nil "~A: ~A" (type-of condition) (one-line (condition-message condition) 300))))
                 (list :thread (funcall id-of thread)
                       :number (thread-number thread)
                       :name (safe-princ (sb-thread:thread-name thread))
                       :level level
-                      :where (cond ((null connection) "a debugger no connection serves")
-                                   ((agent-connection-p connection) "swank-mcp's connection, as no Emacs is connected")
-                                   (t "the person's Emacs debugger"))))))))))
+                      :where where))))))))
