@@ -72,19 +72,12 @@ pub const BOOTSTRAP_SOURCE: &str = include_str!("../lisp/bootstrap.lisp");
 /// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
 pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
 
-/// Identifies this revision of the helper text: an image holding another one loads this one, and
-/// the image's cache keeps a compiled file per revision.
-const HELPER_DIGEST: u64 = fnv1a(HELPER_SOURCE.as_bytes());
-
-const fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        hash ^= bytes[i] as u64;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    hash
+/// The digest of a helper text: it identifies the revision, so that an image holding another one
+/// loads this one, and the image's cache keeps a compiled file per revision. Computed once, when
+/// the helper is first needed: at some 400 KB the text is past what the compiler evaluates as a
+/// constant.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// One revision of the helper: its text, the digest that names it in the image, and the
@@ -97,7 +90,7 @@ pub struct Helper {
 
 static CURRENT: LazyLock<Helper> = LazyLock::new(|| Helper {
     source: Cow::Borrowed(HELPER_SOURCE),
-    digest: format!("{HELPER_DIGEST:016x}"),
+    digest: format!("{:016x}", fnv1a(HELPER_SOURCE.as_bytes())),
     release: Cow::Borrowed(env!("CARGO_PKG_VERSION")),
 });
 

@@ -214,10 +214,66 @@ their place, or read them."
         (ignore-errors (delete-file file)))
       (ignore-errors (posix "RMDIR" directory)))))
 
+;;; ------------------------------------------------------------------------------------------
+;;; The callers a load leaves stale: a function keeps the expansion of the macros, and the body
+;;; of the inline functions, it was compiled with, so it runs the old code until recompiled.
+
+(defclass load-changes ()
+  ((expanders :initform '() :accessor changed-expanders
+              :documentation "The macros and inline functions the load defined, latest first.")
+   (defined :initform (make-hash-table :test 'equal) :reader defined-names
+            :documentation "Every function and macro the load defined: compiled with the new code.")))
+
+(defvar *load-changes* nil
+  "The LOAD-CHANGES of the load COMPILE-AND-LOAD runs in this thread, or NIL.")
+
+(defparameter *max-stale-callers* 200
+  "Callers of a load's macros and inline functions that are recompiled at most.")
+
+(defun note-load-definition (name kind)
+  "Called as NAME is defined, a :MACRO or a :FUNCTION (from the encapsulation of SB-C::%DEFMACRO
+and the fdefinition hook): during a load, records it, and as an expander when it is a macro or
+an inline function."
+  (let ((changes *load-changes*))
+    (when changes
+      (setf (gethash name (defined-names changes)) t)
+      (when (or (eq kind :macro)
+                (eq (ignore-errors (internal-call "SB-INT" "INFO" :function :inlinep name)) 'inline))
+        (pushnew name (changed-expanders changes) :test #'equal)))))
+
+(defun stale-callers (changes)
+  "The functions compiled with an older definition of an expander CHANGES records: those SBCL's
+xref says expand the macro or call (so inline) the function, less those the load defined itself.
+Each (:EXPANDER name :NAME name :SOURCE location), once, under the first expander that finds it."
+  (let ((seen (make-hash-table :test 'equal))
+        (callers '())
+        (*file-octets* (or *file-octets* (make-hash-table :test 'equal))))
+    (dolist (expander (reverse (changed-expanders changes)))
+      (loop for (caller . source) in (ignore-errors
+                                      (if (and (symbolp expander) (macro-function expander))
+                                          (sb-introspect:who-macroexpands expander)
+                                          (sb-introspect:who-calls expander)))
+            unless (or (gethash caller (defined-names changes)) (gethash caller seen))
+              do (setf (gethash caller seen) t)
+                 (push (list :expander (package-qualified expander)
+                             :name (package-qualified caller)
+                             :source (source-location source caller))
+                       callers)))
+    (let ((callers (nreverse callers)))
+      (subseq callers 0 (min (length callers) *max-stale-callers*)))))
+
 (defun compile-and-load (octets file write-date)
   "Compiles OCTETS, the text to load of FILE (the real file's native name, written WRITE-DATE), from
 a private copy (see CALL-WITH-PRIVATE-COPY) whose source name is FILE, and loads the result unless
-the compiler reported an error. Returns the report of LOAD-REPORT."
+the compiler reported an error. Returns the report of LOAD-REPORT, with :CALLERS, the functions
+of the image still running an older expansion of a macro or inline function it redefined (see
+STALE-CALLERS)."
+  (let* ((changes (make-instance 'load-changes))
+         (report (let ((*load-changes* changes))
+                   (compile-and-load-recording octets file write-date))))
+    (append report (list :callers (and (getf report :loaded) (stale-callers changes))))))
+
+(defun compile-and-load-recording (octets file write-date)
   (call-with-private-copy
    octets write-date
    (lambda (source fasl)
@@ -417,3 +473,37 @@ lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded
                                       collect (sb-ext:native-namestring directory))
                               :test #'string=))))))
             :turn (list *asdf-turn* "system-directories")))
+
+(define-entry (system-files :look t) (name &key session token)
+  "(:SYSTEM name :DIRECTORY native :FILES natives): the files of the ASDF system NAME registered in
+the image, its .asd file first, then its source files in the order the system lists them, for
+find-definition. Fails when no system of that name is registered."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (flet ((asdf (name)
+                       (let ((symbol (and (find-package '#:asdf) (find-symbol name '#:asdf))))
+                         (or (and symbol (fboundp symbol) (symbol-function symbol))
+                             (fail "ASDF is not loaded in the image, so it knows no system.")))))
+                ;; REGISTERED-SYSTEM, as in SYSTEM-DIRECTORIES: a look loads no .asd file.
+                (let* ((system (or (funcall (asdf "REGISTERED-SYSTEM") name)
+                                   (funcall (asdf "REGISTERED-SYSTEM") (string-downcase name))
+                                   (fail "No system ~S is registered in the image. load-system loads it; ~
+                                          this look reads no .asd file." name)))
+                       (source-file (find-class (find-symbol "SOURCE-FILE" '#:asdf)))
+                       (parent (find-class (find-symbol "PARENT-COMPONENT" '#:asdf)))
+                       (pathname-of (asdf "COMPONENT-PATHNAME"))
+                       (files '()))
+                  (labels ((walk (component)
+                             (cond ((typep component source-file)
+                                    (let ((pathname (funcall pathname-of component)))
+                                      (when pathname (push (sb-ext:native-namestring pathname) files))))
+                                   ((typep component parent)
+                                    (mapc #'walk (funcall (asdf "COMPONENT-CHILDREN") component))))))
+                    (walk system))
+                  (let ((asd (ignore-errors (funcall (asdf "SYSTEM-SOURCE-FILE") system)))
+                        (directory (funcall pathname-of system)))
+                    (list :system (funcall (asdf "COMPONENT-NAME") system)
+                          :directory (and directory (sb-ext:native-namestring directory))
+                          :files (append (and asd (list (sb-ext:native-namestring asd))) (nreverse files)))))))
+            :turn (list *asdf-turn* "system-files")))

@@ -147,6 +147,7 @@ Returns the entry, or NIL when there is none (additions are not journaled now)."
 
 (defun note-fdefinition-change (name new-definition)
   "From SBCL's fdefinition hook, before NAME's global function becomes NEW-DEFINITION."
+  (note-load-definition name :function)
   (when (and (journaling-p name)
              ;; A new generic function comes with its methods, which are journaled themselves.
              (not (typep new-definition 'generic-function)))
@@ -159,6 +160,7 @@ Returns the entry, or NIL when there is none (additions are not journaled now)."
 (defun journal-defmacro (definer name &rest arguments)
   "Encapsulates SB-C::%DEFMACRO: journals the macro NAME had before an agent's call redefines it,
 and the one the call makes."
+  (note-load-definition name :macro)
   (let* ((journaling (journaling-p name))
          (entry (and journaling (ignore-errors (journal :macro name :previous (macro-function name))))))
     (multiple-value-prog1 (apply definer name arguments)

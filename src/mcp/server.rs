@@ -67,7 +67,7 @@ with operation \"patch\" (old_text, new_text) and load: true fixes the file and 
 several edits, all or none); then run-tests again.
 The tools:
 1. Find your way: lisp-outline lists a file's forms; find-definition, describe-symbol, apropos-search, xref and \
-class-info ask the image, changing nothing.
+class-info ask the image, changing nothing; find-definition with text greps a system's files for the forms holding it.
 2. Change code in its file: edit-lisp-form with load: true edits the file and compiles the change into the image, \
 so the image runs what the file says and find-definition points at it. load-form and load-file compile what a file \
 already says, load-system an ASDF system. compile-form checks code without defining anything; macroexpand-form \

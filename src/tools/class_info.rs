@@ -12,15 +12,14 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("class", "Class name to inspect").required(),
-    Param::text("package", "Package name (defaults to CL-USER)"),
+    Param::text("class", "").required(),
+    super::SYMBOL_PACKAGE,
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "class-info",
-        description: "Get complete information about a CLOS class including its slots, superclasses, subclasses, and \
-            metaclass. Works with any class in the running image.",
+        description: "A class of the image: its slots, superclasses, subclasses and metaclass.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }

@@ -12,16 +12,16 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::code("code", "Common Lisp code to compile").required(),
-    Param::text("package", "Package context for compilation (default: CL-USER)"),
+    Param::code("code", "").required(),
+    super::SYMBOL_PACKAGE,
 ];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "compile-form",
         description:
-            "Compile Common Lisp code without executing it. Catches compilation warnings, type errors, and other \
-            issues that only appear at compile time. Useful for checking code correctness before evaluation.",
+            "Compile code without running it or defining anything: its warnings and errors, as compiling a file \
+            gives them.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }

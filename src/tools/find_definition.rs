@@ -18,7 +18,9 @@ use crate::image::Request;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::text("symbol", "Several with spaces between.").required(),
+    Param::text("symbol", "Several with spaces between."),
+    Param::text("text", ""),
+    Param::text("system", ""),
     Param::flag("source", ""),
     super::SYMBOL_PACKAGE,
     Param::integer("offset", 0, ""),
@@ -28,7 +30,8 @@ const ARGUMENTS: &[Param] = &[
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
-        description: "Where symbols are defined, at file:line:column in the file's current text.",
+        description: "Where symbols are defined, at file:line:column in the file's current text. Or, as grep: each \
+            form holding text, with the lines, in system's files or the roots'; system alone lists its files.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
@@ -44,6 +47,22 @@ pub const MAX_DEFINITIONS: u64 = 2_000;
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let searching = args.optional_str("text")?.is_some() || args.optional_str("system")?.is_some();
+    match args.optional_str("symbol")? {
+        Some(_) if searching => {
+            return Err(ToolError::new(
+                "Give `symbol` to find where symbols are defined, or `text` (and `system`) to find the forms \
+                 holding it; not both.",
+            ))
+        }
+        None if !searching => {
+            return Err(ToolError::new(
+                "Give `symbol`, `text` (the forms holding it) or `system` (its files); find-definition got none.",
+            ))
+        }
+        None => return super::text_search::call(context, args).await,
+        Some(_) => {}
+    }
     let offset = args.optional_u64("offset")?.unwrap_or(0);
     let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
     let with_source = args.flag("source")?;

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::lisp_reply::{decode, plural};
-use super::load_form::{octet_text, universal_time, LoadReport};
+use super::load_form::{octet_text, recompile_callers, universal_time, LoadReport};
 use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
@@ -70,7 +70,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .key("guarded", guarded)
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
-    let report = decode::<LoadReport>("load-source-file", &reply)?;
+    let mut report = decode::<LoadReport>("load-source-file", &reply)?;
+    recompile_callers(context, args, &mut report).await;
     let (dropped_forms, dropped_definitions) = report.dropped.unwrap_or_default();
     let compiled = counted.as_ref().map(|counted| {
         (
@@ -96,6 +97,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         )
     };
     let mut sections = vec![verdict];
+    sections.extend(report.recompiled.clone());
     sections.extend(report.condition_sections(&file.shown));
     if let Some(stdout) = report.stdout.section("[stdout]", context.settings.max_output) {
         sections.push(stdout);

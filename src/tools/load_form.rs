@@ -10,13 +10,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
+use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
 use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
 use crate::image::Request;
-use crate::source::{AllowedRoots, LoadPlan, LoadTarget, SourceFile};
+use crate::source::{top_level_form_at, AllowedRoots, LoadPlan, LoadTarget, PathError, SourceFile};
 use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;
 
@@ -87,8 +87,22 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
 
 /// Sends `plan` to the image to compile and load, as the text of the file at `path` (`shown` in
 /// messages) last modified at `modified`: the image never opens the path, which may lead
-/// elsewhere by then, or to other text.
+/// elsewhere by then, or to other text. Then recompiles the callers of what it redefined (see
+/// [`recompile_callers`]).
 pub(crate) async fn load_plan(
+    context: &ToolContext,
+    args: &Arguments,
+    file: (&Path, &str),
+    modified: Option<SystemTime>,
+    plan: &LoadPlan,
+) -> Result<LoadReport, ToolError> {
+    let mut report = send_plan(context, args, file, modified, plan).await?;
+    recompile_callers(context, args, &mut report).await;
+    Ok(report)
+}
+
+/// [`load_plan`] without the callers.
+async fn send_plan(
     context: &ToolContext,
     args: &Arguments,
     (path, shown): (&Path, &str),
@@ -112,6 +126,90 @@ pub(crate) async fn load_plan(
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     decode::<LoadReport>("load-source", &reply)
+}
+
+/// Recompiles from its file each caller `report` lists, compiled with the old definition of a
+/// macro or inline function the load replaced, as load-form compiles a definition: the image runs
+/// the new expansion at once. Callers are not followed further: a recompiled caller that is a
+/// macro itself leaves its own callers as they are. Sets `report.recompiled` to what was done.
+pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, report: &mut LoadReport) {
+    if report.callers.is_empty() {
+        return;
+    }
+    // Each file once, all its callers in one load.
+    let mut files: Vec<(String, Vec<&StaleCaller>)> = Vec::new();
+    let mut outcomes: Vec<(&StaleCaller, Result<String, String>)> = Vec::new();
+    for caller in &report.callers {
+        match &caller.source.file {
+            Some(file) => match files.iter_mut().find(|(f, _)| f == file) {
+                Some((_, callers)) => callers.push(caller),
+                None => files.push((file.clone(), vec![caller])),
+            },
+            None => outcomes.push((caller, Err("no file".into()))),
+        }
+    }
+    for (path, callers) in files {
+        let file = match context.roots().read(Path::new(&path), Some((super::LARGE_FILE, ""))) {
+            Ok(file) => file,
+            Err(error) => {
+                let why = match error {
+                    PathError::Outside { .. } => "outside the roots".to_string(),
+                    error => error.to_string(),
+                };
+                outcomes.extend(callers.into_iter().map(|caller| (caller, Err(why.clone()))));
+                continue;
+            }
+        };
+        let (mut spans, mut found) = (Vec::new(), Vec::new());
+        for caller in callers {
+            let at = caller.source.line.zip(caller.source.column);
+            match at.and_then(|(line, column)| top_level_form_at(&file.bytes, line as usize, column as usize)) {
+                Some((start, end)) => {
+                    spans.push(start..end);
+                    found.push((caller, format!("{}:{}", file.shown, caller.source.line.unwrap_or_default())));
+                }
+                None => outcomes.push((caller, Err(format!("no form at its place in {}", file.shown)))),
+            }
+        }
+        let loaded = match LoadPlan::for_spans(&file.bytes, &spans) {
+            Ok(plan) => match send_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
+                Ok(loaded) if loaded.loaded => Ok(()),
+                Ok(loaded) => Err(format!("compiling it gave {}", loaded.counts())),
+                Err(error) => Err(error.0),
+            },
+            Err(error) => Err(error),
+        };
+        outcomes.extend(found.into_iter().map(|(caller, at)| (caller, loaded.clone().map(|()| at))));
+    }
+    let mut lines = Vec::new();
+    let mut expanders: Vec<&str> = report.callers.iter().map(|c| c.expander.as_str()).collect();
+    expanders.dedup();
+    for expander in expanders {
+        let of = |ok: bool| -> Vec<String> {
+            outcomes
+                .iter()
+                .filter(|(caller, outcome)| caller.expander == expander && outcome.is_ok() == ok)
+                .map(|(caller, outcome)| match outcome {
+                    Ok(at) => format!("{} ({at})", caller.name),
+                    Err(why) => format!("{} ({why})", caller.name),
+                })
+                .collect()
+        };
+        let (done, not_done) = (of(true), of(false));
+        let mut line = format!(
+            "Recompiled {} of {expander}, compiled with its old definition",
+            plural(done.len() as u64, "caller", "callers")
+        );
+        if !done.is_empty() {
+            line.push_str(&format!(": {}", done.join(", ")));
+        }
+        if !not_done.is_empty() {
+            line.push_str(&format!("; not recompiled, still running the old one: {}", not_done.join(", ")));
+        }
+        line.push('.');
+        lines.push(line);
+    }
+    report.recompiled = Some(lines.join("\n"));
 }
 
 /// Room in a request to the image for what it carries besides a file's text.
@@ -163,6 +261,21 @@ pub(crate) struct LoadReport {
     /// the reader skipped (behind a reader conditional that does not hold).
     pub dropped: Option<(u64, u64)>,
     pub stdout: Captured,
+    /// The functions compiled with an old definition of a macro or inline function this load
+    /// replaced.
+    pub callers: Vec<StaleCaller>,
+    /// What [`recompile_callers`] did with them.
+    #[serde(skip)]
+    pub recompiled: Option<String>,
+}
+
+/// A function compiled with an older definition of a macro or inline function (its expander).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct StaleCaller {
+    pub expander: String,
+    pub name: String,
+    pub source: Location,
 }
 
 impl LoadReport {
@@ -222,6 +335,7 @@ impl LoadReport {
                 "severity": c.severity, "message": c.message, "form": c.form, "line": c.line, "column": c.column,
             })).collect::<Vec<_>>(),
             "not_read": self.inactive.iter().map(|(label, ..)| label.clone()).collect::<Vec<_>>(),
+            "callers": self.recompiled,
         })
     }
 
@@ -254,6 +368,7 @@ impl LoadReport {
         let failed = !self.loaded || !self.inactive.is_empty();
         let mut sections: Vec<String> = edited.into_iter().collect();
         sections.push(verdict);
+        sections.extend(self.recompiled.clone());
         sections.extend(self.condition_sections(file));
         if let Some(stdout) = self.stdout.section("[stdout]", usize::MAX) {
             sections.push(stdout);
@@ -280,7 +395,7 @@ mod tests {
             &read(
                 "(:loaded t :warnings 0 :errors 0 :style-warnings 1 :notes 0 :conditions \
                  ((:severity \"STYLE-WARNING\" :message \"undefined function: APP::G\" :form \"(G 1)\" :line 8 :column 17)) \
-                 :rest nil :inactive nil :dropped nil :stdout (\"\" 0))",
+                 :rest nil :inactive nil :dropped nil :stdout (\"\" 0) :callers nil)",
             )
             .unwrap(),
         )

@@ -13,8 +13,8 @@ use crate::swank::Sexp;
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[
-    Param::code("form", "The Lisp form to expand (as a string)").required(),
-    Param::flag("full", "If true, fully expand all macros recursively (default: false, single step)"),
+    Param::code("form", "").required(),
+    Param::flag("full", "Expand every macro in it, not only the form's."),
     Param::text("package", ""),
 ];
 
@@ -22,8 +22,7 @@ fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "macroexpand-form",
         description:
-            "Expand a macro form to see the generated code. Useful for understanding what macros like DEFUN, LOOP, or \
-            WITH-* generate.",
+            "The code a macro form expands to, one step (macroexpand-1) unless full.",
         arguments: ARGUMENTS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }

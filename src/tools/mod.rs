@@ -11,6 +11,7 @@ pub(crate) mod lisp_reply;
 pub mod output;
 pub mod preview;
 pub mod progress;
+pub(crate) mod text_search;
 
 pub use lisp_reply::group_thousands;
 
