@@ -1345,12 +1345,13 @@ asking you, for the rest of its session? "))))
 
 (defun swank-mcp-tests--define-shop ()
   "Define, as the person would, a worker that prices a job and records it.
-Both keep their frames (debug 2), so that a frame of theirs can be restarted."
+Both keep their frames (debug 2), so that a frame of theirs can be restarted.  No
+name holds \"swank\": slynk's reader would read it as \"slynk\"."
   (swank-mcp-tests--user-eval
-   "(progn (defvar *swank-mcp-done* '()) (defvar *swank-mcp-worker* nil)
-      (defun swank-mcp-price (qty) (declare (optimize (debug 2))) (* qty 10))
-      (defun swank-mcp-work (job) (declare (optimize (debug 2)))
-        (push (cons sb-thread:*current-thread* (swank-mcp-price job)) *swank-mcp-done*))
+   "(progn (defvar *mcp-shop-done* '()) (defvar *mcp-shop-worker* nil)
+      (defun mcp-shop-price (qty) (declare (optimize (debug 2))) (* qty 10))
+      (defun mcp-shop-work (job) (declare (optimize (debug 2)))
+        (push (cons sb-thread:*current-thread* (mcp-shop-price job)) *mcp-shop-done*))
       t)"))
 
 (defun swank-mcp-tests--match (regexp text)
@@ -1366,20 +1367,20 @@ Both keep their frames (debug 2), so that a frame of theirs can be restarted."
       (should (equal (swank-mcp-tests--response-ok server 2) "=> 3"))
       (swank-mcp-tests--define-shop)
       ;; The person starts a worker whose job's quantity came as text.
-      (swank-mcp-tests--user-eval "(setf *swank-mcp-worker*
-                                     (sb-thread:make-thread (lambda () (swank-mcp-work \"3\")) :name \"shop-worker\"))")
+      (swank-mcp-tests--user-eval "(setf *mcp-shop-worker*
+                                     (sb-thread:make-thread (lambda () (mcp-shop-work \"3\")) :name \"shop-worker\"))")
       ;; Their debugger shows the error, as ever, and the thread waits there.
       (let ((debugger (car (swank-mcp-tests--wait "the person's debugger" #'swank-mcp-tests--debugger-buffers))))
         (with-current-buffer debugger
           (should (string-match-p "is not of type" (buffer-string)))))
-      (should (eq (swank-mcp-tests--eval '(cl:and (sb-thread:thread-alive-p cl-user::*swank-mcp-worker*) :alive))
+      (should (eq (swank-mcp-tests--eval '(cl:and (sb-thread:thread-alive-p cl-user::*mcp-shop-worker*) :alive))
                   :alive))
       ;; The agent attaches to it by name, reads the local, fixes the function, restarts the frame.
       (swank-mcp-tests--mcp-call server 3 "debugger" '((action . "attach") (thread . "shop-worker")))
       (let* ((attached (swank-mcp-tests--response-ok server 3))
              (session (swank-mcp-tests--match "\\[DEBUGGER \\(D[0-9]+\\)\\]" attached))
              (frame (string-to-number
-                     (swank-mcp-tests--match "^ *\\([0-9]+\\): (\\(?:[A-Z-]+::?\\)?SWANK-MCP-PRICE " attached))))
+                     (swank-mcp-tests--match "^ *\\([0-9]+\\): (\\(?:[A-Z-]+::?\\)?MCP-SHOP-PRICE " attached))))
         (should (string-match-p "waits in the person's Emacs debugger" attached))
         ;; The person's activity buffer says so, with the condition the thread stopped with.
         (swank-mcp-tests--wait-activity
@@ -1389,15 +1390,15 @@ Emacs debugger with TYPE-ERROR: The value \"3\" is not of type NUMBER")
         (swank-mcp-tests--mcp-call server 4 "debugger" `((session . ,session) (action . "frame") (frame . ,frame)))
         (should (string-match-p "QTY = \"3\"" (swank-mcp-tests--response-ok server 4)))
         (swank-mcp-tests--mcp-call server 5 "evaluate-lisp"
-                                   '((code . "(defun swank-mcp-price (qty) (* (if (stringp qty) (parse-integer qty) qty) 10))")))
+                                   '((code . "(defun mcp-shop-price (qty) (* (if (stringp qty) (parse-integer qty) qty) 10))")))
         (swank-mcp-tests--response-ok server 5)
         (swank-mcp-tests--mcp-call server 6 "debugger" `((session . ,session) (action . "restart_frame") (frame . ,frame)))
         (should (string-match-p "left the debugger" (swank-mcp-tests--response-ok server 6))))
       ;; The person's debugger closes, the same thread finished the same job, and their
       ;; connection still answers.
       (swank-mcp-tests--wait "the person's debugger to close" (lambda () (null (swank-mcp-tests--debugger-buffers))))
-      (should (eql (swank-mcp-tests--eval '(cl:let ((done (cl:first cl-user::*swank-mcp-done*)))
-                                            (cl:and (cl:eq (cl:car done) cl-user::*swank-mcp-worker*) (cl:cdr done))))
+      (should (eql (swank-mcp-tests--eval '(cl:let ((done (cl:first cl-user::*mcp-shop-done*)))
+                                            (cl:and (cl:eq (cl:car done) cl-user::*mcp-shop-worker*) (cl:cdr done))))
                    30))
       (should (equal (swank-mcp-tests--user-value "(+ 40 2)") "42")))))
 

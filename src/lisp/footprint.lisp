@@ -16,7 +16,7 @@
 ;;;; - A function on SB-INT:*SETF-FDEFINITION-HOOK* (the journal's view of DEFUN).
 ;;;; - CONNECTION-CLOSED on each server's *CONNECTION-CLOSED-HOOK* (swank's, slynk's, or both):
 ;;;;   a closed connection's sessions and worker threads end.
-;;;; - ROUTE-ATTACHED-REPLY on each server's *EVENT-HOOK*: the reply to the agent's request to a
+;;;; - An encapsulation of each server's DISPATCH-EVENT: the reply to the agent's request to a
 ;;;;   thread waiting in the person's debugger goes to the agent (image-threads.lisp).
 ;;;; - The modules sb-cltl2 and sb-introspect, required when the helper loads (its files name their
 ;;;;   symbols); swank and slynk have loaded both already. A module cannot be unloaded, so
@@ -55,7 +55,9 @@
     ("SWANK" "DEFAULT-CONNECTION" mcp-agent-person-first swank-person-first)
     ("SLYNK" "DEFAULT-CONNECTION" mcp-agent-person-first slynk-person-first)
     ("SWANK" "INVOKE-SLIME-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
-    ("SLYNK" "INVOKE-SLY-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop))
+    ("SLYNK" "INVOKE-SLY-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
+    ("SWANK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes)
+    ("SLYNK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes))
   "The SBCL functions the helper encapsulates, each (package name tag wrapper): looked up by name,
 since a future SBCL may lack one (the helper then does without). The wrapper is called by name, so
 that a reloaded helper's definition takes over.")
@@ -86,10 +88,8 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (= 3 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P" "UNENCAPSULATE"))))
 
 (defun server-hook-items (package)
-  "The footprint on the server of PACKAGE: its connection-closed hook and its event hook, where it
-has them."
-  (loop for (name function) in '(("*CONNECTION-CLOSED-HOOK*" connection-closed)
-                                 ("*EVENT-HOOK*" route-attached-reply))
+  "The footprint on the server of PACKAGE: its connection-closed hook, where it has one."
+  (loop for (name function) in '(("*CONNECTION-CLOSED-HOOK*" connection-closed))
         for hook = (find-symbol name package)
         when (and hook (boundp hook) (listp (symbol-value hook)))
           collect (list :hook hook function)))

@@ -11,8 +11,8 @@
 ;;;; Acting on a thread that waits in a debugger. Such a thread reads requests from its own mailbox
 ;;;; whichever connection sent them, so the agent's server sends its debugger requests to the
 ;;;; thread's id as Emacs does, through ATTACHED. The reply goes to the connection the thread's
-;;;; debugger belongs to; ROUTE-ATTACHED-REPLY, on the server's event hook, hands it to the agent's
-;;;; connection that asked, so the person's Emacs never sees a reply it did not ask for. A restart
+;;;; debugger belongs to; ROUTE-ATTACHED-REPLY, around the server's DISPATCH-EVENT, hands it to the
+;;;; agent's connection that asked, so the person's Emacs never sees a reply it did not ask for. A restart
 ;;;; the agent invokes unwinds the thread's debugger as the person's own choice would: their SLDB
 ;;;; closes (:debug-return) and their connection stays as it was. The person's activity buffer
 ;;;; says which thread an agent attached to, and the condition it stopped with (NOTE-EVENT).
@@ -98,20 +98,25 @@ in another connection's debugger runs it: where its reply goes.")
   (let ((find (server-function server "FIND-THREAD" (server-backend server))))
     (and find (funcall find id))))
 
+(defun connection-server (connection)
+  "The SERVER whose connection CONNECTION is (its structure is of the server's package)."
+  (let ((package (symbol-package (class-name (class-of connection)))))
+    (find package (servers) :key #'server-package)))
+
 (defun route-attached-reply (connection event)
-  "On each server's *EVENT-HOOK*, which a connection's control thread runs on every event before
-it dispatches it (so it must be quick and never fail). An ATTACHED request arriving from the
-agent's CONNECTION is noted under its thread and id; the thread's reply to it, which goes to the
-connection the thread's debugger belongs to, is handed to the agent's connection instead. True
-when the event was handed on."
+  "An ATTACHED request arriving from the agent's CONNECTION is noted under its thread and id; the
+thread's reply to it, which goes to the connection the thread's debugger belongs to, is handed to
+the agent's connection instead. True when the event was handed on. Runs in a connection's control
+thread on every event of every connection (DISPATCH-THROUGH-ROUTES), so it is quick and never
+fails."
   (ignore-errors
    (when (consp event)
      (case (first event)
        (:emacs-rex
-        (destructuring-bind (&optional form package thread id) (rest event)
-          (declare (ignore package))
+        (destructuring-bind (&optional form package thread id &rest options) (rest event)
+          (declare (ignore package options))
           (when (and (consp form) (eq (first form) 'attached) (integerp thread))
-            (let* ((server (current-server))
+            (let* ((server (connection-server connection))
                    (target (and server (server-thread server thread))))
               (when target
                 (setf (gethash (cons target id) *attached-routes*) connection)))))
@@ -123,12 +128,19 @@ when the event was handed on."
           (when origin
             (remhash key *attached-routes*)
             (unless (eq origin connection)
-              (let* ((server (current-server))
-                     (control-thread (server-function server "MCONN.CONTROL-THREAD"))
-                     (send (server-function server "SEND")))
+              (let* ((server (connection-server origin))
+                     (control-thread (and server (server-function server "MCONN.CONTROL-THREAD")))
+                     (send (and server (server-function server "SEND"))))
                 (when (and control-thread send)
                   (funcall send (funcall control-thread origin) event)
                   t))))))))))
+
+(defun dispatch-through-routes (dispatch-event connection event)
+  "Wraps the server's DISPATCH-EVENT, which a connection's control thread calls on each event:
+the replies of ATTACHED requests go to the agent that asked (ROUTE-ATTACHED-REPLY), everything
+else as ever. (Swank runs an event hook there too; slynk has none.)"
+  (unless (route-attached-reply connection event)
+    (funcall dispatch-event connection event)))
 
 (defun server-debugger-state ()
   "A PARKED made of the server's debugger this thread waits in, or NIL when it waits in none."
