@@ -345,3 +345,42 @@ async fn a_trace_of_every_thread_summarises_other_threads_calls_in_the_next_repl
     let next = tool(&mut agent, "evaluate-lisp", json!({"code": "2"})).await;
     assert_eq!(next, "=> 2", "taken once");
 }
+
+#[tokio::test]
+async fn code_without_step_points_is_recompiled_for_stepping_and_put_back() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let directory = tempfile::tempdir().unwrap();
+    let file = directory.path().join("tally.lisp");
+    std::fs::write(&file, "(in-package :shop)\n\n(defun tally (a b)\n  (let ((s (+ a b)))\n    (* s 3)))\n").unwrap();
+    let loaded = person.eval(&format!("(load (compile-file {:?}))", file.display().to_string()), "SHOP").await;
+    assert!(loaded.starts_with("(:ok \"=> T"), "{loaded}");
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+
+    // Compiled at the default (debug 1): the step finds no step point and says how to get one.
+    let stopped_at = |name: &'static str| format!("(sb-thread:make-thread (lambda () (tally 1 2)) :name \"{name}\")");
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tally", "hits": 1})).await;
+    person.eval(&stopped_at("tally-1"), "SHOP").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let session = named_session(&tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await);
+    let stepped = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
+    assert!(stepped.contains("No step was reached") && stepped.contains("recompile_debug"), "{stepped}");
+
+    let recompiled =
+        tool(&mut agent, "debugger", json!({"action": "recompile_debug", "function": "shop::tally"})).await;
+    assert!(recompiled.contains(&format!("{}:3 with (debug 3)", file.display())), "{recompiled}");
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tally", "hits": 1})).await;
+    person.eval(&stopped_at("tally-2"), "SHOP").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let session = named_session(&tool(&mut agent, "evaluate-lisp", json!({"code": "2"})).await);
+    let stepped = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
+    assert!(stepped.contains("STEP-FORM-CONDITION") && stepped.contains("(+ A B)"), "{stepped}");
+    tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
+
+    let restored =
+        tool(&mut agent, "debugger", json!({"action": "recompile_restore", "function": "shop::tally"})).await;
+    assert!(restored.contains("its file's own policy again"), "{restored}");
+    assert!(person.eval("(tally 2 3)", "SHOP").await.starts_with("(:ok \"=> 15 "), "it still computes");
+}

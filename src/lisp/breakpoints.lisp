@@ -265,3 +265,70 @@ it, so that no call of the image stops for an agent any more. A thread that wait
 still waits for its agent's continue. Returns the removed breakpoints' plists, oldest first."
   (mapcar #'breakpoint-plist
           (sort (remove-breakpoints *breakpoints* "cleared in Emacs") #'< :key #'breakpoint-number)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Recompiling a function so that it can be stepped
+
+(defun in-package-spans (octets before)
+  "The (start . end) of each top-level IN-PACKAGE form of OCTETS before byte BEFORE: a definition
+kept alone is read in the package they make current, as in its file."
+  (let ((spans '()) (i 0) (marker (map 'vector #'char-code "(in-package")))
+    (loop
+      (let ((start (skip-layout octets i)))
+        (when (>= start before) (return (nreverse spans)))
+        (let ((end (skip-form octets start)))
+          (when (<= end start) (return (nreverse spans)))
+          (when (and (<= (+ start (length marker)) (length octets))
+                     (every (lambda (byte wanted) (= (logior byte 32) (logior wanted 32)))
+                            (subseq octets start (+ start (length marker))) marker))
+            (push (cons start end) spans))
+          (setf i end))))))
+
+(defun definition-form-octets (function-name)
+  "The octets of FUNCTION-NAME's file with everything but the top-level form that defines it
+blanked out (newlines kept, so that the compiler's positions stay the file's), the file's name
+and its write date; fails, saying why, for a function that has no file."
+  (let* ((source (or (ignore-errors (sb-introspect:find-definition-source (fdefinition function-name)))
+                     (fail "~A has no definition source SBCL can find." (qualified-name function-name))))
+         (pathname (sb-introspect:definition-source-pathname source)))
+    (unless pathname
+      (fail "~A was defined at the REPL, with no source file to recompile it from: evaluate its definition again ~
+             after (declaim (optimize (debug 3)))." (qualified-name function-name)))
+    (let* ((file (source-pathname-text pathname))
+           (octets (or (file-octets file) (fail "~A cannot be read." file)))
+           (offset (sb-introspect:definition-source-character-offset source))
+           (form-index (first (sb-introspect:definition-source-form-path source)))
+           (start (cond (offset (read-form-start octets (min offset (length octets))))
+                        (form-index (toplevel-form-start octets form-index))
+                        (t (fail "SBCL recorded no place in ~A for ~A." file (qualified-name function-name)))))
+           (end (skip-form octets start))
+           (kept (make-array (length octets) :element-type '(unsigned-byte 8)))
+           (spans (cons (cons start end) (in-package-spans octets start))))
+      (dotimes (i (length octets))
+        (setf (aref kept i) (cond ((some (lambda (span) (<= (car span) i (1- (cdr span)))) spans) (aref octets i))
+                                  ((= (aref octets i) 10) 10)
+                                  (t 32))))
+      (values kept file (file-write-date file) (octet-line-and-column octets start)))))
+
+(define-entry recompile-for-stepping (function &key restore package session token (max-output 65536))
+  "Recompiles the definition of FUNCTION from its file with (debug 3), which SBCL's stepper needs,
+or, with RESTORE, with the file's own policy again. Returns the plist LOAD-SOURCE does, with :FILE
+and :LINE of the definition."
+  (let ((stdout (make-capture max-output))
+        (*max-output* max-output)
+        (*handles* (session-handles session))
+        (*agent-session* (find-session session)))
+    (let ((result (run-tool
+                   token
+                   (lambda ()
+                     (let ((name (find-existing-symbol function (tool-package package session))))
+                       (unless (and (fboundp name) (not (macro-function name)))
+                         (fail "~A is not a function." (qualified-name name)))
+                       (multiple-value-bind (octets file write-date line) (definition-form-octets name)
+                         (let ((*compile-policy* (if restore nil '(optimize (debug 3)))))
+                           (append (compile-and-load octets file write-date)
+                                   (list :file file :line line))))))
+                   :stdout stdout)))
+      (if (getf result :failure)
+          result
+          (append result (list :stdout (capture-report stdout)))))))

@@ -273,6 +273,10 @@ STALE-CALLERS)."
                    (compile-and-load-recording octets file write-date))))
     (append report (list :callers (and (getf report :loaded) (stale-callers changes))))))
 
+(defvar *compile-policy* nil
+  "While bound, an OPTIMIZE declaration COMPILE-AND-LOAD compiles with, as the base policy the
+file's own declarations refine: the debugger tool's recompile for stepping, (debug 3).")
+
 (defun compile-and-load-recording (octets file write-date)
   (call-with-private-copy
    octets write-date
@@ -284,7 +288,7 @@ STALE-CALLERS)."
            (call-recording-file-conditions
             octets
             (lambda ()
-              (with-compilation-unit (:override t :source-namestring file)
+              (with-compilation-unit (:override t :source-namestring file :policy *compile-policy*)
                 (compile-file source :output-file fasl))))
          (let* ((output (first values))
                 (errors (find "ERROR" conditions :key (lambda (c) (getf c :severity)) :test #'string=))

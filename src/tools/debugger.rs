@@ -49,6 +49,8 @@ const ARGUMENTS: &[Param] = &[
             "break",
             "breakpoints",
             "unbreak",
+            "recompile_debug",
+            "recompile_restore",
         ],
         "",
     )
@@ -95,6 +97,9 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     match args.required_str("action")? {
         "attach" => return attach(context, args, &limits).await,
         "break" => return set_breakpoint(context, args).await,
+        action @ ("recompile_debug" | "recompile_restore") => {
+            return recompile_for_stepping(context, args, action == "recompile_restore").await
+        }
         "breakpoints" => {
             let reply = context.call_helper(args, Request::new("list-breakpoints")).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
@@ -246,6 +251,46 @@ async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
     )))
 }
 
+/// The helper's `recompile-for-stepping`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Recompiled {
+    loaded: bool,
+    errors: u64,
+    file: String,
+    line: u64,
+}
+
+/// Recompiles a function from its file with `(debug 3)`, which SBCL's stepper needs, or with the
+/// file's own policy again (`restore`).
+async fn recompile_for_stepping(context: &ToolContext, args: &Arguments, restore: bool) -> ToolResult {
+    let function = args
+        .optional_str("function")?
+        .ok_or_else(|| ToolError::new("This action needs `function`, the function to recompile."))?;
+    let request = Request::new("recompile-for-stepping")
+        .arg(function)
+        .key("restore", restore)
+        .key("max-output", context.settings.max_output);
+    let reply = context.call_helper(args, request).await?;
+    let done = decode::<Recompiled>("recompile-for-stepping", &reply)?;
+    let place = format!("{}:{}", done.file, done.line);
+    if !done.loaded {
+        return Err(ToolError::new(format!(
+            "Recompiling the definition at {place} failed ({} errors); the image keeps the one it had. load-form \
+             reports the compiler's messages.",
+            done.errors
+        )));
+    }
+    Ok(ToolOutput::success(if restore {
+        format!("Recompiled the definition at {place} with its file's own policy again: it runs as before the steps.")
+    } else {
+        format!(
+            "Recompiled the definition at {place} with (debug 3): it can be stepped now (and runs slower). \
+             {{\"action\": \"recompile_restore\", \"function\": {function:?}}} puts its file's own policy back."
+        )
+    }))
+}
+
 /// The helper's `attach-thread`: the thread found, and where it waits.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -343,9 +388,9 @@ async fn follow_attached(
                  showed it closed, as when they choose a restart); session D{number} has ended. The threads tool shows it; if it stops again, \
                  the next evaluate-lisp reply says so.{}",
                 if within > Duration::from_secs(1) {
-                    " No step was reached: SBCL steps only code compiled with (debug 3); recompile the function \
-                     with (declare (optimize (debug 3))) in its body, or (declaim (optimize (debug 3))) before it, \
-                     and step again."
+                    " No step was reached: SBCL steps only code compiled with (debug 3). {\"action\": \
+                     \"recompile_debug\", \"function\": ...} recompiles a function so (and recompile_restore puts \
+                     it back); then stop at it again and step."
                 } else {
                     ""
                 }
@@ -421,7 +466,7 @@ impl<'a> Action<'a> {
                 return Err(ToolError::new(format!(
                     "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
                      invoke_restart, continue, step_into, step_over, step_out, return_from_frame, restart_frame, abort, \
-                     break, breakpoints and unbreak."
+                     break, breakpoints, unbreak, recompile_debug and recompile_restore."
                 )))
             }
         })
