@@ -12,8 +12,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use common::{is_error, text, McpClient};
 
@@ -143,7 +141,7 @@ async fn an_unknown_confirm_name_stops_the_server_with_the_list() {
 
 /// The user's Emacs in approval mode, over a swank connection of its own to the shared image.
 struct Emacs {
-    stream: TcpStream,
+    wire: common::SwankWire,
     next_request: u32,
     /// Messages read while waiting for a reply, kept for `told`.
     unread: std::collections::VecDeque<String>,
@@ -174,24 +172,19 @@ impl Emacs {
             .expect("emacs (emacs-nox) prints the subscription form");
         assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
         let form = String::from_utf8(printed.stdout).unwrap();
-        let stream = TcpStream::connect(("127.0.0.1", common::shared_image_port())).await.unwrap();
-        let mut emacs = Self { stream, next_request: 1, unread: Default::default() };
+        let wire = common::SwankWire::connect(common::shared_image_port()).await;
+        let mut emacs = Self { wire, next_request: 1, unread: Default::default() };
         assert_eq!(emacs.eval(&form).await, "(:ok t)");
         Some(emacs)
     }
 
     async fn send(&mut self, message: &str) {
         assert!(message.is_ascii(), "{message}");
-        self.stream.write_all(format!("{:06x}{message}", message.len()).as_bytes()).await.unwrap();
+        self.wire.send(message).await;
     }
 
     async fn receive(&mut self) -> String {
-        let mut header = [0u8; 6];
-        self.stream.read_exact(&mut header).await.unwrap();
-        let length = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
-        let mut payload = vec![0u8; length];
-        self.stream.read_exact(&mut payload).await.unwrap();
-        String::from_utf8(payload).unwrap()
+        self.wire.receive().await
     }
 
     /// Evaluates `form` as SLIME's `slime-eval` does; returns the `(:ok ...)` or `(:abort ...)`.

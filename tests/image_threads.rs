@@ -12,14 +12,12 @@ mod common;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use common::{is_error, text, McpClient};
 
 /// The person's Emacs: a swank connection of its own, opened before swank-mcp's.
 struct Person {
-    stream: TcpStream,
+    wire: common::SwankWire,
     next_request: u32,
     /// Messages read while waiting for something else.
     unread: std::collections::VecDeque<String>,
@@ -27,21 +25,15 @@ struct Person {
 
 impl Person {
     async fn connect(port: u16) -> Self {
-        let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        Self { stream, next_request: 1, unread: Default::default() }
+        Self { wire: common::SwankWire::connect(port).await, next_request: 1, unread: Default::default() }
     }
 
     async fn send(&mut self, message: &str) {
-        self.stream.write_all(format!("{:06x}{message}", message.len()).as_bytes()).await.unwrap();
+        self.wire.send(message).await;
     }
 
     async fn receive(&mut self) -> String {
-        let mut header = [0u8; 6];
-        self.stream.read_exact(&mut header).await.unwrap();
-        let length = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
-        let mut payload = vec![0u8; length];
-        self.stream.read_exact(&mut payload).await.unwrap();
-        String::from_utf8(payload).unwrap()
+        self.wire.receive().await
     }
 
     /// Evaluates `code` in `package` as SLIME's `C-x C-e` does; returns the `(:ok ...)` or

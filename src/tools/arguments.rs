@@ -444,6 +444,15 @@ impl Arguments {
         }
     }
 
+    /// A thread as the threads tool lists it, its number or its name, as the text the helper's
+    /// FIND-THREAD reads.
+    pub(crate) fn optional_thread(&self, name: &str) -> Result<Option<String>, ArgumentError> {
+        Ok(self.optional_number_or_name(name)?.map(|thread| match thread {
+            NumberOrName::Number(n) => n.to_string(),
+            NumberOrName::Name(name) => name.to_string(),
+        }))
+    }
+
     pub(crate) fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
         match self.value(name) {
             None => Ok(None),

@@ -230,11 +230,7 @@ async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
     let function = args
         .optional_str("function")?
         .ok_or_else(|| ToolError::new("break needs `function`, the function whose calls stop."))?;
-    let thread = match args.optional_number_or_name("thread")? {
-        Some(NumberOrName::Number(n)) => Some(n.to_string()),
-        Some(NumberOrName::Name(name)) => Some(name.to_string()),
-        None => None,
-    };
+    let thread = args.optional_thread("thread")?;
     let request = Request::new("set-breakpoint")
         .arg(function)
         .key("condition", args.optional_str("condition")?)
@@ -307,15 +303,11 @@ struct AttachFacts {
 /// Opens a thread of the image waiting in a debugger as a session: the person's SLDB (SLIME or
 /// SLY) or none.
 async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) -> ToolResult {
-    let thread = match args.optional_number_or_name("thread")? {
-        Some(NumberOrName::Number(n)) => n.to_string(),
-        Some(NumberOrName::Name(name)) => name.to_string(),
-        None => {
-            return Err(ToolError::new(
-                "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
-            ))
-        }
-    };
+    let thread = args.optional_thread("thread")?.ok_or_else(|| {
+        ToolError::new(
+            "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
+        )
+    })?;
     let facts = context.call_helper(args, Request::new("attach-thread").arg(thread)).await?;
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
     let image = context.image(args)?;

@@ -232,7 +232,8 @@ pub(crate) struct StopReport {
 }
 
 impl StopReport {
-    fn into_output(self, number: u64, max_output: usize, debug_timeout: Duration) -> ToolOutput {
+    /// The stop as SLDB shows it: the condition, its restarts and the frames.
+    fn stop_sections(&self, number: u64) -> Vec<String> {
         let mut sections =
             vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
         if !self.condition.restarts.is_empty() {
@@ -241,6 +242,11 @@ impl StopReport {
         if !self.frames.is_empty() {
             sections.push(frames_section(&self.frames));
         }
+        sections
+    }
+
+    fn into_output(self, number: u64, max_output: usize, debug_timeout: Duration) -> ToolOutput {
+        let mut sections = self.stop_sections(number);
         sections.extend(self.stdout.section("[stdout]", max_output));
         sections.extend(self.stderr.section("[stderr]", max_output));
         let example = match self.condition.restarts.first() {
@@ -269,14 +275,7 @@ impl StopReport {
 impl StopReport {
     /// The reply to an attach: the stop as the person's debugger shows it, and how to act on it.
     pub(crate) fn into_attached_output(self, number: u64, thread: &str, where_: &str) -> ToolOutput {
-        let mut sections =
-            vec![format!("[DEBUGGER D{number}] {}\n{}", self.condition.type_name, self.condition.message.trim_end())];
-        if !self.condition.restarts.is_empty() {
-            sections.push(restarts_section(&self.condition.restarts));
-        }
-        if !self.frames.is_empty() {
-            sections.push(frames_section(&self.frames));
-        }
+        let mut sections = self.stop_sections(number);
         sections.push(format!(
             "Thread {thread} waits in {where_}; attached as session D{number}. Act on it with the debugger tool as on \
              any session (frame, eval_in_frame, restart_frame after you redefine a function, invoke_restart, abort): \

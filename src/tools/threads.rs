@@ -35,11 +35,7 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let action = args.optional_str("action")?.unwrap_or("list");
-    let thread = match args.optional_number_or_name("thread")? {
-        Some(super::arguments::NumberOrName::Number(n)) => Some(n.to_string()),
-        Some(super::arguments::NumberOrName::Name(name)) => Some(name.to_string()),
-        None => None,
-    };
+    let thread = args.optional_thread("thread")?;
     if action != "list" && thread.is_none() {
         return Err(ToolError::new(format!(
             "The {action} action needs thread: a number or name from {{\"action\": \"list\"}}."

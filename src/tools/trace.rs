@@ -45,11 +45,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
              everything this session traces, pass {\"untrace\": true}.",
         ));
     }
-    let threads = match args.optional_number_or_name("threads")? {
-        Some(super::arguments::NumberOrName::Number(n)) => Some(n.to_string()),
-        Some(super::arguments::NumberOrName::Name(name)) => Some(name.to_string()),
-        None => None,
-    };
+    let threads = args.optional_thread("threads")?;
     let request = Request::new("trace-functions")
         .arg(Form::list_of(functions))
         .key("untrace", untrace)

@@ -302,3 +302,30 @@ pub fn skip(why: &str) {
     // Written past the test harness's capture of print!, so that the skip shows.
     let _ = writeln!(std::io::stderr(), "skipped: {why}");
 }
+
+/// A swank connection read and written as raw frames (six hex digits of length, then the
+/// message), as an Emacs is: the tests' stand-in for the person's SLIME.
+pub struct SwankWire {
+    stream: tokio::net::TcpStream,
+}
+
+impl SwankWire {
+    pub async fn connect(port: u16) -> Self {
+        Self { stream: tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap() }
+    }
+
+    pub async fn send(&mut self, message: &str) {
+        use tokio::io::AsyncWriteExt as _;
+        self.stream.write_all(format!("{:06x}{message}", message.len()).as_bytes()).await.unwrap();
+    }
+
+    pub async fn receive(&mut self) -> String {
+        use tokio::io::AsyncReadExt as _;
+        let mut header = [0u8; 6];
+        self.stream.read_exact(&mut header).await.unwrap();
+        let length = usize::from_str_radix(std::str::from_utf8(&header).unwrap(), 16).unwrap();
+        let mut payload = vec![0u8; length];
+        self.stream.read_exact(&mut payload).await.unwrap();
+        String::from_utf8(payload).unwrap()
+    }
+}
