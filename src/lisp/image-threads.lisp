@@ -172,6 +172,17 @@ one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
                  (apply (find-symbol (string-upcase name) '#:mcp-agent-helper) arguments)
                  (list :failure "This thread no longer waits in a debugger."))))))
 
+(defvar *stop-numbers* (make-hash-table :test 'eq :weakness :key :synchronized t)
+  "Condition -> the number of the stop it made: a thread that an action moved on still shows the
+stop it leaves while it unwinds, and a request sent to it then would never be read, so the
+server waits for a stop of another number.")
+
+(defvar *stop-counter* (list 0))
+
+(defun stop-number (condition)
+  (or (gethash condition *stop-numbers*)
+      (setf (gethash condition *stop-numbers*) (1+ (sb-ext:atomic-incf (car *stop-counter*))))))
+
 (define-entry attach-thread (designator &key session token)
   "The thread DESIGNATOR (the threads tool's number or a name), when it waits in a server's debugger:
 (:THREAD server-id :NUMBER n :NAME name :LEVEL level :WHERE text). Fails, saying why, otherwise."
@@ -213,4 +224,6 @@ one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
                       :number (thread-number thread)
                       :name (safe-princ (sb-thread:thread-name thread))
                       :level level
+                      :stop (stop-number (sb-thread:symbol-value-in-thread
+                                          (server-debugger-variable :condition) thread nil))
                       :where where))))))))

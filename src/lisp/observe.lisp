@@ -388,8 +388,8 @@ under that buffer's lock since several threads may print at once."))
 (defun record-background-error (background condition backtrace &key went-on waits)
   "Records CONDITION, unhandled in the current thread, in BACKGROUND with the first frames of
 BACKTRACE; WENT-ON when the thread continues after it, WAITS (where) when it waits in a debugger,
-with the server's id and the threads tool's number of the thread, by which the agent's server
-opens it as a debugger session."
+with the server's id and the threads tool's number of the thread and the number of its stop, by
+which the agent's server opens it as a debugger session."
   (sb-thread:with-mutex ((background-lock background))
     (if (>= (length (background-errors background)) *max-background-errors*)
         (incf (background-errors-dropped background))
@@ -402,7 +402,8 @@ opens it as a debugger session."
                     :waits waits
                     :attach (and waits
                                  (let ((id (server-thread-id sb-thread:*current-thread*)))
-                                   (and id (list id (thread-number sb-thread:*current-thread*))))))
+                                   (and id (list id (thread-number sb-thread:*current-thread*)
+                                                 (stop-number condition))))))
               (background-errors background)))))
 
 (defun take-background (session)

@@ -134,10 +134,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     };
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
-        Stopped::Attached { listed } => {
+        Stopped::Attached { listed, stop } => {
             return match image.call_in_attached_thread(thread, action.request(), &limits).await {
                 Ok(Some(reply)) => {
-                    keep(Stopped::Attached { listed });
+                    keep(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
                         return Err(ToolError::new(
                             "Another swank-mcp loaded its own helper into the image meanwhile; call again.",
@@ -148,10 +148,10 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 }
                 Ok(None) => {
                     sessions.end(number);
-                    follow_attached(context, args, (number, listed), action.stops_again_within(), &limits).await
+                    follow_attached(context, args, (number, listed, stop), action.stops_again_within(), &limits).await
                 }
                 Err(e) => {
-                    keep(Stopped::Attached { listed });
+                    keep(Stopped::Attached { listed, stop });
                     Err(e.into())
                 }
             };
@@ -298,6 +298,8 @@ struct AttachFacts {
     name: String,
     #[serde(rename = "where")]
     waits_in: String,
+    /// The number of the stop it waits in, which an action that moved it on leaves behind.
+    stop: u64,
 }
 
 /// Opens a thread of the image waiting in a debugger as a session: the person's SLDB (SLIME or
@@ -330,18 +332,19 @@ async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) ->
         thread: facts.thread,
         condition,
         since: std::time::Instant::now(),
-        stopped: Stopped::Attached { listed: facts.number },
+        stopped: Stopped::Attached { listed: facts.number, stop: facts.stop },
     });
     let thread = format!("{} {:?}", facts.number, facts.name);
     Ok(report.into_attached_output(number, &thread, &facts.waits_in))
 }
 
-/// After an action moved an attached thread on: when it stops again in a debugger within `within`
-/// (the next step, a breakpoint), that stop as the same session; otherwise that it runs on.
+/// After an action moved an attached thread on from stop `left`: when it stops again in a debugger
+/// within `within` (the next step, a breakpoint), that stop as the same session; otherwise that it
+/// runs on.
 async fn follow_attached(
     context: &ToolContext,
     args: &Arguments,
-    (number, listed): (u64, u64),
+    (number, listed, left): (u64, u64, u64),
     within: Duration,
     limits: &CallLimits,
 ) -> ToolResult {
@@ -351,7 +354,7 @@ async fn follow_attached(
         // Not waiting in a debugger (yet, or any more) is an answer of the helper's, as is a
         // thread that has ended: either way there is nothing to report until the time is up.
         let facts = match context.call_helper(args, Request::new("attach-thread").arg(listed.to_string())).await {
-            Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok(),
+            Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok().filter(|facts| facts.stop != left),
             Err(_) => None,
         };
         if let Some(facts) = facts {
@@ -368,7 +371,7 @@ async fn follow_attached(
                     thread: facts.thread,
                     condition,
                     since: std::time::Instant::now(),
-                    stopped: Stopped::Attached { listed },
+                    stopped: Stopped::Attached { listed, stop: facts.stop },
                 });
                 let thread = format!("{} {:?}", facts.number, facts.name);
                 return Ok(report.into_attached_output(number, &thread, &facts.waits_in));

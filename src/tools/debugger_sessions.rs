@@ -48,6 +48,8 @@ pub enum Stopped {
     Attached {
         /// Its number in the threads tool.
         listed: u64,
+        /// The number of the stop it waits in (see the helper's STOP-NUMBER).
+        stop: u64,
     },
 }
 

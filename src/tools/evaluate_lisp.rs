@@ -210,8 +210,9 @@ pub(crate) struct BackgroundError {
     /// A thread that stopped in a debugger and waits there (one of the image's own, or one at a
     /// breakpoint): where.
     pub waits: Option<String>,
-    /// The server's id and the threads tool's number of the waiting thread.
-    pub attach: Option<(i64, u64)>,
+    /// The server's id and the threads tool's number of the waiting thread, and the number of
+    /// its stop.
+    pub attach: Option<(i64, u64, u64)>,
     /// The debugger session it was opened as.
     #[serde(skip)]
     pub session: Option<u64>,
@@ -262,7 +263,7 @@ impl EvaluationReply {
     pub(crate) fn with_sessions(mut self, context: &ToolContext, image: &Arc<Image>) -> Self {
         let sessions = context.debugger_sessions();
         for error in &mut self.background.errors {
-            let Some((thread, listed)) = error.attach else { continue };
+            let Some((thread, listed, stop)) = error.attach else { continue };
             let number = sessions.next_number();
             sessions.keep(DebuggerSession {
                 number,
@@ -270,7 +271,7 @@ impl EvaluationReply {
                 thread,
                 condition: format!("{}: {}", error.type_name, error.message.lines().next().unwrap_or_default()),
                 since: std::time::Instant::now(),
-                stopped: Stopped::Attached { listed },
+                stopped: Stopped::Attached { listed, stop },
             });
             error.session = Some(number);
         }
