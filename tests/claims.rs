@@ -518,3 +518,38 @@ async fn class_info_shows_the_initargs_of_every_superclass() {
     let own = ok(&toolbox, "class-info", json!({"class": "claims-own"})).await;
     assert!(own.contains("  X\n    Initarg: :FROM-RIGHT\n    Initarg: :OWN\n    Initform: 7"), "{own}");
 }
+
+/// Issue 38, item 15: a connection cut while the image runs on is not said to be an exit of the
+/// image, and an exit still is.
+#[tokio::test]
+async fn a_cut_connection_is_told_from_an_exit_of_the_image() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let pid = value(&toolbox, "(sb-unix:unix-getpid)").await;
+    // The image shuts its side of this very connection down, as a dropped network would end it.
+    let cut = "(let ((fd (sb-sys:fd-stream-fd (swank::connection.socket-io swank::*emacs-connection*))))
+                 (sb-alien:alien-funcall
+                  (sb-alien:extern-alien \"shutdown\" (function sb-alien:int sb-alien:int sb-alien:int)) fd 2)
+                 (sleep 10))";
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": cut})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(
+        output.text.contains(&format!("Only the connection was cut: the image (pid {pid}) still runs")),
+        "{}",
+        output.text
+    );
+    assert!(!output.text.contains("exited"), "{}", output.text);
+    // The image does run, and the next call reaches it.
+    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
+    assert_eq!(value(&toolbox, "(+ 1 2)").await, "3");
+    // A real exit is still one.
+    let settings = swank_mcp::tools::Settings { allow_exit: true, ..common::settings() };
+    let exiting = Arc::new(Toolbox::new(
+        settings,
+        vec![common::image_settings(image.port)],
+        AllowedRoots::new(Vec::new()).unwrap(),
+    ));
+    let output = call(&exiting, "evaluate-lisp", json!({"code": "(sb-ext:exit :code 3)"})).await;
+    assert!(output.is_error && output.text.contains("The image exited (for example"), "{}", output.text);
+    assert!(!output.text.contains("still runs"), "{}", output.text);
+}
