@@ -313,7 +313,7 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
     let images = endpoints
         .into_iter()
         .map(|NamedEndpoint { name, endpoint }| {
-            if !is_loopback(&endpoint.host) {
+            if !endpoint.is_loopback() {
                 tracing::warn!(
                     %endpoint,
                     "swank traffic is not encrypted and lets the peer run any code; prefer an SSH tunnel \
@@ -387,10 +387,6 @@ async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", output.text)?;
     Ok(if output.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Keeps a timer due within [`ARMED_PERIOD`] for as long as the server runs. Every tool call waits

@@ -518,3 +518,117 @@ async fn class_info_shows_the_initargs_of_every_superclass() {
     let own = ok(&toolbox, "class-info", json!({"class": "claims-own"})).await;
     assert!(own.contains("  X\n    Initarg: :FROM-RIGHT\n    Initarg: :OWN\n    Initform: 7"), "{own}");
 }
+
+/// Issue 38, item 15: a connection cut while the image runs on is not said to be an exit of the
+/// image, and an exit still is.
+#[tokio::test]
+async fn a_cut_connection_is_told_from_an_exit_of_the_image() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let pid = value(&toolbox, "(sb-unix:unix-getpid)").await;
+    // The image shuts its side of this very connection down, as a dropped network would end it.
+    let cut = "(let ((fd (sb-sys:fd-stream-fd (swank::connection.socket-io swank::*emacs-connection*))))
+                 (sb-alien:alien-funcall
+                  (sb-alien:extern-alien \"shutdown\" (function sb-alien:int sb-alien:int sb-alien:int)) fd 2)
+                 (sleep 10))";
+    let output = call(&toolbox, "evaluate-lisp", json!({"code": cut})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(
+        output.text.contains(&format!("Only the connection was cut: the image (pid {pid}) still runs")),
+        "{}",
+        output.text
+    );
+    assert!(!output.text.contains("exited"), "{}", output.text);
+    // The image does run, and the next call reaches it.
+    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
+    assert_eq!(value(&toolbox, "(+ 1 2)").await, "3");
+    // A real exit is still one.
+    let settings = swank_mcp::tools::Settings { allow_exit: true, ..common::settings() };
+    let exiting = Arc::new(Toolbox::new(
+        settings,
+        vec![common::image_settings(image.port)],
+        AllowedRoots::new(Vec::new()).unwrap(),
+    ));
+    let output = call(&exiting, "evaluate-lisp", json!({"code": "(sb-ext:exit :code 3)"})).await;
+    assert!(output.is_error && output.text.contains("The image exited (for example"), "{}", output.text);
+    assert!(!output.text.contains("still runs"), "{}", output.text);
+}
+
+/// The profile's rows: (self, self %, total, total %, function).
+fn profile_rows(reply: &str) -> Vec<(u64, f64, u64, f64, String)> {
+    reply
+        .lines()
+        .skip_while(|line| !line.trim_end().ends_with("Function"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (
+                fields[0].parse().unwrap(),
+                fields[1].parse().unwrap(),
+                fields[2].parse().unwrap(),
+                fields[3].parse().unwrap(),
+                fields[4..].join(" "),
+            )
+        })
+        .collect()
+}
+
+/// Issue 38, item 10: the profile's figures are those of the code's own run, the same in its
+/// header and in TIME's block, and its columns hold what they are labelled.
+#[tokio::test]
+async fn the_profiles_figures_are_the_codes_own() {
+    // An image of its own: the bytes consed are counted for the whole image.
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    common::eval_ok(
+        &toolbox,
+        "(defun claims-no-alloc (n) (declare (fixnum n) (optimize speed (safety 0)))
+           (let ((s 0)) (declare (fixnum s)) (dotimes (i n s) (setf s (logand (+ s (* i 7)) #xffff)))))
+         (defun claims-alloc (n) (let ((l nil)) (dotimes (i n (length l)) (push (make-array 10) l))))
+         (defun claims-deep (n) (if (zerop n) (claims-no-alloc 2000000) (1+ (claims-deep (1- n)))))",
+    )
+    .await;
+    // The image: the code allocates nothing, and CLAIMS-ALLOC about 112 MB (to within the
+    // allocation regions SBCL counts by, and what a collection during the run rounds).
+    let consed =
+        |call: &str| format!("(let ((before (sb-ext:get-bytes-consed))) {call} (- (sb-ext:get-bytes-consed) before))");
+    assert_eq!(value(&toolbox, &consed("(claims-no-alloc 100000000)")).await, "0");
+    let allocated: u64 = value(&toolbox, &consed("(claims-alloc 1000000)")).await.parse().unwrap();
+
+    let cpu = call(&toolbox, "profile", json!({"code": "(claims-no-alloc 300000000)"})).await;
+    assert!(cpu.text.starts_with("Ran in ") && cpu.text.contains(", consed 0 bytes,"), "{}", cpu.text);
+
+    let alloc = call(&toolbox, "profile", json!({"code": "(claims-alloc 1000000)", "mode": "alloc"})).await;
+    let bytes = alloc.structured_value().unwrap()["bytes"].as_u64().unwrap();
+    assert!(bytes.abs_diff(allocated) * 100 < allocated, "the profile says {bytes}, the image {allocated}");
+
+    let time = call(&toolbox, "profile", json!({"code": "(claims-alloc 1000000)", "mode": "time"})).await;
+    let structured = time.structured_value().unwrap();
+    let (ms, bytes) = (structured["milliseconds"].as_u64().unwrap(), structured["bytes"].as_u64().unwrap());
+    let grouped = |n: u64| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    assert!(time.text.contains(&format!("consed {} bytes", grouped(bytes))), "{}", time.text);
+    assert!(time.text.contains(&format!("\n  {} bytes consed", grouped(bytes))), "{}", time.text);
+    assert!(time.text.contains(&format!("\n  {}.{:03} seconds of real time", ms / 1000, ms % 1000)), "{}", time.text);
+    assert!(bytes.abs_diff(allocated) * 100 < allocated, "TIME says {bytes}, the image {allocated}");
+
+    // A recursive function is on every sample's stack many times over; its total is still the
+    // samples it is in.
+    let deep = call(&toolbox, "profile", json!({"code": "(dotimes (k 50) (claims-deep 30))"})).await;
+    assert!(deep.text.contains("Total: those with it anywhere on the stack") && !deep.text.contains("Cumul"));
+    let rows = profile_rows(&deep.text);
+    let samples = deep.structured_value().unwrap()["samples"].as_u64().unwrap();
+    let recursive = rows.iter().find(|row| row.4 == "CLAIMS-DEEP").unwrap_or_else(|| panic!("{}", deep.text));
+    assert!(recursive.2 <= samples && recursive.3 <= 100.0, "{}", deep.text);
+    assert!(rows.iter().all(|row| row.2 <= samples && row.3 <= 100.0 && row.0 <= row.2), "{}", deep.text);
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::error::{CallError, CallLimits, ImageError, Step, UNWIND_GRACE};
+use super::error::{CallError, CallLimits, Fate, ImageError, Step, UNWIND_GRACE};
 use super::helper::load_helper;
 use super::request::Request;
 use super::{call_tag, Image};
@@ -233,23 +233,34 @@ impl Image {
         match reply {
             Ok(value) => Ok(value),
             Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => {
-                Err(self.gone(reason).await)
+                Err(self.gone(connection, reason).await)
             }
             Err(RexError::Aborted { debugger: None, .. }) => Err(self.unwound_cause(connection).await),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn gone(&self, detail: String) -> CallError {
-        let ended = match &self.launcher {
-            Some(launcher) => launcher.ended_within(EXIT_WINDOW).await,
-            None => None,
+    /// What a connection that ended from the image's side means: the image exited, or only the
+    /// connection was cut. An exiting SBCL closes its connections before its process ends, so
+    /// the process gets [`EXIT_WINDOW`] to end before it is said to run on.
+    async fn gone(&self, connection: &Connection, detail: String) -> CallError {
+        let endpoint = self.settings.endpoint.clone();
+        let relaunch = self.launcher.is_some();
+        let (detail, fate) = match &self.launcher {
+            Some(launcher) => match launcher.ended_within(EXIT_WINDOW).await {
+                Some(how) => {
+                    (format!("{detail}; the private SBCL image swank-mcp had started ended ({how})"), Fate::Exited)
+                }
+                None => (detail, launcher.pid().flatten().map_or(Fate::Unknown, |pid| Fate::Runs { pid: pid.into() })),
+            },
+            // Only a process on this machine can be looked at, and the pid is the image's own
+            // only there (an image in a container reports its namespace's pid).
+            None => match connection.info().pid {
+                Some(pid) if endpoint.is_loopback() => (detail, process_fate(pid).await),
+                _ => (detail, Fate::Unknown),
+            },
         };
-        let detail = match ended {
-            Some(how) => format!("{detail}; the private SBCL image swank-mcp had started ended ({how})"),
-            None => detail,
-        };
-        CallError::ImageGone { endpoint: self.settings.endpoint.clone(), detail, relaunch: self.launcher.is_some() }
+        CallError::ImageGone { endpoint, detail, fate, relaunch }
     }
 
     /// Tells an exiting image from one that goes on: an exiting SBCL closes the connection
@@ -258,9 +269,32 @@ impl Image {
     /// for a minute.
     async fn unwound_cause(&self, connection: &Connection) -> CallError {
         match tokio::time::timeout(EXIT_WINDOW, connection.closed()).await {
-            Ok(()) if !connection.closed_by_client() => self.gone("the image closed it".into()).await,
+            Ok(()) if !connection.closed_by_client() => self.gone(connection, "the image closed it".into()).await,
             _ => CallError::Unwound,
         }
+    }
+}
+
+/// Whether the process `pid` ends within [`EXIT_WINDOW`]. A zombie (an exited child of the
+/// process that started it, not yet reaped) has ended.
+async fn process_fate(pid: i64) -> Fate {
+    let deadline = Instant::now() + EXIT_WINDOW;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        // The state is the field after the command's name, which is in parentheses and may hold
+        // any character.
+        let runs = state.is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|s| s != "Z" && s != "X")
+        });
+        if !runs {
+            return Fate::Exited;
+        }
+        if Instant::now() >= deadline {
+            return Fate::Runs { pid };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

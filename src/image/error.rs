@@ -50,21 +50,16 @@ pub enum CallError {
         /// What the image said about where the thread waits, or why it could not say.
         report: String,
     },
-    /// The connection ended during the call from the image's side: it exited, most likely.
-    #[error(
-        "The call lost the connection to the Lisp image at {endpoint}: {detail}. The image exited (for example the code \
-         called (sb-ext:exit)), crashed, or its swank server was stopped; what it held is gone. {}",
-        if *.relaunch {
-            "The next call starts a new private SBCL image (--launch)."
-        } else {
-            "Start the image (or its swank server) again; the next call reconnects."
-        }
-    )]
+    /// The connection ended during the call from the image's side: the image exited, or only
+    /// the connection was cut, as `fate` tells.
+    #[error("{}", gone_message(.endpoint, .detail, *.fate, *.relaunch))]
     ImageGone {
         /// The image's configured endpoint.
         endpoint: Endpoint,
         /// How the connection ended.
         detail: String,
+        /// What became of the image, as far as this machine can tell.
+        fate: Fate,
         /// Whether the next call starts a new image (--launch).
         relaunch: bool,
     },
@@ -90,6 +85,51 @@ pub enum CallError {
         /// The call's time limit.
         after: Duration,
     },
+}
+
+/// What became of an image whose connection ended from its side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Its process ended.
+    Exited,
+    /// Its process still ran once an exiting image would have ended: only the connection was cut.
+    Runs {
+        /// The image's process id, from the connection's info.
+        pid: i64,
+    },
+    /// Nothing on this machine tells: the image is on another host, or its server reported no
+    /// pid.
+    Unknown,
+}
+
+fn gone_message(endpoint: &Endpoint, detail: &str, fate: Fate, relaunch: bool) -> String {
+    let lost = format!("The call lost the connection to the Lisp image at {endpoint}: {detail}.");
+    let again = if relaunch {
+        "The next call starts a new private SBCL image (--launch)."
+    } else {
+        "Start the image (or its swank server) again; the next call reconnects."
+    };
+    match fate {
+        Fate::Exited => format!(
+            "{lost} The image exited (for example the code called (sb-ext:exit)) or crashed; what it held is gone. \
+             {again}"
+        ),
+        Fate::Runs { pid } => format!(
+            "{lost} Only the connection was cut: the image (pid {pid}) still runs, and what was defined or loaded in \
+             it is still there. What this call was evaluating was cut off with the connection, or may still run. \
+             The next call opens a new connection, where this server's session starts afresh."
+        ),
+        Fate::Unknown => format!(
+            "{lost} The image exited (for example the code called (sb-ext:exit)), crashed, or its swank server or \
+             only this connection was cut; it is not on this machine (or reported no pid), so swank-mcp cannot tell \
+             which. If it still runs, the next call reconnects; if not, {}",
+            if relaunch {
+                "the next call starts a new private SBCL image (--launch)."
+            } else {
+                "start it (or its swank server) again."
+            }
+        ),
+    }
 }
 
 /// The limits of one call: a time limit, what to tell the user when it is reached, and the

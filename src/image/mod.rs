@@ -25,7 +25,7 @@ pub mod slot;
 mod workers;
 
 pub use calls::{Evaluating, Evaluation};
-pub use error::{CallError, CallLimits, ImageError, Step};
+pub use error::{CallError, CallLimits, Fate, ImageError, Step};
 pub use request::Request;
 
 use error::UNWIND_GRACE;

@@ -821,6 +821,10 @@ or name. Returns (:ACTION action :THREADS entries :THREAD entry :BACKTRACE lines
 
 (defparameter *max-profile-rows* 15)
 
+(defvar *profile-lock* (sb-thread:make-mutex :name "swank-mcp profile")
+  "Held by a profile from loading sb-sprof to taking its rows: sb-sprof's samples and sampling are
+the image's, so two profiles at once would count each other's samples.")
+
 (defun ensure-sb-sprof ()
   (unless (find-package '#:sb-sprof)
     (handler-case (require :sb-sprof)
@@ -830,58 +834,24 @@ or name. Returns (:ACTION action :THREADS entries :THREAD entry :BACKTRACE lines
   (or (find-symbol name '#:sb-sprof)
       (fail "This SBCL's sb-sprof has no ~A." name)))
 
-(defun line-fields (line)
-  "The blank-separated fields of LINE."
-  (loop with i = 0 and n = (length line)
-        for start = (position #\Space line :start i :test-not #'char=)
-        while start
-        collect (let ((end (or (position #\Space line :start start) n)))
-                  (prog1 (subseq line start end) (setf i end)))))
-
-(defun profile-rows ()
-  "The flat profile as rows (:NAME :SELF :SELF-PERCENT :CUMULATIVE :CUMULATIVE-PERCENT), most self
-samples first, and the number of samples."
-  ;; SB-SPROF exports no accessor of its data, so the rows are read from its flat report, whose
-  ;; rows are: Nr, Self count and %, Total (cumulative) count and %, running Cumul count and %,
-  ;; Calls, then the function's name.
-  ;; SBCL 2.2.9's report counts each row twice against :MAX (it shows 8 rows for 15), and the
-  ;; helper's and the server's rows are left out below: it is asked for more, and cut here.
-  (let ((text (with-output-to-string (out)
-                (funcall (sprof-symbol "REPORT") :type :flat :max (* 4 *max-profile-rows*) :stream out)))
-        (rows '())
-        (samples 0))
-    (with-input-from-string (in text)
-      (loop for line = (read-line in nil)
-            while line
-            do (let ((fields (line-fields line)))
-                 (cond ((and (>= (length fields) 4) (string= (first fields) "Number") (string= (second fields) "of"))
-                        (setf samples (or (ignore-errors (parse-integer (fourth fields))) 0)))
-                       ((and (>= (length fields) 9)
-                             (every (lambda (field) (ignore-errors (parse-integer field))) (subseq fields 0 2))
-                             ;; The helper's and the server's frames under the code say nothing.
-                             (notany (lambda (own) (search own line)) '("MCP-AGENT-HELPER" "SWANK" "SLYNK")))
-                        (push (list :name (string-trim " " (subseq line (position-after-fields line 8)))
-                                    :self (parse-integer (second fields))
-                                    :self-percent (third fields)
-                                    :cumulative (parse-integer (fourth fields))
-                                    :cumulative-percent (fifth fields))
-                              rows))))))
-    (setf rows (nreverse rows))
-    (values (subseq rows 0 (min (length rows) *max-profile-rows*)) samples)))
-
-(defun allocation-profile-rows (package)
-  "The allocation profile as PROFILE-ROWS gives it, tallied from the samples rather than read from
-sb-sprof's report: there each sample's innermost frame is SBCL's allocation trampoline
-(SB-VM::ALLOC-TRAMP, LIST-ALLOC-TRAMP), which would take every self sample. A sample's self
-frame is instead the innermost function of the user's code under it (past SBCL's own functions,
+(defun profile-rows (mode package)
+  "The profile as rows (:NAME :SELF :SELF-PERCENT :CUMULATIVE :CUMULATIVE-PERCENT), most self
+samples first, and the number of samples; tallied from the samples rather than read from
+sb-sprof's report, whose Total can count a function more than once a sample (past 100%) and
+which holds the frames of the helper and the server under the code.
+Here a function's cumulative count is the samples with it anywhere on the stack, each once.
+A sample's self frame is its innermost one, except in MODE \"alloc\": there the innermost frame is
+SBCL's allocation trampoline (SB-VM::ALLOC-TRAMP, LIST-ALLOC-TRAMP), which would take every self
+sample, so it is the innermost function of the user's code under it (past SBCL's own functions,
 MAKE-LIST's among them, when the code called one), or of SBCL's when the code has none there.
-Frames from the helper's on out (the helper, the evaluator, the server, the thread) are not
-counted. Names print as from PACKAGE."
+Frames from the timing on out (CALL-WITH-TIMING, the helper, the evaluator, the server, the
+thread) are not counted. Names print as from PACKAGE."
   (let ((self (make-hash-table :test 'equal))
         (cumulative (make-hash-table :test 'equal))
         (samples 0)
         (map-pc-locs (sprof-symbol "MAP-TRACE-PC-LOCS"))
-        (debug-fun-name (sbcl-internal "SB-DI" "DEBUG-FUN-NAME")))
+        (debug-fun-name (sbcl-internal "SB-DI" "DEBUG-FUN-NAME"))
+        (timing (sbcl-internal "SB-IMPL" "CALL-WITH-TIMING")))
     (funcall (sprof-symbol "MAP-TRACES")
              (lambda (thread trace)
                (declare (ignore thread))
@@ -896,13 +866,15 @@ counted. Names print as from PACKAGE."
                               (push (funcall debug-fun-name info) names)))
                           trace)
                  (let* ((code (loop for name in names
-                                    until (own-frame-p name)
+                                    until (or (own-frame-p name) (eq name timing))
                                     unless (evaluator-frame-p name)
                                       collect name))
-                        (users (member-if-not (lambda (name)
-                                                (or (implementation-internal-p name)
-                                                    (standard-function-name-p name)))
-                                              code)))
+                        (users (if (string= mode "alloc")
+                                   (member-if-not (lambda (name)
+                                                    (or (implementation-internal-p name)
+                                                        (standard-function-name-p name)))
+                                                  code)
+                                   code)))
                    (when code
                      (incf (gethash (first (or users code)) self 0)))
                    (dolist (name (remove-duplicates code :test #'equal))
@@ -922,13 +894,6 @@ counted. Names print as from PACKAGE."
                                     :cumulative-percent (percent total)))
                 samples)))))
 
-(defun position-after-fields (line count)
-  "The position in LINE after its first COUNT blank-separated fields."
-  (let ((i 0) (n (length line)))
-    (dotimes (field count i)
-      (loop while (and (< i n) (char= (char line i) #\Space)) do (incf i))
-      (loop while (and (< i n) (char/= (char line i) #\Space)) do (incf i)))))
-
 (defun read-code-forms (code package)
   "The forms of CODE, read in PACKAGE."
   (let ((*package* package) (forms '()) (eof '#:eof))
@@ -937,9 +902,54 @@ counted. Names print as from PACKAGE."
               (when (eq form eof) (return (nreverse forms)))
               (push form forms))))))
 
+(defun sum-timings (a b)
+  "The timings A and B (plists as SB-IMPL::CALL-WITH-TIMING gives them) added up: the counts
+summed, :ABORTED when either was."
+  (loop for (key value) on (or b a) by #'cddr
+        for other = (getf a key)
+        nconc (list key (if (and (numberp value) (numberp other)) (+ value other) (or value other)))))
+
+(defun run-measured (forms package profiling)
+  "Runs FORMS in PACKAGE one by one, as EVAL takes them, each compiled before it runs and the
+run alone measured by SBCL's timing (TIME's), under sb-sprof with PROFILING (a mode, or NIL): the
+compiler's time and allocation, and the profiler's and the helper's own, are not the code's.
+Compiled one at a time, so that a form sees what the forms before it defined. Returns the values
+of the last form and the timings summed."
+  (let ((timing (sbcl-internal "SB-IMPL" "CALL-WITH-TIMING"))
+        ;; Compiled here, sb-sprof being loaded on first use, after the helper.
+        (profiled (if profiling
+                      (compile nil `(lambda (run)
+                                      (,(sprof-symbol "WITH-PROFILING")
+                                       (:mode ,profiling :sample-interval 0.001 :max-samples 200000
+                                        :threads (list sb-thread:*current-thread*) :report nil)
+                                       (funcall run))))
+                      #'funcall))
+        (total nil)
+        (values nil))
+    (dolist (form (top-level-forms forms) (values values total))
+      ;; Named in the helper's package, the form's function is cut off the profile's stacks
+      ;; with the helper's own frames.
+      (let ((function (let ((*package* package))
+                        (compile nil `(sb-int:named-lambda profiled-form () ,form)))))
+        (funcall profiled
+                 (lambda ()
+                   (funcall timing
+                            (lambda (&rest timings) (setf total (sum-timings total timings)))
+                            (lambda () (setf values (multiple-value-list (funcall function)))))))))))
+
+(defun top-level-forms (forms)
+  "FORMS with each PROGN's subforms in its place, as EVAL takes them one by one: a macro one of
+them defines is defined when the next is compiled."
+  (loop for form in forms
+        if (and (consp form) (eq (first form) 'progn))
+          append (top-level-forms (rest form))
+        else
+          collect form))
+
 (define-entry profile-code (code &key (mode "cpu") package session token (max-output 65536))
   "The profile tool: runs CODE (evaluated form by form in PACKAGE or the session's package) once,
-under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :MILLISECONDS :BYTES
+under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). The figures are those of the code's
+own run (RUN-MEASURED), the same that TIME's report gives. Returns (:MODE :MILLISECONDS :BYTES
 :GC-MILLISECONDS :SAMPLES :ROWS :TIME-REPORT :VALUE :STDOUT)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
@@ -948,40 +958,32 @@ under sb-sprof (MODE \"cpu\" or \"alloc\") or TIME (\"time\"). Returns (:MODE :M
             (run-tool
              token
              (lambda ()
-               (let* ((package (tool-package package session))
-                      (forms (read-code-forms code package))
-                      (thunk (lambda () (let ((*package* package) (values nil))
-                                          (dolist (form forms values)
-                                            (setf values (multiple-value-list (eval form)))))))
-                      (start (get-internal-real-time))
-                      (consed (sb-ext:get-bytes-consed))
-                      (gc sb-ext:*gc-run-time*)
-                      (values nil)
-                      (rows nil)
-                      (samples 0)
-                      (time-report nil))
-                 (cond
-                   ((string= mode "time")
-                    (setf time-report (with-output-to-string (*trace-output*)
-                                        (setf values (eval `(time (funcall ,thunk)))))))
-                   ((member mode '("cpu" "alloc") :test #'string=)
-                    (ensure-sb-sprof)
-                    (funcall (sprof-symbol "RESET"))
-                    (setf values (eval `(,(sprof-symbol "WITH-PROFILING")
-                                         (:mode ,(if (string= mode "cpu") :cpu :alloc)
-                                          :sample-interval 0.001 :max-samples 200000
-                                          :threads (list sb-thread:*current-thread*) :report nil)
-                                         (funcall ,thunk))))
-                    (multiple-value-setq (rows samples)
-                      (if (string= mode "alloc") (allocation-profile-rows package) (profile-rows))))
-                   (t (fail "Unknown mode ~S: use cpu, alloc or time." mode)))
-                 (list :mode mode
-                       :milliseconds (round (* 1000 (- (get-internal-real-time) start)) internal-time-units-per-second)
-                       :bytes (- (sb-ext:get-bytes-consed) consed)
-                       :gc-milliseconds (round (* 1000 (- sb-ext:*gc-run-time* gc)) internal-time-units-per-second)
-                       :samples samples
-                       :rows rows
-                       :time-report time-report
-                       :value (and values (print-briefly (first values) :package package)))))
+               (let ((package (tool-package package session))
+                     (rows nil)
+                     (samples 0))
+                 (unless (member mode '("cpu" "alloc" "time") :test #'string=)
+                   (fail "Unknown mode ~S: use cpu, alloc or time." mode))
+                 (multiple-value-bind (values timings)
+                     (if (string= mode "time")
+                         (run-measured (read-code-forms code package) package nil)
+                         (sb-thread:with-mutex (*profile-lock*)
+                           ;; Under the lock too: another profile's REQUIRE under way has made
+                           ;; the package, but not yet its functions.
+                           (ensure-sb-sprof)
+                           (funcall (sprof-symbol "RESET"))
+                           (multiple-value-prog1
+                               (run-measured (read-code-forms code package) package
+                                             (if (string= mode "cpu") :cpu :alloc))
+                             (multiple-value-setq (rows samples) (profile-rows mode package)))))
+                   (list :mode mode
+                         :milliseconds (getf timings :real-time-ms 0)
+                         :bytes (getf timings :bytes-consed 0)
+                         :gc-milliseconds (getf timings :gc-run-time-ms 0)
+                         :samples samples
+                         :rows rows
+                         :time-report (and (string= mode "time")
+                                           (with-output-to-string (*trace-output*)
+                                             (apply (sbcl-internal "SB-IMPL" "PRINT-TIME") timings)))
+                         :value (and values (print-briefly (first values) :package package))))))
              :stdout stdout)))
       (append result (list :stdout (capture-report stdout))))))

@@ -49,6 +49,13 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// Whether it is on this machine by its address: a loopback address, or `localhost`.
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost" || self.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.host.contains(':') {

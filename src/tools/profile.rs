@@ -106,11 +106,12 @@ impl Profile {
         } else {
             let unit = if self.mode == "alloc" { "allocation samples" } else { "CPU samples" };
             let mut table = format!(
-                "[profile] {} {unit}; top functions by self samples:\n  {:>6} {:>6}  {:>6} {:>6}  Function",
+                "[profile] {} {unit}; top functions by self samples (Self: the samples in the function itself; \
+                 Total: those with it anywhere on the stack):\n  {:>6} {:>6}  {:>6} {:>6}  Function",
                 group_thousands(self.samples),
                 "Self",
                 "%",
-                "Cumul",
+                "Total",
                 "%"
             );
             for row in &self.rows {
@@ -149,7 +150,8 @@ mod tests {
         assert_eq!(
             profile.render(100),
             "Ran in 1,364 ms, consed 0 bytes, 0 ms in GC.\n\n[profile] 53 CPU samples; top functions by self \
-             samples:\n    Self      %   Cumul      %  Function\n      53  100.0      53  100.0  SLOW-LOOP\n\n=> 50560"
+             samples (Self: the samples in the function itself; Total: those with it anywhere on the stack):\n    \
+             Self      %   Total      %  Function\n      53  100.0      53  100.0  SLOW-LOOP\n\n=> 50560"
         );
     }
 }
