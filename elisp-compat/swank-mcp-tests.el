@@ -497,6 +497,25 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
     (should-not (get-buffer swank-mcp--approval-buffer-name))
     (should-not (string-match-p "swank-mcp-approval" (swank-mcp-tests--repl-text)))))
 
+(ert-deftest swank-mcp-an-approved-load-of-a-file-changed-since-the-prompt-is-refused ()
+  (let* ((directory (make-temp-file "swank-mcp-changed" t))
+         (file (expand-file-name "changed.lisp" directory)))
+    (unwind-protect
+        (swank-mcp-tests--with-approvals (server "--confirm" "load-file" "--root" directory)
+          (with-temp-file file (insert "(defparameter *swank-mcp-changed-file* :shown)\n"))
+          (swank-mcp-tests--mcp-call server 2 "load-file" `((file_path . ,file)))
+          (with-current-buffer (swank-mcp-tests--prompt ":shown")
+            ;; Rewritten while the person reads the prompt: approving it runs nothing, and Emacs
+            ;; says why rather than that it runs.
+            (with-temp-file file (insert "(defparameter *swank-mcp-changed-file* :unseen)\n"))
+            (should (equal (swank-mcp-approve) '(:refused "changed.lisp changed since the prompt was shown")))
+            (should (string-match-p "load-file was approved, but refused because changed\\.lisp changed since the prompt was shown; nothing ran\\."
+                                    (swank-mcp-tests--last-message))))
+          (should (string-match-p "\\`load-file was not run: changed\\.lisp changed between the preview the user was shown and their answer"
+                                  (swank-mcp-tests--response-error server 2)))
+          (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CHANGED-FILE*") :unbound)))
+      (delete-directory directory t))))
+
 (defun swank-mcp-tests--answer-after (seconds)
   "Approve a call SECONDS after its prompt shows; check that it ran."
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp"

@@ -1633,8 +1633,10 @@ stays as it is until they dismiss it."
 
 (defun swank-mcp--answer (verdict)
   "Answer the approval shown in the current buffer with VERDICT.
-Return what the image says: :taken, or :ended when the request had ended;
-nil when the user took back an answer that needed confirming."
+Return what the image says: :taken, :ended when the request had ended, or
+\(:refused WHY) when the server checked the approved call and refused it,
+WHY saying what changed since the prompt was shown (its file); nil when
+the user took back an answer that needed confirming."
   (let ((shown swank-mcp--approval-shown))
     (when swank-mcp--approval-ended
       (user-error "%s" swank-mcp--approval-ended))
@@ -1667,13 +1669,16 @@ for the rest of its session? "
                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)))))
           (swank-mcp--approval-remove shown)
           (message "swank-mcp: %s%s"
-                   (if (eq taken :taken)
-                       (format "%s %s" tool
-                               (pcase verdict
-                                 (:yes "approved; it runs now.")
-                                 (:no "declined; it does not run.")
-                                 (:always "approved, and allowed for the rest of the session.")))
-                     (format "this request (%s) already ended; nothing ran." tool))
+                   (pcase taken
+                     (:taken
+                      (format "%s %s" tool
+                              (pcase verdict
+                                (:yes "approved; it runs now.")
+                                (:no "declined; it does not run.")
+                                (:always "approved, and allowed for the rest of the session."))))
+                     (`(:refused ,why)
+                      (format "%s was approved, but refused because %s; nothing ran." tool why))
+                     (_ (format "this request (%s) already ended; nothing ran." tool)))
                    (swank-mcp--approval-next-text))
           (or taken :ended)))))))
 

@@ -187,8 +187,8 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
 
 /// What the edits did, for the reply and for loading their forms.
 struct Edited {
-    /// The fingerprint of the files as they were read.
-    read: Fingerprint,
+    /// The fingerprint of the files as they were read, and their names.
+    read: (Fingerprint, String),
     reports: Vec<EditReport>,
     /// Whether each report's edit goes into the image, in the order of `reports`.
     load: Vec<bool>,
@@ -239,7 +239,8 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
     })?;
     let read = Fingerprint::of_all(prepared.read_files().map(|(_, bytes)| bytes));
     let names: Vec<String> = prepared.read_files().map(|(shown, _)| format!("`{shown}`")).collect();
-    Fingerprint::check_read(approved, "edit-lisp-form", &names.join(" or "), read)?;
+    let names = names.join(" or ");
+    Fingerprint::check_read(approved, "edit-lisp-form", &names, read)?;
     let mut files: Vec<EditedFile> = Vec::new();
     if for_load {
         for ((report, path, text), _) in prepared.edits().zip(&edits).filter(|(_, edit)| edit.load) {
@@ -280,7 +281,7 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
         reports => json!({"edits": reports.iter().map(|report| structured(report, dry_run)).collect::<Vec<_>>()}),
     };
     let load = edits.iter().map(|edit| edit.load).collect();
-    Ok(Edited { read, text: texts.join("\n\n"), reports, load, files, structured })
+    Ok(Edited { read: (read, names), text: texts.join("\n\n"), reports, load, files, structured })
 }
 
 /// What the human approving the edits is shown: their dry run, with the diffs.
