@@ -1364,8 +1364,9 @@ asking you, for the rest of its session? "))))
 
 (defun swank-mcp-tests--define-shop ()
   "Define, as the person would, a worker that prices a job and records it.
-Both keep their frames (debug 2), so that a frame of theirs can be restarted.  No
-name holds \"swank\": slynk's reader would read it as \"slynk\"."
+Both keep their frames (debug 2), so that a frame of theirs can be
+restarted.  No name holds \"swank\": slynk's reader would read it as
+\"slynk\"."
   (swank-mcp-tests--user-eval
    "(progn (defvar *mcp-shop-done* '()) (defvar *mcp-shop-worker* nil)
       (defun mcp-shop-price (qty) (declare (optimize (debug 2))) (* qty 10))
