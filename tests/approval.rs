@@ -128,6 +128,40 @@ async fn an_edit_is_shown_as_its_diff_and_a_declined_one_writes_nothing() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "(defun area (r)\n  (* r r))\n");
 }
 
+/// The prompt says what approving does, not that it is a dry run (issue 38.4): the edit is
+/// written, and with `load` compiled into the image.
+#[tokio::test]
+async fn an_edits_prompt_says_approving_writes_it_and_with_load_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("said.lisp");
+    std::fs::write(&file, "(defun said (r)\n  (* r r))\n").unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "edit-lisp-form", "--root", root]).await;
+    for (id, load, approving) in [
+        (
+            8,
+            true,
+            "Approving writes this edit to the file and loads it into the image (load: true).\n\nWould replace \
+             `defun said` (lines 1-2) in said.lisp with 1 form, at lines 1-2.",
+        ),
+        (
+            9,
+            false,
+            "Approving writes this edit to the file; nothing is loaded into the image (load: false).\n\nWould \
+             replace `defun said`",
+        ),
+    ] {
+        let edit = json!({"file_path": file.to_str().unwrap(), "operation": "replace", "form_type": "defun",
+                          "form_name": "said", "content": "(defun said (r)\n  (* 3 r r))", "load": load});
+        send_call(&mut client, id, "edit-lisp-form", edit).await;
+        let asked = elicitation(&mut client).await;
+        let message = asked["params"]["message"].as_str().unwrap();
+        assert!(message.contains(approving) && !message.contains("Dry run"), "{message}");
+        client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+        assert_eq!(client.receive().await["id"], id);
+    }
+}
+
 #[tokio::test]
 async fn an_unknown_confirm_name_stops_the_server_with_the_list() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
