@@ -312,6 +312,24 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
         (should (string-match-p "\\`Warning: `swank-mcp-program' is \"/nonexistent/bin/swank-mcp\", which this Emacs does not find"
                                 (with-current-buffer swank-mcp--buffer-name (buffer-string))))))))
 
+(ert-deftest swank-mcp-the-configuration-buffers-g-writes-it-again-and-h-lists-its-keys ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      (swank-mcp--show-configuration port "image" nil)
+      (with-current-buffer swank-mcp--buffer-name
+        ;; g writes it as the options now are.
+        (let ((swank-mcp-program "/elsewhere/bin/swank-mcp"))
+          (call-interactively (key-binding "g"))
+          (should (string-match-p "claude mcp add .* /elsewhere/bin/swank-mcp --port" (buffer-string))))
+        ;; h describes the mode, which says what g and q do.
+        (should (eq (key-binding "h") #'describe-mode))
+        (should (string-match-p "g writes it again,\\(.\\|\n\\)*; q hides it"
+                                (substitute-command-keys (documentation 'swank-mcp-configuration-mode))))
+        ;; Once the port is closed, g says so rather than show it.
+        (swank-mcp-stop)
+        (should (string-match-p (format "Port %d is no longer open" port)
+                                (cadr (should-error (call-interactively (key-binding "g")) :type 'user-error))))))))
+
 (ert-deftest swank-mcp-start-takes-the-next-free-port ()
   (swank-mcp-tests--with-port
     (let ((taken (make-network-process :name "swank-mcp-squatter" :server t :noquery t

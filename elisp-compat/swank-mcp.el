@@ -380,13 +380,31 @@ m approval mode, p the prompt of a call waiting, c cancel the agent's call, u un
 swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-clear-breakpoints, \
 swank-mcp-start, swank-mcp-stop and swank-mcp-status.\n"))
 
+(defvar-local swank-mcp--configuration-shown nil
+  "The port and the image the *swank-mcp* buffer shows, as (PORT WHERE).")
+
 (define-derived-mode swank-mcp-configuration-mode special-mode "swank-mcp"
-  "The configuration MCP clients need to attach swank-mcp to the image.")
+  "The configuration MCP clients need to attach swank-mcp to the image.
+\\<swank-mcp-configuration-mode-map>\\[revert-buffer] writes it again, as `swank-mcp-program' and
+the other options now are; \\[quit-window] hides it.
+\\{swank-mcp-configuration-mode-map}"
+  ;; special-mode's g would otherwise fail: the buffer visits no file.
+  (setq-local revert-buffer-function #'swank-mcp--configuration-revert))
+
+(defun swank-mcp--configuration-revert (&rest _)
+  "Write the *swank-mcp* buffer again, for its port if that is still open."
+  (swank-mcp--forget-closed)
+  (pcase-let ((`(,port ,where) swank-mcp--configuration-shown))
+    (unless (cl-find port swank-mcp--servers :key (lambda (server) (nth 2 server)))
+      (user-error "Port %d is no longer open; M-x swank-mcp-start opens one" port))
+    (swank-mcp--show-configuration port where nil)
+    (message "swank-mcp: the configuration for port %d, as the options now are" port)))
 
 (defun swank-mcp--show-configuration (port where display)
   "Fill the *swank-mcp* buffer for PORT opened in WHERE; show it when DISPLAY."
   (with-current-buffer (get-buffer-create swank-mcp--buffer-name)
     (swank-mcp-configuration-mode)
+    (setq swank-mcp--configuration-shown (list port where))
     (let ((inhibit-read-only t))
       (erase-buffer)
       (unless (executable-find swank-mcp-program)
