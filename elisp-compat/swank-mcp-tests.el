@@ -312,6 +312,24 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
         (should (string-match-p "\\`Warning: `swank-mcp-program' is \"/nonexistent/bin/swank-mcp\", which this Emacs does not find"
                                 (with-current-buffer swank-mcp--buffer-name (buffer-string))))))))
 
+(ert-deftest swank-mcp-the-configuration-buffers-g-writes-it-again-and-h-lists-its-keys ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      (swank-mcp--show-configuration port "image" nil)
+      (with-current-buffer swank-mcp--buffer-name
+        ;; g writes it as the options now are.
+        (let ((swank-mcp-program "/elsewhere/bin/swank-mcp"))
+          (call-interactively (key-binding "g"))
+          (should (string-match-p "claude mcp add .* /elsewhere/bin/swank-mcp --port" (buffer-string))))
+        ;; h describes the mode, which says what g and q do.
+        (should (eq (key-binding "h") #'describe-mode))
+        (should (string-match-p "g writes it again,\\(.\\|\n\\)*; q hides it"
+                                (substitute-command-keys (documentation 'swank-mcp-configuration-mode))))
+        ;; Once the port is closed, g says so rather than show it.
+        (swank-mcp-stop)
+        (should (string-match-p (format "Port %d is no longer open" port)
+                                (cadr (should-error (call-interactively (key-binding "g")) :type 'user-error))))))))
+
 (ert-deftest swank-mcp-start-takes-the-next-free-port ()
   (swank-mcp-tests--with-port
     (let ((taken (make-network-process :name "swank-mcp-squatter" :server t :noquery t
@@ -496,6 +514,25 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
     (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-APPROVAL*") :second))
     (should-not (get-buffer swank-mcp--approval-buffer-name))
     (should-not (string-match-p "swank-mcp-approval" (swank-mcp-tests--repl-text)))))
+
+(ert-deftest swank-mcp-an-approved-load-of-a-file-changed-since-the-prompt-is-refused ()
+  (let* ((directory (make-temp-file "swank-mcp-changed" t))
+         (file (expand-file-name "changed.lisp" directory)))
+    (unwind-protect
+        (swank-mcp-tests--with-approvals (server "--confirm" "load-file" "--root" directory)
+          (with-temp-file file (insert "(defparameter *swank-mcp-changed-file* :shown)\n"))
+          (swank-mcp-tests--mcp-call server 2 "load-file" `((file_path . ,file)))
+          (with-current-buffer (swank-mcp-tests--prompt ":shown")
+            ;; Rewritten while the person reads the prompt: approving it runs nothing, and Emacs
+            ;; says why rather than that it runs.
+            (with-temp-file file (insert "(defparameter *swank-mcp-changed-file* :unseen)\n"))
+            (should (equal (swank-mcp-approve) '(:refused "changed.lisp changed since the prompt was shown")))
+            (should (string-match-p "load-file was approved, but refused because changed\\.lisp changed since the prompt was shown; nothing ran\\."
+                                    (swank-mcp-tests--last-message))))
+          (should (string-match-p "\\`load-file was not run: changed\\.lisp changed between the preview the user was shown and their answer"
+                                  (swank-mcp-tests--response-error server 2)))
+          (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CHANGED-FILE*") :unbound)))
+      (delete-directory directory t))))
 
 (defun swank-mcp-tests--answer-after (seconds)
   "Approve a call SECONDS after its prompt shows; check that it ran."

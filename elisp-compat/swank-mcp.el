@@ -380,13 +380,31 @@ m approval mode, p the prompt of a call waiting, c cancel the agent's call, u un
 swank-mcp-cancel-call, swank-mcp-undo, swank-mcp-revoke-session-allowances, swank-mcp-clear-breakpoints, \
 swank-mcp-start, swank-mcp-stop and swank-mcp-status.\n"))
 
+(defvar-local swank-mcp--configuration-shown nil
+  "The port and the image the *swank-mcp* buffer shows, as (PORT WHERE).")
+
 (define-derived-mode swank-mcp-configuration-mode special-mode "swank-mcp"
-  "The configuration MCP clients need to attach swank-mcp to the image.")
+  "The configuration MCP clients need to attach swank-mcp to the image.
+\\<swank-mcp-configuration-mode-map>\\[revert-buffer] writes it again, as `swank-mcp-program' and
+the other options now are; \\[quit-window] hides it.
+\\{swank-mcp-configuration-mode-map}"
+  ;; special-mode's g would otherwise fail: the buffer visits no file.
+  (setq-local revert-buffer-function #'swank-mcp--configuration-revert))
+
+(defun swank-mcp--configuration-revert (&rest _)
+  "Write the *swank-mcp* buffer again, for its port if that is still open."
+  (swank-mcp--forget-closed)
+  (pcase-let ((`(,port ,where) swank-mcp--configuration-shown))
+    (unless (cl-find port swank-mcp--servers :key (lambda (server) (nth 2 server)))
+      (user-error "Port %d is no longer open; M-x swank-mcp-start opens one" port))
+    (swank-mcp--show-configuration port where nil)
+    (message "swank-mcp: the configuration for port %d, as the options now are" port)))
 
 (defun swank-mcp--show-configuration (port where display)
   "Fill the *swank-mcp* buffer for PORT opened in WHERE; show it when DISPLAY."
   (with-current-buffer (get-buffer-create swank-mcp--buffer-name)
     (swank-mcp-configuration-mode)
+    (setq swank-mcp--configuration-shown (list port where))
     (let ((inhibit-read-only t))
       (erase-buffer)
       (unless (executable-find swank-mcp-program)
@@ -1633,8 +1651,10 @@ stays as it is until they dismiss it."
 
 (defun swank-mcp--answer (verdict)
   "Answer the approval shown in the current buffer with VERDICT.
-Return what the image says: :taken, or :ended when the request had ended;
-nil when the user took back an answer that needed confirming."
+Return what the image says: :taken, :ended when the request had ended, or
+\(:refused WHY) when the server checked the approved call and refused it,
+WHY saying what changed since the prompt was shown (its file); nil when
+the user took back an answer that needed confirming."
   (let ((shown swank-mcp--approval-shown))
     (when swank-mcp--approval-ended
       (user-error "%s" swank-mcp--approval-ended))
@@ -1667,13 +1687,16 @@ for the rest of its session? "
                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)))))
           (swank-mcp--approval-remove shown)
           (message "swank-mcp: %s%s"
-                   (if (eq taken :taken)
-                       (format "%s %s" tool
-                               (pcase verdict
-                                 (:yes "approved; it runs now.")
-                                 (:no "declined; it does not run.")
-                                 (:always "approved, and allowed for the rest of the session.")))
-                     (format "this request (%s) already ended; nothing ran." tool))
+                   (pcase taken
+                     (:taken
+                      (format "%s %s" tool
+                              (pcase verdict
+                                (:yes "approved; it runs now.")
+                                (:no "declined; it does not run.")
+                                (:always "approved, and allowed for the rest of the session."))))
+                     (`(:refused ,why)
+                      (format "%s was approved, but refused because %s; nothing ran." tool why))
+                     (_ (format "this request (%s) already ended; nothing ran." tool)))
                    (swank-mcp--approval-next-text))
           (or taken :ended)))))))
 

@@ -126,6 +126,40 @@ async fn an_edit_is_shown_as_its_diff_and_a_declined_one_writes_nothing() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "(defun area (r)\n  (* r r))\n");
 }
 
+/// The prompt says what approving does, not that it is a dry run (issue 38.4): the edit is
+/// written, and with `load` compiled into the image.
+#[tokio::test]
+async fn an_edits_prompt_says_approving_writes_it_and_with_load_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("said.lisp");
+    std::fs::write(&file, "(defun said (r)\n  (* r r))\n").unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut client = client(&["--confirm", "edit-lisp-form", "--root", root]).await;
+    for (id, load, approving) in [
+        (
+            8,
+            true,
+            "Approving writes this edit to the file and loads it into the image (load: true).\n\nWould replace \
+             `defun said` (lines 1-2) in said.lisp with 1 form, at lines 1-2.",
+        ),
+        (
+            9,
+            false,
+            "Approving writes this edit to the file; nothing is loaded into the image (load: false).\n\nWould \
+             replace `defun said`",
+        ),
+    ] {
+        let edit = json!({"file_path": file.to_str().unwrap(), "operation": "replace", "form_type": "defun",
+                          "form_name": "said", "content": "(defun said (r)\n  (* 3 r r))", "load": load});
+        send_call(&mut client, id, "edit-lisp-form", edit).await;
+        let asked = elicitation(&mut client).await;
+        let message = asked["params"]["message"].as_str().unwrap();
+        assert!(message.contains(approving) && !message.contains("Dry run"), "{message}");
+        client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+        assert_eq!(client.receive().await["id"], id);
+    }
+}
+
 #[tokio::test]
 async fn an_unknown_confirm_name_stops_the_server_with_the_list() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_swank-mcp"))
@@ -465,7 +499,9 @@ async fn a_file_changed_between_the_preview_and_the_approval_is_neither_written_
     let changed = "(defun cl-user::bound-edited () 3)\n";
     let said = approve_after_a_change(&mut client, 20, ("edit-lisp-form", edit), (&file, changed)).await;
     assert!(
-        said.starts_with("edit-lisp-form was not run: `bound.lisp` changed after the user approved the call"),
+        said.starts_with(
+            "edit-lisp-form was not run: `bound.lisp` changed between the preview the user was shown and their answer"
+        ),
         "{said}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), changed, "the edit was not written");
@@ -476,7 +512,7 @@ async fn a_file_changed_between_the_preview_and_the_approval_is_neither_written_
     let said =
         approve_after_a_change(&mut client, 21, ("load-form", form), (&file, "(defun cl-user::bound-form () 2)\n"))
             .await;
-    assert!(said.starts_with("load-form was not run: bound.lisp changed after the user approved"), "{said}");
+    assert!(said.starts_with("load-form was not run: bound.lisp changed between the preview"), "{said}");
     assert_eq!(eval(&mut other, "(fboundp 'cl-user::bound-form)").await, "=> NIL");
 
     std::fs::write(&file, "(defun cl-user::bound-file () 1)\n").unwrap();
@@ -488,7 +524,7 @@ async fn a_file_changed_between_the_preview_and_the_approval_is_neither_written_
         (&file, "(defun cl-user::bound-file () 2)\n"),
     )
     .await;
-    assert!(said.starts_with("load-file was not run: bound.lisp changed after the user approved"), "{said}");
+    assert!(said.starts_with("load-file was not run: bound.lisp changed between the preview"), "{said}");
     assert_eq!(eval(&mut other, "(fboundp 'cl-user::bound-file)").await, "=> NIL");
 
     // Approved as shown, it runs.
@@ -542,8 +578,12 @@ async fn a_file_rewritten_in_place_after_the_approval_never_loads_the_new_text()
             text(&reply)
         );
         if is_error(&reply) {
+            // Found as the approval is checked, or as the load starts.
+            let said = text(&reply);
             assert!(
-                text(&reply).starts_with("load-file was not run: rewritten.lisp changed after the user approved"),
+                ["between the preview the user was shown and their answer", "after the user approved"]
+                    .iter()
+                    .any(|when| said.starts_with(&format!("load-file was not run: rewritten.lisp changed {when}"))),
                 "{reply}"
             );
         }

@@ -39,6 +39,16 @@ const IMAGE_MARGIN: Duration = Duration::from_secs(10);
 #[derive(Deserialize)]
 struct Reply {
     verdict: EmacsVerdict,
+    id: u64,
+}
+
+/// The Emacs answer to one approval request.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    /// What the user answered, or how the request ended without an answer.
+    pub verdict: EmacsVerdict,
+    /// The request's number in the image, which [`settle`] names.
+    pub id: u64,
 }
 
 /// Makes `request` of the helper in `image` and checks the reply.
@@ -49,17 +59,22 @@ async fn call(image: &Image, request: Request, limits: &CallLimits) -> Result<cr
 }
 
 /// Asks the Emacs attached to `image` whether `tool`, called by the client named `client`, may
-/// run as `text` describes, waiting at most `limit` and until `cancel`.
+/// run as `text` describes, waiting at most `limit` and until `cancel`. With `checked`, a yes is
+/// checked before the call runs, and the outcome must be told to Emacs ([`settle`]).
 pub async fn ask(
     image: &Image,
     (tool, client): (&str, &str),
-    text: String,
+    (text, checked): (String, bool),
     limit: Duration,
     cancel: CancellationToken,
-) -> Result<EmacsVerdict, ToolError> {
+) -> Result<Answer, ToolError> {
     let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
-    let request =
-        Request::new("request-approval").arg(tool).arg(text).key("client", client).key("timeout-ms", limit_ms);
+    let request = Request::new("request-approval")
+        .arg(tool)
+        .arg(text)
+        .key("client", client)
+        .key("timeout-ms", limit_ms)
+        .key("checked", checked);
     // The image ends the wait itself at `limit`, so that an answer is taken or refused in one
     // place (an answer after that is told "already ended"); this margin only guards against
     // an image that stopped answering.
@@ -70,7 +85,16 @@ pub async fn ask(
         cancel,
     };
     let reply = call(image, request, &limits).await?;
-    Ok(decode::<Reply>("request-approval", &reply)?.verdict)
+    let Reply { verdict, id } = decode("request-approval", &reply)?;
+    Ok(Answer { verdict, id })
+}
+
+/// Tells the Emacs that approved request `id` of `image` whether the call runs: `refusal` says
+/// why it does not. Failing to tell changes nothing for the call: that Emacs stops waiting after a
+/// while and says it runs.
+pub async fn settle(image: &Image, id: u64, refusal: Option<String>, timeout: Duration) {
+    let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
+    let _ = call(image, Request::new("settle-approval").arg(id).arg(refusal), &limits).await;
 }
 
 #[derive(Deserialize)]

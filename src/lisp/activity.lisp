@@ -276,7 +276,23 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
    (text :initarg :text :reader approval-text)
    (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
              :reader approval-answered)
-   (verdict :initform nil :accessor approval-verdict)))
+   (verdict :initform nil :accessor approval-verdict)
+   ;; Whether the agent's server checks, once the call is approved, that what the user was shown
+   ;; still holds (the file a preview was read from), and tells the outcome (SETTLE-APPROVAL):
+   ;; until then the approving Emacs cannot say whether the call runs.
+   (checked :initarg :checked :initform nil :reader approval-checked)
+   (settled :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval settled")
+            :reader approval-settled)
+   ;; Why the server refused the approved call, as Emacs says it; NIL when it runs.
+   (refusal :initform nil :accessor approval-refusal)))
+
+(defparameter *settle-timeout* 10
+  "Seconds ANSWER-APPROVAL waits for the server's check of an approved call: past it, the server
+is taken to have run the call (it stopped answering, or is an older revision).")
+
+(defvar *approved-unsettled* '()
+  "Approved calls whose server has yet to tell whether they run (SETTLE-APPROVAL), under
+*APPROVAL-LOCK*.")
 
 (defvar *approvals* '()
   "Approvals waiting for the user's answer.")
@@ -290,21 +306,23 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
   (list :approval :id (approval-id approval) :call (approval-call approval)
                   :client (approval-client approval) :tool (approval-tool approval) :text (approval-text approval)))
 
-(define-entry (request-approval :look t) (tool text &key client timeout-ms session token)
+(define-entry (request-approval :look t) (tool text &key client timeout-ms checked session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
-and returns (:VERDICT v): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT,
+and returns (:VERDICT v :ID id): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT,
 :UNAVAILABLE when no Emacs is in approval mode, or :TURNED-OFF when the last Emacs in approval mode
 turned it off while the request waited (REFUSE-UNWATCHED-APPROVALS). A cancellation interrupts the
 wait through TOKEN, as for any call. Emacs is told when the request ends, however it ends, so that
-its prompt goes."
+its prompt goes. With CHECKED, the server checks an approved call before it runs it and tells the
+outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits for."
   (declare (ignore session))
   (run-tool
    token
    (lambda ()
      (let* ((approval (make-instance 'approval :id (sb-thread:with-mutex (*approval-lock*)
                                                      (incf *next-approval-id*))
-                                               :call (token-call token) :client client :tool tool :text text))
+                                               :call (token-call token) :client client :tool tool :text text
+                                               :checked checked))
             (id (approval-id approval))
             (verdict :cancelled))
        ;; Registered before Emacs hears of it, so that an answer at once finds it.
@@ -321,13 +339,28 @@ its prompt goes."
                   ;; ANSWER-APPROVAL told Emacs it was.
                   (sb-thread:with-mutex (*approval-lock*)
                     (setf *approvals* (remove approval *approvals*)
-                          verdict (or (approval-verdict approval) :timeout)))))
+                          verdict (or (approval-verdict approval) :timeout))
+                    (when (and checked (member verdict '(:yes :always)))
+                      (push approval *approved-unsettled*)))))
          (sb-thread:with-mutex (*approval-lock*)
            (setf *approvals* (remove approval *approvals*)))
          ;; Even when nobody was told of it at first: an Emacs that subscribed since may have
          ;; been sent it (SEND-WAITING-APPROVALS).
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
-       (list :verdict verdict)))))
+       (list :verdict verdict :id id)))))
+
+(define-entry (settle-approval :look t) (id refusal &key session token)
+  "The server's check of the approved call of approval ID: REFUSAL, a text that says why it did
+not run (its file changed since the user was shown it), or NIL when it runs. The Emacs that
+approved it, waiting in ANSWER-APPROVAL, says so."
+  (declare (ignore session token))
+  (sb-thread:with-mutex (*approval-lock*)
+    (let ((approval (find id *approved-unsettled* :key #'approval-id)))
+      (when approval
+        (setf *approved-unsettled* (remove approval *approved-unsettled*)
+              (approval-refusal approval) refusal)
+        (sb-thread:signal-semaphore (approval-settled approval)))))
+  (list :settled t))
 
 (define-entry send-waiting-approvals (connection channel-id)
   "For Emacs, as it subscribes its channel CHANNEL-ID of CONNECTION to approvals (approval mode
@@ -365,12 +398,20 @@ Returns how many ended, or :WATCHED when another Emacs watches them and they wai
 
 (define-entry answer-approval (id verdict)
   "The user's answer (:YES, :NO or :ALWAYS) to approval ID: :TAKEN when the request still waited
-and gets it, :ENDED when it had already ended (timed out, cancelled), so that nothing runs."
+and gets it, :ENDED when it had already ended (timed out, cancelled), so that nothing runs, or
+(:REFUSED why) when it was approved but the server refused to run it, WHY saying what changed
+since the user was shown it. An approval the server checks is answered once it has."
   (unless (member verdict '(:yes :no :always))
     (error "An approval is answered :YES, :NO or :ALWAYS, not ~S." verdict))
-  (sb-thread:with-mutex (*approval-lock*)
-    (let ((approval (find id *approvals* :key #'approval-id)))
-      (if (and approval (give-verdict approval verdict)) :taken :ended))))
+  (let ((taken (sb-thread:with-mutex (*approval-lock*)
+                 (let ((approval (find id *approvals* :key #'approval-id)))
+                   (and approval (give-verdict approval verdict) approval)))))
+    (cond ((null taken) :ended)
+          ((and (approval-checked taken) (member verdict '(:yes :always))
+                (sb-thread:wait-on-semaphore (approval-settled taken) :timeout *settle-timeout*)
+                (approval-refusal taken))
+           (list :refused (approval-refusal taken)))
+          (t :taken))))
 
 (defun give-verdict (approval verdict)
   "Answers APPROVAL with VERDICT unless it has an answer; true when it took this one. Called with

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::observe::Ending;
 use crate::emacs::approval::{self as emacs, EmacsVerdict};
 use crate::image::Image;
-use crate::tools::{Arguments, Fingerprint, Offered, ToolOutput, Toolbox};
+use crate::tools::{Arguments, Fingerprint, Offered, Preview, ToolOutput, Toolbox};
 
 /// Stands for every offered tool that is not read-only in `--confirm`.
 pub const MUTATING: &str = "mutating";
@@ -130,6 +130,15 @@ fn turned_off(tool: &str) -> ToolOutput {
     ))
 }
 
+/// The error for an approved call whose `files` changed while the human looked at its preview.
+fn changed_before_the_answer(tool: &str, files: &str) -> ToolOutput {
+    ToolOutput::error(format!(
+        "{tool} was not run: {files} changed between the preview the user was shown and their answer, so it would \
+         not do what they approved. Nothing was written or loaded; call it again to ask for approval of the file as \
+         it is now."
+    ))
+}
+
 pub(crate) fn declined(tool: &str) -> ToolOutput {
     ToolOutput::error(format!("{tool} was declined by the user; it did not run and nothing changed."))
 }
@@ -189,11 +198,31 @@ impl Approvals {
         let limit = self.policy.timeout;
         let preview = toolbox.preview(tool, args).await.map_err(|error| (Ending::Refused, error.into()))?;
         let shown = cut(preview.text);
-        let (verdict, asked_in) = match (&caller.asks, image) {
-            (Some(asks), _) => (asks.ask(name, &shown, limit, cancel).await, None),
-            (None, Some(image)) => (ask_emacs(image, (name, caller), shown, limit, cancel).await, Some(image)),
-            (None, None) => (Verdict::Refused(cannot_ask(name, caller)), None),
+        let checked = preview.fingerprint.is_some();
+        let (verdict, asked_in, settle) = match (&caller.asks, image) {
+            (Some(asks), _) => (asks.ask(name, &shown, limit, cancel).await, None, None),
+            (None, Some(image)) => {
+                let (verdict, settle) = ask_emacs(image, (name, caller), (shown, checked), limit, cancel).await;
+                (verdict, Some(image), settle)
+            }
+            (None, None) => (Verdict::Refused(cannot_ask(name, caller)), None, None),
         };
+        // Checked now, not only as the tool starts: the Emacs that approved waits to say whether
+        // the call runs, and the agent is told the file changed before the answer, not after.
+        let changed = match (&verdict, &preview.fingerprint) {
+            (Verdict::Approved { .. }, Some((shown, files))) => match toolbox.preview(tool, args).await {
+                Ok(Preview { fingerprint: Some((now, _)), .. }) if now == *shown => None,
+                _ => Some(files.clone()),
+            },
+            _ => None,
+        };
+        if let (Some(image), Some(id)) = (asked_in, settle) {
+            let refusal = changed.as_ref().map(|files| format!("{files} changed since the prompt was shown"));
+            emacs::settle(image, id, refusal, toolbox.eval_timeout()).await;
+        }
+        if let Some(files) = changed {
+            return Err((Ending::Refused, changed_before_the_answer(name, &files)));
+        }
         match (verdict, asked_in) {
             (Verdict::Approved { for_session: true }, Some(image)) => {
                 // Not kept when the image cannot keep it: the next call asks again.
@@ -214,20 +243,27 @@ impl Approvals {
                 return Err((Ending::Cancelled, output));
             }
         }
-        Ok(preview.fingerprint)
+        Ok(preview.fingerprint.map(|(fingerprint, _)| fingerprint))
     }
 }
 
-/// Asks the user's Emacs, through `image`, whether `tool` may run for `caller`, showing `shown`.
+/// Asks the user's Emacs, through `image`, whether `tool` may run for `caller`, showing `shown`;
+/// with `checked`, also the number of the request, once approved, that must be settled
+/// ([`emacs::settle`]) after the check.
 async fn ask_emacs(
     image: &Image,
     (tool, caller): (&str, &Caller),
-    shown: String,
+    (shown, checked): (String, bool),
     limit: Duration,
     cancel: &CancellationToken,
-) -> Verdict {
+) -> (Verdict, Option<u64>) {
     let started = std::time::Instant::now();
-    match emacs::ask(image, (tool, &caller.client), shown, limit, cancel.clone()).await {
+    let answer = emacs::ask(image, (tool, &caller.client), (shown, checked), limit, cancel.clone()).await;
+    let settle = match &answer {
+        Ok(answer) if checked && matches!(answer.verdict, EmacsVerdict::Yes | EmacsVerdict::Always) => Some(answer.id),
+        _ => None,
+    };
+    let verdict = match answer.map(|answer| answer.verdict) {
         _ if cancel.is_cancelled() => Verdict::Cancelled,
         Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
         Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
@@ -245,7 +281,8 @@ async fn ask_emacs(
                 Verdict::Refused(output)
             }
         }
-    }
+    };
+    (verdict, settle)
 }
 
 fn cut(mut text: String) -> String {

@@ -187,8 +187,8 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
 
 /// What the edits did, for the reply and for loading their forms.
 struct Edited {
-    /// The fingerprint of the files as they were read.
-    read: Fingerprint,
+    /// The fingerprint of the files as they were read, and their names.
+    read: (Fingerprint, String),
     reports: Vec<EditReport>,
     /// Whether each report's edit goes into the image, in the order of `reports`.
     load: Vec<bool>,
@@ -208,18 +208,20 @@ struct EditedFile {
     modified: Option<SystemTime>,
 }
 
-/// How the edits are made: only shown, or written (and then only on the files as the human who
-/// `approved` them saw them, if anyone did); with `for_load`, with what loading the forms of the
-/// edits that load needs (each file's new text: a copy of the whole file).
+/// How the edits are made: only shown (`said` as a dry run's reply or as the human approving them
+/// is shown them), or written (and then only on the files as the human who `approved` them saw
+/// them, if anyone did); with `for_load`, with what loading the forms of the edits that load
+/// needs (each file's new text: a copy of the whole file).
 struct Making {
-    dry_run: bool,
+    said: Said,
     for_load: bool,
     approved: Option<Fingerprint>,
 }
 
 /// Makes the edits `args` ask for, all or none, as `making` says.
 fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited, ToolError> {
-    let Making { dry_run, for_load, approved } = making;
+    let Making { said, for_load, approved } = making;
+    let dry_run = said != Said::Done;
     let edits = edit_arguments(args)?;
     let requests: Vec<FileEdit> = edits.iter().map(EditArguments::request).collect();
     let prepared = prepare_edits(roots, &requests, read_limit(args)?).map_err(|refused| {
@@ -239,7 +241,8 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
     })?;
     let read = Fingerprint::of_all(prepared.read_files().map(|(_, bytes)| bytes));
     let names: Vec<String> = prepared.read_files().map(|(shown, _)| format!("`{shown}`")).collect();
-    Fingerprint::check_read(approved, "edit-lisp-form", &names.join(" or "), read)?;
+    let names = names.join(" or ");
+    Fingerprint::check_read(approved, "edit-lisp-form", &names, read)?;
     let mut files: Vec<EditedFile> = Vec::new();
     if for_load {
         for ((report, path, text), _) in prepared.edits().zip(&edits).filter(|(_, edit)| edit.load) {
@@ -274,30 +277,42 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
     for file in &mut files {
         file.modified = roots.open(&file.path).ok().and_then(|opened| opened.metadata.modified().ok());
     }
-    let texts: Vec<String> = reports.iter().map(|report| edit_text(report, dry_run)).collect();
+    let texts: Vec<String> = reports.iter().map(|report| edit_text(report, said)).collect();
     let structured = match reports.as_slice() {
         [report] => structured(report, dry_run),
         reports => json!({"edits": reports.iter().map(|report| structured(report, dry_run)).collect::<Vec<_>>()}),
     };
     let load = edits.iter().map(|edit| edit.load).collect();
-    Ok(Edited { read, text: texts.join("\n\n"), reports, load, files, structured })
+    Ok(Edited { read: (read, names), text: texts.join("\n\n"), reports, load, files, structured })
 }
 
-/// What the human approving the edits is shown: their dry run, with the diffs.
+/// What the human approving the edits is shown: what approving does (write them, and load them
+/// into the image with `load`), then each edit with its diff.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
-    let edited = edit(args, roots, Making { dry_run: true, for_load: false, approved: None })?;
-    Ok(Preview { text: edited.text, fingerprint: Some(edited.read) })
+    let edited = edit(args, roots, Making { said: Said::Approval, for_load: false, approved: None })?;
+    let edits = edit_arguments(args)?;
+    let (this, it) = if edits.len() == 1 { ("this edit", "it") } else { ("these edits", "them") };
+    let approving = if args.flag("dry_run")? {
+        format!("Approving only shows {this} (dry_run: true): nothing is written.")
+    } else if edits.iter().all(|edit| edit.load) {
+        format!("Approving writes {this} to the file and loads {it} into the image (load: true).")
+    } else if edits.iter().any(|edit| edit.load) {
+        format!("Approving writes {this} to the files, and loads those with load: true into the image.")
+    } else {
+        format!("Approving writes {this} to the file; nothing is loaded into the image (load: false).")
+    };
+    Ok(Preview { text: format!("{approving}\n\n{}", edited.text), fingerprint: Some(edited.read) })
 }
 
 /// What one edit did (or would do), and its diff.
-fn edit_text(report: &EditReport, dry_run: bool) -> String {
+fn edit_text(report: &EditReport, said: Said) -> String {
     if report.diff.is_empty() {
         let end = if report.operation == Operation::Patch { "." } else { "" };
-        format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, dry_run))
+        format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, said))
     } else if report.operation == Operation::Patch {
-        format!("{}:\n{}", summary(report, dry_run), report.diff.trim_end())
+        format!("{}:\n{}", summary(report, said), report.diff.trim_end())
     } else {
-        format!("{}\n\n{}", summary(report, dry_run), report.diff)
+        format!("{}\n\n{}", summary(report, said), report.diff)
     }
 }
 
@@ -316,7 +331,8 @@ fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerpri
     if loads(args)? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
-    let edited = edit(args, roots, Making { dry_run: args.flag("dry_run")?, for_load: false, approved })?;
+    let said = if args.flag("dry_run")? { Said::DryRun } else { Said::Done };
+    let edited = edit(args, roots, Making { said, for_load: false, approved })?;
     Ok(ToolOutput::success(edited.text).with_structured(edited.structured))
 }
 
@@ -325,7 +341,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if !loads(args)? {
         return context.on_files(move |roots| edit_alone(&owned, roots, approved)).await;
     }
-    let making = Making { dry_run: false, for_load: true, approved };
+    let making = Making { said: Said::Done, for_load: true, approved };
     let Edited { reports, load, files, text, mut structured, .. } =
         context.on_files(move |roots| edit(&owned, roots, making)).await?;
     let mut sections = vec![text];
@@ -390,28 +406,40 @@ struct Unloaded {
     note: String,
 }
 
+/// How an edit's text speaks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    /// Made: the file was written.
+    Done,
+    /// A dry run's reply: nothing was written.
+    DryRun,
+    /// The preview a human approves: what approving writes, which the preview's first line says.
+    Approval,
+}
+
 /// One line saying what was (or would be) done, where.
-fn summary(report: &EditReport, dry_run: bool) -> String {
+fn summary(report: &EditReport, said: Said) -> String {
     let file = &report.file;
     let forms = match report.forms {
         1 => "1 form".to_string(),
         n => format!("{n} forms"),
     };
     let target = format!("`{}` ({})", report.target, report.target_lines);
-    let (replace, insert, now) = if dry_run {
-        ("Dry run, nothing written: would replace", "Dry run, nothing written: would insert", "")
-    } else {
-        ("Replaced", "Inserted", "now ")
+    let (replace, insert, delete, patch, now) = match said {
+        Said::Done => ("Replaced".into(), "Inserted".into(), "Deleted".into(), "Patched".into(), "now "),
+        Said::DryRun | Said::Approval => {
+            let would = if said == Said::DryRun { "Dry run, nothing written: would" } else { "Would" };
+            let verb = |verb: &str| format!("{would} {verb}");
+            (verb("replace"), verb("insert"), verb("delete"), verb("patch"), "")
+        }
     };
     let new_lines = report.new_lines;
     match report.operation {
         Operation::Replace => format!("{replace} {target} in {file} with {forms}, {now}at {new_lines}."),
         Operation::InsertBefore => format!("{insert} {forms} before {target} in {file}, {now}at {new_lines}."),
         Operation::InsertAfter => format!("{insert} {forms} after {target} in {file}, {now}at {new_lines}."),
-        Operation::Delete if dry_run => format!("Dry run, nothing written: would delete {target} from {file}."),
-        Operation::Delete => format!("Deleted {target} from {file}."),
-        Operation::Patch if dry_run => format!("Dry run, nothing written: would patch {target} in {file}"),
-        Operation::Patch => format!("Patched {target} in {file}"),
+        Operation::Delete => format!("{delete} {target} from {file}."),
+        Operation::Patch => format!("{patch} {target} in {file}"),
     }
 }
 

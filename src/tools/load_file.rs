@@ -41,7 +41,7 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
         .map_err(|error| ToolError::new(format!("load-file was not run: {error}")))?;
     Ok(Preview {
         text: format!("Compiles and loads the file {}:\n{}", file.shown, String::from_utf8_lossy(&file.bytes)),
-        fingerprint: Some(Fingerprint::of(&file.bytes)),
+        fingerprint: Some((Fingerprint::of(&file.bytes), file.shown.clone())),
     })
 }
 

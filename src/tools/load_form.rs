@@ -81,7 +81,7 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
             target.lines.last,
             lines.join("\n")
         ),
-        fingerprint: Some(Fingerprint::of(&file.bytes)),
+        fingerprint: Some((Fingerprint::of(&file.bytes), file.shown.clone())),
     })
 }
 

@@ -15,8 +15,9 @@ use super::{Arguments, ToolError};
 pub struct Preview {
     /// The text shown.
     pub text: String,
-    /// Of the file the text was made from, for a call that acts on one.
-    pub fingerprint: Option<Fingerprint>,
+    /// Of the file the text was made from, for a call that acts on one, with the file's name as
+    /// messages give it.
+    pub fingerprint: Option<(Fingerprint, String)>,
 }
 
 /// The fingerprint of some bytes: equal for equal bytes, and not forgeable by whoever cannot read
