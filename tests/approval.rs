@@ -380,7 +380,9 @@ async fn recorded(marker: &str) -> String {
     loop {
         let found = user.rex(form.clone(), "COMMON-LISP-USER", swank_mcp::swank::Thread::New).await.unwrap();
         let found = found.as_str().unwrap_or_default().to_string();
-        if !found.is_empty() || Instant::now() > deadline {
+        // The reply's text and the call's last state come in notes of their own: wait for both.
+        let settled = !found.is_empty() && !found.starts_with("waiting|") && !found.starts_with("running|");
+        if settled || Instant::now() > deadline {
             return found;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -187,7 +187,8 @@ const RECORD_THE_IMAGE: &str = "(progn
                       'sb-thread:interrupt-thread 'sb-ext:finalize (find-symbol \"RUN-EXPIRED-TIMERS\" \"SB-IMPL\")
                       (find-symbol \"CALL-HOOKS\" \"SB-INT\") (find-symbol \"%DEFMACRO\" \"SB-C\") (find-symbol \"LOAD-DEFMETHOD\" \"SB-PCL\")
                       (find-symbol \"LOAD-DEFCLASS\" \"SB-PCL\") (find-symbol \"DEFAULT-CONNECTION\" \"SWANK\")
-                      (find-symbol \"INVOKE-SLIME-DEBUGGER\" \"SWANK\") (find-symbol \"DISPATCH-EVENT\" \"SWANK\"))))
+                      (find-symbol \"INVOKE-SLIME-DEBUGGER\" \"SWANK\") (find-symbol \"DISPATCH-EVENT\" \"SWANK\")
+                      (find-symbol \"CLOSE-CONNECTION%\" \"SWANK\"))))
   (defparameter *definitions-before* (mapcar #'symbol-function *footprint-functions*))
   (defparameter *hooks* (list 'sb-int:*setf-fdefinition-hook* (find-symbol \"*CONNECTION-CLOSED-HOOK*\" \"SWANK\")))
   (defparameter *hooks-before* (mapcar (lambda (hook) (copy-list (symbol-value hook))) *hooks*))
@@ -205,14 +206,14 @@ const RECORD_THE_IMAGE: &str = "(progn
 
 const EVERYTHING_INSTALLED: &str = "(SB-THREAD::START-THREAD SB-EXT:EXIT SB-EXT:MAKE-TIMER SB-THREAD:INTERRUPT-THREAD \
      SB-EXT:FINALIZE SB-IMPL::RUN-EXPIRED-TIMERS SB-INT:CALL-HOOKS SB-C::%DEFMACRO SB-PCL::LOAD-DEFMETHOD SB-PCL::LOAD-DEFCLASS \
-     SWANK::DEFAULT-CONNECTION SWANK:INVOKE-SLIME-DEBUGGER SWANK::DISPATCH-EVENT \
+     SWANK::DEFAULT-CONNECTION SWANK:INVOKE-SLIME-DEBUGGER SWANK::DISPATCH-EVENT SWANK::CLOSE-CONNECTION% \
      SB-INT:*SETF-FDEFINITION-HOOK* SWANK::*CONNECTION-CLOSED-HOOK* :PACKAGE)";
 
 #[tokio::test]
 async fn uninstall_takes_every_change_out_and_the_next_call_installs_again() {
     let image = common::private_image().await;
     let raw = raw_connection(image.port).await;
-    assert_eq!(ask(&raw, RECORD_THE_IMAGE).await, "13", "this SBCL has every function the helper encapsulates");
+    assert_eq!(ask(&raw, RECORD_THE_IMAGE).await, "14", "this SBCL has every function the helper encapsulates");
     assert_eq!(ask(&raw, "(changed-since-start)").await, "NIL");
 
     let (ok, out) = swank_mcp(image.port, &["eval", "(+ 1 2)"]).await;

@@ -17,7 +17,9 @@
 ;;;; - CONNECTION-CLOSED on each server's *CONNECTION-CLOSED-HOOK* (swank's, slynk's, or both):
 ;;;;   a closed connection's sessions and worker threads end.
 ;;;; - An encapsulation of each server's DISPATCH-EVENT: the reply to the agent's request to a
-;;;;   thread waiting in the person's debugger goes to the agent (image-threads.lisp).
+;;;;   thread waiting in the person's debugger goes to the agent (image-threads.lisp); and of its
+;;;;   CLOSE-CONNECTION%, which closes a dead client's socket without flushing it first, so that
+;;;;   the server's sentinel thread never stops in a debugger over a broken pipe.
 ;;;; - The modules sb-cltl2 and sb-introspect, required when the helper loads (its files name their
 ;;;;   symbols); swank and slynk have loaded both already. A module cannot be unloaded, so
 ;;;;   UNINSTALL leaves them.
@@ -57,7 +59,9 @@
     ("SWANK" "INVOKE-SLIME-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
     ("SLYNK" "INVOKE-SLY-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
     ("SWANK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes)
-    ("SLYNK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes))
+    ("SLYNK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes)
+    ("SWANK" "CLOSE-CONNECTION%" mcp-agent-quiet-close close-connection-quietly)
+    ("SLYNK" "CLOSE-CONNECTION%" mcp-agent-quiet-close close-connection-quietly))
   "The SBCL functions the helper encapsulates, each (package name tag wrapper): looked up by name,
 since a future SBCL may lack one (the helper then does without). The wrapper is called by name, so
 that a reloaded helper's definition takes over.")

@@ -227,3 +227,21 @@ server waits for a stop of another number.")
                       :stop (stop-number (sb-thread:symbol-value-in-thread
                                           (server-debugger-variable :condition) thread nil))
                       :where where))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Closing a connection whose client went away
+
+(defun close-connection-quietly (close-connection connection &rest arguments)
+  "Wraps the server's CLOSE-CONNECTION%, which its sentinel thread runs when a client went away:
+the connection's socket is first closed with :ABORT T, dropping what can no longer be sent. The
+server's own CLOSE flushes it, and for a client killed with a reply unread that fails (a broken
+pipe) in the sentinel thread, which then waits in a debugger for good: every later connection
+leaks two threads, and with nobody's Emacs connected the agents are told of it at every call.
+The server's CLOSE of a closed stream then does nothing."
+  (ignore-errors
+   (let* ((server (connection-server connection))
+          (socket-io (and server (server-function server "CONNECTION.SOCKET-IO")))
+          (stream (and socket-io (funcall socket-io connection))))
+     (when (streamp stream)
+       (close stream :abort t))))
+  (apply close-connection connection arguments))

@@ -100,7 +100,7 @@ async def changed_after_preview(binary: str, port: str) -> None:
                 await session.initialize()
                 loaded = await session.call_tool("load-file", {"file_path": path})
                 check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], "the human saw the file as it was", human.shown[0])
-                check(loaded.is_error and "changed after the user approved" in text_of(loaded),
+                check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
                       "a file changed after its preview is refused", text_of(loaded))
                 defined = await session.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
                 check(text_of(defined) == "=> NIL", "nothing was loaded", text_of(defined))
