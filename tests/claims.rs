@@ -606,19 +606,12 @@ async fn the_profiles_figures_are_the_codes_own() {
     let time = call(&toolbox, "profile", json!({"code": "(claims-alloc 1000000)", "mode": "time"})).await;
     let structured = time.structured_value().unwrap();
     let (ms, bytes) = (structured["milliseconds"].as_u64().unwrap(), structured["bytes"].as_u64().unwrap());
-    let grouped = |n: u64| {
-        let digits = n.to_string();
-        let mut out = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        out
-    };
-    assert!(time.text.contains(&format!("consed {} bytes", grouped(bytes))), "{}", time.text);
-    assert!(time.text.contains(&format!("\n  {} bytes consed", grouped(bytes))), "{}", time.text);
+    assert!(time.text.contains(&format!("consed {} bytes", swank_mcp::tools::group_thousands(bytes))), "{}", time.text);
+    assert!(
+        time.text.contains(&format!("\n  {} bytes consed", swank_mcp::tools::group_thousands(bytes))),
+        "{}",
+        time.text
+    );
     assert!(time.text.contains(&format!("\n  {}.{:03} seconds of real time", ms / 1000, ms % 1000)), "{}", time.text);
     assert!(bytes.abs_diff(allocated) * 100 < allocated, "TIME says {bytes}, the image {allocated}");
 

@@ -93,17 +93,17 @@ debugging environment routes steps to SLDB. Outside it a step would go to SBCL's
 connection; returns when the agent continues. Its session is told in its next reply."
   (let* ((session (breakpoint-session breakpoint))
          (thread sb-thread:*current-thread*)
+         (call (format nil "~A called with ~A"
+                       (qualified-name (breakpoint-function-name breakpoint)) (print-briefly arguments)))
          (condition (make-condition 'breakpoint-hit
-                                    :format-control "Breakpoint ~D: ~A called with ~A"
-                                    :format-arguments (list (breakpoint-number breakpoint)
-                                                            (qualified-name (breakpoint-function-name breakpoint))
-                                                            (print-briefly arguments)))))
+                                    :format-control "Breakpoint ~D: ~A"
+                                    :format-arguments (list (breakpoint-number breakpoint) call))))
     (ignore-errors
      (record-background-error (session-background session) condition nil
                               :waits (format nil "at breakpoint ~D" (breakpoint-number breakpoint))))
-    (note-event :breakpoint-hit "Thread ~D ~S stopped at breakpoint ~D: ~A called with ~A. It waits for the agent."
+    (note-event :breakpoint-hit "Thread ~D ~S stopped at breakpoint ~D: ~A. It waits for the agent."
                 (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)
-                (qualified-name (breakpoint-function-name breakpoint)) (print-briefly arguments))
+                call)
     ;; However it leaves (continued, its frame restarted, aborted), the person sees it run on.
     (unwind-protect
          (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
@@ -181,10 +181,13 @@ were still set (two removals can race), which the activity record says WHY of."
     (dolist (breakpoint removed removed)
       (note-event :breakpoint-removed "Removed ~A: ~A." (breakpoint-text breakpoint) why))))
 
+(defun session-breakpoints (session)
+  "SESSION's breakpoints, newest first."
+  (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq))
+
 (defun forget-session-breakpoints (session)
   "Removes SESSION's breakpoints: it has ended."
-  (remove-breakpoints (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq)
-                      "its agent's session ended"))
+  (remove-breakpoints (session-breakpoints session) "its agent's session ended"))
 
 (defun breakpoint-plist (breakpoint)
   (list :number (breakpoint-number breakpoint)
@@ -211,11 +214,6 @@ Returns the breakpoint's plist."
          (fail "~A is not a function; a breakpoint stops calls of a function." (qualified-name name)))
        (when (eq (symbol-package name) (load-time-value (find-package '#:mcp-agent-helper)))
          (fail "~A is swank-mcp's own." (qualified-name name)))
-       (sb-thread:with-mutex (*breakpoints-lock*)
-         (let ((existing (find name *breakpoints* :key #'breakpoint-function-name)))
-           (when existing
-             (fail "~A already has breakpoint ~D; unbreak it first." (qualified-name name)
-                   (breakpoint-number existing)))))
        (let ((breakpoint (new 'breakpoint
                               :number (1+ (sb-ext:atomic-incf (car *breakpoint-counter*)))
                               :function-name name
@@ -228,7 +226,13 @@ Returns the breakpoint's plist."
                               :thread target
                               :stops-left hits
                               :session session)))
+         ;; Checked and set under one lock: of two agents breaking on one function at once, one
+         ;; is refused; a function never has two breakpoints.
          (sb-thread:with-mutex (*breakpoints-lock*)
+           (let ((existing (find name *breakpoints* :key #'breakpoint-function-name)))
+             (when existing
+               (fail "~A already has breakpoint ~D; unbreak it first." (qualified-name name)
+                     (breakpoint-number existing))))
            (push breakpoint *breakpoints*)
            (unless (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint)
              (internal-call "SB-INT" "ENCAPSULATE" name 'mcp-agent-breakpoint (breakpoint-wrapper name))))
@@ -241,16 +245,14 @@ Returns the breakpoint's plist."
   (run-tool token
             (lambda ()
               (let ((session (find-session session)))
-                (list :breakpoints (mapcar #'breakpoint-plist
-                                           (reverse (remove session *breakpoints*
-                                                            :key #'breakpoint-session :test-not #'eq))))))))
+                (list :breakpoints (mapcar #'breakpoint-plist (reverse (session-breakpoints session))))))))
 
 (define-entry remove-breakpoint (&key number session token)
   "Removes SESSION's breakpoint NUMBER, or all of them when NUMBER is NIL: (:REMOVED plists)."
   (run-tool token
             (lambda ()
               (let* ((session (find-session session))
-                     (own (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq))
+                     (own (session-breakpoints session))
                      (chosen (if number
                                  (or (remove number own :key #'breakpoint-number :test-not #'eql)
                                      (fail "There is no breakpoint ~D of this session~:[~;; its breakpoints are ~

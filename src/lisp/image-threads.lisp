@@ -31,13 +31,16 @@
         (loop for session being the hash-values of *sessions*
               thereis (eq (session-connection session) connection)))))
 
-(defun person-first-connection (package default-connection)
-  "The newest connection of the server of PACKAGE that is not a swank-mcp server's, or what the
-server's own DEFAULT-CONNECTION answers when there is none."
+(defun person-connection (package)
+  "The newest connection of the server of PACKAGE that is not a swank-mcp server's, or NIL."
   (let ((connections (let ((variable (find-symbol "*CONNECTIONS*" package)))
                        (and variable (boundp variable) (symbol-value variable)))))
-    (or (ignore-errors (find-if-not #'agent-connection-p connections))
-        (funcall default-connection))))
+    (ignore-errors (find-if-not #'agent-connection-p connections))))
+
+(defun person-first-connection (package default-connection)
+  "The person's connection of the server of PACKAGE (see PERSON-CONNECTION), or what the server's
+own DEFAULT-CONNECTION answers when there is none."
+  (or (person-connection package) (funcall default-connection)))
 
 (defun swank-person-first (default-connection)
   (person-first-connection (find-package "SWANK") default-connection))
@@ -64,19 +67,13 @@ INVOKE-SLY-DEBUGGER). For a thread no connection serves, every agent session's n
 that it stopped, where it waits and how to attach; then the server's debugger runs as ever."
   (unless (or (server-connection) *agent-session*)
     (ignore-errors
-     (let ((person (some (lambda (package)
-                           (let ((connections (find-symbol "*CONNECTIONS*" package)))
-                             (and connections (boundp connections)
-                                  (find-if-not #'agent-connection-p (symbol-value connections)))))
-                         (server-packages))))
+     (let ((waits (if (some #'person-connection (server-packages))
+                      "in the person's Emacs debugger"
+                      "in no one's debugger (no Emacs is connected)"))
+           (backtrace (ignore-errors (backtrace-lines condition))))
        (sb-ext:with-locked-hash-table (*sessions*)
          (loop for session being the hash-values of *sessions*
-               do (record-background-error
-                   (session-background session) condition
-                   (ignore-errors (backtrace-lines condition))
-                   :waits (if person
-                              "in the person's Emacs debugger"
-                              "in no one's debugger (no Emacs is connected)")))))))
+               do (record-background-error (session-background session) condition backtrace :waits waits))))))
   (funcall invoke-debugger condition))
 
 ;;; ------------------------------------------------------------------------------------------

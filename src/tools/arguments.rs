@@ -53,8 +53,9 @@ enum Kind {
 struct Range {
     min: u64,
     max: Option<u64>,
-    /// Whether the schema states `max`: a sanity bound (a day for a time limit) is only checked.
-    max_listed: bool,
+    /// Whether the schema states the bounds: a sanity bound (a day for a time limit, counting from
+    /// 1) is only checked.
+    listed: bool,
 }
 
 impl Range {
@@ -72,10 +73,13 @@ impl Range {
     /// A minimum of 0 goes unsaid: no count, offset or number a tool takes is negative, and the
     /// list that says it is read in every session.
     fn schema(self, schema: &mut Map<String, Value>) {
+        if !self.listed {
+            return;
+        }
         if self.min > 0 {
             schema.insert("minimum".into(), self.min.into());
         }
-        if let (Some(max), true) = (self.max, self.max_listed) {
+        if let Some(max) = self.max {
             schema.insert("maximum".into(), max.into());
         }
     }
@@ -127,12 +131,12 @@ impl Param {
 
     /// An integer from `min`.
     pub const fn integer(name: &'static str, min: u64, description: &'static str) -> Self {
-        Self::new(name, Kind::Integer(Range { min, max: None, max_listed: false }), description)
+        Self::new(name, Kind::Integer(Range { min, max: None, listed: true }), description)
     }
 
     /// A list of integers from `min`.
     pub const fn integers(name: &'static str, min: u64, description: &'static str) -> Self {
-        Self::new(name, Kind::Integers(Range { min, max: None, max_listed: false }), description)
+        Self::new(name, Kind::Integers(Range { min, max: None, listed: true }), description)
     }
 
     /// A list of strings.
@@ -147,7 +151,7 @@ impl Param {
 
     /// An integer from 0, or a name.
     pub const fn integer_or_name(name: &'static str, description: &'static str) -> Self {
-        Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None, max_listed: false }), description)
+        Self::new(name, Kind::IntegerOrName(Range { min: 0, max: None, listed: true }), description)
     }
 
     /// The call must give it.
@@ -156,23 +160,25 @@ impl Param {
         self
     }
 
-    /// An integer argument takes at most `max`, which the schema states.
-    pub const fn at_most(self, max: u64) -> Self {
-        self.bounded(max, true)
-    }
-
-    /// An integer argument takes at most `max`, a sanity bound the schema leaves unsaid: no agent
-    /// needs it to choose a value, and the list is read in every session. A call past it is
-    /// refused with the bound named.
-    pub const fn within(self, max: u64) -> Self {
-        self.bounded(max, false)
-    }
-
-    const fn bounded(mut self, max: u64, max_listed: bool) -> Self {
+    /// An integer argument takes at most `max`.
+    pub const fn at_most(mut self, max: u64) -> Self {
         self.kind = match self.kind {
-            Kind::Integer(range) => Kind::Integer(Range { min: range.min, max: Some(max), max_listed }),
-            Kind::Integers(range) => Kind::Integers(Range { min: range.min, max: Some(max), max_listed }),
-            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { min: range.min, max: Some(max), max_listed }),
+            Kind::Integer(range) => Kind::Integer(Range { max: Some(max), ..range }),
+            Kind::Integers(range) => Kind::Integers(Range { max: Some(max), ..range }),
+            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { max: Some(max), ..range }),
+            other => other,
+        };
+        self
+    }
+
+    /// The schema leaves an integer argument's bounds unsaid: they are sanity bounds no agent needs
+    /// to choose a value (a day for a time limit, counting from 1), and the list is read in every
+    /// session. A call past them is refused with the bounds named.
+    pub const fn unlisted(mut self) -> Self {
+        self.kind = match self.kind {
+            Kind::Integer(range) => Kind::Integer(Range { listed: false, ..range }),
+            Kind::Integers(range) => Kind::Integers(Range { listed: false, ..range }),
+            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { listed: false, ..range }),
             other => other,
         };
         self

@@ -58,15 +58,15 @@ const ARGUMENTS: &[Param] = &[
     Param::integer_or_name("thread", ""),
     Param::text("function", ""),
     Param::code("condition", ""),
-    Param::integer("hits", 0, ""),
-    Param::integer("breakpoint", 0, ""),
+    Param::integer("hits", 1, "").unlisted(),
+    Param::integer("breakpoint", 1, "").unlisted(),
     Param::integer("frame", 0, ""),
     Param::integer("start", 0, ""),
     Param::integer("end", 0, ""),
     Param::code("code", ""),
     Param::integer_or_name("restart", ""),
     Param::texts("arguments", ""),
-    Param::integer("timeout_ms", 1, "").within(MAX_TIMEOUT_MS),
+    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).unlisted(),
 ];
 
 fn definition() -> ToolDefinition {
@@ -86,9 +86,6 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let timeout_ms = args.optional_u64("timeout_ms")?;
-    if args.optional_u64("hits")? == Some(0) || args.optional_u64("breakpoint")? == Some(0) {
-        return Err(ToolError::new("`hits` and `breakpoint` count from 1."));
-    }
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",

@@ -18,7 +18,7 @@ const ARGUMENTS: &[Param] = &[
     Param::flag("untrace", "These, or all."),
     Param::text("package", ""),
     Param::integer_or_name("threads", "all, or one"),
-    Param::integer("max_calls", 0, ""),
+    Param::integer("max_calls", 1, "").unlisted(),
 ];
 
 fn definition() -> ToolDefinition {
