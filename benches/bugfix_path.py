@@ -28,14 +28,21 @@ nothing loaded in any image; the MCP paths leave the fixes loaded in the image t
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 
-from mcp_stdio import Server, free_port
+from seeded_library import (
+    DEBIAN_SOURCES,
+    print_path,
+    seeded_copy,
+    started,
+    steps_with_total,
+    test_op,
+    walk,
+    walk_shell,
+)
 
-ALEXANDRIA = "/usr/share/common-lisp/source/alexandria"
+ALEXANDRIA = os.path.join(DEBIAN_SOURCES, "alexandria")
 
 # (file, correct text, seeded text): each bug makes one test fail, in both of the test-op's runs.
 BUGS = [
@@ -51,48 +58,13 @@ BUGS = [
 FAILING = ["COUNT-PERMUTATIONS.1", "WHEN-LET.2", "FLATTEN.1"]
 
 
-def seeded_copy(parent):
-    """A copy of Alexandria under PARENT with the bugs in; its directory."""
-    directory = os.path.join(parent, "alexandria")
-    shutil.copytree(ALEXANDRIA, directory)
-    for file, correct, seeded in BUGS:
-        path = os.path.join(directory, file)
-        with open(path) as f:
-            text = f.read()
-        assert text.count(correct) == 1, (file, correct)
-        with open(path, "w") as f:
-            f.write(text.replace(correct, seeded))
-    return directory
-
-
-def registry_form(directory):
-    return f'(asdf:initialize-source-registry (quote (:source-registry (:tree "{directory}/") :inherit-configuration)))'
-
-
-def started(server_binary, directory):
-    """A server on a private image that knows where the library is (not a step of the agent's)."""
-    server = Server(
-        [server_binary, "--launch", "--port", str(free_port()), "--root", directory, "--eval-timeout", "10m"],
-        "bugfix-path",
-    )
-    registered = server.call("evaluate-lisp", {"code": f"(progn (require :asdf) {registry_form(directory)} t)"})
-    assert not registered.is_error, registered.text
-    return server
-
-
-def walk(server, steps):
-    """Makes the calls `steps`; returns [(tool, request characters, reply text, is_error)]."""
-    walked = []
-    for tool, arguments in steps:
-        reply = server.call(tool, arguments)
-        walked.append((tool, len(json.dumps({"name": tool, "arguments": arguments})), reply.text, reply.is_error))
-    server.close()
-    return walked
+def alexandria_copy(parent):
+    return seeded_copy("alexandria", parent, BUGS)
 
 
 def mcp_path(server_binary, directory):
     """The expert's path over MCP; returns [(step, request characters, reply text, is_error)]."""
-    server = started(server_binary, directory)
+    server = started(server_binary, directory, "bugfix-path")
     patches = [
         ("alexandria-1/numbers.lisp", "defun", "count-permutations", "(- n k) n)", "(1+ (- n k)) n)"),
         ("alexandria-1/binding.lisp", "defmacro", "when-let", "(when (or", "(when (and"),
@@ -169,7 +141,7 @@ def form_text(text, head):
 
 def previous_path(server_binary, directory):
     """The path before `source`, `patch` and `edits`: each definition replaced whole."""
-    server = started(server_binary, directory)
+    server = started(server_binary, directory, "bugfix-path")
     replacements = []
     for file, form_type, form_name in [
         ("alexandria-1/numbers.lisp", "defun", "count-permutations"),
@@ -202,10 +174,7 @@ def previous_path(server_binary, directory):
 
 def shell_path(directory):
     """The expert's path from a shell; returns [(command, command characters, output, exit code)]."""
-    test_op = (
-        "sbcl --noinform --non-interactive --eval '(require :asdf)' "
-        f"--eval '{registry_form(directory)}' --eval '(asdf:test-system \"alexandria-tests\")' 2>&1"
-    )
+    tests = test_op(directory, "alexandria-tests")
     sed = " && ".join(
         [
             "sed -i 's/(%multiply-range (- n k) n)/(%multiply-range (1+ (- n k)) n)/' alexandria-1/numbers.lisp",
@@ -216,18 +185,14 @@ def shell_path(directory):
         ]
     )
     commands = [
-        f"cd {directory} && {test_op} | grep -E -A7 '^Test .* failed$|total tests failed'",
+        f"cd {directory} && {tests} | grep -E -A7 '^Test .* failed$|total tests failed'",
         # Each definition, headed by file:line, up to the next top-level form.
         f"cd {directory} && awk 'FNR==1{{p=0}} /^\\(/{{p=0}} "
         "/^\\((defun count-permutations|defmacro when-let|defun flatten) /{p=1; print FILENAME \":\" FNR} p' "
         "alexandria-1/*.lisp",
-        f"cd {directory} && {sed} && {test_op} | grep -E 'tests failed|^Test .* failed$'",
+        f"cd {directory} && {sed} && {tests} | grep -E 'tests failed|^Test .* failed$'",
     ]
-    walked = []
-    for command in commands:
-        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=600)
-        walked.append((command, len(command), done.stdout + done.stderr, done.returncode))
-    return walked
+    return walk_shell(commands)
 
 
 def main():
@@ -241,45 +206,33 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bugfix-path-") as parent:
         os.makedirs(os.path.join(parent, "mcp"))
         os.makedirs(os.path.join(parent, "shell"))
-        mcp = mcp_path(os.path.abspath(options.server), seeded_copy(os.path.join(parent, "mcp")))
-        shell = shell_path(seeded_copy(os.path.join(parent, "shell")))
+        mcp = mcp_path(os.path.abspath(options.server), alexandria_copy(os.path.join(parent, "mcp")))
+        shell = shell_path(alexandria_copy(os.path.join(parent, "shell")))
         previous = None
         if options.previous:
             os.makedirs(os.path.join(parent, "previous"))
-            previous = previous_path(os.path.abspath(options.previous), seeded_copy(os.path.join(parent, "previous")))
+            previous = previous_path(os.path.abspath(options.previous), alexandria_copy(os.path.join(parent, "previous")))
 
     red, green = mcp[0][2], mcp[-1][2]
-    assert mcp[0][3] and all(test in red for test in FAILING), red
+    assert red.startswith("FAILED") and all(test in red for test in FAILING), red
     assert not mcp[-1][3] and "all passed" in green, green
     assert all(test in shell[0][2] for test in FAILING), shell[0][2]
     assert "No tests failed." in shell[-1][2] and "tests failed:" not in shell[-1][2], shell[-1][2]
 
     figures = {
-        "mcp": [{"step": step, "request": request, "reply": len(text)} for step, request, text, _ in mcp],
-        "shell": [{"step": command.split(" && ", 1)[1][:60], "request": request, "reply": len(output)}
-                  for command, request, output, _ in shell],
+        "mcp": steps_with_total(mcp, lambda tool: tool),
+        "shell": steps_with_total(shell, lambda command: command.split(" && ", 1)[1][:60]),
     }
     walks = [("swank-mcp", "mcp", mcp), ("shell", "shell", shell)]
     if previous:
         assert not previous[-1][3] and "No tests failed." in previous[-1][2], previous[-1][2]
-        figures["previous"] = [{"step": step, "request": request, "reply": len(text)}
-                               for step, request, text, _ in previous]
+        figures["previous"] = steps_with_total(previous, lambda tool: tool)
         walks.append(("swank-mcp, previous revision", "previous", previous))
-    for path in figures.values():
-        path.append({"step": "total", "request": sum(s["request"] for s in path), "reply": sum(s["reply"] for s in path)})
     if options.json:
         print(json.dumps(figures, indent=2))
         return
     for name, key, walked in walks:
-        path = figures[key]
-        print(f"{name}: {len(walked)} calls")
-        print(f"  {'request':>8} {'reply':>8}  step")
-        for step in path:
-            print(f"  {step['request']:>8} {step['reply']:>8}  {step['step']}")
-        if options.show:
-            for step, _, text, _ in walked:
-                print(f"\n--- {step[:100]}\n{text}")
-        print()
+        print_path(name, figures[key], walked, options.show)
     mcp_total, shell_total = figures["mcp"][-1]["reply"], figures["shell"][-1]["reply"]
     print(f"reply characters, swank-mcp / shell: {mcp_total / shell_total:.2f}")
     if previous:

@@ -1,4 +1,4 @@
-"""The MCP client of the benches that count what replies hold (reply_size.py, bugfix_path.py): the
+"""The MCP client of the benches that count what replies hold (reply_size.py, bugfix_path.py, session_cost.py): the
 swank-mcp binary over stdio, one request at a time, each response kept as the line it came in.
 """
 
