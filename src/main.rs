@@ -15,11 +15,12 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use swank_mcp::emacs::activity::ActivityFeed;
+use swank_mcp::emacs::approval::EmacsApproval;
 use swank_mcp::image::{ImageSettings, LaunchSettings};
 use swank_mcp::mcp::audit::AuditLog;
 use swank_mcp::mcp::ServeOptions;
 use swank_mcp::pipeline::observe::Observer;
-use swank_mcp::pipeline::{Call, Caller, ConfirmPolicy, Pipeline};
+use swank_mcp::pipeline::{Ask, Call, Caller, ConfirmPolicy, Pipeline};
 use swank_mcp::source::AllowedRoots;
 use swank_mcp::swank::{ConnectOptions, Endpoint, Protocol};
 use swank_mcp::tools::{Settings, ToolSelection, Toolbox};
@@ -341,17 +342,21 @@ fn toolbox(cli: &Cli) -> anyhow::Result<Arc<Toolbox>> {
     Ok(Arc::new(toolbox))
 }
 
-/// `--confirm` and `--audit-log`, which the MCP server and `swank-mcp eval` both honour.
-fn serve_options(cli: &Cli, toolbox: &Toolbox) -> anyhow::Result<ServeOptions> {
+/// `--confirm` (asked in the image's Emacs when the caller cannot ask), the image's activity
+/// record `activity` and `--audit-log`, which the MCP server and `swank-mcp eval` both honour: the
+/// one place the front ends are wired to the pipeline.
+fn serve_options(cli: &Cli, toolbox: &Toolbox, activity: ActivityFeed) -> anyhow::Result<ServeOptions> {
     let confirm = ConfirmPolicy::new(&cli.confirm, toolbox, cli.confirm_timeout).map_err(anyhow::Error::msg)?;
-    let audit = match &cli.audit_log {
-        Some(path) => Some(
-            AuditLog::open(path, cli.audit_log_max_size)
-                .with_context(|| format!("cannot open the audit log {}", path.display()))?,
-        ),
-        None => None,
-    };
-    Ok(ServeOptions { confirm, audit, structured_content: cli.structured_content })
+    let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(activity)];
+    if let Some(path) = &cli.audit_log {
+        let audit = AuditLog::open(path, cli.audit_log_max_size)
+            .with_context(|| format!("cannot open the audit log {}", path.display()))?;
+        observers.push(Box::new(Arc::new(audit)));
+    }
+    // Its requests around the question (settling it, keeping an allowance) are the server's own
+    // evaluations in the image, with the default time limit.
+    let asks: Arc<dyn Ask> = Arc::new(EmacsApproval::new(cli.eval_timeout));
+    Ok(ServeOptions { confirm, asks: Some(asks), observers, structured_content: cli.structured_content })
 }
 
 /// Runs `swank-mcp eval`'s one call as an agent's calls run: approved when `--confirm` names
@@ -362,12 +367,10 @@ async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -
     if !toolbox.definitions().any(|tool| tool.name == evaluate) {
         bail!("{evaluate} is not offered here (see --read-only and --tools)");
     }
-    let ServeOptions { confirm, audit, .. } = serve_options(cli, toolbox)?;
     // Recorded as an agent's calls are: an agent with a shell may run this command, and the
     // human watching the image's activity buffer should see what it ran.
-    let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(ActivityFeed::one_shot())];
-    observers.extend(audit.map(|audit| Box::new(Arc::new(audit)) as Box<dyn Observer>));
-    let pipeline = Pipeline::new(toolbox.clone(), confirm, observers);
+    let ServeOptions { confirm, asks, observers, .. } = serve_options(cli, toolbox, ActivityFeed::one_shot())?;
+    let pipeline = Pipeline::new(toolbox.clone(), confirm, asks, observers);
     let caller = Caller {
         client: SHELL_CLIENT.to_string(),
         asks: None,
@@ -410,7 +413,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // A task of its own rather than the future `block_on` drives: the runtime polls that
             // one only after a trip through its I/O driver, a system call on the path of every
             // response.
-            let options = serve_options(&cli, &toolbox)?;
+            let options = serve_options(&cli, &toolbox, ActivityFeed::start())?;
             tokio::spawn(keep_time_driver_armed());
             let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");

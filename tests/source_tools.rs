@@ -610,7 +610,8 @@ fn definitions_describe_the_tools_honestly() {
     for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
         assert!(definition.annotations.read_only && !definition.annotations.destructive);
         assert!(!definition.annotations.open_world);
-        assert_eq!(definition.to_json()["annotations"]["readOnlyHint"], json!(true));
+        let entry = swank_mcp::mcp::tool_list::entry(&definition, definition.input_schema());
+        assert_eq!(entry["annotations"]["readOnlyHint"], json!(true));
     }
 }
 

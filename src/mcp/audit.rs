@@ -366,7 +366,7 @@ mod tests {
             log.record(&Entry {
                 time: Entry::now(),
                 client: "tests",
-                tool: "evaluate-lisp",
+                tool: "some-tool",
                 arguments: &arguments,
                 outcome: Outcome::Ok,
                 summary: Entry::summarize(&format!("\n=> {i}\nmore")),
@@ -405,7 +405,7 @@ mod tests {
                         log.record(&Entry {
                             time: Entry::now(),
                             client: "tests",
-                            tool: "evaluate-lisp",
+                            tool: "some-tool",
                             arguments,
                             outcome: Outcome::Ok,
                             summary: format!("{n} {i}"),

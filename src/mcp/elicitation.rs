@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client_requests::{ClientRequests, RequestFailed};
 use crate::pipeline::approval::{declined, unanswered};
-use crate::pipeline::{Ask, Verdict};
+use crate::pipeline::{Ask, Question, Verdict};
 use crate::tools::ToolOutput;
 
 /// The protocol revision that introduced elicitation.
@@ -42,14 +42,8 @@ struct ElicitResult {
 }
 
 impl Ask for Elicitation {
-    fn ask<'a>(
-        &'a self,
-        tool: &'a str,
-        shown: &'a str,
-        limit: Duration,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Verdict> {
-        Box::pin(ask(&self.0, tool, shown, limit, cancel))
+    fn ask<'a>(&'a self, question: &'a Question<'a>) -> BoxFuture<'a, Verdict> {
+        Box::pin(ask(&self.0, question.tool, question.shown, question.limit, question.cancel))
     }
 }
 
@@ -91,7 +85,9 @@ async fn ask(
         Err(failed) => return not_run(format!("no approval: {failed}.")),
     };
     match serde_json::from_str::<ElicitResult>(answer.get()) {
+        // Nobody waits to hear whether an approved call runs: the client's answer is all it asked.
         Ok(result) if result.action == "accept" => Verdict::Approved {
+            settle: None,
             for_session: result
                 .content
                 .as_ref()

@@ -1,6 +1,7 @@
 //! The MCP layer: newline-delimited JSON-RPC 2.0 on stdio, the lifecycle, `tools/list`,
 //! `tools/call` and cancellation. It names no tool: a call goes to the [`crate::pipeline`], which
-//! knows tools only through [`crate::tools::Toolbox`].
+//! knows tools only through [`crate::tools::Toolbox`], and the instructions and the tools'
+//! descriptions come from there.
 //!
 //! See docs/design.md, "Layers".
 
@@ -10,6 +11,7 @@ pub mod elicitation;
 pub mod message;
 pub mod server;
 pub mod stdio;
+pub mod tool_list;
 pub mod transport;
 
 pub use server::{serve, serve_with, ServeOptions};

@@ -22,15 +22,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::audit::AuditLog;
 use super::client_requests::ClientRequests;
 use super::elicitation::{self, Elicitation, ELICITATION_SINCE};
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
+use super::tool_list::tool_list;
 use super::transport::{Line as Received, LineCodec};
-use crate::emacs::activity::ActivityFeed;
 use crate::outbox::Outbox;
 use crate::pipeline::observe::Observer;
-use crate::pipeline::{Call, Caller, ConfirmPolicy, Pipeline};
+use crate::pipeline::{Ask, Call, Caller, ConfirmPolicy, Pipeline};
 use crate::tools::{Progress, ToolOutput, Toolbox};
 
 /// Newest first; an unknown requested version is answered with the newest.
@@ -56,41 +55,6 @@ const INTERNAL_ERROR: i64 = -32603;
 /// revision 2026-07-28 reserves for the specification).
 const NOT_INITIALIZED: i64 = -32003;
 
-/// What every agent session reads once: how the tools fit together, and what the replies have in
-/// common, so that no tool's description repeats it.
-const INSTRUCTIONS: &str = "\
-swank-mcp attaches you to a live Common Lisp (SBCL) image through swank/slynk, usually the one the user works in \
-from Emacs: what you define there is theirs too, so look before you redefine.
-To fix failing tests, loop: run-tests gives each failing test's form, expected and actual values; find-definition \
-with source: true gives the current text of the definitions involved (several symbols in one call); edit-lisp-form \
-with operation \"patch\" (old_text, new_text) and load: true fixes the file and the image at once (edits: [...] makes \
-several edits, all or none); then run-tests again.
-The tools:
-1. Find your way: lisp-outline lists a file's forms; find-definition, describe-symbol, apropos-search, xref and \
-class-info ask the image, changing nothing; find-definition with text greps a system's files for the forms holding it.
-2. Change code in its file: edit-lisp-form with load: true edits the file and compiles the change into the image, \
-so the image runs what the file says and find-definition points at it. load-form and load-file compile what a file \
-already says, load-system an ASDF system. compile-form checks code without defining anything; macroexpand-form \
-shows what a macro makes.
-3. Run it: evaluate-lisp in your own REPL session (its package and *, ** persist; the user's REPL is untouched), \
-run-tests for tests.
-4. Debug: an error comes back with its backtrace and restarts, unwound; run it again with debug: true to keep the \
-failing state for the debugger tool, which also attaches to any thread waiting in a debugger (the user's SLDB too): \
-fix the function, then restart_frame. trace, profile, threads and inspect look closer.
-5. undo lists what your calls defined or replaced, and puts back what was there.
-Arguments: file_path is absolute or relative to the first --root; files are read under allowed roots or an ASDF \
-system's directory, written only under allowed roots; large_file: true reads one over 64 MiB. A definition in a \
-file is its form_type (e.g. defun) and form_name as lisp-outline shows it (e.g. \"area :around (shape)\"); index, \
-from 1, picks among several. A symbol is name, pkg:name or pkg::name; package defaults to your session's \
-(initially CL-USER). timeout_ms defaults to --eval-timeout; offset and limit page through a long list; source: \
-true adds each form's text. With several images, image picks one (default: the first).
-Replies: evaluate-lisp's has [stdout], [stderr], [warnings] and => value lines; an error, [ERROR] TYPE, message, \
-backtrace and restarts. Compiler messages come at file:line:column. A value other than a number, character or \
-symbol has a handle (@3) for inspect; a note under a cut section names the handle and offset where inspect reads \
-the rest. Threads you start report output and errors in a [background] section of your next evaluate-lisp reply; \
-traced calls, in a [trace] section. Interactive input reads end of file. An exit (sb-ext:exit, uiop:quit) is \
-refused in an image swank-mcp did not start.";
-
 struct Server {
     /// Where every tool call goes.
     pipeline: Pipeline,
@@ -111,13 +75,16 @@ struct Server {
     caller: Mutex<Arc<Caller>>,
 }
 
-/// What a server does besides running tools: approvals (`--confirm`) and the audit log.
+/// What a server does besides running tools: approvals (`--confirm`) and the observers of calls
+/// (the image's activity record, the audit log), which `main.rs` chooses.
 #[derive(Default)]
 pub struct ServeOptions {
     /// Which calls wait for the human's approval.
     pub confirm: ConfirmPolicy,
-    /// Where each call is recorded, if anywhere.
-    pub audit: Option<AuditLog>,
+    /// How the human is asked when the client cannot ask them (the image's Emacs).
+    pub asks: Option<Arc<dyn Ask>>,
+    /// What watches every call.
+    pub observers: Vec<Box<dyn Observer>>,
     /// Send each result's facts as `structuredContent` too. Off unless asked for: a client may show
     /// the model that JSON in place of the reply's text (Claude Code does, anthropics/claude-code
     /// issue 79944), and the text is the whole reply: the notes on what was cut and where the rest
@@ -125,7 +92,8 @@ pub struct ServeOptions {
     pub structured_content: bool,
 }
 
-/// Serves MCP on `input`/`output` until `input` ends.
+/// Serves MCP on `input`/`output` until `input` ends, with no approvals and nothing observing the
+/// calls.
 pub async fn serve<R, W>(toolbox: Arc<Toolbox>, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -134,7 +102,7 @@ where
     serve_with(toolbox, ServeOptions::default(), input, output).await
 }
 
-/// [`serve`] with approvals and an audit log.
+/// [`serve`] with approvals and observers.
 pub async fn serve_with<R, W>(toolbox: Arc<Toolbox>, options: ServeOptions, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -145,13 +113,11 @@ where
         let outgoing = outgoing.clone();
         async move { outgoing.run_writer().await }
     });
-    let ServeOptions { confirm, audit, structured_content } = options;
-    let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(ActivityFeed::start())];
-    observers.extend(audit.map(|audit| Box::new(Arc::new(audit)) as Box<dyn Observer>));
+    let ServeOptions { confirm, asks, observers, structured_content } = options;
     let requests = Arc::new(ClientRequests::new(outgoing.clone()));
     let caller = Caller { client: "unknown client".to_string(), asks: None, cannot_ask: String::new() };
     let server = Arc::new(Server {
-        pipeline: Pipeline::new(toolbox, confirm, observers),
+        pipeline: Pipeline::new(toolbox, confirm, asks, observers),
         requests,
         outgoing,
         in_flight: Mutex::new(HashMap::new()),
@@ -443,7 +409,7 @@ impl Server {
                 NOT_INITIALIZED,
                 format!("The server is not initialized: send initialize first, and {method} once it is answered"),
             )),
-            "tools/list" => Ok(Some(ResultBody::Json(json!({ "tools": self.pipeline.toolbox().tool_list() })))),
+            "tools/list" => Ok(Some(ResultBody::Json(json!({ "tools": tool_list(self.pipeline.toolbox()) })))),
             "tools/call" => {
                 let params: CallToolParams = request.params.read().map_err(|e| {
                     (
@@ -472,7 +438,7 @@ impl Server {
         let asks = version >= ELICITATION_SINCE && elicitation;
         *lock(&self.caller) = Arc::new(Caller {
             client: client.to_string(),
-            asks: asks.then(|| Arc::new(Elicitation(self.requests.clone())) as Arc<dyn crate::pipeline::Ask>),
+            asks: asks.then(|| Arc::new(Elicitation(self.requests.clone())) as Arc<dyn Ask>),
             cannot_ask: elicitation::cannot_ask(version),
         });
         tracing::info!(client, requested, version, elicitation, "initialize");
@@ -480,7 +446,7 @@ impl Server {
             "protocolVersion": version,
             "capabilities": { "tools": { "listChanged": false } },
             "serverInfo": { "name": "swank-mcp", "title": "swank-mcp", "version": env!("CARGO_PKG_VERSION") },
-            "instructions": INSTRUCTIONS,
+            "instructions": self.pipeline.toolbox().instructions(),
         })
     }
 

@@ -1,12 +1,13 @@
 //! `--confirm`: tool calls that wait for the human's yes before they run (docs/design.md, "One
 //! call"). The human is asked through the caller when it can ask (an MCP client that elicits),
-//! else in the image's Emacs when it is in `swank-mcp-approval-mode`; a call nobody can be asked
-//! about is refused with an error that says how to approve otherwise. What the human is shown is
-//! the tool's own preview, and the approved call carries the preview's fingerprint, so that it
-//! refuses to run on a file that changed since.
+//! else the way the pipeline was given (the image's Emacs when it is in `swank-mcp-approval-mode`):
+//! both are an [`Ask`], which `main.rs` hands over, and this module knows neither. A call nobody
+//! can be asked about is refused with an error that says how to approve otherwise. What the human
+//! is shown is the tool's own preview, and the approved call carries the preview's fingerprint, so
+//! that it refuses to run on a file that changed since.
 
 use crate::sync::lock;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,6 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::observe::Ending;
-use crate::emacs::approval::{self as emacs, EmacsVerdict};
 use crate::image::Image;
 use crate::tools::{Arguments, Fingerprint, Offered, Preview, ToolOutput, Toolbox};
 
@@ -67,27 +67,73 @@ pub enum Verdict {
     Approved {
         /// Calls of this tool need no approval any more in this session.
         for_session: bool,
+        /// The number of the request whose asker waits to hear whether the approved call runs
+        /// after all ([`Ask::settle`]), when the question was checked and the asker waits.
+        settle: Option<u64>,
     },
     /// The human declined the call; the output says so.
     Declined(ToolOutput),
     /// Nobody answered within the time limit; the output says so.
     TimedOut(ToolOutput),
-    /// Do not run the call: nobody could be asked, or asking failed; the output says why.
+    /// Do not run the call: asking failed; the output says why.
     Refused(ToolOutput),
+    /// Nobody can be asked this way (no Emacs in approval mode watches the image): the call is
+    /// refused with what the user can do instead.
+    NobodyToAsk,
     /// The client cancelled the call while it waited.
     Cancelled,
 }
 
-/// A way to ask the human that the caller has of its own (an MCP client's elicitation).
+/// What the human is asked: whether one call may run.
+#[derive(Clone, Copy)]
+pub struct Question<'a> {
+    /// The tool called.
+    pub tool: &'a str,
+    /// Who calls it ([`Caller::client`]).
+    pub client: &'a str,
+    /// What the human is shown: the tool's preview of the call.
+    pub shown: &'a str,
+    /// An approval is checked before the call runs (the files it changes must still be as
+    /// shown), and whoever approved may wait to hear the outcome ([`Ask::settle`]).
+    pub checked: bool,
+    /// The image the call works in, if it names one that exists (or the default).
+    pub image: Option<&'a Arc<Image>>,
+    /// How long to wait for the answer.
+    pub limit: Duration,
+    /// Cancelled when the caller no longer wants the call.
+    pub cancel: &'a CancellationToken,
+}
+
+/// A way to ask the human whether a call may run: the caller's own ([`Caller::asks`], an MCP
+/// client's elicitation), or the one the pipeline was given for callers without one (the user's
+/// Emacs, through the image the call works in).
 pub trait Ask: Send + Sync {
-    /// Asks whether `tool` may run, showing `shown`, waiting at most `limit` and until `cancel`.
-    fn ask<'a>(
+    /// Asks `question`, waiting at most its limit and until its cancellation.
+    fn ask<'a>(&'a self, question: &'a Question<'a>) -> BoxFuture<'a, Verdict>;
+
+    /// Tells whoever approved `question` as request `request` whether the call runs: `refusal`
+    /// says why it does not. Asked only after an approval that names a request to settle.
+    fn settle<'a>(&'a self, _question: &'a Question<'a>, _request: u64, _refusal: Option<String>) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Keeps the human's allowance of the question's tool for the rest of the session where
+    /// they can revoke it: false when it could not be kept, and the next call asks again. By
+    /// default the pipeline alone keeps it, for good.
+    fn allow_for_session<'a>(&'a self, _question: &'a Question<'a>) -> BoxFuture<'a, bool> {
+        Box::pin(async { true })
+    }
+
+    /// Whether an allowance of `tool` given this way still holds for a call in `image`: the
+    /// human may have revoked it where it is kept.
+    fn still_allowed<'a>(
         &'a self,
-        tool: &'a str,
-        shown: &'a str,
-        limit: Duration,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Verdict>;
+        _tool: &'a str,
+        _image: Option<&'a Arc<Image>>,
+        _cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async { true })
+    }
 }
 
 /// Who makes a call: the name the records give it, and how its human can be asked.
@@ -95,7 +141,7 @@ pub struct Caller {
     /// The client's name (`clientInfo.name`, or `swank-mcp eval`), for the records and the
     /// approval prompt in Emacs.
     pub client: String,
-    /// Its own way to ask the human; without one, the image's Emacs is asked.
+    /// Its own way to ask the human; without one, the pipeline's is asked (the image's Emacs).
     pub asks: Option<Arc<dyn Ask>>,
     /// Why the caller cannot ask the human itself, as the refusal of a call nobody could be asked
     /// about says it ("this MCP client cannot ask for it (...)").
@@ -121,15 +167,6 @@ pub(crate) fn unanswered(tool: &str, limit: Duration) -> ToolOutput {
     ))
 }
 
-/// The error for a call whose approval request ended when the user turned approval mode off.
-fn turned_off(tool: &str) -> ToolOutput {
-    ToolOutput::error(format!(
-        "{tool} was not run: the user turned approval mode off in Emacs (swank-mcp-approval-mode) while it waited \
-         for an answer, and no other Emacs watches the image. Nothing changed. Do not retry it unasked: tell the \
-         user what you wanted to do."
-    ))
-}
-
 /// The error for an approved call whose `files` changed while the human looked at its preview.
 fn changed_before_the_answer(tool: &str, files: &str) -> ToolOutput {
     ToolOutput::error(format!(
@@ -143,43 +180,33 @@ pub(crate) fn declined(tool: &str) -> ToolOutput {
     ToolOutput::error(format!("{tool} was declined by the user; it did not run and nothing changed."))
 }
 
-/// `--confirm` and what the human allowed for the rest of the session.
+/// `--confirm`, the way to ask for callers without one, and what the human allowed for the rest
+/// of the session.
 pub(crate) struct Approvals {
     policy: ConfirmPolicy,
-    /// Tools the human allowed for the rest of the session when the caller asked them.
-    for_session: Mutex<HashSet<String>>,
-    /// Tools the human allowed for the rest of the session in Emacs: the image keeps the
-    /// allowance, which Emacs can revoke, so it is checked there before each call.
-    in_emacs: Mutex<HashSet<String>>,
+    /// Asked when the caller cannot ask the human itself.
+    fallback: Option<Arc<dyn Ask>>,
+    /// The tools the human allowed for the rest of the session, each with the way they were asked,
+    /// which says whether the allowance still holds before each call.
+    for_session: Mutex<HashMap<String, Arc<dyn Ask>>>,
 }
 
 impl Approvals {
-    pub fn new(policy: ConfirmPolicy) -> Self {
-        Self { policy, for_session: Mutex::default(), in_emacs: Mutex::default() }
+    pub fn new(policy: ConfirmPolicy, fallback: Option<Arc<dyn Ask>>) -> Self {
+        Self { policy, fallback, for_session: Mutex::default() }
     }
 
     /// Whether a call of `tool` in `image` waits for the human's approval now: `--confirm` names
-    /// it, and the human has not allowed it for the session (or has revoked that in Emacs).
-    pub async fn needed(
-        &self,
-        toolbox: &Toolbox,
-        tool: &str,
-        image: Option<&Arc<Image>>,
-        cancel: &CancellationToken,
-    ) -> bool {
-        if !self.policy.requires(tool) || lock(&self.for_session).contains(tool) {
+    /// it, and the human has not allowed it for the session (or has revoked that).
+    pub async fn needed(&self, tool: &str, image: Option<&Arc<Image>>, cancel: &CancellationToken) -> bool {
+        if !self.policy.requires(tool) {
             return false;
         }
-        if !lock(&self.in_emacs).contains(tool) {
-            return true;
+        let Some(asked) = lock(&self.for_session).get(tool).cloned() else { return true };
+        if asked.still_allowed(tool, image, cancel).await {
+            return false;
         }
-        let timeout = toolbox.eval_timeout();
-        if let Some(image) = image {
-            if emacs::still_allowed(image, tool, timeout, cancel.clone()).await {
-                return false;
-            }
-        }
-        lock(&self.in_emacs).remove(tool);
+        lock(&self.for_session).remove(tool);
         true
     }
 
@@ -195,20 +222,24 @@ impl Approvals {
         cancel: &CancellationToken,
     ) -> Result<Option<Fingerprint>, (Ending, ToolOutput)> {
         let name = tool.name();
-        let limit = self.policy.timeout;
         let preview = toolbox.preview(tool, args).await.map_err(|error| (Ending::Refused, error.into()))?;
         let shown = cut(preview.text);
-        let checked = preview.fingerprint.is_some();
-        let (verdict, asked_in, settle) = match (&caller.asks, image) {
-            (Some(asks), _) => (asks.ask(name, &shown, limit, cancel).await, None, None),
-            (None, Some(image)) => {
-                let (verdict, settle) = ask_emacs(image, (name, caller), (shown, checked), limit, cancel).await;
-                (verdict, Some(image), settle)
-            }
-            (None, None) => (Verdict::Refused(cannot_ask(name, caller)), None, None),
+        let question = Question {
+            tool: name,
+            client: &caller.client,
+            shown: &shown,
+            checked: preview.fingerprint.is_some(),
+            image,
+            limit: self.policy.timeout,
+            cancel,
         };
-        // Checked now, not only as the tool starts: the Emacs that approved waits to say whether
-        // the call runs, and the agent is told the file changed before the answer, not after.
+        let asks = caller.asks.as_ref().or(self.fallback.as_ref());
+        let verdict = match asks {
+            Some(asks) => asks.ask(&question).await,
+            None => Verdict::NobodyToAsk,
+        };
+        // Checked now, not only as the tool starts: whoever approved may wait to say whether the
+        // call runs, and the agent is told the file changed before the answer, not after.
         let changed = match (&verdict, &preview.fingerprint) {
             (Verdict::Approved { .. }, Some((shown, files))) => match toolbox.preview(tool, args).await {
                 Ok(Preview { fingerprint: Some((now, _)), .. }) if now == *shown => None,
@@ -216,73 +247,34 @@ impl Approvals {
             },
             _ => None,
         };
-        if let (Some(image), Some(id)) = (asked_in, settle) {
+        if let (Some(asks), Verdict::Approved { settle: Some(request), .. }) = (asks, &verdict) {
             let refusal = changed.as_ref().map(|files| format!("{files} changed since the prompt was shown"));
-            emacs::settle(image, id, refusal, toolbox.eval_timeout()).await;
+            asks.settle(&question, *request, refusal).await;
         }
         if let Some(files) = changed {
             return Err((Ending::Refused, changed_before_the_answer(name, &files)));
         }
-        match (verdict, asked_in) {
-            (Verdict::Approved { for_session: true }, Some(image)) => {
-                // Not kept when the image cannot keep it: the next call asks again.
-                if emacs::allow_for_session(image, name, &caller.client, toolbox.eval_timeout()).await.is_ok() {
-                    lock(&self.in_emacs).insert(name.to_string());
+        match verdict {
+            Verdict::Approved { for_session, .. } => {
+                // Not kept when it cannot be kept where the human can revoke it: the next call
+                // asks again.
+                if let (true, Some(asks)) = (for_session, asks) {
+                    if asks.allow_for_session(&question).await {
+                        lock(&self.for_session).insert(name.to_string(), asks.clone());
+                    }
                 }
+                Ok(preview.fingerprint.map(|(fingerprint, _)| fingerprint))
             }
-            (Verdict::Approved { for_session }, _) => {
-                if for_session {
-                    lock(&self.for_session).insert(name.to_string());
-                }
-            }
-            (Verdict::Declined(output), _) => return Err((Ending::Declined, output)),
-            (Verdict::TimedOut(output), _) => return Err((Ending::TimedOut, output)),
-            (Verdict::Refused(output), _) => return Err((Ending::Refused, output)),
-            (Verdict::Cancelled, _) => {
+            Verdict::Declined(output) => Err((Ending::Declined, output)),
+            Verdict::TimedOut(output) => Err((Ending::TimedOut, output)),
+            Verdict::Refused(output) => Err((Ending::Refused, output)),
+            Verdict::NobodyToAsk => Err((Ending::Refused, cannot_ask(name, caller))),
+            Verdict::Cancelled => {
                 let output = ToolOutput::error(format!("{name} was not run: the client cancelled the call."));
-                return Err((Ending::Cancelled, output));
+                Err((Ending::Cancelled, output))
             }
         }
-        Ok(preview.fingerprint.map(|(fingerprint, _)| fingerprint))
     }
-}
-
-/// Asks the user's Emacs, through `image`, whether `tool` may run for `caller`, showing `shown`;
-/// with `checked`, also the number of the request, once approved, that must be settled
-/// ([`emacs::settle`]) after the check.
-async fn ask_emacs(
-    image: &Image,
-    (tool, caller): (&str, &Caller),
-    (shown, checked): (String, bool),
-    limit: Duration,
-    cancel: &CancellationToken,
-) -> (Verdict, Option<u64>) {
-    let started = std::time::Instant::now();
-    let answer = emacs::ask(image, (tool, &caller.client), (shown, checked), limit, cancel.clone()).await;
-    let settle = match &answer {
-        Ok(answer) if checked && matches!(answer.verdict, EmacsVerdict::Yes | EmacsVerdict::Always) => Some(answer.id),
-        _ => None,
-    };
-    let verdict = match answer.map(|answer| answer.verdict) {
-        _ if cancel.is_cancelled() => Verdict::Cancelled,
-        Ok(EmacsVerdict::Yes) => Verdict::Approved { for_session: false },
-        Ok(EmacsVerdict::Always) => Verdict::Approved { for_session: true },
-        Ok(EmacsVerdict::No) => Verdict::Declined(declined(tool)),
-        Ok(EmacsVerdict::Unavailable) => Verdict::Refused(cannot_ask(tool, caller)),
-        Ok(EmacsVerdict::TurnedOff) => Verdict::Declined(turned_off(tool)),
-        Ok(EmacsVerdict::Timeout) => Verdict::TimedOut(unanswered(tool, limit)),
-        Err(error) => {
-            let output =
-                ToolOutput::error(format!("{tool} was not run: asking for approval in Emacs failed. {}", error.0));
-            // The image did not end the request by the limit: nobody answered in time.
-            if started.elapsed() >= limit {
-                Verdict::TimedOut(output)
-            } else {
-                Verdict::Refused(output)
-            }
-        }
-    };
-    (verdict, settle)
 }
 
 fn cut(mut text: String) -> String {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::image::call_tag;
 use crate::tools::{Progress, ToolError, ToolOutput, Toolbox};
 use approval::Approvals;
-pub use approval::{Ask, Caller, ConfirmPolicy, Verdict};
+pub use approval::{Ask, Caller, ConfirmPolicy, Question, Verdict};
 use observe::{CallStart, Ending, Observation, Observer};
 
 /// The way every call goes, for one session of calls (an MCP session, or one `swank-mcp eval`):
@@ -45,10 +45,15 @@ pub struct Call<'a> {
 }
 
 impl Pipeline {
-    /// Calls go to the tools `toolbox` offers, wait for approval as `confirm` says, and are told
-    /// to `observers`.
-    pub fn new(toolbox: Arc<Toolbox>, confirm: ConfirmPolicy, observers: Vec<Box<dyn Observer>>) -> Self {
-        Self { toolbox, approvals: Approvals::new(confirm), observers, next_call: AtomicU64::new(1) }
+    /// Calls go to the tools `toolbox` offers, wait for approval as `confirm` says (asked of
+    /// `asks` when the caller cannot ask the human itself), and are told to `observers`.
+    pub fn new(
+        toolbox: Arc<Toolbox>,
+        confirm: ConfirmPolicy,
+        asks: Option<Arc<dyn Ask>>,
+        observers: Vec<Box<dyn Observer>>,
+    ) -> Self {
+        Self { toolbox, approvals: Approvals::new(confirm, asks), observers, next_call: AtomicU64::new(1) }
     }
 
     /// The tools calls go to.
@@ -77,7 +82,7 @@ impl Pipeline {
             return None;
         };
         let checked = toolbox.check_arguments(tool, &arguments);
-        let asks = checked.is_ok() && self.approvals.needed(toolbox, name, image.as_ref(), &cancel).await;
+        let asks = checked.is_ok() && self.approvals.needed(name, image.as_ref(), &cancel).await;
         let mut observations = self.begin(&start(asks));
         let (ending, output) = match checked {
             Err(error) => (Ending::Failed, ToolOutput::from(ToolError::from(error))),

@@ -7,6 +7,7 @@
 pub mod arguments;
 pub mod debugger_sessions;
 pub(crate) mod image_sources;
+mod instructions;
 pub(crate) mod lisp_reply;
 pub mod output;
 pub mod preview;
@@ -288,17 +289,14 @@ impl Toolbox {
         self.offered.iter().map(|offered| &offered.definition)
     }
 
-    /// The `tools/list` entries of the tools this server offers: an image tool takes an `image`
-    /// argument when there are several images.
-    pub fn tool_list(&self) -> Vec<Value> {
+    /// The tools this server offers, each with the JSON Schema of its arguments: an image tool
+    /// takes an `image` argument when there are several images.
+    pub fn offered_schemas(&self) -> impl Iterator<Item = (&ToolDefinition, Value)> {
         let names = self.image_names();
-        self.offered
-            .iter()
-            .map(|offered| {
-                let images: &[&str] = if offered.image_argument { &names } else { &[] };
-                offered.definition.list_entry(images)
-            })
-            .collect()
+        self.offered.iter().map(move |offered| {
+            let images: &[&str] = if offered.image_argument { &names } else { &[] };
+            (&offered.definition, arguments::input_schema(offered.definition.arguments, images))
+        })
     }
 
     /// The tool `name`, if this toolbox offers it: a tool left out by --tools or --read-only does
@@ -326,12 +324,6 @@ impl Toolbox {
             Some(name) => self.images.iter().find(|image| image.name() == name).cloned(),
             None => self.images.first().cloned(),
         }
-    }
-
-    /// The time limit of an evaluation when the call gives none, which the requests the server
-    /// makes of its own (to Emacs, through the image) take too.
-    pub(crate) fn eval_timeout(&self) -> Duration {
-        self.settings.eval_timeout
     }
 
     fn image_names(&self) -> Vec<&str> {

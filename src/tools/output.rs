@@ -1,14 +1,15 @@
-//! What a tool hands back to the MCP layer, and how it describes itself in `tools/list`.
+//! What a tool hands back to its caller, and how it describes itself: its name, description,
+//! arguments and hints, which the MCP layer writes into `tools/list`.
 //!
 //! See docs/design.md, "The toolbox".
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::arguments::{input_schema, Param};
 
-/// The MCP tool annotations. They are hints for the client (for example, whether to ask the user
+/// What a tool does to the world, for MCP's tool annotations. They are hints for the client (for example, whether to ask the user
 /// before a call), so each tool states them honestly rather than leaving the defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct Annotations {
@@ -25,7 +26,7 @@ pub struct Annotations {
     pub open_world: bool,
 }
 
-/// How a tool describes itself in `tools/list`.
+/// How a tool describes itself to its callers (in MCP's `tools/list`).
 #[derive(Debug, Clone)]
 pub struct ToolDefinition {
     /// The name clients call it by, e.g. `evaluate-lisp`.
@@ -42,45 +43,6 @@ impl ToolDefinition {
     /// JSON Schema of the `arguments` object, without the `image` argument.
     pub fn input_schema(&self) -> Value {
         input_schema(self.arguments, &[])
-    }
-
-    /// The `tools/list` entry, without the `image` argument.
-    pub fn to_json(&self) -> Value {
-        self.list_entry(&[])
-    }
-
-    /// The `tools/list` entry, with an `image` argument when `images` offers a choice. A hint is left out where it says what the specification's default says (not read-only,
-    /// destructive, not idempotent, open world), and so are the destructive and idempotent hints of
-    /// a read-only tool, which the specification gives a meaning only when it is not read-only;
-    /// no hint left, no `annotations`.
-    ///
-    /// No `outputSchema`: every agent session carries this list in its context, and the schemas
-    /// of the structured results would more than double it; docs/tools.md describes them. No
-    /// `title` either: it is for a client's display, which shows the name without one, and the
-    /// titles were 600 bytes of that list.
-    pub(crate) fn list_entry(&self, images: &[&str]) -> Value {
-        let hints = &self.annotations;
-        let mut annotations = serde_json::Map::new();
-        for (hint, value, default) in [
-            ("readOnlyHint", hints.read_only, false),
-            ("destructiveHint", hints.destructive, true),
-            ("idempotentHint", hints.idempotent, false),
-            ("openWorldHint", hints.open_world, true),
-        ] {
-            let meaningless = hints.read_only && matches!(hint, "destructiveHint" | "idempotentHint");
-            if value != default && !meaningless {
-                annotations.insert(hint.into(), value.into());
-            }
-        }
-        let mut tool = json!({
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": input_schema(self.arguments, images),
-        });
-        if !annotations.is_empty() {
-            tool["annotations"] = annotations.into();
-        }
-        tool
     }
 }
 
