@@ -447,7 +447,7 @@ async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures(
     assert!(shell_output.contains("5 checks. Unexpected failures: none"), "{shell_output}");
 
     // Its table names no failure and the test-op signals nothing: a pass, with the end of the
-    // table quoted and the rest behind a handle.
+    // table (its verdict) quoted and the rest behind a handle.
     let output = call(&tb, "run-tests", json!({"system": "tally"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
@@ -460,9 +460,8 @@ async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures(
     assert!(!output.text.contains("RT"), "no framework is guessed at: {}", output.text);
     assert!(
         output.text.ends_with(
-            "\n\n[output: last lines]\nCheck                    Result   Value\nempty text               pass     0\none word  \
-             \x20              pass     1\npunctuation              pass     3\nlongest word             pass     \"ccc\"\nfirst \
-             of the longest     pass     \"ab\"\n5 checks. Unexpected failures: none"
+            "\n\n[output: last lines]\nlongest word             pass     \"ccc\"\nfirst of the longest     pass     \
+             \"ab\"\n5 checks. Unexpected failures: none"
         ),
         "{}",
         output.text
@@ -494,7 +493,7 @@ async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures(
     assert!(
         output.text.contains(
             "\n\n[output: lines that name failures or errors]\nfirst of the longest     FAIL     \"cd\"\n5 checks. \
-             Unexpected failures: first of the longest\n\n[output: last lines]\n"
+             Unexpected failures: first of the longest"
         ),
         "{}",
         output.text
@@ -647,7 +646,7 @@ async fn a_seeded_library_is_fixed_in_the_loop_within_the_replies_budgets() {
     )
     .await;
     assert!(!output.is_error, "{}", output.text);
-    assert_eq!(output.text.matches("\nLoaded `").count(), 3, "{}", output.text);
+    assert_eq!(output.text.matches("\nLoaded the edited form into the image").count(), 3, "{}", output.text);
     assert!(output.text.len() <= 2_000, "three patches, loaded: {} characters:\n{}", output.text.len(), output.text);
     for (file, correct, _) in ALEXANDRIA_BUGS {
         assert!(std::fs::read_to_string(library.join(file)).unwrap().contains(correct), "{file}");
@@ -781,4 +780,52 @@ async fn a_suite_run_interpreted_and_compiled_shows_each_failure_once() {
         "{}",
         output.text
     );
+}
+
+#[tokio::test]
+async fn a_test_op_that_signals_because_tests_failed_shows_the_failures_not_the_gone_restarts() {
+    // Anaphora's test-op signals "test-op failed" when a test fails: the error is the
+    // framework's verdict on the failures RT's results already name. Its restarts were gone
+    // once the call returned, and the output's end says the failures again.
+    let _asdf = common::shared_asdf_turn().await;
+    let copy = tempfile::tempdir().unwrap();
+    let library = copy.path().join("anaphora");
+    let copied = std::process::Command::new("cp")
+        .args(["-r", "/usr/share/common-lisp/source/anaphora", &library.display().to_string()])
+        .status()
+        .unwrap();
+    assert!(copied.success(), "cl-anaphora is needed: apt-get install -y cl-anaphora (or bash .ci/deps)");
+    change_file(
+        &library.join("anaphora.lisp"),
+        "`(anaphoric prog1 ,first ,@rest))",
+        "`(anaphoric progn ,first ,@rest))",
+    );
+    let image = common::private_image().await;
+    let tb = Arc::new(swank_mcp::tools::Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(image.port)],
+        swank_mcp::source::AllowedRoots::new(vec![library.clone()]).unwrap(),
+    ));
+    let registry = format!(
+        "(asdf:initialize-source-registry '(:source-registry (:tree {:?}) :inherit-configuration))",
+        format!("{}/", library.display())
+    );
+    common::eval_ok(&tb, &format!("(require :asdf) {registry}")).await;
+    let output = call(&tb, "run-tests", json!({"system": "anaphora"})).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\ntest-op failed\n\nRan asdf:test-system"), "{}", output.text);
+    assert!(output.text.contains("\nRT: 60 tests: 1 failed, 59 passed.\n"), "{}", output.text);
+    assert!(output.text.contains("\nThe test-op signalled SIMPLE-ERROR (above).\n"), "{}", output.text);
+    assert!(
+        output.text.ends_with(
+            "\n\n[FAIL] ANAPHORA-TEST::APROG.1\n  Form: (APROG1 :YES (UNLESS (EQL IT :YES) (ERROR \"Broken.\")) :NO)\n  \
+             Expected: :YES\n  Actual: :NO"
+        ),
+        "{}",
+        output.text
+    );
+    assert!(!output.text.contains("[Restarts]") && !output.text.contains("[output: last lines]"), "{}", output.text);
+    // The restarts stay in the structured result, for a client that shows them.
+    let restarts = &output.structured_value().unwrap()["error"]["restarts"];
+    assert!(restarts.as_array().is_some_and(|restarts| !restarts.is_empty()), "{restarts}");
 }

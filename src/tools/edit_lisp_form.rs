@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::load_form::load_plan;
+use super::load_form::{load_plan, Loaded};
 use super::{
     read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
@@ -371,7 +371,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
         match load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
             Ok(loaded) => {
-                let (text, load_failed, load) = loaded.render(&file.shown, &plan, None);
+                let (text, load_failed, load) = loaded.render(&file.shown, &plan, Loaded::Edited);
                 sections.push(text);
                 loads.push(load);
                 failed |= load_failed;

@@ -255,6 +255,17 @@ impl ErrorReport {
     /// The contract's error block: `[ERROR] TYPE`, the message, a numbered `[Backtrace]` when
     /// there are frames to show, and the `[Restarts]` the condition offered.
     pub fn render(&self) -> String {
+        let mut text = self.render_after_return();
+        if !self.restarts.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&restarts_section(&self.restarts));
+        }
+        text
+    }
+
+    /// The block without `[Restarts]`, for a call that returned since: its restarts are gone,
+    /// and a list of them would be read for nothing.
+    pub fn render_after_return(&self) -> String {
         let mut text = format!("[ERROR] {}\n{}", self.type_name, self.message.trim_end());
         if self.kind == ErrorKind::Debugger {
             text.push_str("\n(The code entered the debugger; it was unwound.)");
@@ -264,10 +275,6 @@ impl ErrorReport {
             for (i, frame) in self.backtrace.iter().enumerate() {
                 text.push_str(&format!("\n{i}: {frame}"));
             }
-        }
-        if !self.restarts.is_empty() {
-            text.push_str("\n\n");
-            text.push_str(&restarts_section(&self.restarts));
         }
         text
     }

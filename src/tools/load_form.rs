@@ -48,7 +48,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
     let plan = plan(args, &file)?;
     let loaded = load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await?;
-    Ok(loaded.into_output(&file.shown, &plan, None))
+    Ok(loaded.into_output(&file.shown, &plan))
 }
 
 /// The definition `args` name in `file`, to load.
@@ -339,14 +339,14 @@ impl LoadReport {
         })
     }
 
-    /// The reply of `load-form`, or of `edit-lisp-form`'s load when `edited` is its summary.
-    pub fn into_output(self, file: &str, plan: &LoadPlan, edited: Option<String>) -> ToolOutput {
-        let (text, failed, structured) = self.render(file, plan, edited);
+    /// The reply of `load-form`.
+    pub fn into_output(self, file: &str, plan: &LoadPlan) -> ToolOutput {
+        let (text, failed, structured) = self.render(file, plan, Loaded::Named);
         ToolOutput::new(text, failed).with_structured(structured)
     }
 
     /// The text of [`LoadReport::into_output`], whether it is an error, and its structured facts.
-    pub fn render(self, file: &str, plan: &LoadPlan, edited: Option<String>) -> (String, bool, Value) {
+    pub fn render(self, file: &str, plan: &LoadPlan, loaded: Loaded) -> (String, bool, Value) {
         let forms: Vec<String> = plan.targets.iter().map(|t| describe(t, file)).collect();
         let package = plan.package.as_deref().map(|p| format!(", read in package {p}")).unwrap_or_default();
         let verdict = if !self.inactive.is_empty() {
@@ -357,7 +357,12 @@ impl LoadReport {
                 forms.join(", ")
             )
         } else if self.loaded {
-            format!("Loaded {} into the image{package}. {}.", forms.join(", "), self.counts())
+            let what = match (loaded, forms.len()) {
+                (Loaded::Named, _) => forms.join(", "),
+                (Loaded::Edited, 1) => "the edited form".to_string(),
+                (Loaded::Edited, n) => format!("the {n} edited forms of {file}"),
+            };
+            format!("Loaded {what} into the image{package}. {}.", self.counts())
         } else {
             format!(
                 "Not loaded: compiling {} gave {}; the image keeps what it had. Fix the errors below and load again.",
@@ -366,8 +371,7 @@ impl LoadReport {
             )
         };
         let failed = !self.loaded || !self.inactive.is_empty();
-        let mut sections: Vec<String> = edited.into_iter().collect();
-        sections.push(verdict);
+        let mut sections = vec![verdict];
         sections.extend(self.recompiled.clone());
         sections.extend(self.condition_sections(file));
         if let Some(stdout) = self.stdout.section("[stdout]", usize::MAX) {
@@ -379,6 +383,15 @@ impl LoadReport {
 }
 
 /// `` `defun foo` (src/a.lisp, lines 3-5) ``
+/// How a successful load names the forms it compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// Each by its kind, name, file and lines: nothing above says which they are.
+    Named,
+    /// As the forms an edit just named, with their lines, in the same reply.
+    Edited,
+}
+
 fn describe(target: &LoadTarget, file: &str) -> String {
     format!("`{}` ({file}, {})", target.described, target.lines)
 }
@@ -402,7 +415,7 @@ mod tests {
         .unwrap();
         let plan =
             LoadPlan::for_query(b"(in-package :app)\n(defun f ()\n  (g 1))\n", "a.lisp", "defun", "f", None).unwrap();
-        let output = report.into_output("a.lisp", &plan, None);
+        let output = report.into_output("a.lisp", &plan);
         assert!(!output.is_error);
         assert_eq!(
             output.text,

@@ -177,10 +177,11 @@ struct TestReport {
     run_error: Option<ErrorReport>,
 }
 
-/// Lines of output quoted from a run whose results were not read: those that name failures, and
-/// the last ones.
+/// Lines of output quoted from a run whose results were not read: those that name failures, or
+/// the last ones (more of them before an error than after a run that returned).
 const MAX_QUOTED_LINES: usize = 20;
 const LAST_LINES: usize = 10;
+const VERDICT_LINES: usize = 3;
 const MAX_QUOTED_LINE: usize = 300;
 
 /// The number of failures a summary line of FiveAM (`Fail: 1 (33%)`), Parachute (`Failed: 1`),
@@ -328,10 +329,11 @@ impl TestReport {
         lines
     }
 
-    /// The output's last lines, for a run whose results the summary cannot give.
-    fn last_lines(&self) -> Vec<&str> {
+    /// The output's last `count` lines that are not blank, for a run whose results the summary
+    /// cannot give.
+    fn last_lines(&self, count: usize) -> Vec<&str> {
         let lines: Vec<&str> = self.output_lines().filter(|line| !line.trim().is_empty()).collect();
-        lines[lines.len().saturating_sub(LAST_LINES)..].to_vec()
+        lines[lines.len().saturating_sub(count)..].to_vec()
     }
 
     /// Every character the run wrote.
@@ -347,7 +349,7 @@ impl TestReport {
             sections.push(format!("[compiler errors]\n{}", self.compiler_errors.join("\n")));
         }
         if let Some(error) = &self.run_error {
-            sections.push(error.render());
+            sections.push(error.render_after_return());
         }
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut summary = match &self.ran {
@@ -428,8 +430,10 @@ impl TestReport {
             sections.push(section);
         }
         // The output holds what the summary cannot: how a run without results went, and what
-        // came before an error outside any test.
-        if self.results.is_empty() || self.run_error.is_some() {
+        // came before an error outside any test. An error that follows failing tests is the
+        // framework's verdict on them, which the failures above already say.
+        let failing_tests = self.results.iter().any(|results| results.failed + results.errors > 0);
+        if self.results.is_empty() || (self.run_error.is_some() && !failing_tests) {
             if self.output_handle.is_none() {
                 sections.extend(self.stdout.section("[stdout]", max_output));
             } else {
@@ -443,7 +447,14 @@ impl TestReport {
                     }
                     sections.push(section);
                 }
-                let last: Vec<String> = self.last_lines().iter().map(|line| one_line(line)).collect();
+                // Quoted lines that name failures say what the end would; a run that returned
+                // naming none ends with its verdict, which a harness prints last.
+                let shown = match (failure_lines.is_empty(), &self.run_error) {
+                    (false, _) => 0,
+                    (true, Some(_)) => LAST_LINES,
+                    (true, None) => VERDICT_LINES,
+                };
+                let last: Vec<String> = self.last_lines(shown).iter().map(|line| one_line(line)).collect();
                 if !last.is_empty() {
                     sections.push(format!("[output: last lines]\n{}", last.join("\n")));
                 }
@@ -554,18 +565,19 @@ mod tests {
         let failing = report("", table, "\"@2\"");
         assert!(failing.failed() && !failing.is_error());
         let text = failing.render(16000);
-        assert!(
-            text.starts_with(
-                "FAILED: ran asdf:test-system \"app\" in 0.66 s.\nNo test framework's results were read: the test-op \
+        assert_eq!(
+            text,
+            "FAILED: ran asdf:test-system \"app\" in 0.66 s.\nNo test framework's results were read: the test-op \
                  returned, and its output names failures (below).\nOutput: 149 characters; inspect @2 to read them.\n\n[output: lines that name failures or \
-                 errors]\nparse-number    FAIL (expected 3, got 4)\n3 tests. Unexpected failures: PARSE-NUMBER\n\n\
-                 [output: last lines]\nTest            Result\n"
-            ),
-            "{text}"
+                 errors]\nparse-number    FAIL (expected 3, got 4)\n3 tests. Unexpected failures: PARSE-NUMBER"
         );
         let passing =
             report("", &table.replace("FAIL (expected 3, got 4)", "pass").replace("PARSE-NUMBER", "none"), "\"@2\"");
         assert!(!passing.failed(), "{}", passing.render(16000));
+        // A run that returned naming no failures ends with the harness's verdict.
+        assert!(passing.render(16000).ends_with(
+            "\n\n[output: last lines]\nparse-number    pass\nerror-handling  pass\n3 tests. Unexpected failures: none"
+        ));
         assert!(passing.render(16000).contains(
             "\nNo test framework's results were read: the test-op returned, and its output names no failures.\n"
         ));
