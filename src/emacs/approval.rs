@@ -6,6 +6,7 @@
 //!
 //! See docs/design.md, "Emacs".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -69,7 +70,7 @@ pub async fn ask(
     cancel: CancellationToken,
 ) -> Result<Answer, ToolError> {
     let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
-    let request = Request::new("request-approval")
+    let request = Request::new(Entry::REQUEST_APPROVAL)
         .arg(tool)
         .arg(text)
         .key("client", client)
@@ -94,7 +95,7 @@ pub async fn ask(
 /// while and says it runs.
 pub async fn settle(image: &Image, id: u64, refusal: Option<String>, timeout: Duration) {
     let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
-    let _ = call(image, Request::new("settle-approval").arg(id).arg(refusal), &limits).await;
+    let _ = call(image, Request::new(Entry::SETTLE_APPROVAL).arg(id).arg(refusal), &limits).await;
 }
 
 #[derive(Deserialize)]
@@ -106,7 +107,7 @@ struct Allowance {
 /// agent's client `client`: kept there, where Emacs can revoke it.
 pub async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout: Duration) -> Result<(), ToolError> {
     let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
-    call(image, Request::new("allow-for-session").arg(tool).arg(client), &limits).await?;
+    call(image, Request::new(Entry::ALLOW_FOR_SESSION).arg(tool).arg(client), &limits).await?;
     Ok(())
 }
 
@@ -114,7 +115,7 @@ pub async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout:
 /// revoked it (swank-mcp-revoke-session-allowances). Asking failed counts as revoked.
 pub async fn still_allowed(image: &Image, tool: &str, timeout: Duration, cancel: CancellationToken) -> bool {
     let limits = CallLimits { timeout, timeout_advice: "", cancel };
-    match call(image, Request::new("session-allowed-p").arg(tool), &limits).await {
+    match call(image, Request::new(Entry::SESSION_ALLOWED_P).arg(tool), &limits).await {
         Ok(reply) => decode::<Allowance>("session-allowed-p", &reply).is_ok_and(|found| found.allowed),
         Err(_) => false,
     }

@@ -2,6 +2,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -34,7 +35,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let query = args.required_str("query")?;
     let package = args.optional_str("package")?;
     let external_only = args.flag("external_only")?;
-    let request = Request::new("apropos-search").arg(query).key("package", package).key("external-only", external_only);
+    let request = Request::new(Entry::APROPOS_SEARCH).arg(query).key("package", package).key("external-only", external_only);
     let found = decode::<Matches>("apropos-search", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(found.render(query, package)).with_structured(found.structured()))
 }

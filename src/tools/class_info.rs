@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -31,7 +32,7 @@ pub const TOOL: Tool =
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request =
-        Request::new("class-info").arg(args.required_str("class")?).key("package", super::package_argument(args)?);
+        Request::new(Entry::CLASS_INFO).arg(args.required_str("class")?).key("package", super::package_argument(args)?);
     let class = decode::<ClassInfo>("class-info", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }

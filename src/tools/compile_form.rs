@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -32,7 +33,7 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("compile-code")
+    let request = Request::new(Entry::COMPILE_CODE)
         .arg(args.required_str("code")?)
         .key("package", super::package_argument(args)?)
         .key("max-output", context.settings.max_output);

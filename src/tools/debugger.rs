@@ -10,6 +10,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -98,7 +99,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             return recompile_for_stepping(context, args, action == "recompile_restore").await
         }
         "breakpoints" => {
-            let reply = context.call_helper(args, Request::new("list-breakpoints")).await?;
+            let reply = context.call_helper(args, Request::new(Entry::LIST_BREAKPOINTS)).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
             return Ok(ToolOutput::success(if listed.is_empty() {
                 "No breakpoints.".to_string()
@@ -107,7 +108,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             }));
         }
         "unbreak" => {
-            let request = Request::new("remove-breakpoint").key("number", args.optional_u64("breakpoint")?);
+            let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", args.optional_u64("breakpoint")?);
             let reply = context.call_helper(args, request).await?;
             let removed = decode::<Removed>("remove-breakpoint", &reply)?.removed;
             return Ok(ToolOutput::success(match removed.as_slice() {
@@ -228,7 +229,7 @@ async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
         .optional_str("function")?
         .ok_or_else(|| ToolError::new("break needs `function`, the function whose calls stop."))?;
     let thread = args.optional_thread("thread")?;
-    let request = Request::new("set-breakpoint")
+    let request = Request::new(Entry::SET_BREAKPOINT)
         .arg(function)
         .key("condition", args.optional_str("condition")?)
         .key("thread", thread)
@@ -260,7 +261,7 @@ async fn recompile_for_stepping(context: &ToolContext, args: &Arguments, restore
     let function = args
         .optional_str("function")?
         .ok_or_else(|| ToolError::new("This action needs `function`, the function to recompile."))?;
-    let request = Request::new("recompile-for-stepping")
+    let request = Request::new(Entry::RECOMPILE_FOR_STEPPING)
         .arg(function)
         .key("restore", restore)
         .key("max-output", context.settings.max_output);
@@ -307,10 +308,10 @@ async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) ->
             "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
         )
     })?;
-    let facts = context.call_helper(args, Request::new("attach-thread").arg(thread)).await?;
+    let facts = context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(thread)).await?;
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
     let image = context.image(args)?;
-    let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+    let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
     let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? else {
         return Err(ToolError::new("The thread left the debugger before it could be attached to."));
     };
@@ -350,12 +351,12 @@ async fn follow_attached(
     loop {
         // Not waiting in a debugger (yet, or any more) is an answer of the helper's, as is a
         // thread that has ended: either way there is nothing to report until the time is up.
-        let facts = match context.call_helper(args, Request::new("attach-thread").arg(listed.to_string())).await {
+        let facts = match context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(listed.to_string())).await {
             Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok().filter(|facts| facts.stop != left),
             Err(_) => None,
         };
         if let Some(facts) = facts {
-            let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+            let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
             let image = context.image(args)?;
             if let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? {
                 check_failure(&reply)?;
@@ -467,21 +468,21 @@ impl<'a> Action<'a> {
     /// The request of the helper function that does it in the stopped thread.
     fn request(&self) -> Request {
         match self {
-            Action::Backtrace { start, end } => Request::new("debugger-report").key("start", *start).key("end", *end),
-            Action::Frame { frame } => Request::new("debugger-frame").arg(*frame),
-            Action::EvalInFrame { frame, code } => Request::new("debugger-eval-in-frame").arg(*code).arg(*frame),
-            Action::InvokeRestart { restart, arguments } => Request::new("debugger-invoke-restart")
+            Action::Backtrace { start, end } => Request::new(Entry::DEBUGGER_REPORT).key("start", *start).key("end", *end),
+            Action::Frame { frame } => Request::new(Entry::DEBUGGER_FRAME).arg(*frame),
+            Action::EvalInFrame { frame, code } => Request::new(Entry::DEBUGGER_EVAL_IN_FRAME).arg(*code).arg(*frame),
+            Action::InvokeRestart { restart, arguments } => Request::new(Entry::DEBUGGER_INVOKE_RESTART)
                 .arg(match restart {
                     NumberOrName::Number(n) => Form::from(*n),
                     NumberOrName::Name(name) => Form::from(*name),
                 })
                 .arg(Form::list_of(arguments.iter().copied())),
             Action::ReturnFromFrame { frame, code } => {
-                Request::new("debugger-return-from-frame").arg(*frame).arg(*code)
+                Request::new(Entry::DEBUGGER_RETURN_FROM_FRAME).arg(*frame).arg(*code)
             }
-            Action::RestartFrame { frame } => Request::new("debugger-restart-frame").arg(*frame),
-            Action::Abort => Request::new("debugger-abort"),
-            Action::Step { kind, frame } => Request::new("debugger-step").arg(*kind).arg(*frame),
+            Action::RestartFrame { frame } => Request::new(Entry::DEBUGGER_RESTART_FRAME).arg(*frame),
+            Action::Abort => Request::new(Entry::DEBUGGER_ABORT),
+            Action::Step { kind, frame } => Request::new(Entry::DEBUGGER_STEP).arg(*kind).arg(*frame),
         }
     }
 

@@ -31,7 +31,7 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let reply = context.call_helper(args, symbol_request("describe-symbol", args)?).await?;
+    let reply = context.call_helper(args, symbol_request(crate::image::Entry::DESCRIBE_SYMBOL, args)?).await?;
     let mut description = decode::<Description>("describe-symbol", &reply)?;
     // SBCL's record is where the form was when compiled: found in the file's current text as
     // find-definition finds it, so that the two tools name the same place.

@@ -6,6 +6,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -395,7 +396,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// Removes a deleted definition from the image; the note says what happened to it.
 async fn unload(context: &ToolContext, args: &Arguments, removed: &RemovedForm) -> Result<String, ToolError> {
     let request =
-        Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
+        Request::new(Entry::UNLOAD_DEFINITION).arg(removed.text.as_str()).key("package", removed.package.as_deref());
     let reply = context.call_helper(args, request).await?;
     Ok(decode::<Unloaded>("unload-definition", &reply)?.note)
 }

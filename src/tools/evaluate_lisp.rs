@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // The optional keys are sent only when given (or, for the flags, when they differ from the
     // helper's default): a request without them is the same as before they existed.
     let allow_exit = context.settings.allow_exit || image.launched_pid().is_some();
-    let request = Request::new("evaluate")
+    let request = Request::new(Entry::EVALUATE)
         .arg(code)
         .key("package", package)
         .key("max-output", context.settings.max_output)

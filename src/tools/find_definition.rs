@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -73,7 +74,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // Each symbol is asked on its own: one that names nothing does not hide the others.
     let mut found: Vec<Result<Definitions, ToolError>> = Vec::new();
     for name in &names {
-        let request = Request::new("find-definition")
+        let request = Request::new(Entry::FIND_DEFINITION)
             .arg(name.as_str())
             .key("package", super::package_argument(args)?)
             .key("offset", offset)

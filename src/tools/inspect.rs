@@ -4,6 +4,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
@@ -43,7 +44,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let package = super::package_argument(args)?;
     let offset = args.optional_u64("offset")?.unwrap_or(0);
     let limit = args.optional_u64("limit")?;
-    let request = Request::new("inspect-value");
+    let request = Request::new(Entry::INSPECT_VALUE);
     let request =
         match (handle, code) {
             (Some(handle), None) => request.key("handle", handle),

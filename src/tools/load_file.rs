@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::Path;
 
 use serde_json::json;
@@ -63,7 +64,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // The bytes read and checked here are what the image compiles: reading the file again, the
     // image could find other text there (rewritten in place since, or through a path that now
     // leads elsewhere).
-    let request = Request::new("load-source-file")
+    let request = Request::new(Entry::LOAD_SOURCE_FILE)
         .arg(file.path.display().to_string())
         .arg(octet_text(&file.bytes, &file.shown)?)
         .key("write-date", universal_time(file.modified))

@@ -4,6 +4,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -118,7 +119,7 @@ async fn send_plan(
             })
         })
         .collect::<Vec<_>>();
-    let request = Request::new("load-source")
+    let request = Request::new(Entry::LOAD_SOURCE)
         .arg(path.display().to_string())
         .arg(octet_text(&plan.text, shown)?)
         .key("guards", Form::list_of(guards))

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -43,7 +44,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let system = args.required_str("system")?;
     let force = args.flag("force")?;
     let request =
-        Request::new("load-system").arg(system).key("force", force).key("max-output", context.settings.max_output);
+        Request::new(Entry::LOAD_SYSTEM).arg(system).key("force", force).key("max-output", context.settings.max_output);
     let reply = context
         .call_helper_reporting(
             args,
@@ -53,7 +54,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
                  --eval-timeout, or load the system with evaluate-lisp and a larger timeout_ms.",
             ),
-            "load-activity",
+            Entry::LOAD_ACTIVITY,
             &format!("Loading {system}"),
         )
         .await;

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -33,7 +34,7 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("expand-form")
+    let request = Request::new(Entry::EXPAND_FORM)
         .arg(args.required_str("form")?)
         .key("full", args.flag("full")?)
         .key("package", super::package_argument(args)?)

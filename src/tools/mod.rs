@@ -62,7 +62,7 @@ pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
-use crate::image::{CallLimits, Image, ImageSettings, Request};
+use crate::image::{CallLimits, Entry, Image, ImageSettings, Request};
 pub use arguments::{ArgumentError, Arguments, Param};
 use debugger_sessions::DebuggerSessions;
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
@@ -178,7 +178,7 @@ fn package_argument(args: &Arguments) -> Result<Form, ArgumentError> {
 
 /// The request of a tool that asks `function` about one symbol, `{symbol, package?}`: the name as
 /// a string (read in the image) and the package or nil.
-fn symbol_request(function: &'static str, args: &Arguments) -> Result<Request, ArgumentError> {
+fn symbol_request(function: Entry, args: &Arguments) -> Result<Request, ArgumentError> {
     Ok(Request::new(function).arg(args.required_str("symbol")?).key("package", package_argument(args)?))
 }
 
@@ -477,7 +477,7 @@ impl ToolContext {
         &self,
         args: &Arguments,
         call: (Request, Duration, &'static str),
-        activity_function: &'static str,
+        activity_function: Entry,
         doing: &str,
     ) -> Result<Sexp, ToolError> {
         const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);

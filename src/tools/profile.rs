@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let code = args.required_str("code")?;
     let mode = args.optional_str("mode")?.unwrap_or("cpu");
     let timeout = args.optional_u64("timeout_ms")?.map_or(context.settings.eval_timeout, Duration::from_millis);
-    let request = Request::new("profile-code")
+    let request = Request::new(Entry::PROFILE_CODE)
         .arg(code)
         .key("mode", mode)
         .key("package", package_argument(args)?)

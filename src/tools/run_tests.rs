@@ -10,6 +10,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -59,7 +60,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     if suite.is_some() && test.is_some() {
         return Err(ToolError::new("Give suite or test, not both."));
     }
-    let request = Request::new("run-tests")
+    let request = Request::new(Entry::RUN_TESTS)
         .arg(system)
         .key("suite", suite)
         .key("test", test)
@@ -74,7 +75,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Test runs may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
                  --eval-timeout, or run a smaller suite.",
             ),
-            "test-activity",
+            Entry::TEST_ACTIVITY,
             &format!("Testing {system}"),
         )
         .await;

@@ -8,6 +8,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -58,7 +59,7 @@ pub(crate) async fn call(context: &ToolContext, args: &Arguments) -> ToolResult 
     }
     let system = match args.optional_str("system")? {
         Some(name) => {
-            let reply = context.call_helper(args, Request::new("system-files").arg(name)).await?;
+            let reply = context.call_helper(args, Request::new(Entry::SYSTEM_FILES).arg(name)).await?;
             Some(decode::<SystemFiles>("system-files", &reply)?)
         }
         None => None,

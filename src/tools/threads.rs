@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
@@ -42,7 +43,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         )));
     }
     let force = args.flag("force")?;
-    let request = Request::new("threads").key("action", action).key("thread", thread).key("force", force);
+    let request = Request::new(Entry::THREADS).key("action", action).key("thread", thread).key("force", force);
     let reply = decode::<ThreadsReply>("threads", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render()).with_structured(&reply))
 }

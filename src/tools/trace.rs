@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
@@ -46,7 +47,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         ));
     }
     let threads = args.optional_thread("threads")?;
-    let request = Request::new("trace-functions")
+    let request = Request::new(Entry::TRACE_FUNCTIONS)
         .arg(Form::list_of(functions))
         .key("untrace", untrace)
         .key("package", package)

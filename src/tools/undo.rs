@@ -54,7 +54,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
         ));
     }
-    let request = Request::new("undo-journal")
+    let request = Request::new(crate::image::Entry::UNDO_JOURNAL)
         .key("entries", entries.map(Form::list_of))
         .key("since", since)
         .key("force", force)

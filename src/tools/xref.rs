@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -40,7 +41,7 @@ pub const TOOL: Tool =
     Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("xref")
+    let request = Request::new(Entry::XREF)
         .arg(args.required_str("symbol")?)
         .arg(args.required_str("kind")?)
         .key("package", super::package_argument(args)?);
