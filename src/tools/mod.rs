@@ -159,6 +159,12 @@ impl Offered {
     }
 }
 
+/// Every tool's definition, in the order `tools/list` shows them, whatever a server offers: what
+/// the help and the tests that tie the documentation to the tools read.
+pub fn every_definition() -> impl Iterator<Item = ToolDefinition> {
+    TOOLS.iter().map(|tool| (tool.definition)())
+}
+
 /// Every tool's definition and how it runs.
 fn all_tools() -> Vec<Offered> {
     TOOLS
