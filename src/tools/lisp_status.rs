@@ -28,9 +28,15 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them: none.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let Args {} = args.typed()?;
     let image = context.image(args)?;
     let debugger_sessions = context.debugger_sessions().in_image(&image);
     // The image names each session's thread as the threads tool does, from the server's id.
