@@ -96,8 +96,7 @@ struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     roots: Vec<PathBuf>,
 
-    /// Offer only the tools that take no Lisp code and change neither the image nor files (no evaluate-lisp, inspect, debugger, compile-form, macroexpand-form, load-system, load-form, load-file, run-tests, trace, profile, threads, edit-lisp-form, undo); the image then runs only the helper's entries that look.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help = read_only_help())]
     read_only: bool,
 
     /// Offer only these tools, comma-separated (for example evaluate-lisp,describe-symbol); with --read-only, only read-only ones.
@@ -480,6 +479,20 @@ async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
         bail!("no image answered");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--read-only`'s help, naming the tools it leaves out as their declarations say: a list written
+/// by hand fell behind the tools.
+fn read_only_help() -> String {
+    let left_out: Vec<&str> = swank_mcp::tools::every_definition()
+        .filter(|definition| !definition.annotations.read_only)
+        .map(|definition| definition.name)
+        .collect();
+    format!(
+        "Offer only the tools that take no Lisp code and change neither the image nor files (no {}); the image then \
+         runs only the helper's entries that look",
+        left_out.join(", ")
+    )
 }
 
 fn main() -> ExitCode {

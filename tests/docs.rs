@@ -1,9 +1,11 @@
 //! The documentation's shape: README.md stays a page read in five minutes, and no relative link in
 //! the repository's markdown (README.md, docs/, the other READMEs) points at nothing: every linked
 //! file exists inside the repository, and every `#anchor` into a markdown file names one of its
-//! headings, as GitHub makes anchors of them.
+//! headings, as GitHub makes anchors of them. And the pages that list the tools list the tools
+//! there are: README.md's table, docs/tools.md's index and sections, docs/security.md's
+//! `--read-only` sets, each as the tools' own declarations say.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -85,6 +87,254 @@ fn anchors_follow_githubs_rules() {
     assert_eq!(anchor("Watching: `M-x swank-mcp-activity`"), "watching-m-x-swank-mcp-activity");
     assert_eq!(anchor("The loop: edit, load, run"), "the-loop-edit-load-run");
     assert_eq!(anchor("[Linked](x.md) *and* snake_case"), "linked-and-snake_case");
+}
+
+/// What the documentation must say of a tool, from its declaration.
+struct ToolFacts {
+    name: &'static str,
+    read_only: bool,
+    arguments: Vec<&'static str>,
+}
+
+fn declared_tools() -> Vec<ToolFacts> {
+    swank_mcp::tools::every_definition()
+        .map(|definition| ToolFacts {
+            name: definition.name,
+            read_only: definition.annotations.read_only,
+            arguments: definition.arguments.iter().map(|param| param.name()).collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_pages_that_list_the_tools_list_every_tool_as_declared() {
+    let root = repository();
+    let read = |path: &str| fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path} reads: {e}"));
+    let gaps = tool_documentation_gaps(
+        &declared_tools(),
+        &read("README.md"),
+        &read("docs/tools.md"),
+        &read("docs/security.md"),
+    );
+    assert!(gaps.is_empty(), "the documentation disagrees with the tools' declarations:\n{}", gaps.join("\n"));
+}
+
+#[test]
+fn the_tool_check_finds_a_tool_left_out_of_each_page_and_a_wrong_count() {
+    let tools = |extra: bool| {
+        let mut tools = vec![
+            ToolFacts { name: "look-up", read_only: true, arguments: vec!["symbol", "package"] },
+            ToolFacts { name: "run-it", read_only: false, arguments: vec!["code"] },
+        ];
+        if extra {
+            tools.push(ToolFacts { name: "new-tool", read_only: true, arguments: vec!["depth"] });
+        }
+        tools
+    };
+    let readme = "## Tools\n\n| tool | what it does | `--read-only` |\n| --- | --- | --- |\n\
+                  | [look-up](docs/tools.md#look-up) | looks | offered |\n\
+                  | [run-it](docs/tools.md#running) | runs | left out |\n\n\
+                  | `--read-only` | Only the one tool above that takes no code. |\n";
+    let tools_md = "# The tools\n\nEach of swank-mcp's 2 tools.\n\n- [look-up](#look-up)\n- [Running](#running) \
+                    (`run-it`)\n\n## look-up\n\n`{symbol, package?}` Looks.\n\n## Running\n\n`{code}` Runs.\n";
+    let security = "## `--read-only`\n\n`--read-only` offers only the one tool that takes no Lisp code: \
+                    `look-up`. It leaves out `run-it`.\n";
+    assert_eq!(tool_documentation_gaps(&tools(false), readme, tools_md, security), Vec::<String>::new());
+    let gaps = tool_documentation_gaps(&tools(true), readme, tools_md, security);
+    let expected = [
+        "README.md: the tools table has no row for new-tool",
+        "README.md: the --read-only row says one tool, but 2 are read-only",
+        "docs/tools.md: says 2 tools, but there are 3",
+        "docs/tools.md: the index does not name new-tool",
+        "docs/security.md: says one read-only tool, but there are 2",
+        "docs/security.md: the --read-only paragraph does not name new-tool among the tools it offers",
+    ];
+    assert_eq!(gaps, expected);
+    let renamed = tools_md.replace("`{symbol, package?}`", "`{symbol}`");
+    let gaps = tool_documentation_gaps(&tools(false), readme, &renamed, security);
+    assert_eq!(gaps, ["docs/tools.md#look-up: the section does not name argument `package` of look-up"]);
+    let moved = readme.replace("| looks | offered |", "| looks | left out |");
+    let gaps = tool_documentation_gaps(&tools(false), &moved, tools_md, security);
+    assert_eq!(gaps, ["README.md: the row of look-up says \"left out\" under --read-only, but it is read-only"]);
+}
+
+/// Where README.md, docs/tools.md and docs/security.md disagree with `tools`, one line each.
+fn tool_documentation_gaps(tools: &[ToolFacts], readme: &str, tools_md: &str, security: &str) -> Vec<String> {
+    let mut gaps = Vec::new();
+    let read_only: Vec<&str> = tools.iter().filter(|tool| tool.read_only).map(|tool| tool.name).collect();
+    let all: Vec<&str> = tools.iter().map(|tool| tool.name).collect();
+
+    // README.md: a row `| [name](docs/tools.md#anchor) | what | offered or left out |` per tool.
+    let mut anchors = HashMap::new();
+    for line in readme.lines().filter(|line| line.starts_with("| [")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        let Some((name, target)) = cells[0].strip_prefix('[').and_then(|cell| cell.split_once("](")) else { continue };
+        let Some(tool) = tools.iter().find(|tool| tool.name == name) else {
+            gaps.push(format!("README.md: the tools table has a row for {name}, which is no tool"));
+            continue;
+        };
+        let offered = if tool.read_only { "offered" } else { "left out" };
+        if cells.last() != Some(&offered) {
+            let said = cells.last().unwrap_or(&"");
+            let is = if tool.read_only { "it is read-only" } else { "it is not read-only" };
+            gaps.push(format!("README.md: the row of {name} says {said:?} under --read-only, but {is}"));
+        }
+        if let Some(anchor) = target.trim_end_matches(')').strip_prefix("docs/tools.md#") {
+            anchors.insert(name.to_string(), anchor.to_string());
+        }
+    }
+    for name in &all {
+        if !anchors.contains_key(*name) {
+            gaps.push(format!("README.md: the tools table has no row for {name}"));
+        }
+    }
+    match readme.lines().find(|line| line.starts_with("| `--read-only` |")).map(|row| counted(row, "Only the ")) {
+        Some(Some(count)) if count == read_only.len() => {}
+        Some(Some(count)) => gaps.push(format!(
+            "README.md: the --read-only row says {} tool{}, but {} are read-only",
+            number_word(count),
+            if count == 1 { "" } else { "s" },
+            read_only.len()
+        )),
+        _ => gaps.push("README.md: no --read-only row saying \"Only the N tools\"".into()),
+    }
+
+    // docs/tools.md: the count, the index (before the first section) and a section per tool that
+    // names each of its arguments in code.
+    match counted(tools_md, "Each of swank-mcp's ") {
+        Some(count) if count == all.len() => {}
+        Some(count) => gaps.push(format!("docs/tools.md: says {count} tools, but there are {}", all.len())),
+        None => gaps.push("docs/tools.md: does not say \"Each of swank-mcp's N tools\"".into()),
+    }
+    let index = tools_md.split("\n## ").next().unwrap_or("");
+    for name in &all {
+        if !index.contains(&format!("[{name}](#")) && !index.contains(&format!("`{name}`")) {
+            gaps.push(format!("docs/tools.md: the index does not name {name}"));
+        }
+    }
+    for tool in tools {
+        let Some(anchor) = anchors.get(tool.name) else { continue };
+        let Some(section) = section(tools_md, anchor) else {
+            gaps.push(format!("docs/tools.md: no heading has the anchor #{anchor} README.md links {} to", tool.name));
+            continue;
+        };
+        let spans = code_spans(&section);
+        let named: BTreeSet<&str> = spans
+            .iter()
+            .flat_map(|span| span.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')))
+            .collect();
+        for argument in &tool.arguments {
+            if !named.contains(argument) {
+                gaps.push(format!(
+                    "docs/tools.md#{anchor}: the section does not name argument `{argument}` of {}",
+                    tool.name
+                ));
+            }
+        }
+    }
+
+    // docs/security.md: "`--read-only` offers only the N tools ...: `a`, `b`. It leaves out `c`."
+    let paragraph =
+        security.split("\n\n").find(|paragraph| paragraph.starts_with("`--read-only` offers only the ")).unwrap_or("");
+    match counted(paragraph, "offers only the ") {
+        Some(count) if count == read_only.len() => {}
+        Some(count) => gaps.push(format!(
+            "docs/security.md: says {} read-only tool{}, but there are {}",
+            number_word(count),
+            if count == 1 { "" } else { "s" },
+            read_only.len()
+        )),
+        None => gaps.push("docs/security.md: no paragraph \"`--read-only` offers only the N tools\"".into()),
+    }
+    let (offered, left_out) = paragraph.split_once("It leaves out").unwrap_or((paragraph, ""));
+    for (part, names, what) in [(offered, &read_only, "offers"), (left_out, &all, "leaves out")] {
+        let listed: Vec<String> = code_spans(part).into_iter().filter(|span| !span.starts_with("--")).collect();
+        for name in names.iter().filter(|name| what == "offers" || !read_only.contains(name)) {
+            if !listed.iter().any(|span| span == name) {
+                gaps.push(format!(
+                    "docs/security.md: the --read-only paragraph does not name {name} among the tools it {what}"
+                ));
+            }
+        }
+        for span in &listed {
+            let belongs = if what == "offers" {
+                read_only.contains(&span.as_str())
+            } else {
+                all.contains(&span.as_str()) && !read_only.contains(&span.as_str())
+            };
+            if !belongs {
+                gaps.push(format!(
+                    "docs/security.md: the --read-only paragraph says it {what} `{span}`, which it does not"
+                ));
+            }
+        }
+    }
+    gaps
+}
+
+/// The number, in digits or words, that follows `lead` in `text`: 22 in "Each of the 22 tools".
+fn counted(text: &str, lead: &str) -> Option<usize> {
+    let after = &text[text.find(lead)? + lead.len()..];
+    let word = after.split_whitespace().next()?;
+    word.parse().ok().or_else(|| (1..=30).find(|n| number_word(*n) == word))
+}
+
+fn number_word(n: usize) -> String {
+    const WORDS: [&str; 20] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    WORDS.get(n).map_or_else(|| n.to_string(), |word| word.to_string())
+}
+
+/// The text of the section of `markdown` whose heading has `anchor`, up to the next heading of
+/// its level or above (its subsections included).
+fn section(markdown: &str, anchor: &str) -> Option<String> {
+    let lines = prose(markdown);
+    let headings = headings(markdown);
+    let (position, (start, level, _)) = headings.iter().enumerate().find(|(_, (_, _, found))| found == anchor)?;
+    let end = headings[position + 1..].iter().find(|(_, deeper, _)| deeper <= level).map(|(line, _, _)| *line);
+    let body: Vec<&str> = lines
+        .iter()
+        .filter(|(number, _)| number > start && end.is_none_or(|end| *number < end))
+        .map(|(_, line)| *line)
+        .collect();
+    Some(body.join("\n"))
+}
+
+/// The contents of the inline code spans of `text`'s prose.
+fn code_spans(text: &str) -> Vec<String> {
+    let prose: Vec<&str> = prose(text).into_iter().map(|(_, line)| line).collect();
+    let joined = prose.join("\n");
+    let mut spans = Vec::new();
+    let mut rest = joined.as_str();
+    while let Some(start) = rest.find('`') {
+        let run = rest[start..].chars().take_while(|c| *c == '`').count();
+        let fence = &rest[start..start + run];
+        let after = &rest[start + run..];
+        let Some(end) = after.find(fence) else { break };
+        spans.push(after[..end].trim().to_string());
+        rest = &after[end + run..];
+    }
+    spans
 }
 
 fn repository() -> PathBuf {
@@ -271,9 +521,14 @@ fn has_scheme(target: &str) -> bool {
 /// The anchors GitHub gives the ATX headings of a markdown file, in order; a repeated heading
 /// gets `-1`, `-2`, ... after the first.
 fn heading_anchors(text: &str) -> Vec<String> {
+    headings(text).into_iter().map(|(_, _, anchor)| anchor).collect()
+}
+
+/// The ATX headings of a markdown file, in order: each one's line number, level and anchor.
+fn headings(text: &str) -> Vec<(usize, usize, String)> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut anchors = Vec::new();
-    for (_, line) in prose(text) {
+    for (number, line) in prose(text) {
         let trimmed = line.trim_start();
         let level = trimmed.chars().take_while(|c| *c == '#').count();
         if line.len() - trimmed.len() > 3 || !(1..=6).contains(&level) {
@@ -286,7 +541,7 @@ fn heading_anchors(text: &str) -> Vec<String> {
         let title = title.trim().trim_end_matches('#').trim_end();
         let base = anchor(title);
         let count = seen.entry(base.clone()).or_insert(0);
-        anchors.push(if *count == 0 { base.clone() } else { format!("{base}-{count}") });
+        anchors.push((number, level, if *count == 0 { base.clone() } else { format!("{base}-{count}") }));
         *count += 1;
     }
     anchors

@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use common::McpClient;
 use swank_mcp::image::helper::{Gate, Helper, HELPER_SOURCE};
+use swank_mcp::image::Entry;
 use swank_mcp::swank::{ConnectOptions, Connection, Endpoint, Form, Protocol, Thread};
 use swank_mcp::tools::Toolbox;
 
@@ -295,7 +296,7 @@ async fn another_swank_mcp_versions_helper_is_replaced_between_its_calls_and_nev
     let call = |code: &str, token: &str| {
         let form = other.call(
             Gate::Call,
-            "evaluate",
+            Entry::EVALUATE,
             [
                 Form::string(code),
                 Form::Keyword("session"),

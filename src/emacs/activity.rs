@@ -12,6 +12,7 @@
 //!
 //! See docs/design.md, "Emacs".
 
+use crate::image::Entry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -157,7 +158,8 @@ impl ActivityFeed {
                     }
                     let limits =
                         CallLimits { timeout: NOTE_TIMEOUT, timeout_advice: "", cancel: CancellationToken::new() };
-                    let notes = Request::new("note-activities").arg(Form::call("cl", "quote", [Form::List(forms)]));
+                    let notes =
+                        Request::new(Entry::NOTE_ACTIVITIES).arg(Form::call("cl", "quote", [Form::List(forms)]));
                     if let Err(error) = image.call_helper(notes, &limits).await {
                         tracing::debug!(%error, "the activity record could not be updated");
                     }

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::image::{CallLimits, Image, Request};
+use crate::image::{CallLimits, Entry, Image, Request};
 use crate::pipeline::approval::{declined, unanswered};
 use crate::pipeline::{Ask, Question, Verdict};
 use crate::tools::lisp_reply::{check_failure, decode};
@@ -159,7 +159,7 @@ async fn ask(
     cancel: CancellationToken,
 ) -> Result<Answer, ToolError> {
     let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
-    let request = Request::new("request-approval")
+    let request = Request::new(Entry::REQUEST_APPROVAL)
         .arg(tool)
         .arg(text)
         .key("client", client)
@@ -184,7 +184,7 @@ async fn ask(
 /// while and says it runs.
 async fn settle(image: &Image, id: u64, refusal: Option<String>, timeout: Duration) {
     let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
-    let _ = call(image, Request::new("settle-approval").arg(id).arg(refusal), &limits).await;
+    let _ = call(image, Request::new(Entry::SETTLE_APPROVAL).arg(id).arg(refusal), &limits).await;
 }
 
 #[derive(Deserialize)]
@@ -196,7 +196,7 @@ struct Allowance {
 /// agent's client `client`: kept there, where Emacs can revoke it.
 async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout: Duration) -> Result<(), ToolError> {
     let limits = CallLimits { timeout, timeout_advice: "", cancel: CancellationToken::new() };
-    call(image, Request::new("allow-for-session").arg(tool).arg(client), &limits).await?;
+    call(image, Request::new(Entry::ALLOW_FOR_SESSION).arg(tool).arg(client), &limits).await?;
     Ok(())
 }
 
@@ -204,7 +204,7 @@ async fn allow_for_session(image: &Image, tool: &str, client: &str, timeout: Dur
 /// revoked it (swank-mcp-revoke-session-allowances). Asking failed counts as revoked.
 async fn still_allowed(image: &Image, tool: &str, timeout: Duration, cancel: CancellationToken) -> bool {
     let limits = CallLimits { timeout, timeout_advice: "", cancel };
-    match call(image, Request::new("session-allowed-p").arg(tool), &limits).await {
+    match call(image, Request::new(Entry::SESSION_ALLOWED_P).arg(tool), &limits).await {
         Ok(reply) => decode::<Allowance>("session-allowed-p", &reply).is_ok_and(|found| found.allowed),
         Err(_) => false,
     }

@@ -4,6 +4,7 @@
 //! limit or is cancelled has its evaluation interrupted through the helper and gets a grace to
 //! unwind, and a connection that no longer answers is closed.
 
+use crate::image::Entry;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -185,7 +186,7 @@ impl Image {
             Interruption::Cancelled => ("cancelled", "The client cancelled the call.".to_string()),
         };
         tracing::debug!(%token, kind, "interrupting an evaluation");
-        let cancel = Request::new("cancel").arg(token).arg(Form::Keyword(kind)).arg(reason).form();
+        let cancel = Request::new(Entry::CANCEL).arg(token).arg(Form::Keyword(kind)).arg(reason).form();
         let canceller = connection.clone();
         // A task of its own, so that the interruption goes out even if this call is dropped; its
         // answer, or the lack of one, tells whether the connection still works.
@@ -313,7 +314,7 @@ fn not_cancelled(limits: &CallLimits) -> Result<(), CallError> {
 /// threads wait for locks held by whom. The question runs in a thread of its own and takes no
 /// lock it could wait on, so it answers even when the image is deadlocked.
 async fn stuck_report(connection: &Connection, token: String) -> String {
-    let request = connection.rex(Request::new("stuck-report").arg(token).form(), "COMMON-LISP-USER", Thread::New);
+    let request = connection.rex(Request::new(Entry::STUCK_REPORT).arg(token).form(), "COMMON-LISP-USER", Thread::New);
     let report = match tokio::time::timeout(UNWIND_GRACE, request).await {
         Ok(Ok(report)) => report.as_str().map(str::to_string),
         Ok(Err(e)) => Some(format!("Asking the image what the thread does failed: {e}")),
@@ -351,7 +352,7 @@ impl Evaluating {
     /// left waiting for a client that is gone. Whether it unwound within a moment.
     pub async fn abort(self, thread: i64) -> bool {
         let Evaluating { connection, mut rex, .. } = self;
-        let abort = Request::new("debugger-abort").form();
+        let abort = Request::new(Entry::DEBUGGER_ABORT).form();
         let unwound = async {
             let _ = connection.rex(abort, "COMMON-LISP-USER", Thread::Id(thread)).await;
             while !matches!(rex.next().await, RexEvent::Returned(_)) {}

@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
 use super::error::ImageError;
-use super::Image;
+use super::{Entry, Image};
 
 /// Which way into the helper a server's requests take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,26 +123,26 @@ impl Helper {
     /// cost the image some 25 µs a call in printing alone.
     ///
     /// `gate` is the entry the request goes through: [`Gate::Look`] runs only what looks.
-    pub fn call(&self, gate: Gate, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+    pub fn call(&self, gate: Gate, function: Entry, args: impl IntoIterator<Item = Form>) -> Form {
         let door = match gate {
-            Gate::Call => "call",
-            Gate::Look => "look",
+            Gate::Call => Entry::CALL,
+            Gate::Look => Entry::LOOK,
         };
         Form::call(
             HELPER_PACKAGE,
-            door,
-            [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
+            door.name(),
+            [Form::string(self.digest.clone()), Form::string(function.name())].into_iter().chain(args),
         )
     }
 
     /// The helper's debugger entry `function` called with `args` in a thread that waits in a
     /// server's debugger on its own, when the image holds this revision (see `ATTACHED` in
     /// `lisp/image-threads.lisp`).
-    pub fn attached(&self, function: &'static str, args: impl IntoIterator<Item = Form>) -> Form {
+    pub fn attached(&self, function: Entry, args: impl IntoIterator<Item = Form>) -> Form {
         Form::call(
             HELPER_PACKAGE,
-            "attached",
-            [Form::string(self.digest.clone()), Form::string(function)].into_iter().chain(args),
+            Entry::ATTACHED.name(),
+            [Form::string(self.digest.clone()), Form::string(function.name())].into_iter().chain(args),
         )
     }
 
@@ -241,7 +241,7 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
         .map_err(|e| ImageError::Connect(e.to_string()))?;
     let arguments = [Form::Keyword("when-sessions-end"), if when_sessions_end { Form::T } else { Form::Nil }];
     let request = if_helper_symbol(
-        "UNINSTALL",
+        &Entry::UNINSTALL.name().to_uppercase(),
         "fboundp",
         |entry| Form::call("cl", "funcall", [entry].into_iter().chain(arguments)),
         Form::Keyword("no-uninstall"),
@@ -306,7 +306,7 @@ fn version_question() -> Form {
 /// `symbol` is the form that finds `name` in the helper's package and `then` is made from it: a
 /// question about the helper that reads in any image, with or without it, and interns nothing.
 fn if_helper_symbol(
-    name: &'static str,
+    name: &str,
     test: &'static str,
     then: impl FnOnce(Form) -> Form,
     not_so: Form,

@@ -16,6 +16,7 @@ use crate::swank::{ConnectOptions, Connection, Endpoint};
 
 pub mod call_tag;
 pub mod calls;
+pub mod entry;
 pub mod error;
 pub mod helper;
 mod identity;
@@ -25,6 +26,7 @@ pub mod slot;
 mod workers;
 
 pub use calls::{Evaluating, Evaluation};
+pub use entry::Entry;
 pub use error::{CallError, CallLimits, Fate, ImageError, Step};
 pub use request::Request;
 
@@ -147,7 +149,7 @@ impl Image {
             return;
         }
         let limits = CallLimits { timeout: UNWIND_GRACE, timeout_advice: "", cancel: CancellationToken::new() };
-        if let Err(error) = self.call_helper(Request::new("end-session"), &limits).await {
+        if let Err(error) = self.call_helper(Request::new(Entry::END_SESSION), &limits).await {
             tracing::warn!(%error, "the session in the image could not be ended");
         }
     }

@@ -3,18 +3,19 @@
 //! with it, and the image layer adds the session and the call's token.
 
 use super::helper::{Gate, Helper, HELPER_PACKAGE};
+use super::Entry;
 use crate::swank::Form;
 
 /// A call of a function of the helper, `(mcp-agent-helper:FUNCTION ARG... :KEY VALUE...)`.
 #[derive(Debug, Clone)]
 pub struct Request {
-    function: &'static str,
+    function: Entry,
     args: Vec<Form>,
 }
 
 impl Request {
     /// A call of `function`, with no arguments yet.
-    pub fn new(function: &'static str) -> Self {
+    pub fn new(function: Entry) -> Self {
         Self { function, args: Vec::new() }
     }
 
@@ -40,13 +41,13 @@ impl Request {
     }
 
     /// The function called.
-    pub fn function(&self) -> &'static str {
+    pub fn function(&self) -> Entry {
         self.function
     }
 
     /// The form that makes the call, for a thread already running in the helper.
     pub(crate) fn form(self) -> Form {
-        Form::call(HELPER_PACKAGE, self.function, self.args)
+        Form::call(HELPER_PACKAGE, self.function.name(), self.args)
     }
 
     /// The form that makes the call in a thread waiting in a server's debugger of its own, through
@@ -64,11 +65,11 @@ impl Request {
 
 #[cfg(test)]
 mod tests {
-    use super::Request;
+    use super::{Entry, Request};
 
     #[test]
     fn a_request_prints_its_arguments_then_its_keys() {
-        let request = Request::new("evaluate")
+        let request = Request::new(Entry::EVALUATE)
             .arg("(+ 1 2)")
             .key("package", None::<&str>)
             .key("max-output", 100_u64)

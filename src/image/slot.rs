@@ -2,6 +2,7 @@
 //! into it and its first worker started, by one attempt that the calls waiting for it share (each
 //! within its own time limit and cancellation), and remade after a loss.
 
+use crate::image::Entry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,7 +138,8 @@ impl Image {
 /// image itself does when it sees the connection closed (it may see that only later), so that the
 /// session certainly starts afresh, as the next reply says.
 async fn end_earlier_session(connection: &Connection, session: &str, gate: Gate) {
-    let request = Request::new("end-session").key("session", session).key("token", format!("{session}-reconnected"));
+    let request =
+        Request::new(Entry::END_SESSION).key("session", session).key("token", format!("{session}-reconnected"));
     let ended = connection.rex(request.checked_form(gate), "COMMON-LISP-USER", Thread::New);
     match tokio::time::timeout(UNWIND_GRACE, ended).await {
         Ok(Ok(_)) => {}

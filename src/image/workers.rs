@@ -4,6 +4,7 @@
 //! call goes to an idle worker, or to a new thread when none is idle (one more worker is then
 //! started in the background, up to [`MAX_WORKERS`]).
 
+use crate::image::Entry;
 use std::sync::{Arc, Mutex};
 
 use super::lock;
@@ -32,7 +33,7 @@ impl Workers {
     /// Asks the helper for a worker thread serving `connection`'s requests and keeps it for later
     /// calls. A server that cannot keep one answers nil; calls then run in a thread each.
     pub(crate) async fn start(&self, connection: &Connection) {
-        match connection.rex(Request::new("start-worker").form(), "COMMON-LISP-USER", Thread::New).await {
+        match connection.rex(Request::new(Entry::START_WORKER).form(), "COMMON-LISP-USER", Thread::New).await {
             Ok(reply) => match reply.as_i64() {
                 Some(thread) => {
                     let mut state = lock(&self.state);

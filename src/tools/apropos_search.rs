@@ -2,6 +2,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -28,15 +29,26 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    query: String,
+    package: Option<String>,
+    #[serde(default)]
+    external_only: bool,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let query = args.required_str("query")?;
-    let package = args.optional_str("package")?;
-    let external_only = args.flag("external_only")?;
-    let request = Request::new("apropos-search").arg(query).key("package", package).key("external-only", external_only);
+    let Args { query, package, external_only } = args.typed()?;
+    let request = Request::new(Entry::APROPOS_SEARCH)
+        .arg(query.as_str())
+        .key("package", package.as_deref())
+        .key("external-only", external_only);
     let found = decode::<Matches>("apropos-search", &context.call_helper(args, request).await?)?;
-    Ok(ToolOutput::success(found.render(query, package)).with_structured(found.structured()))
+    Ok(ToolOutput::success(found.render(&query, package.as_deref())).with_structured(found.structured()))
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -8,6 +8,7 @@
 //! wrong and what was expected, so a bad call can be corrected on the next try instead of
 //! surfacing as a protocol error.
 
+use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
 /// A bad `arguments` object or argument; the text is the message for the model.
@@ -356,8 +357,156 @@ pub(crate) fn input_schema(params: &[Param], images: &[&str]) -> Value {
     schema
 }
 
+/// A tool's arguments as a Rust type (`#[derive(Deserialize)] #[serde(deny_unknown_fields)]`,
+/// an `Option` or `#[serde(default)]` field for each argument a call may leave out), which the
+/// tool reads its checked [`Arguments`] as ([`Arguments::typed`]). The type is the tool's second
+/// word on its arguments, beside its [`Param`]s: [`Typed::fits`] holds the two together, and a
+/// test holds every tool to it.
+#[derive(Clone, Copy)]
+pub struct Typed {
+    read: fn(&Arguments) -> Result<(), ArgumentError>,
+    fields: fn() -> Option<&'static [&'static str]>,
+}
+
+impl Typed {
+    /// The tool reads its arguments as `A`.
+    pub const fn of<A: DeserializeOwned>() -> Self {
+        Typed { read: read_as::<A>, fields: field_names::<A> }
+    }
+
+    /// Whether the type takes what `params` declare, and only that: each of its fields is a
+    /// declared argument, and a call giving only the required arguments, and calls giving every
+    /// argument (each choice of a `one_of`, each bound of an integer, a number and a name), read
+    /// as it. The error says what disagrees.
+    pub fn fits(&self, params: &'static [Param]) -> Result<(), String> {
+        let fields = (self.fields)().ok_or("the type is not a struct with named fields")?;
+        if let Some(field) = fields.iter().find(|field| !params.iter().any(|param| param.name == **field)) {
+            return Err(format!("field `{field}` is no declared argument"));
+        }
+        for sample in samples(params) {
+            let arguments = Arguments::read("the sample", params, None, Some(sample.clone()))
+                .map_err(|e| format!("the sample {sample} fails the declaration's check: {e}"))?;
+            (self.read)(&arguments).map_err(|e| format!("the sample {sample} does not read as the type: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn read_as<A: DeserializeOwned>(arguments: &Arguments) -> Result<(), ArgumentError> {
+    arguments.typed::<A>().map(drop)
+}
+
+/// The names of the fields of the struct `A`, as serde reads them; `None` for another type.
+fn field_names<A: DeserializeOwned>() -> Option<&'static [&'static str]> {
+    use serde::de::{Error, Visitor};
+    use serde::Deserializer;
+
+    /// A deserializer that keeps the fields a struct asks for, and gives nothing.
+    struct FieldNames(Option<&'static [&'static str]>);
+
+    impl<'de> Deserializer<'de> for &mut FieldNames {
+        type Error = serde::de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Error::custom("only a struct's field names are read"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0 = Some(fields);
+            Err(Error::custom("only a struct's field names are read"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    let mut names = FieldNames(None);
+    let _ = A::deserialize(&mut names);
+    names.0
+}
+
+/// Calls `params` take: the required arguments alone, then every argument, as many times as it
+/// takes to give each choice of a `one_of`, and each integer at its bounds, as a number and as a
+/// name.
+fn samples(params: &'static [Param]) -> Vec<Value> {
+    let choices = params
+        .iter()
+        .map(|param| match param.kind {
+            Kind::OneOf(choices) => choices.len(),
+            _ => 2,
+        })
+        .max()
+        .unwrap_or(2);
+    let required = Value::Object(
+        params.iter().filter(|param| param.required).map(|param| (param.name.to_string(), sample(param, 0))).collect(),
+    );
+    std::iter::once(required)
+        .chain((0..choices).map(|variant| {
+            Value::Object(params.iter().map(|param| (param.name.to_string(), sample(param, variant))).collect())
+        }))
+        .collect()
+}
+
+/// A value `param` takes; `variant` picks among its choices, bounds and shapes.
+fn sample(param: &Param, variant: usize) -> Value {
+    let bound = |range: Range| if variant % 2 == 0 { range.min } else { range.max.unwrap_or(range.min + 1) };
+    match param.kind {
+        Kind::Text => json!(["some-name", "other-name"][variant % 2]),
+        Kind::Code => json!("(list 1 2)"),
+        Kind::OneOf(choices) => json!(choices[variant % choices.len()]),
+        Kind::Flag => json!(variant % 2 == 0),
+        Kind::Integer(range) => json!(bound(range)),
+        Kind::Integers(range) => json!([bound(range)]),
+        Kind::Texts => json!(["some-name"]),
+        Kind::IntegerOrName(range) if variant % 2 == 0 => json!(range.min),
+        Kind::IntegerOrName(_) => json!("some-name"),
+        Kind::Objects(params) => {
+            json!([Value::Object(params.iter().map(|p| (p.name.to_string(), sample(p, variant))).collect())])
+        }
+    }
+}
+
+/// A value [`Param::check`] passed, as the typed arguments read it: an integral float
+/// (`5.0`) as the integer it is, in a list and in a list's objects too.
+fn normalized(param: &Param, value: &Value) -> Value {
+    match (param.kind, value) {
+        (Kind::Integer(_) | Kind::IntegerOrName(_), Value::Number(_)) => {
+            integer(value).map_or(value.clone(), Value::from)
+        }
+        (Kind::Integers(_), Value::Array(items)) => {
+            items.iter().map(|item| integer(item).map_or(item.clone(), Value::from)).collect()
+        }
+        (Kind::Objects(params), Value::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::Object(members) => Value::Object(normalized_members(params, members)),
+                other => other.clone(),
+            })
+            .collect(),
+        _ => value.clone(),
+    }
+}
+
+/// The members `params` declare, `null` ones left out as absent, each [`normalized`].
+fn normalized_members(params: &[Param], members: &Map<String, Value>) -> Map<String, Value> {
+    params
+        .iter()
+        .filter_map(|param| {
+            let value = members.get(param.name).filter(|value| !value.is_null())?;
+            Some((param.name.to_string(), normalized(param, value)))
+        })
+        .collect()
+}
+
 /// A tool call's `arguments`: a JSON object whose every member the tool declares and whose every
-/// value it takes, read one argument at a time.
+/// value it takes, which the tool reads as its type ([`Arguments::typed`]).
 #[derive(Debug, Clone, Default)]
 pub struct Arguments {
     values: Map<String, Value>,
@@ -423,6 +572,17 @@ impl Arguments {
         Self { values: Map::from_iter([("image".to_string(), Value::from(image))]), params: &[] }
     }
 
+    /// The arguments as the tool's type `A` ([`Typed`]): the declared ones, without `image`
+    /// (which the image layer reads) and without those given as `null`. A failure is a bug of the
+    /// tool's, whose type disagrees with its declaration.
+    pub(crate) fn typed<A: DeserializeOwned>(&self) -> Result<A, ArgumentError> {
+        serde_json::from_value(Value::Object(normalized_members(self.params, &self.values))).map_err(|e| {
+            ArgumentError(format!(
+                "swank-mcp failed: the tool reads its arguments otherwise than it declares them ({e}); a bug."
+            ))
+        })
+    }
+
     /// The value of argument `name`, if the call gives it (`null` counts as not given).
     pub(crate) fn value(&self, name: &str) -> Option<&Value> {
         self.values.get(name).filter(|value| !value.is_null())
@@ -433,32 +593,7 @@ impl Arguments {
         &self.values
     }
 
-    /// The declaration of `name`; an argument read that its tool does not declare is a bug of
-    /// the tool's, refused rather than read unchecked.
-    fn param(&self, name: &str) -> Result<&Param, ArgumentError> {
-        self.params.iter().find(|p| p.name == name).ok_or_else(|| {
-            ArgumentError(format!("swank-mcp failed: the tool reads an argument `{name}` it does not declare (a bug)."))
-        })
-    }
-
-    /// A string the call must give. Besides the arguments the tool requires, for one that only
-    /// some calls need (the `content` of an edit other than a delete).
-    pub(crate) fn required_str(&self, name: &str) -> Result<&str, ArgumentError> {
-        match self.optional_str(name)? {
-            Some(text) => Ok(text),
-            None => Err(missing_argument(name, "a string")),
-        }
-    }
-
-    /// A thread as the threads tool lists it, its number or its name, as the text the helper's
-    /// FIND-THREAD reads.
-    pub(crate) fn optional_thread(&self, name: &str) -> Result<Option<String>, ArgumentError> {
-        Ok(self.optional_number_or_name(name)?.map(|thread| match thread {
-            NumberOrName::Number(n) => n.to_string(),
-            NumberOrName::Name(name) => name.to_string(),
-        }))
-    }
-
+    /// A string the call gives, by name: for the `image` argument, which no tool declares.
     pub(crate) fn optional_str(&self, name: &str) -> Result<Option<&str>, ArgumentError> {
         match self.value(name) {
             None => Ok(None),
@@ -466,68 +601,33 @@ impl Arguments {
             Some(other) => Err(wrong_type(name, "a string", other)),
         }
     }
+}
 
-    /// A flag: false when absent.
-    pub(crate) fn flag(&self, name: &str) -> Result<bool, ArgumentError> {
-        match self.value(name) {
-            None => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err(wrong_type(name, "true or false", other)),
+/// What a call names by its number or its name, in typed arguments: a thread as the threads tool
+/// lists it, a restart.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Designator {
+    /// Given as a number.
+    Number(u64),
+    /// Given as a string.
+    Name(String),
+}
+
+impl Designator {
+    /// A thread's, as the text the helper's FIND-THREAD reads.
+    pub(crate) fn into_text(self) -> String {
+        match self {
+            Designator::Number(n) => n.to_string(),
+            Designator::Name(name) => name,
         }
     }
 
-    /// An integer, in the range its declaration gives.
-    pub fn optional_u64(&self, name: &str) -> Result<Option<u64>, ArgumentError> {
-        let param = self.param(name)?;
-        let Some(value) = self.value(name) else { return Ok(None) };
-        param.check(value)?;
-        integer(value).map(Some).ok_or_else(|| wrong_type(name, &param.expected(), value))
-    }
-
-    /// A list of integers in the range its declaration gives, or `None` when absent; an empty
-    /// list counts as absent.
-    pub fn optional_u64_list(&self, name: &str) -> Result<Option<Vec<u64>>, ArgumentError> {
-        let param = self.param(name)?;
-        let Some(value) = self.value(name) else { return Ok(None) };
-        param.check(value)?;
-        let numbers: Vec<u64> = value.as_array().into_iter().flatten().filter_map(integer).collect();
-        Ok((!numbers.is_empty()).then_some(numbers))
-    }
-
-    /// A list of strings; absent means none.
-    pub(crate) fn optional_str_list(&self, name: &str) -> Result<Vec<&str>, ArgumentError> {
-        match self.value(name) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
-                Ok(items.iter().filter_map(Value::as_str).collect())
-            }
-            Some(other) => Err(wrong_type(name, "an array of strings", other)),
-        }
-    }
-
-    /// A list of objects, each read as the arguments its declaration gives; `None` when absent.
-    pub(crate) fn optional_objects(&self, name: &str) -> Result<Option<Vec<Arguments>>, ArgumentError> {
-        let param = self.param(name)?;
-        let (Kind::Objects(params), Some(Value::Array(items))) = (param.kind, self.value(name)) else {
-            return match self.value(name) {
-                None => Ok(None),
-                Some(other) => Err(wrong_type(name, &param.expected(), other)),
-            };
-        };
-        let element = format!("an element of `{name}`");
-        items
-            .iter()
-            .map(|item| Arguments::read(&element, params, None, Some(item.clone())))
-            .collect::<Result<_, _>>()
-            .map(Some)
-    }
-
-    /// A number in the range its declaration gives, or a name.
-    pub(crate) fn optional_number_or_name(&self, name: &str) -> Result<Option<NumberOrName<'_>>, ArgumentError> {
-        match self.value(name) {
-            Some(Value::String(text)) => Ok(Some(NumberOrName::Name(text))),
-            None => Ok(None),
-            Some(_) => Ok(self.optional_u64(name)?.map(NumberOrName::Number)),
+    /// Borrowed.
+    pub(crate) fn as_number_or_name(&self) -> NumberOrName<'_> {
+        match self {
+            Designator::Number(n) => NumberOrName::Number(*n),
+            Designator::Name(name) => NumberOrName::Name(name),
         }
     }
 }
@@ -657,9 +757,10 @@ mod tests {
         );
         assert!(read(json!({"code": "x", "restart": 10})).is_err());
         let args = read(json!({"code": "x", "n": 5.0, "restart": "USE-VALUE", "entries": [3, 1.0]})).unwrap();
-        assert_eq!(args.optional_u64("n").unwrap(), Some(5));
-        assert_eq!(args.optional_number_or_name("restart").unwrap(), Some(NumberOrName::Name("USE-VALUE")));
-        assert_eq!(args.optional_u64_list("entries").unwrap(), Some(vec![3, 1]));
+        let typed: Sample = args.typed().unwrap();
+        assert_eq!(typed.n, Some(5));
+        assert_eq!(typed.restart.as_ref().map(Designator::as_number_or_name), Some(NumberOrName::Name("USE-VALUE")));
+        assert_eq!(typed.entries, Some(vec![3, 1]));
         assert!(read(json!({"code": "x", "n": 5.5})).is_err());
     }
 
@@ -708,9 +809,95 @@ mod tests {
         assert!(Arguments::read("tool", &[], None, None).is_ok());
     }
 
+    /// `PARAMS` as a tool's type.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Sample {
+        code: String,
+        #[serde(default)]
+        dry_run: bool,
+        n: Option<u64>,
+        timeout_ms: Option<u64>,
+        entries: Option<Vec<u64>>,
+        mode: Option<Mode>,
+        restart: Option<Designator>,
+        #[serde(default)]
+        functions: Vec<String>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Mode {
+        Cpu,
+        Time,
+    }
+
     #[test]
-    fn an_argument_read_but_not_declared_is_an_error_not_a_guess() {
+    fn a_type_fits_the_declaration_that_takes_what_it_takes() {
+        assert_eq!(Typed::of::<Sample>().fits(PARAMS), Ok(()));
+        assert_eq!(field_names::<Sample>().map(<[_]>::len), Some(8));
+    }
+
+    #[test]
+    fn a_type_that_disagrees_with_its_declaration_is_found_out() {
+        /// Reads an argument the declaration lacks.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Undeclared {
+            code: String,
+            verbose: Option<bool>,
+        }
+        let error = Typed::of::<Undeclared>().fits(PARAMS).unwrap_err();
+        assert_eq!(error, "field `verbose` is no declared argument");
+
+        /// Lacks declared arguments, which `deny_unknown_fields` refuses.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Missing {
+            code: String,
+        }
+        let error = Typed::of::<Missing>().fits(PARAMS).unwrap_err();
+        assert!(error.contains("does not read as the type") && error.contains("unknown field"), "{error}");
+
+        /// Takes an optional argument as one every call gives.
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Required {
+            code: String,
+            n: u64,
+        }
+        let error = Typed::of::<Required>().fits(&PARAMS[..3]).unwrap_err();
+        assert!(error.contains("missing field `n`"), "{error}");
+
+        /// Takes fewer choices than the declaration gives.
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct FewerChoices {
+            mode: Option<OnlyCpu>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum OnlyCpu {
+            Cpu,
+        }
+        const MODE: &[Param] = &[Param::one_of("mode", &["cpu", "time"], "")];
+        let error = Typed::of::<FewerChoices>().fits(MODE).unwrap_err();
+        assert!(error.contains("unknown variant `time`"), "{error}");
+
+        assert_eq!(Typed::of::<u64>().fits(PARAMS).unwrap_err(), "the type is not a struct with named fields");
+    }
+
+    #[test]
+    fn reading_a_type_the_declaration_does_not_fit_is_an_error_not_a_panic() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Undeclared {
+            undeclared: u64,
+        }
         let args = read(json!({"code": "x"})).unwrap();
-        assert!(args.optional_u64("undeclared").unwrap_err().0.contains("a bug"));
+        assert!(args.typed::<Undeclared>().unwrap_err().0.contains("a bug"));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -27,11 +28,19 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    class: String,
+    package: Option<String>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request =
-        Request::new("class-info").arg(args.required_str("class")?).key("package", super::package_argument(args)?);
+    let Args { class, package } = args.typed()?;
+    let request = Request::new(Entry::CLASS_INFO).arg(class).key("package", package);
     let class = decode::<ClassInfo>("class-info", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(class.render()).with_structured(class.structured()))
 }

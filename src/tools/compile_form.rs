@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -29,12 +30,21 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    code: String,
+    package: Option<String>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("compile-code")
-        .arg(args.required_str("code")?)
-        .key("package", super::package_argument(args)?)
+    let Args { code, package } = args.typed()?;
+    let request = Request::new(Entry::COMPILE_CODE)
+        .arg(code)
+        .key("package", package)
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     Ok(decode::<CompileReport>("compile-code", &reply)?.into_output(context.settings.max_output))

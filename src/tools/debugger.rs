@@ -10,12 +10,13 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::arguments::NumberOrName;
+use super::arguments::{Designator, NumberOrName};
 use super::debugger_sessions::{
     frames_section, DebuggerSession, SessionUnavailable, StopReport, Stopped, FRAMES_SHOWN,
 };
@@ -82,23 +83,45 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them: which of them an action needs, it checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    session: Option<String>,
+    action: String,
+    thread: Option<Designator>,
+    function: Option<String>,
+    condition: Option<String>,
+    hits: Option<u64>,
+    breakpoint: Option<u64>,
+    frame: Option<u64>,
+    start: Option<u64>,
+    end: Option<u64>,
+    code: Option<String>,
+    restart: Option<Designator>,
+    #[serde(default)]
+    arguments: Vec<String>,
+    timeout_ms: Option<u64>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let timeout_ms = args.optional_u64("timeout_ms")?;
+    let asked: Args = args.typed()?;
+    let timeout_ms = asked.timeout_ms;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    match args.required_str("action")? {
-        "attach" => return attach(context, args, &limits).await,
-        "break" => return set_breakpoint(context, args).await,
+    match asked.action.as_str() {
+        "attach" => return attach(context, args, &asked, &limits).await,
+        "break" => return set_breakpoint(context, args, &asked).await,
         action @ ("recompile_debug" | "recompile_restore") => {
-            return recompile_for_stepping(context, args, action == "recompile_restore").await
+            return recompile_for_stepping(context, args, &asked, action == "recompile_restore").await
         }
         "breakpoints" => {
-            let reply = context.call_helper(args, Request::new("list-breakpoints")).await?;
+            let reply = context.call_helper(args, Request::new(Entry::LIST_BREAKPOINTS)).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
             return Ok(ToolOutput::success(if listed.is_empty() {
                 "No breakpoints.".to_string()
@@ -107,7 +130,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             }));
         }
         "unbreak" => {
-            let request = Request::new("remove-breakpoint").key("number", args.optional_u64("breakpoint")?);
+            let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", asked.breakpoint);
             let reply = context.call_helper(args, request).await?;
             let removed = decode::<Removed>("remove-breakpoint", &reply)?.removed;
             return Ok(ToolOutput::success(match removed.as_slice() {
@@ -120,8 +143,12 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
         _ => {}
     }
-    let number = session_number(args.required_str("session")?)?;
-    let action = Action::read(args)?;
+    let session = asked
+        .session
+        .as_deref()
+        .ok_or_else(|| ToolError::new("Missing required argument `session` (a string)."))?;
+    let number = session_number(session)?;
+    let action = Action::read(&asked)?;
     let sessions = context.debugger_sessions();
     let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
     let image = session.image.clone();
@@ -223,16 +250,17 @@ struct Removed {
 
 /// Sets a breakpoint on a function: a call that stops waits in the debugger on this server's
 /// connection, for `attach` and `continue`.
-async fn set_breakpoint(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let function = args
-        .optional_str("function")?
+async fn set_breakpoint(context: &ToolContext, args: &Arguments, asked: &Args) -> ToolResult {
+    let function = asked
+        .function
+        .as_deref()
         .ok_or_else(|| ToolError::new("break needs `function`, the function whose calls stop."))?;
-    let thread = args.optional_thread("thread")?;
-    let request = Request::new("set-breakpoint")
+    let thread = asked.thread.clone().map(Designator::into_text);
+    let request = Request::new(Entry::SET_BREAKPOINT)
         .arg(function)
-        .key("condition", args.optional_str("condition")?)
+        .key("condition", asked.condition.as_deref())
         .key("thread", thread)
-        .key("hits", args.optional_u64("hits")?)
+        .key("hits", asked.hits)
         .key("package", None::<&str>);
     let reply = context.call_helper(args, request).await?;
     let breakpoint = decode::<Breakpoint>("set-breakpoint", &reply)?;
@@ -256,11 +284,12 @@ struct Recompiled {
 
 /// Recompiles a function from its file with `(debug 3)`, which SBCL's stepper needs, or with the
 /// file's own policy again (`restore`).
-async fn recompile_for_stepping(context: &ToolContext, args: &Arguments, restore: bool) -> ToolResult {
-    let function = args
-        .optional_str("function")?
+async fn recompile_for_stepping(context: &ToolContext, args: &Arguments, asked: &Args, restore: bool) -> ToolResult {
+    let function = asked
+        .function
+        .as_deref()
         .ok_or_else(|| ToolError::new("This action needs `function`, the function to recompile."))?;
-    let request = Request::new("recompile-for-stepping")
+    let request = Request::new(Entry::RECOMPILE_FOR_STEPPING)
         .arg(function)
         .key("restore", restore)
         .key("max-output", context.settings.max_output);
@@ -301,16 +330,16 @@ struct AttachFacts {
 
 /// Opens a thread of the image waiting in a debugger as a session: the person's SLDB (SLIME or
 /// SLY) or none.
-async fn attach(context: &ToolContext, args: &Arguments, limits: &CallLimits) -> ToolResult {
-    let thread = args.optional_thread("thread")?.ok_or_else(|| {
+async fn attach(context: &ToolContext, args: &Arguments, asked: &Args, limits: &CallLimits) -> ToolResult {
+    let thread = asked.thread.clone().map(Designator::into_text).ok_or_else(|| {
         ToolError::new(
             "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
         )
     })?;
-    let facts = context.call_helper(args, Request::new("attach-thread").arg(thread)).await?;
+    let facts = context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(thread)).await?;
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
     let image = context.image(args)?;
-    let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+    let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
     let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? else {
         return Err(ToolError::new("The thread left the debugger before it could be attached to."));
     };
@@ -350,12 +379,12 @@ async fn follow_attached(
     loop {
         // Not waiting in a debugger (yet, or any more) is an answer of the helper's, as is a
         // thread that has ended: either way there is nothing to report until the time is up.
-        let facts = match context.call_helper(args, Request::new("attach-thread").arg(listed.to_string())).await {
+        let facts = match context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(listed.to_string())).await {
             Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok().filter(|facts| facts.stop != left),
             Err(_) => None,
         };
         if let Some(facts) = facts {
-            let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+            let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
             let image = context.image(args)?;
             if let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? {
                 check_failure(&reply)?;
@@ -428,32 +457,36 @@ enum Action<'a> {
 }
 
 impl<'a> Action<'a> {
-    fn read(args: &'a Arguments) -> Result<Self, ToolError> {
+    fn read(asked: &'a Args) -> Result<Self, ToolError> {
         let frame = || -> Result<u64, ToolError> {
-            args.optional_u64("frame")?
+            asked
+                .frame
                 .ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
         };
-        Ok(match args.required_str("action")? {
+        let code = || -> Result<&'a str, ToolError> {
+            asked.code.as_deref().ok_or_else(|| ToolError::new("Missing required argument `code` (a string)."))
+        };
+        Ok(match asked.action.as_str() {
             "backtrace" => {
-                let start = args.optional_u64("start")?.unwrap_or(0);
-                let end = args.optional_u64("end")?.unwrap_or(start.saturating_add(FRAMES_SHOWN));
+                let start = asked.start.unwrap_or(0);
+                let end = asked.end.unwrap_or(start.saturating_add(FRAMES_SHOWN));
                 Action::Backtrace { start, end }
             }
             "frame" => Action::Frame { frame: frame()? },
-            "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: args.required_str("code")? },
+            "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: code()? },
             "invoke_restart" => Action::InvokeRestart {
-                restart: args.optional_number_or_name("restart")?.ok_or_else(|| {
+                restart: asked.restart.as_ref().map(Designator::as_number_or_name).ok_or_else(|| {
                     ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
                 })?,
-                arguments: args.optional_str_list("arguments")?,
+                arguments: asked.arguments.iter().map(String::as_str).collect(),
             },
-            "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: args.required_str("code")? },
+            "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: code()? },
             "restart_frame" => Action::RestartFrame { frame: frame()? },
             "abort" => Action::Abort,
             "continue" => Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() },
-            "step_into" => Action::Step { kind: "into", frame: args.optional_u64("frame")?.unwrap_or(0) },
-            "step_over" => Action::Step { kind: "over", frame: args.optional_u64("frame")?.unwrap_or(0) },
-            "step_out" => Action::Step { kind: "out", frame: args.optional_u64("frame")?.unwrap_or(0) },
+            "step_into" => Action::Step { kind: "into", frame: asked.frame.unwrap_or(0) },
+            "step_over" => Action::Step { kind: "over", frame: asked.frame.unwrap_or(0) },
+            "step_out" => Action::Step { kind: "out", frame: asked.frame.unwrap_or(0) },
             other => {
                 return Err(ToolError::new(format!(
                     "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
@@ -467,21 +500,21 @@ impl<'a> Action<'a> {
     /// The request of the helper function that does it in the stopped thread.
     fn request(&self) -> Request {
         match self {
-            Action::Backtrace { start, end } => Request::new("debugger-report").key("start", *start).key("end", *end),
-            Action::Frame { frame } => Request::new("debugger-frame").arg(*frame),
-            Action::EvalInFrame { frame, code } => Request::new("debugger-eval-in-frame").arg(*code).arg(*frame),
-            Action::InvokeRestart { restart, arguments } => Request::new("debugger-invoke-restart")
+            Action::Backtrace { start, end } => Request::new(Entry::DEBUGGER_REPORT).key("start", *start).key("end", *end),
+            Action::Frame { frame } => Request::new(Entry::DEBUGGER_FRAME).arg(*frame),
+            Action::EvalInFrame { frame, code } => Request::new(Entry::DEBUGGER_EVAL_IN_FRAME).arg(*code).arg(*frame),
+            Action::InvokeRestart { restart, arguments } => Request::new(Entry::DEBUGGER_INVOKE_RESTART)
                 .arg(match restart {
                     NumberOrName::Number(n) => Form::from(*n),
                     NumberOrName::Name(name) => Form::from(*name),
                 })
                 .arg(Form::list_of(arguments.iter().copied())),
             Action::ReturnFromFrame { frame, code } => {
-                Request::new("debugger-return-from-frame").arg(*frame).arg(*code)
+                Request::new(Entry::DEBUGGER_RETURN_FROM_FRAME).arg(*frame).arg(*code)
             }
-            Action::RestartFrame { frame } => Request::new("debugger-restart-frame").arg(*frame),
-            Action::Abort => Request::new("debugger-abort"),
-            Action::Step { kind, frame } => Request::new("debugger-step").arg(*kind).arg(*frame),
+            Action::RestartFrame { frame } => Request::new(Entry::DEBUGGER_RESTART_FRAME).arg(*frame),
+            Action::Abort => Request::new(Entry::DEBUGGER_ABORT),
+            Action::Step { kind, frame } => Request::new(Entry::DEBUGGER_STEP).arg(*kind).arg(*frame),
         }
     }
 

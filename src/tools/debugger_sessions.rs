@@ -3,6 +3,7 @@
 //! toolbox, and the report of where one stopped, which evaluate-lisp and the debugger tool both
 //! give.
 
+use crate::image::Entry;
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -198,7 +199,7 @@ pub(crate) async fn stopped(
     limits: &CallLimits,
     deadline: Instant,
 ) -> ToolResult {
-    let request = Request::new("debugger-report").key("start", 0_u64).key("end", FRAMES_SHOWN);
+    let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
     // The report is asked for within the call's grace, even when its time limit has passed.
     let deadline = deadline.max(Instant::now() + Duration::from_secs(5));
     let reply = image.call_in_debugger(&evaluation, thread, request, deadline, limits).await?;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
-    symbol_request, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, SymbolArguments, Typed, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 
 /// The arguments: the schema and the checks.
@@ -28,10 +28,11 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: Typed::of::<SymbolArguments>() };
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let reply = context.call_helper(args, symbol_request("describe-symbol", args)?).await?;
+    let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);
+    let reply = context.call_helper(args, request).await?;
     let mut description = decode::<Description>("describe-symbol", &reply)?;
     // SBCL's record is where the form was when compiled: found in the file's current text as
     // find-definition finds it, so that the two tools name the same place.

@@ -6,6 +6,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 use super::lisp_reply::decode;
 use super::load_form::{load_plan, Loaded};
 use super::{
-    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
+    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
 use crate::image::Request;
@@ -84,7 +85,7 @@ pub fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool {
     definition,
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
-    preview: Some(preview),
+    preview: Some(preview), typed: super::Typed::of::<Args>()
 };
 
 /// One edit as the call gives it.
@@ -100,34 +101,73 @@ struct EditArguments {
     load: bool,
 }
 
+/// The arguments as the tool reads them: one edit's fields, or `edits`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    file_path: Option<String>,
+    form_type: Option<String>,
+    form_name: Option<String>,
+    operation: Option<String>,
+    content: Option<String>,
+    old_text: Option<String>,
+    new_text: Option<String>,
+    index: Option<u64>,
+    edits: Option<Vec<Edit>>,
+    #[serde(default)]
+    dry_run: bool,
+    load: Option<bool>,
+    #[serde(default)]
+    large_file: bool,
+}
+
+/// An element of `edits`, as the tool reads it.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Edit {
+    file_path: Option<String>,
+    form_type: Option<String>,
+    form_name: Option<String>,
+    operation: Option<String>,
+    content: Option<String>,
+    old_text: Option<String>,
+    new_text: Option<String>,
+    index: Option<u64>,
+    load: Option<bool>,
+}
+
+/// A string argument the edit must give.
+fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, ToolError> {
+    value.as_deref().ok_or_else(|| ToolError::new(format!("Missing required argument `{name}` (a string).")))
+}
+
 impl EditArguments {
-    /// The edit `args` gives, taking the `file_path`, `form_type` and `load` it leaves out from
-    /// `call` (the call's own arguments, which are `args` when the call is the one edit).
-    fn read(args: &Arguments, call: &Arguments) -> Result<Self, ToolError> {
-        let inherited = |field| -> Result<String, ToolError> {
-            Ok(match args.optional_str(field)? {
-                Some(text) => text,
-                None => call.required_str(field)?,
-            }
-            .to_string())
+    /// The edit `edit` gives, taking the `file_path`, `form_type` and `load` it leaves out from
+    /// `call` (the call's own arguments, which hold the edit when the call is the one edit).
+    fn read(edit: &Edit, call: &Args) -> Result<Self, ToolError> {
+        let inherited = |own: &Option<String>, call: &Option<String>, field| -> Result<String, ToolError> {
+            Ok(match own {
+                Some(text) => text.clone(),
+                None => required(call, field)?.to_string(),
+            })
         };
-        let operation = args.required_str("operation")?;
+        let operation = required(&edit.operation, "operation")?;
         let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
         let (content, old_text) = match operation {
             Operation::Patch => {
-                if args.optional_str("content")?.is_some() {
+                if edit.content.is_some() {
                     return Err(ToolError::new(
                         "`patch` takes `old_text` and `new_text`, not `content`; `replace` takes `content`.",
                     ));
                 }
-                (args.required_str("new_text")?, args.required_str("old_text")?)
+                (required(&edit.new_text, "new_text")?, required(&edit.old_text, "old_text")?)
             }
-            Operation::Delete => (args.optional_str("content")?.unwrap_or_default(), ""),
-            _ => (args.required_str("content")?, ""),
+            Operation::Delete => (edit.content.as_deref().unwrap_or_default(), ""),
+            _ => (required(&edit.content, "content")?, ""),
         };
         if operation != Operation::Patch {
-            for field in ["old_text", "new_text"] {
-                if args.optional_str(field)?.is_some() {
+            for (field, given) in [("old_text", &edit.old_text), ("new_text", &edit.new_text)] {
+                if given.is_some() {
                     return Err(ToolError::new(format!(
                         "`{field}` goes with `operation: \"patch\"`; `{}` takes `content`.",
                         operation.name()
@@ -136,14 +176,14 @@ impl EditArguments {
             }
         }
         Ok(EditArguments {
-            file_path: inherited("file_path")?,
-            form_type: inherited("form_type")?,
-            form_name: args.required_str("form_name")?.to_string(),
+            file_path: inherited(&edit.file_path, &call.file_path, "file_path")?,
+            form_type: inherited(&edit.form_type, &call.form_type, "form_type")?,
+            form_name: required(&edit.form_name, "form_name")?.to_string(),
             operation,
             content: content.to_string(),
             old_text: old_text.to_string(),
-            index: args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok()),
-            load: if args.value("load").is_some() { args.flag("load")? } else { call.flag("load")? },
+            index: edit.index.and_then(|i| usize::try_from(i).ok()),
+            load: edit.load.or(call.load).unwrap_or(false),
         })
     }
 
@@ -163,14 +203,33 @@ impl EditArguments {
 }
 
 /// The edits a call asks for: its `edits`, or itself.
-fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
-    let Some(edits) = args.optional_objects("edits")? else { return Ok(vec![EditArguments::read(args, args)?]) };
-    for field in ["form_name", "operation", "content", "old_text", "new_text", "index"] {
-        if args.value(field).is_some() {
-            return Err(ToolError::new(format!(
-                "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
-            )));
-        }
+fn edit_arguments(call: &Args) -> Result<Vec<EditArguments>, ToolError> {
+    let Some(edits) = &call.edits else {
+        let edit = Edit {
+            file_path: call.file_path.clone(),
+            form_type: call.form_type.clone(),
+            form_name: call.form_name.clone(),
+            operation: call.operation.clone(),
+            content: call.content.clone(),
+            old_text: call.old_text.clone(),
+            new_text: call.new_text.clone(),
+            index: call.index,
+            load: call.load,
+        };
+        return Ok(vec![EditArguments::read(&edit, call)?]);
+    };
+    let single = [
+        ("form_name", call.form_name.is_some()),
+        ("operation", call.operation.is_some()),
+        ("content", call.content.is_some()),
+        ("old_text", call.old_text.is_some()),
+        ("new_text", call.new_text.is_some()),
+        ("index", call.index.is_some()),
+    ];
+    if let Some((field, _)) = single.iter().find(|(_, given)| *given) {
+        return Err(ToolError::new(format!(
+            "Give one edit's fields or `edits`, not both: `{field}` belongs in an element of `edits`."
+        )));
     }
     if edits.is_empty() {
         return Err(ToolError::new("`edits` is empty: give at least one edit."));
@@ -179,7 +238,7 @@ fn edit_arguments(args: &Arguments) -> Result<Vec<EditArguments>, ToolError> {
         .iter()
         .enumerate()
         .map(|(i, edit)| {
-            EditArguments::read(edit, args)
+            EditArguments::read(edit, call)
                 .map_err(|error| ToolError::new(format!("Edit {} of {}: {}", i + 1, edits.len(), error.0)))
         })
         .collect()
@@ -222,9 +281,10 @@ struct Making {
 fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited, ToolError> {
     let Making { said, for_load, approved } = making;
     let dry_run = said != Said::Done;
-    let edits = edit_arguments(args)?;
+    let asked: Args = args.typed()?;
+    let edits = edit_arguments(&asked)?;
     let requests: Vec<FileEdit> = edits.iter().map(EditArguments::request).collect();
-    let prepared = prepare_edits(roots, &requests, read_limit(args)?).map_err(|refused| {
+    let prepared = prepare_edits(roots, &requests, file_limit(asked.large_file)).map_err(|refused| {
         if edits.len() == 1 {
             return ToolError::from(refused.error);
         }
@@ -290,9 +350,10 @@ fn edit(args: &Arguments, roots: &AllowedRoots, making: Making) -> Result<Edited
 /// into the image with `load`), then each edit with its diff.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
     let edited = edit(args, roots, Making { said: Said::Approval, for_load: false, approved: None })?;
-    let edits = edit_arguments(args)?;
+    let asked: Args = args.typed()?;
+    let edits = edit_arguments(&asked)?;
     let (this, it) = if edits.len() == 1 { ("this edit", "it") } else { ("these edits", "them") };
-    let approving = if args.flag("dry_run")? {
+    let approving = if asked.dry_run {
         format!("Approving only shows {this} (dry_run: true): nothing is written.")
     } else if edits.iter().all(|edit| edit.load) {
         format!("Approving writes {this} to the file and loads {it} into the image (load: true).")
@@ -324,14 +385,15 @@ fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
 
 /// Whether the call compiles any of its edits into the image: some edit loads, and it is no dry run.
 fn loads(args: &Arguments) -> Result<bool, ToolError> {
-    Ok(!args.flag("dry_run")? && edit_arguments(args)?.iter().any(|edit| edit.load))
+    let asked: Args = args.typed()?;
+    Ok(!asked.dry_run && edit_arguments(&asked)?.iter().any(|edit| edit.load))
 }
 
 fn edit_alone(args: &Arguments, roots: &AllowedRoots, approved: Option<Fingerprint>) -> ToolResult {
     if loads(args)? {
         return Err(ToolError::new("`load: true` needs the image: call edit-lisp-form through the server."));
     }
-    let said = if args.flag("dry_run")? { Said::DryRun } else { Said::Done };
+    let said = if args.typed::<Args>()?.dry_run { Said::DryRun } else { Said::Done };
     let edited = edit(args, roots, Making { said, for_load: false, approved })?;
     Ok(ToolOutput::success(edited.text).with_structured(edited.structured))
 }
@@ -395,7 +457,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// Removes a deleted definition from the image; the note says what happened to it.
 async fn unload(context: &ToolContext, args: &Arguments, removed: &RemovedForm) -> Result<String, ToolError> {
     let request =
-        Request::new("unload-definition").arg(removed.text.as_str()).key("package", removed.package.as_deref());
+        Request::new(Entry::UNLOAD_DEFINITION).arg(removed.text.as_str()).key("package", removed.package.as_deref());
     let reply = context.call_helper(args, request).await?;
     Ok(decode::<Unloaded>("unload-definition", &reply)?.note)
 }

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,15 +47,23 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    code: String,
+    package: Option<String>,
+    timeout_ms: Option<u64>,
+    print_length: Option<u64>,
+    print_level: Option<u64>,
+    #[serde(default)]
+    debug: bool,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let code = args.required_str("code")?;
-    let package = args.optional_str("package")?;
-    let timeout_ms = args.optional_u64("timeout_ms")?;
-    let debug = args.flag("debug")?;
-    let print_length = args.optional_u64("print_length")?;
-    let print_level = args.optional_u64("print_level")?;
+    let Args { code, package, timeout_ms, print_length, print_level, debug } = args.typed()?;
     let image = context.image(args)?;
     let limits = CallLimits {
         timeout: timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis),
@@ -64,7 +73,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // The optional keys are sent only when given (or, for the flags, when they differ from the
     // helper's default): a request without them is the same as before they existed.
     let allow_exit = context.settings.allow_exit || image.launched_pid().is_some();
-    let request = Request::new("evaluate")
+    let request = Request::new(Entry::EVALUATE)
         .arg(code)
         .key("package", package)
         .key("max-output", context.settings.max_output)

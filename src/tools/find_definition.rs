@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -39,16 +40,32 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;
 /// The definitions a reply holds when the call gives no `limit`.
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
+/// The arguments as the tool reads them (and, without `symbol`, its text search).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Args {
+    symbol: Option<String>,
+    pub(crate) text: Option<String>,
+    pub(crate) system: Option<String>,
+    #[serde(default)]
+    source: bool,
+    package: Option<String>,
+    #[serde(default)]
+    pub(crate) offset: u64,
+    pub(crate) limit: Option<u64>,
+}
+
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let searching = args.optional_str("text")?.is_some() || args.optional_str("system")?.is_some();
-    match args.optional_str("symbol")? {
+    let typed: Args = args.typed()?;
+    let searching = typed.text.is_some() || typed.system.is_some();
+    match &typed.symbol {
         Some(_) if searching => {
             return Err(ToolError::new(
                 "Give `symbol` to find where symbols are defined, or `text` (and `system`) to find the forms \
@@ -60,22 +77,21 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Give `symbol`, `text` (the forms holding it) or `system` (its files); find-definition got none.",
             ))
         }
-        None => return super::text_search::call(context, args).await,
+        None => return super::text_search::call(context, args, typed).await,
         Some(_) => {}
     }
-    let offset = args.optional_u64("offset")?.unwrap_or(0);
-    let limit = args.optional_u64("limit")?.unwrap_or(DEFAULT_DEFINITIONS);
-    let with_source = args.flag("source")?;
-    let names = symbol_names(args.required_str("symbol")?);
+    let Args { symbol, source: with_source, package, offset, limit, .. } = typed;
+    let limit = limit.unwrap_or(DEFAULT_DEFINITIONS);
+    let names = symbol_names(symbol.as_deref().unwrap_or_default());
     if names.is_empty() {
         return Err(ToolError::new("Argument `symbol` names no symbol: give one, or several separated by spaces."));
     }
     // Each symbol is asked on its own: one that names nothing does not hide the others.
     let mut found: Vec<Result<Definitions, ToolError>> = Vec::new();
     for name in &names {
-        let request = Request::new("find-definition")
+        let request = Request::new(Entry::FIND_DEFINITION)
             .arg(name.as_str())
-            .key("package", super::package_argument(args)?)
+            .key("package", package.as_deref())
             .key("offset", offset)
             .key("limit", limit);
         let reply = context.call_helper(args, request).await;

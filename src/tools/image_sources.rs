@@ -4,6 +4,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -95,7 +96,8 @@ pub(crate) async fn roots_holding(context: &ToolContext, file_path: &str) -> Res
 /// The image's ASDF system directories, resolved; `None` when the image cannot say.
 async fn ask(context: &ToolContext, image: &str) -> Option<Vec<PathBuf>> {
     let args = Arguments::for_image(image);
-    let reply = context.call_helper_within(&args, Request::new("system-directories"), ASK_TIMEOUT, "").await.ok()?;
+    let reply =
+        context.call_helper_within(&args, Request::new(Entry::SYSTEM_DIRECTORIES), ASK_TIMEOUT, "").await.ok()?;
     let directories = decode::<Directories>("system-directories", &reply).ok()?.directories;
     Some(directories.iter().filter_map(|dir| Path::new(dir).canonicalize().ok()).collect())
 }

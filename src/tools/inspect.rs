@@ -4,6 +4,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
@@ -35,15 +36,23 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    handle: Option<String>,
+    code: Option<String>,
+    package: Option<String>,
+    #[serde(default)]
+    offset: u64,
+    limit: Option<u64>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let handle = args.optional_str("handle")?;
-    let code = args.optional_str("code")?;
-    let package = super::package_argument(args)?;
-    let offset = args.optional_u64("offset")?.unwrap_or(0);
-    let limit = args.optional_u64("limit")?;
-    let request = Request::new("inspect-value");
+    let Args { handle, code, package, offset, limit } = args.typed()?;
+    let request = Request::new(Entry::INSPECT_VALUE);
     let request =
         match (handle, code) {
             (Some(handle), None) => request.key("handle", handle),

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::image_sources::read_seeing_images;
 use super::{
-    parse_permit, read_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    parse_permit, file_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
     ToolResult, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
@@ -42,21 +42,29 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
-    preview: None,
+    preview: None, typed: super::Typed::of::<Args>()
 };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    file_path: Option<String>,
+    code: Option<String>,
+    #[serde(default)]
+    large_file: bool,
+}
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let file;
-    // Read before `file_path` and `code` are checked, so that a bad value is named even when the
-    // call has neither.
-    let limit = read_limit(args)?;
-    let (subject, bytes) = match (args.optional_str("file_path")?, args.optional_str("code")?) {
+    let Args { file_path, code, large_file } = args.typed()?;
+    let (subject, bytes) = match (file_path, code.as_deref()) {
         (Some(_), Some(_)) => return Err(ToolError::new("Pass either `file_path` or `code`, not both.")),
         (None, None) => {
             return Err(ToolError::new("Pass `file_path` (a Lisp file to check) or `code` (Lisp text to check)."))
         }
         (Some(file_path), None) => {
-            file = roots.read(Path::new(file_path), limit)?;
+            file = roots.read(Path::new(&file_path), file_limit(large_file))?;
             (format!("`{}`", file.shown), file.bytes.as_slice())
         }
         (None, Some(code)) => ("The code".to_string(), code.as_bytes()),

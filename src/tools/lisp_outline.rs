@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::image_sources::read_seeing_images;
 use super::{
-    parse_permit, read_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    parse_permit, file_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
     ToolResult, LARGE_FILE_ARGUMENT,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
@@ -44,7 +44,7 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
-    preview: None,
+    preview: None, typed: super::Typed::of::<Args>()
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
@@ -53,14 +53,27 @@ pub const MAX_ENTRIES: u64 = 2_000;
 /// With `source`, a page ends after the form that brings its text past this many bytes.
 const SOURCE_PAGE_BYTES: usize = 16_000;
 
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    file_path: String,
+    #[serde(default)]
+    offset: u64,
+    limit: Option<u64>,
+    #[serde(default)]
+    source: bool,
+    #[serde(default)]
+    large_file: bool,
+}
+
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
-    let file_path = args.required_str("file_path")?;
-    let offset = args.optional_u64("offset")?.unwrap_or(0) as usize;
-    let limit = args.optional_u64("limit")?.unwrap_or(MAX_ENTRIES) as usize;
-    let file = roots.read(Path::new(file_path), read_limit(args)?)?;
+    let Args { file_path, offset, limit, source: with_source, large_file } = args.typed()?;
+    let offset = offset as usize;
+    let limit = limit.unwrap_or(MAX_ENTRIES) as usize;
+    let file = roots.read(Path::new(&file_path), file_limit(large_file))?;
     let _permit = parse_permit(file.bytes.len());
     // No tree of the whole file: only the page's forms are parsed.
-    let with_source = args.flag("source")?;
     let (total, mut entries) = outline_page_of(&file.bytes, offset, limit).map_err(|e| {
         ToolError::new(format!(
             "`{}` does not read as Lisp: {e}. Fix that first (`lisp-check-parens` shows where).",

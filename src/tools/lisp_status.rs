@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,14 +28,20 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them: none.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
+    let Args {} = args.typed()?;
     let image = context.image(args)?;
     let debugger_sessions = context.debugger_sessions().in_image(&image);
     // The image names each session's thread as the threads tool does, from the server's id.
     let threads = Form::list_of(debugger_sessions.iter().map(|session| session.thread));
-    let request = Request::new("status").key("debugger-threads", threads);
+    let request = Request::new(Entry::STATUS).key("debugger-threads", threads);
     let facts = decode::<ImageFacts>("status", &context.call_helper(args, request).await?)?;
     let Some(connection) = image.current_connection() else {
         return Err(ToolError::new(

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::Path;
 
 use serde_json::json;
@@ -10,7 +11,7 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::{octet_text, recompile_callers, universal_time, LoadReport};
 use super::{
-    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
 use crate::image::Request;
@@ -32,12 +33,22 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview), typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    file_path: String,
+    #[serde(default)]
+    large_file: bool,
+}
 
 /// What the human approving the load is shown: the file it compiles.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
+    let Args { file_path, large_file } = args.typed()?;
     let file = roots
-        .read(Path::new(args.required_str("file_path")?), read_limit(args)?)
+        .read(Path::new(&file_path), file_limit(large_file))
         .map_err(|error| ToolError::new(format!("load-file was not run: {error}")))?;
     Ok(Preview {
         text: format!("Compiles and loads the file {}:\n{}", file.shown, String::from_utf8_lossy(&file.bytes)),
@@ -46,7 +57,8 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    let Args { file_path, large_file } = args.typed()?;
+    let file = context.roots().read(Path::new(&file_path), file_limit(large_file))?;
     Fingerprint::check(context.approved, "load-file", &file.shown, &file.bytes)?;
     // What the file holds, less what the image's reader skips (behind `#+` conditionals that do
     // not hold): the forms SBCL compiled.
@@ -63,7 +75,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     // The bytes read and checked here are what the image compiles: reading the file again, the
     // image could find other text there (rewritten in place since, or through a path that now
     // leads elsewhere).
-    let request = Request::new("load-source-file")
+    let request = Request::new(Entry::LOAD_SOURCE_FILE)
         .arg(file.path.display().to_string())
         .arg(octet_text(&file.bytes, &file.shown)?)
         .key("write-date", universal_time(file.modified))

@@ -4,6 +4,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
 use super::{
-    read_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
 use crate::image::Request;
@@ -41,31 +42,43 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview) };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: Some(preview), typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    file_path: String,
+    form_type: String,
+    form_name: String,
+    index: Option<u64>,
+    #[serde(default)]
+    large_file: bool,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let file = context.roots().read(Path::new(args.required_str("file_path")?), read_limit(args)?)?;
+    let asked: Args = args.typed()?;
+    let file = context.roots().read(Path::new(&asked.file_path), file_limit(asked.large_file))?;
     Fingerprint::check(context.approved, "load-form", &file.shown, &file.bytes)?;
-    let plan = plan(args, &file)?;
+    let plan = plan(&asked, &file)?;
     let loaded = load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await?;
     Ok(loaded.into_output(&file.shown, &plan))
 }
 
-/// The definition `args` name in `file`, to load.
-fn plan(args: &Arguments, file: &SourceFile) -> Result<LoadPlan, ToolError> {
-    let form_type = args.required_str("form_type")?;
-    let form_name = args.required_str("form_name")?;
-    let index = args.optional_u64("index")?.and_then(|i| usize::try_from(i).ok());
-    LoadPlan::for_query(&file.bytes, &file.shown, form_type, form_name, index).map_err(ToolError::new)
+/// The definition `asked` names in `file`, to load.
+fn plan(asked: &Args, file: &SourceFile) -> Result<LoadPlan, ToolError> {
+    let index = asked.index.and_then(|i| usize::try_from(i).ok());
+    LoadPlan::for_query(&file.bytes, &file.shown, &asked.form_type, &asked.form_name, index).map_err(ToolError::new)
 }
 
 /// What the human approving the load is shown: the lines of the definition it compiles, with
 /// where they are.
 fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError> {
     let refused = |error: ToolError| ToolError::new(format!("load-form was not run: {error}"));
+    let asked: Args = args.typed()?;
     let file =
-        roots.read(Path::new(args.required_str("file_path")?), read_limit(args)?).map_err(|e| refused(e.into()))?;
-    let plan = plan(args, &file).map_err(refused)?;
+        roots.read(Path::new(&asked.file_path), file_limit(asked.large_file)).map_err(|e| refused(e.into()))?;
+    let plan = plan(&asked, &file).map_err(refused)?;
     let Some(target) = plan.targets.first() else {
         return Err(refused(ToolError::new(format!("no such definition in {}.", file.shown))));
     };
@@ -118,7 +131,7 @@ async fn send_plan(
             })
         })
         .collect::<Vec<_>>();
-    let request = Request::new("load-source")
+    let request = Request::new(Entry::LOAD_SOURCE)
         .arg(path.display().to_string())
         .arg(octet_text(&plan.text, shown)?)
         .key("guards", Form::list_of(guards))

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -37,13 +38,22 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    system: String,
+    #[serde(default)]
+    force: bool,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let system = args.required_str("system")?;
-    let force = args.flag("force")?;
-    let request =
-        Request::new("load-system").arg(system).key("force", force).key("max-output", context.settings.max_output);
+    let Args { system, force } = args.typed()?;
+    let request = Request::new(Entry::LOAD_SYSTEM)
+        .arg(system.as_str())
+        .key("force", force).key("max-output", context.settings.max_output);
     let reply = context
         .call_helper_reporting(
             args,
@@ -53,7 +63,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Loads may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
                  --eval-timeout, or load the system with evaluate-lisp and a larger timeout_ms.",
             ),
-            "load-activity",
+            Entry::LOAD_ACTIVITY,
             &format!("Loading {system}"),
         )
         .await;

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -30,13 +31,24 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    form: String,
+    #[serde(default)]
+    full: bool,
+    package: Option<String>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("expand-form")
-        .arg(args.required_str("form")?)
-        .key("full", args.flag("full")?)
-        .key("package", super::package_argument(args)?)
+    let Args { form, full, package } = args.typed()?;
+    let request = Request::new(Entry::EXPAND_FORM)
+        .arg(form)
+        .key("full", full)
+        .key("package", package)
         .key("max-output", context.settings.max_output);
     let reply = context.call_helper(args, request).await?;
     render(&reply, context.settings.max_output)

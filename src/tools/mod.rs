@@ -61,10 +61,10 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use crate::source::parse_permit;
 use crate::source::AllowedRoots;
-use crate::swank::{Form, Sexp};
+use crate::swank::Sexp;
 
-use crate::image::{CallLimits, Image, ImageSettings, Request};
-pub use arguments::{ArgumentError, Arguments, Param};
+use crate::image::{CallLimits, Entry, Image, ImageSettings, Request};
+pub use arguments::{ArgumentError, Arguments, Param, Typed};
 use debugger_sessions::DebuggerSessions;
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use preview::{Fingerprint, Preview};
@@ -73,16 +73,12 @@ pub use progress::{Progress, ProgressUpdate};
 /// Files larger than this are read by the source tools only when asked with `large_file`.
 pub const LARGE_FILE: u64 = 64 * 1024 * 1024;
 
-/// The size limit a source tool reads `file_path` with: [`LARGE_FILE`], unless `large_file` is true.
-pub(crate) fn read_limit(args: &Arguments) -> Result<Option<(u64, &'static str)>, ToolError> {
-    Ok(if args.flag("large_file")? {
-        None
-    } else {
-        Some((
-            LARGE_FILE,
-            "Pass `large_file: true` to read it anyway; that takes time and memory in proportion to its size.",
-        ))
-    })
+/// The size limit a source tool reads `file_path` with: [`LARGE_FILE`], unless `large_file`.
+pub(crate) fn file_limit(large_file: bool) -> Option<(u64, &'static str)> {
+    (!large_file).then_some((
+        LARGE_FILE,
+        "Pass `large_file: true` to read it anyway; that takes time and memory in proportion to its size.",
+    ))
 }
 
 /// The `file_path` argument of the tools that load a file into the image.
@@ -113,6 +109,8 @@ pub struct Tool {
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
     /// the code or arguments: an edit's diff, the code a load compiles.
     pub preview: Option<PreviewFn>,
+    /// The type the tool reads its arguments as, which a test holds to its declaration.
+    pub typed: Typed,
 }
 
 /// A tool's preview of a call, made on the allowed roots.
@@ -160,6 +158,12 @@ impl Offered {
     }
 }
 
+/// Every tool's definition, in the order `tools/list` shows them, whatever a server offers: what
+/// the help and the tests that tie the documentation to the tools read.
+pub fn every_definition() -> impl Iterator<Item = ToolDefinition> {
+    TOOLS.iter().map(|tool| (tool.definition)())
+}
+
 /// Every tool's definition and how it runs.
 fn all_tools() -> Vec<Offered> {
     TOOLS
@@ -172,15 +176,20 @@ fn all_tools() -> Vec<Offered> {
         .collect()
 }
 
-/// The optional `package` argument as the helper takes it: its name, or nil for the session's.
-fn package_argument(args: &Arguments) -> Result<Form, ArgumentError> {
-    Ok(args.optional_str("package")?.into())
+/// The arguments of a tool that asks about one symbol, `{symbol, package?}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SymbolArguments {
+    symbol: String,
+    package: Option<String>,
 }
 
-/// The request of a tool that asks `function` about one symbol, `{symbol, package?}`: the name as
-/// a string (read in the image) and the package or nil.
-fn symbol_request(function: &'static str, args: &Arguments) -> Result<Request, ArgumentError> {
-    Ok(Request::new(function).arg(args.required_str("symbol")?).key("package", package_argument(args)?))
+impl SymbolArguments {
+    /// The request that asks `function` about the symbol: the name as a string (read in the
+    /// image) and the package or nil.
+    fn request(self, function: Entry) -> Request {
+        Request::new(function).arg(self.symbol).key("package", self.package)
+    }
 }
 
 /// Server-wide settings the tools read.
@@ -469,7 +478,7 @@ impl ToolContext {
         &self,
         args: &Arguments,
         call: (Request, Duration, &'static str),
-        activity_function: &'static str,
+        activity_function: Entry,
         doing: &str,
     ) -> Result<Sexp, ToolError> {
         const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -530,6 +539,16 @@ mod tests {
                 "{} is read-only but takes Lisp code in {code:?}",
                 definition.name
             );
+        }
+    }
+
+    #[test]
+    fn every_tool_reads_its_arguments_as_a_type_that_fits_its_declaration() {
+        for tool in TOOLS {
+            let definition = (tool.definition)();
+            if let Err(error) = tool.typed.fits(definition.arguments) {
+                panic!("{}'s argument type disagrees with its Params: {error}", definition.name);
+            }
         }
     }
 

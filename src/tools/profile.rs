@@ -3,13 +3,14 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
-    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::Request;
 
@@ -37,16 +38,25 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    code: String,
+    mode: Option<String>,
+    package: Option<String>,
+    timeout_ms: Option<u64>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let code = args.required_str("code")?;
-    let mode = args.optional_str("mode")?.unwrap_or("cpu");
-    let timeout = args.optional_u64("timeout_ms")?.map_or(context.settings.eval_timeout, Duration::from_millis);
-    let request = Request::new("profile-code")
+    let Args { code, mode, package, timeout_ms } = args.typed()?;
+    let timeout = timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis);
+    let request = Request::new(Entry::PROFILE_CODE)
         .arg(code)
-        .key("mode", mode)
-        .key("package", package_argument(args)?)
+        .key("mode", mode.as_deref().unwrap_or("cpu"))
+        .key("package", package)
         .key("max-output", context.settings.max_output);
     let reply =
         context.call_helper_within(args, request, timeout, "Pass a larger timeout_ms if it needs longer.").await?;

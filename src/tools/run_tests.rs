@@ -10,6 +10,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,7 +18,7 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{
-    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::image::Request;
@@ -50,20 +51,28 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    system: String,
+    suite: Option<String>,
+    test: Option<String>,
+    package: Option<String>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let system = args.required_str("system")?;
-    let suite = args.optional_str("suite")?;
-    let test = args.optional_str("test")?;
+    let Args { system, suite, test, package } = args.typed()?;
     if suite.is_some() && test.is_some() {
         return Err(ToolError::new("Give suite or test, not both."));
     }
-    let request = Request::new("run-tests")
-        .arg(system)
+    let request = Request::new(Entry::RUN_TESTS)
+        .arg(system.as_str())
         .key("suite", suite)
         .key("test", test)
-        .key("package", package_argument(args)?)
+        .key("package", package)
         .key("max-output", context.settings.max_output);
     let reply = context
         .call_helper_reporting(
@@ -74,7 +83,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Test runs may take 10 minutes, or --eval-timeout if that is longer: start swank-mcp with a larger \
                  --eval-timeout, or run a smaller suite.",
             ),
-            "test-activity",
+            Entry::TEST_ACTIVITY,
             &format!("Testing {system}"),
         )
         .await;

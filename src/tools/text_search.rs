@@ -8,6 +8,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -49,16 +50,16 @@ struct Hit {
 }
 
 /// find-definition with `text` or `system` (and no `symbol`).
-pub(crate) async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let offset = args.optional_u64("offset")?.unwrap_or(0) as usize;
-    let limit = args.optional_u64("limit")?.unwrap_or(super::find_definition::DEFAULT_DEFINITIONS) as usize;
-    let text = args.optional_str("text")?.map(str::to_string);
+pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: super::find_definition::Args) -> ToolResult {
+    let offset = asked.offset as usize;
+    let limit = asked.limit.unwrap_or(super::find_definition::DEFAULT_DEFINITIONS) as usize;
+    let text = asked.text;
     if text.as_deref().is_some_and(|text| text.is_empty() || text.contains('\n')) {
         return Err(ToolError::new("Argument `text` must be one line, not empty: the lines that hold it are shown."));
     }
-    let system = match args.optional_str("system")? {
+    let system = match asked.system {
         Some(name) => {
-            let reply = context.call_helper(args, Request::new("system-files").arg(name)).await?;
+            let reply = context.call_helper(args, Request::new(Entry::SYSTEM_FILES).arg(name)).await?;
             Some(decode::<SystemFiles>("system-files", &reply)?)
         }
         None => None,
@@ -67,6 +68,7 @@ pub(crate) async fn call(context: &ToolContext, args: &Arguments) -> ToolResult 
         // `system` alone: its files.
         return Ok(list_files(&system.expect("find-definition checks there is text or a system"), offset, limit));
     };
+    let shown = text.clone();
     let (hits, searched, unread) = context
         .on_files(move |roots| {
             let system_roots = match system.as_ref().and_then(|s| s.directory.as_ref()) {
@@ -100,8 +102,7 @@ pub(crate) async fn call(context: &ToolContext, args: &Arguments) -> ToolResult 
             Ok((hits, (files.len(), where_), unread))
         })
         .await?;
-    let text = args.required_str("text")?;
-    Ok(render_hits(text, &hits, searched, unread, offset, limit))
+    Ok(render_hits(&shown, &hits, searched, unread, offset, limit))
 }
 
 /// The Lisp files under each root, in name order, at most [`MAX_FILES`]; hidden directories and

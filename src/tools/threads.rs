@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
@@ -31,18 +32,28 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    action: Option<String>,
+    thread: Option<super::arguments::Designator>,
+    #[serde(default)]
+    force: bool,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let action = args.optional_str("action")?.unwrap_or("list");
-    let thread = args.optional_thread("thread")?;
+    let Args { action, thread, force } = args.typed()?;
+    let action = action.as_deref().unwrap_or("list");
+    let thread = thread.map(super::arguments::Designator::into_text);
     if action != "list" && thread.is_none() {
         return Err(ToolError::new(format!(
             "The {action} action needs thread: a number or name from {{\"action\": \"list\"}}."
         )));
     }
-    let force = args.flag("force")?;
-    let request = Request::new("threads").key("action", action).key("thread", thread).key("force", force);
+    let request = Request::new(Entry::THREADS).key("action", action).key("thread", thread).key("force", force);
     let reply = decode::<ThreadsReply>("threads", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render()).with_structured(&reply))
 }

@@ -3,11 +3,12 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
 use super::{
-    package_argument, Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::Request;
 use crate::swank::Form;
@@ -33,25 +34,35 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    #[serde(default)]
+    functions: Vec<String>,
+    #[serde(default)]
+    untrace: bool,
+    package: Option<String>,
+    threads: Option<super::arguments::Designator>,
+    max_calls: Option<u64>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let functions = args.optional_str_list("functions")?;
-    let untrace = args.flag("untrace")?;
-    let package = package_argument(args)?;
+    let Args { functions, untrace, package, threads, max_calls } = args.typed()?;
     if functions.is_empty() && !untrace {
         return Err(super::ToolError::new(
             "Give the functions to trace, e.g. {\"functions\": [\"my-package::parse-line\"]}; to untrace \
              everything this session traces, pass {\"untrace\": true}.",
         ));
     }
-    let threads = args.optional_thread("threads")?;
-    let request = Request::new("trace-functions")
+    let request = Request::new(Entry::TRACE_FUNCTIONS)
         .arg(Form::list_of(functions))
         .key("untrace", untrace)
         .key("package", package)
-        .key("threads", threads)
-        .key_if("max-calls", args.optional_u64("max_calls")?);
+        .key("threads", threads.map(super::arguments::Designator::into_text))
+        .key_if("max-calls", max_calls);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
 }

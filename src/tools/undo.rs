@@ -39,13 +39,23 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    entries: Option<Vec<u64>>,
+    since: Option<u64>,
+    #[serde(default)]
+    force: bool,
+    before: Option<u64>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let entries = args.optional_u64_list("entries")?;
-    let since = args.optional_u64("since")?;
-    let before = args.optional_u64("before")?;
-    let force = args.flag("force")?;
+    let Args { entries, since, force, before } = args.typed()?;
+    // An empty list restores nothing: it counts as absent, the listing.
+    let entries = entries.filter(|entries| !entries.is_empty());
     if entries.is_some() && since.is_some() {
         return Err(ToolError::new("Give either `entries` or `since`, not both."));
     }
@@ -54,7 +64,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             "`before` pages the listing; restoring with `entries` or `since` lists nothing, so give one or the other.",
         ));
     }
-    let request = Request::new("undo-journal")
+    let request = Request::new(crate::image::Entry::UNDO_JOURNAL)
         .key("entries", entries.map(Form::list_of))
         .key("since", since)
         .key("force", force)

@@ -3,6 +3,7 @@
 //!
 //! See docs/design.md, "The toolbox".
 
+use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -37,13 +38,20 @@ fn definition() -> ToolDefinition {
 
 /// The tool, for the table in `tools/mod.rs`.
 pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None };
+    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+
+/// The arguments as the tool reads them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    symbol: String,
+    kind: String,
+    package: Option<String>,
+}
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let request = Request::new("xref")
-        .arg(args.required_str("symbol")?)
-        .arg(args.required_str("kind")?)
-        .key("package", super::package_argument(args)?);
+    let Args { symbol, kind, package } = args.typed()?;
+    let request = Request::new(Entry::XREF).arg(symbol).arg(kind).key("package", package);
     let mut found = decode::<References>("xref", &context.call_helper(args, request).await?)?;
     found = context
         .on_files(move |roots| {
