@@ -1382,7 +1382,7 @@ another buffer leaves your keys to that buffer."
   (add-hook 'window-selection-change-functions #'swank-mcp--approval-selected nil t))
 
 (defun swank-mcp--approval-selected (window)
-  "Start the read delay again when WINDOW, which shows the prompt, is selected.
+  "Start the read delay again as WINDOW, the prompt's, is selected.
 The keys typed next go to the prompt, and a prompt is answered only once
 it could be read there (`swank-mcp-approval-read-delay')."
   (when (eq window (selected-window))
