@@ -1819,7 +1819,8 @@ each (TOOL CLIENT)."
 In an activity buffer, the call at point.  A running call's evaluation in
 the image is interrupted at once, and so is any it would start after, and
 the agent receives the reply that you cancelled the call; what it did
-before that stays done.  A call waiting for approval is declined.
+before that stays done.  A call waiting for approval is cancelled: it
+does not run, and its agent is told that it was declined.
 Emacs does not wait for the image, which may be busy (your REPL's own
 evaluation included): the echo area says what happened once it answers.
 THEN, when given, is called with the image's answer, a plist (nil when no
