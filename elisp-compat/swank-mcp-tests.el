@@ -498,6 +498,8 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
       (should (string-match-p "^C-c C-c runs it, C-c C-k declines it, C-c C-a runs it and allows evaluate-lisp"
                               (buffer-string)))
       (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
+      ;; The keys stay in the header line as a long diff scrolls.
+      (should (equal header-line-format "C-c C-c run, C-c C-k decline, C-c C-a run and allow for the session, q hide"))
       (should (get-buffer-window (current-buffer)))
       (should-not (eq (window-buffer (selected-window)) (current-buffer)))
       (should (string-match-p "ert asks to run evaluate-lisp\\.  Answer in \\*swank-mcp approval\\* (C-c C-x m p goes there)"
@@ -1071,6 +1073,8 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
               (should (eq (window-buffer (selected-window)) prompt))
               (should (string-match-p "\nThis request ended (timed out); nothing ran\\.  q to dismiss\\.\n"
                                       (with-current-buffer prompt (buffer-string))))
+              (should (equal (with-current-buffer prompt header-line-format)
+                             "This request ended: q dismisses it"))
               (execute-kbd-macro (kbd "C-c C-c"))
               (execute-kbd-macro (kbd "yes RET"))
               (execute-kbd-macro (kbd "C-c C-a"))

@@ -1626,6 +1626,16 @@ person was answering it, its prompt stays, saying so."
 (defun swank-mcp--approval-insert (approval)
   "Fill the current buffer, the prompt, with APPROVAL.
 Once it has ended, with why instead of the keys that answer."
+  ;; The keys again in the header line, which stays as a long diff scrolls.
+  (setq header-line-format
+        (if swank-mcp--approval-ended
+            (format "This request ended: %s dismisses it"
+                    (swank-mcp--approval-key 'swank-mcp-approval-dismiss 'swank-mcp-approval-ended-map))
+          (format "%s run, %s decline, %s run and allow for the session, %s hide"
+                  (swank-mcp--approval-key 'swank-mcp-approve)
+                  (swank-mcp--approval-key 'swank-mcp-decline)
+                  (swank-mcp--approval-key 'swank-mcp-approve-for-session)
+                  (swank-mcp--approval-key 'swank-mcp-approval-hide))))
   (let ((inhibit-read-only t))
     (erase-buffer)
     (insert (propertize (swank-mcp--approval-heading approval) 'face 'bold) "\n"
