@@ -277,16 +277,20 @@ file."
                (plist (ignore-errors (sb-introspect:definition-source-plist source)))
                (from-buffer (and octets (buffer-compiled-start plist octets offset form-index)))
                (start (or from-buffer (and octets (form-start-in octets offset form-index))))
-               ;; Compiled from a buffer, SBCL records the date of the file it wrote the text to:
-               ;; the time of the compilation, which a save of the file before it precedes.
                (current-date (ignore-errors (file-write-date file)))
                (recorded-date (cond ((sb-introspect:definition-source-file-write-date source)
                                      (note-compile-date source)
                                      (sb-introspect:definition-source-file-write-date source))
-                                    (octets (file-compiled-date file name current-date)))))
+                                    ;; One compiled from a buffer came after its file's
+                                    ;; compilation, whose date says nothing of it.
+                                    ((and octets (not from-buffer))
+                                     (file-compiled-date file name current-date)))))
           (multiple-value-bind (line column) (and start (octet-line-and-column octets start))
             (list :file file :line line :column column
                   :note (cond ((not (probe-file file)) "file not found")
+                              ;; Compiled from a buffer, SBCL records the date of the file it
+                              ;; wrote the text to: the time of the compilation, which a save of
+                              ;; the file before it precedes.
                               ((and recorded-date current-date
                                     (if (getf plist :emacs-position)
                                         (> current-date recorded-date)
