@@ -498,6 +498,8 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
       (should (string-match-p "^C-c C-c runs it, C-c C-k declines it, C-c C-a runs it and allows evaluate-lisp"
                               (buffer-string)))
       (should (string-match-p "(defparameter \\*swank-mcp-approval\\* :first)" (buffer-string)))
+      ;; The keys stay in the header line as a long diff scrolls.
+      (should (equal header-line-format "C-c C-c run, C-c C-k decline, C-c C-a run and allow for the session, q hide"))
       (should (get-buffer-window (current-buffer)))
       (should-not (eq (window-buffer (selected-window)) (current-buffer)))
       (should (string-match-p "ert asks to run evaluate-lisp\\.  Answer in \\*swank-mcp approval\\* (C-c C-x m p goes there)"
@@ -676,6 +678,33 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
         (should (string-match-p "done.*\n.*overlapping-first" text))
         (should (string-match-p "done.*\n.*overlapping-second" text))))))
 
+(ert-deftest swank-mcp-the-read-delay-counts-from-when-the-prompt-is-selected ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (let ((source (generate-new-buffer "swank-mcp-delay.lisp"))
+          (swank-mcp-approval-read-delay 1.0))
+      (unwind-protect
+          (progn
+            (delete-other-windows)
+            (switch-to-buffer source)
+            (lisp-mode)
+            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-read-delay* :ran)")))
+            (swank-mcp-tests--prompt "read-delay")
+            ;; Shown beside, longer than the delay, while the person works in their buffer.
+            (swank-mcp-tests--idle 1.5)
+            ;; Going there starts the delay again: an answer typed right after is refused.
+            (execute-kbd-macro (kbd "C-c C-x m p"))
+            (should (string-match-p "This call was shown a moment ago: read it, then answer"
+                                    (cadr (should-error (execute-kbd-macro (kbd "C-c C-c")) :type 'user-error))))
+            (swank-mcp-tests--idle 0.2)
+            (should-not (swank-mcp-tests--responded-p server 2))
+            ;; Once read there, it is answered.
+            (swank-mcp-tests--idle 1.0)
+            (execute-kbd-macro (kbd "C-c C-c"))
+            (swank-mcp-tests--response-ok server 2)
+            (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-READ-DELAY*") :ran)))
+        (kill-buffer source)))))
+
 ;;;;; Stopping the agent
 
 (defun swank-mcp-tests--thread-names ()
@@ -749,17 +778,32 @@ The command returns at once; its answer comes when the image sends it."
       (should (string-match-p "No agent's call is running or waiting"
                               (plist-get (swank-mcp-tests--cancel) :failure))))))
 
-(ert-deftest swank-mcp-cancel-call-declines-a-call-waiting-for-approval ()
+(ert-deftest swank-mcp-cancel-call-cancels-a-call-waiting-for-approval ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
-    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-waiting* t)")))
-    (swank-mcp-tests--prompt "cancelled-waiting")
-    (swank-mcp-tests--cancel)
-    (should (string-match-p "declined evaluate-lisp (ert), which waited for approval; it does not run"
-                            (swank-mcp-tests--last-message)))
-    (should (string-match-p "declined by the user"
-                            (swank-mcp-tests--response-error server 2)))
-    (swank-mcp-tests--wait "the prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))))
-    (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CANCELLED-WAITING*") :unbound))))
+    (swank-mcp-tests--with-activity activity
+      (let ((messages (with-current-buffer (messages-buffer) (point-max))))
+        (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-first* t)")))
+        (swank-mcp-tests--prompt "cancelled-first")
+        (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(defparameter *swank-mcp-cancelled-waiting* t)")))
+        (swank-mcp-tests--prompt "(1 of 2)")
+        ;; The newest: the second of two.
+        (swank-mcp-tests--cancel)
+        (should (string-match-p "declined by the user" (swank-mcp-tests--response-error server 3)))
+        ;; The call left waits alone: the first of one, not the second of two.
+        (with-current-buffer (swank-mcp-tests--prompt "(1 of 1)")
+          (should (string-match-p "cancelled-first" (buffer-string)))
+          (swank-mcp-approve))
+        (swank-mcp-tests--response-ok server 2)
+        (swank-mcp-tests--wait-activity activity "the cancelled call, as such"
+                                        "cancelled  (waited [0-9]+ ms for approval)\n.*cancelled-waiting.*\n +Cancelled in Emacs\\.")
+        ;; Whatever came first, the image's end of the request or its answer to the
+        ;; cancellation, the echo area said it was cancelled, never that another Emacs
+        ;; declined it.
+        (let ((said (with-current-buffer (messages-buffer) (buffer-substring-no-properties messages (point-max)))))
+          (should (string-match-p "cancelled evaluate-lisp (ert), which waited for approval; it does not run" said))
+          (should (string-match-p "evaluate-lisp was cancelled in Emacs (M-x swank-mcp-cancel-call); it did not run" said))
+          (should-not (string-match-p "declined in another Emacs" said)))
+        (should (eq (swank-mcp-tests--image-value "*SWANK-MCP-CANCELLED-WAITING*") :unbound))))))
 
 ;;;;; The user's event log
 
@@ -862,13 +906,15 @@ First wait until BUFFER matches LINE."
             (swank-mcp-tests--mcp-call server 3 "load-form"
                                        `((file_path . ,file) (form_type . "defun") (form_name . "swank-mcp-loaded-marker")))
             (swank-mcp-tests--wait-activity buffer "the load-form waiting" "load-form  (ert)  waiting for approval")
-            ;; Its arguments one to a line, not as JSON; and the keys in the header.
+            ;; Its arguments one to a line, not as JSON; and the keys in the header line, which
+            ;; does not scroll away.
             (swank-mcp-tests--wait-activity buffer "the load-form's arguments"
                                             (format "waiting for approval\n    file_path: %s\n    form_name: swank-mcp-loaded-marker\n    form_type: defun\n"
                                                     (regexp-quote file)))
-            (should (string-match-p "\nRET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, \
-C-c C-c cancel the call, b clear the breakpoints, g read again\\.\n"
-                                    (swank-mcp-tests--activity-text buffer)))
+            (should (equal (with-current-buffer buffer header-line-format)
+                           "RET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, \
+C-c C-c cancel the call, b clear the breakpoints, g read again"))
+            (should-not (string-match-p "g read again" (swank-mcp-tests--activity-text buffer)))
             ;; RET on the waiting call goes to its prompt.
             (swank-mcp-tests--prompt "run load-form")
             (swank-mcp-tests--goto-call buffer "load-form  (ert)  waiting for approval")
@@ -877,7 +923,9 @@ C-c C-c cancel the call, b clear the breakpoints, g read again\\.\n"
               (should (equal (buffer-name) swank-mcp--approval-buffer-name))
               (should (string-match-p "\\`ert asks to run load-form\\." (buffer-string)))
               (swank-mcp-decline))
-            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  declined  [0-9]+ ms" "load-form  (ert)  declined"
+            ;; It never ran: only its wait is timed.
+            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  declined  (waited [0-9]+ ms for approval)$"
+                                                "load-form  (ert)  declined"
                                                 (swank-mcp-tests--response-error server 3))
             ;; Approved, it compiles into the image and is recorded as done.
             (swank-mcp-tests--mcp-call server 4 "load-form"
@@ -892,7 +940,8 @@ C-c C-c cancel the call, b clear the breakpoints, g read again\\.\n"
                                                            "load-form")
                                                     approval))))
               (swank-mcp-approve))
-            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  done  [0-9]+ ms" "load-form  (ert)  done"
+            (swank-mcp-tests--check-reply-shown buffer "load-form  (ert)  done  [0-9]+ ms  (waited [0-9]+ ms for approval)$"
+                                                "load-form  (ert)  done"
                                                 (swank-mcp-tests--response-ok server 4))
             ;; A failed call, with the error the agent got.
             (swank-mcp-tests--mcp-call server 5 "evaluate-lisp" '((code . "(error \"activity-failure-marker\")")))
@@ -1024,6 +1073,8 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
               (should (eq (window-buffer (selected-window)) prompt))
               (should (string-match-p "\nThis request ended (timed out); nothing ran\\.  q to dismiss\\.\n"
                                       (with-current-buffer prompt (buffer-string))))
+              (should (equal (with-current-buffer prompt header-line-format)
+                             "This request ended: q dismisses it"))
               (execute-kbd-macro (kbd "C-c C-c"))
               (execute-kbd-macro (kbd "yes RET"))
               (execute-kbd-macro (kbd "C-c C-a"))
@@ -1192,11 +1243,57 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
           (swank-mcp-tests--response-ok server (+ 10 i)))
         (swank-mcp-tests--wait-activity activity "the last call, done" "done.*\n.*:bounded 11)")
         (with-current-buffer activity
-          ;; The header's two lines, and the calls that fit in 20 lines, the newest.
+          ;; The header's line, and the calls that fit in 20 lines, the newest.
           (should (<= (count-lines (point-min) (point-max)) 22))
           (should (string-match-p ":bounded 8)\\(.\\|\n\\)*:bounded 11)" (buffer-string)))
           (should-not (string-match-p ":bounded 0)" (buffer-string)))
           (should (<= (length swank-mcp--activity-calls) 20)))))))
+
+;;;;; A restarted Lisp
+
+(defun swank-mcp-tests--restart-lisp ()
+  "Quit the test image and start another, as a person restarts their Lisp.
+Return the new connection."
+  (let* ((connection (swank-mcp-tests--connect))
+         (inferior (funcall (intern (format "%s-inferior-process" swank-mcp-tests--backend)) connection)))
+    (funcall (intern (format "%s-quit-lisp" swank-mcp-tests--backend)) t)
+    (swank-mcp-tests--wait "the Lisp to quit"
+                           (lambda () (not (or (process-live-p connection) (and inferior (process-live-p inferior))))))
+    (setq swank-mcp-tests--ready nil)
+    (swank-mcp-tests--connect)))
+
+(ert-deftest swank-mcp-after-a-restart-the-activity-buffer-is-a-fresh-one ()
+  (let* ((old (swank-mcp-activity))
+         (name (buffer-name old))
+         (new nil))
+    (unwind-protect
+        (progn
+          (swank-mcp-tests--wait "the first image's subscription"
+                                 (lambda () (with-current-buffer old
+                                              (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                       swank-mcp--activity-channel))))
+          (swank-mcp-tests--restart-lisp)
+          (should (string-match-p "The connection closed\\.\n\\'" (swank-mcp-tests--activity-text old)))
+          (setq new (swank-mcp-activity))
+          ;; The new connection has the name and a buffer of its own; the old one keeps what
+          ;; it showed, under another.
+          (should-not (eq new old))
+          (should (equal (buffer-name new) name))
+          (should (equal (buffer-name old) (concat (string-remove-suffix "*" name) ", closed*")))
+          (with-current-buffer new
+            (should (eq swank-mcp--activity-connection swank-mcp-tests--connection))
+            (should-not (string-match-p "The connection closed" (buffer-string))))
+          ;; Subscribed in the new image: an agent's call there shows in it.
+          (swank-mcp-tests--with-server (server)
+            (swank-mcp-tests--wait "the new image's subscription"
+                                   (lambda () (with-current-buffer new
+                                                (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                         swank-mcp--activity-channel))))
+            (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :after-the-restart)")))
+            (swank-mcp-tests--response-ok server 2)
+            (swank-mcp-tests--wait-activity new "the call in the new image" "done.*\n.*:after-the-restart")))
+      (kill-buffer old)
+      (when new (kill-buffer new)))))
 
 ;;;;; Undo
 
@@ -1230,6 +1327,9 @@ Only its first word: Slynk describes an integer at length after it."
               (should (string-match-p "SWANK-MCP-GREET: replaced a definition with no source file (defined at the REPL)"
                                       (buffer-string)))
               (should-not (string-match-p "at defined at" (buffer-string)))
+              ;; The keys stay in the header line, however far the journal scrolls.
+              (should (equal header-line-format "r restores the entry at point, R every entry from it on, \
+</> older/newer entries, g reads the journal again"))
               ;; Asked first: no means nothing happens.
               (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
               (let ((questions (swank-mcp-tests--answering y-or-n-p '(nil) (swank-mcp-undo-restore))))

@@ -673,6 +673,8 @@ between calls, \\[swank-mcp-activity-filter] shows only one tool's or one state'
 the call at point, \\[swank-mcp-clear-breakpoints] removes every agent's breakpoint, \\[revert-buffer] reads the whole
 record again."
   (setq truncate-lines t)
+  ;; In the header line, which stays where the buffer's first lines scroll away.
+  (setq header-line-format (swank-mcp--activity-keys-text))
   (setq-local revert-buffer-function #'swank-mcp--activity-revert)
   (add-hook 'kill-buffer-hook #'swank-mcp--activity-stop nil t))
 
@@ -691,6 +693,14 @@ the buffer of each change while it is open."
                (name (format "*swank-mcp activity: %s*"
                              (funcall (swank-mcp--backend-connection-name backend) connection)))
                (buffer (get-buffer name)))
+    (when (and buffer (not (eq (buffer-local-value 'swank-mcp--activity-connection buffer) connection)))
+      ;; The buffer of an earlier connection of that name, which closed (the Lisp restarted):
+      ;; it keeps what it showed under another name, and the new connection gets a buffer of
+      ;; its own, subscribed in the new image.
+      (with-current-buffer buffer
+        (swank-mcp--activity-stop)
+        (rename-buffer (generate-new-buffer-name (format "%s, closed*" (string-remove-suffix "*" name)))))
+      (setq buffer nil))
     (unless buffer
       (setq buffer (get-buffer-create name))
       (with-current-buffer buffer
@@ -783,6 +793,7 @@ An event has lines of its own (`swank-mcp--event-text')."
 (defun swank-mcp--call-text (call)
   "The lines that show CALL, a call of an agent's."
   (let* ((milliseconds (plist-get call :milliseconds))
+         (waited (plist-get call :waited))
          (state (or (assq (plist-get call :state) swank-mcp--call-states)
                     (list nil (format "%s" (plist-get call :state)) 'warning)))
          (input (string-trim (or (plist-get call :input) "")))
@@ -800,7 +811,9 @@ An event has lines of its own (`swank-mcp--event-text')."
                                  (if (plist-get call :package) (format ", in %s" (plist-get call :package)) ""))
                          'face 'shadow)
              "  " (propertize (nth 1 state) 'face (nth 2 state))
+             ;; How long it ran, and apart, how long it waited for the person's answer.
              (if milliseconds (format "  %d ms" milliseconds) "")
+             (if waited (propertize (format "  (waited %d ms for approval)" waited) 'face 'shadow) "")
              "\n"
              (if (string-empty-p input) "" (concat shown "\n"))
              (if outcome
@@ -871,20 +884,22 @@ always stays."
               (cl-remove id swank-mcp--activity-calls :key (lambda (c) (plist-get c :id)) :test #'equal))))))
 
 (defun swank-mcp--activity-header ()
-  "Return the first lines of the activity buffer: what is in it, and its keys."
-  (propertize (concat
-               (format "Tool calls of agents in the image of the %s%s.\n"
-                       (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
-                       (pcase swank-mcp--activity-filter
-                         (`(,kind . ,value)
-                          (format "; only %s %s" kind
-                                  (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
-                         (_ "")))
-               (substitute-command-keys
-                "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] the reply (or the prompt of a call waiting), \
-\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \
-\\[swank-mcp-clear-breakpoints] clear the breakpoints, \\[revert-buffer] read again.\n"))
+  "Return the first line of the activity buffer: what is in it."
+  (propertize (format "Tool calls of agents in the image of the %s%s.\n"
+                      (swank-mcp--describe-connection swank-mcp--activity-connection swank-mcp--activity-backend)
+                      (pcase swank-mcp--activity-filter
+                        (`(,kind . ,value)
+                         (format "; only %s %s" kind
+                                 (if (eq kind 'state) (nth 1 (assq value swank-mcp--call-states)) value)))
+                        (_ "")))
               'face 'shadow))
+
+(defun swank-mcp--activity-keys-text ()
+  "Return the keys of the activity buffer, for its header line."
+  (substitute-command-keys
+   "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] the reply (or the prompt of a call waiting), \
+\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \
+\\[swank-mcp-clear-breakpoints] clear the breakpoints, \\[revert-buffer] read again"))
 
 (defun swank-mcp--activity-redisplay ()
   "Show again every call recorded that passes the filter, oldest first."
@@ -1056,6 +1071,12 @@ whose definition changed since is restored only when you force it.
 \\[swank-mcp-undo-older] and \\[swank-mcp-undo-newer] show older and newer entries, \\[revert-buffer] reads the
 journal again."
   (setq truncate-lines t)
+  ;; In the header line, which stays where the buffer's first lines scroll away.
+  (setq header-line-format
+        (substitute-command-keys
+         "\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] restores the entry at point, \
+\\[swank-mcp-undo-restore-since] every entry from it on, \\[swank-mcp-undo-older]/\\[swank-mcp-undo-newer] older/newer \
+entries, \\[revert-buffer] reads the journal again"))
   (setq-local revert-buffer-function (lambda (&rest _) (swank-mcp-undo-refresh))))
 
 ;;;###autoload
@@ -1135,11 +1156,6 @@ file, which says it already (\"defined at the REPL, no source file\")."
     (insert (propertize (format "Definitions agents made in the image of the %s.\n"
                                 (swank-mcp--describe-connection swank-mcp--undo-connection
                                                                 swank-mcp--undo-backend))
-                        'face 'shadow)
-            (propertize (substitute-command-keys
-                         "\\<swank-mcp-undo-mode-map>\\[swank-mcp-undo-restore] restores the entry at point, \
-\\[swank-mcp-undo-restore-since] every entry from it on, \\[swank-mcp-undo-older]/\\[swank-mcp-undo-newer] older/newer \
-entries, \\[revert-buffer] reads the journal again.\n")
                         'face 'shadow))
     (when (> (plist-get reply :older) 0)
       (insert (propertize (substitute-command-keys
@@ -1279,8 +1295,11 @@ say to force it."
 
 (defcustom swank-mcp-approval-read-delay 1.0
   "Seconds a call must have been shown in the prompt before it takes an answer.
-An answer sooner, such as a second \\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] meant for the call shown before,
-is refused, so that a call is never answered before it could be read."
+They count from when the call took its place in the prompt, or later, from
+when the prompt's window was shown again or selected.  An answer sooner,
+such as a second \\<swank-mcp-approval-buffer-mode-map>\\[swank-mcp-approve] meant for the call shown before, or one
+typed right after going to the prompt, is refused, so that a call is never
+answered before it could be read."
   :type 'number
   :group 'swank-mcp)
 
@@ -1294,9 +1313,20 @@ is refused, so that a call is never answered before it could be read."
 (defvar swank-mcp--approval-channels nil
   "The channels subscribed to approvals: a list of (CONNECTION BACKEND CHANNEL).")
 
-(defvar swank-mcp--approvals-in-batch 0
-  "How many calls asked for approval since none was waiting.
-The prompt numbers the calls of such a batch: the second of two is (2 of 2).")
+(defvar swank-mcp--approvals-answered 0
+  "How many calls were answered here since none was waiting.
+The prompt numbers the calls of such a batch, those answered and those
+waiting: the second of two is (2 of 2), before and after the first is
+answered.  A call that ended otherwise (cancelled, timed out, answered in
+another Emacs) leaves the batch: the one left of two is (1 of 1).")
+
+(defvar swank-mcp--approvals-numbered nil
+  "Whether the prompt numbers the calls: once two of a batch were counted.")
+
+(defun swank-mcp--approvals-forget-batch ()
+  "Start a new batch: none waits."
+  (setq swank-mcp--approvals-answered 0
+        swank-mcp--approvals-numbered nil))
 
 (defvar swank-mcp--answering nil
   "The approval whose answer is on its way to the image.
@@ -1316,7 +1346,9 @@ The prompt of a call that ended while the person was answering it stays, its
 keys inert, until they dismiss it.")
 
 (defvar-local swank-mcp--approval-shown-since 0
-  "When the approval buffer began to show `swank-mcp--approval-shown'.")
+  "When the person could begin to read what the approval buffer shows.
+That is when it began to show `swank-mcp--approval-shown', or later, when
+its window was shown again or selected: the read delay counts from then.")
 
 (defvar swank-mcp-approval-buffer-mode-map
   (let ((map (make-sparse-keymap)))
@@ -1346,7 +1378,16 @@ keys inert, until they dismiss it.")
 \\[swank-mcp-approval-hide] hides the window: the call goes on waiting.
 No key that typing makes answers: a prompt that comes while you type in
 another buffer leaves your keys to that buffer."
-  (setq truncate-lines nil))
+  (setq truncate-lines nil)
+  (add-hook 'window-selection-change-functions #'swank-mcp--approval-selected nil t))
+
+(defun swank-mcp--approval-selected (window)
+  "Start the read delay again as WINDOW, the prompt's, is selected.
+The keys typed next go to the prompt, and a prompt is answered only once
+it could be read there (`swank-mcp-approval-read-delay')."
+  (when (eq window (selected-window))
+    (with-current-buffer (window-buffer window)
+      (setq swank-mcp--approval-shown-since (float-time)))))
 
 ;;;###autoload
 (define-minor-mode swank-mcp-approval-mode
@@ -1437,13 +1478,13 @@ MAP names the prompt's keymap, by default `swank-mcp-approval-buffer-mode-map'."
 
 (defun swank-mcp--approval-number (approval)
   "Return \" (N of M)\" for APPROVAL, the Nth of a batch of M that came together.
-Return \"\" for a call that came alone."
+Return \"\" for a call that came alone.  See `swank-mcp--approvals-answered'."
   (let ((position (cl-position approval swank-mcp--approvals)))
-    (if (or (null position) (< swank-mcp--approvals-in-batch 2))
+    (if (or (null position) (not swank-mcp--approvals-numbered))
         ""
       (format " (%d of %d)"
-              (+ (- swank-mcp--approvals-in-batch (length swank-mcp--approvals)) position 1)
-              swank-mcp--approvals-in-batch))))
+              (+ swank-mcp--approvals-answered position 1)
+              (+ swank-mcp--approvals-answered (length swank-mcp--approvals))))))
 
 (defun swank-mcp--approval-heading (approval)
   "The first line of the prompt for APPROVAL."
@@ -1466,9 +1507,14 @@ One the image tells of twice (as it subscribes this Emacs, see
 (defun swank-mcp--approval-announce (approval)
   "Add APPROVAL to those waiting, and announce it."
   (setq swank-mcp--approvals (append swank-mcp--approvals (list approval)))
-  (cl-incf swank-mcp--approvals-in-batch)
+  (when (> (+ swank-mcp--approvals-answered (length swank-mcp--approvals)) 1)
+    (setq swank-mcp--approvals-numbered t))
   (let ((buffer (swank-mcp--approval-show)))
     (when buffer
+      (unless (get-buffer-window buffer t)
+        ;; Hidden until now: what it shows is read from now on.
+        (with-current-buffer buffer
+          (setq swank-mcp--approval-shown-since (float-time))))
       (display-buffer buffer swank-mcp--approval-display-action)
       (ding t)
       (message "swank-mcp: %s  Answer in %s (%s goes there)."
@@ -1481,13 +1527,16 @@ One the image tells of twice (as it subscribes this Emacs, see
                 (and (eq (car approval) connection) (eql (plist-get (nth 2 approval) :id) id)))
               swank-mcp--approvals))
 
-(defun swank-mcp--approval-remove (approval &optional ended)
+(defun swank-mcp--approval-remove (approval &optional ended answered)
   "Forget APPROVAL: it was answered or has ended.
 With ENDED, (REASON CONSEQUENCE) as `swank-mcp--approval-end-shown' takes
-them, the prompt that shows it stays, saying so."
+them, the prompt that shows it stays, saying so.  ANSWERED says that it
+was answered here, and so stays counted in its batch."
   (setq swank-mcp--approvals (delq approval swank-mcp--approvals))
+  (when answered
+    (cl-incf swank-mcp--approvals-answered))
   (unless swank-mcp--approvals
-    (setq swank-mcp--approvals-in-batch 0))
+    (swank-mcp--approvals-forget-batch))
   (when ended
     (swank-mcp--approval-end-shown approval ended))
   (swank-mcp--approval-show))
@@ -1519,6 +1568,7 @@ from): the keys they type next are meant for it."
     (:timeout '("timed out" "nothing ran"))
     (:cancelled '("the agent withdrew it" "nothing ran"))
     (:no '("declined in another Emacs" "nothing ran"))
+    (:cancelled-in-emacs '("cancelled in Emacs" "nothing ran"))
     ((or :yes :always) '("approved in another Emacs" "the call runs"))
     (:turned-off '("approval mode was turned off" "nothing ran"))
     (_ (list (format "%s" verdict) "nothing ran"))))
@@ -1560,6 +1610,8 @@ person was answering it, its prompt stays, saying so."
                    (:cancelled (format "the agent withdrew its request: %s was cancelled and did not run." tool))
                    ((or :yes :always) (format "%s was approved in another Emacs." tool))
                    (:no (format "%s was declined in another Emacs; it did not run." tool))
+                   (:cancelled-in-emacs (format "%s was cancelled in Emacs (M-x swank-mcp-cancel-call); it did not run."
+                                                tool))
                    (:turned-off (format "approval mode was turned off: %s did not run." tool))
                    (_ (format "the approval request of %s ended; %s did not run." tool tool)))
                  (swank-mcp--approval-next-text))))))
@@ -1574,6 +1626,16 @@ person was answering it, its prompt stays, saying so."
 (defun swank-mcp--approval-insert (approval)
   "Fill the current buffer, the prompt, with APPROVAL.
 Once it has ended, with why instead of the keys that answer."
+  ;; The keys again in the header line, which stays as a long diff scrolls.
+  (setq header-line-format
+        (if swank-mcp--approval-ended
+            (format "This request ended: %s dismisses it"
+                    (swank-mcp--approval-key 'swank-mcp-approval-dismiss 'swank-mcp-approval-ended-map))
+          (format "%s run, %s decline, %s run and allow for the session, %s hide"
+                  (swank-mcp--approval-key 'swank-mcp-approve)
+                  (swank-mcp--approval-key 'swank-mcp-decline)
+                  (swank-mcp--approval-key 'swank-mcp-approve-for-session)
+                  (swank-mcp--approval-key 'swank-mcp-approval-hide))))
   (let ((inhibit-read-only t))
     (erase-buffer)
     (insert (propertize (swank-mcp--approval-heading approval) 'face 'bold) "\n"
@@ -1610,7 +1672,7 @@ stays as it is until they dismiss it."
      ((and buffer (buffer-local-value 'swank-mcp--approval-ended buffer))
       buffer)
      ((null swank-mcp--approvals)
-      (setq swank-mcp--approvals-in-batch 0)
+      (swank-mcp--approvals-forget-batch)
       (when buffer
         (quit-windows-on buffer)
         (kill-buffer buffer))
@@ -1685,7 +1747,7 @@ for the rest of its session? "
         (let ((taken (let ((swank-mcp--answering shown))
                        (swank-mcp--eval connection backend
                                         (swank-mcp--helper-call "ANSWER-APPROVAL" (plist-get plist :id) verdict)))))
-          (swank-mcp--approval-remove shown)
+          (swank-mcp--approval-remove shown nil t)
           (message "swank-mcp: %s%s"
                    (pcase taken
                      (:taken
@@ -1731,6 +1793,11 @@ With APPROVAL, an element of `swank-mcp--approvals', the prompt shows that one."
   (let ((buffer (swank-mcp--approval-show approval)))
     (unless buffer
       (user-error "No call waits for your approval"))
+    (unless (eq (window-buffer (selected-window)) buffer)
+      ;; Read from now on: an answer typed right after going there is refused
+      ;; (`swank-mcp-approval-read-delay').
+      (with-current-buffer buffer
+        (setq swank-mcp--approval-shown-since (float-time))))
     (select-window (display-buffer buffer swank-mcp--approval-display-action))))
 
 ;;;;; Taking back "allow for the session"
@@ -1762,7 +1829,8 @@ each (TOOL CLIENT)."
 In an activity buffer, the call at point.  A running call's evaluation in
 the image is interrupted at once, and so is any it would start after, and
 the agent receives the reply that you cancelled the call; what it did
-before that stays done.  A call waiting for approval is declined.
+before that stays done.  A call waiting for approval is cancelled: it
+does not run, and its agent is told that it was declined.
 Emacs does not wait for the image, which may be busy (your REPL's own
 evaluation included): the echo area says what happened once it answers.
 THEN, when given, is called with the image's answer, a plist (nil when no
@@ -1793,7 +1861,7 @@ agent has worked in the image)."
                    ((plist-get reply :failure) (plist-get reply :failure))
                    (t
                     (format (cond ((plist-get reply :declined)
-                                   "declined %s (%s), which waited for approval; it does not run.")
+                                   "cancelled %s (%s), which waited for approval; it does not run.")
                                   ((> (plist-get reply :interrupted) 0)
                                    "cancelled %s (%s): its evaluation was interrupted, and the agent is told.")
                                   (t "cancelled %s (%s): it had no evaluation running in the image; it stops \

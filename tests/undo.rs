@@ -566,3 +566,179 @@ async fn a_file_loaded_over_existing_definitions_journals_each_of_them_once() {
     let (now, _) = call_ok(&mut client, "evaluate-lisp", json!({ "code": behaviour })).await;
     assert!(now.contains("((:USER 0) :USER T)"), "{now}");
 }
+
+/// Every entry of the journal, oldest first, all pages.
+async fn whole_journal(client: &mut common::McpClient) -> Vec<Value> {
+    let (_, first) = call_ok(client, "undo", json!({})).await;
+    let mut entries = first["entries"].as_array().unwrap().clone();
+    while let Some(oldest) = entries.first().and_then(|entry| entry["number"].as_u64()).filter(|&n| n > 1) {
+        let (_, page) = call_ok(client, "undo", json!({ "before": oldest })).await;
+        let older = page["entries"].as_array().unwrap();
+        if older.is_empty() {
+            break;
+        }
+        entries.splice(0..0, older.iter().cloned());
+    }
+    entries
+}
+
+/// `file` with a line put before its text, written a few seconds later than SBCL recorded it.
+fn change_later(file: &std::path::Path, first_line: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    std::fs::write(file, format!("{first_line}\n{text}")).unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    std::fs::File::options().write(true).open(file).and_then(|f| f.set_modified(later)).unwrap();
+}
+
+const RELOCATED: &str = "the file changed since this was compiled; found in its current text";
+
+/// Alexandria's DEFINE-MODIFY-MACROs (APPENDF and 13 more) define macros that no `defmacro`
+/// names: in a file that changed since it was compiled, undo finds each by its own form, where
+/// it is now, rather than saying that no `defun appendf` is in the file.
+#[tokio::test]
+async fn macros_made_by_define_modify_macro_are_found_in_their_changed_files() {
+    let debian = std::path::Path::new("/usr/share/common-lisp/source/alexandria");
+    if !debian.join("alexandria.asd").is_file() {
+        common::skip("Debian's Alexandria source is not installed (apt-get install cl-alexandria)");
+        return;
+    }
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("alexandria");
+    let status = std::process::Command::new("cp").arg("-r").arg(debian).arg(&copy).status().unwrap();
+    assert!(status.success());
+    let user = user_connection(image.port).await;
+    user_eval(
+        &user,
+        &format!(
+            "(progn (require :asdf)
+                    (asdf:initialize-source-registry '(:source-registry (:tree {:?}) :ignore-inherited-configuration))
+                    (asdf:load-system \"alexandria\"))",
+            copy.to_str().unwrap()
+        ),
+    )
+    .await;
+
+    // Each file that has them changes after it was compiled: a line comes first.
+    let mut expected: Vec<(String, String, u64)> = Vec::new();
+    let mut files: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(copy.join("alexandria-1")).unwrap() {
+        let file = entry.unwrap().path();
+        let text = std::fs::read_to_string(&file).unwrap();
+        if !text.contains("(define-modify-macro ") {
+            continue;
+        }
+        change_later(&file, ";;; Changed since it was compiled.");
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (index, line) in text.lines().enumerate() {
+            if let Some(rest) = line.strip_prefix("(define-modify-macro ") {
+                let name = rest.split_whitespace().next().unwrap().to_uppercase();
+                expected.push((name, file.to_str().unwrap().to_string(), index as u64 + 1));
+            }
+        }
+        files.push(file.to_str().unwrap().to_string());
+    }
+    assert_eq!(expected.len(), 14, "{expected:?}");
+
+    let port = image.port.to_string();
+    let root = dir.path().to_str().unwrap();
+    let mut client = common::McpClient::start(&["--port", &port, "--root", root, "--structured-content"]).await;
+    client.initialize().await;
+    let loads: Vec<String> = files.iter().map(|file| format!("(load {file:?})")).collect();
+    call_ok(&mut client, "evaluate-lisp", json!({"code": format!("(progn {} :reloaded)", loads.join(" "))})).await;
+    let entries = whole_journal(&mut client).await;
+    for (name, file, line) in &expected {
+        let entry = entries
+            .iter()
+            .find(|entry| entry["kind"] == "macro" && entry["name"].as_str().unwrap().ends_with(&format!(":{name}")))
+            .unwrap_or_else(|| panic!("no entry for {name}: {entries:?}"));
+        let previous = &entry["previous"];
+        assert_eq!(previous["file"].as_str(), Some(file.as_str()), "{name}: {entry}");
+        assert_eq!(previous["line"].as_u64(), Some(*line), "{name}: {entry}");
+        assert_eq!(previous["note"].as_str(), Some(RELOCATED), "{name}: {entry}");
+    }
+}
+
+/// SBCL records the write date of the file a function or macro came from, and none with a
+/// method, a generic function or a class: whether their file changed since it was compiled is
+/// judged by the date of the functions compiled with them, so that all of a file's definitions
+/// say that it did.
+#[tokio::test]
+async fn every_definition_of_a_file_that_changed_since_it_was_compiled_says_so() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kinds.lisp");
+    std::fs::write(
+        &file,
+        "(defpackage :undo-kinds (:use :cl))\n(in-package :undo-kinds)\n\n(defun area-of (x) x)\n\n\
+         (defgeneric area (shape))\n\n(defmethod area ((shape integer)) (list :user shape))\n\n\
+         (defclass shape () ((side :initarg :side)))\n",
+    )
+    .unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(&user, &format!("(load (compile-file {:?}))", file.to_str().unwrap())).await;
+    change_later(&file, ";;; Changed since it was compiled.\n");
+
+    let port = image.port.to_string();
+    let root = dir.path().to_str().unwrap();
+    let mut client = common::McpClient::start(&["--port", &port, "--root", root, "--structured-content"]).await;
+    client.initialize().await;
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(in-package :undo-kinds)
+                        (defun area-of (x) (list :agent x))
+                        (defmethod area ((shape integer)) (list :agent shape))
+                        (defclass shape () ((side :initarg :side) (colour :initarg :colour)))"}),
+    )
+    .await;
+    let entries = whole_journal(&mut client).await;
+    let lines: Vec<(&str, u64, &str)> = entries
+        .iter()
+        .filter(|entry| entry["name"].as_str().unwrap().starts_with("UNDO-KINDS::"))
+        .map(|entry| {
+            let previous = &entry["previous"];
+            (
+                entry["kind"].as_str().unwrap(),
+                previous["line"].as_u64().unwrap(),
+                previous["note"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(lines, [("function", 6, RELOCATED), ("method", 10, RELOCATED), ("class", 12, RELOCATED)], "{entries:?}");
+}
+
+/// A definition the user compiled with C-c C-c in the buffer of its file (SLIME's
+/// compile-string-for-emacs, which compiles the text alone) is placed at its line in the file,
+/// from the buffer position SLIME gives, not at the file's first form.
+#[tokio::test]
+async fn a_definition_compiled_from_its_files_buffer_is_placed_at_its_line() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("buffer.lisp");
+    let text = ";;;; The user's file, ünïcode and all\n\n(in-package :cl-user)\n\n;; → the one C-c C-c compiles\n\
+                (defun undo-buffer-target (x)\n  (list :buffer x))\n";
+    std::fs::write(&file, text).unwrap();
+    let definition = "(defun undo-buffer-target (x)\n  (list :buffer x))";
+    // Emacs's point: characters from 1.
+    let position = text[..text.find(definition).unwrap()].chars().count() + 1;
+    let file_name = file.to_str().unwrap();
+    let user = user_connection(image.port).await;
+    user_eval(
+        &user,
+        &format!(
+            "(swank:compile-string-for-emacs {definition:?} \"buffer.lisp\" '((:position {position}) (:line 6 1)) \
+             {file_name:?} nil)"
+        ),
+    )
+    .await;
+
+    let mut client = agent(image.port).await;
+    let (found, _) = call_ok(&mut client, "find-definition", json!({"symbol": "undo-buffer-target"})).await;
+    assert!(found.contains(&format!("function  {file_name}:6:1")) && !found.contains("changed"), "{found}");
+    call_ok(&mut client, "evaluate-lisp", json!({"code": "(defun undo-buffer-target (x) (list :agent x))"})).await;
+    let (listing, _) = call_ok(&mut client, "undo", json!({})).await;
+    let replaced =
+        format!("function COMMON-LISP-USER::UNDO-BUFFER-TARGET: replaced the definition from {file_name}:6:1");
+    assert!(listing.lines().any(|line| line.ends_with(&replaced)), "{listing}");
+}

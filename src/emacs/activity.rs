@@ -84,11 +84,13 @@ struct RecordedCall {
     client: String,
 }
 
-/// A change of one call's state, and when it ended, the text and how long it took.
+/// A change of one call's state, and when it ended, the text and how long it ran (`None` when it
+/// never ran); how long it waited for approval, once it stopped waiting.
 struct Note {
     call: Arc<RecordedCall>,
     state: CallState,
-    ended: Option<(String, Duration)>,
+    ended: Option<(String, Option<Duration>)>,
+    waited: Option<Duration>,
 }
 
 impl Note {
@@ -102,9 +104,15 @@ impl Note {
         if let Some(package) = &call.package {
             key("package", package.as_str().into());
         }
-        if let Some((text, took)) = &self.ended {
+        let milliseconds = |duration: &Duration| Form::from(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+        if let Some((text, ran)) = &self.ended {
             key("text", text.as_str().into());
-            key("milliseconds", u64::try_from(took.as_millis()).unwrap_or(u64::MAX).into());
+            if let Some(ran) = ran {
+                key("milliseconds", milliseconds(ran));
+            }
+        }
+        if let Some(waited) = &self.waited {
+            key("waited", milliseconds(waited));
         }
         Form::List(form)
     }
@@ -190,7 +198,15 @@ impl Observer for ActivityFeed {
             package: argument("package").map(str::to_string),
             client: start.client.to_string(),
         });
-        let recorded = Recorded { notes: self.notes.clone(), call, started: Instant::now(), one_shot: self.one_shot };
+        let now = Instant::now();
+        let recorded = Recorded {
+            notes: self.notes.clone(),
+            call,
+            started: now,
+            running_since: (!start.waiting).then_some(now),
+            waited: None,
+            one_shot: self.one_shot,
+        };
         recorded.note(if start.waiting { CallState::Waiting } else { CallState::Running }, None);
         Box::new(recorded)
     }
@@ -227,28 +243,44 @@ impl Observation for Unrecorded {
     fn end(self: Box<Self>, _: Ending, _: &str) {}
 }
 
-/// A call the feed records.
+/// A call the feed records. Its time waiting for approval is the person's, not the call's: the
+/// record shows it apart from how long the call ran.
 struct Recorded {
     notes: mpsc::UnboundedSender<Note>,
     call: Arc<RecordedCall>,
     started: Instant,
+    /// When it began to run; `None` while it waits for approval, or when it never ran.
+    running_since: Option<Instant>,
+    /// How long it waited for approval, once it stopped waiting.
+    waited: Option<Duration>,
     one_shot: bool,
 }
 
 impl Recorded {
     fn note(&self, state: CallState, text: Option<&str>) {
-        let ended = text.map(|text| (bounded(text, MAX_RECORDED_CHARS), self.started.elapsed()));
+        let ran = self.running_since.map(|since| since.elapsed());
+        let ended = text.map(|text| (bounded(text, MAX_RECORDED_CHARS), ran));
         // The receiver lives as long as the runtime; a send after it ended has nowhere to go.
-        let _ = self.notes.send(Note { call: self.call.clone(), state, ended });
+        let _ = self.notes.send(Note { call: self.call.clone(), state, ended, waited: self.waited });
+    }
+
+    /// Notes that the call stopped waiting for approval now, if it was waiting.
+    fn stop_waiting(&mut self) {
+        if self.running_since.is_none() && self.waited.is_none() {
+            self.waited = Some(self.started.elapsed());
+        }
     }
 }
 
 impl Observation for Recorded {
     fn running(&mut self) {
+        self.stop_waiting();
+        self.running_since = Some(Instant::now());
         self.note(CallState::Running, None);
     }
 
-    fn end(self: Box<Self>, ending: Ending, text: &str) {
+    fn end(mut self: Box<Self>, ending: Ending, text: &str) {
+        self.stop_waiting();
         if self.one_shot && self.call.image.current_connection().is_none() {
             return;
         }
@@ -291,7 +323,15 @@ mod tests {
             package: None,
             client: "test".to_string(),
         };
-        Recorded { notes: notes.clone(), call: Arc::new(call), started: std::time::Instant::now(), one_shot: false }
+        let now = std::time::Instant::now();
+        Recorded {
+            notes: notes.clone(),
+            call: Arc::new(call),
+            started: now,
+            running_since: Some(now),
+            waited: None,
+            one_shot: false,
+        }
     }
 
     #[test]
@@ -319,6 +359,43 @@ mod tests {
             "{sent:?}"
         );
         assert_eq!(sent[1], r#"("c-2" "evaluate-lisp" :running :input "(+ 1 2)" :client "test")"#);
+    }
+
+    #[test]
+    fn the_wait_for_approval_is_noted_apart_from_how_long_the_call_ran() {
+        use crate::pipeline::observe::{Ending, Observation};
+        let image = Arc::new(Image::new(ImageSettings {
+            name: "default".into(),
+            endpoint: Endpoint { host: "127.0.0.1".into(), port: 1 },
+            connect: ConnectOptions { connect_timeout: Duration::from_secs(1), secret: None, protocol: Protocol::Auto },
+            launch: None,
+        }));
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        let waiting = |id: &str| {
+            let mut call = recorded(&image, id, &sender);
+            call.running_since = None;
+            call.started -= Duration::from_millis(1500);
+            Box::new(call)
+        };
+        let mut approved = waiting("c-1");
+        approved.running();
+        approved.end(Ending::Done, "3");
+        waiting("c-2").end(Ending::Declined, "declined by the user");
+        let mut notes = Vec::new();
+        while let Ok(note) = queue.try_recv() {
+            notes.push(note.form().to_wire());
+        }
+        let waited = |note: &str| {
+            let after = note.split(":waited ").nth(1).unwrap_or_else(|| panic!("no :waited in {note}"));
+            after.trim_end_matches(')').parse::<u64>().unwrap()
+        };
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].contains(":running") && waited(&notes[0]) >= 1500, "{notes:?}");
+        assert!(notes[1].contains(":done") && waited(&notes[1]) >= 1500, "{notes:?}");
+        let ran = notes[1].split(":milliseconds ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap();
+        assert!(ran.parse::<u64>().unwrap() < 1000, "the run's time leaves the wait out: {notes:?}");
+        assert!(notes[2].contains(":declined") && !notes[2].contains(":milliseconds"), "it never ran: {notes:?}");
+        assert!(waited(&notes[2]) >= 1500, "{notes:?}");
     }
 
     #[test]

@@ -85,6 +85,8 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    (started :initform (get-universal-time) :reader record-started)
    (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
+   ;; How long the call waited for the user's approval, apart from how long it ran.
+   (waited :initform nil :accessor record-waited)
    (text :initform nil :accessor record-text)
    ;; Set when the user cancelled the call in Emacs: its end, an error the interruption made,
    ;; is recorded as :CANCELLED.
@@ -94,8 +96,9 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
 
 (define-entry (note-activities :look t) (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
-MILLISECONDS): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the reply
-the agent received, and MILLISECONDS, how long the call took, once it ended. A note that arrives
+MILLISECONDS WAITED): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
+reply the agent received, and MILLISECONDS, how long the call ran (NIL when it never ran), once it
+ended; WAITED, how long it waited for approval, once it stopped waiting. A note that arrives
 after its call's end (notes of one call come in order, but the end is final) changes nothing. The
 Emacs activity buffers are told of each change."
   (declare (ignore session token))
@@ -120,11 +123,13 @@ Emacs activity buffers are told of each change."
       (apply #'tell-emacs :activity :call plist))
     (list :recorded (length notes))))
 
-(defun note-activity (id tool state &key input client package text milliseconds)
+(defun note-activity (id tool state &key input client package text milliseconds waited)
   "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
   (let ((record (find-activity id))
         (changed nil))
-    (when (and record (record-cancelled record) (eq state :failed))
+    ;; A call the user cancelled ends as cancelled: by the error its interruption made, or, when
+    ;; it waited for approval, by the refusal CANCEL-CALL gave it.
+    (when (and record (record-cancelled record) (member state '(:failed :declined)))
       (setf state :cancelled))
     (cond ((null record)
            (setf record (make-instance 'activity-record :id id :tool tool :client client
@@ -136,6 +141,9 @@ Emacs activity buffers are told of each change."
            (setf (record-state record) state
                  (record-connection record) (server-connection)
                  changed t)))
+    (when (and waited (not (eql waited (record-waited record))))
+      (setf (record-waited record) waited
+            changed t))
     (when (and text (eq (record-state record) state))
       (setf (record-text record) text
             (record-milliseconds record) milliseconds
@@ -193,8 +201,9 @@ not a section's heading."
 
 (defun record-plist (record)
   "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
-:MILLISECONDS :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first line of
-the reply the agent received, and :MILLISECONDS are NIL until the call ends. The reply itself is
+:MILLISECONDS :WAITED :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
+line of the reply the agent received, and :MILLISECONDS, how long it ran, are NIL until the call
+ends; :WAITED, how long it waited for approval, is NIL until it stops waiting. The reply itself is
 asked for (ACTIVITY-REPLY): every message to Emacs is written in its event log (*slime-events*),
 which keeps the last 100,000 characters, where the user's own requests must not be pushed out by
 an agent's burst of calls."
@@ -208,6 +217,7 @@ an agent's burst of calls."
         :input (record-input record)
         :package (record-package record)
         :milliseconds (record-milliseconds record)
+        :waited (record-waited record)
         :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
                         "Cancelled in Emacs.")
                        ((record-text record) (outcome-line (record-text record))))
@@ -309,7 +319,8 @@ is taken to have run the call (it stopped answering, or is an older revision).")
 (define-entry (request-approval :look t) (tool text &key client timeout-ms checked session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
-and returns (:VERDICT v :ID id): :YES, :NO, :ALWAYS (yes, and for the rest of the session), :TIMEOUT,
+and returns (:VERDICT v :ID id): :YES, :NO (declined, or cancelled by the user in Emacs), :ALWAYS (yes,
+and for the rest of the session), :TIMEOUT,
 :UNAVAILABLE when no Emacs is in approval mode, or :TURNED-OFF when the last Emacs in approval mode
 turned it off while the request waited (REFUSE-UNWATCHED-APPROVALS). A cancellation interrupts the
 wait through TOKEN, as for any call. Emacs is told when the request ends, however it ends, so that
@@ -345,9 +356,10 @@ outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits fo
          (sb-thread:with-mutex (*approval-lock*)
            (setf *approvals* (remove approval *approvals*)))
          ;; Even when nobody was told of it at first: an Emacs that subscribed since may have
-         ;; been sent it (SEND-WAITING-APPROVALS).
+         ;; been sent it (SEND-WAITING-APPROVALS). A call the user cancelled there is said to be
+         ;; cancelled, not declined in another Emacs; its server is told no, and it does not run.
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
-       (list :verdict verdict :id id)))))
+       (list :verdict (if (eq verdict :cancelled-in-emacs) :no verdict) :id id)))))
 
 (define-entry (settle-approval :look t) (id refusal &key session token)
   "The server's check of the approved call of approval ID: REFUSAL, a text that says why it did
@@ -459,7 +471,7 @@ or (:FAILURE message)."
   (sb-thread:with-mutex (*approval-lock*)
     (let ((declined nil))
       (dolist (approval *approvals* declined)
-        (when (and (equal (approval-call approval) call) (give-verdict approval :no))
+        (when (and (equal (approval-call approval) call) (give-verdict approval :cancelled-in-emacs))
           (setf declined t))))))
 
 (defun interrupt-call (call reason)

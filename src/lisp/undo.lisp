@@ -134,6 +134,9 @@ Returns the entry, or NIL when there is none (additions are not journaled now)."
                  (multiple-value-bind (own madep) (if previous (gethash previous (call-definitions)) (values nil nil))
                    (cond (madep own)
                          ((or previous *journal-additions*)
+                          ;; Its file's compile date, which a method or a class of that file
+                          ;; recorded later has none of, is known once the function is replaced.
+                          (note-compile-date source)
                           (let ((entry (make-instance 'journal-entry :number *next-journal-number* :kind kind
                                                                      :name name :previous previous :source source
                                                                      :detail detail)))
@@ -450,7 +453,8 @@ agent's definition came from, which undo leaves as it is; :SKIPPED, (:NUMBER :NA
   (declare (ignore session))
   (run-tool token
             (lambda ()
-              (let* ((journal (sb-thread:with-mutex (*journal-lock*) (copy-list *journal*)))
+              (let* ((*file-octets* (make-hash-table :test 'equal))
+                     (journal (sb-thread:with-mutex (*journal-lock*) (copy-list *journal*)))
                      (wanted (cond (entries
                                     (dolist (number entries)
                                       (unless (find number journal :key #'entry-number)

@@ -122,6 +122,54 @@ pub struct DefinitionPlace {
 pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> Vec<DefinitionPlace> {
     let Ok(cst) = Cst::parse(source) else { return Vec::new() };
     let forms = definitions(&cst);
+    places(source, &cst, &forms, operators, form_name)
+}
+
+/// The operators of the definitions the helper labels with a kind (find-definition's and undo's
+/// `defun`, `defvar`, `defclass`, ...), and `defpackage`: a form of one of them defines a name of
+/// its own kind, never one another kind's search for the name fell back to.
+const LABELLED_DEFINERS: &[&str] = &[
+    "defun",
+    "defgeneric",
+    "defmacro",
+    "defmethod",
+    "define-compiler-macro",
+    "defvar",
+    "defparameter",
+    "defconstant",
+    "define-symbol-macro",
+    "defsetf",
+    "define-setf-expander",
+    "defstruct",
+    "define-condition",
+    "defclass",
+    "deftype",
+    "define-method-combination",
+    "defpackage",
+];
+
+/// Every place in `source` of the definition of `form_name` (a name, or `(setf name)`) made by a
+/// defining form of another operator than those of [`LABELLED_DEFINERS`]: one whose name starts
+/// with `def` and whose second element is the name, such as `(define-modify-macro appendf ...)`,
+/// which defines the macro `appendf`, or a library's own `define-...` or `defun*`. In file order.
+pub fn locate_definition_by_other_definers(source: &[u8], form_name: &str) -> Vec<DefinitionPlace> {
+    let Ok(cst) = Cst::parse(source) else { return Vec::new() };
+    let forms = definitions(&cst);
+    let mut operators: Vec<&str> = forms
+        .iter()
+        .filter_map(|form| form.head.as_ref())
+        .map(|head| head.operator.as_str())
+        .filter(|operator| operator.starts_with("def") && !LABELLED_DEFINERS.contains(operator))
+        .collect();
+    operators.sort_unstable();
+    operators.dedup();
+    let mut found = places(source, &cst, &forms, &operators, form_name);
+    found.sort_by_key(|place| place.span.0);
+    found
+}
+
+/// The places of `form_name` made by one of `operators` among `forms`, the definitions of `cst`.
+fn places(source: &[u8], cst: &Cst, forms: &[TopForm], operators: &[&str], form_name: &str) -> Vec<DefinitionPlace> {
     let lines = LineIndex::new(source);
     let place = |offset: usize| {
         let line_start = source[..offset].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -132,7 +180,7 @@ pub fn locate_definition(source: &[u8], operators: &[&str], form_name: &str) -> 
         .filter_map(|operator| Query::parse(operator, form_name).ok())
         .flat_map(|query| {
             query
-                .select(&forms)
+                .select(forms)
                 .into_iter()
                 .map(|form| {
                     let outermost = form.ancestors.first().map_or(form, |&a| &forms[a]);
@@ -350,6 +398,20 @@ mod tests {
         assert_eq!(plan.targets[0].described, "#+sbcl defun f");
         assert_eq!(plan.targets[0].guards, [("+".to_string(), "sbcl".to_string())]);
         assert_eq!(String::from_utf8(plan.text).unwrap(), "(in-package :app)\n#+sbcl\n(defun f () 2)");
+    }
+
+    #[test]
+    fn a_definition_made_by_a_defining_form_of_its_own_is_found_by_its_name() {
+        let source = b"(defvar appendf 1)\n\n(define-modify-macro appendf (&rest lists) append)\n\
+                       (eval-when (:execute)\n  (define-modify-macro nconcf (&rest lists) nconc))\n(defun* appendf ())\n";
+        let found = |name: &str| {
+            locate_definition_by_other_definers(source, name).iter().map(|place| place.at).collect::<Vec<_>>()
+        };
+        // Not the variable of that name; `defun*`, a library's own definer, is one too.
+        assert_eq!(found("appendf"), [(3, 1), (6, 1)]);
+        assert_eq!(found("nconcf"), [(5, 3)]);
+        assert!(found("append").is_empty());
+        assert!(locate_definition(source, &["defun", "defgeneric", "defmacro"], "appendf").is_empty());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub use files::{not_regular, AllowedRoots, PathError, RootList, SourceFile};
 pub use find::edit_distance;
 pub use forms::{outline, outline_page, outline_page_of, OutlineEntry};
 pub use load::{
-    definition_count, locate_definition, top_level_form_at, Counted, DefinitionPlace, LoadPlan, LoadTarget,
+    definition_count, locate_definition, locate_definition_by_other_definers, top_level_form_at, Counted,
+    DefinitionPlace, LoadPlan, LoadTarget,
 };
 pub use permit::{parse_permit, ParsePermit, LARGE_PARSE, MAX_LARGE_PARSES};

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::LARGE_FILE;
-use crate::source::{locate_definition, top_level_form_at, AllowedRoots};
+use crate::source::{locate_definition, locate_definition_by_other_definers, top_level_form_at, AllowedRoots};
 use crate::image::Request;
 
 /// The arguments: the schema and the checks.
@@ -319,7 +319,12 @@ impl<'a> CurrentTexts<'a> {
         };
         let text = self.current(&file)?;
         let recorded = (line as usize, column as usize);
-        let places = locate_definition(text, operators, form_name);
+        let mut places = locate_definition(text, operators, form_name);
+        if places.is_empty() && !operators.contains(&"defmethod") {
+            // Made by a defining form of its own (`define-modify-macro appendf`), which no
+            // operator of its kind names.
+            places = locate_definition_by_other_definers(text, form_name);
+        }
         let changed = source.note.as_deref().is_some_and(|note| note.contains("changed"));
         if let Some(place) = places.iter().find(|place| place.at == recorded) {
             if changed {
@@ -342,9 +347,9 @@ impl<'a> CurrentTexts<'a> {
         } else {
             if changed {
                 source.note = Some(format!(
-                    "the file changed since this was compiled, and no `{} {form_name}` is in it now (deleted or \
-                     renamed?); the line is where it was",
-                    operators[0]
+                    "the file changed since this was compiled, and no definition of `{form_name}` is in it now (by \
+                     {} or another defining form; deleted or renamed?); the line is where it was",
+                    operators.iter().map(|operator| format!("`{operator}`")).collect::<Vec<_>>().join(", ")
                 ));
             }
             None
