@@ -190,7 +190,7 @@ fn sbcl_internals_are_named_in_sbcl_lisp_only_and_all_listed_there() {
                 wrong.push(format!("{file}:{}: {}", number + 1, code.trim()));
             }
         }
-        for asker in ["(sbcl-call ", "(sbcl-symbol ", "(sbcl-function ", "(sbcl-symbols ", "(context-slot context "] {
+        for asker in ["(sbcl-call ", "(sbcl-symbol ", "(needed-internal ", "(sbcl-symbols ", "(context-slot context "] {
             for (at, _) in text.match_indices(asker) {
                 let names = &text[at + asker.len()..];
                 let names = &names[..names.find(')').unwrap_or(names.len())];

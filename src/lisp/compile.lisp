@@ -692,8 +692,8 @@ the lambda and the path from it to FORM."
 
 (defun call-recording-conditions (compilation function)
   "Calls FUNCTION, recording every compiler condition it causes into COMPILATION."
-  (let ((compiler-error (sbcl-function :compiler-error))
-        (encapsulated (sbcl-function :encapsulated-condition)))
+  (let ((compiler-error (needed-internal :compiler-error))
+        (encapsulated (needed-internal :encapsulated-condition)))
    (flet ((record (severity condition) (record-condition compilation severity condition)))
     (handler-bind ((condition
                      (lambda (c)

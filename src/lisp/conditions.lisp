@@ -100,7 +100,7 @@ own frames; drops the signalling machinery above the user's code and the evaluat
       (let ((frames '())
             (top (if interrupted
                      (sbcl-call :top-frame)
-                     (let ((hint (sbcl-function :*stack-top-hint*)))
+                     (let ((hint (needed-internal :*stack-top-hint*)))
                        (progv (list hint) (list (symbol-value hint))
                          (or (sbcl-call :resolve-stack-top-hint)
                              (sbcl-call :top-frame))))))

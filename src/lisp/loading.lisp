@@ -127,8 +127,8 @@ form-text), each NIL when SBCL does not say."
 conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the order they came."
   (let ((conditions '())
         (last nil)
-        (compiler-error (sbcl-function :compiler-error))
-        (encapsulated (sbcl-function :encapsulated-condition)))
+        (compiler-error (needed-internal :compiler-error))
+        (encapsulated (needed-internal :encapsulated-condition)))
     (flet ((record (severity condition)
              (unless (eq condition last)
                (setf last condition)

@@ -35,8 +35,8 @@ thread) are not counted. Names print as from PACKAGE."
         (cumulative (make-hash-table :test 'equal))
         (samples 0)
         (map-pc-locs (sprof-symbol "MAP-TRACE-PC-LOCS"))
-        (debug-fun-name (sbcl-function :debug-fun-name))
-        (timing (sbcl-function :call-with-timing)))
+        (debug-fun-name (needed-internal :debug-fun-name))
+        (timing (needed-internal :call-with-timing)))
     (funcall (sprof-symbol "MAP-TRACES")
              (lambda (thread trace)
                (declare (ignore thread))
@@ -100,7 +100,7 @@ run alone measured by SBCL's timing (TIME's), under sb-sprof with PROFILING (a m
 compiler's time and allocation, and the profiler's and the helper's own, are not the code's.
 Compiled one at a time, so that a form sees what the forms before it defined. Returns the values
 of the last form and the timings summed."
-  (let ((timing (sbcl-function :call-with-timing))
+  (let ((timing (needed-internal :call-with-timing))
         ;; Compiled here, sb-sprof being loaded on first use, after the helper.
         (profiled (if profiling
                       (compile nil `(lambda (run)
@@ -115,7 +115,7 @@ of the last form and the timings summed."
       ;; Named in the helper's package, the form's function is cut off the profile's stacks
       ;; with the helper's own frames.
       (let ((function (let ((*package* package))
-                        (compile nil `(,(sbcl-function :named-lambda) profiled-form () ,form)))))
+                        (compile nil `(,(needed-internal :named-lambda) profiled-form () ,form)))))
         (funcall profiled
                  (lambda ()
                    (funcall timing
@@ -168,7 +168,7 @@ own run (RUN-MEASURED), the same that TIME's report gives. Returns (:MODE :MILLI
                          :rows rows
                          :time-report (and (string= mode "time")
                                            (with-output-to-string (*trace-output*)
-                                             (apply (sbcl-function :print-time) timings)))
+                                             (apply (needed-internal :print-time) timings)))
                          :value (and values (print-briefly (first values) :package package))))))
              :stdout stdout)))
       (append result (list :stdout (capture-report stdout))))))

@@ -4,15 +4,15 @@
 ;;;; debugger's frames, the compiler's contexts, encapsulation, the info database): a release may
 ;;;; rename or drop any of them. Each is listed once in *SBCL-INTERNALS*, under a keyword that is
 ;;;; its name, with what the helper needs it for; the other files reach it through SBCL-SYMBOL,
-;;;; SBCL-SYMBOLS, SBCL-FUNCTION and SBCL-CALL, which take that keyword (a keyword missing from the
-;;;; table is a compile-time warning, and the helper loads without warnings). MISSING-INTERNALS
-;;;; says which of them this SBCL lacks; lisp-status shows that list, so an SBCL upgrade that drops
-;;;; one is seen at once rather than when the one tool that needs it fails.
+;;;; SBCL-SYMBOLS, NEEDED-INTERNAL and SBCL-CALL, which take that keyword (a keyword missing
+;;;; from the table is a compile-time warning, and the helper compiles without warnings).
+;;;; MISSING-INTERNALS says which of them this SBCL lacks; lisp-status shows that list, so an SBCL
+;;;; upgrade that drops one is seen at once rather than when the one tool that needs it fails.
 ;;;;
 ;;;; Why by name: reading SB-IMPL::X interns X when it is gone, which SBCL's package lock forbids,
 ;;;; and SB-IMPL:X is a read error once X is no longer external; either way the whole helper would
-;;;; fail to load. Found by name, a missing internal fails only the tool that needs it (SBCL-
-;;;; FUNCTION's FAIL) or makes the helper do without it (where SBCL-SYMBOL answers NIL).
+;;;; fail to load. Found by name, a missing internal fails only the tool that needs it
+;;;; (NEEDED-INTERNAL's FAIL) or makes the helper do without it (where SBCL-SYMBOL answers NIL).
 ;;;;
 ;;;; Not here, and why:
 ;;;; - SBCL's exported, documented interfaces, written with one colon where they are used:
@@ -152,21 +152,21 @@ lacks it: the caller does without."
   (mapc #'check-internal-name names)
   form)
 
-(defun sbcl-function (name)
+(defun needed-internal (name)
   "The symbol of SBCL's internal NAME, or a failure of the one tool that needs it when this SBCL
 lacks it."
   (or (sbcl-symbol name)
       (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
             (lisp-implementation-version) (second (assoc name *sbcl-internals*)) (symbol-name name))))
 
-(define-compiler-macro sbcl-function (&whole form name)
+(define-compiler-macro needed-internal (&whole form name)
   (check-internal-name name)
   form)
 
 (defmacro sbcl-call (name &rest arguments)
-  "Calls SBCL's internal function NAME (see SBCL-FUNCTION)."
+  "Calls SBCL's internal function NAME (see NEEDED-INTERNAL)."
   (check-internal-name name)
-  `(funcall (sbcl-function ,name) ,@arguments))
+  `(funcall (needed-internal ,name) ,@arguments))
 
 (defun internal-present-p (entry)
   (destructuring-bind (name package kind why &key optional) entry
