@@ -376,3 +376,39 @@ async fn code_without_step_points_is_recompiled_for_stepping_and_put_back() {
     assert!(restored.contains("its file's own policy again"), "{restored}");
     assert!(person.eval("(tally 2 3)", "SHOP").await.starts_with("(:ok \"=> 15 "), "it still computes");
 }
+
+/// Issue 38.13: swank's sentinel thread, stopped in a debugger by an error closing a dead client's
+/// socket (swank 2.27's flush of it fails as a broken pipe), never serves again; lisp-status says
+/// so, with what to do. swank-mcp's own clients no longer cause it (its encapsulation of
+/// CLOSE-CONNECTION% closes without the flush), so the test makes the close fail where the flush
+/// did, after the server stopped serving the connection and before it forgot it.
+#[tokio::test]
+async fn a_sentinel_stuck_in_a_debugger_is_reported_by_lisp_status_with_what_to_do() {
+    let image = common::private_image().await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    let healthy = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(!healthy.contains("sentinel"), "{healthy}");
+    {
+        let mut person = Person::connect(image.port).await;
+        let broken_close = "(sb-int:encapsulate 'swank::close-connection% 'test-broken-pipe \
+             (lambda (close connection &rest arguments) \
+               (declare (ignore close arguments)) \
+               (let ((*debugger-hook* nil)) \
+                 (swank::stop-serving-requests connection) \
+                 (error 'stream-error :stream (swank::connection.socket-io connection)))))";
+        let encapsulated = person.eval(broken_close, "CL-USER").await;
+        assert!(encapsulated.starts_with("(:ok \"=> #<FUNCTION"), "{encapsulated}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(
+        status.contains("Stuck server sentinel ")
+            && status.contains("\"Swank Sentinel\" waits in the SLIME debugger, level 1 (STREAM-ERROR")
+            && status.contains(
+                "every new connection leaks two threads. Attach to it with the debugger tool and invoke ABORT"
+            )
+            && status.contains("docs/servers.md"),
+        "{status}"
+    );
+}

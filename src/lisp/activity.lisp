@@ -16,14 +16,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(defvar *emacs-feeds* '()
-  "The Emacs channels to tell of agents' calls, each (CONNECTION CHANNEL-ID TOPIC SEND LIVE-P).
-TOPIC is :ACTIVITY (an activity buffer) or :APPROVALS (approval mode). SEND queues one message for
-that connection's Emacs and returns NIL once the connection has closed; LIVE-P, of no arguments,
-says whether it is still open. Emacs adds and removes its entries itself
-(swank-mcp--subscribe-form), with the server's names, which this file may not mention, and maybe
-before any agent has loaded this helper.")
-
 (defun emacs-subscribed-p ()
   "True while an Emacs buffer subscribes to agents' calls here."
   (and *emacs-feeds* t))
@@ -38,20 +30,7 @@ forgets those whose connection closed. True when one was told."
             (setf told t)
             (sb-ext:atomic-update (symbol-value '*emacs-feeds*) #'remove feed))))))
 
-(defvar *activity-lock* (sb-thread:make-mutex :name "mcp-agent-helper activity"))
-
-(defvar *activity* '()
-  "The recorded calls, newest first.")
-
 (defparameter *activity-limit* 200)
-
-(defvar *activity-by-id*
-  ;; A revision loaded over an older one keeps its record.
-  (let ((table (make-hash-table :test 'equal)))
-    (dolist (record *activity* table)
-      (setf (gethash (slot-value record 'id) table) record)))
-  "The records of *ACTIVITY* by id: each call is noted two or three times, and a search of the
-list for a new call's id would compare it with every record.")
 
 (defun find-activity (id)
   "The record of the call ID, under *ACTIVITY-LOCK*."
@@ -66,10 +45,6 @@ list for a new call's id would compare it with every record.")
       (dolist (forgotten (cdr last-kept))
         (remhash (record-id forgotten) *activity-by-id*))
       (setf (cdr last-kept) nil))))
-
-(defvar *activity-version* 0
-  "Counts every change to a record, so that Emacs can tell which of two plists of a call is newer:
-one it was told of, or one in the whole record it asked for meanwhile.")
 
 (defparameter *call-states* '(:waiting :running :declined :timed-out :cancelled :failed :done)
   "Where a call can be, as the agents' servers note it; the first two are not an end. The image
@@ -94,7 +69,7 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    ;; The connection of the agent's server that sent the last note of the call.
    (connection :initform (server-connection) :accessor record-connection)))
 
-(define-entry (note-activities :look t) (notes &key session token)
+(define-entry (note-activities :caller :server :look t) (notes &key session token)
   "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
 MILLISECONDS WAITED): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
 reply the agent received, and MILLISECONDS, how long the call ran (NIL when it never ran), once it
@@ -199,6 +174,13 @@ not a section's heading."
   "The user cancelled this call in Emacs (M-x swank-mcp-cancel-call); what it did before that stays done."
   "Why a call the user cancelled was interrupted, as the agent's reply says it.")
 
+(defclass activity-event (activity-record)
+  ((kind :initarg :kind :reader event-kind
+         :documentation "One of :BREAKPOINT-SET, :BREAKPOINT-REMOVED, :BREAKPOINT-HIT,
+:BREAKPOINT-LEFT and :ATTACHED."))
+  (:documentation "Something an agent's debugging did to the image's threads; its TEXT says what
+(see NOTE-EVENT). Defined before RECORD-PLIST, which tells events from calls."))
+
 (defun record-plist (record)
   "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
 :MILLISECONDS :WAITED :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
@@ -223,7 +205,7 @@ an agent's burst of calls."
                        ((record-text record) (outcome-line (record-text record))))
         (and (typep record 'activity-event) (list :event (event-kind record)))))
 
-(define-entry activity-reply (id)
+(define-entry (activity-reply :caller :emacs) (id)
   "For Emacs: the reply the agent received for its call ID, as (:TEXT text), or an event's whole
 text; the text is NIL until the call ends, and the whole answer NIL once the call is no longer
 recorded."
@@ -231,7 +213,7 @@ recorded."
     (let ((record (find-activity id)))
       (and record (list :text (record-text record))))))
 
-(define-entry activity-records ()
+(define-entry (activity-records :caller :emacs) ()
   "For an Emacs activity buffer that opens or is refreshed: every recorded call and event, oldest
 first, as RECORD-PLIST. Later changes come down its channel."
   (sb-thread:with-mutex (*activity-lock*)
@@ -246,16 +228,6 @@ first, as RECORD-PLIST. Later changes come down its channel."
 ;;; removed, threads stopped at them and leaving them, and threads attached to are recorded
 ;;; between the calls, as events: records of their own kind (state :EVENT, tool "debugger"), kept,
 ;;; bounded and sent to the activity buffers as calls are, so that a buffer opened later shows them.
-
-(defclass activity-event (activity-record)
-  ((kind :initarg :kind :reader event-kind
-         :documentation "One of :BREAKPOINT-SET, :BREAKPOINT-REMOVED, :BREAKPOINT-HIT,
-:BREAKPOINT-LEFT and :ATTACHED."))
-  (:documentation "Something an agent's debugging did to the image's threads; its TEXT says what."))
-
-(defvar *event-counter* (list 0)
-  "The last event number given, in a cons for ATOMIC-INCF: an event's id is \"event-\" and its
-number, never an id the servers give calls (\"<session>-call-<number>\").")
 
 (defun note-event (kind control &rest arguments)
   "Records the event KIND, whose text FORMAT makes of CONTROL and ARGUMENTS, and tells the
@@ -300,23 +272,12 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
   "Seconds ANSWER-APPROVAL waits for the server's check of an approved call: past it, the server
 is taken to have run the call (it stopped answering, or is an older revision).")
 
-(defvar *approved-unsettled* '()
-  "Approved calls whose server has yet to tell whether they run (SETTLE-APPROVAL), under
-*APPROVAL-LOCK*.")
-
-(defvar *approvals* '()
-  "Approvals waiting for the user's answer.")
-
-(defvar *approval-lock* (sb-thread:make-mutex :name "mcp-agent-helper approvals"))
-
-(defvar *next-approval-id* 1)
-
 (defun approval-message (approval)
   "The message that asks Emacs for APPROVAL."
   (list :approval :id (approval-id approval) :call (approval-call approval)
                   :client (approval-client approval) :tool (approval-tool approval) :text (approval-text approval)))
 
-(define-entry (request-approval :look t) (tool text &key client timeout-ms checked session token)
+(define-entry (request-approval :caller :server :look t) (tool text &key client timeout-ms checked session token)
   "Asks the user's Emacs (swank-mcp-approval-mode) whether the call of TOOL, made by the MCP client
 named CLIENT, may run: TEXT shows what it would run. Waits up to TIMEOUT-MS milliseconds for the answer,
 and returns (:VERDICT v :ID id): :YES, :NO (declined, or cancelled by the user in Emacs), :ALWAYS (yes,
@@ -361,7 +322,7 @@ outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits fo
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
        (list :verdict (if (eq verdict :cancelled-in-emacs) :no verdict) :id id)))))
 
-(define-entry (settle-approval :look t) (id refusal &key session token)
+(define-entry (settle-approval :caller :server :look t) (id refusal &key session token)
   "The server's check of the approved call of approval ID: REFUSAL, a text that says why it did
 not run (its file changed since the user was shown it), or NIL when it runs. The Emacs that
 approved it, waiting in ANSWER-APPROVAL, says so."
@@ -374,7 +335,7 @@ approved it, waiting in ANSWER-APPROVAL, says so."
         (sb-thread:signal-semaphore (approval-settled approval)))))
   (list :settled t))
 
-(define-entry send-waiting-approvals (connection channel-id)
+(define-entry (send-waiting-approvals :caller :emacs) (connection channel-id)
   "For Emacs, as it subscribes its channel CHANNEL-ID of CONNECTION to approvals (approval mode
 turned on, a new connection): sends down it every approval still waiting, oldest first, so that
 calls that waited before are answered there too. Under *APPROVAL-LOCK*, which a request holds as
@@ -398,7 +359,7 @@ subscribed."
                (ignore-errors (funcall (fifth feed)))))
         *emacs-feeds*))
 
-(define-entry refuse-unwatched-approvals ()
+(define-entry (refuse-unwatched-approvals :caller :emacs) ()
   "For Emacs, once it has dropped its approval subscription (approval mode turned off): when no
 other Emacs is in approval mode here, every approval waiting ends at once in :TURNED-OFF, and its
 agent is told why, rather than waiting for an answer nobody can give until --confirm-timeout.
@@ -408,7 +369,7 @@ Returns how many ended, or :WATCHED when another Emacs watches them and they wai
         :watched
         (count-if (lambda (approval) (give-verdict approval :turned-off)) *approvals*))))
 
-(define-entry answer-approval (id verdict)
+(define-entry (answer-approval :caller :emacs) (id verdict)
   "The user's answer (:YES, :NO or :ALWAYS) to approval ID: :TAKEN when the request still waited
 and gets it, :ENDED when it had already ended (timed out, cancelled), so that nothing runs, or
 (:REFUSED why) when it was approved but the server refused to run it, WHY saying what changed
@@ -438,7 +399,7 @@ since the user was shown it. An approval the server checks is answered once it h
 
 (defparameter *cancelled-calls-limit* 256)
 
-(define-entry cancel-call (&optional id)
+(define-entry (cancel-call :caller :emacs) (&optional id)
   "For Emacs (M-x swank-mcp-cancel-call): ends the agent's call ID, by default the newest one
 still waiting or running. A call waiting for approval is declined. A running call's evaluations
 are interrupted, and any it starts later abort at once, each with a report that says the user
@@ -492,11 +453,7 @@ abort at once. Returns how many were running."
 ;;; Emacs can take it back (swank-mcp-revoke-session-allowances): the agent's server asks before
 ;;; it skips an approval.
 
-(defvar *allowances-given* (list 0)
-  "How many allowances were given, in a cons for ATOMIC-INCF: each is numbered, so that they are
-listed in the order they were given.")
-
-(define-entry (allow-for-session :look t) (tool client &key session token)
+(define-entry (allow-for-session :caller :server :look t) (tool client &key session token)
   "The user allowed TOOL for the rest of SESSION, the session of the agent's client CLIENT."
   (declare (ignore token))
   (let ((session (find-session session)))
@@ -505,12 +462,12 @@ listed in the order they were given.")
         (push (list (sb-ext:atomic-incf (car *allowances-given*)) tool client) (session-allowances session)))))
   (list :allowed t))
 
-(define-entry (session-allowed-p :look t) (tool &key session token)
+(define-entry (session-allowed-p :caller :server :look t) (tool &key session token)
   "Whether TOOL is still allowed for SESSION: (:ALLOWED boolean)."
   (declare (ignore token))
   (list :allowed (and (find tool (session-allowances (find-session session)) :key #'second :test #'equal) t)))
 
-(define-entry revoke-session-allowances ()
+(define-entry (revoke-session-allowances :caller :emacs) ()
   "For Emacs: every tool allowed for a session needs the user's approval again. Returns what was
 allowed, each (tool client), oldest first."
   (let ((allowances '()))

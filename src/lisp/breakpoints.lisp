@@ -28,14 +28,6 @@
    (condition-errors :initform 0 :accessor breakpoint-condition-errors)
    (session :initarg :session :reader breakpoint-session)))
 
-(defvar *breakpoints* '()
-  "Every breakpoint set, newest first. Changed only under *BREAKPOINTS-LOCK*.")
-
-(defvar *breakpoints-lock* (sb-thread:make-mutex :name "mcp-agent-helper breakpoints"))
-
-(defvar *breakpoint-counter* (list 0)
-  "The last breakpoint number given, in a cons for ATOMIC-INCF.")
-
 (define-condition breakpoint-hit (simple-condition) ()
   (:documentation "What a thread stopped at a breakpoint waits in the debugger with."))
 
@@ -52,9 +44,6 @@ named, so the agent's server takes the stop for a thread it did not start and le
          (compile nil `(lambda (connection condition)
                          (let ((,pending '()))
                            (,with-connection (connection) (,debug condition))))))))
-
-(defvar *debugging-functions* (make-hash-table :test 'eq :synchronized t)
-  "Server package -> its SERVER-DEBUGGING-FUNCTION, made on the first stop.")
 
 (defun agent-debugger (session)
   "A function of a condition that enters the debugger on SESSION's connection with it, or, where
@@ -73,16 +62,18 @@ the server lacks the parts, the debugger as ever."
   "Calls FUNCTION with ARGUMENTS so that SBCL's stepper, if the agent turned it on at a breakpoint
 (step_into and its kin), stops each step in the debugger of SESSION's connection, as swank's own
 debugging environment routes steps to SLDB. Outside it a step would go to SBCL's terminal stepper."
-  (destructuring-bind (&optional hook invoke-stepper find-stepped-frame)
-      (list (first (existing-symbols "SB-EXT" "*STEPPER-HOOK*"))
-            (first (existing-symbols "SB-IMPL" "INVOKE-STEPPER"))
-            (first (existing-symbols "SB-DI" "FIND-STEPPED-FRAME")))
-    (if (and hook invoke-stepper find-stepped-frame (fboundp invoke-stepper) (fboundp find-stepped-frame))
+  (destructuring-bind (&optional hook invoke-stepper find-stepped-frame stack-top-hint)
+      (list (sbcl-symbol :*stepper-hook*)
+            (sbcl-symbol :invoke-stepper)
+            (sbcl-symbol :find-stepped-frame)
+            (sbcl-symbol :*stack-top-hint*))
+    (if (and hook invoke-stepper find-stepped-frame stack-top-hint
+             (fboundp invoke-stepper) (fboundp find-stepped-frame))
         (let ((enter (agent-debugger session)))
           (progv (list hook)
               (list (lambda (condition)
                       (when (typep condition 'sb-ext:step-form-condition)
-                        (let ((sb-debug:*stack-top-hint* (funcall find-stepped-frame)))
+                        (progv (list stack-top-hint) (list (funcall find-stepped-frame))
                           (funcall enter condition)))))
             (handler-bind ((sb-ext:step-condition (lambda (condition) (funcall invoke-stepper condition))))
               (apply function arguments))))
@@ -176,8 +167,8 @@ were still set (two removals can race), which the activity record says WHY of."
                        (let ((name (breakpoint-function-name breakpoint)))
                          (unless (find name *breakpoints* :key #'breakpoint-function-name :test #'equal)
                            (when (and (fboundp name)
-                                      (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint))
-                             (internal-call "SB-INT" "UNENCAPSULATE" name 'mcp-agent-breakpoint)))))))))
+                                      (sbcl-call :encapsulated-p name 'mcp-agent-breakpoint))
+                             (sbcl-call :unencapsulate name 'mcp-agent-breakpoint)))))))))
     (dolist (breakpoint removed removed)
       (note-event :breakpoint-removed "Removed ~A: ~A." (breakpoint-text breakpoint) why))))
 
@@ -199,7 +190,7 @@ were still set (two removals can race), which the activity record says WHY of."
         :hits (breakpoint-hits breakpoint)
         :condition-errors (breakpoint-condition-errors breakpoint)))
 
-(define-entry set-breakpoint (function &key condition thread hits package session token)
+(define-entry (set-breakpoint :caller :server) (function &key condition thread hits package session token)
   "Sets a breakpoint on FUNCTION (a name as typed) for SESSION: CONDITION, code over the function's
 parameters by name; THREAD, the only thread it stops; HITS, how many stops before it goes.
 Returns the breakpoint's plist."
@@ -234,20 +225,20 @@ Returns the breakpoint's plist."
                (fail "~A already has breakpoint ~D; unbreak it first." (qualified-name name)
                      (breakpoint-number existing))))
            (push breakpoint *breakpoints*)
-           (unless (internal-call "SB-INT" "ENCAPSULATED-P" name 'mcp-agent-breakpoint)
-             (internal-call "SB-INT" "ENCAPSULATE" name 'mcp-agent-breakpoint (breakpoint-wrapper name))))
+           (unless (sbcl-call :encapsulated-p name 'mcp-agent-breakpoint)
+             (sbcl-call :encapsulate name 'mcp-agent-breakpoint (breakpoint-wrapper name))))
          (note-event :breakpoint-set "An agent set ~A: a call that stops waits for the agent, not in your debugger."
                      (breakpoint-text breakpoint))
          (breakpoint-plist breakpoint))))))
 
-(define-entry list-breakpoints (&key session token)
+(define-entry (list-breakpoints :caller :server) (&key session token)
   "SESSION's breakpoints, oldest first: (:BREAKPOINTS plists)."
   (run-tool token
             (lambda ()
               (let ((session (find-session session)))
                 (list :breakpoints (mapcar #'breakpoint-plist (reverse (session-breakpoints session))))))))
 
-(define-entry remove-breakpoint (&key number session token)
+(define-entry (remove-breakpoint :caller :server) (&key number session token)
   "Removes SESSION's breakpoint NUMBER, or all of them when NUMBER is NIL: (:REMOVED plists)."
   (run-tool token
             (lambda ()
@@ -261,7 +252,7 @@ Returns the breakpoint's plist."
                 (remove-breakpoints chosen "the agent removed it")
                 (list :removed (mapcar #'breakpoint-plist chosen))))))
 
-(define-entry remove-all-breakpoints ()
+(define-entry (remove-all-breakpoints :caller :emacs) ()
   "For Emacs (swank-mcp-clear-breakpoints): removes every agent's breakpoint, whichever session set
 it, so that no call of the image stops for an agent any more. A thread that waits at one already
 still waits for its agent's continue. Returns the removed breakpoints' plists, oldest first."
@@ -312,7 +303,7 @@ and its write date; fails, saying why, for a function that has no file."
                                   (t 32))))
       (values kept file (file-write-date file) (octet-line-and-column octets start)))))
 
-(define-entry recompile-for-stepping (function &key restore package session token (max-output 65536))
+(define-entry (recompile-for-stepping :caller :server) (function &key restore package session token (max-output 65536))
   "Recompiles the definition of FUNCTION from its file with (debug 3), which SBCL's stepper needs,
 or, with RESTORE, with the file's own policy again. Returns the plist LOAD-SOURCE does, with :FILE
 and :LINE of the definition."

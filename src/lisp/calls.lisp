@@ -40,14 +40,14 @@
         (sb-ext:atomic-decf (car *calls-running*)))
       :other-helper))
 
-(define-entry call (version name &rest arguments)
+(define-entry (call :caller :server) (version name &rest arguments)
   "How the swank-mcp server calls the helper: the entry NAME (an exported function, named by a
 string in any case) applied to ARGUMENTS, when VERSION is the revision of the helper in the image.
 Otherwise nothing runs and the answer is :OTHER-HELPER: another swank-mcp loaded its own revision
 since, or the helper was uninstalled."
   (call-entry version name arguments nil))
 
-(define-entry look (version name &rest arguments)
+(define-entry (look :caller :server) (version name &rest arguments)
   "CALL for a server that promised --read-only: it runs only an entry defined as a look (see
 DEFINE-ENTRY), which takes no code, so the promise rests on what each look is rather than on
 which tools the server offers."
@@ -55,19 +55,6 @@ which tools the server offers."
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread
-
-(defvar *registry-lock* (sb-thread:make-mutex :name "mcp-agent-helper registry"))
-
-(defvar *running* (make-hash-table :test 'equal)
-  "Token -> the EVALUATION in progress under that token.")
-
-(defvar *early-cancellations* (make-hash-table :test 'equal)
-  "Token -> (kind . reason) for cancellations that arrived before their evaluation started: the
-cancel request and the evaluation run in different worker threads, in either order.")
-
-(defvar *recently-finished* (make-hash-table :test 'equal)
-  "Token -> the internal real time its evaluation finished, for the last calls only: it tells a
-call whose reply never reached the client apart from one that never started.")
 
 (defparameter *recently-finished-limit* 256)
 
@@ -93,11 +80,11 @@ call whose reply never reached the client apart from one that never started.")
 (defun stack-guard-offset ()
   "Byte offset of this thread's control-stack-guard-page-protected flag: the first byte of the
 thread's state word in SBCL's thread structure."
-  (destructuring-bind (&optional slot word-bytes) (existing-symbols "SB-VM" "THREAD-STATE-WORD-SLOT" "N-WORD-BYTES")
+  (destructuring-bind (&optional slot word-bytes) (sbcl-symbols :thread-state-word-slot :n-word-bytes)
     (and word-bytes (boundp slot) (boundp word-bytes) (* (symbol-value slot) (symbol-value word-bytes)))))
 
 (defun current-thread-sap-function ()
-  (let ((name (first (existing-symbols "SB-THREAD" "CURRENT-THREAD-SAP"))))
+  (let ((name (sbcl-symbol :current-thread-sap)))
     (and name (fboundp name) (fdefinition name))))
 
 (defun rearm-stack-guard ()
@@ -127,7 +114,7 @@ instead of signalling an error."
 
 (defvar *agent-session* nil
   "The session of the agent's evaluation running in this thread (or of the agent's code running
-in it: an agent thread, timer, interruption; see observe.lisp).")
+in it: an agent thread, timer, interruption; see agent-threads.lisp and exit-guard.lisp).")
 
 (defvar *exit-allowed* nil
   "True while agent code that may end the image runs: a tool call that allows it, or what such a
@@ -137,10 +124,6 @@ call started (see REFUSE-AGENT-EXIT).")
   "Whether the undo journal lists what an agent's call defines anew (a function, a method, a
 class), besides what it replaces. Not while a system loads: its hundreds of new definitions would
 push the replacements out of the bounded journal.")
-
-(defvar *cancelled-calls* (make-hash-table :test 'equal)
-  "Agent's call id -> (kind . reason) for the tool calls the user cancelled in Emacs (CANCEL-CALL
-in activity.lisp): an evaluation of such a call that starts later aborts at once.")
 
 (defun token-call (token)
   "The agent's tool call TOKEN's evaluation is for, as two values, its id in the activity record
@@ -199,17 +182,6 @@ or, when the evaluation is aborted, the report it was aborted with."
 ;;; ASDF is not thread-safe: two systems loaded at once (two agents, or parallel tool calls) can
 ;;; break its tables (an SBCL AVER in a hash table was seen). The tools' ASDF work takes turns.
 
-(defclass turn ()
-  ((name :initarg :name :reader turn-name)
-   ;; Recursive: run-tests loads the system it tests, and the system's tests may load more.
-   (lock :initarg :lock :reader turn-lock)
-   (holder :initform nil :accessor turn-holder :documentation "What the call that has it does.")
-   (since :initform nil :accessor turn-since)))
-
-(defvar *asdf-turn*
-  (new 'turn :name "ASDF" :lock (sb-thread:make-mutex :name "mcp-agent-helper ASDF"))
-  "Taken by the tools' ASDF work.")
-
 (defvar *waiting-for* nil
   "The TURN this thread waits for, if it waits: an interruption of its call says so.")
 
@@ -238,7 +210,7 @@ does, for the calls that wait. The wait can be interrupted, as any point of a ca
                 (turn-name turn) holder
                 (and since (/ (- (get-internal-real-time) since) internal-time-units-per-second)))))))
 
-(define-entry cancel (token kind reason)
+(define-entry (cancel :caller :server) (token kind reason)
   "Interrupts the evaluation running under TOKEN. KIND is :TIMEOUT or :CANCELLED and REASON
 the text to report. Returns T when an evaluation was interrupted, NIL when it had not started
 yet (it will abort as soon as it does)."
@@ -269,7 +241,7 @@ yet (it will abort as soon as it does)."
 
 (defun waiting-text (thread)
   "What THREAD waits for, when it waits for a lock or a condition, or NIL."
-  (let ((waiting-for (ignore-errors (internal-call "SB-THREAD" "THREAD-WAITING-FOR" thread))))
+  (let ((waiting-for (ignore-errors (sbcl-call :thread-waiting-for thread))))
     (typecase waiting-for
       (null nil)
       (sb-thread:mutex
@@ -278,7 +250,7 @@ yet (it will abort as soon as it does)."
                  (sb-thread:mutex-name waiting-for) (and owner (thread-text owner)))))
       (t (format nil "waits on ~A" (ignore-errors (princ-to-string waiting-for)))))))
 
-(define-entry stuck-report (token)
+(define-entry (stuck-report :caller :server) (token)
   "Why the evaluation under TOKEN has not unwound after an interruption, for the error the
 client shows: lines saying where it is and which threads of the image wait for a lock, and who
 holds it. Takes no lock it could wait on for long, since the image may be deadlocked."

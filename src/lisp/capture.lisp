@@ -101,10 +101,10 @@ the class) says which writer it stops past the bound."
                (typecase name
                  (symbol (eq (symbol-package name) package))
                  (cons (or (pretty-name-p (car name)) (pretty-name-p (cdr name)))))))
-      (loop for frame = (sb-di:top-frame) then (sb-di:frame-down frame)
+      (loop for frame = (sbcl-call :top-frame) then (sbcl-call :frame-down frame)
             for depth below 12
             while frame
-              thereis (pretty-name-p (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))))))
+              thereis (pretty-name-p (sbcl-call :debug-fun-name (sbcl-call :frame-debug-fun frame)))))))
 
 (defun check-capture-bound (stream source count)
   "Stops the writer of COUNT characters from SOURCE (a string, or NIL for a character) when it is

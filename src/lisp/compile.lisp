@@ -2,7 +2,7 @@
 ;;;; image. Reading interns symbols and compiling a DEFUN notes the name as defined in SBCL's
 ;;;; global database, so both tools record what was there before and put it back afterwards.
 ;;;;
-;;;; Loaded after introspection.lisp, under the same rules.
+;;;; Loaded after status.lisp, under the same rules.
 
 (in-package #:mcp-agent-helper)
 
@@ -155,8 +155,8 @@ nicknames too): reading those interns into them."
     packages))
 
 (defparameter *symbol-info-access*
-  (let ((symbols (append (existing-symbols "SB-KERNEL" "SYMBOL-%INFO")
-                         (existing-symbols "SB-INT" "UPDATE-SYMBOL-INFO" "+NIL-PACKED-INFOS+"))))
+  (let ((symbols (append (sbcl-symbols :symbol-%info)
+                         (sbcl-symbols :update-symbol-info :+nil-packed-infos+))))
     (and (= (length symbols) 3)
          (fboundp (first symbols)) (fboundp (second symbols)) (boundp (third symbols))
          symbols))
@@ -202,10 +202,10 @@ defined or undefined meanwhile, by someone else."
   "True when nothing refers to SYMBOL's definitions: it names nothing and has no properties. (A
 keyword's value is itself, which says nothing.)"
   (not (or (fboundp symbol) (fboundp (list 'setf symbol)) (symbol-plist symbol) (find-class symbol nil)
-           (internal-call "SB-INT" "INFO" :type :kind symbol)
+           (sbcl-call :info :type :kind symbol)
            (and (not (keywordp symbol))
                 (or (boundp symbol)
-                    (not (eq :unknown (internal-call "SB-INT" "INFO" :variable :kind symbol))))))))
+                    (not (eq :unknown (sbcl-call :info :variable :kind symbol))))))))
 
 (defun forget-new-symbols (code)
   "Uninterns the symbols that reading CODE and expanding its macros created, so that asking about
@@ -232,11 +232,6 @@ call: another thread may be interning meanwhile.)"
                  (dolist (symbol new)
                    (when (or *expansion-failed* (search (symbol-name symbol) spelled :test #'char-equal))
                      (forget symbol))))))))
-
-(defvar *unchanged-lock* (sb-thread:make-mutex :name "mcp-agent-helper reading request code")
-  "Held by a call that reads request code to leave the image unchanged: two at once that read the
-same new name would each see it as its own, and the first to finish would unintern the symbol the
-other still reads and prints.")
 
 (defun call-leaving-image-unchanged (code package function)
   (sb-thread:with-recursive-lock (*unchanged-lock*)
@@ -554,7 +549,7 @@ unclosed form is placed at its start; other errors where the reader stopped."
 ;;; compile-form
 
 (defparameter *error-context-access*
-  (let ((symbols (existing-symbols "SB-C" "FIND-ERROR-CONTEXT" "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE-PATH")))
+  (let ((symbols (sbcl-symbols :find-error-context :compiler-error-context-original-source-path)))
     (and (= (length symbols) 2) (every #'fboundp symbols) symbols))
   "SBCL's accessors of the compiler's current source context, when this SBCL has them.")
 
@@ -580,7 +575,7 @@ from the outside in, if the compiler knows it."
 
 (defun compiler-message (condition)
   "The condition's report without SBCL's \"See also:\" manual references."
-  (let ((references (find-symbol "*PRINT-CONDITION-REFERENCES*" "SB-INT")))
+  (let ((references (sbcl-symbol :*print-condition-references*)))
     (progv (and references (list references)) '(nil)
       (string-trim '(#\Space #\Newline) (condition-message condition)))))
 
@@ -697,8 +692,8 @@ the lambda and the path from it to FORM."
 
 (defun call-recording-conditions (compilation function)
   "Calls FUNCTION, recording every compiler condition it causes into COMPILATION."
-  (let ((compiler-error (sbcl-internal "SB-C" "COMPILER-ERROR"))
-        (encapsulated (sbcl-internal "SB-INT" "ENCAPSULATED-CONDITION")))
+  (let ((compiler-error (needed-internal :compiler-error))
+        (encapsulated (needed-internal :encapsulated-condition)))
    (flet ((record (severity condition) (record-condition compilation severity condition)))
     (handler-bind ((condition
                      (lambda (c)
@@ -764,7 +759,7 @@ only within the call. Returns the plist COMPILE-CODE describes."
                      (compile-one-form compilation form start))))))))))
     (compilation-report compilation)))
 
-(define-entry compile-code (code &key package session token (max-output 65536))
+(define-entry (compile-code :caller :server) (code &key package session token (max-output 65536))
   "Compiles CODE for the compile-form tool without running or defining anything. Returns a
 plist: :FORMS-COMPILED; the counts :WARNINGS :ERRORS :STYLE-WARNINGS :NOTES; :CONDITIONS, each
 (:SEVERITY :MESSAGE :FORM :LINE :COLUMN); :READ-ERROR, NIL or (:MESSAGE :LINE :COLUMN
@@ -858,7 +853,7 @@ the user would type it, and its message; the macro's internals are no backtrace 
             :expansion (capture-report output)
             :expanded (and expanded t)))))
 
-(define-entry expand-form (text &key full package session token (max-output 65536))
+(define-entry (expand-form :caller :server) (text &key full package session token (max-output 65536))
   "Expands the form TEXT for the macroexpand-form tool: one step (MACROEXPAND-1), or every macro
 anywhere in it when FULL. Returns (:FORM header-text :EXPANSION (text dropped) :EXPANDED bool),
 (:READ-ERROR message), or (:ERROR report) when the macro signalled."

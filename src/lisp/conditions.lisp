@@ -12,15 +12,15 @@
 
 (defparameter *evaluator-functions*
   (append '(eval)
-          (existing-symbols "SB-INT" "SIMPLE-EVAL-IN-LEXENV")
-          (existing-symbols "SB-IMPL" "SIMPLE-EVAL-PROGN-BODY" "%SIMPLE-EVAL" "EVAL-IN-LEXENV" "EVAL-PROGN-BODY"))
+          (sbcl-symbols :simple-eval-in-lexenv)
+          (sbcl-symbols :simple-eval-progn-body :%simple-eval :eval-in-lexenv :eval-progn-body))
   "Frames of the evaluator itself: they sit between the helper and the user's code and say
 nothing the user wrote.")
 
 (defparameter *interruption-functions*
-  (append (existing-symbols "SB-THREAD" "RUN-INTERRUPTION" "%INTERRUPT-THREAD")
-          (existing-symbols "SB-SYS" "INVOKE-INTERRUPTION")
-          (existing-symbols "SB-UNIX" "SIGURG-HANDLER"))
+  (append (sbcl-symbols :run-interruption :%interrupt-thread)
+          (sbcl-symbols :invoke-interruption)
+          (sbcl-symbols :sigurg-handler))
   "Frames of the interruption machinery, above the code a timeout or cancellation interrupted.")
 
 (defun frame-function-symbol (name)
@@ -69,8 +69,8 @@ symbols of any other SB- package, and the runtime's own frames (named by strings
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:common-lisp))))))
 
 (defun frame-name-and-args (frame)
-  (handler-case (internal-call "SB-DEBUG" "FRAME-CALL" frame :replace-dynamic-extent-objects t)
-    (error () (internal-call "SB-DEBUG" "FRAME-CALL" frame))))
+  (handler-case (sbcl-call :frame-call frame :replace-dynamic-extent-objects t)
+    (error () (sbcl-call :frame-call frame))))
 
 (defun frame-call-of (frame condition)
   "The name and arguments of FRAME's call. SBCL shows a call to an undefined function as
@@ -99,11 +99,11 @@ own frames; drops the signalling machinery above the user's code and the evaluat
   (handler-case
       (let ((frames '())
             (top (if interrupted
-                     (internal-call "SB-DI" "TOP-FRAME")
-                     (let ((hint (sbcl-internal "SB-DEBUG" "*STACK-TOP-HINT*")))
+                     (sbcl-call :top-frame)
+                     (let ((hint (needed-internal :*stack-top-hint*)))
                        (progv (list hint) (list (symbol-value hint))
-                         (or (internal-call "SB-DEBUG" "RESOLVE-STACK-TOP-HINT")
-                             (internal-call "SB-DI" "TOP-FRAME"))))))
+                         (or (sbcl-call :resolve-stack-top-hint)
+                             (sbcl-call :top-frame))))))
             (seen-user-frame nil)
             (reached-helper nil)
             ;; The implementation's frame nearest the user's code: the one that signalled, such
@@ -112,7 +112,7 @@ own frames; drops the signalling machinery above the user's code and the evaluat
             (signalling nil))
         ;; Bounded walk: a control-stack-exhausted error has thousands of frames below, and
         ;; the hook runs on what is left of the stack.
-        (loop for frame = top then (internal-call "SB-DI" "FRAME-DOWN" frame)
+        (loop for frame = top then (sbcl-call :frame-down frame)
               for walked from 0 below (+ *max-frames* 200)
               while (and frame (< (length frames) (+ *max-frames* 10)))
               do (multiple-value-bind (name args) (frame-call-of frame condition)

@@ -96,7 +96,7 @@ server's frames below the user's code are not the agent's to look at or act on."
                 index (subseq indices 0 (min 10 (length indices))) (> (length indices) 10) (car (last indices)))
           (fail "Frame ~D is not one of the evaluation's, and no frame of the evaluated code is on the stack." index)))))
 
-(define-entry debugger-report (&key (start 0) (end *max-frames*))
+(define-entry (debugger-report :caller :server) (&key (start 0) (end *max-frames*))
   "What the evaluation stopped with: the condition with its restarts, frames START to END, and the
 output so far."
   (debugger-command
@@ -160,7 +160,7 @@ of code that was evaluated rather than loaded from a file."
                      (or (part :source-form) (part :snippet)))))
       (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
 
-(define-entry debugger-frame (index)
+(define-entry (debugger-frame :caller :server) (index)
   "Frame INDEX: its call, its locals printed within the print limits, and where its code is."
   (debugger-command
    (lambda ()
@@ -207,7 +207,7 @@ long with them, and most locals are never looked into.)"
                       text dropped (plusp lost) (- dropped lost) more offset)
               (concatenate 'string text " ..."))))))
 
-(define-entry debugger-eval-in-frame (code index)
+(define-entry (debugger-eval-in-frame :caller :server) (code index)
   "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in
 scope; returns the last form's printed values, what it printed and its warnings. The warnings are
 muffled here: the parked evaluation's handlers, which are still in force, would otherwise put them
@@ -264,7 +264,7 @@ a compile-time error, which cannot be muffled)."
            (fail "The restart ~A is no longer active." designator))
           (t restart))))
 
-(define-entry debugger-invoke-restart (designator &optional arguments)
+(define-entry (debugger-invoke-restart :caller :server) (designator &optional arguments)
   "Invokes the restart DESIGNATOR (a number or a name) with the values of ARGUMENTS, forms as
 strings evaluated in order. Returns only when the restart does."
   (debugger-command
@@ -275,7 +275,7 @@ strings evaluated in order. Returns only when the restart does."
        (apply #'invoke-restart restart values)
        (list :returned t)))))
 
-(define-entry debugger-restart-frame (index)
+(define-entry (debugger-restart-frame :caller :server) (index)
   "Restarts frame INDEX: its function is called again with the same arguments."
   (debugger-command
    (lambda ()
@@ -284,7 +284,7 @@ strings evaluated in order. Returns only when the restart does."
      (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
             information: (declaim (optimize (debug 2))) and recompile)." index))))
 
-(define-entry debugger-return-from-frame (index code)
+(define-entry (debugger-return-from-frame :caller :server) (index code)
   "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
   (debugger-command
    (lambda ()
@@ -294,7 +294,7 @@ strings evaluated in order. Returns only when the restart does."
             (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))
 
-(define-entry debugger-abort ()
+(define-entry (debugger-abort :caller :server) ()
   "Unwinds the parked evaluation; its call reports that it was aborted. In a thread of the image's
 own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
   (debugger-command
@@ -308,7 +308,7 @@ own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
                (fail "The thread has no ABORT restart: invoke one of its restarts instead."))))
      (fail "The evaluation could not be aborted: it has already finished."))))
 
-(define-entry debugger-step (kind index)
+(define-entry (debugger-step :caller :server) (kind index)
   "Steps the stopped thread as SLDB's s, x and o do (KIND \"into\", \"over\" or \"out\"), through the
 server's own stepper commands: from a step, the next one; from a stop with a CONTINUE restart (a
 breakpoint, BREAK), SBCL's stepper is turned on and the thread continues to its first step. Returns

@@ -107,7 +107,7 @@ the package in force at the end, and the failed condition."
                 (setf (session-history session) (mapcar #'symbol-value *history-variables*))))))
       (values outcome final-package failed-condition))))
 
-(define-entry evaluate (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
+(define-entry (evaluate :caller :server) (code &key package session token (max-output 65536) debug (debug-timeout *debug-timeout*)
                            allow-exit (print-length *default-print-length*) (print-level *default-print-level*)
                            (handles t))
   "Evaluates CODE for the evaluate-lisp tool; with DEBUG, an error waits in the server's debugger
@@ -187,7 +187,7 @@ PRINT-LENGTH and PRINT-LEVEL, and with HANDLES NIL get no handles. Returns a pli
 (defun compile-time-error-p (condition)
   "True for an error the compiler found in a form (SB-C:COMPILER-ERROR), such as a RETURN-FROM an
 unknown block: SBCL reports it, compiles the form to signal it when run, and goes on."
-  (let ((class (load-time-value (first (existing-symbols "SB-C" "COMPILER-ERROR")))))
+  (let ((class (load-time-value (sbcl-symbol :compiler-error))))
     (and class (typep condition class))))
 
 (defun defined-since-p (warning)

@@ -5,8 +5,9 @@
 ;;;;
 ;;;; - Encapsulations of SBCL functions (*ENCAPSULATIONS*): SB-THREAD::START-THREAD, SB-EXT:EXIT,
 ;;;;   SB-EXT:MAKE-TIMER, SB-THREAD:INTERRUPT-THREAD, SB-EXT:FINALIZE, SB-IMPL::RUN-EXPIRED-TIMERS
-;;;;   and SB-INT:CALL-HOOKS (observe.lisp: what an agent's code starts or puts on SBCL's hook
-;;;;   lists runs as the agent's, and it cannot end the image), and the definers SB-C::%DEFMACRO,
+;;;;   and SB-INT:CALL-HOOKS (agent-threads.lisp and exit-guard.lisp: what an agent's code starts
+;;;;   or puts on SBCL's hook lists runs as the agent's, and it cannot end the image), and the
+;;;;   definers SB-C::%DEFMACRO,
 ;;;;   SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS (undo.lisp's journal). Each costs the image's
 ;;;;   own calls of the function one special-variable test when no agent's call runs, but
 ;;;;   CALL-HOOKS, which looks each hook it runs up in a table.
@@ -28,7 +29,7 @@
 ;;;; workers.lisp): it drops finished threads' mailboxes and ids, restarts a worker's message
 ;;;; count at each call, and sets TCP_NODELAY on the socket of a connection that asks for
 ;;;; workers; and it runs worker threads, which UNINSTALL ends. UNINSTALL also takes the functions
-;;;; agents put on SBCL's hook lists off them (observe.lisp's REMOVE-AGENT-HOOKS): without the
+;;;; agents put on SBCL's hook lists off them (exit-guard.lisp's REMOVE-AGENT-HOOKS): without the
 ;;;; encapsulation of SB-INT:CALL-HOOKS they would run as the person's code, an exit in them
 ;;;; unrefused. Some tools change the image for as long as they need to: run-tests encapsulates
 ;;;; the test frameworks' functions and LOAD while a run reads results (testing.lisp), and what
@@ -44,41 +45,29 @@
   (require :sb-introspect))
 
 (defparameter *encapsulations*
-  '(("SB-THREAD" "START-THREAD" mcp-agent-thread-watch start-agent-thread)
-    ("SB-EXT" "EXIT" mcp-agent-exit-guard refuse-agent-exit)
-    ("SB-EXT" "MAKE-TIMER" mcp-agent-timer-watch make-agent-timer)
-    ("SB-THREAD" "INTERRUPT-THREAD" mcp-agent-interrupt-watch interrupt-as-agent)
-    ("SB-EXT" "FINALIZE" mcp-agent-finalizer-watch finalize-as-agent)
-    ("SB-IMPL" "RUN-EXPIRED-TIMERS" mcp-agent-timers-unbound run-timers-as-nobody)
-    ("SB-INT" "CALL-HOOKS" mcp-agent-hook-owners call-owned-hooks)
-    ("SB-C" "%DEFMACRO" mcp-agent-journal journal-defmacro)
-    ("SB-PCL" "LOAD-DEFMETHOD" mcp-agent-journal journal-defmethod)
-    ("SB-PCL" "LOAD-DEFCLASS" mcp-agent-journal journal-defclass)
-    ("SWANK" "DEFAULT-CONNECTION" mcp-agent-person-first swank-person-first)
-    ("SLYNK" "DEFAULT-CONNECTION" mcp-agent-person-first slynk-person-first)
-    ("SWANK" "INVOKE-SLIME-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
-    ("SLYNK" "INVOKE-SLY-DEBUGGER" mcp-agent-stop-notice note-image-thread-stop)
-    ("SWANK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes)
-    ("SLYNK" "DISPATCH-EVENT" mcp-agent-attached-replies dispatch-through-routes)
-    ("SWANK" "CLOSE-CONNECTION%" mcp-agent-quiet-close close-connection-quietly)
-    ("SLYNK" "CLOSE-CONNECTION%" mcp-agent-quiet-close close-connection-quietly))
-  "The SBCL functions the helper encapsulates, each (package name tag wrapper): looked up by name,
-since a future SBCL may lack one (the helper then does without). The wrapper is called by name, so
+  '((:start-thread mcp-agent-thread-watch start-agent-thread)
+    (sb-ext:exit mcp-agent-exit-guard refuse-agent-exit)
+    (sb-ext:make-timer mcp-agent-timer-watch make-agent-timer)
+    (sb-thread:interrupt-thread mcp-agent-interrupt-watch interrupt-as-agent)
+    (sb-ext:finalize mcp-agent-finalizer-watch finalize-as-agent)
+    (:run-expired-timers mcp-agent-timers-unbound run-timers-as-nobody)
+    (:call-hooks mcp-agent-hook-owners call-owned-hooks)
+    (:%defmacro mcp-agent-journal journal-defmacro)
+    (:load-defmethod mcp-agent-journal journal-defmethod)
+    (:load-defclass mcp-agent-journal journal-defclass)
+    (("SWANK" "DEFAULT-CONNECTION") mcp-agent-person-first swank-person-first)
+    (("SLYNK" "DEFAULT-CONNECTION") mcp-agent-person-first slynk-person-first)
+    (("SWANK" "INVOKE-SLIME-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
+    (("SLYNK" "INVOKE-SLY-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
+    (("SWANK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
+    (("SLYNK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
+    (("SWANK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
+    (("SLYNK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly))
+  "The functions the helper encapsulates, each (function tag wrapper): FUNCTION is an SBCL
+internal's keyword (sbcl.lisp), SBCL's exported symbol, or a server's (package name). Internals
+and servers' functions are looked up by name, since a future SBCL or server may lack one (the
+helper then does without). The wrapper is called by name, so
 that a reloaded helper's definition takes over.")
-
-(defvar *installed* '()
-  "What INSTALL put into the image and UNINSTALL takes out, each (:ENCAPSULATION function tag) or
-(:HOOK variable function), for as long as the image runs: kept across reloads, so that a later
-revision of the helper takes out what an earlier one installed and it does not.")
-
-(defvar *footprint-installed* nil
-  "True between INSTALL and UNINSTALL: a server seen meanwhile gets its hook (see INSTALL-SERVER).")
-
-(defvar *footprint-lock* (sb-thread:make-mutex :name "mcp-agent-helper footprint"))
-
-(defvar *fdefinition-hook* nil
-  "The function this helper puts on SBCL's fdefinition hook: one closure for the life of the image,
-which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definition takes over.")
 
 (defun fdefinition-hook ()
   (or *fdefinition-hook*
@@ -88,8 +77,14 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
             (lambda (name new-definition)
               (ignore-errors (note-fdefinition-change name new-definition))))))
 
+(defun encapsulated-function (designator)
+  "The symbol of an encapsulated function as *ENCAPSULATIONS* names it, or NIL when it is missing."
+  (cond ((keywordp designator) (sbcl-symbol designator))
+        ((symbolp designator) designator)
+        (t (first (existing-symbols (first designator) (second designator))))))
+
 (defun encapsulations-supported-p ()
-  (= 3 (length (existing-symbols "SB-INT" "ENCAPSULATE" "ENCAPSULATED-P" "UNENCAPSULATE"))))
+  (= 3 (length (sbcl-symbols :encapsulate :encapsulated-p :unencapsulate))))
 
 (defun server-hook-items (package)
   "The footprint on the server of PACKAGE: its connection-closed hook, where it has one."
@@ -101,11 +96,11 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
 (defun image-items ()
   "The footprint outside the servers: the encapsulations and the fdefinition hook."
   (append (and (encapsulations-supported-p)
-               (loop for (package name tag) in *encapsulations*
-                     for function = (first (existing-symbols package name))
+               (loop for (designator tag) in *encapsulations*
+                     for function = (encapsulated-function designator)
                      when (and function (fboundp function))
                        collect (list :encapsulation function tag)))
-          (let ((hook (first (existing-symbols "SB-INT" "*SETF-FDEFINITION-HOOK*"))))
+          (let ((hook (sbcl-symbol :*setf-fdefinition-hook*)))
             (and hook (boundp hook) (list (list :hook hook (fdefinition-hook)))))))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -113,13 +108,13 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
 
 (defun wrapper-of (item)
   "The wrapper of the encapsulation ITEM, (:ENCAPSULATION function tag)."
-  (fourth (find (second item) *encapsulations*
-                :key (lambda (spec) (first (existing-symbols (first spec) (second spec)))))))
+  (third (find (second item) *encapsulations*
+                :key (lambda (spec) (encapsulated-function (first spec))))))
 
 (defun item-present-p (item)
   (destructuring-bind (kind place value) item
     (ecase kind
-      (:encapsulation (and (fboundp place) (internal-call "SB-INT" "ENCAPSULATED-P" place value)))
+      (:encapsulation (and (fboundp place) (sbcl-call :encapsulated-p place value)))
       (:hook (and (boundp place) (member value (symbol-value place)) t)))))
 
 (defun add-item (item)
@@ -127,7 +122,7 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
   (destructuring-bind (kind place value) item
     (unless (item-present-p item)
       (ecase kind
-        (:encapsulation (internal-call "SB-INT" "ENCAPSULATE" place value (wrapper-of item)))
+        (:encapsulation (sbcl-call :encapsulate place value (wrapper-of item)))
         (:hook (push value (symbol-value place)))))
     (pushnew item *installed* :test #'equal)))
 
@@ -137,7 +132,7 @@ which calls NOTE-FDEFINITION-CHANGE by name so that a reloaded helper's definiti
     (setf *installed* (remove item *installed* :test #'equal))
     (when (item-present-p item)
       (ecase kind
-        (:encapsulation (internal-call "SB-INT" "UNENCAPSULATE" place value))
+        (:encapsulation (sbcl-call :unencapsulate place value))
         (:hook (setf (symbol-value place) (remove value (symbol-value place)))))
       (format nil "~:[the encapsulation of~;a function on~] ~A" (eq kind :hook) (qualified-name place)))))
 
@@ -185,10 +180,7 @@ revision from before *INSTALLED* is recognised by its tag). Returns a line for e
 ;;; ------------------------------------------------------------------------------------------
 ;;; Uninstalling
 
-(defvar *uninstall-pending* nil
-  "True when UNINSTALL was asked to wait for the sessions to end: the last one to end uninstalls.")
-
-(define-entry uninstall (&key when-sessions-end (delete-package t))
+(define-entry (uninstall :caller :server) (&key when-sessions-end (delete-package t))
   "Takes the helper out of the image, for the person whose image it is (swank-mcp uninstall): the
 sessions of the swank-mcp servers attached to it end (see RELEASE-SESSION), its worker threads
 end, its footprint is taken out, its undo journal dropped, and its package deleted, unless

@@ -122,7 +122,7 @@ saying why there is none."
                       cut output, releasing the oldest first. Evaluate the value again to get a new one."
                      number *max-handles* *max-kept-characters*)))))))
 
-(define-entry handle-count (&optional session)
+(define-entry (handle-count :caller :person) (&optional session)
   "Handles kept by SESSION (its name), or by every session: for tests and the curious."
   (flet ((count-of (session)
            (let ((table (session-handle-table session)))

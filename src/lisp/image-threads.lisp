@@ -79,10 +79,6 @@ that it stopped, where it waits and how to attach; then the server's debugger ru
 ;;; ------------------------------------------------------------------------------------------
 ;;; Acting on a thread that waits in a server's debugger
 
-(defvar *attached-routes* (make-hash-table :test 'equal :synchronized t)
-  "(thread . request id) -> the agent's connection that sent the request, while a thread waiting
-in another connection's debugger runs it: where its reply goes.")
-
 (defun server-thread-id (thread)
   "The id by which the servers in the image name THREAD (they share one table), or NIL."
   (loop for server in (servers)
@@ -157,7 +153,7 @@ else as ever. (Swank runs an event hook there too; slynk has none.)"
     "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT" "DEBUGGER-STEP")
   "The entries ATTACHED runs: the debugger tool's actions.")
 
-(define-entry attached (version name &rest arguments)
+(define-entry (attached :caller :server) (version name &rest arguments)
   "CALL for a thread that waits in a server's debugger on its own (a thread of the image's, in the
 person's SLDB or in none): the debugger entry NAME applied to ARGUMENTS inside that debugger, as
 one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
@@ -169,18 +165,11 @@ one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
                  (apply (find-symbol (string-upcase name) '#:mcp-agent-helper) arguments)
                  (list :failure "This thread no longer waits in a debugger."))))))
 
-(defvar *stop-numbers* (make-hash-table :test 'eq :weakness :key :synchronized t)
-  "Condition -> the number of the stop it made: a thread that an action moved on still shows the
-stop it leaves while it unwinds, and a request sent to it then would never be read, so the
-server waits for a stop of another number.")
-
-(defvar *stop-counter* (list 0))
-
 (defun stop-number (condition)
   (or (gethash condition *stop-numbers*)
       (setf (gethash condition *stop-numbers*) (1+ (sb-ext:atomic-incf (car *stop-counter*))))))
 
-(define-entry attach-thread (designator &key session token)
+(define-entry (attach-thread :caller :server) (designator &key session token)
   "The thread DESIGNATOR (the threads tool's number or a name), when it waits in a server's debugger:
 (:THREAD server-id :NUMBER n :NAME name :LEVEL level :WHERE text). Fails, saying why, otherwise."
   (declare (ignore session))

@@ -214,9 +214,9 @@ points back to (Floyd's cycle finding)."
 (defun closure-values (function)
   "The values FUNCTION closes over, when it is a closure and this SBCL tells them."
   (ignore-errors
-   (when (internal-call "SB-KERNEL" "CLOSUREP" function)
-     (loop for i below (1- (internal-call "SB-KERNEL" "GET-CLOSURE-LENGTH" function))
-           collect (internal-call "SB-KERNEL" "%CLOSURE-INDEX-REF" function i)))))
+   (when (sbcl-call :closurep function)
+     (loop for i below (1- (sbcl-call :get-closure-length function))
+           collect (sbcl-call :%closure-index-ref function i)))))
 
 (defun function-page (function start end)
   (if (typep function 'generic-function)
@@ -305,7 +305,7 @@ how many parts it has."
     (kept-text (kept-text object))
     (string object)))
 
-(define-entry inspect-value (&key handle code package session token (offset 0) (limit 50) (text-limit 16000))
+(define-entry (inspect-value :caller :server) (&key handle code package session token (offset 0) (limit 50) (text-limit 16000))
   "The inspect tool: the object behind HANDLE (\"@3\"), or the value of CODE evaluated in PACKAGE
 now. Its parts OFFSET to OFFSET + LIMIT, or for a text (a string, or the kept text of cut output)
 its characters OFFSET to OFFSET + TEXT-LIMIT. Returns a plist: :HANDLE :PRINTED :TYPE :FACTS

@@ -1,5 +1,6 @@
-;;;; The introspection tools: describe-symbol, apropos-search, find-definition, xref, class-info
-;;;; and lisp-status.
+;;;; The introspection tools, which tell what the image's names are and where they are defined:
+;;;; describe-symbol, apropos-search, find-definition, xref and class-info. (lisp-status, about
+;;;; the image as a whole, is status.lisp.)
 ;;;;
 ;;;; Loaded after printing.lisp, under the rules of package.lisp. Nothing here reads user text with the Lisp
 ;;;; reader: symbol names are parsed by hand and looked up with FIND-SYMBOL, so asking about a
@@ -58,7 +59,7 @@
   (handler-case
       (let ((*package* (find-package '#:keyword))
             (*read-eval* nil))
-        (internal-call "SB-INT" "FEATUREP" (read-from-string (sb-ext:octets-to-string octets :start start :end end
+        (sbcl-call :featurep (read-from-string (sb-ext:octets-to-string octets :start start :end end
                                                                            :external-format :utf-8))))
     (error () t)))
 
@@ -311,12 +312,12 @@ file."
 
 (defun variable-kind (symbol)
   "The kind of variable SYMBOL is: :SPECIAL, :CONSTANT, :GLOBAL, :MACRO (a symbol macro) or NIL."
-  (let ((kind (internal-call "SB-INT" "INFO" :variable :kind symbol)))
+  (let ((kind (sbcl-call :info :variable :kind symbol)))
     (cond ((and (eq kind :unknown) (boundp symbol) (not (keywordp symbol))) :special)
           ((member kind '(:special :constant :global :macro)) kind))))
 
 (defun type-kind (symbol)
-  (let ((kind (internal-call "SB-INT" "INFO" :type :kind symbol)))
+  (let ((kind (sbcl-call :info :type :kind symbol)))
     (and (member kind '(:primitive :defined :instance)) kind)))
 
 (defun symbol-kinds (symbol)
@@ -510,7 +511,7 @@ DEFCLASS, or its earliest method, is."
           :label "type"
           :source (definition-location symbol :type))))
 
-(define-entry (describe-symbol :look t) (name &key package session token)
+(define-entry (describe-symbol :caller :server :look t) (name &key package session token)
   "Plist: :SYMBOL (qualified), :STATUS (how it is accessible), :ENTRIES, one plist per thing the
 symbol names (:KIND :SUMMARY :DOCUMENTATION :DETAILS :LABEL :SOURCE), the source a location plist
 and the label its kind as find-definition names it."
@@ -545,7 +546,7 @@ and the label its kind as find-definition names it."
          (or (eql 0 (search "SB-" (package-name package)))
              (server-package-p package)))))
 
-(define-entry (apropos-search :look t) (query &key package external-only session token)
+(define-entry (apropos-search :caller :server :look t) (query &key package external-only session token)
   "Plist: :MATCHES, a list of (qualified-name kinds...) for the first *MAX-APROPOS* matching
 symbols that name something, best first; :TOTAL, how many such symbols match; :UNNAMED, how
 many matching symbols name nothing (not listed); :REST, the handle of every match's line and the
@@ -599,13 +600,13 @@ offset of the first not listed (see REST-LISTING)."
 (defun definition-label (kind source package)
   "A definition's kind, with a method's qualifiers and specializers."
   (let ((label (second (assoc kind *definition-kinds*)))
-        (description (let ((accessor (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+        (description (let ((accessor (sbcl-symbol :definition-source-description)))
                        (and accessor (fboundp accessor) (funcall accessor source)))))
     (if (and (eq kind :method) description)
         (format nil "~A ~A" label (name-text description package))
         label)))
 
-(define-entry (find-definition :look t) (name &key package session token (offset 0) (limit most-positive-fixnum))
+(define-entry (find-definition :caller :server :look t) (name &key package session token (offset 0) (limit most-positive-fixnum))
   "Plist: :SYMBOL; :NAMES, what the symbol names; :TOTAL, how many definitions it has;
 :DEFINITIONS, each (:KIND label :SOURCE location) from the OFFSETth on, at most LIMIT, the
 location a plist as SOURCE-LOCATION gives it. Only those are located in their files, so a symbol
@@ -622,7 +623,7 @@ with a great many definitions (a generic function of 400,000 methods) costs a pa
                 ;; function too): one entry per label and place, decided without reading files.
                 (flet ((add (kind name source)
                          (let ((key (list (second (assoc kind *definition-kinds*))
-                                          (let ((accessor (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+                                          (let ((accessor (sbcl-symbol :definition-source-description)))
                                             (and (eq kind :method) accessor (fboundp accessor) (funcall accessor source)))
                                           (consp name)
                                           (ignore-errors (namestring (sb-introspect:definition-source-pathname source)))
@@ -677,7 +678,7 @@ function) calls."
     (remove-duplicates
      (loop for f in functions
            append (loop for callee in (ignore-errors (sb-introspect:find-function-callees f))
-                        collect (cons (internal-call "SB-KERNEL" "%FUN-NAME" callee)
+                        collect (cons (sbcl-call :%fun-name callee)
                                       (ignore-errors (sb-introspect:find-definition-source callee)))))
      :key #'car :test #'equal)))
 
@@ -711,7 +712,7 @@ definition, so it is tried again before the error is let through."
            ;; the source's description.
            (loop for (name . source) in (sb-introspect:who-specializes-directly symbol)
                  collect (cons (append (if (consp name) name (list name))
-                                       (let ((describe (find-symbol "DEFINITION-SOURCE-DESCRIPTION" '#:sb-introspect)))
+                                       (let ((describe (sbcl-symbol :definition-source-description)))
                                          (and source describe (fboundp describe) (funcall describe source))))
                                source)))
           (t
@@ -739,7 +740,7 @@ definition, so it is tried again before the error is let through."
   (let ((symbol (frame-function-symbol name)))
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
-(define-entry (xref :look t) (name kind &key package session token)
+(define-entry (xref :caller :server :look t) (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
 *MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
 the file is what the cap spares) and the offset of the first not listed (see REST-LISTING)."
@@ -780,8 +781,7 @@ the file is what the cap spares) and the offset of the first not listed (see RES
   "Slot name -> (accessor-name . read-only) for a structure class, from its defstruct
 description: structure slots have no readers in the MOP."
   (destructuring-bind (&optional find-dd dd-slots dsd-name dsd-accessor dsd-read-only)
-      (existing-symbols "SB-KERNEL" "FIND-DEFSTRUCT-DESCRIPTION" "DD-SLOTS" "DSD-NAME"
-                        "DSD-ACCESSOR-NAME" "DSD-READ-ONLY")
+      (sbcl-symbols :find-defstruct-description :dd-slots :dsd-name :dsd-accessor-name :dsd-read-only)
     (when (and dsd-read-only (every #'fboundp (list find-dd dd-slots dsd-name dsd-accessor dsd-read-only)))
       (let ((dd (ignore-errors (funcall find-dd (class-name class) nil))))
         (and dd
@@ -875,7 +875,7 @@ unexported names of an SB- package, which no user program refers to."
               (eql 0 (search "SB-" (package-name package)))
               (not (eq :external (nth-value 1 (find-symbol (symbol-name name) package))))))))
 
-(define-entry (class-info :look t) (name &key package session token)
+(define-entry (class-info :caller :server :look t) (name &key package session token)
   "Plist describing the class NAME names; see the class-info contract for what is shown."
   (run-tool token
             (lambda ()
@@ -920,52 +920,3 @@ unexported names of an SB- package, which no user program refers to."
                               ;; superclasses they came through.
                               :slot-sources (remove-duplicates (mapcar (lambda (slot) (getf slot :from)) inherited)
                                                                :test #'string= :from-end t))))))))))
-
-;;; ------------------------------------------------------------------------------------------
-;;; lisp-status
-
-(defparameter *notable-features*
-  '(:x86-64 :arm64 :x86 :ppc64 :riscv :64-bit :linux :darwin :bsd :win32 :unix
-    :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
-  "Features worth naming in a status line; the rest are counted.")
-
-(defun listed-thread-number (server-thread-id)
-  "The threads tool's number of the thread the server knows by SERVER-THREAD-ID, or NIL."
-  (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
-    (and (typep thread 'sb-thread:thread) (thread-number thread))))
-
-(define-entry (status :look t) (&key session token debugger-threads)
-  "Facts about the image only it can give: threads, the session's package, features, memory,
-:TOOL-CALLS, the other tool calls running in it, and :DEBUGGER-THREADS, the threads tool's numbers
-of the threads the server knows by the ids DEBUGGER-THREADS."
-  (run-tool token
-            (lambda ()
-              (let ((session (find-session session))
-                    (asdf (find-package '#:asdf)))
-                (list :threads (length (sb-thread:list-all-threads))
-                      :package (session-package-name session)
-                      :implementation (lisp-implementation-type)
-                      :version (lisp-implementation-version)
-                      :machine (machine-type)
-                      :software (format nil "~A ~A" (software-type) (software-version))
-                      :features (mapcar #'qualified-name (remove-if-not (lambda (f) (member f *features*))
-                                                                         *notable-features*))
-                      :feature-count (length *features*)
-                      :heap-used (internal-call "SB-KERNEL" "DYNAMIC-USAGE")
-                      :heap-size (sb-ext:dynamic-space-size)
-                      :asdf (and asdf
-                                 (let ((version (find-symbol "ASDF-VERSION" asdf)))
-                                   (and version (fboundp version) (ignore-errors (funcall version)))))
-                      :quicklisp (and (find-package '#:ql) t)
-                      :tool-calls (sb-thread:with-mutex (*registry-lock*)
-                                    ;; Not counting this call itself.
-                                    (max 0 (1- (hash-table-count *running*))))
-                      :debugger-threads (mapcar #'listed-thread-number debugger-threads)
-                      :stopped-threads (loop for thread in (sb-thread:list-all-threads)
-                                             for waiting = (and (not (sb-thread:symbol-value-in-thread
-                                                                      '*parked* thread nil))
-                                                                (ignore-errors (debugger-text thread)))
-                                             when waiting
-                                               collect (format nil "~D ~S ~A" (thread-number thread)
-                                                               (safe-princ (sb-thread:thread-name thread))
-                                                               waiting)))))))

@@ -46,11 +46,11 @@
 (defun compiler-context ()
   "SBCL's context of the condition being signalled: the form's file position, source path and
 text, or NIL."
-  (let ((find (first (existing-symbols "SB-C" "FIND-ERROR-CONTEXT"))))
+  (let ((find (sbcl-symbol :find-error-context)))
     (and find (ignore-errors (funcall find nil)))))
 
 (defun context-slot (context name)
-  (let ((reader (first (existing-symbols "SB-C" name))))
+  (let ((reader (sbcl-symbol name)))
     (and context reader (fboundp reader) (ignore-errors (funcall reader context)))))
 
 (defun one-line (text limit)
@@ -105,9 +105,9 @@ form-text), each NIL when SBCL does not say."
 
 (defun context-location (context octets)
   "Where in OCTETS the compiler CONTEXT is: (values line column form-text)."
-  (let* ((position (context-slot context "COMPILER-ERROR-CONTEXT-FILE-POSITION"))
-         (path (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE-PATH"))
-         (source (context-slot context "COMPILER-ERROR-CONTEXT-ORIGINAL-SOURCE"))
+  (let* ((position (context-slot context :compiler-error-context-file-position))
+         (path (context-slot context :compiler-error-context-original-source-path))
+         (source (context-slot context :compiler-error-context-original-source))
          (form (and (stringp source) (one-line source 200))))
     (if (and octets (integerp position) (<= position (length octets)))
         (let* ((start (skip-layout octets position))
@@ -127,8 +127,8 @@ form-text), each NIL when SBCL does not say."
 conditions: a list of plists (:SEVERITY :MESSAGE :FORM :LINE :COLUMN), in the order they came."
   (let ((conditions '())
         (last nil)
-        (compiler-error (sbcl-internal "SB-C" "COMPILER-ERROR"))
-        (encapsulated (sbcl-internal "SB-INT" "ENCAPSULATED-CONDITION")))
+        (compiler-error (needed-internal :compiler-error))
+        (encapsulated (needed-internal :encapsulated-condition)))
     (flet ((record (severity condition)
              (unless (eq condition last)
                (setf last condition)
@@ -238,7 +238,7 @@ an inline function."
     (when changes
       (setf (gethash name (defined-names changes)) t)
       (when (or (eq kind :macro)
-                (eq (ignore-errors (internal-call "SB-INT" "INFO" :function :inlinep name)) 'inline))
+                (eq (ignore-errors (sbcl-call :info :function :inlinep name)) 'inline))
         (pushnew name (changed-expanders changes) :test #'equal)))))
 
 (defun stale-callers (changes)
@@ -309,7 +309,7 @@ file's own declarations refine: the debugger tool's recompile for stepping, (deb
 expression's text) lets the form behind it through in this image."
   (let ((holds (handler-case
                    (let ((*package* (find-package '#:keyword)) (*read-eval* nil))
-                     (internal-call "SB-INT" "FEATUREP" (read-from-string feature)))
+                     (sbcl-call :featurep (read-from-string feature)))
                  (error () t))))
     (eq (and holds t) (string= marker "+"))))
 
@@ -323,7 +323,7 @@ through in this image."
 skips in this image: those with a guard that does not hold."
   (count-if-not (lambda (guards) (every (lambda (guard) (apply #'guard-holds-p guard)) guards)) guarded))
 
-(define-entry load-source (file text &key guards write-date session token (max-output 65536))
+(define-entry (load-source :caller :server) (file text &key guards write-date session token (max-output 65536))
   "Compiles TEXT, the octets (one per character) of the file FILE with everything but some
 definitions blanked out (see the top of this file), and loads it, for load-form. GUARDS are the
 reader conditionals in front of the definitions, (label marker feature-text) each. WRITE-DATE is
@@ -334,7 +334,7 @@ dropped)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
-        ;; What the loaded code starts runs as the agent's (see observe.lisp).
+        ;; What the loaded code starts runs as the agent's (see exit-guard.lisp).
         (*agent-session* (find-session session)))
     (let ((result
             (run-tool token
@@ -347,7 +347,7 @@ dropped)."
           result
           (append result (list :stdout (capture-report stdout)))))))
 
-(define-entry load-source-file (file text &key write-date guarded session token (max-output 65536))
+(define-entry (load-source-file :caller :server) (file text &key write-date guarded session token (max-output 65536))
   "Compiles and loads TEXT, the octets (one per character) of the whole file FILE as the server read
 it, written WRITE-DATE, for load-file. GUARDED is (forms definitions), each a list of the guards
 (marker feature-text) in front of one top-level form or definition the server counted. Returns the
@@ -440,7 +440,7 @@ Returns the text that says what happened."
                     it stays until the image restarts."
                (or operator "this form") (package-qualified name))))))
 
-(define-entry unload-definition (text &key package session token)
+(define-entry (unload-definition :caller :server) (text &key package session token)
   "Removes from the image what the definition TEXT (read in the package the designator text
 PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Returns (:NOTE text)."
   (declare (ignore session))
@@ -453,7 +453,7 @@ PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Retur
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where the image's systems are, for the source tools that may read them
 
-(define-entry (system-directories :look t) (&key session token)
+(define-entry (system-directories :caller :server :look t) (&key session token)
   "(:DIRECTORIES names): the directories of the ASDF systems registered in the image, where
 lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded."
   (declare (ignore session))
@@ -478,7 +478,7 @@ lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded
                               :test #'string=))))))
             :turn (list *asdf-turn* "system-directories")))
 
-(define-entry (system-files :look t) (name &key session token)
+(define-entry (system-files :caller :server :look t) (name &key session token)
   "(:SYSTEM name :DIRECTORY native :FILES natives): the files of the ASDF system NAME registered in
 the image, its .asd file first, then its source files in the order the system lists them, for
 find-definition. Fails when no system of that name is registered."

@@ -1,16 +1,20 @@
 ;;;; The swank-mcp helper: the Lisp side of the tools, put into the attached image by
 ;;;; bootstrap.lisp once per revision of its text. This first file makes the helper's package and
-;;;; the few things every other file needs to be read (NEW, INTERNAL-CALL, DEFINE-ENTRY). Then
-;;;; footprint.lisp, the one file that changes anything outside the package (INSTALL, UNINSTALL),
-;;;; and servers.lisp, the one place that knows swank from slynk. What every tool shares follows,
-;;;; one file per purpose: capture.lisp (output capture), calls.lisp (running a call under a token
-;;;; that a timeout or cancellation can interrupt, and CALL, the server's way in),
-;;;; conditions.lisp (backtraces and condition reports), sessions.lisp (the SESSION object that
-;;;; owns everything a client's session keeps here), tool-calls.lisp (reading the user's code,
-;;;; RUN-TOOL and FAIL) and printing.lisp. Then the tools' own files: names.lisp, handles.lisp,
-;;;; observe.lisp, evaluate.lisp, debugger.lisp, introspection.lisp, compile.lisp, systems.lisp,
-;;;; testing.lisp, undo.lisp, loading.lisp, activity.lisp, inspect.lisp and workers.lisp, in that
-;;;; order.
+;;;; the few things every other file needs to be read (NEW, DEFINE-ENTRY). Then state.lisp, the
+;;;; state that outlives a reload of the helper and every mutex, with the order they are taken
+;;;; in; sbcl.lisp, the one file that names SBCL's internals; footprint.lisp, the one file that
+;;;; changes anything outside the package (INSTALL, UNINSTALL); and servers.lisp, the one place
+;;;; that knows swank from slynk. What every tool shares follows, one file per purpose:
+;;;; capture.lisp (output capture), calls.lisp (running a call under a token that a timeout or
+;;;; cancellation can interrupt, and CALL, the server's way in), conditions.lisp (backtraces and
+;;;; condition reports), sessions.lisp (the SESSION object that owns everything a client's
+;;;; session keeps here), tool-calls.lisp (reading the user's code, RUN-TOOL and FAIL) and
+;;;; printing.lisp. Then the tools' own files, one job each: names.lisp, handles.lisp, trace.lisp,
+;;;; agent-threads.lisp (what the agent's code starts), exit-guard.lisp (it cannot end the
+;;;; image), threads.lisp, profile.lisp, evaluate.lisp, debugger.lisp, introspection.lisp,
+;;;; status.lisp, compile.lisp, systems.lisp, testing.lisp, undo.lisp, loading.lisp,
+;;;; activity.lisp, inspect.lisp, workers.lisp, image-threads.lisp and breakpoints.lisp, in that
+;;;; order (src/image/helper.rs lists them).
 ;;;;
 ;;;; Rules every helper file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; loading the helper changes nothing
@@ -26,25 +30,20 @@
 ;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
 ;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
 ;;;;   state that must survive a reload.
-;;;; - It names no SBCL internal in its source (see EXISTING-SYMBOLS): one that a future SBCL
-;;;;   drops must fail the tool that needs it, not the helper's load.
+;;;; - It names no SBCL internal but through sbcl.lisp, which lists them all: one that a future
+;;;;   SBCL drops must fail the tool that needs it, not the helper's load.
+;;;; - State that outlives a reload, and every mutex, is defined in state.lisp, whose lock order
+;;;;   every file keeps.
 ;;;; - What a session makes once is made with NEW; what every call makes, with MAKE-INSTANCE of
 ;;;;   a quoted class (see NEW).
-;;;; - A function called from outside the helper (by the swank-mcp server, through CALL, or by
-;;;;   Emacs) is defined with DEFINE-ENTRY, which exports it; nothing else is exported.
+;;;; - A function called from outside the helper (by the swank-mcp server, through CALL, by Emacs,
+;;;;   or by the person at their REPL) is defined with DEFINE-ENTRY, which exports it and says who
+;;;;   calls it; nothing else is exported.
 
 (defpackage #:mcp-agent-helper
   (:use #:common-lisp))
 
 (in-package #:mcp-agent-helper)
-
-;;; ------------------------------------------------------------------------------------------
-;;; The bootstrap's state (bootstrap.lisp, which loads this helper)
-
-(defvar *version*)
-(defvar *release*)
-(defvar *load-lock*)
-(defvar *calls-running*)
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Instances
@@ -62,37 +61,37 @@ is made that way."
 
 (defmacro define-entry (name-and-options lambda-list &body body)
   "Defines the function NAME as DEFUN does, and exports it: an entry of the helper, which the
-swank-mcp server calls (through CALL, which runs exported functions only) or Emacs does.
-NAME-AND-OPTIONS is NAME or (NAME :LOOK T). A look reads the image, writes no file and never
-reads, compiles or runs code the request supplies (names are parsed, not read): the only entries
-LOOK runs, for a server that promised --read-only. Each definition says it afresh, so a reloaded
-helper cannot keep an older revision's word for an entry."
-  (destructuring-bind (name &key look) (if (consp name-and-options) name-and-options (list name-and-options))
-    `(progn (export ',name)
-            (setf (get ',name 'look) ,look)
-            (defun ,name ,lambda-list ,@body))))
+swank-mcp server calls (through CALL, which runs exported functions only), Emacs does, or the
+person does at their REPL. NAME-AND-OPTIONS is (NAME :CALLER caller [:LOOK T]).
+
+CALLER says who calls it, and must be given: :SERVER (a request of the Rust server names it),
+:EMACS (elisp-compat/swank-mcp.el calls it), :PERSON (for the person's REPL and the tests), or a
+list of these. tests/entries.rs checks each against the callers' sources, so an entry nobody
+calls any more is seen.
+
+A look reads the image, writes no file and never reads, compiles or runs code the request
+supplies (names are parsed, not read): the only entries LOOK runs, for a server that promised
+--read-only. Each definition says it afresh, so a reloaded helper cannot keep an older revision's
+word for an entry."
+  (destructuring-bind (name &key look (caller (error "The entry ~S says no :CALLER." name-and-options)))
+      (if (consp name-and-options) name-and-options (list name-and-options))
+    (let ((callers (if (listp caller) caller (list caller))))
+      (unless (and callers (subsetp callers '(:server :emacs :person)))
+        (error "The entry ~S has :CALLER ~S, not :SERVER, :EMACS, :PERSON or a list of them." name caller))
+      `(progn (export ',name)
+              (setf (get ',name 'look) ,look
+                    (get ',name 'callers) ',callers)
+              (defun ,name ,lambda-list ,@body)))))
 
 ;;; ------------------------------------------------------------------------------------------
-;;; SBCL internals, found by name (first in the file: INTERNAL-CALL is a macro)
+;;; Symbols found by name
 
 (defun existing-symbols (package-name &rest names)
-  "The symbols of PACKAGE-NAME named NAMES that exist in this SBCL. Internal names move between
-SBCL releases; reading them as SB-IMPL::X would intern them, which the package lock forbids, and
-SB-IMPL:X is a read error once X is no longer external: either way the whole helper would fail
-to load. So this file names no SBCL internal in its source; it finds them here."
+  "The symbols of PACKAGE-NAME named NAMES that exist, the missing ones left out: for the servers'
+symbols (swank's and slynk's differ, and change between their releases). SBCL's internals are
+found through sbcl.lisp instead, which lists them all."
   (let ((package (find-package package-name)))
     (and package
          (loop for name in names
                for symbol = (find-symbol name package)
                when symbol collect symbol))))
-
-(defun sbcl-internal (package-name name)
-  "The symbol PACKAGE-NAME:NAME of SBCL's internals, or a failure of the one tool that needs it
-when this SBCL lacks it."
-  (or (first (existing-symbols package-name name))
-      (fail "This SBCL (~A) has no ~A::~A, which this tool needs; swank-mcp is tested with SBCL 2.2.9."
-            (lisp-implementation-version) package-name name)))
-
-(defmacro internal-call (package-name name &rest arguments)
-  "Calls the function PACKAGE-NAME:NAME of SBCL's internals (see SBCL-INTERNAL)."
-  `(funcall (sbcl-internal ,package-name ,name) ,@arguments))

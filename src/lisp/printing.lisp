@@ -81,7 +81,7 @@ name something."
 ;;; Printing for the user
 
 (defparameter *printer-state-variables*
-  (existing-symbols "SB-IMPL" "*CIRCULARITY-HASH-TABLE*" "*CIRCULARITY-COUNTER*")
+  (sbcl-symbols :*circularity-hash-table* :*circularity-counter*)
   "SBCL's state of the *PRINT-CIRCLE* print under way. A print started while another is under way
 (a traced function that a PRINT-OBJECT method calls, reported while the value is printed) would
 share it: each would mark the other's objects as seen twice, printing #1= and #1# for them.")

@@ -64,11 +64,6 @@ of a mailbox's thread and queue, or NIL when it has no such list."
   "The function NAME of SERVER's package (or of PACKAGE), or NIL."
   (found-function (server-symbol server name package)))
 
-(defvar *servers* '()
-  "The SERVERs of the server packages seen so far, made when first seen.")
-
-(defvar *servers-lock* (sb-thread:make-mutex :name "mcp-agent-helper servers"))
-
 (defun make-server (kind)
   "The SERVER of KIND (an entry of *SERVER-KINDS*) when its package exists, else NIL."
   (destructuring-bind (&key package backends implementation) kind

@@ -9,9 +9,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(defvar *sessions* (make-hash-table :test 'equal :synchronized t)
-  "Session name -> its SESSION, from its first call to its end.")
-
 (defparameter *history-variables* '(* ** *** + ++ +++ / // /// -)
   "The REPL variables a session keeps for itself, so that the agent's * is not the user's *.")
 
@@ -30,9 +27,9 @@
    (handles :initform (new 'handle-table) :accessor session-handle-table
             :documentation "Its HANDLE-TABLE (handles.lisp); NIL once it ended.")
    (traces :initform '() :accessor session-traces
-           :documentation "The trace specifications it traces (observe.lisp).")
+           :documentation "The trace specifications it traces (trace.lisp).")
    (background :initform nil :accessor session-background-slot
-               :documentation "Its BACKGROUND (observe.lisp), made when its agent first starts something.")
+               :documentation "Its BACKGROUND (agent-threads.lisp), made when its agent first starts something.")
    (loading-thread :initform nil :accessor session-loading-thread
                    :documentation "The thread of its running load-system, for LOAD-ACTIVITY.")
    (test-run :initform nil :accessor session-test-run
@@ -83,7 +80,7 @@ buffer, which nobody reads any more."
     (mapc #'release-session ending)
     (length ending)))
 
-(define-entry (end-session :look t) (&key session token)
+(define-entry (end-session :caller :server :look t) (&key session token)
   "Ends SESSION (its name), for its server that exits: everything it held in the image is released
 (see RELEASE-SESSION). With an uninstall asked for once the sessions end (UNINSTALL), this one
 being the last, the helper is uninstalled."

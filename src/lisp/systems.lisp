@@ -25,7 +25,7 @@
   (let ((file (or *compile-file-truename* *load-truename*)))
     (and file (ignore-errors (sb-ext:native-namestring file)))))
 
-(define-entry load-activity (&key session token)
+(define-entry (load-activity :caller :server) (&key session token)
   "What the session's running load-system is doing, for progress reports: (:ACTIVITY text), the
 text \"compiling FILE\", \"loading FILE\" or NIL."
   (declare (ignore token))
@@ -71,7 +71,7 @@ is above it, and twenty frames of ASDF planning say nothing about the system."
 file (never the fasl), or just the file being processed when there is no context."
   (if (null context)
       (let ((file (file-being-processed))) (if file (format nil "~%  (in ~A)" file) ""))
-      (let* ((name (or (context-slot context "COMPILER-ERROR-CONTEXT-FILE-NAME") *compile-file-truename*))
+      (let* ((name (or (context-slot context :compiler-error-context-file-name) *compile-file-truename*))
              (file (and (typep name '(or pathname string)) (ignore-errors (source-pathname-text name))))
              (compiling (and *compile-file-truename*
                              (ignore-errors (sb-ext:native-namestring *compile-file-truename*)))))
@@ -87,15 +87,15 @@ file (never the fasl), or just the file being processed when there is no context
 
 (defun input-error-p (condition)
   "True for SBCL's report of a read error in a file being compiled."
-  (let ((class (first (existing-symbols "SB-C" "INPUT-ERROR-IN-COMPILE-FILE"))))
+  (let ((class (sbcl-symbol :input-error-in-compile-file)))
     (and class (typep condition class))))
 
 (defun read-error-message (condition)
   "The reader's own complaint inside CONDITION, an input error of COMPILE-FILE, without the
 stream SBCL names (the place is given as file:line:column instead), with what exists of a symbol
 or package it did not find."
-  (let ((cause (or (ignore-errors (internal-call "SB-INT" "ENCAPSULATED-CONDITION" condition)) condition))
-        (invoker (ignore-errors (internal-call "SB-C" "INPUT-ERROR-IN-COMPILE-FILE-INVOKER" condition))))
+  (let ((cause (or (ignore-errors (sbcl-call :encapsulated-condition condition)) condition))
+        (invoker (ignore-errors (sbcl-call :input-error-in-compile-file-invoker condition))))
     (format nil "READ error during ~A: ~A~A" (or invoker "COMPILE-FILE") (reader-error-text cause)
             (unknown-name-hint cause))))
 
@@ -105,7 +105,7 @@ or package it did not find."
 (defun read-error-octet-position (condition octets)
   "Where in OCTETS, the file being compiled, the read error CONDITION is: the start of the token
 the reader stopped after (SBCL gives the position after it), or NIL when SBCL does not say."
-  (let* ((info (ignore-errors (internal-call "SB-INT" "STREAM-ERROR-POSITION-INFO" (stream-error-stream condition))))
+  (let* ((info (ignore-errors (sbcl-call :stream-error-position-info (stream-error-stream condition))))
          (position (second (assoc :file-position info))))
     (when (and octets (integerp position) (<= 0 position (length octets)))
       (let ((start position))
@@ -118,9 +118,9 @@ the reader stopped after (SBCL gives the position after it), or NIL when SBCL do
 read), the text load-system and run-tests show: the compiler's or the reader's own message and
 file:line:column. NIL for any other condition, and for a COMPILE the code runs (tests that check
 what the compiler refuses): only a file the system is built from is the system's error."
-  (let ((class (first (existing-symbols "SB-C" "COMPILER-ERROR"))))
+  (let ((class (sbcl-symbol :compiler-error)))
     (when (and class (typep condition class) *compile-file-truename*)
-      (let ((cause (or (ignore-errors (internal-call "SB-INT" "ENCAPSULATED-CONDITION" condition)) condition)))
+      (let ((cause (or (ignore-errors (sbcl-call :encapsulated-condition condition)) condition)))
         (if (input-error-p cause)
             (let* ((file (file-being-processed))
                    (octets (and file (file-octets file)))
@@ -136,9 +136,9 @@ what the compiler refuses): only a file the system is built from is the system's
   "The undefined-function (and -variable, -type) warnings the current compilation unit holds for
 its end, as (category text) for LOAD-SYSTEM: an aborted unit drops them. An undefined variable is
 a WARNING, the others STYLE-WARNINGs, as SBCL signals them at the unit's end."
-  (let ((variable (first (existing-symbols "SB-C" "*UNDEFINED-WARNINGS*"))))
+  (let ((variable (sbcl-symbol :*undefined-warnings*)))
     (destructuring-bind (&optional name-of kind-of contexts-of)
-        (existing-symbols "SB-C" "UNDEFINED-WARNING-NAME" "UNDEFINED-WARNING-KIND" "UNDEFINED-WARNING-WARNINGS")
+        (sbcl-symbols :undefined-warning-name :undefined-warning-kind :undefined-warning-warnings)
       (when (and variable (boundp variable) contexts-of)
         (ignore-errors
          (loop for warning in (symbol-value variable)
@@ -148,7 +148,7 @@ a WARNING, the others STYLE-WARNINGs, as SBCL signals them at the unit's end."
                                      category (funcall kind-of warning) (qualified-name (funcall name-of warning))
                                      (warning-place (first (funcall contexts-of warning)))))))))))
 
-(define-entry load-system (system &key force session token (max-output 65536))
+(define-entry (load-system :caller :server) (system &key force session token (max-output 65536))
   "Loads SYSTEM with ASDF for the load-system tool. Returns a plist: :SYSTEM; :WAS-LOADED, whether
 it was loaded before; :MILLISECONDS; :WARNINGS, texts of the warnings (capped), :WARNINGS-REST (see
 REST-LISTING), :WARNING-COUNT, :STYLE-WARNING-COUNT, :NOTE-COUNT; :ERRORS and :ERROR-COUNT, the
@@ -159,7 +159,7 @@ kept)."
   (let ((stdout (make-capture max-output))
         (*max-output* max-output)
         (*handles* (session-handles session))
-        ;; What the system's code starts while it loads runs as the agent's (see observe.lisp).
+        ;; What the system's code starts while it loads runs as the agent's (see exit-guard.lisp).
         (*agent-session* (find-session session))
         (warnings '())
         (errors '())

@@ -22,11 +22,6 @@ and the rest counted.")
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
 
-(defvar *test-hooks-lock* (sb-thread:make-mutex :name "mcp-agent-helper test hooks"))
-
-(defvar *test-hooks-users* 0
-  "How many run-tests calls need the frameworks' encapsulations now.")
-
 (defvar *fiveam-run-depth* 0
   "How many FiveAM RUNs this thread is inside: only the outermost one's results are the run's.")
 
@@ -182,7 +177,7 @@ a LOAD may hold SBCL's world lock, and most loads bring no framework."
        (loop for (finder name hook) in *framework-hooks*
              for symbol = (funcall finder name)
              thereis (and symbol (fboundp symbol)
-                          (not (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook))))))
+                          (not (sbcl-call :encapsulated-p symbol hook))))))
 
 (defun sb-rt-symbol (name)
   (and (find-package '#:sb-rt) (find-symbol name '#:sb-rt)))
@@ -199,11 +194,11 @@ a framework in), and absent otherwise."
     (loop for (finder name hook) in *framework-hooks*
           for symbol = (funcall finder name)
           when (and symbol (fboundp symbol))
-            do (let ((present (internal-call "SB-INT" "ENCAPSULATED-P" symbol hook)))
+            do (let ((present (sbcl-call :encapsulated-p symbol hook)))
                  (cond ((and (plusp *test-hooks-users*) (not present))
-                        (internal-call "SB-INT" "ENCAPSULATE" symbol hook hook))
+                        (sbcl-call :encapsulate symbol hook hook))
                        ((and (zerop *test-hooks-users*) present)
-                        (internal-call "SB-INT" "UNENCAPSULATE" symbol hook)))))))
+                        (sbcl-call :unencapsulate symbol hook)))))))
 
 (defun test-frameworks ()
   "The test frameworks this image has loaded, by name."
@@ -648,7 +643,7 @@ compilation, with the file's context."
          (not (asdf-summary-warning-p warning))
          (not (muffled-by-sbcl-p warning))
          (or *compile-file-truename*
-             (typep (and context (context-slot context "COMPILER-ERROR-CONTEXT-FILE-NAME")) '(or pathname string)))
+             (typep (and context (context-slot context :compiler-error-context-file-name)) '(or pathname string)))
          (format nil "~A: ~A~A" (warning-category warning) (compiler-message warning) (warning-place context)))))
 
 (defun muffle-if-possible (warning)
@@ -666,7 +661,7 @@ stays behind it: the reply says what the agent acts on."
       (let ((text (capture-kept-text stdout)))
         (and (plusp (length text)) (text-handle text 0 (length text))))))
 
-(define-entry test-activity (&key session token)
+(define-entry (test-activity :caller :server) (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
   (declare (ignore token))
   (let ((collection (session-test-run (find-session session))))
@@ -674,7 +669,7 @@ stays behind it: the reply says what the agent acts on."
                          (format nil "~:D check~:P done, ~:D failed" (collection-checks collection)
                                  (collection-problems collection))))))
 
-(define-entry run-tests (system &key suite test package session token (max-output 65536))
+(define-entry (run-tests :caller :server) (system &key suite test package session token (max-output 65536))
   "The run-tests tool: loads SYSTEM and runs the FiveAM or Parachute SUITE or the FiveAM,
 Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to
 :STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS tallies, one per framework that
@@ -684,7 +679,7 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
          (*handles* (session-handles session))
-         ;; What the tests start runs as the agent's (see observe.lisp).
+         ;; What the tests start runs as the agent's (see exit-guard.lisp).
          (*agent-session* (find-session session))
          (collection (make-instance 'test-collection))
          (started (get-internal-real-time))

@@ -169,10 +169,10 @@ values) or the report, and as a second value the condition that failed."
 
 (defun stack-function-names ()
   "The names of the functions of the current stack's frames, innermost first."
-  (loop for frame = (internal-call "SB-DI" "TOP-FRAME") then (internal-call "SB-DI" "FRAME-DOWN" frame)
+  (loop for frame = (sbcl-call :top-frame) then (sbcl-call :frame-down frame)
         repeat *max-stack-walk*
         while frame
-        collect (internal-call "SB-DI" "DEBUG-FUN-NAME" (internal-call "SB-DI" "FRAME-DEBUG-FUN" frame))))
+        collect (sbcl-call :debug-fun-name (sbcl-call :frame-debug-fun frame))))
 
 (defun folded-backtrace (names)
   "NAMES (innermost first, from STACK-FUNCTION-NAMES) as backtrace lines, the user's part only, each

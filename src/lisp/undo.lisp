@@ -38,20 +38,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(defvar *journal* '()
-  "The journal's entries, newest first.")
-
-(defvar *journal-lock* (sb-thread:make-mutex :name "mcp-agent-helper journal"))
-
-(defvar *next-journal-number* 1
-  "The number the next entry gets: entries keep their number for as long as the image runs.")
-
-(defvar *calls-definitions* '()
-  "For the latest agent calls that defined anything, newest first: (TOKEN . TABLE), where TABLE
-maps each definition the call made to the call's journal entry for it, or to NIL when the call
-made it anew and additions were not journaled. A call looks in its own table while it runs, and
-only the last *CALLS-REMEMBERED* calls' are kept.")
-
 (defparameter *calls-remembered* 16
   "Agent calls whose definitions *CALLS-DEFINITIONS* keeps: more than run at once.")
 
@@ -88,7 +74,7 @@ only the last *CALLS-REMEMBERED* calls' are kept.")
    (detail :initarg :detail :initform nil :reader entry-detail)
    (restored :initform nil :accessor entry-restored)))
 
-(defparameter *requiring-variable* (first (existing-symbols "SB-IMPL" "*REQUIRING*"))
+(defparameter *requiring-variable* (sbcl-symbol :*requiring*)
   "SBCL's list of the modules REQUIRE is loading, in this thread: non-NIL inside a REQUIRE.")
 
 (defun journaling-p (name)
@@ -226,7 +212,7 @@ method an agent's call adds, and the one with the same qualifiers and specialize
                (list :initform (sb-mop:slot-definition-initform slot)
                      :initfunction (sb-mop:slot-definition-initfunction slot)))))
 
-(defparameter *class-source-slot* (first (existing-symbols "SB-PCL" "SOURCE"))
+(defparameter *class-source-slot* (sbcl-symbol :source)
   "The slot of a PCL class that holds where it was defined, which DEFCLASS sets.")
 
 (defun class-definition (class)
@@ -439,7 +425,7 @@ PAGE-SIZE of them: (values page-oldest-first older newer)."
          (page (subseq candidates 0 (min (length candidates) page-size))))
     (values (reverse page) (- (length candidates) (length page)) newer)))
 
-(define-entry undo-journal (&key entries since force before page-size session token)
+(define-entry (undo-journal :caller (:server :emacs)) (&key entries since force before page-size session token)
   "The undo tool. Without ENTRIES (a list of numbers) or SINCE (a number), lists the journal: the
 newest PAGE-SIZE entries (default *JOURNAL-SHOWN*) numbered below BEFORE (default: all). With
 them, restores those entries, or every entry from SINCE on, newest first; an entry whose name was

@@ -10,11 +10,6 @@
 
 (in-package #:mcp-agent-helper)
 
-(defvar *workers-lock* (sb-thread:make-mutex :name "swank-mcp workers"))
-
-(defvar *workers* '()
-  "(connection thread server) for every worker thread alive.")
-
 (defun worker-connections ()
   "(server . connection) of every connection with workers."
   (sb-thread:with-mutex (*workers-lock*)
@@ -55,7 +50,7 @@ acknowledgement of the first, 40 ms, in one call of fifty."
                                                        (* sb-alien:int) sb-alien:unsigned-int))
          (sb-sys:fd-stream-fd stream) 6 1 (sb-alien:addr on) 4)))))
 
-(define-entry start-worker ()
+(define-entry (start-worker :caller :server) ()
   "Starts a worker thread for the connection of this request. Returns the id the server knows it
 by, which the client sends requests to in place of T, or NIL when the server lacks what a worker
 needs (the client then goes on spawning a thread per call)."

@@ -96,6 +96,12 @@ struct ImageFacts {
     /// Threads of the image's own waiting in a server's debugger (the person's SLDB or nobody's),
     /// as the threads tool lists them: the debugger tool attaches to them.
     pub stopped_threads: Vec<String>,
+    /// The servers' sentinel threads stuck in a debugger, as the threads tool lists them: from
+    /// then on every new connection leaks two threads (docs/servers.md).
+    pub stuck_sentinels: Vec<String>,
+    /// SBCL internals the helper names that this SBCL lacks, each `PACKAGE::NAME (kind): why`:
+    /// the tools that need them fail (see `lisp/sbcl.lisp`).
+    pub missing_internals: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -171,6 +177,20 @@ impl Status {
         for thread in &image.stopped_threads {
             lines.push(format!("Stopped thread {thread}: the debugger tool's attach opens it"));
         }
+        for sentinel in &image.stuck_sentinels {
+            lines.push(format!(
+                "Stuck server sentinel {sentinel}: it no longer closes connections, so every new connection leaks \
+                 two threads. Attach to it with the debugger tool and invoke ABORT, then start the server again \
+                 on another port, or restart the image (see swank-mcp's docs/servers.md)"
+            ));
+        }
+        if !image.missing_internals.is_empty() {
+            lines.push(format!(
+                "This SBCL lacks internals swank-mcp's helper names (the tools that need them fail; swank-mcp is \
+                 tested with SBCL 2.2.9): {}",
+                image.missing_internals.join("; ")
+            ));
+        }
         if !self.images.is_empty() {
             let images: Vec<String> = self
                 .images
@@ -209,6 +229,8 @@ impl Status {
             "debugger_sessions": self.debugger_sessions.iter().zip(self.listed_threads()).map(|(s, thread)| json!({"session": format!("D{}", s.number), "thread": thread, "condition": s.condition, "age_seconds": s.age.as_secs(), "busy": s.busy})).collect::<Vec<_>>(),
             "tool_calls_in_image": image.tool_calls,
             "stopped_threads": image.stopped_threads,
+            "stuck_sentinels": image.stuck_sentinels,
+            "missing_internals": image.missing_internals,
             "heap_used": image.heap_used,
             "heap_size": image.heap_size,
             "asdf": image.asdf,
@@ -227,7 +249,8 @@ mod tests {
 
     const FACTS: &str = "(:threads 4 :package \"COMMON-LISP-USER\" :implementation \"SBCL\" :version \"2.2.9.debian\" :machine \"X86-64\" \
          :software \"Linux 6.1\" :features (\":X86-64\" \":SB-THREAD\") :feature-count 60 :heap-used 52428800 \
-         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0 :debugger-threads (6) :stopped-threads (\"9 \\\"shop-worker\\\" waits in the SLIME debugger, level 1 (TYPE-ERROR: bad)\"))";
+         :heap-size 8589934592 :asdf \"3.3.5\" :quicklisp nil :tool-calls 0 :debugger-threads (6) :stopped-threads (\"9 \\\"shop-worker\\\" waits in the SLIME debugger, level 1 (TYPE-ERROR: bad)\") \
+         :stuck-sentinels () :missing-internals ())";
 
     #[test]
     fn status_lines() {
@@ -260,6 +283,41 @@ mod tests {
              Stopped thread 9 \"shop-worker\" waits in the SLIME debugger, level 1 (TYPE-ERROR: bad): the debugger \
              tool's attach opens it\nFeatures (60): :X86-64 :SB-THREAD ..."
         );
+    }
+
+    #[test]
+    fn a_stuck_sentinel_and_missing_internals_are_said_with_what_to_do() {
+        let facts = FACTS.replace(
+            ":stuck-sentinels () :missing-internals ()",
+            ":stuck-sentinels (\"3 \\\"Swank Sentinel\\\" waits in the SLIME debugger, level 1\") \
+             :missing-internals (\"SB-DI::TOP-FRAME (function): walks a stack\")",
+        );
+        let image: ImageFacts = decode("status", &read(&facts).unwrap()).unwrap();
+        let status = Status {
+            image,
+            server: "swank".into(),
+            server_version: None,
+            style: None,
+            endpoint: "127.0.0.1:4005".into(),
+            launched: false,
+            pid: None,
+            session: "default-1".into(),
+            in_flight: 0,
+            debugger_sessions: Vec::new(),
+            images: Vec::new(),
+        };
+        let text = status.render();
+        assert!(
+            text.contains(
+                "Stuck server sentinel 3 \"Swank Sentinel\" waits in the SLIME debugger, level 1: it no longer \
+                 closes connections, so every new connection leaks two threads. Attach to it with the debugger \
+                 tool and invoke ABORT"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("(see swank-mcp's docs/servers.md)"), "{text}");
+        assert!(text.contains("SBCL 2.2.9): SB-DI::TOP-FRAME (function): walks a stack"), "{text}");
+        assert_eq!(status.structured()["stuck_sentinels"].as_array().map(Vec::len), Some(1));
     }
 
     #[test]
