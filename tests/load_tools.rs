@@ -101,7 +101,11 @@ async fn edits_with_load_change_the_image_and_find_definition_follows() {
                "content": "(defun greet (name)\n  (format nil \"Hi there, ~A\" name))", "load": true}),
     )
     .await;
-    assert!(edited.contains("Replaced `defun greet` (lines 4-5) in app.lisp with 1 form, now at lines 4-5."), "{}", edited);
+    assert!(
+        edited.contains("Replaced `defun greet` (lines 4-5) in app.lisp with 1 form, now at lines 4-5."),
+        "{}",
+        edited
+    );
     assert!(
         edited.contains(
             "\n\nLoaded the edited form into the image, read in package #:loadtest-app. 0 errors, 0 warnings."

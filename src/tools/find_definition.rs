@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::image_sources::roots_holding;
+use super::text_search::Search;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
@@ -50,16 +51,16 @@ pub const DEFAULT_DEFINITIONS: u64 = 50;
 /// The arguments as the tool reads them (and, without `symbol`, its text search).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Args {
+struct Args {
     symbol: Option<String>,
-    pub(crate) text: Option<String>,
-    pub(crate) system: Option<String>,
+    text: Option<String>,
+    system: Option<String>,
     #[serde(default)]
     source: bool,
     package: Option<String>,
     #[serde(default)]
-    pub(crate) offset: u64,
-    pub(crate) limit: Option<u64>,
+    offset: u64,
+    limit: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -77,7 +78,15 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 "Give `symbol`, `text` (the forms holding it) or `system` (its files); find-definition got none.",
             ))
         }
-        None => return super::text_search::call(context, args, typed).await,
+        None => {
+            let search = Search {
+                text: typed.text,
+                system: typed.system,
+                offset: typed.offset as usize,
+                limit: typed.limit.unwrap_or(DEFAULT_DEFINITIONS) as usize,
+            };
+            return super::text_search::call(context, args, search).await;
+        }
         Some(_) => {}
     }
     let Args { symbol, source: with_source, package, offset, limit, .. } = typed;

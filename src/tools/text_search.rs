@@ -49,15 +49,21 @@ struct Hit {
     lines: Vec<(usize, String)>,
 }
 
+/// What find-definition asks of a search: `text`, `system` or both, and the page of hits.
+pub(crate) struct Search {
+    pub text: Option<String>,
+    pub system: Option<String>,
+    pub offset: usize,
+    pub limit: usize,
+}
+
 /// find-definition with `text` or `system` (and no `symbol`).
-pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: super::find_definition::Args) -> ToolResult {
-    let offset = asked.offset as usize;
-    let limit = asked.limit.unwrap_or(super::find_definition::DEFAULT_DEFINITIONS) as usize;
-    let text = asked.text;
+pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: Search) -> ToolResult {
+    let Search { text, system, offset, limit } = asked;
     if text.as_deref().is_some_and(|text| text.is_empty() || text.contains('\n')) {
         return Err(ToolError::new("Argument `text` must be one line, not empty: the lines that hold it are shown."));
     }
-    let system = match asked.system {
+    let system = match system {
         Some(name) => {
             let reply = context.call_helper(args, Request::new(Entry::SYSTEM_FILES).arg(name)).await?;
             Some(decode::<SystemFiles>("system-files", &reply)?)
@@ -66,7 +72,10 @@ pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: super::
     };
     let Some(text) = text else {
         // `system` alone: its files.
-        return Ok(list_files(&system.expect("find-definition checks there is text or a system"), offset, limit));
+        return match system {
+            Some(system) => Ok(list_files(&system, offset, limit)),
+            None => Err(ToolError::new("Give `text` (the forms holding it) or `system` (its files).")),
+        };
     };
     let shown = text.clone();
     let (hits, searched, unread) = context
