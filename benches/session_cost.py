@@ -26,9 +26,11 @@ and the fix. Each path must end with the whole suite passing, which the bench ch
 Prints, per library and path, each step's characters of request (what the agent writes) and reply
 (what it reads), and a markdown table of the totals with the ratio of the replies, MCP over shell;
 the `tools/list` response (compact JSON), which an MCP session reads once before its first call, in
-a column of its own.
+a column of its own. With --previous, an earlier build's MCP path too, on a third copy, and the
+ratio of this build's replies to its.
 
-    python3 benches/session_cost.py --server target/release/swank-mcp [--json] [--show] [--only NAME]
+    python3 benches/session_cost.py --server target/release/swank-mcp [--previous OLD-BINARY]
+        [--json] [--show] [--only NAME]
 """
 
 import argparse
@@ -180,14 +182,16 @@ def shell_path(library, directory):
     return walk_shell(commands)
 
 
-def measured(server_binary, library, parent):
-    """The figures of both paths on `library`, each checked to go from red to green."""
+def measured(server_binary, library, parent, previous_binary=None):
+    """The figures of both paths on `library`, each checked to go from red to green; with
+    `previous_binary`, also the MCP path of that build, on a copy of its own."""
     copies = {}
-    for path in ("mcp", "shell"):
+    for path in ("mcp", "shell") + (("previous",) if previous_binary else ()):
         os.makedirs(os.path.join(parent, library["name"], path))
         copies[path] = seeded_copy(library["name"], os.path.join(parent, library["name"], path), library["bugs"])
     mcp, tools = mcp_path(server_binary, library, copies["mcp"])
     shell = shell_path(library, copies["shell"])
+    previous = mcp_path(previous_binary, library, copies["previous"])[0] if previous_binary else None
 
     red, green = mcp[0][2], mcp[-1][2]
     # A test-op that signals when its tests fail (anaphora's does) makes the red run an error.
@@ -203,7 +207,8 @@ def measured(server_binary, library, parent):
         "tools_list": tools,
         "mcp": steps_with_total(mcp, lambda tool: tool),
         "shell": steps_with_total(shell, lambda command: command.split(" && ", 1)[1][:60]),
-        "walked": {"mcp": mcp, "shell": shell},
+        "previous": steps_with_total(previous, lambda tool: tool) if previous else None,
+        "walked": {"mcp": mcp, "shell": shell, "previous": previous},
     }
 
 
@@ -213,18 +218,29 @@ def table(results):
         "| shell reply characters | replies, swank-mcp / shell | tools/list bytes, read once |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    with_previous = all(result["previous"] for result in results)
+    if with_previous:
+        rows[0] += " previous build's swank-mcp reply characters | this build / previous |"
+        rows[1] += " --- | --- |"
     for result in results:
         mcp, shell = result["mcp"][-1]["reply"], result["shell"][-1]["reply"]
-        rows.append(
+        row = (
             f"| {result['name']} ({result['framework']}; {result['bugs']} bugs) | {len(result['mcp']) - 1} "
             f"| {mcp:,} | {len(result['shell']) - 1} | {shell:,} | **{mcp / shell:.2f}** | {result['tools_list']:,} |"
         )
+        if with_previous:
+            previous = result["previous"][-1]["reply"]
+            row += f" {previous:,} | **{mcp / previous:.2f}** |"
+        rows.append(row)
     return "\n".join(rows)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the swank-mcp binary")
+    parser.add_argument(
+        "--previous", help="another swank-mcp binary (an earlier revision's) whose MCP path is measured too"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--show", action="store_true", help="print each reply and output too")
     parser.add_argument(
@@ -235,14 +251,16 @@ def main():
     server = os.path.abspath(options.server)
     libraries = [library for library in LIBRARIES if options.only in (None, library["name"])]
     with tempfile.TemporaryDirectory(prefix="session-cost-") as parent:
-        results = [measured(server, library, parent) for library in libraries]
+        previous = os.path.abspath(options.previous) if options.previous else None
+        results = [measured(server, library, parent, previous) for library in libraries]
 
     if options.json:
         print(json.dumps([{k: v for k, v in result.items() if k != "walked"} for result in results], indent=2))
         return
     for result in results:
-        for title, key in (("swank-mcp", "mcp"), ("shell", "shell")):
-            print_path(f"{result['name']}, {title}", result[key], result["walked"][key], options.show)
+        for title, key in (("swank-mcp", "mcp"), ("shell", "shell"), ("previous build's swank-mcp", "previous")):
+            if result[key]:
+                print_path(f"{result['name']}, {title}", result[key], result["walked"][key], options.show)
     print(table(results))
 
 
