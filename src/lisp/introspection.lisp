@@ -218,10 +218,6 @@ position (a character position, from 1) of the buffer visiting the file; NIL oth
                    (decf characters)
               finally (return (length octets)))))))
 
-(defvar *file-compile-dates* (make-hash-table :test 'equal :synchronized t)
-  "File name -> the newest write date SBCL recorded for the file with a definition compiled from
-it that the helper has looked at (NOTE-COMPILE-DATE).")
-
 (defun note-compile-date (source)
   "Keeps the write date SBCL recorded with the SB-INTROSPECT definition SOURCE, if any, as its
 file's (*FILE-COMPILE-DATES*). Not one compiled from an Emacs buffer (BUFFER-COMPILED-START),

@@ -239,6 +239,14 @@ other still reads and prints.")
   "How many run-tests calls need the frameworks' encapsulations now.")
 
 ;;; ------------------------------------------------------------------------------------------
+;;; Where definitions came from (introspection.lisp)
+
+(defvar *file-compile-dates* (make-hash-table :test 'equal :synchronized t)
+  "File name -> the newest write date SBCL recorded for the file with a definition compiled from
+it that the helper has looked at (NOTE-COMPILE-DATE): what tells a definition SBCL keeps no date
+for (a method, a class) that its file changed since, for as long as the image runs.")
+
+;;; ------------------------------------------------------------------------------------------
 ;;; The undo journal (undo.lisp)
 
 (defvar *journal* '()
