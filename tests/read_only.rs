@@ -206,3 +206,58 @@ async fn the_image_runs_only_looks_for_a_read_only_server() {
     .await;
     assert_eq!(common::without_handle(&value), "=> \"COMMON-LISP:CAR\"", "{value}");
 }
+
+/// Every tool `--read-only` offers works there, in each of its kinds: the image runs what a
+/// read-only server asks only when the entry is a look, so a read-only tool that came to call an
+/// entry not defined `(:look t)` is refused here, and one added to the set without a call below
+/// fails the coverage check.
+#[tokio::test]
+async fn every_read_only_tool_works_under_read_only_in_each_of_its_kinds() {
+    let port = common::shared_image_port().to_string();
+    let project = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/projects/tally");
+    let file = project.join("tally.lisp").display().to_string();
+    let root = project.display().to_string();
+    let mut client = McpClient::start(&["--port", &port, "--read-only", "--root", &root]).await;
+    client.initialize().await;
+    let listed = client.request("tools/list", json!({})).await;
+    let xref = listed["result"]["tools"].as_array().unwrap().iter().find(|tool| tool["name"] == "xref").unwrap();
+    let kinds: Vec<&str> = xref["inputSchema"]["properties"]["kind"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!kinds.is_empty(), "{xref}");
+    let mut calls = vec![
+        ("class-info", json!({"class": "standard-object"})),
+        ("describe-symbol", json!({"symbol": "mapcar"})),
+        ("apropos-search", json!({"query": "mapcar", "package": "CL"})),
+        ("find-definition", json!({"symbol": "mcp-agent-helper:look"})),
+        ("find-definition", json!({"text": "defun"})),
+        ("lisp-status", json!({})),
+        ("lisp-check-parens", json!({"code": "(a (b))"})),
+        ("lisp-outline", json!({"file_path": file})),
+    ];
+    // Each kind asked of a symbol it fits: a variable for binds and sets, a macro for its
+    // expansions, a class for its methods.
+    calls.extend(kinds.iter().map(|kind| {
+        let symbol = match *kind {
+            "binds" | "sets" | "references" => "*print-length*",
+            "macroexpands" => "with-open-file",
+            "specializes" => "standard-object",
+            _ => "mcp-agent-helper:look",
+        };
+        ("xref", json!({"symbol": symbol, "kind": kind}))
+    }));
+    let mut called: Vec<&str> = calls.iter().map(|(tool, _)| *tool).collect();
+    called.sort();
+    called.dedup();
+    let mut offered = tool_names(&listed);
+    offered.sort();
+    assert_eq!(called, offered, "each tool --read-only offers is called here");
+    for (tool, arguments) in calls {
+        let reply = client.call_tool(tool, arguments.clone()).await;
+        assert!(!is_error(&reply), "{tool} {arguments}: {reply}");
+        assert!(!text(&reply).contains("promised to change nothing"), "{tool} {arguments}: {reply}");
+    }
+}

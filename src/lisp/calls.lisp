@@ -33,8 +33,10 @@
              (unless (and (eq status :external) (fboundp symbol))
                (error "The swank-mcp helper has no entry ~A." name))
              (when (and looks-only (not (get symbol 'look)))
+               ;; NAME once: the message is printed with *PRINT-CIRCLE*, which would show the
+               ;; one string twice as #1=... #1#.
                (error "~A is refused: this swank-mcp server promised to change nothing (--read-only), ~
-                       and ~A is not one of the helper's entries that only look." name name))
+                       and it is not one of the helper's entries that only look." name))
              (let ((*calling* t))
                (apply symbol arguments)))
         (sb-ext:atomic-decf (car *calls-running*)))
