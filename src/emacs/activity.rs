@@ -12,7 +12,6 @@
 //!
 //! See docs/design.md, "Emacs".
 
-use crate::image::Entry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::image::{CallLimits, Image, Request};
+use crate::image::{CallLimits, Entry, Image, Request};
 use crate::pipeline::observe::{CallStart, Ending, Observation, Observer};
 use crate::swank::Form;
 

@@ -4,7 +4,6 @@
 //! limit or is cancelled has its evaluation interrupted through the helper and gets a grace to
 //! unwind, and a connection that no longer answers is closed.
 
-use crate::image::Entry;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use tokio::time::Instant;
 use super::error::{CallError, CallLimits, Fate, ImageError, Step, UNWIND_GRACE};
 use super::helper::load_helper;
 use super::request::Request;
-use super::{call_tag, Image};
+use super::{call_tag, Entry, Image};
 use crate::swank::{Connection, DebuggableRex, Form, RexError, RexEvent, Sexp, Thread};
 
 /// How long a call whose evaluation ended without a value waits for the connection to close,

@@ -2,7 +2,6 @@
 //! into it and its first worker started, by one attempt that the calls waiting for it share (each
 //! within its own time limit and cancellation), and remade after a loss.
 
-use crate::image::Entry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use super::identity::Reached;
 use super::launch::Launcher;
 use super::request::Request;
 use super::workers::Workers;
-use super::{lock, Image, ImageSettings};
+use super::{lock, Entry, Image, ImageSettings};
 use crate::swank::{ConnectError, ConnectOptions, Connection, Endpoint, Thread};
 
 /// How long [`Image::connection`] waits for the connection and the helper. It serves `swank-mcp

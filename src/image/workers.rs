@@ -4,11 +4,10 @@
 //! call goes to an idle worker, or to a new thread when none is idle (one more worker is then
 //! started in the background, up to [`MAX_WORKERS`]).
 
-use crate::image::Entry;
 use std::sync::{Arc, Mutex};
 
-use super::lock;
 use super::request::Request;
+use super::{lock, Entry};
 use crate::swank::{Connection, Form, RexError, Sexp, Thread};
 
 /// Worker threads kept per connection; calls beyond them run in new threads.

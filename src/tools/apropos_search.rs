@@ -2,13 +2,12 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[

@@ -10,7 +10,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -23,7 +22,7 @@ use super::debugger_sessions::{
 use super::evaluate_lisp::outcome;
 use super::lisp_reply::{check_failure, decode, Captured};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::{CallLimits, Request};
+use crate::image::{CallLimits, Entry, Request};
 use crate::swank::{Form, Sexp};
 
 /// A day, as evaluate-lisp's limit.

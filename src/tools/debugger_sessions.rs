@@ -3,7 +3,6 @@
 //! toolbox, and the report of where one stopped, which evaluate-lisp and the debugger tool both
 //! give.
 
-use crate::image::Entry;
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +15,7 @@ use tokio::time::Instant;
 
 use super::lisp_reply::{check_failure, decode, restarts_section, Captured, ErrorReport};
 use super::{ToolContext, ToolError, ToolOutput, ToolResult};
-use crate::image::{CallLimits, Evaluating, Image, Request};
+use crate::image::{CallLimits, Entry, Evaluating, Image, Request};
 
 /// Frames shown when an evaluation stops, and by the debugger's `backtrace` without `end`.
 pub(crate) const FRAMES_SHOWN: u64 = 20;

@@ -6,7 +6,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -19,7 +18,7 @@ use super::{
     file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
 
 /// One edit's arguments, as a call gives them alone or as an element of `edits`.

@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use tokio::time::Instant;
 use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::{CallError, CallLimits, Evaluation, Image, Request};
+use crate::image::{CallError, CallLimits, Entry, Evaluation, Image, Request};
 use crate::swank::Sexp;
 
 /// A day: longer than any evaluation anyone waits for through a chat, short enough to be sure

@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -16,7 +15,7 @@ use std::path::Path;
 
 use super::LARGE_FILE;
 use crate::source::{locate_definition, locate_definition_by_other_definers, top_level_form_at, AllowedRoots};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 /// The arguments: the schema and the checks.
 const ARGUMENTS: &[Param] = &[

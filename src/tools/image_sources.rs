@@ -4,7 +4,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -14,7 +13,7 @@ use serde::Deserialize;
 
 use super::lisp_reply::decode;
 use super::{Arguments, ToolContext, ToolError, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::source::{AllowedRoots, PathError};
 
 /// How long asking the image for its systems may take; a source tool must not hang on an image.

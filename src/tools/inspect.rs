@@ -4,12 +4,11 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 /// Parts shown per page when the call gives no limit.
 const DEFAULT_PARTS: u64 = 50;

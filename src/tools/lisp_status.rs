@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use serde_json::{json, Value};
 use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {

@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::path::Path;
 
 use serde_json::json;
@@ -14,7 +13,7 @@ use super::{
     file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::source::{definition_count, AllowedRoots};
 use crate::swank::Form;
 

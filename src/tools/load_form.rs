@@ -4,7 +4,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +15,7 @@ use super::{
     file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::source::{top_level_form_at, AllowedRoots, LoadPlan, LoadTarget, PathError, SourceFile};
 use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;

@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -11,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 /// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
 const MAX_KEPT_WARNINGS: u64 = 10_000;

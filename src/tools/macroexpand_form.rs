@@ -3,13 +3,12 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::swank::Sexp;
 
 /// The arguments: the schema and the checks.

@@ -3,7 +3,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +11,7 @@ use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
     Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 const MODES: [&str; 3] = ["cpu", "alloc", "time"];
 /// As evaluate-lisp's `timeout_ms`.

@@ -10,7 +10,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,7 +20,7 @@ use super::{
     Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);

@@ -8,7 +8,6 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -16,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
 use super::{Arguments, ToolContext, ToolError, ToolOutput, ToolResult, LARGE_FILE};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::source::{outline_page_of, AllowedRoots, Cst, PathError};
 
 /// The file names searched under the roots.

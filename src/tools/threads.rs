@@ -3,12 +3,11 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
 

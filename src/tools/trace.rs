@@ -3,14 +3,13 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
 use super::{
     Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
-use crate::image::Request;
+use crate::image::{Entry, Request};
 use crate::swank::Form;
 
 /// The arguments: the schema and the checks.

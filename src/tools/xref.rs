@@ -3,14 +3,13 @@
 //!
 //! See docs/design.md, "The toolbox".
 
-use crate::image::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
-use crate::image::Request;
+use crate::image::{Entry, Request};
 
 const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
 
