@@ -27,8 +27,12 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::Image(|context, args| Box::pin(call(context, args))),
+    preview: None,
+    typed: super::Typed::of::<Args>(),
+};
 
 /// The arguments as the tool reads them.
 #[derive(Deserialize)]

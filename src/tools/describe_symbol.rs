@@ -27,8 +27,12 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: Typed::of::<SymbolArguments>() };
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::Image(|context, args| Box::pin(call(context, args))),
+    preview: None,
+    typed: Typed::of::<SymbolArguments>(),
+};
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);

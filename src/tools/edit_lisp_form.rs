@@ -84,7 +84,8 @@ pub fn definition() -> ToolDefinition {
 pub const TOOL: Tool = Tool {
     definition,
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
-    preview: Some(preview), typed: super::Typed::of::<Args>()
+    preview: Some(preview),
+    typed: super::Typed::of::<Args>(),
 };
 
 /// One edit as the call gives it.

@@ -39,8 +39,12 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool { definition, run: Run::Image(|context, args| Box::pin(call(context, args))), preview: None, typed: super::Typed::of::<Args>() };
+pub const TOOL: Tool = Tool {
+    definition,
+    run: Run::Image(|context, args| Box::pin(call(context, args))),
+    preview: None,
+    typed: super::Typed::of::<Args>(),
+};
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;

@@ -42,7 +42,8 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
-    preview: None, typed: super::Typed::of::<Args>()
+    preview: None,
+    typed: super::Typed::of::<Args>(),
 };
 
 /// The arguments as the tool reads them.

@@ -44,7 +44,8 @@ pub const TOOL: Tool = Tool {
         call: |context, args| Box::pin(read_seeing_images(context, args, run)),
         image_argument: false,
     },
-    preview: None, typed: super::Typed::of::<Args>()
+    preview: None,
+    typed: super::Typed::of::<Args>(),
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
