@@ -21,7 +21,7 @@ use super::debugger_sessions::{
 };
 use super::evaluate_lisp::outcome;
 use super::lisp_reply::{check_failure, decode, Captured};
-use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallLimits, Entry, Request};
 use crate::swank::{Form, Sexp};
 
@@ -81,12 +81,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The arguments as the tool reads them: which of them an action needs, it checks.
 #[derive(Deserialize)]

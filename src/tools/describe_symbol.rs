@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
-    Annotations, Arguments, SymbolArguments, Typed, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, SymbolArguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 
 /// The arguments: the schema and the checks.
@@ -27,12 +27,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: Typed::of::<SymbolArguments>(),
-};
+pub const TOOL: Tool = Tool::in_image::<SymbolArguments>(definition, |context, args| Box::pin(call(context, args)));
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
-use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallError, CallLimits, Entry, Evaluation, Image, Request};
 use crate::swank::Sexp;
 
@@ -45,12 +45,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The arguments as the tool reads them.
 #[derive(serde::Deserialize)]

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::image_sources::roots_holding;
 use super::text_search::Search;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -39,12 +39,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;

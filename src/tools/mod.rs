@@ -116,7 +116,16 @@ pub struct Tool {
 /// A tool's preview of a call, made on the allowed roots.
 pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>;
 
+/// A tool's function that runs in an image.
+pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>;
+
 impl Tool {
+    /// A tool that runs `run` in an image on arguments read as `A`, and shows no preview of its own:
+    /// what most tools are.
+    pub const fn in_image<A: serde::de::DeserializeOwned>(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
+        Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>() }
+    }
+
     /// `arguments` checked against the tool's declaration, as a server with one image checks
     /// them (without the `image` argument).
     pub fn arguments(&self, arguments: Value) -> Result<Arguments, ArgumentError> {
@@ -128,7 +137,7 @@ impl Tool {
 /// How a tool runs.
 pub enum Run {
     /// In an attached image, through the helper.
-    Image(for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>),
+    Image(ImageFn),
     /// On source files in this process, with a step in an image when the call needs one (loading
     /// what it wrote, or asking where the image's systems are): `call` is what the server runs;
     /// `source` is the tool without that step, which needs no image.

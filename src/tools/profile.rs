@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands, Captured};
 use super::{
-    Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 
@@ -36,12 +36,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The arguments as the tool reads them.
 #[derive(serde::Deserialize)]

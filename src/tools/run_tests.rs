@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::{
-    Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -49,12 +49,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The arguments as the tool reads them.
 #[derive(serde::Deserialize)]

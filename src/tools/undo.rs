@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
-use super::{Annotations, Arguments, Param, Run, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
@@ -38,12 +38,7 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: None,
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
 
 /// The arguments as the tool reads them.
 #[derive(serde::Deserialize)]
