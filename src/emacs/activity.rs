@@ -333,14 +333,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_batch_sends_the_last_note_of_each_call_in_the_order_the_calls_started() {
-        let image = Arc::new(Image::new(ImageSettings {
+    /// An image nothing listens for: these tests look at the notes, never send them.
+    fn unreachable_image() -> Arc<Image> {
+        Arc::new(Image::new(ImageSettings {
             name: "default".into(),
             endpoint: Endpoint { host: "127.0.0.1".into(), port: 1 },
             connect: ConnectOptions { connect_timeout: Duration::from_secs(1), secret: None, protocol: Protocol::Auto },
             launch: None,
-        }));
+        }))
+    }
+
+    #[test]
+    fn a_batch_sends_the_last_note_of_each_call_in_the_order_the_calls_started() {
+        let image = unreachable_image();
         let (sender, mut queue) = mpsc::unbounded_channel();
         let (first, second) = (recorded(&image, "c-1", &sender), recorded(&image, "c-2", &sender));
         first.note(CallState::Running, None);
@@ -363,12 +368,7 @@ mod tests {
     #[test]
     fn the_wait_for_approval_is_noted_apart_from_how_long_the_call_ran() {
         use crate::pipeline::observe::{Ending, Observation};
-        let image = Arc::new(Image::new(ImageSettings {
-            name: "default".into(),
-            endpoint: Endpoint { host: "127.0.0.1".into(), port: 1 },
-            connect: ConnectOptions { connect_timeout: Duration::from_secs(1), secret: None, protocol: Protocol::Auto },
-            launch: None,
-        }));
+        let image = unreachable_image();
         let (sender, mut queue) = mpsc::unbounded_channel();
         let waiting = |id: &str| {
             let mut call = recorded(&image, id, &sender);
