@@ -552,34 +552,52 @@ const ALEXANDRIA_BUGS: [(&str, &str, &str); 3] = [
     ),
 ];
 
+/// A copy under `parent` of the library Debian installs as `name`, to seed bugs in: its directory.
+fn debian_copy(name: &str, parent: &std::path::Path) -> PathBuf {
+    let library = parent.join(name);
+    let copied = std::process::Command::new("cp")
+        .args(["-r", &format!("/usr/share/common-lisp/source/{name}"), &library.display().to_string()])
+        .status()
+        .unwrap();
+    assert!(copied.success(), "Debian's {name} is needed (bash .ci/deps installs it)");
+    library
+}
+
+/// The form that registers the systems under `library` ahead of Debian's.
+fn registry_form(library: &std::path::Path) -> String {
+    format!(
+        "(asdf:initialize-source-registry '(:source-registry (:tree {:?}) :inherit-configuration))",
+        format!("{}/", library.display())
+    )
+}
+
+/// A private image with `library`'s systems registered, and a toolbox whose root it is: a copy's
+/// systems shadow Debian's, which a shared image must not see.
+async fn image_with(library: &std::path::Path) -> (swank_mcp::image::launch::LaunchedImage, Arc<Toolbox>) {
+    let image = common::private_image().await;
+    let toolbox = Arc::new(Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(image.port)],
+        swank_mcp::source::AllowedRoots::new(vec![library.to_path_buf()]).unwrap(),
+    ));
+    common::eval_ok(&toolbox, &format!("(require :asdf) {}", registry_form(library))).await;
+    (image, toolbox)
+}
+
 #[tokio::test]
 async fn a_seeded_library_is_fixed_in_the_loop_within_the_replies_budgets() {
     // Debian's Alexandria, copied and seeded with three bugs, registered ahead of Debian's own.
     let dir = tempfile::tempdir().unwrap();
-    let library = dir.path().join("alexandria");
-    let copied = std::process::Command::new("cp")
-        .args(["-r", "/usr/share/common-lisp/source/alexandria", &library.display().to_string()])
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let library = debian_copy("alexandria", dir.path());
     for (file, correct, seeded) in ALEXANDRIA_BUGS {
         let path = library.join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.matches(correct).count(), 1, "{file}");
         std::fs::write(&path, text.replacen(correct, seeded, 1)).unwrap();
     }
-    let registry = format!(
-        "(asdf:initialize-source-registry '(:source-registry (:tree {:?}) :inherit-configuration))",
-        format!("{}/", library.display())
-    );
+    let registry = registry_form(&library);
     let shell_output = shell(&[registry.clone(), "(asdf:test-system \"alexandria-tests\")".into()]).await;
-    let image = common::private_image().await;
-    let tb = Arc::new(swank_mcp::tools::Toolbox::new(
-        common::settings(),
-        vec![common::image_settings(image.port)],
-        swank_mcp::source::AllowedRoots::new(vec![library.clone()]).unwrap(),
-    ));
-    common::eval_ok(&tb, &format!("(require :asdf) {registry}")).await;
+    let (image, tb) = image_with(&library).await;
 
     // Red: the 249 tests the test-op runs twice are counted once, each failing test listed once
     // with its form, expected and actual values.
@@ -787,30 +805,14 @@ async fn a_test_op_that_signals_because_tests_failed_shows_the_failures_not_the_
     // Anaphora's test-op signals "test-op failed" when a test fails: the error is the
     // framework's verdict on the failures RT's results already name. Its restarts were gone
     // once the call returned, and the output's end says the failures again.
-    let _asdf = common::shared_asdf_turn().await;
     let copy = tempfile::tempdir().unwrap();
-    let library = copy.path().join("anaphora");
-    let copied = std::process::Command::new("cp")
-        .args(["-r", "/usr/share/common-lisp/source/anaphora", &library.display().to_string()])
-        .status()
-        .unwrap();
-    assert!(copied.success(), "cl-anaphora is needed: apt-get install -y cl-anaphora (or bash .ci/deps)");
+    let library = debian_copy("anaphora", copy.path());
     change_file(
         &library.join("anaphora.lisp"),
         "`(anaphoric prog1 ,first ,@rest))",
         "`(anaphoric progn ,first ,@rest))",
     );
-    let image = common::private_image().await;
-    let tb = Arc::new(swank_mcp::tools::Toolbox::new(
-        common::settings(),
-        vec![common::image_settings(image.port)],
-        swank_mcp::source::AllowedRoots::new(vec![library.clone()]).unwrap(),
-    ));
-    let registry = format!(
-        "(asdf:initialize-source-registry '(:source-registry (:tree {:?}) :inherit-configuration))",
-        format!("{}/", library.display())
-    );
-    common::eval_ok(&tb, &format!("(require :asdf) {registry}")).await;
+    let (_image, tb) = image_with(&library).await;
     let output = call(&tb, "run-tests", json!({"system": "anaphora"})).await;
     assert!(output.is_error, "{}", output.text);
     assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\ntest-op failed\n\nRan asdf:test-system"), "{}", output.text);
