@@ -10,7 +10,7 @@ use serde_json::json;
 use super::lisp_reply::{decode, plural};
 use super::load_form::{octet_text, recompile_callers, universal_time, LoadReport};
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition, ToolError,
+    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
 };
 use crate::image::{Entry, Request};
@@ -31,12 +31,8 @@ fn definition() -> ToolDefinition {
 }
 
 /// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Image(|context, args| Box::pin(call(context, args))),
-    preview: Some(preview),
-    typed: super::Typed::of::<Args>(),
-};
+pub const TOOL: Tool =
+    Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
 
 /// The arguments as the tool reads them.
 #[derive(serde::Deserialize)]

@@ -126,6 +126,11 @@ impl Tool {
         Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>() }
     }
 
+    /// The tool, showing the human approving a call `preview` rather than its arguments.
+    pub const fn with_preview(self, preview: PreviewFn) -> Tool {
+        Tool { preview: Some(preview), ..self }
+    }
+
     /// `arguments` checked against the tool's declaration, as a server with one image checks
     /// them (without the `image` argument).
     pub fn arguments(&self, arguments: Value) -> Result<Arguments, ArgumentError> {
