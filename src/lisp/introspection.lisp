@@ -169,7 +169,8 @@ before the conditionals it dropped (and its form number counts only the forms re
 
 (defvar *file-octets* nil
   "Per call, when bound: file name -> its contents, so that many definitions in one file read it
-once.")
+once; and (:SCANNED package) -> T once SCAN-COMPILE-DATES went through that package, so that a
+call scans each package once.")
 
 (defun file-octets (file)
   (flet ((read-it () (ignore-errors (and (probe-file file) (read-file-octets file)))))
