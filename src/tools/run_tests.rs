@@ -308,8 +308,13 @@ impl TestReport {
     /// output names failures.
     fn failed(&self) -> bool {
         !self.is_error()
-            && (self.results.iter().any(|r| r.failed + r.errors > 0)
+            && (self.tests_failed()
                 || (self.results.is_empty() && !self.failure_lines().is_empty()))
+    }
+
+    /// Whether a framework's results have a test that failed or signalled.
+    fn tests_failed(&self) -> bool {
+        self.results.iter().any(|results| results.failed + results.errors > 0)
     }
 
     fn outcome(&self) -> &'static str {
@@ -439,8 +444,7 @@ impl TestReport {
         // The output holds what the summary cannot: how a run without results went, and what
         // came before an error outside any test. An error that follows failing tests is the
         // framework's verdict on them, which the failures above already say.
-        let failing_tests = self.results.iter().any(|results| results.failed + results.errors > 0);
-        if self.results.is_empty() || (self.run_error.is_some() && !failing_tests) {
+        if self.results.is_empty() || (self.run_error.is_some() && !self.tests_failed()) {
             if self.output_handle.is_none() {
                 sections.extend(self.stdout.section("[stdout]", max_output));
             } else {
