@@ -1,11 +1,14 @@
 //! The helper's Lisp source keeps its own rules (src/lisp/package.lisp, state.lisp, sbcl.lisp),
-//! checked without an image: every entry says who calls it and that caller names it; SBCL's
+//! checked without an image: every entry says who calls it and that caller names it (swank-mcp's
+//! `Entry` list, Emacs or a test), and what those call is defined; SBCL's
 //! internals are named in sbcl.lisp only, and every one the other files ask for is listed there;
 //! every mutex of the image's life is made in state.lisp.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use swank_mcp::image::Entry;
 
 fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -38,28 +41,57 @@ fn text_of_files_under(directory: &Path, extension: &str, into: &mut String) {
     }
 }
 
-/// Each `(define-entry NAME ...` or `(define-entry (NAME options...) ...`: its name and the text
-/// of its options.
-fn entries() -> Vec<(String, String, String)> {
-    let mut found = Vec::new();
-    for (file, text) in lisp_files() {
-        for (at, _) in text.match_indices("(define-entry ") {
-            let rest = &text[at + "(define-entry ".len()..];
-            if file == "package.lisp" && !rest.starts_with('(') {
-                continue; // the macro's own definition
-            }
-            let (name, options) = match rest.strip_prefix('(') {
-                Some(inner) => {
-                    let inner = &inner[..inner.find(')').expect("the options close")];
-                    let (name, options) = inner.split_once(' ').unwrap_or((inner, ""));
-                    (name.to_string(), options.to_string())
-                }
-                None => (rest.split_whitespace().next().unwrap_or_default().to_string(), String::new()),
+/// Each `(define-entry NAME ...)` or `(define-entry (NAME options...) ...)` of `source`, outside its
+/// strings and comments: its name, lowercased as Lisp reads it, and the text of its options.
+fn entries_in(source: &str) -> Vec<(String, String)> {
+    let code = code_only(source);
+    code.match_indices("(define-entry")
+        .filter_map(|(at, opener)| {
+            // `(define-entry-x` is another operator.
+            let rest = code[at + opener.len()..].strip_prefix(char::is_whitespace)?.trim_start();
+            let (rest, with_options) = match rest.strip_prefix('(') {
+                Some(inner) => (inner.trim_start(), true),
+                None => (rest, false),
             };
-            found.push((file.clone(), name, options));
-        }
-    }
-    found
+            let name: String = rest.chars().take_while(|c| !c.is_whitespace() && !"()".contains(*c)).collect();
+            let after = &rest[name.len()..];
+            let options = if with_options { after[..after.find(')').unwrap_or(after.len())].trim() } else { "" };
+            (!name.is_empty()).then(|| (name.to_lowercase(), options.to_string()))
+        })
+        .collect()
+}
+
+/// Every entry of the helper's files: the file, the name and the text of its options.
+fn entries() -> Vec<(String, String, String)> {
+    lisp_files()
+        .into_iter()
+        .flat_map(|(file, text)| {
+            entries_in(&text).into_iter().map(move |(name, options)| (file.clone(), name, options)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The entries `elisp` asks the image for through `swank-mcp--helper-call`, lowercased.
+fn emacs_calls(elisp: &str) -> BTreeSet<String> {
+    let call = "swank-mcp--helper-call \"";
+    elisp
+        .match_indices(call)
+        .filter_map(|(at, _)| {
+            let rest = &elisp[at + call.len()..];
+            rest.find('"').map(|end| rest[..end].to_lowercase())
+        })
+        .collect()
+}
+
+/// The entries a test or a page of the docs calls by their qualified name, `(mcp-agent-helper:NAME`.
+fn calls_by_hand(text: &str) -> BTreeSet<String> {
+    let prefix = "(mcp-agent-helper:";
+    text.match_indices(prefix)
+        .map(|(at, _)| {
+            let rest = &text[at + prefix.len()..];
+            rest.chars().take_while(|c| !c.is_whitespace() && !"()\"".contains(*c)).collect::<String>().to_lowercase()
+        })
+        .collect()
 }
 
 /// The callers an entry's options declare: `:caller :server` or `:caller (:server :emacs)`.
@@ -75,13 +107,14 @@ fn callers(options: &str) -> Vec<String> {
 
 #[test]
 fn every_entry_says_who_calls_it_and_that_caller_names_it() {
-    let emacs = fs::read_to_string(repository().join("elisp-compat/swank-mcp.el")).expect("swank-mcp.el reads");
-    let mut rust = String::new();
-    text_of_files_under(&repository().join("src"), "rs", &mut rust);
-    let rust = rust.to_lowercase();
+    let emacs =
+        emacs_calls(&fs::read_to_string(repository().join("elisp-compat/swank-mcp.el")).expect("swank-mcp.el reads"));
+    let server: BTreeSet<String> = Entry::ALL.iter().map(|entry| entry.name().to_string()).collect();
+    assert_eq!(server.len(), Entry::ALL.len(), "Entry::ALL names an entry twice");
     let mut by_hand = String::new();
     text_of_files_under(&repository().join("tests"), "rs", &mut by_hand);
     text_of_files_under(&repository().join("docs"), "md", &mut by_hand);
+    let by_hand = calls_by_hand(&by_hand);
 
     let entries = entries();
     assert!(entries.len() > 50, "the entries were not found: {entries:?}");
@@ -93,9 +126,9 @@ fn every_entry_says_who_calls_it_and_that_caller_names_it() {
         }
         for caller in &callers {
             let named = match caller.as_str() {
-                ":server" => rust.contains(&format!("\"{name}\"")),
-                ":emacs" => emacs.contains(&format!("\"{}\"", name.to_uppercase())),
-                ":person" => by_hand.contains(&format!("mcp-agent-helper:{name}")),
+                ":server" => server.contains(name),
+                ":emacs" => emacs.contains(name),
+                ":person" => by_hand.contains(name),
                 other => {
                     wrong.push(format!("{file}: {name} has the unknown caller {other}"));
                     continue;
@@ -106,11 +139,40 @@ fn every_entry_says_who_calls_it_and_that_caller_names_it() {
             }
         }
     }
+    // And the other way: what swank-mcp (src/image/entry.rs) and Emacs call is defined.
+    let defined: BTreeSet<&String> = entries.iter().map(|(_, name, _)| name).collect();
+    for (caller, called) in [("Entry (src/image/entry.rs)", &server), ("swank-mcp.el", &emacs)] {
+        for name in called.iter().filter(|name| !defined.contains(name)) {
+            wrong.push(format!("{caller} calls {name}, which no (define-entry ...) in src/lisp defines"));
+        }
+    }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]
 fn the_entry_finder_reads_both_forms_and_the_callers() {
+    let lisp = "(define-entry evaluate (code &key package)\n  \"Not (define-entry fake ...), \\\"a (define-entry quoted)\\\".\"\n\
+                (run code #\\\" #\\;))\n\
+                ;; (define-entry commented-out ())\n\
+                #| (define-entry in-a-block-comment ()) |#\n\
+                (define-entry (describe-symbol :look t :caller :emacs) (name))\n\
+                (define-entry-helper not-an-entry ())\n\
+                (define-entry\n    (Status :caller (:server :emacs))\n  ())\n";
+    let found: Vec<(String, Vec<String>)> =
+        entries_in(lisp).into_iter().map(|(name, options)| (name, callers(&options))).collect();
+    assert_eq!(
+        found,
+        [
+            ("evaluate".to_string(), vec![]),
+            ("describe-symbol".to_string(), vec![":emacs".to_string()]),
+            ("status".to_string(), vec![":server".to_string(), ":emacs".to_string()]),
+        ]
+    );
+    assert_eq!(
+        emacs_calls("(swank-mcp--helper-call \"ACTIVITY-REPLY\" id) (swank-mcp--helper-call function)"),
+        ["activity-reply".to_string()].into()
+    );
+    assert_eq!(calls_by_hand("eval(\"(mcp-agent-helper:handle-count {s:?})\")"), ["handle-count".to_string()].into());
     assert_eq!(callers(":caller :server :look t"), [":server"]);
     assert_eq!(callers(":caller (:server :emacs)"), [":server", ":emacs"]);
     assert!(callers(":look t").is_empty());
@@ -144,6 +206,18 @@ fn code_only(text: &str) -> String {
                         code.push(c);
                         break;
                     }
+                }
+            }
+            '#' if chars.peek() == Some(&'|') => {
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        code.push(c);
+                    }
+                    if last == '|' && c == '#' {
+                        break;
+                    }
+                    last = c;
                 }
             }
             '"' => {
