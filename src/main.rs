@@ -414,7 +414,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // response.
             let options = serve_options(&cli, &toolbox, ActivityFeed::start())?;
             tokio::spawn(keep_time_driver_armed());
-            let serving = tokio::spawn(swank_mcp::mcp::serve_with(toolbox.clone(), options, stdin, stdout));
+            let serving = tokio::spawn(swank_mcp::mcp::serve(toolbox.clone(), options, stdin, stdout));
             let served = serving.await.context("the MCP server failed");
             toolbox.abort_debugger_sessions().await;
             toolbox.end_sessions().await;

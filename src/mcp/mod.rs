@@ -14,4 +14,4 @@ pub mod stdio;
 pub mod tool_list;
 pub mod transport;
 
-pub use server::{serve, serve_with, ServeOptions};
+pub use server::{serve, ServeOptions};

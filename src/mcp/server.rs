@@ -92,18 +92,8 @@ pub struct ServeOptions {
     pub structured_content: bool,
 }
 
-/// Serves MCP on `input`/`output` until `input` ends, with no approvals and nothing observing the
-/// calls.
-pub async fn serve<R, W>(toolbox: Arc<Toolbox>, input: R, output: W) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    serve_with(toolbox, ServeOptions::default(), input, output).await
-}
-
-/// [`serve`] with approvals and observers.
-pub async fn serve_with<R, W>(toolbox: Arc<Toolbox>, options: ServeOptions, input: R, output: W) -> std::io::Result<()>
+/// Serves MCP on `input`/`output` until `input` ends, asking and observing as `options` say.
+pub async fn serve<R, W>(toolbox: Arc<Toolbox>, options: ServeOptions, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
