@@ -201,3 +201,34 @@ async fn a_macro_or_inline_function_loaded_anew_has_its_callers_recompiled_from_
     );
     assert_eq!(value("(callers-app::use-bump 1)").await, "=> 11");
 }
+
+#[tokio::test]
+async fn callers_later_in_the_edited_file_are_found_where_the_edit_moved_them() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("inlined.lisp");
+    std::fs::write(
+        &file,
+        "(defpackage #:inlined-app (:use #:cl))\n(in-package #:inlined-app)\n\n\
+         (declaim (inline near))\n(defun near (x y)\n  (< (abs (- x y)) 1))\n\n\
+         (defun close-p (x y)\n  (near x y))\n",
+    )
+    .unwrap();
+    let tb = toolbox(image.port, &root);
+    let path = file.display().to_string();
+    common::eval_ok(&tb, &format!("(load (compile-file {path:?}))")).await;
+    // Lengthening NEAR moves CLOSE-P from where SBCL recorded it.
+    let edited = ok(
+        &tb,
+        "edit-lisp-form",
+        json!({"file_path": path, "form_type": "defun", "form_name": "near", "operation": "patch",
+               "old_text": "1))", "new_text": "1/1000))", "load": true}),
+    )
+    .await;
+    assert!(
+        edited.contains("Recompiled 1 caller of INLINED-APP::NEAR, compiled with its old definition: INLINED-APP::CLOSE-P (inlined.lisp:8)."),
+        "{edited}"
+    );
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "(inlined-app::close-p 1 1.5)").await), "=> NIL");
+}
