@@ -629,12 +629,27 @@ fn a_patch_replaces_the_one_occurrence_inside_the_form() {
         project.read("shapes.lisp"),
         original.replacen("(* (width r) (height r))", "(* (width r) (height r) 2)", 1)
     );
-    // A compact diff: the one line, no context, the file named once.
+    // The line as it now reads, unindented: not the one replaced, which the call quoted.
     assert_eq!(
         output.text,
-        "Patched `defmethod area (rectangle)` (lines 33-34) in shapes.lisp:\n@@ -34 +34 @@\n-  (* (width r) (height r)))\n+  \
-         (* (width r) (height r) 2))"
+        "Patched `defmethod area (rectangle)` in shapes.lisp, line 34 now:\n(* (width r) (height r) 2))"
     );
+    // A dry run shows the diff, the line replaced too.
+    let dry = project.edit(json!({
+        "file_path": file, "form_type": "defmethod", "form_name": "area ((r rectangle))",
+        "operation": "patch", "old_text": "(height r) 2", "new_text": "(height r) 3", "dry_run": true,
+    }));
+    assert_eq!(
+        dry.text,
+        "Dry run, nothing written: would patch `defmethod area (rectangle)` (lines 33-34) in shapes.lisp:\n@@ -34 +34 @@\n-  \
+         (* (width r) (height r) 2))\n+  (* (width r) (height r) 3))"
+    );
+    // A patch that takes lines out says which.
+    let output = project.edit(json!({
+        "file_path": file, "form_type": "defmethod", "form_name": "area ((r rectangle))",
+        "operation": "patch", "old_text": "\n  (* (width r) (height r) 2)", "new_text": " (* (width r) (height r) 2)",
+    }));
+    assert_eq!(output.text, "Patched `defmethod area (rectangle)` in shapes.lisp, line 33 now:\n(defmethod area ((r rectangle)) (* (width r) (height r) 2))");
     // The same text elsewhere in the file does not count: only the named form is searched.
     assert!(original.matches("(radius shape)").count() > 1);
     let output = project.edit(json!({
@@ -748,7 +763,11 @@ fn a_batch_is_applied_all_or_none() {
     assert!(!output.is_error, "{}", output.text);
     assert_eq!(project.read("other.lisp"), "(defun one () 11)\n\n(defun two () 2)\n\n(defun three () 3)\n");
     assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
-    assert!(output.text.starts_with("Patched `defun one` (line 1) in other.lisp:\n@@ -1 +1 @@\n"), "{}", output.text);
+    assert!(
+        output.text.starts_with("Patched `defun one` in other.lisp, line 1 now:\n(defun one () 10)\n"),
+        "{}",
+        output.text
+    );
     assert_eq!(output.structured_value().unwrap()["edits"].as_array().map(Vec::len), Some(4));
 }
 

@@ -370,11 +370,42 @@ fn edit_text(report: &EditReport, said: Said) -> String {
     if report.diff.is_empty() {
         let end = if report.operation == Operation::Patch { "." } else { "" };
         format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, said))
+    } else if report.operation == Operation::Patch && said == Said::Done {
+        format!("{}{}", summary(report, said), patched_lines(&report.diff))
     } else if report.operation == Operation::Patch {
         format!("{}:\n{}", summary(report, said), report.diff.trim_end())
     } else {
         format!("{}\n\n{}", summary(report, said), report.diff)
     }
+}
+
+/// Where a patch that was made left its lines, from its compact diff: `, line 251 now:` and the
+/// line as it reads now, without its indentation. Not the lines it replaced, which the agent
+/// quoted in `old_text`; a dry run or a preview shows the whole diff.
+fn patched_lines(diff: &str) -> String {
+    let mut out = String::new();
+    for line in diff.lines() {
+        if let Some(ranges) = line.strip_prefix("@@ -").and_then(|rest| rest.strip_suffix(" @@")) {
+            let (old, new) = ranges.split_once(" +").unwrap_or((ranges, ranges));
+            let span = |range: &str| -> (usize, usize) {
+                let (first, count) = range.split_once(',').unwrap_or((range, "1"));
+                (first.parse().unwrap_or(0), count.parse().unwrap_or(1))
+            };
+            let ((old_first, old_count), (new_first, new_count)) = (span(old), span(new));
+            let lines = |first: usize, count: usize| match count {
+                1 => format!("line {first}"),
+                _ => format!("lines {first}-{}", first + count - 1),
+            };
+            out.push_str(&match new_count {
+                0 => format!(", {} taken out.", lines(old_first, old_count)),
+                _ => format!(", {} now:", lines(new_first, new_count)),
+            });
+        } else if let Some(added) = line.strip_prefix('+') {
+            out.push('\n');
+            out.push_str(added.trim());
+        }
+    }
+    out
 }
 
 /// The edits alone, as a source tool runs them (what the server runs when there is nothing to
@@ -425,6 +456,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             }
         }
     }
+    let one_file = reports.iter().all(|report| report.file == reports[0].file);
     for file in files.iter().filter(|file| !file.spans.is_empty()) {
         let plan = LoadPlan::for_spans(&file.text, &file.spans).map_err(ToolError::new)?;
         if plan.targets.is_empty() {
@@ -433,7 +465,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
         match load_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
             Ok(loaded) => {
-                let (text, load_failed, load) = loaded.render(&file.shown, &plan, Loaded::Edited);
+                let (text, load_failed, load) = loaded.render(&file.shown, &plan, Loaded::Edited { one_file });
                 sections.push(text);
                 loads.push(load);
                 failed |= load_failed;
@@ -501,6 +533,7 @@ fn summary(report: &EditReport, said: Said) -> String {
         Operation::InsertBefore => format!("{insert} {forms} before {target} in {file}, {now}at {new_lines}."),
         Operation::InsertAfter => format!("{insert} {forms} after {target} in {file}, {now}at {new_lines}."),
         Operation::Delete => format!("{delete} {target} from {file}."),
+        Operation::Patch if said == Said::Done => format!("{patch} `{}` in {file}", report.target),
         Operation::Patch => format!("{patch} {target} in {file}"),
     }
 }
@@ -516,4 +549,20 @@ fn structured(report: &EditReport, dry_run: bool) -> Value {
         "written": !dry_run && !report.diff.is_empty(),
         "diff": report.diff,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::patched_lines;
+
+    #[test]
+    fn a_made_patch_tells_the_lines_it_left_or_took_out() {
+        assert_eq!(patched_lines("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
+        assert_eq!(patched_lines("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
+        assert_eq!(patched_lines("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
+        assert_eq!(
+            patched_lines("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
+            ", line 3 now:\n(h)"
+        );
+    }
 }

@@ -371,8 +371,10 @@ impl LoadReport {
         } else if self.loaded {
             let what = match (loaded, forms.len()) {
                 (Loaded::Named, _) => forms.join(", "),
-                (Loaded::Edited, 1) => "the edited form".to_string(),
-                (Loaded::Edited, n) => format!("the {n} edited forms of {file}"),
+                (Loaded::Edited { one_file: true }, 1) => "it".to_string(),
+                (Loaded::Edited { one_file: true }, n) => format!("the {n} forms"),
+                (Loaded::Edited { one_file: false }, 1) => format!("the form of {file}"),
+                (Loaded::Edited { one_file: false }, n) => format!("the {n} forms of {file}"),
             };
             format!("Loaded {what} into the image{package}. {}.", self.counts())
         } else {
@@ -400,8 +402,11 @@ impl LoadReport {
 pub enum Loaded {
     /// Each by its kind, name, file and lines: nothing above says which they are.
     Named,
-    /// As the forms an edit just named, with their lines, in the same reply.
-    Edited,
+    /// As the forms the edits just named, with their lines, in the same reply.
+    Edited {
+        /// Whether the edits changed one file, which then needs no naming.
+        one_file: bool,
+    },
 }
 
 fn describe(target: &LoadTarget, file: &str) -> String {
