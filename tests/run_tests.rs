@@ -831,3 +831,41 @@ async fn a_test_op_that_signals_because_tests_failed_shows_the_failures_not_the_
     let restarts = &output.structured_value().unwrap()["error"]["restarts"];
     assert!(restarts.as_array().is_some_and(|restarts| !restarts.is_empty()), "{restarts}");
 }
+
+#[tokio::test]
+async fn a_debian_library_with_a_harness_of_its_own_is_judged_by_its_lines_not_its_table() {
+    // Debian's parse-number: its test-op prints a table of every value parsed, then
+    // `Unexpected failures: ...` when some value came out wrong, and returns either way.
+    let copy = tempfile::tempdir().unwrap();
+    let library = debian_copy("parse-number", copy.path());
+    let source = library.join("parse-number.lisp");
+    change_file(&source, ":radix 8))", ":radix 10))");
+    let (_image, tb) = image_with(&library).await;
+    let red = call(&tb, "run-tests", json!({"system": "parse-number"})).await;
+    assert!(!red.is_error, "{}", red.text);
+    assert!(red.text.starts_with("FAILED: ran asdf:test-system \"parse-number\" in "), "{}", red.text);
+    assert!(
+        red.text.contains(
+            "\nNo test framework's results were read: the test-op returned, and its output names failures (below).\n"
+        ),
+        "{}",
+        red.text
+    );
+    assert!(red.text.contains("Unexpected failures: ") && red.text.contains("#o-101/75"), "{}", red.text);
+    assert!(!red.text.contains("RT") && !red.text.contains("FiveAM"), "no framework is guessed at: {}", red.text);
+
+    change_file(&source, ":radix 10))", ":radix 8))");
+    let green = call(&tb, "run-tests", json!({"system": "parse-number"})).await;
+    assert!(!green.is_error, "{}", green.text);
+    assert!(green.text.starts_with("Ran asdf:test-system \"parse-number\" in "), "{}", green.text);
+    assert!(
+        green.text.contains(
+            "\nNo test framework's results were read: the test-op returned, and its output names no failures.\n"
+        ),
+        "{}",
+        green.text
+    );
+    // The table's last rows are no verdict: the reply ends with the handle of the output.
+    assert!(!green.text.contains("[output: last lines]"), "{}", green.text);
+    assert!(green.text.ends_with(" to read them."), "{}", green.text);
+}

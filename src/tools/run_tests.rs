@@ -245,6 +245,18 @@ fn names_failures(line: &str) -> bool {
     unqualified && !line.ends_with(':')
 }
 
+/// Whether a line of a run's output reads as its verdict: it speaks of passing, of tests or
+/// checks counted, of failures, or of the run's end (`5 checks. Unexpected failures: none`, `All 57
+/// tests passed`, `OK`), not only values (`"#x10/-5"   T   SINGLE-FLOAT`).
+fn reads_as_a_verdict(line: &str) -> bool {
+    const VERDICT_WORDS: &[&str] = &[
+        "pass", "passed", "passes", "passing", "ok", "success", "successful", "succeeded", "test", "tests", "check",
+        "checks", "assertions", "total", "summary", "results", "done", "finished", "ran", "all", "fail", "failed",
+        "failures", "errors",
+    ];
+    line.split(|c: char| !c.is_alphanumeric()).any(|word| VERDICT_WORDS.contains(&word.to_lowercase().as_str()))
+}
+
 impl Results {
     /// `RT: 249 tests, run twice by the test-op: 3 failed in both runs, 246 passed.`
     fn summary(&self, by_test_op: bool) -> String {
@@ -459,13 +471,16 @@ impl TestReport {
                     sections.push(section);
                 }
                 // Quoted lines that name failures say what the end would; a run that returned
-                // naming none ends with its verdict, which a harness prints last.
-                let shown = match (failure_lines.is_empty(), &self.run_error) {
-                    (false, _) => 0,
-                    (true, Some(_)) => LAST_LINES,
-                    (true, None) => VERDICT_LINES,
+                // naming none ends with its verdict, which a harness prints last, if its last
+                // lines read as one (not the rows of a table of results).
+                let last: Vec<&str> = match (failure_lines.is_empty(), &self.run_error) {
+                    (false, _) => Vec::new(),
+                    (true, Some(_)) => self.last_lines(LAST_LINES),
+                    (true, None) => {
+                        self.last_lines(VERDICT_LINES).into_iter().filter(|line| reads_as_a_verdict(line)).collect()
+                    }
                 };
-                let last: Vec<String> = self.last_lines(shown).iter().map(|line| one_line(line)).collect();
+                let last: Vec<String> = last.iter().map(|line| one_line(line)).collect();
                 if !last.is_empty() {
                     sections.push(format!("[output: last lines]\n{}", last.join("\n")));
                 }
@@ -505,6 +520,16 @@ fn one_line(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_is_told_from_the_rows_of_a_table() {
+        for verdict in ["5 checks. Unexpected failures: none", "All 57 tests passed.", "OK", "Done.", "first  pass  \"ab\""] {
+            assert!(reads_as_a_verdict(verdict), "{verdict}");
+        }
+        for row in ["\"#x10/-5\"        T        SINGLE-FLOAT", "(1 2 3) => 6", ""] {
+            assert!(!reads_as_a_verdict(row), "{row}");
+        }
+    }
     use crate::swank::read;
 
     const RT_TWICE: &str =
