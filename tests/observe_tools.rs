@@ -558,3 +558,44 @@ async fn failures_past_those_described_are_behind_a_handle() {
     assert_eq!(rest.text.matches("[FAIL] ").count(), 6, "{}", rest.text);
     assert!(!rest.text.contains("more characters"), "the rest is read to its end: {}", rest.text);
 }
+
+#[tokio::test]
+async fn a_test_with_many_failing_checks_shows_a_few_and_the_handle_of_all() {
+    let _asdf = common::shared_asdf_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tb = shared();
+    std::fs::write(
+        dir.path().join("obs-checks.asd"),
+        "(asdf:defsystem \"obs-checks\" :depends-on (\"fiveam\") :components ((:file \"obs-checks\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("obs-checks.lisp"),
+        "(defpackage :obs-checks (:use :cl :fiveam))
+(in-package :obs-checks)
+(def-suite checks-suite)
+(in-suite checks-suite)
+(test five-checks (is (= 1 2)) (is (= 3 4)) (is (= 5 6)) (is (= 7 8)) (is (= 9 10)))
+",
+    )
+    .unwrap();
+    common::eval_ok(
+        &tb,
+        &format!("(require :asdf) (asdf:load-asd {:?})", dir.path().join("obs-checks.asd").display().to_string()),
+    )
+    .await;
+    let output = call(&tb, "run-tests", json!({"system": "obs-checks", "suite": "obs-checks::checks-suite"})).await;
+    assert!(output.text.contains("\nFiveAM: 1 test (5 checks): 1 failed.\n"), "{}", output.text);
+    let block = output.text.split("\n\n").find(|block| block.starts_with("[FAIL] OBS-CHECKS::FIVE-CHECKS")).unwrap();
+    let handle = block
+        .strip_prefix(
+            "[FAIL] OBS-CHECKS::FIVE-CHECKS\n  Form: (= 1 2)\n  Expected: 1\n  Actual: 2\n  Form: (= 3 4)\n  Expected: 3\n  \
+             Actual: 4\n  Form: (= 5 6)\n  Expected: 5\n  Actual: 6\n  ... 2 more failed checks\n  [every failure of this \
+             test: inspect ",
+        )
+        .and_then(|rest| rest.strip_suffix(']'))
+        .unwrap_or_else(|| panic!("{block}"));
+    let every = call(&tb, "inspect", json!({"handle": handle})).await;
+    assert_eq!(every.text.matches("  Form: ").count(), 5, "{}", every.text);
+    assert!(every.text.contains("  Form: (= 9 10)\n  Expected: 9\n  Actual: 10"), "{}", every.text);
+}

@@ -292,6 +292,10 @@ REASON, EXPECTED and ACTUAL as texts."
 (defparameter *max-values-shown* 20
   "The failures of one check (a check in a loop) a failing test's text lists.")
 
+(defparameter *max-checks-shown* 3
+  "The failing checks of one test its text lists: a few say how it fails, and the handle after
+them has every one.")
+
 (defun distinct-failures (tested)
   "TESTED's failures, each once, in the order they came: (((kind form reason expected actual) nth)
 . runs newest first). A failure repeated in another run is the same one; one repeated within a
@@ -316,16 +320,24 @@ counts stay true."
 once, its form with its expected and actual values (or the reason, when there are no values); a
 check that failed several times (in a loop) shows its form once with how many failures and how
 many of them alike, then each distinct failure's values once, saying how many times it came, at
-most LIMIT of them when given. A failure that only some of the failing runs had says which.
-Returns the text, and whether LIMIT left failures out."
-  (let ((failed-runs (failed-runs tested))
-        (distinct (distinct-failures tested))
-        (cut nil))
+most LIMIT of them when given, and then at most *MAX-CHECKS-SHOWN* checks. A failure that only
+some of the failing runs had says which. Returns the text, and whether LIMIT left failures out."
+  (let* ((failed-runs (failed-runs tested))
+         (distinct (distinct-failures tested))
+         (checks (remove-duplicates (mapcar (lambda (entry) (subseq (first (first entry)) 0 2)) distinct)
+                                    :test #'equal :from-end t))
+         (cut nil))
     (flet ((fields (entry) (first (first entry)))
            (check (entry) (subseq (first (first entry)) 0 2)))
       (values
        (with-output-to-string (out)
-         (dolist (check (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t))
+         (loop for check in checks
+               for shown-checks from 1
+               when (and limit (> shown-checks *max-checks-shown*))
+                 do (format out "~%  ... ~D more failed check~:P" (- (length checks) *max-checks-shown*))
+                    (setf cut t)
+                    (loop-finish)
+               do
            (let* ((group (remove-if-not (lambda (entry) (equal (check entry) check)) distinct))
                   (alike (remove-duplicates (mapcar #'fields group) :test #'equal :from-end t))
                   (times (mapcar (lambda (fields) (count fields group :key #'fields :test #'equal)) alike))
