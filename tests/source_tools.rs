@@ -858,3 +858,14 @@ fn escaped_names_are_told_apart_as_sbcls_reader_tells_them() {
         assert!(!output.is_error && output.text.contains(&format!("({line})")), "{form_name}: {}", output.text);
     }
 }
+
+#[test]
+fn a_patch_over_lines_it_leaves_alone_tells_each_changed_line() {
+    let project = Project::new();
+    let file = project.file("m.lisp", "(defun f ()\n  (list (a 1)\n        (b)\n        (c 1)))\n");
+    let output = project.edit(json!({
+        "file_path": file, "form_type": "defun", "form_name": "f", "operation": "patch",
+        "old_text": "(a 1)\n        (b)\n        (c 1)", "new_text": "(a 2)\n        (b)\n        (c 2)",
+    }));
+    assert_eq!(output.text, "Patched `defun f` in m.lisp, line 2 now:\n(list (a 2)\nline 4 now:\n(c 2)))");
+}

@@ -396,9 +396,11 @@ fn patched_lines(diff: &str) -> String {
                 1 => format!("line {first}"),
                 _ => format!("lines {first}-{}", first + count - 1),
             };
+            // A patch's region can hold lines it left alone, which part it into several hunks.
+            out.push_str(if out.is_empty() { ", " } else { "\n" });
             out.push_str(&match new_count {
-                0 => format!(", {} taken out.", lines(old_first, old_count)),
-                _ => format!(", {} now:", lines(new_first, new_count)),
+                0 => format!("{} taken out.", lines(old_first, old_count)),
+                _ => format!("{} now:", lines(new_first, new_count)),
             });
         } else if let Some(added) = line.strip_prefix('+') {
             out.push('\n');
@@ -560,6 +562,10 @@ mod tests {
         assert_eq!(patched_lines("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
         assert_eq!(patched_lines("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
         assert_eq!(patched_lines("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
+        assert_eq!(
+            patched_lines("@@ -5 +5 @@\n-  (a 1)\n+  (a 2)\n@@ -7 +7 @@\n-  (c 1)\n+  (c 2)\n"),
+            ", line 5 now:\n(a 2)\nline 7 now:\n(c 2)"
+        );
         assert_eq!(
             patched_lines("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
             ", line 3 now:\n(h)"
