@@ -869,3 +869,67 @@ async fn a_debian_library_with_a_harness_of_its_own_is_judged_by_its_lines_not_i
     assert!(!green.text.contains("[output: last lines]"), "{}", green.text);
     assert!(green.text.ends_with(" to read them."), "{}", green.text);
 }
+
+#[tokio::test]
+async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_passes() {
+    // Debian's esrap: 95 FiveAM tests, each body run interpreted and compiled; seeded with two
+    // bugs that fail CHARACTER-RANGE and PARSE.CASE-INSENSITIVE both ways, and an example's test.
+    let copy = tempfile::tempdir().unwrap();
+    let library = debian_copy("esrap", copy.path());
+    let evaluator = library.join("src/evaluator.lisp");
+    let bugs = [
+        // Its case-sensitive twin just above has the same line with `string=`: the function's
+        // head makes the text one.
+        (
+            "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string-equal",
+            "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string=",
+        ),
+        ("(char<= (first range) char (second range))", "(char< (first range) char (second range))"),
+    ];
+    for (correct, seeded) in bugs {
+        change_file(&evaluator, correct, seeded);
+    }
+    let (_image, tb) = image_with(&library).await;
+    let red = call(&tb, "run-tests", json!({"system": "esrap"})).await;
+    assert!(!red.is_error, "{}", red.text);
+    assert!(red.text.starts_with("FAILED: ran asdf:test-system \"esrap\" in "), "{}", red.text);
+    let counts = red.text.lines().nth(1).unwrap_or_default();
+    assert!(
+        counts.starts_with("FiveAM: 95 tests (")
+            && counts.ends_with("): 6 failed (4 by signalling an error), 89 passed."),
+        "{}",
+        red.text
+    );
+    // The variants that failed alike are one block naming both; a test's many failing checks
+    // show three and the handle of the rest.
+    let range = red
+        .text
+        .split("\n\n")
+        .find(|block| {
+            block.starts_with(
+                "[FAIL] ESRAP-TESTS::CHARACTER-RANGE.INTERPRETED and ESRAP-TESTS::CHARACTER-RANGE.COMPILED (alike)\n",
+            )
+        })
+        .unwrap_or_else(|| panic!("{}", red.text));
+    assert_eq!(range.matches("\n  Form: ").count(), 3, "{range}");
+    assert!(range.contains("\n  ... 2 more failed checks\n  [every failure of this test: inspect @"), "{range}");
+    assert_eq!(red.text.matches("PARSE.CASE-INSENSITIVE.").count(), 2, "{}", red.text);
+    // The budget for this suite's red run.
+    assert!(red.text.len() <= 5_000, "the red run: {} characters:\n{}", red.text.len(), red.text);
+
+    for (correct, seeded) in bugs {
+        change_file(&evaluator, seeded, correct);
+    }
+    let green = call(&tb, "run-tests", json!({"system": "esrap"})).await;
+    assert!(!green.is_error, "{}", green.text);
+    assert!(green.text.starts_with("Ran asdf:test-system \"esrap\" in "), "{}", green.text);
+    assert!(
+        green
+            .text
+            .lines()
+            .nth(1)
+            .is_some_and(|line| line.starts_with("FiveAM: 95 tests (") && line.ends_with("): all passed.")),
+        "{}",
+        green.text
+    );
+}
