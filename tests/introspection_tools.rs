@@ -299,11 +299,6 @@ async fn a_changed_file_is_noted() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     std::fs::write(&path, "\n\n(defun find-definition-test-changing () 2)\n").unwrap();
     let text = ok(&tb, "find-definition", json!({"symbol": "find-definition-test-changing"})).await;
-    // Found by its name where it now is, two lines down.
-    assert!(text.ends_with(":3:1 (the file changed since this was compiled)"), "{text}");
-    // A form that no longer names it leaves the recorded place, which may be off.
-    std::fs::write(&path, "\n\n(defun find-definition-test-renamed () 2)\n").unwrap();
-    let text = ok(&tb, "find-definition", json!({"symbol": "find-definition-test-changing"})).await;
     assert!(text.ends_with("(the file changed since this was compiled; the line may be off)"), "{text}");
 }
 

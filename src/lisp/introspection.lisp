@@ -128,34 +128,18 @@ definition is the form it guards, on the line after, not the conditional's line)
       (read-form-start octets (skip-produced octets (skip-layout octets (+ start 2))))
       start))
 
-(defvar *file-octets* nil
-  "Per call, when bound: file name -> its contents, so that many definitions in one file read it
-once; and (:SCANNED package) -> T once SCAN-COMPILE-DATES went through that package, so that a
-call scans each package once.")
-
-(defun toplevel-form-starts (octets)
-  "The byte position of each top-level form in OCTETS, in order; scanned once per call when
-*FILE-OCTETS* is bound, which holds them under (:FORM-STARTS OCTETS)."
-  (if *file-octets*
-      (let ((key (list :form-starts octets)))
-        (multiple-value-bind (starts known) (gethash key *file-octets*)
-          (if known starts (setf (gethash key *file-octets*) (scan-toplevel-form-starts octets)))))
-      (scan-toplevel-form-starts octets)))
-
-(defun scan-toplevel-form-starts (octets)
-  (let ((i 0) (starts '()))
-    (loop
-      (let ((start (skip-layout octets i)))
-        (when (>= start (length octets)) (return))
-        (multiple-value-bind (after produced) (skip-form octets start)
-          (when produced (push (conditional-form-start octets start) starts))
-          (when (<= after i) (return))
-          (setf i after))))
-    (nreverse starts)))
-
 (defun toplevel-form-start (octets index)
   "The byte position of the INDEX'th (from 0) top-level form in OCTETS."
-  (nth index (toplevel-form-starts octets)))
+  (let ((i 0) (count 0))
+    (loop
+      (let ((start (skip-layout octets i)))
+        (when (>= start (length octets)) (return nil))
+        (multiple-value-bind (after produced) (skip-form octets start)
+          (when produced
+            (when (= count index) (return (conditional-form-start octets start)))
+            (incf count))
+          (when (<= after i) (return nil))
+          (setf i after))))))
 
 (defun read-form-start (octets position)
   "Where the form that the reader reads from byte POSITION starts: past layout, past the
@@ -183,6 +167,11 @@ before the conditionals it dropped (and its form number counts only the forms re
   (let ((pathname (or (ignore-errors (translate-logical-pathname pathname)) pathname)))
     (or (ignore-errors (sb-ext:native-namestring pathname)) (namestring pathname))))
 
+(defvar *file-octets* nil
+  "Per call, when bound: file name -> its contents, so that many definitions in one file read it
+once; and (:SCANNED package) -> T once SCAN-COMPILE-DATES went through that package, so that a
+call scans each package once.")
+
 (defun file-octets (file)
   (flet ((read-it () (ignore-errors (and (probe-file file) (read-file-octets file)))))
     (if *file-octets*
@@ -209,61 +198,6 @@ evaluated or compiled from a REPL (or from a string)."
 starts; NIL when neither is known."
   (cond (offset (read-form-start octets (min offset (length octets))))
         (form-index (toplevel-form-start octets form-index))))
-
-;;; A file edited since it was compiled has its forms elsewhere than SBCL recorded: a patch that
-;;; made one form longer moves every later one, and the recorded offset then lands inside the
-;;; form before. File dates cannot tell, when the edit came in the second of the compilation.
-;;; So the form found at the recorded place must name the definition, or it is looked for by its
-;;; name among the top-level forms.
-
-(defun definition-name-text (name)
-  "The name a definition of NAME is written under in its file: a symbol's name, that of F for
-(SETF F) and a method of F, the enclosing function's for a local function (FLET F :IN OUTER);
-NIL for anything else."
-  (typecase name
-    (null nil)
-    (symbol (symbol-name name))
-    (cons (let ((operator (and (symbolp (first name)) (symbol-name (first name)))))
-            (cond ((member operator '("SETF" "METHOD" "FAST-METHOD" "SLOW-METHOD") :test #'string=)
-                   (definition-name-text (second name)))
-                  ((member operator '("FLET" "LABELS") :test #'string=)
-                   (definition-name-text (getf (cddr name) :in))))))))
-
-(defparameter *definition-head-bytes* 400
-  "How much of a top-level form is read for the name it defines.")
-
-(defun form-defines-name-p (octets start name-text)
-  "Whether the form at START in OCTETS has NAME-TEXT, in any case and with any package prefix,
-where a definition has its name: second, as in (DEFUN NAME, (DEFSTRUCT (NAME, or third after SETF,
-as in (DEFUN (SETF NAME)."
-  (let* ((head (sb-ext:octets-to-string octets :start start
-                                               :end (min (length octets) (+ start *definition-head-bytes*))
-                                               :external-format '(:utf-8 :replacement #\?)))
-         (delimiters '(#\( #\) #\Space #\Tab #\Newline #\Return #\'))
-         (tokens (loop for i = (position-if-not (lambda (c) (member c delimiters)) head)
-                         then (position-if-not (lambda (c) (member c delimiters)) head :start end)
-                       for end = (and i (or (position-if (lambda (c) (member c delimiters)) head :start i)
-                                            (length head)))
-                       while (and i (< taken 3))
-                       count t into taken
-                       collect (subseq head i end)))
-         (name (if (string-equal (second tokens) "setf") (third tokens) (second tokens))))
-    (and name (string-equal name-text (subseq name (1+ (or (position #\: name :from-end t) -1)))))))
-
-(defun definition-start (octets recorded name)
-  "Where the definition of NAME that SBCL recorded at byte RECORDED (or NIL) of OCTETS is: there if
-the form there names it, else at the top-level form nearest RECORDED that does, else RECORDED.
-The second value is true when the form returned names it."
-  (let ((text (definition-name-text name)))
-    (cond ((null text) (values recorded nil))
-          ((and recorded (form-defines-name-p octets recorded text)) (values recorded t))
-          (t (let ((near (or recorded 0))
-                   (best nil))
-               (dolist (start (toplevel-form-starts octets))
-                 (when (and (or (null best) (< (abs (- start near)) (abs (- best near))))
-                            (form-defines-name-p octets start text))
-                   (setf best start)))
-               (if best (values best t) (values recorded nil)))))))
 
 (defun buffer-compiled-start (plist octets offset form-index)
   "For a definition compiled from an Emacs buffer (SLIME's and SLY's C-c C-c, whose PLIST has the
@@ -330,7 +264,7 @@ compilation."
 (defun source-location (source name)
   "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :ORIGIN),
 with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded from a
-file. The place is checked against the definition's name (DEFINITION-START)."
+file."
   (let ((pathname (sb-introspect:definition-source-pathname source)))
     (if (null pathname)
         (no-file-location name)
@@ -340,7 +274,7 @@ file. The place is checked against the definition's name (DEFINITION-START)."
                (form-index (first (sb-introspect:definition-source-form-path source)))
                (plist (ignore-errors (sb-introspect:definition-source-plist source)))
                (from-buffer (and octets (buffer-compiled-start plist octets offset form-index)))
-               (recorded-start (or from-buffer (and octets (form-start-in octets offset form-index))))
+               (start (or from-buffer (and octets (form-start-in octets offset form-index))))
                (current-date (ignore-errors (file-write-date file)))
                (recorded-date (cond ((sb-introspect:definition-source-file-write-date source)
                                      (note-compile-date source)
@@ -348,21 +282,19 @@ file. The place is checked against the definition's name (DEFINITION-START)."
                                     ;; One compiled from a buffer came after its file's
                                     ;; compilation, whose date says nothing of it.
                                     ((and octets (not from-buffer))
-                                     (file-compiled-date file name current-date))))
-               ;; Compiled from a buffer, SBCL records the date of the file it wrote the text to:
-               ;; the time of the compilation, which a save of the file before it precedes.
-               (dated-change (and recorded-date current-date
-                                  (if (getf plist :emacs-position)
-                                      (> current-date recorded-date)
-                                      (/= recorded-date current-date)))))
-          (multiple-value-bind (start named) (if octets (definition-start octets recorded-start name) (values nil nil))
-            (let ((changed (or dated-change (not (eql start recorded-start)))))
-              (multiple-value-bind (line column) (and start (octet-line-and-column octets start))
-                (list :file file :line line :column column
-                      :note (cond ((not (probe-file file)) "file not found")
-                                  ((and changed named) "the file changed since this was compiled")
-                                  (changed "the file changed since this was compiled; the line may be off"))
-                      :origin nil))))))))
+                                     (file-compiled-date file name current-date)))))
+          (multiple-value-bind (line column) (and start (octet-line-and-column octets start))
+            (list :file file :line line :column column
+                  :note (cond ((not (probe-file file)) "file not found")
+                              ;; Compiled from a buffer, SBCL records the date of the file it
+                              ;; wrote the text to: the time of the compilation, which a save of
+                              ;; the file before it precedes.
+                              ((and recorded-date current-date
+                                    (if (getf plist :emacs-position)
+                                        (> current-date recorded-date)
+                                        (/= recorded-date current-date)))
+                               "the file changed since this was compiled; the line may be off"))
+                  :origin nil))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; What a symbol names

@@ -10,7 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
+use super::xref::query_of_hit;
 use super::{
     file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
@@ -148,6 +150,7 @@ pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, r
     if report.callers.is_empty() {
         return;
     }
+    let mut texts = CurrentTexts::new(context.roots());
     // Each file once, all its callers in one load.
     let mut files: Vec<(String, Vec<&StaleCaller>)> = Vec::new();
     let mut outcomes: Vec<(&StaleCaller, Result<String, String>)> = Vec::new();
@@ -174,11 +177,18 @@ pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, r
         };
         let (mut spans, mut found) = (Vec::new(), Vec::new());
         for caller in callers {
-            let at = caller.source.line.zip(caller.source.column);
-            match at.and_then(|(line, column)| top_level_form_at(&file.bytes, line as usize, column as usize)) {
+            // A caller after the form a load's edit lengthened has moved from where SBCL
+            // recorded it: it is looked for by its name, as xref looks for its hits.
+            let mut source = caller.source.clone();
+            let by_name = query_of_hit(&caller.name)
+                .and_then(|(operators, form_name)| texts.relocate(&mut source, operators, &form_name));
+            let at = source.line.zip(source.column);
+            let span = by_name
+                .or_else(|| at.and_then(|(line, column)| top_level_form_at(&file.bytes, line as usize, column as usize)));
+            match span {
                 Some((start, end)) => {
                     spans.push(start..end);
-                    found.push((caller, format!("{}:{}", file.shown, caller.source.line.unwrap_or_default())));
+                    found.push((caller, format!("{}:{}", file.shown, source.line.unwrap_or_default())));
                 }
                 None => outcomes.push((caller, Err(format!("no form at its place in {}", file.shown)))),
             }
