@@ -637,3 +637,26 @@ async fn a_value_that_cannot_be_printed_is_said_so_with_its_handle() {
     assert!(page.contains("Type: CONS"), "{page}");
     assert_eq!(ok(&tb, "(+ 1 2)").await, "=> 3", "the image goes on");
 }
+
+#[tokio::test]
+async fn a_report_that_plain_printing_would_glue_is_laid_out_and_sbcls_stay_on_one_line() {
+    let tb = common::toolbox(common::shared_image_port());
+    ok(
+        &tb,
+        "(define-condition eval-test-glued (error) ()
+           (:report (lambda (c s) (declare (ignore c))
+                      (format s \"~@<In context X:~:@_~:@_While parsing X. Expected:~:@_     the string \\\"x\\\"~:>\"))))",
+    )
+    .await;
+    let glued = eval_code(&tb, "(error 'eval-test-glued)").await;
+    assert!(
+        glued
+            .text
+            .starts_with("[ERROR] EVAL-TEST-GLUED\nIn context X:\nWhile parsing X. Expected:\n     the string \"x\""),
+        "{}",
+        glued.text
+    );
+    // SBCL breaks a type error's report where a space stands: printed plainly, it is one line.
+    let typed = eval_code(&tb, "(let ((x (read-from-string \"nope\"))) (+ 1 x))").await;
+    assert!(typed.text.starts_with("[ERROR] TYPE-ERROR\nThe value NOPE is not of type NUMBER"), "{}", typed.text);
+}

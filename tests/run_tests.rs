@@ -914,6 +914,16 @@ async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_pas
     assert_eq!(range.matches("\n  Form: ").count(), 3, "{range}");
     assert!(range.contains("\n  ... 2 more failed checks\n  [every failure of this test: inspect @"), "{range}");
     assert_eq!(red.text.matches("PARSE.CASE-INSENSITIVE.").count(), 2, "{}", red.text);
+    // esrap's parse error, laid out as its report breaks it (printed plainly, its words were
+    // glued: `Expected:the character B`), its lines under the block's.
+    assert!(
+        red.text.contains(
+            "\n    In context (OR (~ \"A\") (~ \"B\")):\n    While parsing \"B\". Expected:\n         the character B \
+             (LATIN_CAPITAL_LETTER_B)\n"
+        ),
+        "{}",
+        red.text
+    );
     // The issue's budget for this suite's red run.
     assert!(red.text.len() <= 5_000, "the red run: {} characters:\n{}", red.text.len(), red.text);
 

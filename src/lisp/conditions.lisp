@@ -152,7 +152,8 @@ own frames; drops the signalling machinery above the user's code and the evaluat
 
 (defun condition-message (condition)
   "The condition's report on one logical line (SBCL's reports use pretty-printer directives
-that would otherwise break a short message over several lines), cut to *MAX-OUTPUT*."
+that would otherwise break a short message over several lines), unless that glues words together
+(LAID-OUT-REPORT), cut to *MAX-OUTPUT*."
   (let ((stream (make-capture *max-output* :runaway :any :tail nil))
         (endless nil))
     (handler-case (let ((*print-pretty* nil) (*print-readably* nil)
@@ -164,7 +165,7 @@ that would otherwise break a short message over several lines), cut to *MAX-OUTP
     (destructuring-bind (text dropped &optional more offset handle tail (lost 0)) (capture-report stream)
       (declare (ignore handle tail))
       (if (zerop dropped)
-          text
+          (or (laid-out-report condition text) text)
           (format nil "~A~%[... ~:[~;more than ~]~:D more characters of this message not shown: the limit ~
                        is ~:D (--max-output)~:[~*~*~*~*~;; inspect ~A with offset ~D for ~
                        ~:[the rest~*~;the next ~:D~]~]~:[~;, where the report was stopped: it went on without ~
@@ -172,6 +173,41 @@ that would otherwise break a short message over several lines), cut to *MAX-OUTP
                   text endless dropped (capture-limit stream)
                   more more offset (or endless (plusp lost)) (- dropped lost)
                   endless (plusp lost) lost)))))
+
+(defparameter *max-laid-out-report* 4000
+  "The longest report CONDITION-MESSAGE prints a second time, with the pretty printer.")
+
+(defun word-count (text)
+  (loop with in-word = nil
+        for char across text
+        count (if (member char '(#\Space #\Tab #\Newline #\Return))
+                  (setf in-word nil)
+                  (and (not in-word) (setf in-word t)))))
+
+(defun without-blank-lines (text)
+  (with-output-to-string (out)
+    (let ((lines (loop for start = 0 then (1+ end)
+                       for end = (position #\Newline text :start start)
+                       collect (string-right-trim '(#\Space #\Tab #\Return) (subseq text start end))
+                       while end)))
+      (format out "~{~A~^~%~}" (remove "" lines :test #'string=)))))
+
+(defun laid-out-report (condition plain)
+  "CONDITION's report as the pretty printer lays it out, without blank lines, when PLAIN, its
+report printed without it, glued words together that the pretty printer's line breaks keep apart
+(esrap's parse errors read `Expected:the character B`); NIL otherwise. SBCL's own reports, whose
+breaks stand where a space does, stay on one line."
+  (when (<= (length plain) *max-laid-out-report*)
+    (let ((stream (make-capture (* 2 *max-laid-out-report*) :runaway :any :tail nil)))
+      (handler-case (let ((*print-pretty* t) (*print-readably* nil) (*print-right-margin* most-positive-fixnum)
+                          (*print-miser-width* nil) (*print-length* 50) (*print-level* 5))
+                      (princ condition stream))
+        (error () (return-from laid-out-report nil)))
+      (destructuring-bind (pretty dropped &rest rest) (capture-report stream)
+        (declare (ignore rest))
+        (and (zerop dropped)
+             (> (word-count pretty) (word-count plain))
+             (without-blank-lines pretty))))))
 
 (defun implementation-class-p (class)
   "Classes that are SBCL implementation details (SB-INT:SIMPLE-STYLE-WARNING,

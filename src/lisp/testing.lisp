@@ -362,7 +362,14 @@ some of the failing runs had says which. Returns the text, and whether LIMIT lef
                             ((and expected actual)
                              (format out "~%  Expected: ~A~%  Actual: ~A" expected actual))
                             (reason
-                             (format out "~%  Reason: ~A" reason)))
+                             ;; A reason of several lines (a condition's laid-out report) keeps
+                             ;; its lines under the block's.
+                             (format out "~%  Reason: ~A"
+                                     (with-output-to-string (indented)
+                                       (loop for char across reason
+                                             do (write-char char indented)
+                                                (when (char= char #\Newline)
+                                                  (write-string "    " indented)))))))
                       (when (or reason (and expected actual))
                         (format out "~@[ (~{~A~^; ~})~]" notes))))))
        cut))))
