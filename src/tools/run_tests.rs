@@ -223,8 +223,7 @@ fn names_failures(line: &str) -> bool {
     if let Some(count) = failures_reported(line) {
         return count > 0;
     }
-    let words: Vec<String> =
-        line.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    let words: Vec<String> = lowercase_words(line).collect();
     let failing = |word: &str| word.starts_with("fail") || word.starts_with("error");
     let zero = |word: &str| matches!(word, "0" | "no" | "none" | "nil" | "zero");
     let number = |word: &str| word.chars().all(|c| c.is_ascii_digit());
@@ -254,7 +253,12 @@ fn reads_as_a_verdict(line: &str) -> bool {
         "checks", "assertions", "total", "summary", "results", "done", "finished", "ran", "all", "fail", "failed",
         "failures", "errors",
     ];
-    line.split(|c: char| !c.is_alphanumeric()).any(|word| VERDICT_WORDS.contains(&word.to_lowercase().as_str()))
+    lowercase_words(line).any(|word| VERDICT_WORDS.contains(&word.as_str()))
+}
+
+/// The words of a line of output, letters and digits, in lower case.
+fn lowercase_words(line: &str) -> impl Iterator<Item = String> + '_ {
+    line.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).map(str::to_lowercase)
 }
 
 impl Results {
