@@ -322,16 +322,15 @@ check that failed several times (in a loop) shows its form once with how many fa
 many of them alike, then each distinct failure's values once, saying how many times it came, at
 most LIMIT of them when given, and then at most *MAX-CHECKS-SHOWN* checks. A failure that only
 some of the failing runs had says which. Returns the text, and whether LIMIT left failures out."
-  (let* ((failed-runs (failed-runs tested))
-         (distinct (distinct-failures tested))
-         (checks (remove-duplicates (mapcar (lambda (entry) (subseq (first (first entry)) 0 2)) distinct)
-                                    :test #'equal :from-end t))
-         (cut nil))
+  (let ((failed-runs (failed-runs tested))
+        (distinct (distinct-failures tested))
+        (cut nil))
     (flet ((fields (entry) (first (first entry)))
            (check (entry) (subseq (first (first entry)) 0 2)))
       (values
        (with-output-to-string (out)
-         (loop for check in checks
+         (loop with checks = (remove-duplicates (mapcar #'check distinct) :test #'equal :from-end t)
+               for check in checks
                for shown-checks from 1
                when (and limit (> shown-checks *max-checks-shown*))
                  do (format out "~%  ... ~D more failed check~:P" (- (length checks) *max-checks-shown*))
