@@ -302,6 +302,12 @@ impl<'a> CurrentTexts<'a> {
     }
 
     /// The text of `file`, read once, or `None` when it cannot be read.
+    /// Takes `text`, which the caller read from `file`, as its current text: places found in it
+    /// are then places in those bytes, and the file is not read again.
+    pub(crate) fn hold(&mut self, file: &str, text: Vec<u8>) {
+        self.texts.insert(file.to_string(), Some(text));
+    }
+
     fn current(&mut self, file: &str) -> Option<&[u8]> {
         let roots = self.system_roots.get(file).unwrap_or(self.roots);
         self.texts

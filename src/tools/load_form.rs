@@ -175,6 +175,7 @@ pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, r
                 continue;
             }
         };
+        texts.hold(&path, file.bytes.clone());
         let (mut spans, mut found) = (Vec::new(), Vec::new());
         for caller in callers {
             // A caller after the form a load's edit lengthened has moved from where SBCL
