@@ -602,15 +602,21 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
 
 ;;;;; A prompt never takes what the user types
 
+(defun swank-mcp-tests--visit-lisp-source (buffer &optional text)
+  "Show BUFFER alone, as a Lisp source the user edits, holding TEXT.
+The front end's minor mode is on in it, as in the user's own source buffers."
+  (delete-other-windows)
+  (switch-to-buffer buffer)
+  (when text (insert text))
+  (lisp-mode)
+  (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1))
+
 (ert-deftest swank-mcp-a-prompt-never-takes-the-keys-typed-in-a-lisp-buffer ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
     (let ((source (generate-new-buffer "swank-mcp-typing.lisp")))
       (unwind-protect
           (progn
-            (delete-other-windows)
-            (switch-to-buffer source)
-            (lisp-mode)
-            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            (swank-mcp-tests--visit-lisp-source source)
             ;; The user is typing when the agent's call asks for approval.
             (execute-kbd-macro "(defv")
             (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-typed-through* :ran)")))
@@ -684,10 +690,7 @@ BINDINGS is (SERVER . ARGUMENTS), as `swank-mcp-tests--with-server' takes."
           (swank-mcp-approval-read-delay 1.0))
       (unwind-protect
           (progn
-            (delete-other-windows)
-            (switch-to-buffer source)
-            (lisp-mode)
-            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            (swank-mcp-tests--visit-lisp-source source)
             (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(defparameter *swank-mcp-read-delay* :ran)")))
             (swank-mcp-tests--prompt "read-delay")
             ;; Shown beside, longer than the delay, while the person works in their buffer.
@@ -1087,11 +1090,7 @@ benches/emacs_latency.sh runs this test alone and shows the figures."
               (should-not (get-buffer swank-mcp--approval-buffer-name)))))
       (unwind-protect
           (progn
-            (delete-other-windows)
-            (switch-to-buffer source)
-            (insert text)
-            (lisp-mode)
-            (funcall (intern (format "%s-mode" swank-mcp-tests--backend)) 1)
+            (swank-mcp-tests--visit-lisp-source source text)
             (goto-char (point-min))
             (forward-char 1)
             ;; The request times out while the prompt has the focus.
