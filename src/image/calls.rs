@@ -128,25 +128,29 @@ impl Image {
     /// Calls `function` of the helper in `thread`, a thread of the image's own that waits in a
     /// server's debugger (the person's SLDB, or nobody's), as Emacs sends SLDB's requests to it:
     /// through the helper's `ATTACHED`, whose reply the image hands to this connection. `None`
-    /// when control left the debugger (a restart moved the thread on). On timeout or cancellation
-    /// the thread is left as it is: it is not the agent's to interrupt.
+    /// when control left the debugger (a restart moved the thread on). The agent's code the
+    /// request runs there (eval_in_frame, a restart's arguments) runs as this server's session's
+    /// under a token of its own, exits allowed only with `allow_exit`; on timeout or
+    /// cancellation that code is interrupted and the thread goes on waiting where it was.
     pub async fn call_in_attached_thread(
         &self,
         thread: i64,
         request: Request,
+        allow_exit: bool,
         limits: &CallLimits,
     ) -> Result<Option<Sexp>, CallError> {
-        let connection =
-            self.connection_by(Instant::now() + limits.timeout, limits).await.map(|live| live.connection)?;
-        let call = connection.rex(request.attached_form(), "COMMON-LISP-USER", Thread::Id(thread));
-        tokio::select! {
-            reply = call => match reply {
+        let deadline = Instant::now() + limits.timeout;
+        let connection = self.connection_by(deadline, limits).await.map(|live| live.connection)?;
+        let token = self.new_token();
+        let form = request.attached_form(&self.session, &token, allow_exit);
+        let request = connection.rex(form, "COMMON-LISP-USER", Thread::Id(thread));
+        let call = async {
+            match request.await {
                 Err(RexError::Aborted { debugger: None, .. }) => Ok(None),
-                reply => Ok(Some(reply?)),
-            },
-            _ = tokio::time::sleep(limits.timeout) => Err(CallError::Unanswered { after: limits.timeout }),
-            _ = limits.cancel.cancelled() => Err(CallError::Cancelled),
-        }
+                reply => reply.map(Some),
+            }
+        };
+        self.supervise(&connection, &token, deadline, limits, call).await
     }
 
     /// The form of `request`, made as this server's session, under `token`, in the helper revision

@@ -51,9 +51,11 @@ impl Request {
     }
 
     /// The form that makes the call in a thread waiting in a server's debugger of its own, through
-    /// the helper's `ATTACHED`, only in an image that holds this swank-mcp's helper revision.
-    pub(crate) fn attached_form(self) -> Form {
-        Helper::current().attached(self.function, self.args)
+    /// the helper's `ATTACHED`, only in an image that holds this swank-mcp's helper revision: as
+    /// `session`'s agent code under `token`, which may end the image only with `allow_exit`.
+    pub(crate) fn attached_form(self, session: &str, token: &str, allow_exit: bool) -> Form {
+        let agent = [Form::string(session), Form::string(token), Form::from(allow_exit)];
+        Helper::current().attached(self.function, agent.into_iter().chain(self.args))
     }
 
     /// The form that makes the call through `gate`, only in an image that holds this swank-mcp's

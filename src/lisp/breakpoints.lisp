@@ -10,6 +10,17 @@
 ;;;; their activity buffer shows, and Emacs removes every agent's breakpoint at once
 ;;;; (REMOVE-ALL-BREAKPOINTS).
 ;;;;
+;;;; A thread stopped at a breakpoint waits for an agent, so it must never outlive the agent's
+;;;; interest: when its breakpoint goes, for whatever reason (unbreak, Emacs, the session ending,
+;;;; the agent's server killed and its connection closed, uninstall), every thread stopped at it
+;;;; goes on at once (RELEASE-STOPS), by the CONTINUE restart its stop established.
+;;;;
+;;;; A breakpoint never stops the image's own machinery: functions of COMMON-LISP, of SBCL, of the
+;;;; servers and of the helper are refused (the stop itself prints, takes locks and sends through
+;;;; the server, so a breakpoint there stops swank's threads or recurses until the heap is gone);
+;;;; a thread already at a stop, or testing a condition, never stops again until it goes on; and
+;;;; the condition is the agent's code (CONDITION-HOLDS-P).
+;;;;
 ;;;; Loaded after image-threads.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
@@ -26,10 +37,68 @@
                :documentation "How many more stops before it goes, or NIL for no limit.")
    (hits :initform 0 :accessor breakpoint-hits)
    (condition-errors :initform 0 :accessor breakpoint-condition-errors)
-   (session :initarg :session :reader breakpoint-session)))
+   (gone :initform nil :accessor breakpoint-gone
+         :documentation "Why it was removed with its stops let go, once it was: a stop that comes
+after that goes on at once.")
+   (session :initarg :session :reader breakpoint-session)
+   (stop-frame :initarg :stop-frame :reader breakpoint-stop-frame
+               :documentation "A function of (STOP . ARGUMENTS) that calls STOP in a frame named as
+the function, with its parameters bound (STOP-FRAME-FUNCTION), or NIL.")))
 
 (define-condition breakpoint-hit (simple-condition) ()
   (:documentation "What a thread stopped at a breakpoint waits in the debugger with."))
+
+(defclass breakpoint-stop ()
+  ((thread :initarg :thread :reader stop-thread)
+   (breakpoint :initarg :breakpoint :reader stop-breakpoint)
+   (continue :initarg :continue :reader stop-continue
+             :documentation "The CONTINUE restart of the stop, which lets the thread go on.")
+   (released :initform nil :accessor stop-released
+             :documentation "Why the thread was let go without an agent's action, once it was."))
+  (:documentation "A thread waiting at a breakpoint: one of *BREAKPOINT-STOPS*."))
+
+(defvar *at-breakpoint* nil
+  "True in a thread while it tests a breakpoint's condition or waits at a stop: a call it makes
+meanwhile (the stop's own printing, the agent's eval_in_frame) never stops at a breakpoint.")
+
+(defparameter *condition-time-limit* 0.5
+  "Seconds a breakpoint's condition may run in the thread it tests before it counts as false.")
+
+(defun release-stops (predicate why)
+  "Lets every thread waiting at a breakpoint stop PREDICATE is true of go on, through its stop's
+CONTINUE restart, as if an agent had continued it; WHY says why, in the activity record. Returns
+how many were let go."
+  (let ((released (sb-thread:with-mutex (*breakpoints-lock*)
+                    (loop for stop in *breakpoint-stops*
+                          when (and (null (stop-released stop)) (funcall predicate stop))
+                            do (setf (stop-released stop) why)
+                            and collect stop))))
+    (dolist (stop released (length released))
+      (let ((continue (stop-continue stop)))
+        (ignore-errors
+         (sb-thread:interrupt-thread
+          (stop-thread stop)
+          ;; Checked where it runs: the thread may have gone on meanwhile, and a restart no longer
+          ;; active would put an error in the person's thread.
+          (lambda ()
+            (when (member continue (compute-restarts))
+              (invoke-restart continue)))))))))
+
+(defun refused-breakpoint-reason (name)
+  "Why a breakpoint on the function NAME would stop the image's own machinery, or NIL."
+  (let ((package (symbol-package (if (consp name) (second name) name))))
+    (cond ((null package) nil)
+          ((eq package (load-time-value (find-package '#:mcp-agent-helper)))
+           "it is swank-mcp's own")
+          ((server-package-p package)
+           (format nil "it is the ~A server's, which serves every connection (the person's too)"
+                   (package-name package)))
+          ((or (eq package (load-time-value (find-package '#:common-lisp)))
+               (eql 0 (search "SB-" (package-name package))))
+           (format nil "it is ~A's, which the image's own machinery calls (printing, threads, locks, the ~
+                        servers), and a stop there would stop or recurse in the stop itself; break on a ~
+                        function of yours that calls it"
+                   (package-name package))))))
 
 (defun server-debugging-function (package)
   "A function of (CONNECTION CONDITION) that enters the debugger of the server of PACKAGE on
@@ -41,9 +110,11 @@ named, so the agent's server takes the stop for a thread it did not start and le
       (mapcar (lambda (name) (find-symbol name package))
               '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*"))
     (and with-connection debug pending (macro-function with-connection) (fboundp debug)
-         (compile nil `(lambda (connection condition)
-                         (let ((,pending '()))
-                           (,with-connection (connection) (,debug condition))))))))
+         (compile nil `(,(or (sbcl-symbol :named-lambda) 'lambda)
+                        ,@(and (sbcl-symbol :named-lambda) '(enter-agent-debugger))
+                        (connection condition)
+                        (let ((,pending '()))
+                          (,with-connection (connection) (,debug condition))))))))
 
 (defun agent-debugger (session)
   "A function of a condition that enters the debugger on SESSION's connection with it, or, where
@@ -95,55 +166,127 @@ connection; returns when the agent continues. Its session is told in its next re
     (note-event :breakpoint-hit "Thread ~D ~S stopped at breakpoint ~D: ~A. It waits for the agent."
                 (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)
                 call)
-    ;; However it leaves (continued, its frame restarted, aborted), the person sees it run on.
-    (unwind-protect
-         (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
-           (funcall (agent-debugger session) condition))
-      (note-event :breakpoint-left "Thread ~D ~S left breakpoint ~D."
-                  (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)))))
+    (let ((stop nil))
+      ;; However it leaves (continued, its frame restarted, aborted, let go), the person sees it
+      ;; run on.
+      (unwind-protect
+           (with-simple-restart (continue "Continue from breakpoint ~D." (breakpoint-number breakpoint))
+             (setf stop (new 'breakpoint-stop :thread thread :breakpoint breakpoint
+                                              :continue (find-restart 'continue)))
+             (sb-thread:with-mutex (*breakpoints-lock*)
+               (push stop *breakpoint-stops*))
+             ;; Its breakpoint may have gone, or its session ended, before the stop was listed:
+             ;; nothing would let it go then.
+             (when (or (breakpoint-gone breakpoint) (session-ended-p session))
+               (return-from stop-at-breakpoint))
+             (funcall (agent-debugger session) condition))
+        (when stop
+          (sb-thread:with-mutex (*breakpoints-lock*)
+            (setf *breakpoint-stops* (remove stop *breakpoint-stops*))))
+        (note-event :breakpoint-left "Thread ~D ~S left breakpoint ~D~@[: it was let go, as ~A~]."
+                    (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)
+                    (and stop (stop-released stop)))))))
+
+(defun parameter-variables (lambda-list)
+  "The variables a lambda list binds (its parameters', without defaults or supplied-p)."
+  (loop for item in lambda-list
+        unless (member item lambda-list-keywords)
+          collect (let ((name (if (consp item) (first item) item)))
+                    (if (consp name) (second name) name))))
+
+(defun stop-frame-function (function-name)
+  "A function of (STOP . ARGUMENTS) that calls STOP in a frame named FUNCTION-NAME whose locals are
+the function's parameters bound to ARGUMENTS, as its own frame would hold them: the stop is before
+the call, where the function has no frame yet, and a breakpoint is set to read the arguments (a
+backtrace shows the call, eval_in_frame reads the parameters by name). NIL when SBCL does not know
+the function's lambda list, or it does not compile."
+  (let* ((lambda-list (ignore-errors (sb-introspect:function-lambda-list (fdefinition function-name))))
+         (variables (and (listp lambda-list) (parameter-variables lambda-list)))
+         (named-lambda (sbcl-symbol :named-lambda)))
+    (when (and named-lambda (listp lambda-list) (every #'symbolp variables))
+      (ignore-errors
+       (let ((*error-output* (make-broadcast-stream)))
+         (compile nil `(lambda (stop &rest arguments)
+                         (apply (,named-lambda ,function-name ,lambda-list
+                                  ;; Speed as high as debug: no step points, so that a
+                                  ;; step from the stop goes into the function, not here.
+                                  (declare (optimize (debug 2) (speed 2)) (ignorable ,@variables))
+                                  (funcall stop)
+                                  ;; Used after the stop, so that the frame keeps them for it.
+                                  (list ,@variables))
+                                arguments))))))))
 
 (defun breakpoint-applies-p (breakpoint arguments)
   "Whether this call, with ARGUMENTS, stops at BREAKPOINT: in its thread (if it names one), not in
-a tool call of swank-mcp's own (which has nobody to stop for), and when its condition holds. A
-condition that signals counts as false, and is counted."
+a tool call of swank-mcp's own (which has nobody to stop for), and when its condition holds."
   (and (or (null (breakpoint-thread breakpoint))
            (eq (breakpoint-thread breakpoint) sb-thread:*current-thread*))
        (not (in-call-p))
        (not (session-ended-p (breakpoint-session breakpoint)))
        (or (null (breakpoint-test breakpoint))
-           (handler-case (funcall (breakpoint-test breakpoint) arguments)
-             (error ()
-               (sb-thread:with-mutex (*breakpoints-lock*)
-                 (incf (breakpoint-condition-errors breakpoint)))
-               nil)))))
+           (condition-holds-p breakpoint arguments))))
+
+(defun condition-holds-p (breakpoint arguments)
+  "Whether BREAKPOINT's condition holds for ARGUMENTS. The condition is the agent's code running
+in somebody's thread: it runs as the agent's (an exit is refused), within *CONDITION-TIME-LIMIT*,
+and whatever it signals (an error, a warning, a stack exhaustion, a BREAK) or a limit it passes
+makes it false and is counted, never seen by the thread's own handlers or debugger."
+  (let ((tag (list 'condition)))
+    (flet ((failed (&rest ignored)
+             (declare (ignore ignored))
+             (throw tag nil)))
+      (let ((holds (catch tag
+                     (let ((*agent-session* (breakpoint-session breakpoint))
+                           (*exit-allowed* nil)
+                           (*debugger-hook* #'failed)
+                           (sb-ext:*invoke-debugger-hook* #'failed))
+                       (handler-bind ((condition #'failed))
+                         (sb-ext:with-timeout *condition-time-limit*
+                           (list (funcall (breakpoint-test breakpoint) arguments))))))))
+        (unless holds
+          (sb-thread:with-mutex (*breakpoints-lock*)
+            (incf (breakpoint-condition-errors breakpoint))))
+        (and holds (first holds) t)))))
 
 (defun breakpoint-wrapper (function-name)
   "The encapsulation of FUNCTION-NAME: each call asks its breakpoint, found afresh, so that an
 UNBREAK under way never leaves a call stopping at a breakpoint that is gone."
   (lambda (original &rest arguments)
-    (let ((breakpoint (find function-name *breakpoints* :key #'breakpoint-function-name :test #'equal)))
-      (if (and breakpoint (breakpoint-applies-p breakpoint arguments))
-          (let ((last (sb-thread:with-mutex (*breakpoints-lock*)
-                        (incf (breakpoint-hits breakpoint))
-                        (let ((left (breakpoint-stops-left breakpoint)))
-                          (when left
-                            (setf (breakpoint-stops-left breakpoint) (1- left)))
-                          (eql left 1)))))
-            (when last
-              (remove-breakpoints (list breakpoint) "its last stop (hits) was taken"))
-            (stop-at-breakpoint breakpoint arguments)
+    (let ((breakpoint (and (not *at-breakpoint*)
+                           (find function-name *breakpoints* :key #'breakpoint-function-name :test #'equal))))
+      (if (and breakpoint
+               (let ((*at-breakpoint* t))
+                 (breakpoint-applies-p breakpoint arguments))
+               (take-hit breakpoint))
+          (progn
+            (let ((*at-breakpoint* t)
+                  (frame (breakpoint-stop-frame breakpoint)))
+              (if frame
+                  (apply frame (lambda () (stop-at-breakpoint breakpoint arguments)) arguments)
+                  (stop-at-breakpoint breakpoint arguments)))
             (call-with-agent-stepping (breakpoint-session breakpoint) original arguments))
           (apply original arguments)))))
+
+(defun take-hit (breakpoint)
+  "Counts a stop at BREAKPOINT, when it is still there and has stops left (two threads may reach
+its last one at once: one stops, the other runs on). Its last stop removes it."
+  (let ((last (sb-thread:with-mutex (*breakpoints-lock*)
+                (let ((left (breakpoint-stops-left breakpoint)))
+                  (when (and (member breakpoint *breakpoints*) (or (null left) (plusp left)))
+                    (incf (breakpoint-hits breakpoint))
+                    (when left
+                      (setf (breakpoint-stops-left breakpoint) (1- left)))
+                    (if (eql left 1) :last :taken))))))
+    (when (eq last :last)
+      (remove-breakpoints (list breakpoint) "its last stop (hits) was taken" :release nil))
+    last))
 
 (defun condition-test (text function-name package)
   "A function of a call's arguments that evaluates TEXT, read in PACKAGE, with FUNCTION-NAME's
 parameters bound by name to them."
   (let* ((lambda-list (sb-introspect:function-lambda-list (fdefinition function-name)))
          (forms (let ((*package* package)) (read-forms text package)))
-         (variables (loop for item in lambda-list
-                          unless (member item lambda-list-keywords)
-                            collect (let ((name (if (consp item) (first item) item)))
-                                      (if (consp name) (second name) name)))))
+         (variables (parameter-variables lambda-list)))
     (when (rest forms)
       (fail "The condition is one form; it reads as ~D." (length forms)))
     (compile nil `(lambda (arguments)
@@ -157,11 +300,15 @@ parameters bound by name to them."
     (format nil "breakpoint ~D on ~A~@[ when ~A~]~:[, every thread~;, thread ~:*~A only~]"
             number function condition thread)))
 
-(defun remove-breakpoints (breakpoints why)
-  "Takes BREAKPOINTS out, and each function's encapsulation with its last one. Returns those that
-were still set (two removals can race), which the activity record says WHY of."
+(defun remove-breakpoints (breakpoints why &key (release t))
+  "Takes BREAKPOINTS out, and each function's encapsulation with its last one, and, with RELEASE,
+lets the threads stopped at them go on. Returns those that were still set (two removals can race),
+which the activity record says WHY of, and how many threads were let go."
   (let ((removed (sb-thread:with-mutex (*breakpoints-lock*)
                    (let ((set (intersection breakpoints *breakpoints*)))
+                     (when release
+                       (dolist (breakpoint breakpoints)
+                         (setf (breakpoint-gone breakpoint) why)))
                      (setf *breakpoints* (set-difference *breakpoints* breakpoints))
                      (dolist (breakpoint breakpoints set)
                        (let ((name (breakpoint-function-name breakpoint)))
@@ -169,16 +316,23 @@ were still set (two removals can race), which the activity record says WHY of."
                            (when (and (fboundp name)
                                       (sbcl-call :encapsulated-p name 'mcp-agent-breakpoint))
                              (sbcl-call :unencapsulate name 'mcp-agent-breakpoint)))))))))
-    (dolist (breakpoint removed removed)
-      (note-event :breakpoint-removed "Removed ~A: ~A." (breakpoint-text breakpoint) why))))
+    (dolist (breakpoint removed)
+      (note-event :breakpoint-removed "Removed ~A: ~A." (breakpoint-text breakpoint) why))
+    (values removed
+            (if release
+                (release-stops (lambda (stop) (member (stop-breakpoint stop) breakpoints)) why)
+                0))))
 
 (defun session-breakpoints (session)
   "SESSION's breakpoints, newest first."
   (remove session *breakpoints* :key #'breakpoint-session :test-not #'eq))
 
 (defun forget-session-breakpoints (session)
-  "Removes SESSION's breakpoints: it has ended."
-  (remove-breakpoints (session-breakpoints session) "its agent's session ended"))
+  "Removes SESSION's breakpoints, and lets every thread stopped at one of them go on (also at one
+its last stop removed already): it has ended."
+  (remove-breakpoints (session-breakpoints session) "its agent's session ended")
+  (release-stops (lambda (stop) (eq (breakpoint-session (stop-breakpoint stop)) session))
+                 "its agent's session ended"))
 
 (defun breakpoint-plist (breakpoint)
   (list :number (breakpoint-number breakpoint)
@@ -203,8 +357,9 @@ Returns the breakpoint's plist."
             (target (and thread (find-thread thread))))
        (unless (and (fboundp name) (not (macro-function name)) (not (special-operator-p name)))
          (fail "~A is not a function; a breakpoint stops calls of a function." (qualified-name name)))
-       (when (eq (symbol-package name) (load-time-value (find-package '#:mcp-agent-helper)))
-         (fail "~A is swank-mcp's own." (qualified-name name)))
+       (let ((refused (refused-breakpoint-reason name)))
+         (when refused
+           (fail "A breakpoint on ~A is refused: ~A." (qualified-name name) refused)))
        (let ((breakpoint (new 'breakpoint
                               :number (1+ (sb-ext:atomic-incf (car *breakpoint-counter*)))
                               :function-name name
@@ -216,6 +371,7 @@ Returns the breakpoint's plist."
                                                          (if package lookup (or (symbol-package name) lookup))))
                               :thread target
                               :stops-left hits
+                              :stop-frame (stop-frame-function name)
                               :session session)))
          ;; Checked and set under one lock: of two agents breaking on one function at once, one
          ;; is refused; a function never has two breakpoints.
@@ -239,7 +395,8 @@ Returns the breakpoint's plist."
                 (list :breakpoints (mapcar #'breakpoint-plist (reverse (session-breakpoints session))))))))
 
 (define-entry (remove-breakpoint :caller :server) (&key number session token)
-  "Removes SESSION's breakpoint NUMBER, or all of them when NUMBER is NIL: (:REMOVED plists)."
+  "Removes SESSION's breakpoint NUMBER, or all of them when NUMBER is NIL, and lets the threads
+stopped at them go on: (:REMOVED plists :RELEASED threads)."
   (run-tool token
             (lambda ()
               (let* ((session (find-session session))
@@ -249,13 +406,13 @@ Returns the breakpoint's plist."
                                      (fail "There is no breakpoint ~D of this session~:[~;; its breakpoints are ~
                                             ~{~D~^, ~}~]." number own (mapcar #'breakpoint-number own)))
                                  own)))
-                (remove-breakpoints chosen "the agent removed it")
-                (list :removed (mapcar #'breakpoint-plist chosen))))))
+                (list :removed (mapcar #'breakpoint-plist chosen)
+                      :released (nth-value 1 (remove-breakpoints chosen "the agent removed it")))))))
 
 (define-entry (remove-all-breakpoints :caller :emacs) ()
   "For Emacs (swank-mcp-clear-breakpoints): removes every agent's breakpoint, whichever session set
-it, so that no call of the image stops for an agent any more. A thread that waits at one already
-still waits for its agent's continue. Returns the removed breakpoints' plists, oldest first."
+it, so that no call of the image stops for an agent any more, and lets every thread waiting at one
+go on. Returns the removed breakpoints' plists, oldest first."
   (mapcar #'breakpoint-plist
           (sort (remove-breakpoints *breakpoints* "cleared in Emacs") #'< :key #'breakpoint-number)))
 

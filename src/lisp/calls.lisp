@@ -145,14 +145,15 @@ no call's."
       (list (shiftf (sb-thread:thread-name sb-thread:*current-thread*)
                     (format nil "swank-mcp ~A, call ~A" tool call))))))
 
-(defun call-registered (token function)
+(defun call-registered (token function &key (rename t))
   "Calls FUNCTION with a fresh EVALUATION registered under TOKEN. Returns what FUNCTION returns
-or, when the evaluation is aborted, the report it was aborted with."
+or, when the evaluation is aborted, the report it was aborted with. With RENAME, the thread is
+named after the call meanwhile."
   (let* ((evaluation (make-instance 'evaluation))
          (*evaluation* evaluation)
          (early nil)
          (*agent-call* token)
-         (named-from (name-thread-for-call token)))
+         (named-from (and rename (name-thread-for-call token))))
     (reset-send-counter)
     (unwind-protect
          ;; Registered inside the CATCH: a CANCEL that finds the evaluation registered may

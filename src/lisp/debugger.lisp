@@ -51,14 +51,17 @@ the function's name."
   "The evaluation's frames, from frame 0 to END (exclusive; NIL for all), as (index frame name),
 innermost first, down to the evaluated code: the helper's and the evaluator's frames below it,
 and the server's, are left out, as in every backtrace this helper prints. Always counted from
-frame 0, which tells the helper's frames above the user's from those below them."
+frame 0, which tells the helper's frames above the user's from those below them. In a thread of
+the image's own the helper's frames (a breakpoint's stop) stand between the person's, which all
+count."
   (let ((frames '())
-        (seen-user-frame nil))
+        (seen-user-frame nil)
+        (image-thread (parked-image-thread-p *parked*)))
     (loop for frame in (funcall (backend-function "COMPUTE-BACKTRACE") 0 end)
           for index from 0
           do (let ((name (frame-call-of frame (parked-condition *parked*))))
                (cond ((own-frame-p name)
-                      (when seen-user-frame (loop-finish)))
+                      (when (and seen-user-frame (not image-thread)) (loop-finish)))
                      (t
                       (unless (implementation-internal-p name)
                         (setf seen-user-frame t))

@@ -17,6 +17,10 @@
 ;;;; - A function on SB-INT:*SETF-FDEFINITION-HOOK* (the journal's view of DEFUN).
 ;;;; - CONNECTION-CLOSED on each server's *CONNECTION-CLOSED-HOOK* (swank's, slynk's, or both):
 ;;;;   a closed connection's sessions and worker threads end.
+;;;; - Encapsulations of the servers' UPDATE-REDIRECTION-AFTER-CLOSE (swank-repl's, or swank's
+;;;;   or slynk's own), image-threads.lisp: when the person's connection that the image's global
+;;;;   output went to closes, that output never goes to a swank-mcp connection, which has no REPL
+;;;;   streams (SBCL would halt at the next thread's output).
 ;;;; - An encapsulation of each server's DISPATCH-EVENT: the reply to the agent's request to a
 ;;;;   thread waiting in the person's debugger goes to the agent (image-threads.lisp); and of its
 ;;;;   CLOSE-CONNECTION%, which closes a dead client's socket without flushing it first, so that
@@ -62,7 +66,10 @@
     (("SWANK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
     (("SLYNK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
     (("SWANK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
-    (("SLYNK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly))
+    (("SLYNK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
+    (("SWANK-REPL" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
+    (("SWANK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
+    (("SLYNK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only))
   "The functions the helper encapsulates, each (function tag wrapper): FUNCTION is an SBCL
 internal's keyword (sbcl.lisp), SBCL's exported symbol, or a server's (package name). Internals
 and servers' functions are looked up by name, since a future SBCL or server may lack one (the

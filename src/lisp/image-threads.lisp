@@ -37,10 +37,26 @@
                        (and variable (boundp variable) (symbol-value variable)))))
     (ignore-errors (find-if-not #'agent-connection-p connections))))
 
+(defvar *person-connections-only* nil
+  "True while a server chooses where the image's global output goes after a connection closed
+(REDIRECT-TO-PEOPLE-ONLY): DEFAULT-CONNECTION then answers no swank-mcp connection.")
+
 (defun person-first-connection (package default-connection)
   "The person's connection of the server of PACKAGE (see PERSON-CONNECTION), or what the server's
-own DEFAULT-CONNECTION answers when there is none."
-  (or (person-connection package) (funcall default-connection)))
+own DEFAULT-CONNECTION answers when there is none (but while *PERSON-CONNECTIONS-ONLY*)."
+  (or (person-connection package)
+      (and (not *person-connections-only*) (funcall default-connection))))
+
+(defun redirect-to-people-only (update-redirection closed-connection)
+  "Wraps the servers' UPDATE-REDIRECTION-AFTER-CLOSE, which runs when a connection closes and, when
+the image's global output went to it (the person's Emacs started the Lisp), sends that output to
+the DEFAULT-CONNECTION, or back to the real streams when there is none. A swank-mcp connection has
+no REPL streams, so the server would set *STANDARD-OUTPUT*, *TERMINAL-IO* and the rest to NIL:
+the next thread to print (the person's worker, a thread in SLDB) errs, its report errs again, and
+SBCL halts into LDB with the whole image. Here the output goes to another person's connection, or
+back to the real streams, as it does in an image swank-mcp never attached to."
+  (let ((*person-connections-only* t))
+    (funcall update-redirection closed-connection)))
 
 (defun swank-person-first (default-connection)
   (person-first-connection (find-package "SWANK") default-connection))
@@ -146,24 +162,50 @@ else as ever. (Swank runs an event hook there too; slynk has none.)"
                         :restarts (value :restarts)
                         :package *package*
                         :stdout nil
-                        :stderr nil)))))
+                        :stderr nil
+                        :image-thread t)))))
 
 (defparameter *attachable-entries*
   '("DEBUGGER-REPORT" "DEBUGGER-FRAME" "DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART"
     "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT" "DEBUGGER-STEP")
   "The entries ATTACHED runs: the debugger tool's actions.")
 
-(define-entry (attached :caller :server) (version name &rest arguments)
+(defparameter *agent-code-entries*
+  '("DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART" "DEBUGGER-RETURN-FROM-FRAME")
+  "The entries ATTACHED runs that evaluate the agent's code in the thread: as the agent's.")
+
+(define-entry (attached :caller :server) (version name session token allow-exit &rest arguments)
   "CALL for a thread that waits in a server's debugger on its own (a thread of the image's, in the
 person's SLDB or in none): the debugger entry NAME applied to ARGUMENTS inside that debugger, as
-one of swank-mcp's own parked evaluations would run it (see debugger.lisp)."
+one of swank-mcp's own parked evaluations would run it (see debugger.lisp). The agent's code the
+entry evaluates is SESSION's (RUN-AS-AGENT-CODE)."
   (cond ((not (equal version *version*)) :other-helper)
         ((not (member (string-upcase name) *attachable-entries* :test #'string=))
          (list :failure (format nil "~A is not a debugger action." name)))
-        (t (let ((*parked* (or *parked* (server-debugger-state))))
-             (if *parked*
-                 (apply (find-symbol (string-upcase name) '#:mcp-agent-helper) arguments)
-                 (list :failure "This thread no longer waits in a debugger."))))))
+        (t (let ((*parked* (or *parked* (server-debugger-state)))
+                 (entry (find-symbol (string-upcase name) '#:mcp-agent-helper)))
+             (cond ((null *parked*)
+                    (list :failure "This thread no longer waits in a debugger."))
+                   ((member (string-upcase name) *agent-code-entries* :test #'string=)
+                    (run-as-agent-code session token allow-exit (lambda () (apply entry arguments))))
+                   (t (apply entry arguments)))))))
+
+(defun run-as-agent-code (session token allow-exit function)
+  "Calls FUNCTION, which evaluates the agent's code in a thread that is not the agent's, as that
+code runs anywhere else: as SESSION's (an exit refused unless ALLOW-EXIT, what it defines in the
+undo journal), under TOKEN, so that the server's timeout or cancellation interrupts it. An
+interruption unwinds the agent's code only: the thread goes on waiting in its debugger, and the
+answer is a failure saying so. The thread keeps its name: it is the person's."
+  (let ((outcome (call-registered token
+                                  (lambda (evaluation)
+                                    (declare (ignore evaluation))
+                                    (let ((*agent-session* (gethash session *sessions*))
+                                          (*exit-allowed* allow-exit))
+                                      (funcall function)))
+                                  :rename nil)))
+    (if (and (consp outcome) (eq (first outcome) :kind))
+        (list :failure (format nil "~A The thread still waits in its debugger, where it was." (getf outcome :message)))
+        outcome)))
 
 (defun stop-number (condition)
   (or (gethash condition *stop-numbers*)

@@ -49,6 +49,7 @@
       (:frame-down "SB-DI" :function "walks a stack: backtraces, thread stacks, output capture")
       (:frame-debug-fun "SB-DI" :function "a frame's function: thread stacks, output capture")
       (:debug-fun-name "SB-DI" :function "a frame's function's name: thread stacks, the profile")
+      (:named-lambda "SB-INT" :symbol "the frame a breakpoint stops in, named as its function (breakpoints)")
       (:*stepper-hook* "SB-EXT" :variable "sends an agent's steps to its debugger (breakpoints)")
       (:find-stepped-frame "SB-DI" :function "where a step stopped (breakpoints' stepping)")
       (:invoke-stepper "SB-IMPL" :function "runs the stepper for an agent (breakpoints' stepping)")

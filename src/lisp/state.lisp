@@ -298,6 +298,10 @@ server waits for a stop of another number.")
   "Guards *BREAKPOINTS* and the encapsulations that carry them: two agents may set one on a
 function at once.")
 
+(defvar *breakpoint-stops* '()
+  "Every thread waiting at a breakpoint now, as BREAKPOINT-STOPs (breakpoints.lisp). Changed only
+under *BREAKPOINTS-LOCK*.")
+
 (defvar *breakpoint-counter* (list 0)
   "The last breakpoint number given, in a cons for ATOMIC-INCF.")
 

@@ -94,7 +94,10 @@ for a user who cannot answer (or, in an Emacs-hosted image, stealing the user's 
    (restarts :initarg :restarts :reader parked-restarts)
    (package :initarg :package :reader parked-package)
    (stdout :initarg :stdout :reader parked-stdout)
-   (stderr :initarg :stderr :reader parked-stderr)))
+   (stderr :initarg :stderr :reader parked-stderr)
+   (image-thread :initarg :image-thread :initform nil :reader parked-image-thread-p
+                 :documentation "True for a thread of the image's own, attached to: every frame
+of its stack but the helper's and the servers' is the person's code.")))
 
 (defparameter *debug-timeout* 600
   "Seconds a parked evaluation waits for the agent before it is aborted.")

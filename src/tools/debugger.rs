@@ -130,12 +130,17 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         "unbreak" => {
             let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", asked.breakpoint);
             let reply = context.call_helper(args, request).await?;
-            let removed = decode::<Removed>("remove-breakpoint", &reply)?.removed;
-            return Ok(ToolOutput::success(match removed.as_slice() {
-                [] => "There were no breakpoints to remove.".to_string(),
-                removed => format!(
-                    "Removed: {}. Threads waiting at them still wait: continue them.",
-                    removed.iter().map(Breakpoint::line).collect::<Vec<_>>().join("; ")
+            let Removed { removed, released } = decode::<Removed>("remove-breakpoint", &reply)?;
+            return Ok(ToolOutput::success(match (removed.as_slice(), released) {
+                ([], _) => "There were no breakpoints to remove.".to_string(),
+                (removed, released) => format!(
+                    "Removed: {}.{}",
+                    removed.iter().map(Breakpoint::line).collect::<Vec<_>>().join("; "),
+                    match released {
+                        0 => String::new(),
+                        1 => " The thread waiting at it went on.".to_string(),
+                        n => format!(" The {n} threads waiting at them went on."),
+                    }
                 ),
             }));
         }
@@ -157,7 +162,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
         Stopped::Attached { listed, stop } => {
-            return match image.call_in_attached_thread(thread, action.request(), &limits).await {
+            return match image.call_in_attached_thread(thread, action.request(), context.exit_allowed(&image), &limits).await {
                 Ok(Some(reply)) => {
                     keep(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
@@ -244,6 +249,7 @@ struct Breakpoints {
 #[derive(Debug, Deserialize)]
 struct Removed {
     removed: Vec<Breakpoint>,
+    released: u64,
 }
 
 /// Sets a breakpoint on a function: a call that stops waits in the debugger on this server's
@@ -338,7 +344,7 @@ async fn attach(context: &ToolContext, args: &Arguments, asked: &Args, limits: &
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
     let image = context.image(args)?;
     let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
-    let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? else {
+    let Some(reply) = image.call_in_attached_thread(facts.thread, request, context.exit_allowed(&image), limits).await? else {
         return Err(ToolError::new("The thread left the debugger before it could be attached to."));
     };
     check_failure(&reply)?;
@@ -384,7 +390,7 @@ async fn follow_attached(
         if let Some(facts) = facts {
             let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
             let image = context.image(args)?;
-            if let Some(reply) = image.call_in_attached_thread(facts.thread, request, limits).await? {
+            if let Some(reply) = image.call_in_attached_thread(facts.thread, request, context.exit_allowed(&image), limits).await? {
                 check_failure(&reply)?;
                 let report = decode::<StopReport>("debugger-report", &reply)?;
                 let condition =

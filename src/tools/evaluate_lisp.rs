@@ -70,7 +70,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     };
     // The optional keys are sent only when given (or, for the flags, when they differ from the
     // helper's default): a request without them is the same as before they existed.
-    let allow_exit = context.settings.allow_exit || image.launched_pid().is_some();
+    let allow_exit = context.exit_allowed(&image);
     let request = Request::new(Entry::EVALUATE)
         .arg(code)
         .key("package", package)

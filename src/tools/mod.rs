@@ -449,6 +449,11 @@ impl ToolContext {
         &self.toolbox.roots
     }
 
+    /// Whether the agent's code may end `image`: `--allow-exit`, or an image this server started.
+    pub fn exit_allowed(&self, image: &Image) -> bool {
+        self.settings.allow_exit || image.launched_pid().is_some()
+    }
+
     /// The evaluations stopped in an image's debugger.
     pub(crate) fn debugger_sessions(&self) -> &DebuggerSessions {
         &self.toolbox.debugger_sessions
