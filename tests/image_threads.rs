@@ -412,3 +412,136 @@ async fn a_sentinel_stuck_in_a_debugger_is_reported_by_lisp_status_with_what_to_
         "{status}"
     );
 }
+
+/// Waits until the person's `form` reads `expected`, or fails naming `what` after 10 s.
+async fn until_person_sees(person: &mut Person, form: &str, expected: &str, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = person.eval(form, "SHOP").await;
+        if seen.starts_with(expected) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {form} is {seen}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_threads_stop_ends_when_its_breakpoint_goes_however_it_goes() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    person.eval("(defvar *priced* '())", "SHOP").await;
+    let start_worker = "(sb-thread:make-thread (lambda () (push (price 5) *priced*)) :name \"pricer\")";
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+
+    // unbreak: the thread waiting at the breakpoint goes on at once, and the reply says so.
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price"})).await;
+    person.eval(start_worker, "SHOP").await;
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
+    assert!(reply.contains("It waits at breakpoint 1"), "{reply}");
+    assert_eq!(person.eval("*priced*", "SHOP").await, "(:ok \"=> NIL\")");
+    let removed = tool(&mut agent, "debugger", json!({"action": "unbreak"})).await;
+    assert!(removed.ends_with("The thread waiting at it went on."), "{removed}");
+    until_person_sees(&mut person, "*priced*", "(:ok \"=> (50)", "the thread went on after unbreak").await;
+
+    // swank-mcp killed while a thread waits at its breakpoint: the connection closes, its
+    // session ends, and the thread goes on.
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price"})).await;
+    person.eval(start_worker, "SHOP").await;
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
+    assert!(reply.contains("It waits at breakpoint 2"), "{reply}");
+    agent.child.kill().await.unwrap();
+    until_person_sees(&mut person, "*priced*", "(:ok \"=> (50 50)", "the thread went on after the agent was killed")
+        .await;
+    assert_eq!(
+        person.eval("(sb-int:encapsulated-p 'price 'mcp-agent-helper::mcp-agent-breakpoint)", "SHOP").await,
+        "(:ok \"=> NIL\")"
+    );
+}
+
+#[tokio::test]
+async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    // Compiled with the default policy, as most code is.
+    person.eval("(progn (declaim (optimize (debug 1))) (defun tax (amount rate) (* amount rate)))", "SHOP").await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tax"})).await;
+    person.eval("(sb-thread:make-thread (lambda () (tax 200 3)) :name \"taxer\")", "SHOP").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "taxer"})).await;
+    let session = session_of(&attached);
+    // The function's call is in the backtrace, its parameters are locals of its frame.
+    let frame = frame_of(&attached, "SHOP::TAX");
+    let read = tool(
+        &mut agent,
+        "debugger",
+        json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(list amount rate)"}),
+    )
+    .await;
+    assert!(read.starts_with("=> (200 3)"), "{read}");
+
+    // An exit is refused in the person's thread as anywhere else, and the image lives.
+    let exit = agent
+        .call_tool(
+            "debugger",
+            json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(sb-ext:exit :abort t)"}),
+        )
+        .await;
+    assert!(text(&exit).contains("EXIT-REFUSED"), "{exit}");
+    // Code that never returns is cut at the call's time limit; the thread still waits there.
+    let endless = agent
+        .call_tool(
+            "debugger",
+            json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(loop)", "timeout_ms": 500}),
+        )
+        .await;
+    assert!(
+        is_error(&endless) && text(&endless).contains("The thread still waits in its debugger, where it was."),
+        "{endless}"
+    );
+    let again = tool(
+        &mut agent,
+        "debugger",
+        json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": "(* amount rate)"}),
+    )
+    .await;
+    assert!(again.starts_with("=> 600"), "{again}");
+    tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
+    assert!(person.eval("(+ 40 2)", "SHOP").await.starts_with("(:ok \"=> 42"), "the person's image lives");
+}
+
+#[tokio::test]
+async fn a_breakpoints_condition_is_the_agents_code_and_the_images_machinery_never_stops() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    for function in ["format", "print-object", "sb-thread:make-thread", "sb-thread:grab-mutex", "swank::send"] {
+        let refused = agent.call_tool("debugger", json!({"action": "break", "function": function})).await;
+        assert!(is_error(&refused) && text(&refused).contains("is refused"), "{function}: {refused}");
+    }
+    // Conditions that exit, never return, warn or exhaust the stack are false, counted, and
+    // reach neither the person's thread nor their debugger.
+    for (condition, qty) in [
+        ("(progn (sb-ext:exit :abort t) t)", 1),
+        ("(loop)", 2),
+        ("(progn (warn \"odd ~A\" qty) t)", 3),
+        ("(labels ((deep (n) (1+ (deep n)))) (deep qty))", 4),
+    ] {
+        tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price", "condition": condition}))
+            .await;
+        let call = format!("(sb-thread:join-thread (sb-thread:make-thread (lambda () (price {qty}))))");
+        let priced = person.eval(&call, "SHOP").await;
+        assert!(priced.starts_with(&format!("(:ok \"=> {}", qty * 10)), "{condition}: {priced}");
+        let listed = tool(&mut agent, "debugger", json!({"action": "breakpoints"})).await;
+        assert!(listed.contains("its condition failed once (taken as false)"), "{condition}: {listed}");
+        tool(&mut agent, "debugger", json!({"action": "unbreak"})).await;
+    }
+    assert!(!person.unread.iter().any(|message| message.starts_with("(:debug ")), "{:?}", person.unread);
+}

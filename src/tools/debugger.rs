@@ -121,11 +121,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         "breakpoints" => {
             let reply = context.call_helper(args, Request::new(Entry::LIST_BREAKPOINTS)).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
-            return Ok(ToolOutput::success(if listed.is_empty() {
-                "No breakpoints.".to_string()
-            } else {
-                listed.iter().map(Breakpoint::line).collect::<Vec<_>>().join("\n")
-            }));
+            return Ok(ToolOutput::success(breakpoint_list(&listed, context.settings.max_output)));
         }
         "unbreak" => {
             let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", asked.breakpoint);
@@ -224,7 +220,12 @@ impl Breakpoint {
     fn line(&self) -> String {
         let mut line = format!("Breakpoint {}: {}", self.number, self.function);
         if let Some(condition) = &self.condition {
-            line.push_str(&format!(" when {condition}"));
+            // The agent wrote it and has it; a long one would crowd out the rest of the list.
+            const SHOWN: usize = 200;
+            match condition.char_indices().nth(SHOWN) {
+                Some((cut, _)) => line.push_str(&format!(" when {} ...", &condition[..cut])),
+                None => line.push_str(&format!(" when {condition}")),
+            }
         }
         line.push_str(&match &self.thread {
             Some(thread) => format!(", thread {thread} only"),
@@ -234,11 +235,36 @@ impl Breakpoint {
         if let Some(left) = self.stops_left {
             line.push_str(&format!(", {left} more before it goes"));
         }
-        if self.condition_errors > 0 {
-            line.push_str(&format!(", its condition failed {} times (taken as false)", self.condition_errors));
+        match self.condition_errors {
+            0 => {}
+            1 => line.push_str(", its condition failed once (taken as false)"),
+            n => line.push_str(&format!(", its condition failed {n} times (taken as false)")),
         }
         line
     }
+}
+
+/// The breakpoints a line each, within `max_output` characters (--max-output).
+fn breakpoint_list(listed: &[Breakpoint], max_output: usize) -> String {
+    if listed.is_empty() {
+        return "No breakpoints.".to_string();
+    }
+    let mut text = String::new();
+    for (shown, breakpoint) in listed.iter().enumerate() {
+        let line = breakpoint.line();
+        if !text.is_empty() && text.len() + line.len() > max_output {
+            text.push_str(&format!(
+                "\n[... {} more breakpoints not shown: the limit is {max_output} characters (--max-output)]",
+                listed.len() - shown
+            ));
+            break;
+        }
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&line);
+    }
+    text
 }
 
 #[derive(Debug, Deserialize)]
@@ -619,6 +645,25 @@ mod tests {
         assert_eq!(session_number("D12").unwrap(), 12);
         assert_eq!(session_number("3").unwrap(), 3);
         assert!(session_number("X1").unwrap_err().0.contains("such as \"D1\""));
+    }
+
+    #[test]
+    fn the_breakpoint_list_stays_within_the_output_limit() {
+        let breakpoint = |number| Breakpoint {
+            number,
+            function: "SHOP::PRICE".to_string(),
+            condition: Some("x".repeat(100_000)),
+            thread: None,
+            stops_left: None,
+            hits: 1,
+            condition_errors: 1,
+        };
+        let listed: Vec<_> = (1..=1000).map(breakpoint).collect();
+        let text = breakpoint_list(&listed, 4096);
+        assert!(text.len() < 4096 + 200, "{}", text.len());
+        assert!(text.starts_with("Breakpoint 1: SHOP::PRICE when xxx"), "{text}");
+        assert!(text.contains(" ..., every thread, 1 stop, its condition failed once (taken as false)\n"), "{text}");
+        assert!(text.ends_with("more breakpoints not shown: the limit is 4096 characters (--max-output)]"), "{text}");
     }
 
     #[test]
