@@ -1570,26 +1570,19 @@ every thread: cleared in Emacs\\.\n" number))
                                (lambda () (string-match-p (format "removed the agents' breakpoint on .*SWANK-MCP-TARIFF (%s)\\."
                                                                   number)
                                                           (swank-mcp-tests--last-message))))
-        ;; No call stops any more; the one stopped already waits for its agent's continue.
+        ;; The thread stopped at it goes on at once, and no call stops any more.
+        (swank-mcp-tests--wait-activity
+         activity "the thread let go"
+         (format "left a breakpoint\n    Thread [0-9]+ \"tariff-worker\" left breakpoint %s: it was let go, as \
+cleared in Emacs\\.\n" number))
+        (swank-mcp-tests--wait "the stopped call to finish"
+                               (lambda () (eql (swank-mcp-tests--image-value "*SWANK-MCP-PRICED*") 70)))
         (should (equal (swank-mcp-tests--user-value
                         "(sb-thread:join-thread (sb-thread:make-thread (lambda () (swank-mcp-tariff 9)))
                                                 :timeout 10 :default :stopped)")
                        "90"))
         (swank-mcp-tests--mcp-call server 3 "debugger" '((action . "breakpoints")))
-        (should (equal (swank-mcp-tests--response-ok server 3) "No breakpoints."))
-        (swank-mcp-tests--mcp-call server 4 "debugger" '((action . "attach") (thread . "tariff-worker")))
-        (let ((session (swank-mcp-tests--match "\\[DEBUGGER \\(D[0-9]+\\)\\]" (swank-mcp-tests--response-ok server 4))))
-          (swank-mcp-tests--wait-activity
-           activity "the attach to the stopped thread"
-           "attached to a thread\n    An agent attached to thread [0-9]+ \"tariff-worker\", which waits in swank-mcp's \
-connection, at an agent's breakpoint with BREAKPOINT-HIT: ")
-          (swank-mcp-tests--mcp-call server 5 "debugger" `((session . ,session) (action . "continue")))
-          (swank-mcp-tests--response-ok server 5))
-        (swank-mcp-tests--wait-activity
-         activity "the thread going on"
-         (format "left a breakpoint\n    Thread [0-9]+ \"tariff-worker\" left breakpoint %s\\.\n" number))
-        (swank-mcp-tests--wait "the stopped call to finish"
-                               (lambda () (eql (swank-mcp-tests--image-value "*SWANK-MCP-PRICED*") 70))))
+        (should (equal (swank-mcp-tests--response-ok server 3) "No breakpoints.")))
       ;; A breakpoint goes with its agent's session, and the person sees that too.
       (swank-mcp-tests--mcp-call server 6 "debugger" '((action . "break") (function . "swank-mcp-tariff")))
       (let ((number (swank-mcp-tests--match "\\`Breakpoint \\([0-9]+\\): " (swank-mcp-tests--response-ok server 6))))
@@ -1598,6 +1591,55 @@ connection, at an agent's breakpoint with BREAKPOINT-HIT: ")
          activity "the breakpoint gone with its session"
          (format "breakpoint removed\n    Removed breakpoint %s on [A-Z-]*:*SWANK-MCP-TARIFF, every thread: \
 its agent's session ended\\.\n" number))))))
+
+;;;;; The person's connection closing
+
+(ert-deftest swank-mcp-disconnecting-with-a-debugger-open-keeps-the-image ()
+  ;; The Emacs that started the Lisp takes its global output; when it disconnects while a thread
+  ;; waits in its SLDB and another at the agent's breakpoint, the image, both threads and the
+  ;; agent's connection go on.
+  (let* ((connection (swank-mcp-tests--connect))
+         (inferior (funcall (intern (format "%s-inferior-process" swank-mcp-tests--backend)) connection))
+         (server nil))
+    (unwind-protect
+        (let ((swank-mcp-port (swank-mcp-tests--free-port)))
+          (setq server (swank-mcp-tests--mcp-start (swank-mcp-start)))
+          (swank-mcp-tests--mcp-initialize server)
+          (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
+          (should (equal (swank-mcp-tests--response-ok server 2) "=> 3"))
+          (swank-mcp-tests--user-eval "(progn (defvar *mcp-kept-done* nil) (defun mcp-kept-rate (q) (* q 10)) t)")
+          (swank-mcp-tests--mcp-call server 3 "debugger" '((action . "break") (function . "mcp-kept-rate")))
+          (swank-mcp-tests--response-ok server 3)
+          (swank-mcp-tests--user-eval "(sb-thread:make-thread (lambda () (setf *mcp-kept-done* (mcp-kept-rate 4)))
+                                                             :name \"kept-rater\")")
+          (swank-mcp-tests--user-eval "(sb-thread:make-thread (lambda () (error \"kept-worker fails\")) :name \"kept-worker\")")
+          (swank-mcp-tests--wait "the person's debugger" #'swank-mcp-tests--debugger-buffers)
+          (funcall (intern (format "%s-disconnect" swank-mcp-tests--backend)))
+          (swank-mcp-tests--wait "the connection to close" (lambda () (not (process-live-p connection))))
+          ;; Threads print after the disconnect, as workers do.
+          (swank-mcp-tests--mcp-call server 4 "evaluate-lisp"
+                                     '((code . "(sb-thread:join-thread (sb-thread:make-thread (lambda () (print :after) (finish-output) :printed)))")))
+          (should (string-match-p "=> :PRINTED" (swank-mcp-tests--response-ok server 4)))
+          (should (process-live-p inferior))
+          (should-not (with-current-buffer (process-buffer inferior)
+                        (string-match-p "LDB\\|party is over" (buffer-string))))
+          (swank-mcp-tests--mcp-call server 5 "threads" '())
+          (let ((threads (swank-mcp-tests--response-ok server 5)))
+            (should (string-match-p "kept-worker" threads))
+            (should (string-match-p "kept-rater" threads)))
+          ;; The thread at the breakpoint still waits for the agent, who lets it go.
+          (swank-mcp-tests--mcp-call server 6 "debugger" '((action . "unbreak")))
+          (should (string-match-p "went on" (swank-mcp-tests--response-ok server 6)))
+          (swank-mcp-tests--mcp-call server 7 "evaluate-lisp"
+                                     '((code . "(loop repeat 200 until cl-user::*mcp-kept-done* do (sleep 0.05)
+                                                  finally (return cl-user::*mcp-kept-done*))")))
+          (should (string-match-p "=> 40" (swank-mcp-tests--response-ok server 7))))
+      (when server (delete-process server))
+      (mapc #'kill-buffer (swank-mcp-tests--debugger-buffers))
+      (when (process-live-p inferior)
+        (kill-process inferior))
+      (swank-mcp-tests--wait "the Lisp to end" (lambda () (not (process-live-p inferior))))
+      (setq swank-mcp-tests--ready nil))))
 
 (provide 'swank-mcp-tests)
 
