@@ -473,8 +473,11 @@ async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tax"})).await;
     person.eval("(sb-thread:make-thread (lambda () (tax 200 3)) :name \"taxer\")", "SHOP").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // The notice of the stop and an attach to it are one session.
+    let notice = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
     let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "taxer"})).await;
     let session = session_of(&attached);
+    assert_eq!(named_session(&notice), session, "{notice}");
     // The function's call is in the backtrace, its parameters are locals of its frame.
     let frame = frame_of(&attached, "SHOP::TAX");
     let read = tool(
@@ -511,7 +514,19 @@ async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents
     )
     .await;
     assert!(again.starts_with("=> 600"), "{again}");
+    // A thread is named instead of a session: the action finds the session of its stop.
+    let by_thread = tool(
+        &mut agent,
+        "debugger",
+        json!({"thread": "taxer", "action": "eval_in_frame", "frame": frame, "code": "amount"}),
+    )
+    .await;
+    assert!(by_thread.starts_with("=> 200") && by_thread.contains(&format!("Session {session} still waits")), "{by_thread}");
     tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
+    // The stop is gone, and so is its session: an action for it does nothing, at once.
+    let started = std::time::Instant::now();
+    let stale = agent.call_tool("debugger", json!({"session": session, "action": "backtrace"})).await;
+    assert!(is_error(&stale) && started.elapsed() < Duration::from_secs(5), "{stale}");
     assert!(person.eval("(+ 40 2)", "SHOP").await.starts_with("(:ok \"=> 42"), "the person's image lives");
 }
 

@@ -127,14 +127,15 @@ impl Image {
 
     /// Calls `function` of the helper in `thread`, a thread of the image's own that waits in a
     /// server's debugger (the person's SLDB, or nobody's), as Emacs sends SLDB's requests to it:
-    /// through the helper's `ATTACHED`, whose reply the image hands to this connection. `None`
+    /// through the helper's `ATTACHED`, whose reply the image hands to this connection, when it
+    /// still waits in stop number `stop` (a request it reads at a later stop does nothing). `None`
     /// when control left the debugger (a restart moved the thread on). The agent's code the
     /// request runs there (eval_in_frame, a restart's arguments) runs as this server's session's
     /// under a token of its own, exits allowed only with `allow_exit`; on timeout or
     /// cancellation that code is interrupted and the thread goes on waiting where it was.
     pub async fn call_in_attached_thread(
         &self,
-        thread: i64,
+        (thread, stop): (i64, u64),
         request: Request,
         allow_exit: bool,
         limits: &CallLimits,
@@ -142,7 +143,7 @@ impl Image {
         let deadline = Instant::now() + limits.timeout;
         let connection = self.connection_by(deadline, limits).await.map(|live| live.connection)?;
         let token = self.new_token();
-        let form = request.attached_form(&self.session, &token, allow_exit);
+        let form = request.attached_form(&self.session, &token, allow_exit, stop);
         let request = connection.rex(form, "COMMON-LISP-USER", Thread::Id(thread));
         let call = async {
             match request.await {

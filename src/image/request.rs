@@ -52,9 +52,10 @@ impl Request {
 
     /// The form that makes the call in a thread waiting in a server's debugger of its own, through
     /// the helper's `ATTACHED`, only in an image that holds this swank-mcp's helper revision: as
-    /// `session`'s agent code under `token`, which may end the image only with `allow_exit`.
-    pub(crate) fn attached_form(self, session: &str, token: &str, allow_exit: bool) -> Form {
-        let agent = [Form::string(session), Form::string(token), Form::from(allow_exit)];
+    /// `session`'s agent code under `token`, which may end the image only with `allow_exit`,
+    /// when the thread still waits in stop number `stop`.
+    pub(crate) fn attached_form(self, session: &str, token: &str, allow_exit: bool, stop: u64) -> Form {
+        let agent = [Form::string(session), Form::string(token), Form::from(allow_exit), Form::from(stop)];
         Helper::current().attached(self.function, agent.into_iter().chain(self.args))
     }
 

@@ -174,11 +174,13 @@ else as ever. (Swank runs an event hook there too; slynk has none.)"
   '("DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART" "DEBUGGER-RETURN-FROM-FRAME")
   "The entries ATTACHED runs that evaluate the agent's code in the thread: as the agent's.")
 
-(define-entry (attached :caller :server) (version name session token allow-exit &rest arguments)
+(define-entry (attached :caller :server) (version name session token allow-exit stop &rest arguments)
   "CALL for a thread that waits in a server's debugger on its own (a thread of the image's, in the
 person's SLDB or in none): the debugger entry NAME applied to ARGUMENTS inside that debugger, as
-one of swank-mcp's own parked evaluations would run it (see debugger.lisp). The agent's code the
-entry evaluates is SESSION's (RUN-AS-AGENT-CODE)."
+one of swank-mcp's own parked evaluations would run it (see debugger.lisp), when the thread waits
+in the stop numbered STOP. A request the thread reads at another stop (it was sent while the thread
+ran, and waited in its mailbox) acts on nothing. The agent's code the entry evaluates is
+SESSION's (RUN-AS-AGENT-CODE)."
   (cond ((not (equal version *version*)) :other-helper)
         ((not (member (string-upcase name) *attachable-entries* :test #'string=))
          (list :failure (format nil "~A is not a debugger action." name)))
@@ -186,6 +188,10 @@ entry evaluates is SESSION's (RUN-AS-AGENT-CODE)."
                  (entry (find-symbol (string-upcase name) '#:mcp-agent-helper)))
              (cond ((null *parked*)
                     (list :failure "This thread no longer waits in a debugger."))
+                   ((not (eql stop (current-stop)))
+                    (list :failure (format nil "The stop this action was for is gone: the thread left it~@[, and now ~
+                                                waits in stop ~D~]. Nothing was done; attach to it again."
+                                           (current-stop))))
                    ((member (string-upcase name) *agent-code-entries* :test #'string=)
                     (run-as-agent-code session token allow-exit (lambda () (apply entry arguments))))
                    (t (apply entry arguments)))))))
@@ -208,12 +214,23 @@ answer is a failure saying so. The thread keeps its name: it is the person's."
         outcome)))
 
 (defun stop-number (condition)
-  (or (gethash condition *stop-numbers*)
-      (setf (gethash condition *stop-numbers*) (1+ (sb-ext:atomic-incf (car *stop-counter*))))))
+  "The number of the stop CONDITION made, given at its first asking: under the table's lock, so
+that two threads asking at once get the one number."
+  (sb-ext:with-locked-hash-table (*stop-numbers*)
+    (or (gethash condition *stop-numbers*)
+        (setf (gethash condition *stop-numbers*) (1+ (sb-ext:atomic-incf (car *stop-counter*)))))))
 
-(define-entry (attach-thread :caller :server) (designator &key session token)
+(defun current-stop ()
+  "The number of the stop this thread waits in, from the server's debugger's condition, or NIL."
+  (let ((variable (server-debugger-variable :condition)))
+    (and variable (boundp variable) (typep (symbol-value variable) 'condition)
+         (stop-number (symbol-value variable)))))
+
+(define-entry (attach-thread :caller :server) (designator &key quietly session token)
   "The thread DESIGNATOR (the threads tool's number or a name), when it waits in a server's debugger:
-(:THREAD server-id :NUMBER n :NAME name :LEVEL level :WHERE text). Fails, saying why, otherwise."
+(:THREAD server-id :NUMBER n :NAME name :LEVEL level :STOP n :WHERE text), and the person's activity
+record says an agent attached to it, unless QUIETLY (the agent only checks where it waits). Fails,
+saying why, otherwise."
   (declare (ignore session))
   (run-tool
    token
@@ -244,10 +261,11 @@ answer is a failure saying so. The thread keeps its name: it is the person's."
                                   ((agent-connection-p connection) "swank-mcp's connection, as no Emacs is connected")
                                   (t "the person's Emacs debugger"))))
                 ;; The person is told in their activity buffer: the agent may act on their SLDB's thread.
-                (note-event :attached "An agent attached to thread ~D ~S, which waits in ~A~@[ with ~A~]."
+                (unless quietly
+                  (note-event :attached "An agent attached to thread ~D ~S, which waits in ~A~@[ with ~A~]."
                             (thread-number thread) (safe-princ (sb-thread:thread-name thread)) where
                             (and (typep condition 'condition)
-                                 (format nil "~A: ~A" (type-of condition) (one-line (condition-message condition) 300))))
+                                 (format nil "~A: ~A" (type-of condition) (one-line (condition-message condition) 300)))))
                 (list :thread (funcall id-of thread)
                       :number (thread-number thread)
                       :name (safe-princ (sb-thread:thread-name thread))

@@ -113,7 +113,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         cancel: context.cancel.clone(),
     };
     match asked.action.as_str() {
-        "attach" => return attach(context, args, &asked, &limits).await,
+        "attach" => return attach(context, args, &asked, &limits).await.map(|(_, report)| report),
         "break" => return set_breakpoint(context, args, &asked).await,
         action @ ("recompile_debug" | "recompile_restore") => {
             return recompile_for_stepping(context, args, &asked, action == "recompile_restore").await
@@ -142,12 +142,19 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         }
         _ => {}
     }
-    let session = asked
-        .session
-        .as_deref()
-        .ok_or_else(|| ToolError::new("Missing required argument `session` (a string)."))?;
-    let number = session_number(session)?;
     let action = Action::read(&asked)?;
+    let number = match (asked.session.as_deref(), &asked.thread) {
+        (Some(session), _) => session_number(session)?,
+        // A thread named instead of a session is attached to first, or found in the session
+        // that already has its stop.
+        (None, Some(_)) => attach(context, args, &asked, &limits).await?.0,
+        (None, None) => {
+            return Err(ToolError::new(
+                "Name the stop to act on: `session` (\"D1\", as a reply or lisp-status gave it), or `thread` (a thread \
+                 waiting in a debugger, by its number or name as the threads tool lists it).",
+            ))
+        }
+    };
     let sessions = context.debugger_sessions();
     let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
     let image = session.image.clone();
@@ -158,7 +165,13 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
         Stopped::Attached { listed, stop } => {
-            return match image.call_in_attached_thread(thread, action.request(), context.exit_allowed(&image), &limits).await {
+            // A request sent to a thread that no longer waits in a debugger would wait in its
+            // mailbox for the next stop: the stop is checked first, and the session ends with it.
+            if let Err(gone) = still_waits(context, args, listed, stop).await {
+                sessions.end(number);
+                return Err(ToolError::new(format!("Debugger session D{number} has ended: {gone}")));
+            }
+            return match image.call_in_attached_thread((thread, stop), action.request(), context.exit_allowed(&image), &limits).await {
                 Ok(Some(reply)) => {
                     keep(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
@@ -358,9 +371,32 @@ struct AttachFacts {
     stop: u64,
 }
 
-/// Opens a thread of the image waiting in a debugger as a session: the person's SLDB (SLIME or
-/// SLY) or none.
-async fn attach(context: &ToolContext, args: &Arguments, asked: &Args, limits: &CallLimits) -> ToolResult {
+/// Whether the thread the threads tool numbers `listed` still waits in stop number `stop`;
+/// otherwise where it is instead.
+async fn still_waits(context: &ToolContext, args: &Arguments, listed: u64, stop: u64) -> Result<(), String> {
+    let request = Request::new(Entry::ATTACH_THREAD).arg(listed.to_string()).key("quietly", true);
+    match context.call_helper(args, request).await {
+        Ok(reply) => match decode::<AttachFacts>("attach-thread", &reply) {
+            Ok(facts) if facts.stop == stop => Ok(()),
+            Ok(facts) => Err(format!(
+                "thread {listed} left that stop and now waits in another (stop {}): attach to it again.",
+                facts.stop
+            )),
+            Err(e) => Err(e.0),
+        },
+        Err(e) => Err(e.0),
+    }
+}
+
+/// Opens a thread of the image waiting in a debugger as a session (the person's SLDB, SLIME's or
+/// SLY's, or none), or finds the session that has its stop already: one session a stop, whoever
+/// opened it. Returns its number and its report.
+async fn attach(
+    context: &ToolContext,
+    args: &Arguments,
+    asked: &Args,
+    limits: &CallLimits,
+) -> Result<(u64, ToolOutput), ToolError> {
     let thread = asked.thread.clone().map(Designator::into_text).ok_or_else(|| {
         ToolError::new(
             "attach needs `thread`, a thread waiting in a debugger by its number or name as the threads tool lists it.",
@@ -370,13 +406,13 @@ async fn attach(context: &ToolContext, args: &Arguments, asked: &Args, limits: &
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
     let image = context.image(args)?;
     let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
-    let Some(reply) = image.call_in_attached_thread(facts.thread, request, context.exit_allowed(&image), limits).await? else {
+    let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, context.exit_allowed(&image), limits).await? else {
         return Err(ToolError::new("The thread left the debugger before it could be attached to."));
     };
     check_failure(&reply)?;
     let report = decode::<StopReport>("debugger-report", &reply)?;
     let sessions = context.debugger_sessions();
-    let number = sessions.next_number();
+    let number = sessions.with_stop(&image, facts.stop).unwrap_or_else(|| sessions.next_number());
     let condition = format!(
         "{}: {}",
         report.condition.type_name,
@@ -391,7 +427,7 @@ async fn attach(context: &ToolContext, args: &Arguments, asked: &Args, limits: &
         stopped: Stopped::Attached { listed: facts.number, stop: facts.stop },
     });
     let thread = format!("{} {:?}", facts.number, facts.name);
-    Ok(report.into_attached_output(number, &thread, &facts.waits_in))
+    Ok((number, report.into_attached_output(number, &thread, &facts.waits_in)))
 }
 
 /// After an action moved an attached thread on from stop `left`: when it stops again in a debugger
@@ -416,7 +452,7 @@ async fn follow_attached(
         if let Some(facts) = facts {
             let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
             let image = context.image(args)?;
-            if let Some(reply) = image.call_in_attached_thread(facts.thread, request, context.exit_allowed(&image), limits).await? {
+            if let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, context.exit_allowed(&image), limits).await? {
                 check_failure(&reply)?;
                 let report = decode::<StopReport>("debugger-report", &reply)?;
                 let condition =

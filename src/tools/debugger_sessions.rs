@@ -132,6 +132,19 @@ impl DebuggerSessions {
         }
     }
 
+    /// The session of `image`'s thread waiting in stop number `stop`, if one has it (the
+    /// `[background]` notice of a stop and an `attach` to it share one), unless a call acts on it.
+    pub fn with_stop(&self, image: &Arc<Image>, stop: u64) -> Option<u64> {
+        lock(&self.sessions).iter().find_map(|(&number, slot)| match slot {
+            Slot::Waiting(DebuggerSession { image: its, stopped: Stopped::Attached { stop: its_stop, .. }, .. })
+                if Arc::ptr_eq(its, image) && *its_stop == stop =>
+            {
+                Some(number)
+            }
+            _ => None,
+        })
+    }
+
     /// Forgets session `number`: its evaluation has returned or was lost.
     pub fn end(&self, number: u64) {
         lock(&self.sessions).remove(&number);

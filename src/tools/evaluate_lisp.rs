@@ -271,7 +271,7 @@ impl EvaluationReply {
         let sessions = context.debugger_sessions();
         for error in &mut self.background.errors {
             let Some((thread, listed, stop)) = error.attach else { continue };
-            let number = sessions.next_number();
+            let number = sessions.with_stop(image, stop).unwrap_or_else(|| sessions.next_number());
             sessions.keep(DebuggerSession {
                 number,
                 image: image.clone(),
