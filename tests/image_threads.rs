@@ -32,8 +32,16 @@ impl Person {
         self.wire.send(message).await;
     }
 
+    /// The next message, answering swank's flow control on the way as Emacs does: a thread that
+    /// has sent many messages asks for a pong before it sends more.
     async fn receive(&mut self) -> String {
-        self.wire.receive().await
+        loop {
+            let message = self.wire.receive().await;
+            match message.strip_prefix("(:ping ") {
+                Some(rest) => self.send(&format!("(:emacs-pong {rest}")).await,
+                None => return message,
+            }
+        }
     }
 
     /// Evaluates `code` in `package` as SLIME's `C-x C-e` does; returns the `(:ok ...)` or
@@ -521,7 +529,10 @@ async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents
         json!({"thread": "taxer", "action": "eval_in_frame", "frame": frame, "code": "amount"}),
     )
     .await;
-    assert!(by_thread.starts_with("=> 200") && by_thread.contains(&format!("Session {session} still waits")), "{by_thread}");
+    assert!(
+        by_thread.starts_with("=> 200") && by_thread.contains(&format!("Session {session} still waits")),
+        "{by_thread}"
+    );
     tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
     // The stop is gone, and so is its session: an action for it does nothing, at once.
     let started = std::time::Instant::now();
@@ -559,4 +570,47 @@ async fn a_breakpoints_condition_is_the_agents_code_and_the_images_machinery_nev
         tool(&mut agent, "debugger", json!({"action": "unbreak"})).await;
     }
     assert!(!person.unread.iter().any(|message| message.starts_with("(:debug ")), "{:?}", person.unread);
+}
+
+#[tokio::test]
+async fn replies_go_to_whoever_asked_when_the_person_and_the_agent_use_one_request_id() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    person.eval("(sb-thread:make-thread (lambda () (work \"9\")) :name \"shared-worker\")", "SHOP").await;
+    let debug = person.told("(:debug ").await;
+    let thread: u64 = debug["(:debug ".len()..].split(' ').next().unwrap().parse().unwrap();
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "shared-worker"})).await;
+    let session = session_of(&attached);
+    let frame = frame_of(&attached, "SHOP::PRICE");
+
+    // Before each of the agent's evaluations in a frame of the thread, the person's SLDB asks
+    // the same thread for its restarts with every id the agent's requests may carry; their
+    // requests of one id then wait in the thread's mailbox together.
+    const IDS: u32 = 90;
+    for n in 0..8 {
+        for id in 1..=IDS {
+            person.send(&format!("(:emacs-rex (swank:debugger-info-for-emacs 0 1) \"SHOP\" {thread} {id})")).await;
+        }
+        let code = format!("(list :agent {n} qty)");
+        let agent_asks = agent.call_tool(
+            "debugger",
+            json!({"session": session, "action": "eval_in_frame", "frame": frame, "code": code}),
+        );
+        // Read as they come, as Emacs does: the thread sends every reply through the person's
+        // connection, the agent's too.
+        let person_reads = async {
+            let mut answered = std::collections::BTreeSet::new();
+            while answered.len() < IDS as usize {
+                let message = person.told("(:return ").await;
+                let id: u32 = message.trim_end_matches(')').rsplit(' ').next().unwrap().parse().unwrap();
+                assert!(message.starts_with("(:return (:ok ((\"The value"), "the person's reply {id}: {message}");
+                assert!(answered.insert(id), "a second reply for {id}");
+            }
+        };
+        let (answer, ()) = tokio::join!(agent_asks, person_reads);
+        assert!(text(&answer).starts_with(&format!("=> (:AGENT {n} \"9\")")), "the agent's reply {n}: {answer}");
+    }
 }

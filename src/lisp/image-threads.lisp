@@ -112,44 +112,66 @@ that it stopped, where it waits and how to attach; then the server's debugger ru
   (let ((package (symbol-package (class-name (class-of connection)))))
     (find package (servers) :key #'server-package)))
 
+(defun attached-request-target (connection event)
+  "For an :EMACS-REX EVENT from CONNECTION to an existing thread: the key (thread . id) of its
+reply, and who waits for it (the agent's CONNECTION for an ATTACHED request, :OTHER for anyone
+else's). NIL for every other event."
+  (when (and (consp event) (eq (first event) :emacs-rex))
+    (destructuring-bind (&optional form package thread id &rest options) (rest event)
+      (declare (ignore package options))
+      (when (integerp thread)
+        (let* ((server (connection-server connection))
+               (target (and server (server-thread server thread))))
+          (when target
+            (values (cons target id)
+                    (if (and (consp form) (eq (first form) 'attached)) connection :other))))))))
+
 (defun route-attached-reply (connection event)
-  "An ATTACHED request arriving from the agent's CONNECTION is noted under its thread and id; the
-thread's reply to it, which goes to the connection the thread's debugger belongs to, is handed to
-the agent's connection instead. True when the event was handed on. Runs in a connection's control
-thread on every event of every connection (DISPATCH-THROUGH-ROUTES), so it is quick and never
-fails."
-  (ignore-errors
-   (when (consp event)
-     (case (first event)
-       (:emacs-rex
-        (destructuring-bind (&optional form package thread id &rest options) (rest event)
-          (declare (ignore package options))
-          (when (and (consp form) (eq (first form) 'attached) (integerp thread))
-            (let* ((server (connection-server connection))
-                   (target (and server (server-thread server thread))))
-              (when target
-                (setf (gethash (cons target id) *attached-routes*) connection)))))
-        nil)
-       (:return
-        (let* ((key (and (plusp (hash-table-count *attached-routes*))
-                         (cons (second event) (car (last event)))))
-               (origin (and key (gethash key *attached-routes*))))
-          (when origin
-            (remhash key *attached-routes*)
-            (unless (eq origin connection)
-              (let* ((server (connection-server origin))
-                     (control-thread (and server (server-function server "MCONN.CONTROL-THREAD")))
-                     (send (and server (server-function server "SEND"))))
-                (when (and control-thread send)
-                  (funcall send (funcall control-thread origin) event)
-                  t))))))))))
+  "Hands the reply EVENT of an ATTACHED request, which the thread sends to the connection its
+debugger belongs to (CONNECTION), to the agent's connection that asked. Replies to a thread's
+requests come in the order the requests reached it, so the oldest sender of that (thread . id)
+is the one this reply is for: the person's Emacs and the agent may both have a request of one id
+waiting there. True when the event was handed on."
+  (when (and (consp event) (eq (first event) :return) (integerp (car (last event)))
+             (plusp (hash-table-count *attached-routes*)))
+    (let* ((key (cons (second event) (car (last event))))
+           (origin (sb-ext:with-locked-hash-table (*attached-routes*)
+                     (let ((waiting (gethash key *attached-routes*)))
+                       (if (rest waiting)
+                           (setf (gethash key *attached-routes*) (rest waiting))
+                           (remhash key *attached-routes*))
+                       (first waiting)))))
+      (when (and origin (not (eq origin :other)) (not (eq origin connection)))
+        (let* ((server (connection-server origin))
+               (control-thread (and server (server-function server "MCONN.CONTROL-THREAD")))
+               (send (and server (server-function server "SEND"))))
+          (when (and control-thread send)
+            (funcall send (funcall control-thread origin) event)
+            t))))))
 
 (defun dispatch-through-routes (dispatch-event connection event)
   "Wraps the server's DISPATCH-EVENT, which a connection's control thread calls on each event:
 the replies of ATTACHED requests go to the agent that asked (ROUTE-ATTACHED-REPLY), everything
-else as ever. (Swank runs an event hook there too; slynk has none.)"
-  (unless (route-attached-reply connection event)
-    (funcall dispatch-event connection event)))
+else as ever. A request to an existing thread is noted, and handed to the thread, under one lock:
+the order of the notes is the order the thread reads them in (the person's requests are noted
+too, since their ids and the agent's meet). Runs on every event of every
+connection, so it is quick and never fails. (Swank runs an event hook there too; slynk has
+none.)"
+  (multiple-value-bind (key origin) (ignore-errors (attached-request-target connection event))
+    (cond (key
+           (sb-ext:with-locked-hash-table (*attached-routes*)
+             ;; A request whose thread died unanswered would stay: those go now and then.
+             (when (> (hash-table-count *attached-routes*) 1000)
+               (maphash (lambda (key origins)
+                          (declare (ignore origins))
+                          (unless (sb-thread:thread-alive-p (car key))
+                            (remhash key *attached-routes*)))
+                        *attached-routes*))
+             (setf (gethash key *attached-routes*)
+                   (append (gethash key *attached-routes*) (list origin)))
+             (funcall dispatch-event connection event)))
+          ((ignore-errors (route-attached-reply connection event)))
+          (t (funcall dispatch-event connection event)))))
 
 (defun server-debugger-state ()
   "A PARKED made of the server's debugger this thread waits in, or NIL when it waits in none."

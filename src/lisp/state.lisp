@@ -30,7 +30,8 @@
 ;;;;   8. The leaves, which take no other lock of the helper's while held: *REGISTRY-LOCK*,
 ;;;;      *ACTIVITY-LOCK*, *APPROVAL-LOCK*, *JOURNAL-LOCK*, *WORKERS-LOCK*, *HOOK-LOCK* (held
 ;;;;      without GC, so never around anything that can wait), *AGENT-THREADS*, a HANDLE-TABLE's
-;;;;      lock, and those of 6 and 7 taken alone. The servers' own locks (their mailboxes and
+;;;;      lock, *ATTACHED-ROUTES* (held while a server hands a request to a thread's mailbox),
+;;;;      and those of 6 and 7 taken alone. The servers' own locks (their mailboxes and
 ;;;;      thread ids, servers.lisp) and SBCL's come after all of the helper's.
 ;;;; Code that must take two locks the other way round releases the first before it takes the
 ;;;; second (REMOVE-BREAKPOINTS notes its event after it lets *BREAKPOINTS-LOCK* go; CANCEL-CALL
@@ -268,8 +269,10 @@ only the last *CALLS-REMEMBERED* calls' are kept.")
 ;;; The image's own threads (image-threads.lisp)
 
 (defvar *attached-routes* (make-hash-table :test 'equal :synchronized t)
-  "(thread . request id) -> the agent's connection that sent the request, while a thread waiting
-in another connection's debugger runs it: where its reply goes.")
+  "(thread . request id) -> who sent the requests of that id to that thread not yet answered,
+oldest first: the agent's connection for an ATTACHED request (its reply goes there), :OTHER for
+anyone else's (the person's Emacs numbers its requests as the agent does, so ids meet). Locked
+while a request is handed to the thread's mailbox, so that the order here is the thread's.")
 
 (defvar *stop-numbers* (make-hash-table :test 'eq :weakness :key :synchronized t)
   "Condition -> the number of the stop it made: a thread that an action moved on still shows the

@@ -136,11 +136,9 @@ impl DebuggerSessions {
     /// `[background]` notice of a stop and an `attach` to it share one), unless a call acts on it.
     pub fn with_stop(&self, image: &Arc<Image>, stop: u64) -> Option<u64> {
         lock(&self.sessions).iter().find_map(|(&number, slot)| match slot {
-            Slot::Waiting(DebuggerSession { image: its, stopped: Stopped::Attached { stop: its_stop, .. }, .. })
-                if Arc::ptr_eq(its, image) && *its_stop == stop =>
-            {
-                Some(number)
-            }
+            Slot::Waiting(DebuggerSession {
+                image: its, stopped: Stopped::Attached { stop: its_stop, .. }, ..
+            }) if Arc::ptr_eq(its, image) && *its_stop == stop => Some(number),
             _ => None,
         })
     }
