@@ -20,13 +20,26 @@ use crate::tools::ToolOutput;
 /// The protocol revision that introduced elicitation.
 pub const ELICITATION_SINCE: &str = "2025-06-18";
 
-/// Why a client cannot ask the human itself, as the refusal of a call nobody could be asked about
+/// Whether a client whose `elicitation` capability is `declared` may be sent a form, which an
+/// approval is: one that declares the capability with `form`, or with no mode at all, which means
+/// form; one that declares only `url` must not be sent one (client/elicitation, "Capabilities").
+pub fn accepts_forms(declared: Option<&Value>) -> bool {
+    match declared {
+        Some(Value::Object(modes)) => modes.contains_key("form") || !modes.contains_key("url"),
+        _ => false,
+    }
+}
+
+/// Why a client of MCP `version`, whose `elicitation` capability (declared in `declared_in`) is
+/// `declared`, cannot ask the human itself, as the refusal of a call nobody could be asked about
 /// says it.
-pub fn cannot_ask(version: &str) -> String {
+pub fn cannot_ask(version: &str, declared: Option<&Value>, declared_in: &str) -> String {
     let why = if version < ELICITATION_SINCE {
         format!("it speaks MCP {version}, and asking the user (elicitation) needs {ELICITATION_SINCE} or later")
+    } else if declared.is_some_and(Value::is_object) {
+        format!("it declared only URL-mode elicitation in {declared_in}, and an approval is a form")
     } else {
-        "it did not declare the MCP elicitation capability in initialize".to_string()
+        format!("it did not declare the MCP elicitation capability in {declared_in}")
     };
     format!("this MCP client cannot ask for it ({why})")
 }
