@@ -69,20 +69,7 @@ async fn ask(
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Verdict {
-    let params = json!({
-        "message": format!("The agent asks to run {tool}.\n\n{shown}\n\nAllow it?"),
-        "requestedSchema": {
-            "type": "object",
-            "properties": {
-                "allow_for_session": {
-                    "type": "boolean",
-                    "title": format!("Allow {tool} for the rest of this session"),
-                    "description": format!("Run later {tool} calls of this session without asking."),
-                    "default": false
-                }
-            }
-        }
-    });
+    let params = approval_form(tool, shown, true);
     let answer = tokio::select! {
         answer = requests.request("elicitation/create", params) => answer,
         _ = cancel.cancelled() => return Verdict::Cancelled,
@@ -90,14 +77,41 @@ async fn ask(
     };
     let not_run =
         |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
-    let answer = match answer {
-        Ok(answer) => answer,
+    match answer {
+        Ok(answer) => verdict_of(tool, answer.get()),
         Err(RequestFailed::Error(error)) => {
-            return not_run(format!("the client could not ask the user for approval ({}).", error.message))
+            not_run(format!("the client could not ask the user for approval ({}).", error.message))
         }
-        Err(failed) => return not_run(format!("no approval: {failed}.")),
-    };
-    match serde_json::from_str::<ElicitResult>(answer.get()) {
+        Err(failed) => not_run(format!("no approval: {failed}.")),
+    }
+}
+
+/// The `elicitation/create` params that ask whether `tool` may run, showing `shown`; with a choice
+/// to allow the tool for the rest of the session when there is one (`for_session`).
+pub(super) fn approval_form(tool: &str, shown: &str, for_session: bool) -> Value {
+    let mut properties = serde_json::Map::new();
+    if for_session {
+        properties.insert(
+            "allow_for_session".to_string(),
+            json!({
+                "type": "boolean",
+                "title": format!("Allow {tool} for the rest of this session"),
+                "description": format!("Run later {tool} calls of this session without asking."),
+                "default": false
+            }),
+        );
+    }
+    json!({
+        "message": format!("The agent asks to run {tool}.\n\n{shown}\n\nAllow it?"),
+        "requestedSchema": { "type": "object", "properties": properties },
+    })
+}
+
+/// The verdict the client's `ElicitResult` (`answer`, JSON text) gives on a call of `tool`.
+pub(super) fn verdict_of(tool: &str, answer: &str) -> Verdict {
+    let not_run =
+        |why: String| Verdict::Refused(ToolOutput::error(format!("{tool} was not run: {why} Nothing changed.")));
+    match serde_json::from_str::<ElicitResult>(answer) {
         // Nobody waits to hear whether an approved call runs: the client's answer is all it asked.
         Ok(result) if result.action == "accept" => Verdict::Approved {
             settle: None,
@@ -112,6 +126,6 @@ async fn ask(
         Ok(result) if result.action == "cancel" => {
             not_run("the user dismissed the approval request without answering.".to_string())
         }
-        _ => not_run(format!("the client's answer to the approval request was not understood: {}.", answer.get())),
+        _ => not_run(format!("the client's answer to the approval request was not understood: {answer}.")),
     }
 }

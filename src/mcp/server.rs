@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::client_requests::ClientRequests;
 use super::elicitation::{self, Elicitation, ELICITATION_SINCE};
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
+use super::rounds::{Answer, Round, Rounds};
 use super::stateless::{self, MetaParams, RequestMeta, StatelessClient, CACHE_SCOPE, CACHE_TTL_MS, STATELESS_VERSION};
 use super::tool_list::tool_list;
 use super::transport::{Line as Received, LineCodec};
@@ -75,6 +76,8 @@ struct Server {
     structured_content: bool,
     /// The client as `initialize` described it: its name, and whether it can ask the human.
     caller: Mutex<Arc<Caller>>,
+    /// The approval rounds of calls of revision 2026-07-28.
+    rounds: Arc<Rounds>,
 }
 
 /// What a server does besides running tools: approvals (`--confirm`) and the observers of calls
@@ -117,6 +120,7 @@ where
         initialized: AtomicBool::new(false),
         structured_content,
         caller: Mutex::new(Arc::new(caller)),
+        rounds: Arc::default(),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -555,12 +559,20 @@ impl Server {
         progress_token: Option<Value>,
         stateless: Option<StatelessClient>,
     ) -> Result<Option<ResultBody>, Failure> {
-        let CallToolParams { name, arguments, .. } = params;
+        let CallToolParams { name, arguments, input_responses, request_state, .. } = params;
         let cancel = in_flight.cancel.clone();
         let started = std::time::Instant::now();
-        let (caller, structured_output) = match &stateless {
-            None => (lock(&self.caller).clone(), self.structured_output()),
-            Some(client) => (Arc::new(self.stateless_caller(client)), true),
+        let (caller, round, structured_output) = match &stateless {
+            None => (lock(&self.caller).clone(), None, self.structured_output()),
+            Some(client) => {
+                let answer = match request_state {
+                    Some(state) => Some(self.rounds.open(&state).map_err(|why| Failure::new(INVALID_PARAMS, why))?),
+                    None => None,
+                };
+                let answer = answer.map(|state| Answer::new(input_responses.as_ref(), state));
+                let (caller, round) = self.stateless_caller(client, answer);
+                (Arc::new(caller), round, true)
+            }
         };
         let progress = self.progress_for(progress_token);
         let call = Call { tool: &name, arguments, caller: &caller, cancel: cancel.clone(), progress };
@@ -573,18 +585,26 @@ impl Server {
         if cancel.is_cancelled() {
             return Ok(None);
         }
+        if let Some(mut asked) = round.and_then(|round| round.asked()) {
+            asked["_meta"] = stateless::result_meta();
+            return Ok(Some(ResultBody::Json(asked)));
+        }
         let with_structured_content = self.structured_content && structured_output;
         Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, with_structured_content, stateless.is_some()))))
     }
 
-    /// The caller of one request of revision 2026-07-28, as its `_meta` describes it.
-    fn stateless_caller(&self, client: &StatelessClient) -> Caller {
+    /// The caller of one request of revision 2026-07-28, as its `_meta` describes it, with the
+    /// `answer` it brings from the approval round before it; and that round, when its client asks
+    /// the human (it declared form elicitation).
+    fn stateless_caller(&self, client: &StatelessClient, answer: Option<Answer>) -> (Caller, Option<Arc<Round>>) {
         let elicitation = client.capabilities.get("elicitation");
-        Caller {
+        let round = elicitation::accepts_forms(elicitation).then(|| Arc::new(Round::new(self.rounds.clone(), answer)));
+        let caller = Caller {
             client: client.name.clone().unwrap_or_else(|| "unknown client".to_string()),
-            asks: None,
+            asks: round.clone().map(|round| round as Arc<dyn Ask>),
             cannot_ask: elicitation::cannot_ask(STATELESS_VERSION, elicitation, "the request's clientCapabilities"),
-        }
+        };
+        (caller, round)
     }
 }
 
@@ -624,6 +644,12 @@ struct CallToolParams {
     arguments: Option<Value>,
     #[serde(rename = "_meta", default)]
     meta: Option<RequestMeta>,
+    /// The answers a retry of revision 2026-07-28 brings from the round before it.
+    #[serde(rename = "inputResponses", default)]
+    input_responses: Option<Value>,
+    /// The state of that round, as the server sealed it.
+    #[serde(rename = "requestState", default)]
+    request_state: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -3,11 +3,13 @@
 Usage: python3 sdk_approval.py SWANK_MCP_BINARY PORT AUDIT_LOG
 
 The server runs with `--confirm evaluate-lisp`. A client with an elicitation callback is asked
-before each evaluate-lisp call and sees the code: declining leaves the image unchanged and the
+before each evaluate-lisp call and sees the code, through `elicitation/create` after the
+`initialize` handshake and through an `input_required` round in revision 2026-07-28: declining leaves the image unchanged and the
 call an error saying "declined by the user"; accepting runs it; accepting with
 allow_for_session runs later calls unasked. A client without the callback is refused with a
 how-to-approve error. A file that changes while the human looks at what a load would compile is
-not loaded once they accept. `tests/python_sdk.rs` runs this against a real image; it prints one
+not loaded once they accept. In 2026-07-28 an answer approves the call it was asked about, once:
+brought to another call, or again, it runs nothing. `tests/python_sdk.rs` runs this against a real image; it prints one
 line per check and exits non-zero on the first failure.
 """
 
@@ -17,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import Client, ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 from sdk_checks import check, text_of
@@ -106,6 +108,66 @@ async def changed_after_preview(binary: str, port: str) -> None:
                 check(text_of(defined) == "=> NIL", "nothing was loaded", text_of(defined))
 
 
+async def stateless_rounds(params: StdioServerParameters) -> None:
+    """The same approvals in revision 2026-07-28: the SDK answers each input_required round."""
+    human = Human([("decline", None), ("accept", None)])
+    async with Client(params, mode="2026-07-28", elicitation_callback=human) as client:
+        declined = await client.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :declined)"})
+        check(declined.is_error and "declined by the user" in text_of(declined), "2026-07-28: a declined call is an error", text_of(declined))
+        check("(defparameter *stateless-approval* :declined)" in human.shown[0], "2026-07-28: the human saw the code", human.shown)
+        accepted = await client.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :accepted)"})
+        check(not accepted.is_error and "*STATELESS-APPROVAL*" in text_of(accepted), "2026-07-28: an accepted call runs", text_of(accepted))
+        # Driven by hand: the answer to one call's round, brought to another call or brought twice.
+        session = client.session
+        first = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"}, allow_input_required=True)
+        check(isinstance(first, types.InputRequiredResult) and first.request_state, "2026-07-28: a round asks", first)
+        key = next(iter(first.input_requests))
+        yes = {key: types.ElicitResult(action="accept", content={})}
+        other = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :other)"},
+                                        input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(other.is_error and "given for another call" in text_of(other), "2026-07-28: an answer approves no other call", text_of(other))
+        ran = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                      input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(not ran.is_error, "2026-07-28: the call answered runs", text_of(ran))
+        again = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                        input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(again.is_error and "already used" in text_of(again), "2026-07-28: an answer is used once", text_of(again))
+        forged = first.request_state[:-3] + "xyz"
+        try:
+            await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                    input_responses=yes, request_state=forged, allow_input_required=True)
+            check(False, "2026-07-28: an altered requestState is refused")
+        except Exception as error:  # MCPError
+            check(getattr(error, "code", None) == -32602, "2026-07-28: an altered requestState is invalid params", error)
+        value = await client.call_tool("describe-symbol", {"symbol": "*stateless-approval*"})
+        check(":OTHER" not in text_of(value), "2026-07-28: the other call did not run", text_of(value))
+
+
+async def stateless_changed_after_preview(binary: str, port: str) -> None:
+    """The file a load-file would compile changes while the human answers the round."""
+    with tempfile.TemporaryDirectory() as root:
+        path = os.path.join(root, "round.lisp")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write("(defun cl-user::sdk-round-file () 1)\n")
+
+        class ChangingHuman(Human):
+            async def __call__(self, context, params):
+                with open(path, "w", encoding="utf-8") as file:
+                    file.write("(defun cl-user::sdk-round-file () 2)\n")
+                return await super().__call__(context, params)
+
+        human = ChangingHuman([("accept", None)])
+        env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
+        params = StdioServerParameters(command=binary, args=["--port", port, "--confirm", "load-file", "--root", root], env=env)
+        async with Client(params, mode="2026-07-28", elicitation_callback=human) as client:
+            loaded = await client.call_tool("load-file", {"file_path": path})
+            check("(defun cl-user::sdk-round-file () 1)" in human.shown[0], "2026-07-28: the human saw the file as it was", human.shown[0])
+            check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
+                  "2026-07-28: a file changed during the round is refused", text_of(loaded))
+            defined = await client.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-round-file)"})
+            check(text_of(defined) == "=> NIL", "2026-07-28: nothing was loaded", text_of(defined))
+
+
 async def main() -> None:
     binary, port, audit_log = sys.argv[1], sys.argv[2], sys.argv[3]
     params = server(binary, port, audit_log)
@@ -118,6 +180,8 @@ async def main() -> None:
     check(entries[0]["client"] == "mcp" and entries[0]["arguments"]["code"].startswith("(defparameter"),
           "audit entries name the client and the arguments", entries[0])
     check(("evaluate-lisp", "not_approved") == outcomes[-2], "the refused call is audited", outcomes)
+    await asyncio.wait_for(stateless_rounds(params), 60)
+    await asyncio.wait_for(stateless_changed_after_preview(binary, port), 60)
 
 
 if __name__ == "__main__":
