@@ -6,6 +6,7 @@
 ;; Version: 0.1.0
 ;; Package-Requires: ((emacs "26.1"))
 ;; Keywords: lisp, tools, processes
+;; URL: https://github.com/swank-mcp/swank-mcp
 ;; SPDX-License-Identifier: MIT
 
 ;; This file is not part of GNU Emacs.
