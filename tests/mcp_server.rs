@@ -347,6 +347,26 @@ async fn tool_calls_run_concurrently() {
     assert_eq!((second["id"].clone(), text(&second).to_string()), (json!("slow"), "=> :SLOW".to_string()));
 }
 
+/// A long evaluation reports progress while the image works when the call asked for it with a
+/// token, so that a client that resets its time limit on progress waits for it; a call without a
+/// token gets none.
+#[tokio::test]
+async fn a_long_evaluation_reports_progress_when_asked() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    let code = json!({"code": "(progn (sleep 2.5) :done)"});
+    let (reply, progress) = client.call_tool_with_progress("evaluate-lisp", code, "long-eval").await;
+    assert_eq!(text(&reply), "=> :DONE");
+    assert!(progress.len() >= 2, "{progress:?}");
+    for (i, update) in progress.iter().enumerate() {
+        assert_eq!((&update["progressToken"], &update["progress"]), (&json!("long-eval"), &json!(i + 1)));
+    }
+    assert_eq!(progress[0]["message"], "Evaluating (1 s)");
+    // The next message is the answer (McpClient checks).
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(progn (sleep 1.5) :quiet)"})).await;
+    assert_eq!(text(&reply), "=> :QUIET");
+}
+
 #[tokio::test]
 async fn cancellation_interrupts_the_call_and_sends_no_response() {
     let image = common::private_image().await;
