@@ -1978,20 +1978,14 @@ the contrib `swank-mcp' does when SLIME or SLY turn it on, by
 ;; A contrib of the front end that loads this file to turn it on: `slime-setup' and `sly-setup'
 ;; load their contribs after themselves, and find them registered under the feature's name.  The
 ;; macros are theirs, so the definitions are read only once they are there.
-(when (featurep 'slime)
-  (eval '(define-slime-contrib swank-mcp
-           "Let an AI agent work in the image: swank-mcp's commands in SLIME's buffers."
-           (:license "MIT")
-           (:on-load (swank-mcp-setup))
-           (:on-unload (swank-mcp-teardown)))
-        t))
-(when (featurep 'sly)
-  (eval '(define-sly-contrib swank-mcp
-           "Let an AI agent work in the image: swank-mcp's commands in SLY's buffers."
-           (:license "MIT")
-           (:on-load (swank-mcp-setup))
-           (:on-unload (swank-mcp-teardown)))
-        t))
+(dolist (front-end '((slime . define-slime-contrib) (sly . define-sly-contrib)))
+  (when (featurep (car front-end))
+    (eval `(,(cdr front-end) swank-mcp
+            "Let an AI agent work in the image: swank-mcp's commands in the front end's buffers."
+            (:license "MIT")
+            (:on-load (swank-mcp-setup))
+            (:on-unload (swank-mcp-teardown)))
+          t)))
 
 (provide 'swank-mcp)
 

@@ -14,6 +14,7 @@ line per check and exits non-zero on the first failure.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -81,8 +82,10 @@ async def without_elicitation(params: StdioServerParameters) -> None:
             check(not status.is_error, "tools outside --confirm run", text_of(status))
 
 
-async def changed_after_preview(binary: str, port: str) -> None:
-    """The human accepts a load-file after the file changed under the preview they read."""
+async def changed_after_preview(binary: str, port: str, stateless: bool) -> None:
+    """The human accepts a load-file after the file changed under the preview they read: through
+    `elicitation/create` after the handshake, or through an input_required round in 2026-07-28."""
+    era = "2026-07-28: " if stateless else ""
     with tempfile.TemporaryDirectory() as root:
         path = os.path.join(root, "bound.lisp")
         with open(path, "w", encoding="utf-8") as file:
@@ -97,15 +100,19 @@ async def changed_after_preview(binary: str, port: str) -> None:
         human = ChangingHuman([("accept", {"allow_for_session": False})])
         env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
         params = StdioServerParameters(command=binary, args=["--port", port, "--confirm", "load-file", "--root", root], env=env)
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=human) as session:
-                await session.initialize()
-                loaded = await session.call_tool("load-file", {"file_path": path})
-                check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], "the human saw the file as it was", human.shown[0])
-                check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
-                      "a file changed after its preview is refused", text_of(loaded))
-                defined = await session.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
-                check(text_of(defined) == "=> NIL", "nothing was loaded", text_of(defined))
+        async with contextlib.AsyncExitStack() as stack:
+            if stateless:
+                client = await stack.enter_async_context(Client(params, mode="2026-07-28", elicitation_callback=human))
+            else:
+                read, write = await stack.enter_async_context(stdio_client(params))
+                client = await stack.enter_async_context(ClientSession(read, write, elicitation_callback=human))
+                await client.initialize()
+            loaded = await client.call_tool("load-file", {"file_path": path})
+            check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], era + "the human saw the file as it was", human.shown[0])
+            check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
+                  era + "a file changed after its preview is refused", text_of(loaded))
+            defined = await client.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
+            check(text_of(defined) == "=> NIL", era + "nothing was loaded", text_of(defined))
 
 
 async def stateless_rounds(params: StdioServerParameters) -> None:
@@ -143,37 +150,12 @@ async def stateless_rounds(params: StdioServerParameters) -> None:
         check(":OTHER" not in text_of(value), "2026-07-28: the other call did not run", text_of(value))
 
 
-async def stateless_changed_after_preview(binary: str, port: str) -> None:
-    """The file a load-file would compile changes while the human answers the round."""
-    with tempfile.TemporaryDirectory() as root:
-        path = os.path.join(root, "round.lisp")
-        with open(path, "w", encoding="utf-8") as file:
-            file.write("(defun cl-user::sdk-round-file () 1)\n")
-
-        class ChangingHuman(Human):
-            async def __call__(self, context, params):
-                with open(path, "w", encoding="utf-8") as file:
-                    file.write("(defun cl-user::sdk-round-file () 2)\n")
-                return await super().__call__(context, params)
-
-        human = ChangingHuman([("accept", None)])
-        env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
-        params = StdioServerParameters(command=binary, args=["--port", port, "--confirm", "load-file", "--root", root], env=env)
-        async with Client(params, mode="2026-07-28", elicitation_callback=human) as client:
-            loaded = await client.call_tool("load-file", {"file_path": path})
-            check("(defun cl-user::sdk-round-file () 1)" in human.shown[0], "2026-07-28: the human saw the file as it was", human.shown[0])
-            check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
-                  "2026-07-28: a file changed during the round is refused", text_of(loaded))
-            defined = await client.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-round-file)"})
-            check(text_of(defined) == "=> NIL", "2026-07-28: nothing was loaded", text_of(defined))
-
-
 async def main() -> None:
     binary, port, audit_log = sys.argv[1], sys.argv[2], sys.argv[3]
     params = server(binary, port, audit_log)
     await asyncio.wait_for(with_elicitation(params), 60)
     await asyncio.wait_for(without_elicitation(params), 60)
-    await asyncio.wait_for(changed_after_preview(binary, port), 60)
+    await asyncio.wait_for(changed_after_preview(binary, port, stateless=False), 60)
     entries = [json.loads(line) for line in open(audit_log, encoding="utf-8")]
     outcomes = [(entry["tool"], entry["outcome"]) for entry in entries]
     check(outcomes[:2] == [("evaluate-lisp", "not_approved"), ("describe-symbol", "error")], "the audit log records each call", outcomes)
@@ -181,7 +163,7 @@ async def main() -> None:
           "audit entries name the client and the arguments", entries[0])
     check(("evaluate-lisp", "not_approved") == outcomes[-2], "the refused call is audited", outcomes)
     await asyncio.wait_for(stateless_rounds(params), 60)
-    await asyncio.wait_for(stateless_changed_after_preview(binary, port), 60)
+    await asyncio.wait_for(changed_after_preview(binary, port, stateless=True), 60)
 
 
 if __name__ == "__main__":
