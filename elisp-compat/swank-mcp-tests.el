@@ -96,6 +96,8 @@ processes wrote."
              slime-background-message-function #'ignore)
        ;; SLIME's default contribs, as an interactive user gets them.
        (slime-setup '(slime-fancy))
+       ;; Loaded before SLIME, swank-mcp is turned on by its command, as the README says.
+       (swank-mcp-setup)
        ;; Last, after the contribs load: a request made earlier would be answered inside
        ;; SLIME's own synchronous wait for them, which cancels that wait.
        (add-hook 'slime-connected-hook #'swank-mcp-tests--mark-ready t)
@@ -104,6 +106,7 @@ processes wrote."
        (let ((dir (or (getenv "SWANK_MCP_SLY_DIR") (error "Set SWANK_MCP_SLY_DIR to a SLY checkout"))))
          (add-to-list 'load-path dir)
          (require 'sly)
+         (swank-mcp-setup)
          (setq sly-mrepl-history-file-name (expand-file-name "history" (make-temp-file "swank-mcp-tests" t)))
          (add-hook 'sly-connected-hook #'swank-mcp-tests--mark-ready t)
          (sly))))
@@ -261,6 +264,44 @@ with ARGUMENTS and initialized as the MCP client \"ert\", which cannot elicit."
              (swank-mcp-tests--mcp-initialize ,(car bindings))
              ,@body)
          (when ,(car bindings) (delete-process ,(car bindings)))))))
+
+;;;; Turning it on
+
+(defvar slime-mode-hook)
+(defvar sly-mode-hook)
+(declare-function swank-mcp-init "swank-mcp" ())
+(declare-function swank-mcp-unload "swank-mcp" ())
+
+(ert-deftest swank-mcp-loading-changes-no-keymap-or-hook-and-turning-it-on-does ()
+  "Loading swank-mcp leaves SLIME's and SLY's maps and hooks alone.
+Turning it on binds the prefix and adds the hook that binds it in later
+buffers: as SLIME's contrib (what `slime-setup' calls), or with
+`swank-mcp-setup' for SLY; turning it off undoes both."
+  (pcase-let* ((`(,hook ,map) (if (eq swank-mcp-tests--backend 'sly)
+                                  (progn (swank-mcp-tests--connect) '(sly-mode-hook sly-mode-map))
+                                '(slime-mode-hook slime-mode-map)))
+               (feature (if (eq swank-mcp-tests--backend 'sly) 'sly 'slime)))
+    (require feature)
+    ;; The suite turned it on: off, then loaded again, now that the front end is there, which
+    ;; is when the contrib is registered.
+    (swank-mcp-teardown)
+    (load (locate-library "swank-mcp") nil t)
+    (let ((keymap (symbol-value map)))
+      (should-not (memq #'swank-mcp-bind-keys (symbol-value hook)))
+      (should-not (keymapp (lookup-key keymap swank-mcp-key-prefix)))
+      (if (eq feature 'slime)
+          (progn (should (get 'slime-contribs 'swank-mcp))
+                 (swank-mcp-init))
+        (swank-mcp-setup))
+      (unwind-protect
+          (progn (should (memq #'swank-mcp-bind-keys (symbol-value hook)))
+                 (should (eq (lookup-key keymap swank-mcp-key-prefix) swank-mcp-command-map)))
+        (if (eq feature 'slime) (swank-mcp-unload) (swank-mcp-teardown)))
+      (should-not (memq #'swank-mcp-bind-keys (symbol-value hook)))
+      (should-not (keymapp (lookup-key keymap swank-mcp-key-prefix)))
+      ;; swank-mcp's own buffers have the commands regardless.
+      (should (eq (lookup-key swank-mcp-activity-mode-map swank-mcp-key-prefix) swank-mcp-command-map))
+      (swank-mcp-setup))))
 
 ;;;; The client configuration
 

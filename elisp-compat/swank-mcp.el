@@ -6,6 +6,7 @@
 ;; Version: 0.1.0
 ;; Package-Requires: ((emacs "26.1"))
 ;; Keywords: lisp, tools, processes
+;; URL: https://github.com/swank-mcp/swank-mcp
 ;; SPDX-License-Identifier: MIT
 
 ;; This file is not part of GNU Emacs.
@@ -54,10 +55,12 @@
 ;;                           stop at them, and the threads an agent attaches
 ;;                           to, such as one waiting in your SLDB)
 ;;
-;; In SLIME and SLY buffers, the SLIME REPL included, and in swank-mcp's own
-;; buffers, these are under C-c C-x m (`swank-mcp-key-prefix'): a activity,
-;; c cancel, u undo, m approval mode, p the prompt, r revoke, b clear the
-;; breakpoints, s start, q stop, i status.
+;; In swank-mcp's own buffers, and once it is turned on (as a contrib,
+;; `(slime-setup '(slime-fancy swank-mcp))' or `swank-mcp' in `sly-contribs',
+;; or M-x swank-mcp-setup) in SLIME and SLY buffers, the SLIME REPL included,
+;; these are under C-c C-x m (`swank-mcp-key-prefix'): a activity, c cancel,
+;; u undo, m approval mode, p the prompt, r revoke, b clear the breakpoints,
+;; s start, q stop, i status.
 ;;
 ;; The agent then works in the same image as you: what it defines you can
 ;; call from your REPL, and the other way round.  Output of its evaluations
@@ -115,7 +118,7 @@ which has no `slime-mode'), `sly-mode-map' and the maps of swank-mcp's own
 buffers.
 The default is under the prefix of SLIME's and SLY's own commands for
 threads and connections, where neither binds m.  Set it before swank-mcp
-is loaded; nil binds nothing."
+is loaded and turned on; nil binds nothing."
   :type '(choice key-sequence (const :tag "No binding" nil))
   :group 'swank-mcp)
 
@@ -1921,31 +1924,68 @@ breakpoints' plists (nil when there were none)."
 (defvar slime-repl-mode-map)
 (defvar sly-mode-map)
 
-;;;###autoload
-(defun swank-mcp-bind-keys ()
-  "Bind `swank-mcp-command-map' in SLIME's, SLY's and swank-mcp's mode maps.
-It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook',
-`slime-repl-mode-hook' and `sly-mode-hook': the maps exist once the mode
-does, and binding again changes nothing; and when swank-mcp is loaded, for
-its own buffers (the activity, the prompt, undo, *swank-mcp*), which have
-neither SLIME's nor SLY's mode.  Autoloaded, so that the hooks load
-swank-mcp."
+(defconst swank-mcp--front-end-hooks '(slime-mode-hook slime-repl-mode-hook sly-mode-hook)
+  "The hooks that bind `swank-mcp-command-map' once swank-mcp is turned on.")
+
+(defun swank-mcp--front-end-maps ()
+  "The mode maps of SLIME and SLY that exist now.
+The SLIME REPL's is among them: it has no `slime-mode'."
+  (list (bound-and-true-p slime-mode-map) (bound-and-true-p slime-repl-mode-map)
+        (bound-and-true-p sly-mode-map)))
+
+(defun swank-mcp--bind-prefix (maps)
+  "Bind `swank-mcp-command-map' in those of MAPS that exist.
+It goes under `swank-mcp-key-prefix'."
   (when swank-mcp-key-prefix
-    (dolist (map (list (bound-and-true-p slime-mode-map) (bound-and-true-p slime-repl-mode-map)
-                       (bound-and-true-p sly-mode-map)
-                       swank-mcp-activity-mode-map swank-mcp-approval-buffer-mode-map
-                       swank-mcp-undo-mode-map swank-mcp-configuration-mode-map))
+    (dolist (map maps)
       (when (and (keymapp map) (not (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map)))
         (define-key map swank-mcp-key-prefix swank-mcp-command-map)))))
 
-;;;###autoload
-(add-hook 'slime-mode-hook #'swank-mcp-bind-keys)
-;;;###autoload
-(add-hook 'slime-repl-mode-hook #'swank-mcp-bind-keys)
-;;;###autoload
-(add-hook 'sly-mode-hook #'swank-mcp-bind-keys)
+(defun swank-mcp-bind-keys ()
+  "Bind `swank-mcp-command-map' in SLIME's and SLY's mode maps.
+It goes under `swank-mcp-key-prefix'.  Run by `slime-mode-hook',
+`slime-repl-mode-hook' and `sly-mode-hook' once `swank-mcp-setup' has
+added it there: the maps exist once the mode does, and binding again
+changes nothing."
+  (swank-mcp--bind-prefix (swank-mcp--front-end-maps)))
 
-(swank-mcp-bind-keys)
+;;;###autoload
+(defun swank-mcp-setup ()
+  "Turn swank-mcp on in SLIME and SLY: its commands under `swank-mcp-key-prefix'.
+Loading swank-mcp changes no SLIME or SLY keymap or hook; this does, as
+the contrib `swank-mcp' does when SLIME or SLY turn it on, by
+\=(slime-setup \='(slime-fancy swank-mcp)) or with `swank-mcp' in
+`sly-contribs'.  `swank-mcp-teardown' undoes it."
+  (interactive)
+  (dolist (hook swank-mcp--front-end-hooks)
+    (add-hook hook #'swank-mcp-bind-keys))
+  (swank-mcp-bind-keys))
+
+(defun swank-mcp-teardown ()
+  "Undo `swank-mcp-setup': its hooks go, and its keys in SLIME's and SLY's maps."
+  (interactive)
+  (dolist (hook swank-mcp--front-end-hooks)
+    (remove-hook hook #'swank-mcp-bind-keys))
+  (when swank-mcp-key-prefix
+    (dolist (map (swank-mcp--front-end-maps))
+      (when (and (keymapp map) (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map))
+        (define-key map swank-mcp-key-prefix nil)))))
+
+;; swank-mcp's own buffers have its commands whether or not it is turned on in SLIME or SLY.
+(swank-mcp--bind-prefix (list swank-mcp-activity-mode-map swank-mcp-approval-buffer-mode-map
+                              swank-mcp-undo-mode-map swank-mcp-configuration-mode-map))
+
+;; A contrib of the front end that loads this file to turn it on: `slime-setup' and `sly-setup'
+;; load their contribs after themselves, and find them registered under the feature's name.  The
+;; macros are theirs, so the definitions are read only once they are there.
+(dolist (front-end '((slime . define-slime-contrib) (sly . define-sly-contrib)))
+  (when (featurep (car front-end))
+    (eval `(,(cdr front-end) swank-mcp
+            "Let an AI agent work in the image: swank-mcp's commands in the front end's buffers."
+            (:license "MIT")
+            (:on-load (swank-mcp-setup))
+            (:on-unload (swank-mcp-teardown)))
+          t)))
 
 (provide 'swank-mcp)
 

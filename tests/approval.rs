@@ -76,6 +76,24 @@ async fn client_without_confirm() -> McpClient {
     client
 }
 
+/// A client that declared only URL-mode elicitation is never sent a form (client/elicitation,
+/// "Capabilities"), in either era: a call under `--confirm` is refused saying why, and the next
+/// line the client reads is that reply, not an `elicitation/create` request.
+#[tokio::test]
+async fn a_client_that_elicits_only_urls_is_not_sent_a_form() {
+    let mut client = client_with(&["--confirm", "evaluate-lisp"], json!({"elicitation": {"url": {}}})).await;
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(is_error(&reply) && text(&reply).contains("only URL-mode elicitation"), "{reply}");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"url": {}}},
+    });
+    let reply = client
+        .request("tools/call", json!({"name": "evaluate-lisp", "arguments": {"code": "(+ 1 2)"}, "_meta": meta}))
+        .await;
+    assert!(is_error(&reply) && text(&reply).contains("only URL-mode elicitation"), "{reply}");
+}
+
 #[tokio::test]
 async fn an_unanswered_approval_is_refused_at_the_time_limit() {
     let mut client = client(&["--confirm", "mutating", "--confirm-timeout", "1s"]).await;

@@ -8,28 +8,113 @@ use common::{is_error, text, McpClient};
 use serde_json::{json, Value};
 
 #[tokio::test]
-async fn initialize_negotiates_the_protocol_version() {
-    let mut client = McpClient::for_port(common::dead_port()).await;
+async fn initialize_negotiates_the_protocol_version_once() {
     for (asked, answered) in [
         ("2024-11-05", "2024-11-05"),
         ("2025-03-26", "2025-03-26"),
         ("2025-06-18", "2025-06-18"),
         ("2025-11-25", "2025-11-25"),
         ("1999-01-01", "2025-11-25"),
+        // Reached per request, never through the handshake.
+        ("2026-07-28", "2025-11-25"),
     ] {
-        let reply = client
-            .request(
-                "initialize",
-                json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-            )
-            .await;
+        let mut client = McpClient::for_port(common::dead_port()).await;
+        let params = json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        let reply = client.request("initialize", params.clone()).await;
         let result = &reply["result"];
         assert_eq!(result["protocolVersion"], answered);
         assert_eq!(result["serverInfo"]["name"], "swank-mcp");
         assert!(result["capabilities"]["tools"].is_object());
         assert!(result["instructions"].as_str().unwrap().contains("evaluate-lisp"));
+        assert_eq!(result.get("resultType"), None, "{reply}");
+        // A second initialize would change the revision under the session: refused, and the
+        // first one holds.
+        let again = client.request("initialize", json!({"protocolVersion": "2024-11-05", "capabilities": {}})).await;
+        assert_eq!(again["error"]["code"], -32600, "{again}");
+        assert!(again["error"]["message"].as_str().unwrap().contains("Already initialized"), "{again}");
+        assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
     }
-    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+/// The `_meta` of a request of revision 2026-07-28, from a client with `capabilities`.
+fn stateless_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless-tests", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// Revision 2026-07-28 is served request by request, with no `initialize`, beside the handshake:
+/// `server/discover`, `tools/list` with its cache hints, `tools/call` with `resultType`, and the
+/// errors the revision names for a version it does not serve or a `_meta` without what it needs.
+#[tokio::test]
+async fn revision_2026_07_28_is_served_per_request_without_initialize() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    let meta = stateless_meta(json!({}));
+    let discovered = client.request("server/discover", json!({"_meta": meta})).await;
+    let result = &discovered["result"];
+    assert_eq!(result["resultType"], "complete", "{discovered}");
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert!(result["capabilities"]["tools"].is_object());
+    assert!(result["instructions"].as_str().unwrap().contains("evaluate-lisp"));
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "swank-mcp");
+    assert!(result["ttlMs"].as_u64().unwrap() > 0 && result["cacheScope"] == "public", "{discovered}");
+
+    let listed = client.request("tools/list", json!({"_meta": meta})).await;
+    let result = &listed["result"];
+    assert_eq!(result["resultType"], "complete", "{listed}");
+    assert_eq!(result["tools"].as_array().unwrap().len(), 22);
+    assert!(result["ttlMs"].as_u64().unwrap() > 0 && result["cacheScope"] == "public", "{listed}");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "swank-mcp");
+
+    let called = client
+        .request("tools/call", json!({"name": "lisp-check-parens", "arguments": {"code": "(a (b)"}, "_meta": meta}))
+        .await;
+    assert_eq!(called["result"]["resultType"], "complete", "{called}");
+    assert_eq!(called["result"]["isError"], false, "{called}");
+    assert!(text(&called).contains("missing"), "{called}");
+    // A tool that runs in the image says that there is none, as under the handshake.
+    let called =
+        client.request("tools/call", json!({"name": "evaluate-lisp", "arguments": {"code": "1"}, "_meta": meta})).await;
+    assert!(is_error(&called) && text(&called).contains("swank:create-server"), "{called}");
+
+    // A revision not served: -32022 with the ones that are, the handshake's among them.
+    let mut old = meta.clone();
+    old["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    let refused = client.request("tools/list", json!({"_meta": old})).await;
+    assert_eq!(refused["error"]["code"], -32022, "{refused}");
+    assert_eq!(refused["error"]["data"]["requested"], "2025-11-25");
+    let supported = refused["error"]["data"]["supported"].as_array().unwrap();
+    assert!(supported.contains(&json!("2026-07-28")) && supported.contains(&json!("2024-11-05")), "{refused}");
+    // The required fields: -32602.
+    let mut without_capabilities = meta.clone();
+    without_capabilities.as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
+    let refused = client.request("tools/list", json!({"_meta": without_capabilities})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32602);
+    // The revision has no ping; unknown methods are unknown in it too.
+    assert_eq!(client.request("ping", json!({"_meta": meta})).await["error"]["code"], -32601);
+    assert_eq!(client.request("resources/list", json!({"_meta": meta})).await["error"]["code"], -32601);
+
+    // Requests of the handshake's revisions still wait for initialize, which the same process
+    // then serves beside the stateless requests.
+    assert_eq!(client.request("tools/list", json!({})).await["error"]["code"], -32003);
+    client.initialize().await;
+    let listed = client.request("tools/list", json!({})).await;
+    assert_eq!(listed["result"].get("resultType"), None, "{listed}");
+    assert_eq!(client.request("tools/list", json!({"_meta": meta})).await["result"]["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn an_invalid_cursor_is_invalid_params_in_every_revision() {
+    let mut client = McpClient::for_port(common::dead_port()).await;
+    client.initialize().await;
+    let reply = client.request("tools/list", json!({"cursor": "page-2"})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("cursor"), "{reply}");
+    let reply = client.request("tools/list", json!({"cursor": "x", "_meta": stateless_meta(json!({}))})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
 }
 
 #[tokio::test]
@@ -190,7 +275,6 @@ async fn protocol_errors_get_the_right_codes_and_the_server_carries_on() {
     let reply = client.receive().await;
     assert_eq!((reply["error"]["code"].clone(), reply["id"].clone()), (json!(-32600), Value::Null));
     assert_eq!(client.request("no/such/method", json!({})).await["error"]["code"], -32601);
-    assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32601);
     assert_eq!(
         client.request("tools/call", json!({"name": "no-such-tool", "arguments": {}})).await["error"]["code"],
         -32602
@@ -261,6 +345,26 @@ async fn tool_calls_run_concurrently() {
     assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
     let second = client.receive().await;
     assert_eq!((second["id"].clone(), text(&second).to_string()), (json!("slow"), "=> :SLOW".to_string()));
+}
+
+/// A long evaluation reports progress while the image works when the call asked for it with a
+/// token, so that a client that resets its time limit on progress waits for it; a call without a
+/// token gets none.
+#[tokio::test]
+async fn a_long_evaluation_reports_progress_when_asked() {
+    let mut client = McpClient::for_port(common::shared_image_port()).await;
+    client.initialize().await;
+    let code = json!({"code": "(progn (sleep 2.5) :done)"});
+    let (reply, progress) = client.call_tool_with_progress("evaluate-lisp", code, "long-eval").await;
+    assert_eq!(text(&reply), "=> :DONE");
+    assert!(progress.len() >= 2, "{progress:?}");
+    for (i, update) in progress.iter().enumerate() {
+        assert_eq!((&update["progressToken"], &update["progress"]), (&json!("long-eval"), &json!(i + 1)));
+    }
+    assert_eq!(progress[0]["message"], "Evaluating (1 s)");
+    // The next message is the answer (McpClient checks).
+    let reply = client.call_tool("evaluate-lisp", json!({"code": "(progn (sleep 1.5) :quiet)"})).await;
+    assert_eq!(text(&reply), "=> :QUIET");
 }
 
 #[tokio::test]
@@ -529,7 +633,7 @@ async fn read_only_and_tools_choose_what_is_offered() {
 }
 
 #[tokio::test]
-async fn requests_before_initialize_are_refused_and_notifications_ignored() {
+async fn requests_before_initialize_are_refused() {
     let mut client = McpClient::for_port(common::dead_port()).await;
     client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})).await;
@@ -541,8 +645,8 @@ async fn requests_before_initialize_are_refused_and_notifications_ignored() {
     let reply = client.receive().await;
     assert_eq!((reply["id"].clone(), reply["error"]["code"].clone()), (json!("early"), json!(-32003)), "{reply}");
     assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
-    // Unknown methods are -32601 whatever the state, which clients probing `server/discover` rely on.
-    assert_eq!(client.request("server/discover", json!({})).await["error"]["code"], -32601);
+    // Unknown methods are -32601 whatever the state.
+    assert_eq!(client.request("no/such/method", json!({})).await["error"]["code"], -32601);
     // A client that sends its next request without waiting for the initialize response, or
     // sending notifications/initialized, is served.
     client

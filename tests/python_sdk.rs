@@ -1,6 +1,7 @@
-//! The binary driven by a real MCP client: the official Python SDK (`pip install mcp`), with both
-//! its `ClientSession` and its `mcp.Client` (which probes `server/discover` before `initialize`),
-//! against a real image. The checks themselves are in `tests/python/sdk_e2e.py`.
+//! The binary driven by a real MCP client: the official Python SDK (`pip install mcp`), with its
+//! `ClientSession` (the `initialize` handshake) and its `mcp.Client` pinned to revision 2026-07-28
+//! and in auto mode (which probes `server/discover`), against a real image. The checks themselves
+//! are in `tests/python/sdk_e2e.py` and `tests/python/sdk_approval.py`.
 
 mod common;
 

@@ -67,7 +67,8 @@ impl CallState {
             Ending::Done => CallState::Done,
             Ending::Declined => CallState::Declined,
             Ending::TimedOut => CallState::TimedOut,
-            Ending::Cancelled => CallState::Cancelled,
+            // Withdrawn in favour of the call that brings the answer, which is recorded on its own.
+            Ending::Cancelled | Ending::Deferred => CallState::Cancelled,
             Ending::Failed | Ending::Refused | Ending::UnknownTool => CallState::Failed,
         }
     }

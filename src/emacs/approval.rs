@@ -70,7 +70,7 @@ impl Ask for EmacsApproval {
 /// Asks the Emacs attached to the question's image; with a checked question, an approval names
 /// the request to settle once it is known whether the call runs.
 async fn ask_in_emacs(question: &Question<'_>) -> Verdict {
-    let Question { tool, client, shown, checked, image, limit, cancel } = *question;
+    let Question { tool, client, shown, checked, image, limit, cancel, .. } = *question;
     let Some(image) = image else { return Verdict::NobodyToAsk };
     let started = Instant::now();
     let answer = ask(image, (tool, client), (shown.to_string(), checked), limit, cancel.clone()).await;

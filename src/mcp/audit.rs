@@ -203,7 +203,7 @@ impl Observation for Audited {
         let outcome = match ending {
             Ending::Done => Outcome::Ok,
             Ending::Failed => Outcome::Error,
-            Ending::Declined | Ending::TimedOut | Ending::Refused => Outcome::NotApproved,
+            Ending::Declined | Ending::TimedOut | Ending::Refused | Ending::Deferred => Outcome::NotApproved,
             Ending::Cancelled => Outcome::Cancelled,
             Ending::UnknownTool => Outcome::UnknownTool,
         };

@@ -25,6 +25,8 @@ use tokio_util::sync::CancellationToken;
 use super::client_requests::ClientRequests;
 use super::elicitation::{self, Elicitation, ELICITATION_SINCE};
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
+use super::rounds::{Answer, Round, Rounds};
+use super::stateless::{self, MetaParams, RequestMeta, StatelessClient, CACHE_SCOPE, CACHE_TTL_MS, STATELESS_VERSION};
 use super::tool_list::tool_list;
 use super::transport::{Line as Received, LineCodec};
 use crate::outbox::Outbox;
@@ -32,7 +34,8 @@ use crate::pipeline::observe::Observer;
 use crate::pipeline::{Ask, Call, Caller, ConfirmPolicy, Pipeline};
 use crate::tools::{Progress, ToolOutput, Toolbox};
 
-/// Newest first; an unknown requested version is answered with the newest.
+/// The revisions of the `initialize` handshake, newest first; an unknown requested version is
+/// answered with the newest. Revision 2026-07-28 is served beside them ([`stateless`]).
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// Structured tool output (`structuredContent`) exists from this revision on.
 const STRUCTURED_OUTPUT_SINCE: &str = "2025-06-18";
@@ -45,7 +48,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
+pub(super) const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
 /// For a request other than `initialize` and `ping` before `initialize` was answered. The MCP
 /// lifecycle (2025-11-25, basic/lifecycle, "Initialization") only says that the client SHOULD NOT
@@ -73,6 +76,8 @@ struct Server {
     structured_content: bool,
     /// The client as `initialize` described it: its name, and whether it can ask the human.
     caller: Mutex<Arc<Caller>>,
+    /// The approval rounds of calls of revision 2026-07-28.
+    rounds: Arc<Rounds>,
 }
 
 /// What a server does besides running tools: approvals (`--confirm`) and the observers of calls
@@ -115,6 +120,7 @@ where
         initialized: AtomicBool::new(false),
         structured_content,
         caller: Mutex::new(Arc::new(caller)),
+        rounds: Arc::default(),
     });
     let mut lines = FramedRead::new(input, LineCodec::new(MAX_LINE_BYTES));
     // Calls run as futures inside this task rather than as tasks of their own, so that a call
@@ -225,7 +231,25 @@ enum Outcome {
     #[serde(rename = "result")]
     Result(ResultBody),
     #[serde(rename = "error")]
-    Error { code: i64, message: String },
+    Error {
+        code: i64,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<Value>,
+    },
+}
+
+/// A request's JSON-RPC error.
+pub(super) struct Failure {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl Failure {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Failure { code, message: message.into(), data: None }
+    }
 }
 
 #[derive(Serialize)]
@@ -243,6 +267,11 @@ struct CallToolResult {
     is_error: bool,
     #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
     structured_content: Option<Box<serde_json::value::RawValue>>,
+    /// Revision 2026-07-28's `resultType` and `_meta`, which earlier revisions do not have.
+    #[serde(rename = "resultType", skip_serializing_if = "Option::is_none")]
+    result_type: Option<&'static str>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -253,17 +282,19 @@ struct TextContent {
 }
 
 impl CallToolResult {
-    fn new(output: ToolOutput, with_structured_content: bool) -> Self {
+    fn new(output: ToolOutput, with_structured_content: bool, stateless: bool) -> Self {
         CallToolResult {
             content: [TextContent { kind: "text", text: output.text }],
             is_error: output.is_error,
             structured_content: output.structured.filter(|_| with_structured_content),
+            result_type: stateless.then_some("complete"),
+            meta: stateless.then(stateless::result_meta),
         }
     }
 }
 
 fn error_response(id: Value, code: i64, message: &str) -> Response {
-    Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message: message.to_string() } }
+    Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message: message.to_string(), data: None } }
 }
 
 /// The answer to a line that is not a message this server can take, if JSON-RPC gives it one.
@@ -284,12 +315,14 @@ fn result_response(id: Value, result: ResultBody) -> Response {
 }
 
 /// The response to request `id`, if it gets one.
-fn respond(id: Value, outcome: Result<Option<ResultBody>, (i64, String)>) -> Option<Response> {
+fn respond(id: Value, outcome: Result<Option<ResultBody>, Failure>) -> Option<Response> {
     match outcome {
         Ok(Some(result)) => Some(result_response(id, result)),
         // Cancelled: the client said it no longer wants an answer.
         Ok(None) => None,
-        Err((code, text)) => Some(error_response(id, code, &text)),
+        Err(Failure { code, message, data }) => {
+            Some(Response { jsonrpc: "2.0", id, outcome: Outcome::Error { code, message, data } })
+        }
     }
 }
 
@@ -358,12 +391,8 @@ impl Server {
     }
 
     fn notification(&self, notification: Notification) {
-        let method = notification.method.as_str();
-        if !self.is_initialized() {
-            tracing::debug!(method, "notification before initialize ignored");
-            return;
-        }
-        match method {
+        match notification.method.as_str() {
+            // Honoured without `initialize` too: calls of revision 2026-07-28 come without one.
             "notifications/cancelled" => {
                 let Ok(CancelledParams { request_id }) = notification.params.read() else { return };
                 let key = request_id.to_string();
@@ -384,38 +413,91 @@ impl Server {
         self: &Arc<Self>,
         request: Request,
         in_flight: Option<InFlight>,
-    ) -> Result<Option<ResultBody>, (i64, String)> {
+    ) -> Result<Option<ResultBody>, Failure> {
         let method = request.method.as_str();
+        let invalid = |e: serde_json::Error| Failure::new(INVALID_PARAMS, format!("Invalid {method} params: {e}"));
         match method {
-            "initialize" => {
-                let params =
-                    request.params.read().map_err(|e| (INVALID_PARAMS, format!("Invalid initialize params: {e}")))?;
-                Ok(Some(ResultBody::Json(self.initialize(params))))
+            "initialize" => self.initialize(request.params.read().map_err(invalid)?).map(|r| Some(ResultBody::Json(r))),
+            "ping" => {
+                let MetaParams { meta } = request.params.read().map_err(invalid)?;
+                if RequestMeta::is_stateless(&meta) {
+                    return Err(Failure::new(
+                        METHOD_NOT_FOUND,
+                        format!("Method not found: ping is not part of MCP {STATELESS_VERSION}"),
+                    ));
+                }
+                Ok(Some(ResultBody::Json(json!({}))))
             }
-            "ping" => Ok(Some(ResultBody::Json(json!({})))),
-            // Unknown methods get -32601 before `initialize` as after: clients that probe
-            // `server/discover` first take it as the sign to fall back to `initialize`.
-            "tools/list" | "tools/call" if !self.is_initialized() => Err((
-                NOT_INITIALIZED,
-                format!("The server is not initialized: send initialize first, and {method} once it is answered"),
-            )),
-            "tools/list" => Ok(Some(ResultBody::Json(json!({ "tools": tool_list(self.pipeline.toolbox()) })))),
+            "server/discover" => {
+                let MetaParams { meta } = request.params.read().map_err(invalid)?;
+                stateless::client_of(meta, method)?;
+                Ok(Some(ResultBody::Json(self.discover())))
+            }
+            "tools/list" => {
+                let params: ListParams = request.params.read().map_err(invalid)?;
+                let client = self.client_of(params.meta, method)?;
+                // Every tool is on the one page, so no cursor was ever given out.
+                if params.cursor.is_some() {
+                    return Err(Failure::new(
+                        INVALID_PARAMS,
+                        "Invalid cursor: this server lists every tool in one reply and gives out no cursor",
+                    ));
+                }
+                let tools = tool_list(self.pipeline.toolbox());
+                Ok(Some(ResultBody::Json(match client {
+                    None => json!({ "tools": tools }),
+                    Some(_) => json!({
+                        "tools": tools,
+                        "resultType": "complete",
+                        "ttlMs": CACHE_TTL_MS,
+                        "cacheScope": CACHE_SCOPE,
+                        "_meta": stateless::result_meta(),
+                    }),
+                })))
+            }
             "tools/call" => {
-                let params: CallToolParams = request.params.read().map_err(|e| {
-                    (
+                let mut params: CallToolParams = request.params.read().map_err(|e| {
+                    Failure::new(
                         INVALID_PARAMS,
                         format!("tools/call needs a \"name\" string and optional \"arguments\" object: {e}"),
                     )
                 })?;
-                let progress_token = params.meta.and_then(|meta| meta.progress_token);
+                let progress_token = params.meta.as_mut().and_then(|meta| meta.progress_token.take());
+                let client = self.client_of(params.meta.take(), method)?;
                 let in_flight = in_flight.unwrap_or_else(|| InFlight::register(self, &request.id));
-                self.call_tool(in_flight, &params.name, params.arguments, progress_token).await
+                self.call_tool(in_flight, params, progress_token, client).await
             }
-            other => Err((METHOD_NOT_FOUND, format!("Method not found: {other}"))),
+            other => Err(Failure::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
     }
 
-    fn initialize(&self, params: InitializeParams) -> Value {
+    /// The client of a request to `method` as revision 2026-07-28 has it describe itself; `None`
+    /// for a request of the handshake's revisions, served once `initialize` was answered.
+    fn client_of(&self, meta: Option<RequestMeta>, method: &str) -> Result<Option<StatelessClient>, Failure> {
+        if RequestMeta::is_stateless(&meta) {
+            return stateless::client_of(meta, method).map(Some);
+        }
+        if !self.is_initialized() {
+            return Err(Failure::new(
+                NOT_INITIALIZED,
+                format!(
+                    "The server is not initialized: send initialize first, and {method} once it is answered (or \
+                     give each request the _meta of MCP {STATELESS_VERSION})"
+                ),
+            ));
+        }
+        Ok(None)
+    }
+
+    fn initialize(&self, params: InitializeParams) -> Result<Value, Failure> {
+        // Once per process: a second would change the revision and what the client can do under
+        // the calls already made on the first one's terms.
+        if self.is_initialized() {
+            return Err(Failure::new(
+                INVALID_REQUEST,
+                "Already initialized: initialize is answered once per server process",
+            ));
+        }
         let requested = params.protocol_version.as_deref().unwrap_or_default();
         let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[0]);
         *lock(&self.protocol_version) = version.to_string();
@@ -424,19 +506,32 @@ impl Server {
         self.initialized.store(true, Ordering::Release);
         let client = params.client_info.and_then(|info| info.name);
         let client = client.as_deref().unwrap_or("unknown client");
-        let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation")).is_some_and(Value::is_object);
-        let asks = version >= ELICITATION_SINCE && elicitation;
+        let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation"));
+        let asks = version >= ELICITATION_SINCE && elicitation::accepts_forms(elicitation);
         *lock(&self.caller) = Arc::new(Caller {
             client: client.to_string(),
             asks: asks.then(|| Arc::new(Elicitation(self.requests.clone())) as Arc<dyn Ask>),
-            cannot_ask: elicitation::cannot_ask(version),
+            cannot_ask: elicitation::cannot_ask(version, elicitation, "initialize"),
         });
-        tracing::info!(client, requested, version, elicitation, "initialize");
-        json!({
+        tracing::info!(client, requested, version, asks, "initialize");
+        Ok(json!({
             "protocolVersion": version,
             "capabilities": { "tools": { "listChanged": false } },
-            "serverInfo": { "name": "swank-mcp", "title": "swank-mcp", "version": env!("CARGO_PKG_VERSION") },
+            "serverInfo": server_info(),
             "instructions": self.pipeline.toolbox().instructions(),
+        }))
+    }
+
+    /// `server/discover`: what a client of revision 2026-07-28 may learn before its first call.
+    fn discover(&self) -> Value {
+        json!({
+            "resultType": "complete",
+            "supportedVersions": [STATELESS_VERSION],
+            "capabilities": { "tools": { "listChanged": false } },
+            "instructions": self.pipeline.toolbox().instructions(),
+            "ttlMs": CACHE_TTL_MS,
+            "cacheScope": CACHE_SCOPE,
+            "_meta": stateless::result_meta(),
         })
     }
 
@@ -456,29 +551,66 @@ impl Server {
         })
     }
 
+    /// Runs a tool call: of the `initialize`d session's client, or of a `stateless` one.
     async fn call_tool(
         self: &Arc<Self>,
         in_flight: InFlight,
-        name: &str,
-        arguments: Option<Value>,
+        params: CallToolParams,
         progress_token: Option<Value>,
-    ) -> Result<Option<ResultBody>, (i64, String)> {
+        stateless: Option<StatelessClient>,
+    ) -> Result<Option<ResultBody>, Failure> {
+        let CallToolParams { name, arguments, input_responses, request_state, .. } = params;
         let cancel = in_flight.cancel.clone();
         let started = std::time::Instant::now();
-        let caller = lock(&self.caller).clone();
+        let (caller, round, structured_output) = match &stateless {
+            None => (lock(&self.caller).clone(), None, self.structured_output()),
+            Some(client) => {
+                let answer = match request_state {
+                    Some(state) => Some(self.rounds.open(&state).map_err(|why| Failure::new(INVALID_PARAMS, why))?),
+                    None => None,
+                };
+                let answer = answer.map(|state| Answer::new(input_responses.as_ref(), state));
+                let (caller, round) = self.stateless_caller(client, answer);
+                (Arc::new(caller), round, true)
+            }
+        };
         let progress = self.progress_for(progress_token);
-        let call = Call { tool: name, arguments, caller: &caller, cancel: cancel.clone(), progress };
+        let call = Call { tool: &name, arguments, caller: &caller, cancel: cancel.clone(), progress };
         let output = self.pipeline.call(call).await;
         drop(in_flight);
         tracing::debug!(tool = name, elapsed = ?started.elapsed(), "tool call finished");
         let Some(output) = output else {
-            return Err((INVALID_PARAMS, format!("Unknown tool: {name}")));
+            return Err(Failure::new(INVALID_PARAMS, format!("Unknown tool: {name}")));
         };
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, self.structured_content && self.structured_output()))))
+        if let Some(mut asked) = round.and_then(|round| round.asked()) {
+            asked["_meta"] = stateless::result_meta();
+            return Ok(Some(ResultBody::Json(asked)));
+        }
+        let with_structured_content = self.structured_content && structured_output;
+        Ok(Some(ResultBody::ToolCall(CallToolResult::new(output, with_structured_content, stateless.is_some()))))
     }
+
+    /// The caller of one request of revision 2026-07-28, as its `_meta` describes it, with the
+    /// `answer` it brings from the approval round before it; and that round, when its client asks
+    /// the human (it declared form elicitation).
+    fn stateless_caller(&self, client: &StatelessClient, answer: Option<Answer>) -> (Caller, Option<Arc<Round>>) {
+        let elicitation = client.capabilities.get("elicitation");
+        let round = elicitation::accepts_forms(elicitation).then(|| Arc::new(Round::new(self.rounds.clone(), answer)));
+        let caller = Caller {
+            client: client.name.clone().unwrap_or_else(|| "unknown client".to_string()),
+            asks: round.clone().map(|round| round as Arc<dyn Ask>),
+            cannot_ask: elicitation::cannot_ask(STATELESS_VERSION, elicitation, "the request's clientCapabilities"),
+        };
+        (caller, round)
+    }
+}
+
+/// The server's name and version, as every revision gives them.
+pub(super) fn server_info() -> Value {
+    json!({ "name": "swank-mcp", "title": "swank-mcp", "version": env!("CARGO_PKG_VERSION") })
 }
 
 #[derive(Deserialize)]
@@ -498,18 +630,26 @@ struct ClientInfo {
 }
 
 #[derive(Deserialize)]
+struct ListParams {
+    #[serde(default)]
+    cursor: Option<Value>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMeta>,
+}
+
+#[derive(Deserialize)]
 struct CallToolParams {
     name: String,
     #[serde(default)]
     arguments: Option<Value>,
     #[serde(rename = "_meta", default)]
-    meta: Option<CallMeta>,
-}
-
-#[derive(Deserialize)]
-struct CallMeta {
-    #[serde(rename = "progressToken", default)]
-    progress_token: Option<Value>,
+    meta: Option<RequestMeta>,
+    /// The answers a retry of revision 2026-07-28 brings from the round before it.
+    #[serde(rename = "inputResponses", default)]
+    input_responses: Option<Value>,
+    /// The state of that round, as the server sealed it.
+    #[serde(rename = "requestState", default)]
+    request_state: Option<String>,
 }
 
 #[derive(Deserialize)]

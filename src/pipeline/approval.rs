@@ -82,6 +82,8 @@ pub enum Verdict {
     NobodyToAsk,
     /// The client cancelled the call while it waited.
     Cancelled,
+    /// The caller asks the human itself once this call has ended, and calls again with the answer.
+    Deferred,
 }
 
 /// What the human is asked: whether one call may run.
@@ -93,6 +95,13 @@ pub struct Question<'a> {
     pub client: &'a str,
     /// What the human is shown: the tool's preview of the call.
     pub shown: &'a str,
+    /// The call: the tool and its arguments, for an answer given between two requests to be
+    /// checked against the call it comes back with.
+    pub call: Fingerprint,
+    /// What was shown, and the files it was made from, for the same check.
+    pub preview: Fingerprint,
+    /// The files the preview was made from, as messages name them.
+    pub files: Option<&'a str>,
     /// An approval is checked before the call runs (the files it changes must still be as
     /// shown), and whoever approved may wait to hear the outcome ([`Ask::settle`]).
     pub checked: bool,
@@ -168,7 +177,7 @@ pub(crate) fn unanswered(tool: &str, limit: Duration) -> ToolOutput {
 }
 
 /// The error for an approved call whose `files` changed while the human looked at its preview.
-fn changed_before_the_answer(tool: &str, files: &str) -> ToolOutput {
+pub(crate) fn changed_before_the_answer(tool: &str, files: &str) -> ToolOutput {
     ToolOutput::error(format!(
         "{tool} was not run: {files} changed between the preview the user was shown and their answer, so it would \
          not do what they approved. Nothing was written or loaded; call it again to ask for approval of the file as \
@@ -224,10 +233,15 @@ impl Approvals {
         let name = tool.name();
         let preview = toolbox.preview(tool, args).await.map_err(|error| (Ending::Refused, error.into()))?;
         let shown = cut(preview.text);
+        let arguments = serde_json::to_vec(args.values()).unwrap_or_default();
+        let file = preview.fingerprint.as_ref().map(|(fingerprint, _)| fingerprint.to_string()).unwrap_or_default();
         let question = Question {
             tool: name,
             client: &caller.client,
             shown: &shown,
+            call: Fingerprint::of_all([name.as_bytes(), &arguments]),
+            preview: Fingerprint::of_all([shown.as_bytes(), file.as_bytes()]),
+            files: preview.fingerprint.as_ref().map(|(_, files)| files.as_str()),
             checked: preview.fingerprint.is_some(),
             image,
             limit: self.policy.timeout,
@@ -272,6 +286,12 @@ impl Approvals {
             Verdict::Cancelled => {
                 let output = ToolOutput::error(format!("{name} was not run: the client cancelled the call."));
                 Err((Ending::Cancelled, output))
+            }
+            Verdict::Deferred => {
+                let output = ToolOutput::error(format!(
+                    "{name} was not run yet: the MCP client asks the user, and calls it again with their answer."
+                ));
+                Err((Ending::Deferred, output))
             }
         }
     }

@@ -44,6 +44,9 @@ pub enum Ending {
     Refused,
     /// The caller cancelled it.
     Cancelled,
+    /// It was not run yet: its caller asks the human itself and calls it again with the answer
+    /// (MCP 2026-07-28's `input_required` round).
+    Deferred,
     /// There is no such tool.
     UnknownTool,
 }

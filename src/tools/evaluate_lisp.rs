@@ -85,7 +85,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         let next = image.call_helper_debuggable(request, deadline, &limits).await;
         return outcome(context, &image, None, next, &limits, deadline).await;
     }
-    let reply = image.call_helper(request, &limits).await?;
+    let reply = context.reporting(args, image.call_helper(request, &limits), None, "Evaluating").await?;
     Ok(EvaluationReply::decode(&reply)?.with_sessions(context, &image).into_output(context.settings.max_output))
 }
 

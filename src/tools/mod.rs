@@ -52,6 +52,7 @@ tools! {
     undo,
 }
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -491,8 +492,8 @@ impl ToolContext {
     }
 
     /// [`ToolContext::call_helper_within`] for a long call (a load, a test run), reporting
-    /// progress every second when the client listens: `doing` and the elapsed seconds, with what
-    /// the helper's `activity_function` says it is at (`Testing inventory (3 s): 12 checks done`).
+    /// progress as [`ToolContext::reporting`] does, with what the helper's `activity_function`
+    /// says it is at (`Testing inventory (3 s): 12 checks done`).
     pub(crate) async fn call_helper_reporting(
         &self,
         args: &Arguments,
@@ -500,24 +501,40 @@ impl ToolContext {
         activity_function: Entry,
         doing: &str,
     ) -> Result<Sexp, ToolError> {
-        const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-        const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
         let (request, timeout, timeout_advice) = call;
         let run = self.call_helper_within(args, request, timeout, timeout_advice);
-        tokio::pin!(run);
+        self.reporting(args, run, Some(activity_function), doing).await
+    }
+
+    /// Runs `work`, reporting progress every second while the client listens, so that a client
+    /// that gives up on a silent call after a while does not give up on a long one: `doing` and
+    /// the elapsed seconds, with what the helper's `activity_function`, if any, says it is at.
+    pub(crate) async fn reporting<T>(
+        &self,
+        args: &Arguments,
+        work: impl Future<Output = T>,
+        activity_function: Option<Entry>,
+        doing: &str,
+    ) -> T {
+        const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+        const ACTIVITY_TIMEOUT: Duration = Duration::from_secs(5);
+        tokio::pin!(work);
         let started = tokio::time::Instant::now();
         let mut ticker = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
         loop {
             tokio::select! {
-                reply = &mut run => return reply,
+                done = &mut work => return done,
                 _ = ticker.tick(), if self.progress.is_enabled() => {
                     // A report without the activity is still progress: any failure to get it is ignored.
-                    let activity = self
-                        .call_helper_within(args, Request::new(activity_function), ACTIVITY_TIMEOUT, "")
-                        .await
-                        .ok()
-                        .and_then(|reply| crate::swank::from_sexp::<Activity>(&reply).ok())
-                        .and_then(|found| found.activity);
+                    let activity = match activity_function {
+                        Some(function) => self
+                            .call_helper_within(args, Request::new(function), ACTIVITY_TIMEOUT, "")
+                            .await
+                            .ok()
+                            .and_then(|reply| crate::swank::from_sexp::<Activity>(&reply).ok())
+                            .and_then(|found| found.activity),
+                        None => None,
+                    };
                     let elapsed = started.elapsed().as_secs();
                     self.progress.report(match activity {
                         Some(activity) => format!("{doing} ({elapsed} s): {activity}"),
@@ -527,6 +544,7 @@ impl ToolContext {
             }
         }
     }
+
     /// [`ToolContext::call_helper`] with a time limit of the tool's own.
     pub async fn call_helper_within(
         &self,

@@ -3,6 +3,7 @@
 //! has none; and the fingerprint of what the preview was made from, which the approved call
 //! checks before it acts.
 
+use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 
@@ -62,6 +63,14 @@ impl Fingerprint {
             ))),
             _ => Ok(()),
         }
+    }
+}
+
+/// As 32 hexadecimal digits, for a fingerprint that travels through a client and back (MCP's
+/// `requestState`).
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}{:016x}", self.0, self.1)
     }
 }
 

@@ -3,21 +3,24 @@
 Usage: python3 sdk_approval.py SWANK_MCP_BINARY PORT AUDIT_LOG
 
 The server runs with `--confirm evaluate-lisp`. A client with an elicitation callback is asked
-before each evaluate-lisp call and sees the code: declining leaves the image unchanged and the
+before each evaluate-lisp call and sees the code, through `elicitation/create` after the
+`initialize` handshake and through an `input_required` round in revision 2026-07-28: declining leaves the image unchanged and the
 call an error saying "declined by the user"; accepting runs it; accepting with
 allow_for_session runs later calls unasked. A client without the callback is refused with a
 how-to-approve error. A file that changes while the human looks at what a load would compile is
-not loaded once they accept. `tests/python_sdk.rs` runs this against a real image; it prints one
+not loaded once they accept. In 2026-07-28 an answer approves the call it was asked about, once:
+brought to another call, or again, it runs nothing. `tests/python_sdk.rs` runs this against a real image; it prints one
 line per check and exits non-zero on the first failure.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import Client, ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 from sdk_checks import check, text_of
@@ -79,8 +82,10 @@ async def without_elicitation(params: StdioServerParameters) -> None:
             check(not status.is_error, "tools outside --confirm run", text_of(status))
 
 
-async def changed_after_preview(binary: str, port: str) -> None:
-    """The human accepts a load-file after the file changed under the preview they read."""
+async def changed_after_preview(binary: str, port: str, stateless: bool) -> None:
+    """The human accepts a load-file after the file changed under the preview they read: through
+    `elicitation/create` after the handshake, or through an input_required round in 2026-07-28."""
+    era = "2026-07-28: " if stateless else ""
     with tempfile.TemporaryDirectory() as root:
         path = os.path.join(root, "bound.lisp")
         with open(path, "w", encoding="utf-8") as file:
@@ -95,15 +100,54 @@ async def changed_after_preview(binary: str, port: str) -> None:
         human = ChangingHuman([("accept", {"allow_for_session": False})])
         env = {name: os.environ[name] for name in ("PATH", "HOME", "RUST_LOG") if name in os.environ}
         params = StdioServerParameters(command=binary, args=["--port", port, "--confirm", "load-file", "--root", root], env=env)
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=human) as session:
-                await session.initialize()
-                loaded = await session.call_tool("load-file", {"file_path": path})
-                check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], "the human saw the file as it was", human.shown[0])
-                check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
-                      "a file changed after its preview is refused", text_of(loaded))
-                defined = await session.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
-                check(text_of(defined) == "=> NIL", "nothing was loaded", text_of(defined))
+        async with contextlib.AsyncExitStack() as stack:
+            if stateless:
+                client = await stack.enter_async_context(Client(params, mode="2026-07-28", elicitation_callback=human))
+            else:
+                read, write = await stack.enter_async_context(stdio_client(params))
+                client = await stack.enter_async_context(ClientSession(read, write, elicitation_callback=human))
+                await client.initialize()
+            loaded = await client.call_tool("load-file", {"file_path": path})
+            check("(defun cl-user::sdk-bound-file () 1)" in human.shown[0], era + "the human saw the file as it was", human.shown[0])
+            check(loaded.is_error and "changed between the preview the user was shown and their answer" in text_of(loaded),
+                  era + "a file changed after its preview is refused", text_of(loaded))
+            defined = await client.call_tool("evaluate-lisp", {"code": "(fboundp 'cl-user::sdk-bound-file)"})
+            check(text_of(defined) == "=> NIL", era + "nothing was loaded", text_of(defined))
+
+
+async def stateless_rounds(params: StdioServerParameters) -> None:
+    """The same approvals in revision 2026-07-28: the SDK answers each input_required round."""
+    human = Human([("decline", None), ("accept", None)])
+    async with Client(params, mode="2026-07-28", elicitation_callback=human) as client:
+        declined = await client.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :declined)"})
+        check(declined.is_error and "declined by the user" in text_of(declined), "2026-07-28: a declined call is an error", text_of(declined))
+        check("(defparameter *stateless-approval* :declined)" in human.shown[0], "2026-07-28: the human saw the code", human.shown)
+        accepted = await client.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :accepted)"})
+        check(not accepted.is_error and "*STATELESS-APPROVAL*" in text_of(accepted), "2026-07-28: an accepted call runs", text_of(accepted))
+        # Driven by hand: the answer to one call's round, brought to another call or brought twice.
+        session = client.session
+        first = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"}, allow_input_required=True)
+        check(isinstance(first, types.InputRequiredResult) and first.request_state, "2026-07-28: a round asks", first)
+        key = next(iter(first.input_requests))
+        yes = {key: types.ElicitResult(action="accept", content={})}
+        other = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :other)"},
+                                        input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(other.is_error and "given for another call" in text_of(other), "2026-07-28: an answer approves no other call", text_of(other))
+        ran = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                      input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(not ran.is_error, "2026-07-28: the call answered runs", text_of(ran))
+        again = await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                        input_responses=yes, request_state=first.request_state, allow_input_required=True)
+        check(again.is_error and "already used" in text_of(again), "2026-07-28: an answer is used once", text_of(again))
+        forged = first.request_state[:-3] + "xyz"
+        try:
+            await session.call_tool("evaluate-lisp", {"code": "(defparameter *stateless-approval* :first)"},
+                                    input_responses=yes, request_state=forged, allow_input_required=True)
+            check(False, "2026-07-28: an altered requestState is refused")
+        except Exception as error:  # MCPError
+            check(getattr(error, "code", None) == -32602, "2026-07-28: an altered requestState is invalid params", error)
+        value = await client.call_tool("describe-symbol", {"symbol": "*stateless-approval*"})
+        check(":OTHER" not in text_of(value), "2026-07-28: the other call did not run", text_of(value))
 
 
 async def main() -> None:
@@ -111,13 +155,15 @@ async def main() -> None:
     params = server(binary, port, audit_log)
     await asyncio.wait_for(with_elicitation(params), 60)
     await asyncio.wait_for(without_elicitation(params), 60)
-    await asyncio.wait_for(changed_after_preview(binary, port), 60)
+    await asyncio.wait_for(changed_after_preview(binary, port, stateless=False), 60)
     entries = [json.loads(line) for line in open(audit_log, encoding="utf-8")]
     outcomes = [(entry["tool"], entry["outcome"]) for entry in entries]
     check(outcomes[:2] == [("evaluate-lisp", "not_approved"), ("describe-symbol", "error")], "the audit log records each call", outcomes)
     check(entries[0]["client"] == "mcp" and entries[0]["arguments"]["code"].startswith("(defparameter"),
           "audit entries name the client and the arguments", entries[0])
     check(("evaluate-lisp", "not_approved") == outcomes[-2], "the refused call is audited", outcomes)
+    await asyncio.wait_for(stateless_rounds(params), 60)
+    await asyncio.wait_for(changed_after_preview(binary, port, stateless=True), 60)
 
 
 if __name__ == "__main__":
