@@ -179,7 +179,11 @@ async fn an_error_in_the_persons_thread_reaches_their_debugger_and_the_agent_res
     .await;
     let resumed =
         tool(&mut agent, "debugger", json!({"session": session, "action": "restart_frame", "frame": frame})).await;
-    assert!(resumed.contains("left the debugger"), "{resumed}");
+    assert!(
+        resumed.starts_with(&format!("Frame {frame} was restarted: (SHOP::PRICE \"3\") was called again.\n"))
+            && resumed.contains("left the debugger"),
+        "{resumed}"
+    );
 
     // The person's SLDB closes as when they pick a restart, the same thread finished the same job,
     // and their connection still answers.
@@ -313,7 +317,7 @@ async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continue
         "the next call, stepped over: {second}"
     );
     let done = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
-    assert!(done.contains("runs on"), "{done}");
+    assert!(done.contains("left the debugger"), "{done}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(person.eval("*stepped*", "SHOP").await.starts_with("(:ok \"=> 60 "), "the stepped call finished");
 }
@@ -613,4 +617,24 @@ async fn replies_go_to_whoever_asked_when_the_person_and_the_agent_use_one_reque
         let (answer, ()) = tokio::join!(agent_asks, person_reads);
         assert!(text(&answer).starts_with(&format!("=> (:AGENT {n} \"9\")")), "the agent's reply {n}: {answer}");
     }
+}
+
+#[tokio::test]
+async fn an_abort_that_ends_the_persons_thread_says_so_and_a_stop_is_told_once() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
+    person.eval("(sb-thread:make-thread (lambda () (work \"5\")) :name \"doomed-worker\")", "SHOP").await;
+    person.told("(:debug ").await;
+    // Acted on by its name, with no attach first.
+    let frames = tool(&mut agent, "debugger", json!({"thread": "doomed-worker", "action": "backtrace"})).await;
+    assert!(frames.contains("SHOP::PRICE"), "{frames}");
+    let aborted = tool(&mut agent, "debugger", json!({"thread": "doomed-worker", "action": "abort"})).await;
+    assert!(aborted.contains("has ended (an ABORT of a thread ends it"), "{aborted}");
+    // The stop the agent acted on is not told again, nor as waiting.
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
+    assert_eq!(reply, "=> 4");
 }

@@ -76,6 +76,7 @@ entries! {
     REMOVE_BREAKPOINT = "remove-breakpoint",
     RECOMPILE_FOR_STEPPING = "recompile-for-stepping",
     ATTACH_THREAD = "attach-thread",
+    AWAIT_THREAD_STOP = "await-thread-stop",
     DEBUGGER_REPORT = "debugger-report",
     DEBUGGER_FRAME = "debugger-frame",
     DEBUGGER_EVAL_IN_FRAME = "debugger-eval-in-frame",

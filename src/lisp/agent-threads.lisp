@@ -90,11 +90,36 @@ which the agent's server opens it as a debugger session."
                                  (subseq lines 0 (min 8 (length lines))))
                     :went-on went-on
                     :waits waits
+                    :gone nil
+                    :stop (and waits (stop-number condition))
+                    ;; Taken out by TAKE-BACKGROUND, which tells from it whether the stop is still
+                    ;; there.
+                    :waiting-thread (and waits sb-thread:*current-thread*)
                     :attach (and waits
                                  (let ((id (server-thread-id sb-thread:*current-thread*)))
                                    (and id (list id (thread-number sb-thread:*current-thread*)
                                                  (stop-number condition))))))
               (background-errors background)))))
+
+(defun stop-as-it-is-now (report)
+  "REPORT, a thread's stop as RECORD-BACKGROUND-ERROR noted it, as it is now: a thread that has
+surely left the stop since (it ended, or waits at another stop) is said to have, and is no longer
+offered to attach to."
+  (destructuring-bind (&key waiting-thread attach &allow-other-keys) report
+    (let ((report (loop for (key value) on report by #'cddr
+                        unless (eq key :waiting-thread)
+                          append (list key value))))
+      ;; A thread in no debugger may be on its way into the one it was noted for: only one that
+      ;; ended, or waits at another stop, has surely left it.
+      (if (and waiting-thread attach
+               (or (not (sb-thread:thread-alive-p waiting-thread))
+                   (let ((stop (ignore-errors (thread-stop waiting-thread))))
+                     (and stop (/= stop (getf report :stop))))))
+          (list* :gone t :waits nil :attach nil
+                 (loop for (key value) on report by #'cddr
+                       unless (member key '(:gone :waits :attach))
+                         append (list key value)))
+          report))))
 
 (defun take-background (session)
   "What SESSION's agent threads printed and their errors since the last reply, taken (the buffer
@@ -104,7 +129,7 @@ is emptied): (:OUTPUT (text dropped) :ERRORS reports :ERRORS-DROPPED n)."
         (list :output (list "" 0) :errors nil :errors-dropped 0)
         (sb-thread:with-mutex ((background-lock background))
           (prog1 (list :output (capture-report (background-output background))
-                       :errors (reverse (background-errors background))
+                       :errors (mapcar #'stop-as-it-is-now (reverse (background-errors background)))
                        :errors-dropped (background-errors-dropped background))
             (setf (background-output background) (make-capture *max-background-output* :runaway nil)
                   (background-errors background) '()

@@ -144,6 +144,9 @@ debugging environment routes steps to SLDB. Outside it a step would go to SBCL's
           (progv (list hook)
               (list (lambda (condition)
                       (when (typep condition 'sb-ext:step-form-condition)
+                        ;; A step the agent's action did not wait for is told in its next reply.
+                        (ignore-errors
+                         (record-background-error (session-background session) condition nil :waits "at a step"))
                         (progv (list stack-top-hint) (list (funcall find-stepped-frame))
                           (funcall enter condition)))))
             (handler-bind ((sb-ext:step-condition (lambda (condition) (funcall invoke-stepper condition))))

@@ -296,6 +296,39 @@ saying why, otherwise."
                                           (server-debugger-variable :condition) thread nil))
                       :where where))))))))
 
+(defun thread-stop (thread)
+  "The number of the stop THREAD waits in, in a server's debugger, or NIL while it waits in none."
+  (let ((level (let ((variable (server-debugger-variable :level)))
+                 (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
+        (condition (let ((variable (server-debugger-variable :condition)))
+                     (and variable (sb-thread:symbol-value-in-thread variable thread nil)))))
+    (and (integerp level) (plusp level) (typep condition 'condition)
+         (stop-number condition))))
+
+(define-entry (await-thread-stop :caller :server) (designator left milliseconds &key session token)
+  "What became of the thread DESIGNATOR that an agent's action moved on from stop LEFT, within
+MILLISECONDS: (:STOPPED n :ENDED NIL) as soon as it waits in a debugger at another stop N (a step,
+a breakpoint, an error), (:STOPPED NIL :ENDED T) as soon as it has ended (an ABORT of a thread
+ends it), or (:STOPPED NIL :ENDED NIL) when it still ran at the end."
+  (declare (ignore session))
+  (run-tool
+   token
+   (lambda ()
+     (let ((thread (handler-case (find-thread designator)
+                     (tool-failure () nil)))
+           (deadline (+ (get-internal-real-time)
+                        (* milliseconds (/ internal-time-units-per-second 1000)))))
+       (loop
+         (cond ((or (null thread) (not (sb-thread:thread-alive-p thread)))
+                (return (list :stopped nil :ended t)))
+               ((let ((stop (ignore-errors (thread-stop thread))))
+                  (and stop (/= stop left)
+                       (return (list :stopped stop :ended nil)))))
+               ((>= (get-internal-real-time) deadline)
+                (return (list :stopped nil :ended nil))))
+         ;; A thread's stop and end have no hook to wait on; a short sleep stands for one.
+         (sleep 0.01))))))
+
 ;;; ------------------------------------------------------------------------------------------
 ;;; Closing a connection whose client went away
 

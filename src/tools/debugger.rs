@@ -171,7 +171,19 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 sessions.end(number);
                 return Err(ToolError::new(format!("Debugger session D{number} has ended: {gone}")));
             }
-            return match image.call_in_attached_thread((thread, stop), action.request(), context.exit_allowed(&image), &limits).await {
+            let allow_exit = context.exit_allowed(&image);
+            // Which call a restart re-enters, read before the frame is gone.
+            let restarted = match action {
+                Action::RestartFrame { frame } => {
+                    let request = Request::new(Entry::DEBUGGER_FRAME).arg(frame);
+                    match image.call_in_attached_thread((thread, stop), request, allow_exit, &limits).await {
+                        Ok(Some(reply)) => decode::<FrameFacts>("debugger-frame", &reply).ok().map(|facts| (frame, facts.call)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            return match image.call_in_attached_thread((thread, stop), action.request(), allow_exit, &limits).await {
                 Ok(Some(reply)) => {
                     keep(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
@@ -184,7 +196,16 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 }
                 Ok(None) => {
                     sessions.end(number);
-                    follow_attached(context, args, (number, listed, stop), action.stops_again_within(), &limits).await
+                    let followed =
+                        follow_attached(context, args, (number, listed, stop), action.stops_again_within(), &limits)
+                            .await?;
+                    Ok(match restarted {
+                        Some((frame, call)) => ToolOutput::new(
+                            format!("Frame {frame} was restarted: {call} was called again.\n{}", followed.text),
+                            followed.is_error,
+                        ),
+                        None => followed,
+                    })
                 }
                 Err(e) => {
                     keep(Stopped::Attached { listed, stop });
@@ -430,61 +451,73 @@ async fn attach(
     Ok((number, report.into_attached_output(number, &thread, &facts.waits_in)))
 }
 
-/// After an action moved an attached thread on from stop `left`: when it stops again in a debugger
-/// within `within` (the next step, a breakpoint), that stop as the same session; otherwise that it
-/// runs on.
+/// What became of a thread an action moved on from stop `left`, as the helper's
+/// `await-thread-stop` tells it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Moved {
+    stopped: Option<u64>,
+    ended: bool,
+}
+
+/// After an action moved an attached thread on from stop `left`: the stop it reaches within
+/// `within` (the next step, a breakpoint, an error), reported as the same session; or that it
+/// ended (an ABORT of a thread ends it); or that it was still running then, and that a stop it
+/// reaches later comes in the next reply.
 async fn follow_attached(
     context: &ToolContext,
     args: &Arguments,
     (number, listed, left): (u64, u64, u64),
-    within: Duration,
+    (within, stepped): (Duration, bool),
     limits: &CallLimits,
 ) -> ToolResult {
-    const POLL: Duration = Duration::from_millis(50);
-    let give_up = Instant::now() + within;
-    loop {
-        // Not waiting in a debugger (yet, or any more) is an answer of the helper's, as is a
-        // thread that has ended: either way there is nothing to report until the time is up.
-        let facts = match context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(listed.to_string())).await {
-            Ok(reply) => decode::<AttachFacts>("attach-thread", &reply).ok().filter(|facts| facts.stop != left),
-            Err(_) => None,
-        };
-        if let Some(facts) = facts {
-            let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
-            let image = context.image(args)?;
-            if let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, context.exit_allowed(&image), limits).await? {
-                check_failure(&reply)?;
-                let report = decode::<StopReport>("debugger-report", &reply)?;
-                let condition =
-                    format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
-                context.debugger_sessions().keep(DebuggerSession {
-                    number,
-                    image,
-                    thread: facts.thread,
-                    condition,
-                    since: std::time::Instant::now(),
-                    stopped: Stopped::Attached { listed, stop: facts.stop },
-                });
-                let thread = format!("{} {:?}", facts.number, facts.name);
-                return Ok(report.into_attached_output(number, &thread, &facts.waits_in));
-            }
+    let request = Request::new(Entry::AWAIT_THREAD_STOP)
+        .arg(listed.to_string())
+        .arg(left)
+        .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX));
+    let moved = decode::<Moved>("await-thread-stop", &context.call_helper(args, request).await?)?;
+    if moved.stopped.is_some() {
+        let facts = context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(listed.to_string())).await?;
+        let facts = decode::<AttachFacts>("attach-thread", &facts)?;
+        let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
+        let image = context.image(args)?;
+        let allow_exit = context.exit_allowed(&image);
+        if let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, allow_exit, limits).await? {
+            check_failure(&reply)?;
+            let report = decode::<StopReport>("debugger-report", &reply)?;
+            let condition =
+                format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
+            context.debugger_sessions().keep(DebuggerSession {
+                number,
+                image,
+                thread: facts.thread,
+                condition,
+                since: std::time::Instant::now(),
+                stopped: Stopped::Attached { listed, stop: facts.stop },
+            });
+            let thread = format!("{} {:?}", facts.number, facts.name);
+            return Ok(report.into_attached_output(number, &thread, &facts.waits_in));
         }
-        if Instant::now() >= give_up {
-            return Ok(ToolOutput::success(format!(
-                "The thread left the debugger and runs on as the image's own (a debugger of the person's that \
-                 showed it closed, as when they choose a restart); session D{number} has ended. The threads tool shows it; if it stops again, \
-                 the next evaluate-lisp reply says so.{}",
-                if within > Duration::from_secs(1) {
-                    " No step was reached: SBCL steps only code compiled with (debug 3). {\"action\": \
-                     \"recompile_debug\", \"function\": ...} recompiles a function so (and recompile_restore puts \
-                     it back); then stop at it again and step."
-                } else {
-                    ""
-                }
-            )));
-        }
-        tokio::time::sleep(POLL).await;
     }
+    let step_hint = if stepped {
+        " No step was reached: a step stops only in code compiled with (debug 3). {\"action\": \"recompile_debug\", \
+         \"function\": ...} recompiles a function so (and recompile_restore puts it back); then stop at it again and \
+         step."
+    } else {
+        ""
+    };
+    if moved.ended {
+        return Ok(ToolOutput::success(format!(
+            "The thread left the debugger and has ended (an ABORT of a thread ends it; a debugger of the person's \
+             that showed it closed); session D{number} has ended.{step_hint}"
+        )));
+    }
+    Ok(ToolOutput::success(format!(
+        "The thread left the debugger and was still running {} ms later, as the image's own (a debugger of the \
+         person's that showed it closed, as when they choose a restart); session D{number} has ended. If it stops \
+         again (a step, a breakpoint, an error), the next reply says so.{step_hint}",
+        within.as_millis(),
+    )))
 }
 
 /// Reads `D1` (or `1`) as session number 1.
@@ -584,13 +617,13 @@ impl<'a> Action<'a> {
         }
     }
 
-    /// How long an attached thread this action moved on is watched for its next stop: a step
-    /// stops again at once where the code has step points; anything else stops again only if it
-    /// meets another breakpoint or error soon.
-    fn stops_again_within(&self) -> Duration {
+    /// How long an attached thread this action moved on is waited for at its next stop (a step
+    /// stops again at once where the code has step points; anything else only if it meets
+    /// another breakpoint or error soon), and whether the action was a step.
+    fn stops_again_within(&self) -> (Duration, bool) {
         match self {
-            Action::Step { .. } => Duration::from_secs(2),
-            _ => Duration::from_millis(300),
+            Action::Step { .. } => (Duration::from_secs(2), true),
+            _ => (Duration::from_millis(300), false),
         }
     }
 

@@ -99,6 +99,9 @@ pub struct DebuggerSessionSummary {
 pub struct DebuggerSessions {
     sessions: Mutex<HashMap<u64, Slot>>,
     last: AtomicU64,
+    /// The stops of image threads the agent has been shown as sessions (by the image's address
+    /// and the stop's number): a `[background]` notice of one is news to nobody.
+    shown: Mutex<std::collections::HashSet<(usize, u64)>>,
 }
 
 impl DebuggerSessions {
@@ -109,7 +112,20 @@ impl DebuggerSessions {
 
     /// Keeps a stopped evaluation for the debugger tool (releasing it if a call was acting on it).
     pub fn keep(&self, session: DebuggerSession) {
+        if let Stopped::Attached { stop, .. } = session.stopped {
+            let mut shown = lock(&self.shown);
+            // Stop numbers only grow; the oldest are the ones no notice will name again.
+            if shown.len() >= 10_000 {
+                shown.clear();
+            }
+            shown.insert((Arc::as_ptr(&session.image) as usize, stop));
+        }
         lock(&self.sessions).insert(session.number, Slot::Waiting(session));
+    }
+
+    /// Whether the agent has been shown stop number `stop` of `image`'s threads as a session.
+    pub fn was_shown(&self, image: &Arc<Image>, stop: u64) -> bool {
+        lock(&self.shown).contains(&(Arc::as_ptr(image) as usize, stop))
     }
 
     /// Takes session `number` for one debugger call, which must give it back with

@@ -220,6 +220,10 @@ pub(crate) struct BackgroundError {
     /// The server's id and the threads tool's number of the waiting thread, and the number of
     /// its stop.
     pub attach: Option<(i64, u64, u64)>,
+    /// It stopped in a debugger, and has left that stop since.
+    pub gone: bool,
+    /// The number of the stop it waited in.
+    pub stop: Option<u64>,
     /// The debugger session it was opened as.
     #[serde(skip)]
     pub session: Option<u64>,
@@ -235,10 +239,11 @@ impl Background {
             parts.push(output);
         }
         for error in &self.errors {
-            let what = match (&error.waits, error.went_on) {
-                (Some(_), _) => "of the image stopped",
-                (None, true) => "was interrupted and went on",
-                (None, false) => "stopped",
+            let what = match (&error.waits, error.went_on, error.gone) {
+                (Some(_), _, _) => "of the image stopped",
+                (None, _, true) => "of the image stopped, and has left that stop since",
+                (None, true, false) => "was interrupted and went on",
+                (None, false, false) => "stopped",
             };
             let mut part = format!("Thread {:?} {what}: [ERROR] {}\n{}", error.thread, error.type_name, error.message);
             match (&error.waits, error.session) {
@@ -269,9 +274,12 @@ impl EvaluationReply {
     /// session, which the reply then names: the stop the agent is told of is one it can act on.
     pub(crate) fn with_sessions(mut self, context: &ToolContext, image: &Arc<Image>) -> Self {
         let sessions = context.debugger_sessions();
+        // A stop the agent has been shown as a session already (it attached, or a step it took
+        // ended there) is one it knows of: each stop is told once.
+        self.background.errors.retain(|error| error.stop.is_none_or(|stop| !sessions.was_shown(image, stop)));
         for error in &mut self.background.errors {
             let Some((thread, listed, stop)) = error.attach else { continue };
-            let number = sessions.with_stop(image, stop).unwrap_or_else(|| sessions.next_number());
+            let number = sessions.next_number();
             sessions.keep(DebuggerSession {
                 number,
                 image: image.clone(),
