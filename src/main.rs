@@ -64,7 +64,8 @@ struct Cli {
     eval_timeout: Duration,
 
     /// How long an evaluation stopped in the debugger (evaluate-lisp with debug) waits for the
-    /// debugger tool before it is aborted, e.g. 10m, 90s.
+    /// debugger tool before it is aborted, and a thread at an agent's breakpoint before it goes
+    /// on, e.g. 10m, 90s.
     #[arg(long, default_value = "10m", value_parser = parse_duration, global = true)]
     debug_timeout: Duration,
 

@@ -471,6 +471,16 @@ async fn a_threads_stop_ends_when_its_breakpoint_goes_however_it_goes() {
         person.eval("(sb-int:encapsulated-p 'price 'mcp-agent-helper::mcp-agent-breakpoint)", "SHOP").await,
         "(:ok \"=> NIL\")"
     );
+
+    // An agent that never comes back to a stop: the thread goes on after --debug-timeout.
+    let mut agent = McpClient::start(&["--port", &image.port.to_string(), "--debug-timeout", "1s"]).await;
+    agent.initialize().await;
+    tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price"})).await;
+    person.eval(start_worker, "SHOP").await;
+    until_person_sees(&mut person, "*priced*", "(:ok \"=> (50 50 50)", "the thread went on after --debug-timeout")
+        .await;
+    let listed = tool(&mut agent, "debugger", json!({"action": "breakpoints"})).await;
+    assert!(listed.contains("1 stop"), "{listed}");
 }
 
 #[tokio::test]

@@ -41,6 +41,8 @@
          :documentation "Why it was removed with its stops let go, once it was: a stop that comes
 after that goes on at once.")
    (session :initarg :session :reader breakpoint-session)
+   (debug-timeout :initarg :debug-timeout :reader breakpoint-debug-timeout
+                  :documentation "Seconds a thread waits at it for the agent before it goes on.")
    (stop-frame :initarg :stop-frame :reader breakpoint-stop-frame
                :documentation "A function of (STOP . ARGUMENTS) that calls STOP in a frame named as
 the function, with its parameters bound (STOP-FRAME-FUNCTION), or NIL.")))
@@ -169,7 +171,8 @@ connection; returns when the agent continues. Its session is told in its next re
     (note-event :breakpoint-hit "Thread ~D ~S stopped at breakpoint ~D: ~A. It waits for the agent."
                 (thread-number thread) (safe-princ (sb-thread:thread-name thread)) (breakpoint-number breakpoint)
                 call)
-    (let ((stop nil))
+    (let ((stop nil)
+          (timer nil))
       ;; However it leaves (continued, its frame restarted, aborted, let go), the person sees it
       ;; run on.
       (unwind-protect
@@ -182,7 +185,21 @@ connection; returns when the agent continues. Its session is told in its next re
              ;; nothing would let it go then.
              (when (or (breakpoint-gone breakpoint) (session-ended-p session))
                (return-from stop-at-breakpoint))
+             ;; An agent that never comes back leaves no thread waiting for good (--debug-timeout).
+             ;; The timer is the helper's, not the agent's code (see MAKE-AGENT-TIMER).
+             (let ((*agent-session* nil)
+                   (waiting stop)
+                   (seconds (breakpoint-debug-timeout breakpoint)))
+               (setf timer (sb-ext:make-timer
+                            (lambda ()
+                              (release-stops (lambda (stop) (eq stop waiting))
+                                             (format nil "it waited ~:D seconds for its agent (--debug-timeout)"
+                                                     seconds)))
+                            :thread t :name "swank-mcp breakpoint timeout"))
+               (sb-ext:schedule-timer timer seconds))
              (funcall (agent-debugger session) condition))
+        (when timer
+          (sb-ext:unschedule-timer timer))
         (when stop
           (sb-thread:with-mutex (*breakpoints-lock*)
             (setf *breakpoint-stops* (remove stop *breakpoint-stops*))))
@@ -347,10 +364,12 @@ its last stop removed already): it has ended."
         :hits (breakpoint-hits breakpoint)
         :condition-errors (breakpoint-condition-errors breakpoint)))
 
-(define-entry (set-breakpoint :caller :server) (function &key condition thread hits package session token)
+(define-entry (set-breakpoint :caller :server) (function &key condition thread hits package
+                                                          (debug-timeout *debug-timeout*) session token)
   "Sets a breakpoint on FUNCTION (a name as typed) for SESSION: CONDITION, code over the function's
-parameters by name; THREAD, the only thread it stops; HITS, how many stops before it goes.
-Returns the breakpoint's plist."
+parameters by name; THREAD, the only thread it stops; HITS, how many stops before it goes;
+DEBUG-TIMEOUT, the seconds a stopped thread waits for the agent before it goes on. Returns the
+breakpoint's plist."
   (run-tool
    token
    (lambda ()
@@ -374,6 +393,7 @@ Returns the breakpoint's plist."
                                                          (if package lookup (or (symbol-package name) lookup))))
                               :thread target
                               :stops-left hits
+                              :debug-timeout debug-timeout
                               :stop-frame (stop-frame-function name)
                               :session session)))
          ;; Checked and set under one lock: of two agents breaking on one function at once, one

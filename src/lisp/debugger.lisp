@@ -319,14 +319,10 @@ only when it could not step."
   (debugger-command
    (lambda ()
      (let* ((server (current-server))
-            (slynk (and server (string= (package-name (server-package server)) "SLYNK")))
-            (name (concatenate 'string (if slynk "SLY-DB-" "SLDB-")
-                               (cond ((string= kind "into") "STEP")
-                                     ((string= kind "over") "NEXT")
-                                     ((string= kind "out") "OUT")
-                                     (t (fail "Unknown step ~S: use into, over or out." kind)))))
-            (step (and server (server-function server name))))
+            (step (and server (server-step-function server kind))))
+       (unless (member kind '("into" "over" "out") :test #'string=)
+         (fail "Unknown step ~S: use into, over or out." kind))
        (unless step
-         (fail "The swank or slynk server in this image has no ~A, which stepping needs." name))
+         (fail "The swank or slynk server in this image has no command to step ~A, which stepping needs." kind))
        (funcall step index)
        (fail "The thread could not be stepped from here.")))))

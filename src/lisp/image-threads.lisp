@@ -67,16 +67,6 @@ back to the real streams, as it does in an image swank-mcp never attached to."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Telling the agents that a thread of the image stopped
 
-(defun server-debugger-variable (kind)
-  "The symbol of the server debugger's state KIND (:LEVEL, :CONDITION or :RESTARTS) of the server
-whose debugger runs in this thread, swank's or slynk's, or NIL."
-  (first (ecase kind
-           (:level (or (existing-symbols "SWANK" "*SLDB-LEVEL*") (existing-symbols "SLYNK" "*SLY-DB-LEVEL*")))
-           (:condition (or (existing-symbols "SWANK" "*SWANK-DEBUGGER-CONDITION*")
-                           (existing-symbols "SLYNK" "*SLYNK-DEBUGGER-CONDITION*")))
-           (:restarts (or (existing-symbols "SWANK" "*SLDB-RESTARTS*")
-                          (existing-symbols "SLYNK" "*SLY-DB-RESTARTS*"))))))
-
 (defun note-image-thread-stop (invoke-debugger condition)
   "Wraps the server's entry into its debugger (swank's INVOKE-SLIME-DEBUGGER, slynk's
 INVOKE-SLY-DEBUGGER). For a thread no connection serves, every agent session's next reply says
@@ -175,17 +165,14 @@ none.)"
 
 (defun server-debugger-state ()
   "A PARKED made of the server's debugger this thread waits in, or NIL when it waits in none."
-  (flet ((value (kind)
-           (let ((variable (server-debugger-variable kind)))
-             (and variable (boundp variable) (symbol-value variable)))))
-    (let ((level (value :level)))
-      (and (integerp level) (plusp level)
-           (new 'parked :condition (value :condition)
-                        :restarts (value :restarts)
-                        :package *package*
-                        :stdout nil
-                        :stderr nil
-                        :image-thread t)))))
+  (destructuring-bind (&key level condition restarts &allow-other-keys) (thread-debugger)
+    (and level
+         (new 'parked :condition condition
+                      :restarts restarts
+                      :package *package*
+                      :stdout nil
+                      :stderr nil
+                      :image-thread t))))
 
 (defparameter *attachable-entries*
   '("DEBUGGER-REPORT" "DEBUGGER-FRAME" "DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART"
@@ -244,9 +231,7 @@ that two threads asking at once get the one number."
 
 (defun current-stop ()
   "The number of the stop this thread waits in, from the server's debugger's condition, or NIL."
-  (let ((variable (server-debugger-variable :condition)))
-    (and variable (boundp variable) (typep (symbol-value variable) 'condition)
-         (stop-number (symbol-value variable)))))
+  (thread-stop sb-thread:*current-thread*))
 
 (define-entry (attach-thread :caller :server) (designator &key quietly session token)
   "The thread DESIGNATOR (the threads tool's number or a name), when it waits in a server's debugger:
@@ -258,15 +243,15 @@ saying why, otherwise."
    token
    (lambda ()
      (let* ((thread (find-thread designator))
-            (level (let ((variable (server-debugger-variable :level)))
-                     (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
+            (debugger (thread-debugger thread))
+            (level (getf debugger :level))
             (server (current-server))
             (id-of (and server (server-function server "THREAD-ID" (server-backend server)))))
        (cond ((sb-thread:symbol-value-in-thread '*parked* thread nil)
               (fail "Thread ~A ~S is an evaluation of swank-mcp's waiting in its debugger: act on it with the ~
                      session its evaluation returned (lisp-status lists the sessions)."
                     (thread-number thread) (sb-thread:thread-name thread)))
-             ((not (and (integerp level) (plusp level)))
+             ((null level)
               (fail "Thread ~A ~S does not wait in a debugger~@[ (it ~A)~]. A thread is attached to when it stops in ~
                      one: on an error, a BREAK, or a breakpoint."
                     (thread-number thread) (sb-thread:thread-name thread) (ignore-errors (waiting-text thread))))
@@ -274,8 +259,7 @@ saying why, otherwise."
               (fail "The server has no THREAD-ID, which attaching needs."))
              (t
               (let* ((connection (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil))
-                     (condition (let ((variable (server-debugger-variable :condition)))
-                                  (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
+                     (condition (getf debugger :condition))
                      ;; BREAKPOINT-HIT by name: breakpoints.lisp, which defines it, loads after this.
                      (where (cond ((null connection) "a debugger no connection serves")
                                   ((eq (type-of condition) 'breakpoint-hit)
@@ -292,18 +276,13 @@ saying why, otherwise."
                       :number (thread-number thread)
                       :name (safe-princ (sb-thread:thread-name thread))
                       :level level
-                      :stop (stop-number (sb-thread:symbol-value-in-thread
-                                          (server-debugger-variable :condition) thread nil))
+                      :stop (stop-number condition)
                       :where where))))))))
 
 (defun thread-stop (thread)
   "The number of the stop THREAD waits in, in a server's debugger, or NIL while it waits in none."
-  (let ((level (let ((variable (server-debugger-variable :level)))
-                 (and variable (sb-thread:symbol-value-in-thread variable thread nil))))
-        (condition (let ((variable (server-debugger-variable :condition)))
-                     (and variable (sb-thread:symbol-value-in-thread variable thread nil)))))
-    (and (integerp level) (plusp level) (typep condition 'condition)
-         (stop-number condition))))
+  (let ((condition (getf (thread-debugger thread) :condition)))
+    (and (typep condition 'condition) (stop-number condition))))
 
 (define-entry (await-thread-stop :caller :server) (designator left milliseconds &key session token)
   "What became of the thread DESIGNATOR that an agent's action moved on from stop LEFT, within

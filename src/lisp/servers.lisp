@@ -16,10 +16,43 @@
 (in-package #:mcp-agent-helper)
 
 (defparameter *server-kinds*
-  '((:package "SWANK" :backends ("SWANK/BACKEND" "SWANK-BACKEND") :implementation "SWANK/SBCL")
-    (:package "SLYNK" :backends ("SLYNK-BACKEND") :implementation "SLYNK-SBCL"))
+  '((:package "SWANK" :backends ("SWANK/BACKEND" "SWANK-BACKEND") :implementation "SWANK/SBCL"
+     :front-end "SLIME" :debugger ("*SLDB-LEVEL*" "*SWANK-DEBUGGER-CONDITION*" "*SLDB-RESTARTS*")
+     :steps ("SLDB-STEP" "SLDB-NEXT" "SLDB-OUT"))
+    (:package "SLYNK" :backends ("SLYNK-BACKEND") :implementation "SLYNK-SBCL"
+     :front-end "SLY" :debugger ("*SLY-DB-LEVEL*" "*SLYNK-DEBUGGER-CONDITION*" "*SLY-DB-RESTARTS*")
+     :steps ("SLY-DB-STEP" "SLY-DB-NEXT" "SLY-DB-OUT")))
   "The servers the helper knows: each one's package, its backend's packages (older swank names
-it SWANK-BACKEND) and the package of its SBCL backend, where its mailboxes and thread ids are.")
+it SWANK-BACKEND), the package of its SBCL backend, where its mailboxes and thread ids are, the
+Emacs front end it serves, the variables of its debugger (level, condition, restarts) and its
+debugger's step commands (into, over, out).")
+
+(defun thread-debugger (&optional (thread sb-thread:*current-thread*))
+  "The server's debugger THREAD waits in, as (:LEVEL n :CONDITION c :RESTARTS r :FRONT-END name
+:KIND kind), or NIL while it waits in none. Each server's own variables are asked: in an image
+with both, a thread in SLY's debugger is in SLY's, whichever server the asking request came
+through."
+  (loop for kind in *server-kinds*
+        for package = (find-package (getf kind :package))
+        for (level condition restarts)
+          = (and package
+                 (mapcar (lambda (name)
+                           (let ((symbol (find-symbol name package)))
+                             (and symbol (sb-thread:symbol-value-in-thread symbol thread nil))))
+                         (getf kind :debugger)))
+        when (and (integerp level) (plusp level))
+          return (list :level level :condition condition :restarts restarts
+                       :front-end (getf kind :front-end) :kind kind)))
+
+(defun server-step-function (server kind)
+  "SERVER's debugger command that steps as KIND says (\"into\", \"over\" or \"out\"), or NIL."
+  (let* ((names (getf (find (package-name (server-package server)) *server-kinds*
+                            :key (lambda (kind) (getf kind :package)) :test #'string=)
+                      :steps))
+         (name (cond ((string= kind "into") (first names))
+                     ((string= kind "over") (second names))
+                     ((string= kind "out") (third names)))))
+    (and name (server-function server name))))
 
 (defun server-packages ()
   "The packages of the servers loaded in the image."
@@ -66,7 +99,7 @@ of a mailbox's thread and queue, or NIL when it has no such list."
 
 (defun make-server (kind)
   "The SERVER of KIND (an entry of *SERVER-KINDS*) when its package exists, else NIL."
-  (destructuring-bind (&key package backends implementation) kind
+  (destructuring-bind (&key package backends implementation &allow-other-keys) kind
     (let ((package (find-package package))
           (implementation (find-package implementation)))
       (and package

@@ -35,15 +35,13 @@ agent's evaluation, which the debugger tool acts on) or the server's own (SLIME'
   (flet ((in-thread (symbol)
            (and symbol (sb-thread:symbol-value-in-thread symbol thread nil))))
     (let ((parked (in-thread '*parked*))
-          (level (in-thread (first (or (existing-symbols "SWANK" "*SLDB-LEVEL*")
-                                       (existing-symbols "SLYNK" "*SLY-DB-LEVEL*"))))))
+          (debugger (thread-debugger thread)))
       (cond (parked
              (format nil "waits in swank-mcp's debugger (~A)" (standard-condition-name (parked-condition parked))))
-            ((and (integerp level) (plusp level))
-             (let ((condition (in-thread (first (or (existing-symbols "SWANK" "*SWANK-DEBUGGER-CONDITION*")
-                                                    (existing-symbols "SLYNK" "*SLYNK-DEBUGGER-CONDITION*"))))))
-               (format nil "waits in the ~:[SLY~;SLIME~] debugger, level ~D~@[ (~A)~]"
-                       (find-package "SWANK") level
+            (debugger
+             (destructuring-bind (&key level condition front-end &allow-other-keys) debugger
+               (format nil "waits in the ~A debugger, level ~D~@[ (~A)~]"
+                       front-end level
                        (and (typep condition 'condition)
                             (let ((message (condition-message condition)))
                               (format nil "~A: ~A" (standard-condition-name condition)

@@ -325,7 +325,8 @@ async fn set_breakpoint(context: &ToolContext, args: &Arguments, asked: &Args) -
         .key("condition", asked.condition.as_deref())
         .key("thread", thread)
         .key("hits", asked.hits)
-        .key("package", None::<&str>);
+        .key("package", None::<&str>)
+        .key("debug-timeout", context.settings.debug_timeout.as_secs().max(1));
     let reply = context.call_helper(args, request).await?;
     let breakpoint = decode::<Breakpoint>("set-breakpoint", &reply)?;
     Ok(ToolOutput::success(format!(
