@@ -127,6 +127,21 @@ fn named_session(reply: &str) -> String {
     reply[start..].split(':').next().unwrap().to_string()
 }
 
+/// Waits until the thread named `name` waits in a debugger (the person's SLDB, or swank-mcp's
+/// at a breakpoint), as the threads tool sees it, or fails after 10 s.
+async fn until_waits(agent: &mut McpClient, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let threads = tool(agent, "threads", json!({})).await;
+        let line = threads.lines().find(|line| line.contains(&format!("{name:?}"))).unwrap_or_default();
+        if line.contains("waits in the SLIME debugger") || line.contains("waits in the SLY debugger") {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} did not stop: {threads}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn tool(agent: &mut McpClient, name: &str, arguments: Value) -> String {
     let reply = agent.call_tool(name, arguments).await;
     assert!(!is_error(&reply), "{name}: {reply}");
@@ -211,7 +226,7 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
         define_shop(&mut person).await;
         person.eval("(sb-thread:make-thread (lambda () (sleep 1) (work \"4\")) :name \"lone-worker\")", "SHOP").await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    until_waits(&mut agent, "lone-worker").await;
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 1)"})).await;
     assert!(
         reply.contains("[background]")
@@ -233,9 +248,15 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
     )
     .await;
     tool(&mut agent, "debugger", json!({"session": session, "action": "restart_frame", "frame": frame})).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        common::without_handle(&tool(&mut agent, "evaluate-lisp", json!({"code": "shop::*done*"})).await),
+        common::without_handle(
+            &tool(
+                &mut agent,
+                "evaluate-lisp",
+                json!({"code": "(loop repeat 200 until shop::*done* do (sleep 0.05) finally (return shop::*done*))"})
+            )
+            .await
+        ),
         "=> (40)"
     );
 }
@@ -255,7 +276,8 @@ async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with
     person.eval("(progn (defvar *low* nil) (defvar *high* nil))", "SHOP").await;
     person.eval("(sb-thread:make-thread (lambda () (setf *low* (price 3))) :name \"low\")", "SHOP").await;
     person.eval("(sb-thread:make-thread (lambda () (setf *high* (price 7))) :name \"high\")", "SHOP").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_waits(&mut agent, "high").await;
+    until_person_sees(&mut person, "*low*", "(:ok \"=> 30", "the call whose condition is false went on").await;
     // The call whose condition is false went on; the other waits for the agent, not the person.
     assert_eq!(person.eval("(list *low* *high*)", "SHOP").await, "(:ok \"=> (30 NIL)\")");
     assert!(!person.unread.iter().any(|message| message.starts_with("(:debug ")), "{:?}", person.unread);
@@ -273,8 +295,7 @@ async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with
     assert!(backtrace.contains("[DEBUGGER"), "{backtrace}");
     let resumed = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
     assert!(resumed.contains("left the debugger"), "{resumed}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(person.eval("*high*", "SHOP").await.starts_with("(:ok \"=> 70 "), "the call went on");
+    until_person_sees(&mut person, "*high*", "(:ok \"=> 70 ", "the call went on").await;
 
     let listed = tool(&mut agent, "debugger", json!({"action": "breakpoints"})).await;
     assert!(listed.contains("Breakpoint 1: SHOP::PRICE") && listed.contains("1 stop"), "{listed}");
@@ -305,7 +326,7 @@ async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continue
     agent.initialize().await;
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::total", "hits": 1})).await;
     person.eval("(sb-thread:make-thread (lambda () (setf *stepped* (total 1 2))) :name \"stepper\")", "SHOP").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waits(&mut agent, "stepper").await;
     let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "stepper"})).await;
     let session = session_of(&attached);
     let first = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
@@ -318,8 +339,7 @@ async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continue
     );
     let done = tool(&mut agent, "debugger", json!({"session": session, "action": "continue"})).await;
     assert!(done.contains("left the debugger"), "{done}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(person.eval("*stepped*", "SHOP").await.starts_with("(:ok \"=> 60 "), "the stepped call finished");
+    until_person_sees(&mut person, "*stepped*", "(:ok \"=> 60 ", "the stepped call finished").await;
 }
 
 #[tokio::test]
@@ -367,7 +387,7 @@ async fn code_without_step_points_is_recompiled_for_stepping_and_put_back() {
     let stopped_at = |name: &'static str| format!("(sb-thread:make-thread (lambda () (tally 1 2)) :name \"{name}\")");
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tally", "hits": 1})).await;
     person.eval(&stopped_at("tally-1"), "SHOP").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waits(&mut agent, "tally-1").await;
     let session = named_session(&tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await);
     let stepped = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
     assert!(stepped.contains("No step was reached") && stepped.contains("recompile_debug"), "{stepped}");
@@ -377,7 +397,7 @@ async fn code_without_step_points_is_recompiled_for_stepping_and_put_back() {
     assert!(recompiled.contains(&format!("{}:3 with (debug 3)", file.display())), "{recompiled}");
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tally", "hits": 1})).await;
     person.eval(&stopped_at("tally-2"), "SHOP").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waits(&mut agent, "tally-2").await;
     let session = named_session(&tool(&mut agent, "evaluate-lisp", json!({"code": "2"})).await);
     let stepped = tool(&mut agent, "debugger", json!({"session": session, "action": "step_into"})).await;
     assert!(stepped.contains("STEP-FORM-CONDITION") && stepped.contains("(+ A B)"), "{stepped}");
@@ -412,7 +432,7 @@ async fn a_sentinel_stuck_in_a_debugger_is_reported_by_lisp_status_with_what_to_
         let encapsulated = person.eval(broken_close, "CL-USER").await;
         assert!(encapsulated.starts_with("(:ok \"=> #<FUNCTION"), "{encapsulated}");
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    until_waits(&mut agent, "Swank Sentinel").await;
     let status = tool(&mut agent, "lisp-status", json!({})).await;
     assert!(
         status.contains("Stuck server sentinel ")
@@ -494,7 +514,7 @@ async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents
     agent.initialize().await;
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::tax"})).await;
     person.eval("(sb-thread:make-thread (lambda () (tax 200 3)) :name \"taxer\")", "SHOP").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waits(&mut agent, "taxer").await;
     // The notice of the stop and an attach to it are one session.
     let notice = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
     let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "taxer"})).await;
