@@ -668,3 +668,49 @@ async fn an_abort_that_ends_the_persons_thread_says_so_and_a_stop_is_told_once()
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
     assert_eq!(reply, "=> 4");
 }
+
+#[tokio::test]
+async fn after_a_fix_the_frames_that_still_run_or_hold_the_old_definition_are_named() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    person
+        .eval(
+            "(progn (defun line-total (line) (* (first line) (second line))) \
+               (defun invoice-total (lines fn) (let ((sum 0)) (dolist (line lines sum) (incf sum (funcall fn line))))) \
+               t)",
+            "SHOP",
+        )
+        .await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    person
+        .eval(
+            "(sb-thread:make-thread (lambda () (invoice-total '((2 3) (1 \"4\")) #'line-total)) :name \"invoicer\")",
+            "SHOP",
+        )
+        .await;
+    person.told("(:debug ").await;
+    let attached = tool(&mut agent, "debugger", json!({"action": "attach", "thread": "invoicer"})).await;
+    assert!(!attached.contains("[Older definitions]"), "nothing is replaced yet: {attached}");
+    tool(
+        &mut agent,
+        "evaluate-lisp",
+        json!({"code": "(defun line-total (line) (* (first line) (let ((n (second line))) (if (stringp n) (parse-integer n) n))))",
+               "package": "SHOP"}),
+    )
+    .await;
+    let frames = tool(&mut agent, "debugger", json!({"thread": "invoicer", "action": "backtrace"})).await;
+    let line_total = frame_of(&frames, "SHOP::LINE-TOTAL");
+    let invoice_total = frame_of(&frames, "SHOP::INVOICE-TOTAL");
+    assert!(
+        frames.contains(&format!(
+            "[Older definitions]\nFrame {line_total} runs the definition of SHOP::LINE-TOTAL from before its last \
+             redefinition: restart_frame {line_total} calls the current one."
+        )) && frames.contains(&format!(
+            "Frame {invoice_total} holds the definition of SHOP::LINE-TOTAL from before its last redefinition in FN: \
+             it calls the old code"
+        )),
+        "{frames}"
+    );
+}

@@ -99,15 +99,54 @@ server's frames below the user's code are not the agent's to look at or act on."
                 index (subseq indices 0 (min 10 (length indices))) (> (length indices) 10) (car (last indices)))
           (fail "Frame ~D is not one of the evaluation's, and no frame of the evaluated code is on the stack." index)))))
 
+(defun replaced-definition-p (name function)
+  "True when FUNCTION is code NAME, a global function's name, was defined as before its current
+definition: a frame running it, or a value holding it, goes on with the old code. A traced or
+breakpointed name (its definition a closure) says nothing either way."
+  (and (symbolp name) name (fboundp name) (not (macro-function name))
+       (functionp function)
+       (let ((current (fdefinition name)))
+         (and (not (sbcl-call :closurep current))
+              (not (sbcl-call :closurep function))
+              (not (eq current function))))))
+
+(defun older-definition-lines (start end)
+  "Lines naming, among the frames numbered START to END, those that run a definition replaced since
+they were entered, and those that hold a replaced function in a local (REDUCE's :KEY, a callback):
+after a fix, they go on with the old code."
+  (let ((lines '())
+        (frame-locals (backend-function "FRAME-LOCALS")))
+    (loop for (index frame name) in (user-frames end)
+          when (>= index start)
+            do (let ((code (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame)))))
+                 (when (replaced-definition-p name code)
+                   (push (format nil "Frame ~D runs the definition of ~A from before its last redefinition: ~
+                                      restart_frame ~D calls the current one."
+                                 index (qualified-name name) index)
+                         lines)))
+               (dolist (local (ignore-errors (funcall frame-locals index)))
+                 (let* ((value (getf local :value))
+                        (held (and (functionp value) (ignore-errors (sbcl-call :%fun-name value)))))
+                   (when (replaced-definition-p held value)
+                     (push (format nil "Frame ~D holds the definition of ~A from before its last redefinition in ~
+                                        ~A: it calls the old code until that frame, or one above it that passes ~
+                                        the function, is restarted."
+                                   index (qualified-name held)
+                                   (let ((*package* (frame-package index))) (prin1-to-string (getf local :name))))
+                           lines)))))
+    (nreverse lines)))
+
 (define-entry (debugger-report :caller :server) (&key (start 0) (end *max-frames*))
-  "What the evaluation stopped with: the condition with its restarts, frames START to END, and the
-output so far."
+  "What the evaluation stopped with: the condition with its restarts, frames START to END, which of
+them run or hold a replaced definition, and the output so far."
   (debugger-command
    (lambda ()
-     (let ((condition (parked-condition *parked*)))
+     (let ((condition (parked-condition *parked*))
+           (end (max start (min end (+ start 1000)))))
        (list :condition (condition-report (if (typep condition 'error) :error :debugger)
                                           condition nil (parked-restarts *parked*))
-             :frames (debugger-frames start (max start (min end (+ start 1000))))
+             :frames (debugger-frames start end)
+             :older (older-definition-lines start end)
              :stdout (captured-so-far (parked-stdout *parked*))
              :stderr (captured-so-far (parked-stderr *parked*)))))))
 

@@ -48,6 +48,7 @@
       (:top-frame "SB-DI" :function "walks a stack: backtraces, thread stacks, output capture")
       (:frame-down "SB-DI" :function "walks a stack: backtraces, thread stacks, output capture")
       (:frame-debug-fun "SB-DI" :function "a frame's function: thread stacks, output capture")
+      (:debug-fun-fun "SB-DI" :function "the code a frame runs, against its name's definition (debugger)")
       (:debug-fun-name "SB-DI" :function "a frame's function's name: thread stacks, the profile")
       (:named-lambda "SB-INT" :symbol "the frame a breakpoint stops in, named as its function (breakpoints)")
       (:*stepper-hook* "SB-EXT" :variable "sends an agent's steps to its debugger (breakpoints)")

@@ -634,11 +634,14 @@ impl<'a> Action<'a> {
         match self {
             Action::Backtrace { .. } => {
                 let report = decode::<StopReport>("debugger-report", reply)?;
-                let frames = if report.frames.is_empty() {
+                let mut frames = if report.frames.is_empty() {
                     "[Backtrace]\n(no frames in that range)".to_string()
                 } else {
                     frames_section(&report.frames)
                 };
+                if !report.older.is_empty() {
+                    frames.push_str(&format!("\n\n[Older definitions]\n{}", report.older.join("\n")));
+                }
                 Ok(ToolOutput::success(format!(
                     "[DEBUGGER D{number}] {}\n\n{frames}\n\n{waiting}",
                     report.condition.type_name

@@ -256,6 +256,8 @@ fn first_line(text: &str) -> &str {
 pub(crate) struct StopReport {
     pub condition: ErrorReport,
     pub frames: Vec<(u64, String)>,
+    /// Frames that run, or hold, a definition replaced since: a fix does not reach them.
+    pub older: Vec<String>,
     stdout: Captured,
     stderr: Captured,
 }
@@ -270,6 +272,9 @@ impl StopReport {
         }
         if !self.frames.is_empty() {
             sections.push(frames_section(&self.frames));
+        }
+        if !self.older.is_empty() {
+            sections.push(format!("[Older definitions]\n{}", self.older.join("\n")));
         }
         sections
     }
@@ -337,7 +342,8 @@ mod tests {
         let reply = read(
             "(:condition (:kind :error :type \"SIMPLE-ERROR\" :class \":SIMPLE-ERROR\" :message \"disk full\" \
              :backtrace nil :restarts ((\"RETRY-WRITE\" \"Retry the write\") (\"\" \"Anonymous\"))) \
-             :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :stdout (\"saving\" 0) :stderr (\"\" 0))",
+             :frames ((0 \"(ERROR \\\"disk full\\\")\") (1 \"(SAVE 3)\")) :older nil :stdout (\"saving\" 0) \
+             :stderr (\"\" 0))",
         )
         .unwrap();
         let output =
