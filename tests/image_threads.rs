@@ -368,6 +368,35 @@ async fn a_trace_of_every_thread_summarises_other_threads_calls_in_the_next_repl
     assert!(reply.contains("reached its max_calls"), "{reply}");
     let next = tool(&mut agent, "evaluate-lisp", json!({"code": "2"})).await;
     assert_eq!(next, "=> 2", "taken once");
+
+    // A probe that does not stop: only the calls the condition holds for are recorded, with their
+    // arguments and values; a condition that fails is passed over, the thread untouched.
+    let watched = tool(
+        &mut agent,
+        "trace",
+        json!({"functions": ["shop::price"], "threads": "all", "condition": "(and (oddp qty) (> qty 4))"}),
+    )
+    .await;
+    assert!(watched.contains("SHOP::PRICE when (and (oddp qty) (> qty 4))"), "{watched}");
+    person
+        .eval(
+            "(sb-thread:join-thread (sb-thread:make-thread (lambda () (dotimes (i 9) (price i)) (price 2.5)) \
+               :name \"watched\") :default :ended)",
+            "SHOP",
+        )
+        .await;
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "3"})).await;
+    for i in [5, 7] {
+        assert!(reply.contains(&format!("[watched] 0: (SHOP::PRICE {i})")), "call {i}: {reply}");
+        assert!(reply.contains(&format!("[watched] 0: SHOP::PRICE returned {}", i * 10)), "return {i}: {reply}");
+    }
+    for i in [1, 3, 4, 6, 8] {
+        assert!(!reply.contains(&format!("(SHOP::PRICE {i})")), "call {i} was not asked for: {reply}");
+    }
+    let refused = agent
+        .call_tool("trace", json!({"functions": ["shop::price", "shop::work"], "threads": "all", "condition": "t"}))
+        .await;
+    assert!(is_error(&refused) && text(&refused).contains("A condition watches one function"), "{refused}");
 }
 
 #[tokio::test]
@@ -471,6 +500,7 @@ async fn a_threads_stop_ends_when_its_breakpoint_goes_however_it_goes() {
     // unbreak: the thread waiting at the breakpoint goes on at once, and the reply says so.
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price"})).await;
     person.eval(start_worker, "SHOP").await;
+    until_waits(&mut agent, "pricer").await;
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
     assert!(reply.contains("It waits at breakpoint 1"), "{reply}");
     assert_eq!(person.eval("*priced*", "SHOP").await, "(:ok \"=> NIL\")");
@@ -482,6 +512,7 @@ async fn a_threads_stop_ends_when_its_breakpoint_goes_however_it_goes() {
     // session ends, and the thread goes on.
     tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price"})).await;
     person.eval(start_worker, "SHOP").await;
+    until_waits(&mut agent, "pricer").await;
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "1"})).await;
     assert!(reply.contains("It waits at breakpoint 2"), "{reply}");
     agent.child.kill().await.unwrap();

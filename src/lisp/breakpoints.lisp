@@ -247,26 +247,32 @@ a tool call of swank-mcp's own (which has nobody to stop for), and when its cond
            (condition-holds-p breakpoint arguments))))
 
 (defun condition-holds-p (breakpoint arguments)
-  "Whether BREAKPOINT's condition holds for ARGUMENTS. The condition is the agent's code running
-in somebody's thread: it runs as the agent's (an exit is refused), within *CONDITION-TIME-LIMIT*,
-and whatever it signals (an error, a warning, a stack exhaustion, a BREAK) or a limit it passes
-makes it false and is counted, never seen by the thread's own handlers or debugger."
+  "Whether BREAKPOINT's condition holds for ARGUMENTS; one that fails counts as false, and is
+counted."
+  (let ((holds (run-condition (breakpoint-test breakpoint) (breakpoint-session breakpoint) arguments)))
+    (when (eq holds :failed)
+      (sb-thread:with-mutex (*breakpoints-lock*)
+        (incf (breakpoint-condition-errors breakpoint))))
+    (eq holds t)))
+
+(defun run-condition (test session arguments)
+  "TEST, a condition of SESSION's agent (CONDITION-TEST), applied to a call's ARGUMENTS in the
+thread making the call: T, NIL, or :FAILED. The condition is the agent's code running in somebody's
+thread: it runs as the agent's (an exit is refused), within *CONDITION-TIME-LIMIT*, and whatever
+it signals (an error, a warning, a stack exhaustion, a BREAK) or a limit it passes makes it
+:FAILED, never seen by the thread's own handlers or debugger."
   (let ((tag (list 'condition)))
     (flet ((failed (&rest ignored)
              (declare (ignore ignored))
-             (throw tag nil)))
-      (let ((holds (catch tag
-                     (let ((*agent-session* (breakpoint-session breakpoint))
-                           (*exit-allowed* nil)
-                           (*debugger-hook* #'failed)
-                           (sb-ext:*invoke-debugger-hook* #'failed))
-                       (handler-bind ((condition #'failed))
-                         (sb-ext:with-timeout *condition-time-limit*
-                           (list (funcall (breakpoint-test breakpoint) arguments))))))))
-        (unless holds
-          (sb-thread:with-mutex (*breakpoints-lock*)
-            (incf (breakpoint-condition-errors breakpoint))))
-        (and holds (first holds) t)))))
+             (throw tag :failed)))
+      (catch tag
+        (let ((*agent-session* session)
+              (*exit-allowed* nil)
+              (*debugger-hook* #'failed)
+              (sb-ext:*invoke-debugger-hook* #'failed))
+          (handler-bind ((condition #'failed))
+            (sb-ext:with-timeout *condition-time-limit*
+              (and (funcall test arguments) t))))))))
 
 (defun breakpoint-wrapper (function-name)
   "The encapsulation of FUNCTION-NAME: each call asks its breakpoint, found afresh, so that an

@@ -51,16 +51,24 @@ printed as from the session's package."
                :documentation "How many more outermost calls it records, in a cons for ATOMIC-DECF.")
    (ended :initform nil :accessor wide-trace-ended
           :documentation "Why it stopped recording, once it has: :CALLS or :TIME.")
+   (test :initarg :test :initform nil :reader wide-trace-test
+         :documentation "The agent's condition over a call's arguments (RUN-CONDITION), or NIL to
+record every call.")
+   (passed :initform (make-hash-table :test 'eq :weakness :key :synchronized t) :reader wide-trace-passed
+           :documentation "Thread -> the depths of its calls under way that the condition passed
+over, innermost first: their returns are passed over too.")
    (session :initarg :session :reader wide-trace-session))
   (:documentation "A session's trace of calls made by other threads than its evaluations' (the
 trace tool's threads argument): kept until its next evaluate-lisp reply takes them."))
 
-(defun start-wide-trace (session specs thread max-calls seconds package)
+(defun start-wide-trace (session specs thread max-calls seconds package &optional test)
   "Records, for SESSION, the calls of SPECS that other threads make (THREAD's only, when given),
-until MAX-CALLS calls or SECONDS have passed; replaces the session's earlier one."
+those TEST holds for if it is given, until MAX-CALLS calls or SECONDS have passed; replaces the
+session's earlier one."
   (let ((trace (make-instance 'wide-trace
                               :log (make-instance 'trace-log :package package)
                               :thread thread
+                              :test test
                               :functions (mapcar #'spec-key specs)
                               :deadline (+ (get-internal-real-time) (* seconds internal-time-units-per-second))
                               :calls-left (list max-calls)
@@ -86,6 +94,7 @@ the image's own threads."
                  (member (or key (setf key (spec-key name))) (wide-trace-functions trace) :test #'string=))
         (cond ((> (get-internal-real-time) (wide-trace-deadline trace))
                (setf (wide-trace-ended trace) :time))
+              ((passed-over-p trace depth kind values))
               ((and (eq kind :enter) (zerop depth)
                     (<= (sb-ext:atomic-decf (car (wide-trace-calls-left trace))) 0))
                (setf (wide-trace-ended trace) :calls))
@@ -93,6 +102,21 @@ the image's own threads."
                (let ((*trace-log* (wide-trace-log trace))
                      (*wide-trace-thread* (safe-princ (sb-thread:thread-name sb-thread:*current-thread*))))
                  (record-trace-event depth name kind nil values))))))))
+
+(defun passed-over-p (trace depth kind values)
+  "Whether TRACE's condition passes over this event of the current thread: a call (:ENTER, VALUES
+its arguments) it does not hold for, or the return of one."
+  (let ((test (wide-trace-test trace))
+        (thread sb-thread:*current-thread*))
+    (when test
+      (let ((passed (wide-trace-passed trace)))
+        (if (eq kind :enter)
+            (unless (eq (run-condition test (wide-trace-session trace) values) t)
+              (push depth (gethash thread passed))
+              t)
+            (when (eql (first (gethash thread passed)) depth)
+              (pop (gethash thread passed))
+              t))))))
 
 (defun take-wide-trace (session)
   "The events SESSION's wide trace recorded since the last reply, taken (its log emptied), with a
@@ -263,10 +287,12 @@ stays traced. Returns the specifications untraced."
       (stop-wide-trace session))
     targets))
 
-(define-entry (trace-functions :caller :server) (functions &key untrace package threads (max-calls 1000) (seconds 300) session token)
+(define-entry (trace-functions :caller :server) (functions &key untrace package threads condition (max-calls 1000)
+                                                            (seconds 300) session token)
   "The trace tool: traces FUNCTIONS (texts of names) for SESSION, or with UNTRACE untraces them
 (all of SESSION's when FUNCTIONS is empty). THREADS, \"all\" or a thread as the threads tool names
-it, records the calls other threads make too, until MAX-CALLS calls or SECONDS have passed.
+it, records the calls other threads make too, those CONDITION (code over the one function's
+parameters by name) holds for when it is given, until MAX-CALLS calls or SECONDS have passed.
 Returns (:TRACED names :UNTRACED names :MAX-EVENTS n :MAX-DEPTH n :OTHER-THREADS text)."
   (run-tool
    token
@@ -288,19 +314,25 @@ Returns (:TRACED names :UNTRACED names :MAX-EVENTS n :MAX-DEPTH n :OTHER-THREADS
                        :untraced (names untraced)
                        :max-events *max-trace-events* :max-depth *max-trace-depth*
                        :other-threads nil)))
-             (let ((thread (and threads (not (string-equal threads "all")) (find-thread threads))))
+             (let ((thread (and threads (not (string-equal threads "all")) (find-thread threads)))
+                   (test (and condition
+                              (if (and threads (= (length specs) 1) (symbolp (first specs)))
+                                  (condition-test condition (first specs)
+                                                  (or (symbol-package (first specs)) package))
+                                  (fail "A condition watches one function (not a method) in other threads: give ~
+                                         one of `functions`, and `threads`.")))))
                (dolist (spec specs)
                  (trace-spec spec)
                  (sb-thread:with-mutex ((session-lock session))
                    (pushnew spec (session-traces session) :key #'spec-key :test #'string=)))
                (when threads
-                 (start-wide-trace session specs thread max-calls seconds package))
+                 (start-wide-trace session specs thread max-calls seconds package test))
                (list :traced (names (session-traces session))
                      :untraced nil
                      :max-events *max-trace-events* :max-depth *max-trace-depth*
                      :other-threads (and threads
-                                         (format nil "~:[every thread~;~:*thread ~A~]: ~{~A~^, ~}, for ~:D s or ~:D ~
-                                                      calls, whichever comes first"
+                                         (format nil "~:[every thread~;~:*thread ~A~]: ~{~A~^, ~}~@[ when ~A~], for ~
+                                                      ~:D s or ~:D calls, whichever comes first"
                                                  (and thread (format nil "~D ~S" (thread-number thread)
                                                                      (safe-princ (sb-thread:thread-name thread))))
-                                                 (names specs) seconds max-calls))))))))))
+                                                 (names specs) condition seconds max-calls))))))))))

@@ -497,7 +497,8 @@ mod tests {
         let full = reply("((\"1\" 0))", "(\"\" 0)", "(\"\" 0)", "nil").replace(
             ":trace (nil 0 nil 0) :background (:output (\"\" 0) :errors nil :errors-dropped 0)",
             ":trace ((\"0: (FIB 1)\" \"0: FIB returned 1\") 3 nil 3) :background (:output (\"working\" 0) \
-             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil :waits nil :attach nil)) \
+             :errors ((:thread \"w\" :type \"SIMPLE-ERROR\" :message \"boom\" :backtrace (\"(F)\") :went-on nil :waits nil :gone nil :stop nil \
+             :attach nil)) \
              :errors-dropped 0)",
         );
         let decoded = EvaluationReply::decode(&read(&full).unwrap()).unwrap();

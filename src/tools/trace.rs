@@ -18,6 +18,7 @@ const ARGUMENTS: &[Param] = &[
     Param::flag("untrace", "These, or all."),
     Param::text("package", ""),
     Param::integer_or_name("threads", "all, or one"),
+    Param::code("condition", "With threads and one function: record its calls only when this holds."),
     Param::integer("max_calls", 1, "").unlisted(),
 ];
 
@@ -44,11 +45,12 @@ struct Args {
     untrace: bool,
     package: Option<String>,
     threads: Option<super::arguments::Designator>,
+    condition: Option<String>,
     max_calls: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let Args { functions, untrace, package, threads, max_calls } = args.typed()?;
+    let Args { functions, untrace, package, threads, condition, max_calls } = args.typed()?;
     if functions.is_empty() && !untrace {
         return Err(super::ToolError::new(
             "Give the functions to trace, e.g. {\"functions\": [\"my-package::parse-line\"]}; to untrace \
@@ -60,6 +62,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .key("untrace", untrace)
         .key("package", package)
         .key("threads", threads.map(super::arguments::Designator::into_text))
+        .key_if("condition", condition)
         .key_if("max-calls", max_calls);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;
     Ok(ToolOutput::success(reply.render(untrace)).with_structured(&reply))
