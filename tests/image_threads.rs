@@ -698,6 +698,19 @@ async fn an_abort_that_ends_the_persons_thread_says_so_and_a_stop_is_told_once()
     // The stop the agent acted on is not told again, nor as waiting.
     let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
     assert_eq!(reply, "=> 4");
+
+    // A stop the person ends in their own SLDB is no session any more.
+    person.eval("(sb-thread:make-thread (lambda () (work \"6\")) :name \"second-worker\")", "SHOP").await;
+    let debug = person.told("(:debug ").await;
+    let thread: u64 = debug["(:debug ".len()..].split(' ').next().unwrap().parse().unwrap();
+    let reply = tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 3 3)"})).await;
+    let session = named_session(&reply);
+    let status = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(status.contains(&format!("Debugger session {session}")), "{status}");
+    person.send(&format!("(:emacs-rex (swank:sldb-abort) \"SHOP\" {thread} 900)")).await;
+    person.told("(:debug-return ").await;
+    let status = tool(&mut agent, "lisp-status", json!({})).await;
+    assert!(!status.contains(&format!("Debugger session {session}")), "{status}");
 }
 
 #[tokio::test]

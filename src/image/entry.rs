@@ -77,6 +77,7 @@ entries! {
     RECOMPILE_FOR_STEPPING = "recompile-for-stepping",
     ATTACH_THREAD = "attach-thread",
     AWAIT_THREAD_STOP = "await-thread-stop",
+    WAITING_STOPS = "waiting-stops",
     DEBUGGER_REPORT = "debugger-report",
     DEBUGGER_FRAME = "debugger-frame",
     DEBUGGER_EVAL_IN_FRAME = "debugger-eval-in-frame",

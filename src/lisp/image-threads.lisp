@@ -284,6 +284,16 @@ saying why, otherwise."
   (let ((condition (getf (thread-debugger thread) :condition)))
     (and (typep condition 'condition) (stop-number condition))))
 
+(define-entry (waiting-stops :caller :server :look t) (&key session token)
+  "The numbers of the stops the image's threads wait in, in a server's debugger, now: a debugger
+session of the agent's whose stop is not among them has ended."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (list :stops (loop for thread in (sb-thread:list-all-threads)
+                                 for stop = (ignore-errors (thread-stop thread))
+                                 when stop collect stop)))))
+
 (define-entry (await-thread-stop :caller :server) (designator left milliseconds &key session token)
   "What became of the thread DESIGNATOR that an agent's action moved on from stop LEFT, within
 MILLISECONDS: (:STOPPED n :ENDED NIL) as soon as it waits in a debugger at another stop N (a step,

@@ -123,6 +123,28 @@ impl DebuggerSessions {
         lock(&self.sessions).insert(session.number, Slot::Waiting(session));
     }
 
+    /// Whether `image` has sessions of its own threads (attached), whose stops only the image
+    /// knows to be still there.
+    pub fn has_attached(&self, image: &Arc<Image>) -> bool {
+        lock(&self.sessions).values().any(|slot| {
+            matches!(slot, Slot::Waiting(DebuggerSession { image: its, stopped: Stopped::Attached { .. }, .. })
+                if Arc::ptr_eq(its, image))
+        })
+    }
+
+    /// Ends the sessions of `image`'s own threads whose stop is not among `waiting`, the stops
+    /// its threads wait in now: the thread went on, or ended.
+    pub fn end_attached_except(&self, image: &Arc<Image>, waiting: &[u64]) {
+        lock(&self.sessions).retain(|_, slot| match slot {
+            Slot::Waiting(DebuggerSession { image: its, stopped: Stopped::Attached { stop, .. }, .. })
+                if Arc::ptr_eq(its, image) =>
+            {
+                waiting.contains(stop)
+            }
+            _ => true,
+        });
+    }
+
     /// Whether the agent has been shown stop number `stop` of `image`'s threads as a session.
     pub fn was_shown(&self, image: &Arc<Image>, stop: u64) -> bool {
         lock(&self.shown).contains(&(Arc::as_ptr(image) as usize, stop))

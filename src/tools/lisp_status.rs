@@ -36,6 +36,11 @@ struct Args {}
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let Args {} = args.typed()?;
     let image = context.image(args)?;
+    // An attached thread's session is listed only while its thread still waits at its stop.
+    if context.debugger_sessions().has_attached(&image) {
+        let waiting = decode::<WaitingStops>("waiting-stops", &context.call_helper(args, Request::new(Entry::WAITING_STOPS)).await?)?;
+        context.debugger_sessions().end_attached_except(&image, &waiting.stops);
+    }
     let debugger_sessions = context.debugger_sessions().in_image(&image);
     // The image names each session's thread as the threads tool does, from the server's id.
     let threads = Form::list_of(debugger_sessions.iter().map(|session| session.thread));
@@ -67,6 +72,12 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         },
     };
     Ok(ToolOutput::success(status.render()).with_structured(status.structured()))
+}
+
+/// The helper's `waiting-stops`.
+#[derive(Debug, Deserialize)]
+struct WaitingStops {
+    stops: Vec<u64>,
 }
 
 /// What the helper reports about the image.
