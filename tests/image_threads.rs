@@ -758,3 +758,33 @@ async fn after_a_fix_the_frames_that_still_run_or_hold_the_old_definition_are_na
         "{frames}"
     );
 }
+
+#[tokio::test]
+async fn after_uninstall_the_persons_errors_go_to_the_person() {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
+    // The person uninstalls from their REPL; refused while a call of the agent's server runs
+    // (its activity note may still be on its way).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let uninstalled = person.eval("(getf (mcp-agent-helper:uninstall) :sessions)", "SHOP").await;
+        if uninstalled.starts_with("(:ok \"=> 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{uninstalled}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The agent's server is still running, its connection closed: without the helper, swank
+    // would take it for the newest, and the person's error would go there.
+    until_person_sees(&mut person, "(length swank::*connections*)", "(:ok \"=> 1 ", "the agents' connections to close")
+        .await;
+    person.eval("(sb-thread:make-thread (lambda () (work \"7\")) :name \"after-uninstall\")", "SHOP").await;
+    let debug = person.told("(:debug ").await;
+    assert!(debug.contains("after-uninstall") || debug.contains("is not of type"), "{debug}");
+    // The agent's next call connects again, and installs the helper again.
+    assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await.lines().last().unwrap(), "=> 4");
+}

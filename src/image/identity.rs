@@ -42,6 +42,19 @@ impl ImageIdentity {
             ));
             return Reached::Same;
         }
+        if previous == pid {
+            // The same pid, and no helper: restarted in place (a container's pid 1), or the helper
+            // was uninstalled, which closes the swank-mcp servers' connections. Nothing here tells
+            // the two apart, so the note says both.
+            self.changed = Some(format!(
+                "[notes]\nThe connection to {endpoint} was remade, and the image there{} holds no swank-mcp helper \
+                 any more: its helper was uninstalled (swank-mcp uninstall), or it was restarted in place. This \
+                 server's session there starts afresh: its package is CL-USER again, and its @handles and debugger \
+                 sessions no longer exist; if it was restarted, everything defined or loaded in it before is gone.",
+                pid.map(|pid| format!(" (the same pid, {pid})")).unwrap_or_default()
+            ));
+            return Reached::Other;
+        }
         let pids = match (previous, pid) {
             (Some(before), Some(now)) if before != now => format!(" (pid {before} before, {now} now)"),
             (_, Some(now)) => format!(" (pid {now})"),

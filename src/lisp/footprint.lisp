@@ -189,8 +189,9 @@ revision from before *INSTALLED* is recognised by its tag). Returns a line for e
 
 (define-entry (uninstall :caller :server) (&key when-sessions-end (delete-package t))
   "Takes the helper out of the image, for the person whose image it is (swank-mcp uninstall): the
-sessions of the swank-mcp servers attached to it end (see RELEASE-SESSION), its worker threads
-end, its footprint is taken out, its undo journal dropped, and its package deleted, unless
+sessions of the swank-mcp servers attached to it end (see RELEASE-SESSION) and their connections
+close (they reconnect at their next call), its worker threads end, its footprint is taken out, its
+undo journal dropped, and its package deleted, unless
 DELETE-PACKAGE is NIL or an Emacs subscribes to its activity feed (the package then stays, inert).
 The image is then as it was before swank-mcp's first call, but for the modules the helper
 required and what the agents' own code changed or left running; the next call of a swank-mcp
@@ -208,12 +209,16 @@ to end then uninstalls."
             ((plusp running)
              (list :busy running))
             (t
-             (let* ((sessions (end-sessions (constantly t)))
+             (let* ((agents (remove (server-connection) (agent-connections)))
+                    (sessions (end-sessions (constantly t)))
                     (workers (end-workers-if (constantly t)))
                     (removed (remove-footprint))
                     (keep (cond ((not delete-package) "kept, as asked")
                                 ((emacs-subscribed-p) "kept: an Emacs subscribes to its activity feed"))))
                (forget-journal)
+               ;; Without the footprint the servers take the newest connection for the person's:
+               ;; the swank-mcp servers still attached would get the person's errors.
+               (mapc #'close-agent-connection agents)
                (setf *uninstall-pending* nil
                      *version* nil
                      *release* nil)

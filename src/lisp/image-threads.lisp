@@ -31,6 +31,34 @@
         (loop for session being the hash-values of *sessions*
               thereis (eq (session-connection session) connection)))))
 
+(defun agent-connections ()
+  "The connections of the swank-mcp servers attached to the image."
+  (remove-duplicates
+   (append (mapcar #'cdr (worker-connections))
+           (sb-ext:with-locked-hash-table (*sessions*)
+             (loop for session being the hash-values of *sessions*
+                   when (session-connection session) collect it)))))
+
+(defun close-connection-socket (connection)
+  "Closes CONNECTION's socket without a last flush, which a client gone may never read."
+  (ignore-errors
+   (let* ((server (connection-server connection))
+          (socket-io (and server (server-function server "CONNECTION.SOCKET-IO")))
+          (stream (and socket-io (funcall socket-io connection))))
+     (when (streamp stream)
+       (close stream :abort t)))))
+
+(defun close-agent-connection (connection)
+  "Closes CONNECTION, a swank-mcp server's, as its server closes a connection whose client went
+away (its CLOSE-CONNECTION%: its threads stop, it leaves the server's list); the swank-mcp server
+connects again at its next call."
+  (ignore-errors
+   (let* ((server (connection-server connection))
+          (close (and server (server-function server "CLOSE-CONNECTION%"))))
+     (close-connection-socket connection)
+     (when close
+       (funcall close connection nil nil)))))
+
 (defun person-connection (package)
   "The newest connection of the server of PACKAGE that is not a swank-mcp server's, or NIL."
   (let ((connections (let ((variable (find-symbol "*CONNECTIONS*" package)))
@@ -328,10 +356,5 @@ server's own CLOSE flushes it, and for a client killed with a reply unread that 
 pipe) in the sentinel thread, which then waits in a debugger for good: every later connection
 leaks two threads, and with nobody's Emacs connected the agents are told of it at every call.
 The server's CLOSE of a closed stream then does nothing."
-  (ignore-errors
-   (let* ((server (connection-server connection))
-          (socket-io (and server (server-function server "CONNECTION.SOCKET-IO")))
-          (stream (and socket-io (funcall socket-io connection))))
-     (when (streamp stream)
-       (close stream :abort t))))
+  (close-connection-socket connection)
   (apply close-connection connection arguments))
