@@ -88,7 +88,18 @@ processes wrote."
 (defun swank-mcp-tests--connect ()
   "Return the connection to an SBCL started the way `slime' or `sly' start it."
   (unless (and swank-mcp-tests--connection (process-live-p swank-mcp-tests--connection))
-    (setq inferior-lisp-program "sbcl")
+    (setq inferior-lisp-program "sbcl"
+          swank-mcp-tests--ready nil)
+    ;; A Lisp left without its connection by a test that failed half-way would make the front
+    ;; end ask whether to start another beside it, which a batch Emacs cannot answer: the
+    ;; tests after it start from a fresh Lisp instead.
+    (dolist (buffer (buffer-list))
+      (when (string-match-p "inferior-lisp" (buffer-name buffer))
+        (let ((process (get-buffer-process buffer)))
+          (when process
+            (set-process-query-on-exit-flag process nil)
+            (delete-process process)))
+        (kill-buffer buffer)))
     (pcase swank-mcp-tests--backend
       ('slime
        (require 'slime)
@@ -1335,6 +1346,35 @@ Return the new connection."
       (kill-buffer old)
       (when new (kill-buffer new)))))
 
+;; Issue 49: a call whose Lisp restarted while it waited for approval died with it.
+(ert-deftest swank-mcp-a-call-whose-lisp-restarted-leaves-no-prompt ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :dies-with-its-lisp)")))
+    (let ((prompt (swank-mcp-tests--prompt ":dies-with-its-lisp")))
+      ;; The person is answering it: its window is selected.
+      (select-window (get-buffer-window prompt t))
+      (swank-mcp-tests--restart-lisp)
+      (swank-mcp-tests--wait "the prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))))
+      (should-not swank-mcp--approvals)
+      (should (cl-every (lambda (subscribed) (process-live-p (car subscribed))) swank-mcp--approval-channels))
+      (should (cl-some (lambda (line)
+                         (string-match-p "the Lisp connection closed: evaluate-lisp waiting for approval ended" line))
+                       (split-string (with-current-buffer (messages-buffer) (buffer-string)) "\n"))))))
+
+;; Issue 49: the port swank-mcp-start opened is opened again in the restarted Lisp, and
+;; swank-mcp-status finds a port open in the image as swank-mcp-start does.
+(ert-deftest swank-mcp-a-restarted-lisp-gets-its-port-again-and-status-agrees-with-start ()
+  (swank-mcp-tests--with-port
+    (let ((port (swank-mcp-start)))
+      (swank-mcp-tests--restart-lisp)
+      (swank-mcp-tests--wait "the port open again" (lambda () (equal (swank-mcp-tests--listening-ports) (list port))))
+      (should (string-match-p (format "^swank-mcp: the Lisp restarted; port %d is open again in the new image$" port)
+                              (with-current-buffer (messages-buffer) (buffer-string))))
+      (let ((swank-mcp--servers nil))
+        (should (equal (mapcar #'car (swank-mcp-status)) (list port)))
+        (should (string-match-p (format "swank-mcp: port %d open in the" port) (swank-mcp-tests--last-message)))
+        (should (eql (swank-mcp-start t) port))))))
+
 ;;;;; Undo
 
 (defun swank-mcp-tests--user-eval (code)
@@ -1680,7 +1720,9 @@ its agent's session ended\\.\n" number))))))
       (when (process-live-p inferior)
         (kill-process inferior))
       (swank-mcp-tests--wait "the Lisp to end" (lambda () (not (process-live-p inferior))))
-      (setq swank-mcp-tests--ready nil))))
+      ;; Its port is not opened again in the next test's Lisp: that one is no restart of this one.
+      (setq swank-mcp-tests--ready nil
+            swank-mcp--reopen nil))))
 
 (provide 'swank-mcp-tests)
 

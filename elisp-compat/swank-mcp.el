@@ -187,6 +187,49 @@ backend SERVER-BACKEND, as written in forms."
 (defvar swank-mcp--servers nil
   "The servers `swank-mcp-start' opened: a list of (CONNECTION BACKEND PORT).")
 
+(defvar swank-mcp--reopen nil
+  "The ports `swank-mcp-start' opened in images whose connection closed.
+A list of (BACKEND . PORT): the next connection of BACKEND, the person's
+restarted Lisp, opens each again (`swank-mcp--reopen-ports'), so that the
+agents configured for it reach the new image.")
+
+(defun swank-mcp--server-connection-closed (connection)
+  "Remember the port `swank-mcp-start' opened in CONNECTION's image, which closed."
+  (let ((server (assq connection swank-mcp--servers)))
+    (when server
+      (setq swank-mcp--servers (delq server swank-mcp--servers))
+      (push (cons (nth 1 server) (nth 2 server)) swank-mcp--reopen))))
+
+(defun swank-mcp--reopen-ports ()
+  "Open again, in the current connection's image, its front end's lost ports.
+Those are the ports the front end's last image had.  Asynchronously: the
+front end is still setting the connection up as its hook runs.  The echo
+area says whether each one is open again, or, when it could not be, that
+the agents configured for it are cut off."
+  (let ((current (swank-mcp--current)))
+    (when current
+      (pcase-let ((`(,connection . ,backend) current))
+        (dolist (lost (cl-remove-if-not (lambda (lost) (eq (car lost) backend)) swank-mcp--reopen))
+          (setq swank-mcp--reopen (delq lost swank-mcp--reopen))
+          (let ((wanted (cdr lost)))
+            (swank-mcp--eval-async
+             connection backend (let ((swank-mcp-port wanted)) (swank-mcp--open-server-request backend))
+             (lambda (opened)
+               (let ((port (car opened)))
+                 (when (and (integerp port) (not (assq connection swank-mcp--servers)))
+                   (push (list connection backend port) swank-mcp--servers))
+                 (message "%s" (swank-mcp--reopened-text wanted port)))))))))))
+
+(defun swank-mcp--reopened-text (wanted port)
+  "What became of port WANTED in a restarted Lisp, where PORT was opened (or nil)."
+  (cond ((eql port wanted)
+         (format "swank-mcp: the Lisp restarted; port %d is open again in the new image" wanted))
+        ((integerp port)
+         (format "swank-mcp: the Lisp restarted; port %d was taken, so port %d is open instead: the agents \
+configured for %d are cut off until their configuration names %d" wanted port wanted port))
+        (t (format "swank-mcp: the Lisp restarted; port %d could not be opened again: the agents configured \
+for it are cut off (M-x swank-mcp-start)" wanted))))
+
 (defun swank-mcp--connection-of (backend)
   "The current connection of BACKEND, if it is loaded and connected."
   (let ((current (swank-mcp--backend-current-connection backend)))
@@ -249,6 +292,45 @@ no lock of the person's or an agent's code can hold up."
           (funcall (swank-mcp--backend-connection-name backend) connection)
           (funcall (swank-mcp--backend-pid backend) connection)))
 
+(defun swank-mcp--open-server-form (backend)
+  "Return a form for the server still listening in BACKEND's image.
+Its value is nil when none listens.  A server that still listens has its
+thread; the one the person's `slime' or `sly' connected through accepted
+that one connection and its thread has ended."
+  (let ((alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend)))))
+    `(cl:find-if (cl:lambda (server) (cl:and (cl:third server) (,alive-p (cl:third server))))
+                 ,(swank-mcp--backend-servers backend))))
+
+(defun swank-mcp--note-open-server ()
+  "Note in `swank-mcp--servers' the port open in the current connection's image.
+One opened before Emacs reconnected, or by another Emacs, is open all the
+same: `swank-mcp-status' says so, as `swank-mcp-start' does."
+  (let ((current (swank-mcp--current)))
+    (when (and current (not (assq (car current) swank-mcp--servers)))
+      (let ((port (ignore-errors
+                    (swank-mcp--eval (car current) (cdr current)
+                                     `(cl:second ,(swank-mcp--open-server-form (cdr current)))))))
+        (when (integerp port)
+          (push (list (car current) (cdr current) port) swank-mcp--servers))))))
+
+(defun swank-mcp--open-server-request (backend)
+  "The form that opens a server in BACKEND's image, unless one is open.
+See `swank-mcp--open-server', which evaluates it."
+  (let ((servers (swank-mcp--backend-servers backend)))
+    `(cl:let ((open ,(swank-mcp--open-server-form backend)))
+       (cl:if open
+              (cl:cons (cl:second open) cl:nil)
+              (cl:let ((port (cl:loop for port from ,swank-mcp-port
+                                      below ,(+ swank-mcp-port swank-mcp-port-attempts)
+                                      do (cl:handler-case
+                                             (cl:return (,(swank-mcp--backend-create-server backend)
+                                                         :port port :dont-close t))
+                                           (cl:error nil nil)))))
+                (cl:loop repeat 100
+                         until (cl:or (cl:null port) (cl:find port ,servers :key 'cl:second))
+                         do (cl:sleep 0.01))
+                (cl:and port (cl:cons port cl:t)))))))
+
 (defun swank-mcp--open-server (connection backend)
   "Open a persistent server in the image of CONNECTION, unless one is open.
 Return (PORT . OPENED): OPENED is nil when the port was open already; nil
@@ -256,33 +338,13 @@ when no port could be opened.  BACKEND says how to reach the image.  Tries
 `swank-mcp-port' and the ports after it, in the image itself, where a taken
 port shows as an error."
   ;; The image is asked, not this Emacs's list: a port opened before Emacs
-  ;; reconnected, or by another Emacs, is still open.  A server that still
-  ;; listens has its thread; the one M-x slime or M-x sly connected through
-  ;; accepted that one connection and its thread has ended.
+  ;; reconnected, or by another Emacs, is still open.
   ;; Every symbol is package-qualified: the server reads requests in a
   ;; package that uses nothing.  The variable may stay unqualified.
   ;; The new server's listening thread registers it a moment after
   ;; create-server returns, and a stop-server that arrives first is lost:
   ;; wait for the registration (a second at most).
-  (let ((servers (swank-mcp--backend-servers backend))
-        (alive-p (intern (format "%s::thread-alive-p" (swank-mcp--backend-server-backend backend)))))
-    (swank-mcp--eval
-     connection backend
-     `(cl:let ((open (cl:find-if (cl:lambda (server)
-                                   (cl:and (cl:third server) (,alive-p (cl:third server))))
-                                 ,servers)))
-        (cl:if open
-               (cl:cons (cl:second open) cl:nil)
-               (cl:let ((port (cl:loop for port from ,swank-mcp-port
-                                       below ,(+ swank-mcp-port swank-mcp-port-attempts)
-                                       do (cl:handler-case
-                                              (cl:return (,(swank-mcp--backend-create-server backend)
-                                                          :port port :dont-close t))
-                                            (cl:error nil nil)))))
-                 (cl:loop repeat 100
-                          until (cl:or (cl:null port) (cl:find port ,servers :key 'cl:second))
-                          do (cl:sleep 0.01))
-                 (cl:and port (cl:cons port cl:t))))))))
+  (swank-mcp--eval connection backend (swank-mcp--open-server-request backend)))
 
 ;;;###autoload
 (defun swank-mcp-start (&optional interactive)
@@ -304,6 +366,8 @@ INTERACTIVE is non-nil (as it is when called as a command)."
              swank-mcp-port (+ swank-mcp-port swank-mcp-port-attempts -1)))
     (unless (assq connection swank-mcp--servers)
       (push (list connection backend port) swank-mcp--servers))
+    (add-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--server-connection-closed)
+    (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--reopen-ports)
     (swank-mcp--show-configuration port (swank-mcp--describe-connection connection backend) interactive)
     (when interactive
       (message "swank-mcp: port %d %s; the client configuration is in %s%s" port
@@ -341,9 +405,11 @@ Return the port closed, or nil when none was open."
 ;;;###autoload
 (defun swank-mcp-status ()
   "Say which swank-mcp ports are open, in which images.
-Return a list of (PORT . DESCRIPTION), one per open port."
+Return a list of (PORT . DESCRIPTION), one per open port.  The current
+connection's image is asked, as `swank-mcp-start' asks it."
   (interactive)
   (swank-mcp--forget-closed)
+  (swank-mcp--note-open-server)
   (let ((open (mapcar (lambda (server)
                         (cons (nth 2 server)
                               (swank-mcp--describe-connection (nth 0 server) (nth 1 server))))
@@ -1408,8 +1474,10 @@ session (after asking you)."
   :lighter " MCP-approve"
   (dolist (backend (list swank-mcp--slime swank-mcp--sly))
     (if swank-mcp-approval-mode
-        (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)
-      (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)))
+        (progn (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)
+               (add-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--approval-connection-closed))
+      (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--approval-subscribe)
+      (remove-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--approval-connection-closed)))
   (if swank-mcp-approval-mode
       (swank-mcp--approval-subscribe)
     ;; The calls waiting are not left to wait for an answer nobody gives until
@@ -1426,6 +1494,29 @@ session (after asking you)."
     (setq swank-mcp--approval-channels nil
           swank-mcp--approvals nil)
     (swank-mcp--approval-show)))
+
+(defun swank-mcp--approval-connection-closed (connection)
+  "Forget every approval asked by CONNECTION's image, which closed.
+No prompt stays for them, not even one the person was answering, and no
+key is left bound to them; the echo area says so."
+  (let ((dead (cl-remove-if-not (lambda (approval) (eq (car approval) connection)) swank-mcp--approvals))
+        (buffer (get-buffer swank-mcp--approval-buffer-name)))
+    (setq swank-mcp--approval-channels (cl-remove connection swank-mcp--approval-channels :key #'car)
+          swank-mcp--approvals (cl-set-difference swank-mcp--approvals dead))
+    (when (and buffer (eq connection (car (buffer-local-value 'swank-mcp--approval-shown buffer))))
+      (with-current-buffer buffer
+        (setq swank-mcp--approval-ended nil
+              swank-mcp--approval-shown nil)
+        (use-local-map swank-mcp-approval-buffer-mode-map)))
+    (let ((asked swank-mcp--asking))
+      (when (eq (car asked) connection)
+        (run-at-time 0 nil (lambda ()
+                             (when (eq swank-mcp--asking asked)
+                               (throw 'swank-mcp--question-ended :ended))))))
+    (swank-mcp--approval-show)
+    (when dead
+      (message "swank-mcp: the Lisp connection closed: %s waiting for approval ended with it and did not run."
+               (if (cdr dead) (format "%d calls" (length dead)) (plist-get (nth 2 (car dead)) :tool))))))
 
 (defun swank-mcp--approval-mode-off-said (connection backend refused)
   "Say what became of the requests of CONNECTION's image as the mode went off.
@@ -1966,6 +2057,9 @@ the contrib `swank-mcp' does when SLIME or SLY turn it on, by
   (interactive)
   (dolist (hook swank-mcp--front-end-hooks)
     (remove-hook hook #'swank-mcp-bind-keys))
+  (dolist (backend (list swank-mcp--slime swank-mcp--sly))
+    (remove-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--server-connection-closed)
+    (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--reopen-ports))
   (when swank-mcp-key-prefix
     (dolist (map (swank-mcp--front-end-maps))
       (when (and (keymapp map) (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map))

@@ -397,3 +397,34 @@ async fn frames_past_the_evaluations_are_refused_and_a_frames_source_is_its_form
     let aborted = debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
     assert!(aborted.text.starts_with("[ERROR] EVALUATION-ABORTED"), "{}", aborted.text);
 }
+
+/// Issue 49: recompiled for stepping, a function is still found where it is, in a file that did
+/// not change, and its frame's source is its own form, not the file's form of the same index
+/// among those kept for the compilation.
+#[tokio::test]
+async fn a_function_recompiled_for_stepping_keeps_true_locations() {
+    let toolbox = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prices.lisp");
+    std::fs::write(
+        &file,
+        "(in-package :cl-user)\n(defvar *debugger-test-currency* :eur)\n\n\
+         (defun debugger-test-price (x)\n  (let ((y (* x 2)))\n    (error \"price ~a\" y)\n    y))\n",
+    )
+    .unwrap();
+    eval_ok(&toolbox, &format!("(load (compile-file {:?}))", file.display().to_string())).await;
+    let recompiled = debugger(&toolbox, json!({"action": "recompile_debug", "function": "debugger-test-price"})).await;
+    assert!(!recompiled.is_error, "{}", recompiled.text);
+    let found = call(&toolbox, "find-definition", json!({"symbol": "debugger-test-price"})).await;
+    assert!(found.text.contains(&format!("{}:4:1", file.display())), "{}", found.text);
+    assert!(!found.text.contains("changed since"), "the file did not change: {}", found.text);
+    let variable = call(&toolbox, "find-definition", json!({"symbol": "*debugger-test-currency*"})).await;
+    assert!(variable.text.contains(&format!("{}:2:1", file.display())), "{}", variable.text);
+    assert!(!variable.text.contains("changed since"), "the file did not change: {}", variable.text);
+    let (session, output) = stop(&toolbox, "(debugger-test-price 4)").await;
+    let frame = frame_of(&output, "(DEBUGGER-TEST-PRICE 4)");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    assert!(facts.text.contains("(error \"price ~a\" y)"), "{}", facts.text);
+    assert!(!facts.text.contains("defvar"), "{}", facts.text);
+    debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+}

@@ -660,3 +660,24 @@ async fn a_report_that_plain_printing_would_glue_is_laid_out_and_sbcls_stay_on_o
     let typed = eval_code(&tb, "(let ((x (read-from-string \"nope\"))) (+ 1 x))").await;
     assert!(typed.text.starts_with("[ERROR] TYPE-ERROR\nThe value NOPE is not of type NUMBER"), "{}", typed.text);
 }
+
+#[tokio::test]
+async fn an_error_inside_output_shows_the_users_frames_below_the_capture_stream() {
+    let tb = common::toolbox(common::shared_image_port());
+    let code = "(defclass eval-test-unprintable () ())
+(defmethod print-object ((object eval-test-unprintable) stream)
+  (write-string \"#<half\" stream)
+  (error \"cannot print this\"))
+(defun eval-test-show (x) (format t \"~A\" x) :shown)
+(funcall (lambda () (eval-test-show (make-instance 'eval-test-unprintable)) :after))";
+    let output = eval_code(&tb, code).await;
+    assert!(output.is_error, "{}", output.text);
+    assert!(
+        output.text.contains("\n3: (EVAL-TEST-SHOW #<EVAL-TEST-UNPRINTABLE, whose printing failed>)\n"),
+        "the user's function that printed, its argument named: {}",
+        output.text
+    );
+    assert!(output.text.contains("\n4: ((LAMBDA NIL))"), "the user's lambda under it: {}", output.text);
+    assert!(output.text.contains("#<output captured by swank-mcp {"), "{}", output.text);
+    assert!(!output.text.contains("MCP-AGENT-HELPER"), "{}", output.text);
+}

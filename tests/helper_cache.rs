@@ -62,6 +62,17 @@ async fn the_helper_is_compiled_into_the_cache_once_and_loaded_from_it_after() {
     let toolbox = common::toolbox(fourth.port);
     assert_eq!(common::eval_ok(&toolbox, "(+ 1 2)").await, "=> 3");
     assert_eq!(common::eval_ok(&toolbox, HELPER_ORIGIN).await, "=> NIL");
+    drop(fourth);
+
+    // A --read-only server writes no file, the cache included: it loads the source.
+    let untouched = cache.path().join("read-only");
+    std::env::set_var("SWANK_MCP_CACHE_DIR", &untouched);
+    let fifth = common::private_image().await;
+    let mut client = common::McpClient::start(&["--port", &fifth.port.to_string(), "--read-only"]).await;
+    client.initialize().await;
+    let reply = client.call_tool("describe-symbol", serde_json::json!({"symbol": "mapcar"})).await;
+    assert!(!common::is_error(&reply), "{reply}");
+    assert!(!untouched.exists(), "a --read-only server made {untouched:?}");
 }
 
 /// Compiling the helper's files as one file (as the cache does) warns of nothing: the bootstrap

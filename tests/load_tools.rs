@@ -409,3 +409,25 @@ async fn load_file_never_loads_a_file_outside_the_roots_through_a_swapped_direct
     eval(&tb, "(fmakunbound 'cl-user::load-race-inside)").await;
     eprintln!("(delay ms, outcome): {outcomes:?}");
 }
+
+/// Issue 49: an edit without load right after one with load, within the same second, leaves the
+/// file with a date that differs from the one the image compiled, so find-definition says the file
+/// changed since while the image runs the older code.
+#[tokio::test]
+async fn an_edit_without_load_in_the_second_of_a_load_is_seen_as_a_change() {
+    let project = Project::loaded().await;
+    let tb = &project.tb;
+    let app_path = project.path.join("app.lisp").display().to_string();
+    let edit = |greeting: &str, load: bool| {
+        json!({"file_path": app_path, "form_type": "defun", "form_name": "greet", "operation": "replace",
+               "content": format!("(defun greet (name)\n  (format nil \"{greeting}, ~A\" name))"), "load": load})
+    };
+    // Twice, in case the first pair straddles a second.
+    for (loaded, written) in [("One", "Two"), ("Three", "Four")] {
+        ok(tb, "edit-lisp-form", edit(loaded, true)).await;
+        ok(tb, "edit-lisp-form", edit(written, false)).await;
+        assert_eq!(eval(tb, "(loadtest-app::greet \"you\")").await, format!("=> \"{loaded}, you\""));
+        let found = call(tb, "find-definition", json!({"symbol": "loadtest-app::greet"})).await;
+        assert!(found.text.contains("the file changed since this was compiled"), "{}", found.text);
+    }
+}

@@ -189,7 +189,7 @@ async fn the_image_runs_only_looks_for_a_read_only_server() {
         ("threads", ""),
     ] {
         let code = format!(
-            "(handler-case (mcp-agent-helper:look mcp-agent-helper::*version* {entry:?} {argument:?}) \
+            "(handler-case (mcp-agent-helper:look mcp-agent-helper::*version* {entry:?} () {argument:?}) \
                (error (e) (princ-to-string e)))"
         );
         let value = common::eval_ok(&toolbox, &code).await;
@@ -201,7 +201,7 @@ async fn the_image_runs_only_looks_for_a_read_only_server() {
     assert!(!marker.exists(), "an entry that is not a look ran");
     let value = common::eval_ok(
         &toolbox,
-        "(getf (mcp-agent-helper:look mcp-agent-helper::*version* \"describe-symbol\" \"car\") :symbol)",
+        "(getf (mcp-agent-helper:look mcp-agent-helper::*version* \"describe-symbol\" () \"car\") :symbol)",
     )
     .await;
     assert_eq!(common::without_handle(&value), "=> \"COMMON-LISP:CAR\"", "{value}");
@@ -260,4 +260,43 @@ async fn every_read_only_tool_works_under_read_only_in_each_of_its_kinds() {
         assert!(!is_error(&reply), "{tool} {arguments}: {reply}");
         assert!(!text(&reply).contains("promised to change nothing"), "{tool} {arguments}: {reply}");
     }
+}
+
+#[tokio::test]
+async fn read_only_reads_no_source_file_outside_the_roots_and_never_waits_on_a_fifo() {
+    let port = common::shared_image_port();
+    let toolbox = common::toolbox(port);
+    let outside = tempfile::tempdir().unwrap();
+    let regular = outside.path().join("ro-outside.lisp");
+    let piped = outside.path().join("ro-piped.lisp");
+    std::fs::write(&regular, "\n\n(defun ro-outside-fn () :outside)\n").unwrap();
+    std::fs::write(&piped, "\n\n(defun ro-piped-fn () :piped)\n").unwrap();
+    for file in [&regular, &piped] {
+        common::eval_ok(&toolbox, &format!("(load (compile-file {:?}))", file.display().to_string())).await;
+    }
+    // The definition's file is now a FIFO: opening it to read would wait for a writer.
+    std::fs::remove_file(&piped).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&piped).status().unwrap().success());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/projects/tally").display().to_string();
+    let mut client = McpClient::start(&["--port", &port.to_string(), "--read-only", "--root", &root]).await;
+    client.initialize().await;
+    let started = std::time::Instant::now();
+    let found = client.call_tool("find-definition", json!({"symbol": "cl-user::ro-outside-fn"})).await;
+    assert!(!is_error(&found), "{found}");
+    assert!(
+        text(&found)
+            .contains("not read for its line: outside the server's roots and the image's ASDF systems' directories"),
+        "{found}"
+    );
+    assert!(!text(&found).contains(":3:"), "no line without reading the file: {found}");
+    let piped_found = client.call_tool("find-definition", json!({"symbol": "cl-user::ro-piped-fn"})).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "waited on the FIFO: {piped_found}");
+    assert!(text(&piped_found).contains("not read for its line"), "{piped_found}");
+    // Without --read-only the regular file is read for its line, the FIFO still not opened.
+    let mut full = McpClient::start(&["--port", &port.to_string(), "--root", &root]).await;
+    full.initialize().await;
+    let found = full.call_tool("find-definition", json!({"symbol": "cl-user::ro-outside-fn"})).await;
+    assert!(text(&found).contains(&format!("{}:3:1", regular.display())), "{found}");
+    let piped_found = full.call_tool("find-definition", json!({"symbol": "cl-user::ro-piped-fn"})).await;
+    assert!(text(&piped_found).contains("not a regular file, so not read for its line"), "{piped_found}");
 }

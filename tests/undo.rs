@@ -742,3 +742,34 @@ async fn a_definition_compiled_from_its_files_buffer_is_placed_at_its_line() {
         format!("function COMMON-LISP-USER::UNDO-BUFFER-TARGET: replaced the definition from {file_name}:6:1");
     assert!(listing.lines().any(|line| line.ends_with(&replaced)), "{listing}");
 }
+
+#[tokio::test]
+async fn undo_puts_definitions_back_in_a_locked_package() {
+    let image = common::private_image().await;
+    let user = user_connection(image.port).await;
+    user_eval(&user, "(progn (require :asdf) (asdf:load-system \"alexandria\") (sb-ext:package-locked-p :alexandria))")
+        .await;
+    let mut client = agent(image.port).await;
+    // In its own package a locked package's definitions are made as a system's load makes them.
+    call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(defun flatten (tree) (list :agent tree)) (defmacro when-let (b &body body) (declare (ignore b)) `(list :agent-macro ,@body))", "package": "ALEXANDRIA"}),
+    )
+    .await;
+    let (_, journal) = call_ok(&mut client, "undo", json!({})).await;
+    let mut numbers = numbers_named(&journal, "ALEXANDRIA:FLATTEN");
+    numbers.extend(numbers_named(&journal, "ALEXANDRIA:WHEN-LET"));
+    assert_eq!(numbers.len(), 2, "{journal}");
+    let (undone, structured) = call_ok(&mut client, "undo", json!({"entries": numbers})).await;
+    assert!(undone.contains("Restored 2 entries"), "{undone}");
+    assert!(!undone.contains("restart"), "no restart the agent cannot use: {undone}");
+    assert_eq!(structured["restored"].as_array().unwrap().len(), 2, "{structured}");
+    let (back, _) = call_ok(
+        &mut client,
+        "evaluate-lisp",
+        json!({"code": "(list (alexandria:flatten '((1) 2)) (alexandria:when-let (x 1) x))"}),
+    )
+    .await;
+    assert!(back.contains("((1 2) 1)"), "{back}");
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::{CallError, CallLimits, Fate, ImageError, Step, UNWIND_GRACE};
-use super::helper::load_helper;
+use super::helper::{load_helper, Gate};
 use super::request::Request;
 use super::{call_tag, Entry, Image};
 use crate::swank::{Connection, DebuggableRex, Form, RexError, RexEvent, Sexp, Thread};
@@ -41,7 +41,7 @@ impl Image {
             let call = live.workers.rex(&live.connection, form.clone(), "COMMON-LISP-USER");
             let reply = self.supervise(&live.connection, &token, deadline, limits, call).await;
             let answer = HelperAnswer::of(reply.as_ref().map(Some));
-            if !retry_after_reload(&live.connection, answer, &mut reloaded, deadline, limits).await? {
+            if !retry_after_reload(&live.connection, &self.gate(), answer, &mut reloaded, deadline, limits).await? {
                 return reply;
             }
         }
@@ -69,7 +69,16 @@ impl Image {
                 Evaluation::Returned(reply) => Some(reply),
                 Evaluation::Stopped { .. } => None,
             });
-            if !retry_after_reload(&connection, HelperAnswer::of(returned), &mut reloaded, deadline, limits).await? {
+            if !retry_after_reload(
+                &connection,
+                &self.gate(),
+                HelperAnswer::of(returned),
+                &mut reloaded,
+                deadline,
+                limits,
+            )
+            .await?
+            {
                 return evaluation;
             }
         }
@@ -422,6 +431,7 @@ impl HelperAnswer {
 /// limits, once per call: `reloaded` says whether this call already did.
 pub(crate) async fn retry_after_reload(
     connection: &Connection,
+    gate: &Gate,
     answer: HelperAnswer,
     reloaded: &mut bool,
     deadline: Instant,
@@ -444,7 +454,7 @@ pub(crate) async fn retry_after_reload(
     }
     tracing::info!(%endpoint, "the image holds another helper revision; loading this one again");
     tokio::select! {
-        loaded = load_helper(connection) => loaded.map(|_| true).map_err(CallError::from),
+        loaded = load_helper(connection, gate) => loaded.map(|_| true).map_err(CallError::from),
         _ = tokio::time::sleep_until(deadline + UNWIND_GRACE) => Err(CallError::NotReady {
             step: Step::LoadingHelper,
             endpoint,

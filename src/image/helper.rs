@@ -17,7 +17,7 @@
 //! versions named ([`ImageError::Helper`]).
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use crate::swank::{Connection, Dialect, Form, Sexp, Thread};
 
@@ -25,14 +25,16 @@ use super::error::ImageError;
 use super::{Entry, Image};
 
 /// Which way into the helper a server's requests take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gate {
     /// `CALL`: any entry.
     Call,
     /// `LOOK`, for a server that promised `--read-only`: only the entries defined as looks, which
     /// read the image, write no file and run no code of the request; the image refuses any other
-    /// (see `LOOK` in `lisp/calls.lisp`), so no tool can change that by asking for more.
-    Look,
+    /// (see `LOOK` in `lisp/calls.lisp`), so no tool can change that by asking for more. It holds
+    /// the server's roots, the only directories besides the image's ASDF systems' where the image
+    /// may read a source file for such a server.
+    Look(Arc<[String]>),
 }
 
 /// The helper's files in load order (the digest covers them all). Public for the replay tests,
@@ -131,14 +133,16 @@ impl Helper {
     ///
     /// `gate` is the entry the request goes through: [`Gate::Look`] runs only what looks.
     pub fn call(&self, gate: Gate, function: Entry, args: impl IntoIterator<Item = Form>) -> Form {
-        let door = match gate {
-            Gate::Call => Entry::CALL,
-            Gate::Look => Entry::LOOK,
+        let (door, readable) = match gate {
+            Gate::Call => (Entry::CALL, None),
+            Gate::Look(roots) => {
+                (Entry::LOOK, Some(Form::call("cl", "list", roots.iter().map(|root| Form::string(root.clone())))))
+            }
         };
         Form::call(
             HELPER_PACKAGE,
             door.name(),
-            [Form::string(self.digest.clone()), Form::string(function.name())].into_iter().chain(args),
+            [Form::string(self.digest.clone()), Form::string(function.name())].into_iter().chain(readable).chain(args),
         )
     }
 
@@ -162,6 +166,14 @@ impl Helper {
     /// Returns whether the image already held a helper (of any revision): one that held none has
     /// had no connection from a swank-mcp since it started (or since the helper was uninstalled).
     pub async fn load(&self, connection: &Connection) -> Result<bool, ImageError> {
+        self.load_for(connection, &Gate::Call).await
+    }
+
+    /// [`Helper::load`] for a server whose requests take `gate`: through [`Gate::Look`], which
+    /// promises that no file is written, the image uses a compiled helper already in its cache
+    /// but compiles none into it, and loads the source instead.
+    pub async fn load_for(&self, connection: &Connection, gate: &Gate) -> Result<bool, ImageError> {
+        let write_cache = matches!(gate, Gate::Call);
         let started = std::time::Instant::now();
         let failed = |detail: String| ImageError::Helper { endpoint: connection.endpoint().clone(), detail };
         let request = |form: Form| async move {
@@ -177,11 +189,11 @@ impl Helper {
         let mut state = request(Form::call(
             "cl",
             "progn",
-            [load_bootstrap(), Dialect::seen_every_package(), self.ensure(Form::Nil)],
+            [load_bootstrap(), Dialect::seen_every_package(), self.ensure(Form::Nil, write_cache)],
         ))
         .await?;
         if state.is_keyword("need-source") {
-            state = request(self.ensure(Form::string(self.source.as_ref()))).await?;
+            state = request(self.ensure(Form::string(self.source.as_ref()), write_cache)).await?;
         }
         tracing::debug!(%state, elapsed = ?started.elapsed(), "helper ready");
         match state {
@@ -217,7 +229,7 @@ impl Helper {
 
     /// The bootstrap's `ENSURE-HELPER` for this revision, with the source or nil; found by name,
     /// since the request is read before the bootstrap that defines it is loaded.
-    fn ensure(&self, source: Form) -> Form {
+    fn ensure(&self, source: Form, write_cache: bool) -> Form {
         Form::call(
             "cl",
             "funcall",
@@ -226,14 +238,15 @@ impl Helper {
                 Form::string(self.digest.clone()),
                 Form::string(self.release.as_ref()),
                 source,
+                Form::from(write_cache),
             ],
         )
     }
 }
 
 /// Makes this swank-mcp's helper the one the image holds (see [`Helper::load`]).
-pub(crate) async fn load_helper(connection: &Connection) -> Result<bool, ImageError> {
-    Helper::current().load(connection).await
+pub(crate) async fn load_helper(connection: &Connection, gate: &Gate) -> Result<bool, ImageError> {
+    Helper::current().load_for(connection, gate).await
 }
 
 /// Takes the helper out of `image` for `swank-mcp uninstall` (see `UNINSTALL` in

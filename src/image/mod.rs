@@ -7,7 +7,7 @@
 
 use crate::sync::lock;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -71,8 +71,9 @@ pub struct Image {
     next_attempt: AtomicU64,
     /// Which image the last connection reached, to tell a restarted one.
     identity: Arc<std::sync::Mutex<ImageIdentity>>,
-    /// Set for a server that promised `--read-only`: its requests go through the helper's `LOOK`.
-    looks_only: AtomicBool,
+    /// Set for a server that promised `--read-only`, to its roots: its requests go through the
+    /// helper's `LOOK`.
+    looks_only: std::sync::OnceLock<Arc<[String]>>,
 }
 
 impl Image {
@@ -96,23 +97,23 @@ impl Image {
             next_token: AtomicU64::new(1),
             next_attempt: AtomicU64::new(1),
             identity: Arc::new(std::sync::Mutex::new(ImageIdentity::default())),
-            looks_only: AtomicBool::new(false),
+            looks_only: std::sync::OnceLock::new(),
         }
     }
 
     /// From now on, asks the image only what looks ([`Gate::Look`]): the image itself refuses
-    /// every other entry of the helper, whichever tool asks. Set before the first call, by a
-    /// server that promised `--read-only`, and never unset.
-    pub fn look_only(&self) {
-        self.looks_only.store(true, Ordering::Relaxed);
+    /// every other entry of the helper, whichever tool asks, and reads source files only under
+    /// `roots` and the directories of its ASDF systems. Set before the first call, by a server
+    /// that promised `--read-only`, and never unset.
+    pub fn look_only(&self, roots: Vec<String>) {
+        let _ = self.looks_only.set(roots.into());
     }
 
     /// The way into the helper this server's requests take.
     pub(crate) fn gate(&self) -> Gate {
-        if self.looks_only.load(Ordering::Relaxed) {
-            Gate::Look
-        } else {
-            Gate::Call
+        match self.looks_only.get() {
+            Some(roots) => Gate::Look(roots.clone()),
+            None => Gate::Call,
         }
     }
 

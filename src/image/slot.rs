@@ -116,7 +116,7 @@ impl Image {
         let result = async move {
             let connection = connect(&settings, launcher.as_ref(), &progress).await?;
             *lock(&progress) = Step::LoadingHelper;
-            let held_helper = load_helper(&connection).await?;
+            let held_helper = load_helper(&connection, &gate).await?;
             let reached = lock(&identity).connected(connection.endpoint(), connection.info().pid, held_helper);
             if reached == Reached::Same {
                 end_earlier_session(&connection, &session, gate).await;

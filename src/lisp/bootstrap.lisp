@@ -5,7 +5,8 @@
 ;;;; the compiled file is kept in the cache directory of the machine the image runs on, under a
 ;;;; name that says which helper revision and which SBCL it is for; later images load it in
 ;;;; milliseconds, and without the source crossing the wire. Where the cache cannot be written,
-;;;; the source is loaded as before.
+;;;; and for a server that promised --read-only (which writes no file), the source is loaded as
+;;;; before.
 ;;;;
 ;;;; The image holds one revision of the helper at a time. A connection whose swank-mcp has another
 ;;;; one (an older or newer swank-mcp attached to the same image) replaces it only while none of
@@ -80,15 +81,17 @@ that wrote it."
     (handler-bind ((warning #'muffle-warning))
       (funcall function))))
 
-(defun load-cached-helper (digest)
+(defun load-cached-helper (digest write-cache)
   "Loads the cached compiled helper for DIGEST if there is one; true when it did. A file that
-does not load (cut short, or written by another build) is deleted so that the source replaces it."
+does not load (cut short, or written by another build) is deleted, when WRITE-CACHE, so that the
+source replaces it."
   (let ((fasl (helper-fasl digest)))
     (when (and fasl (probe-file fasl))
       (handler-case (progn (call-quietly (lambda () (load fasl)))
                            t)
         (error ()
-          (ignore-errors (delete-file fasl))
+          (when write-cache
+            (ignore-errors (delete-file fasl)))
           nil)))))
 
 (defun compile-helper-into-cache (digest source)
@@ -133,20 +136,21 @@ before CALL, those it registered under a token."
         *release* release)
   how)
 
-(defun ensure-helper (digest release source)
+(defun ensure-helper (digest release source &optional (write-cache t))
   "Makes the helper whose text has DIGEST, which swank-mcp RELEASE sends, current in this image.
 Returns :CURRENT when it already was, :CACHED when its compiled file was loaded, :NEED-SOURCE when
 SOURCE (nil) is needed to go on, :COMPILED when SOURCE was compiled into the cache and loaded, or
-:SOURCE when it was loaded as source because the cache cannot be written. Returns (:BUSY release
+:SOURCE when it was loaded as source because the cache cannot be written or WRITE-CACHE is NIL
+(for a server that promised --read-only, which writes no file). Returns (:BUSY release
 digest calls) when the image holds another revision, of that release and digest, and it is running
 that many calls: it is not replaced under their feet."
   (sb-thread:with-mutex (*load-lock*)
     (cond ((equal *version* digest) :current)
           ((and *version* (plusp (calls-running)))
            (list :busy *release* *version* (calls-running)))
-          ((load-cached-helper digest) (installed digest release :cached))
+          ((load-cached-helper digest write-cache) (installed digest release :cached))
           ((null source) :need-source)
-          ((and (compile-helper-into-cache digest source) (load-cached-helper digest))
+          ((and write-cache (compile-helper-into-cache digest source) (load-cached-helper digest t))
            (installed digest release :compiled))
           (t (call-quietly (lambda () (load (make-string-input-stream source))))
              (installed digest release :source)))))

@@ -463,10 +463,26 @@ kept alone is read in the package they make current, as in its file."
             (push (cons start end) spans))
           (setf i end))))))
 
+(defun placeholder-ends (octets)
+  "The last byte of each top-level form of OCTETS that the reader reads: a blanked-out form leaves
+a 0 there, so that the compiler counts the forms as in the file (the debugger finds a frame's form
+by that count) and the reader stops where it stops in the file (SBCL records a definition's
+place as where the reader stood before its form)."
+  (let ((ends '()) (i 0))
+    (loop
+      (let ((start (skip-layout octets i)))
+        (when (>= start (length octets)) (return (nreverse ends)))
+        (multiple-value-bind (after produced) (skip-form octets start)
+          (when (<= after start) (return (nreverse ends)))
+          (when produced
+            (push (1- after) ends))
+          (setf i after))))))
+
 (defun definition-form-octets (function-name)
   "The octets of FUNCTION-NAME's file with everything but the top-level form that defines it
-blanked out (newlines kept, so that the compiler's positions stay the file's), the file's name
-and its write date; fails, saying why, for a function that has no file."
+blanked out (newlines kept, so that the compiler's positions stay the file's, and each other form
+read as a 0, so that its count of top-level forms does: PLACEHOLDER-ENDS), the file's name and
+its write date; fails, saying why, for a function that has no file."
   (let* ((source (or (ignore-errors (sb-introspect:find-definition-source (fdefinition function-name)))
                      (fail "~A has no definition source SBCL can find." (qualified-name function-name))))
          (pathname (sb-introspect:definition-source-pathname source)))
@@ -481,10 +497,14 @@ and its write date; fails, saying why, for a function that has no file."
                       (fail "SBCL recorded no place in ~A for ~A." file (qualified-name function-name))))
            (end (skip-form octets start))
            (kept (make-array (length octets) :element-type '(unsigned-byte 8)))
-           (spans (cons (cons start end) (in-package-spans octets start))))
+           (spans (cons (cons start end) (in-package-spans octets start)))
+           (placeholders (make-array (length octets) :element-type 'bit :initial-element 0)))
+      (dolist (end (placeholder-ends octets))
+        (setf (sbit placeholders end) 1))
       (dotimes (i (length octets))
         (setf (aref kept i) (cond ((some (lambda (span) (<= (car span) i (1- (cdr span)))) spans) (aref octets i))
                                   ((= (aref octets i) 10) 10)
+                                  ((= 1 (sbit placeholders i)) (char-code #\0))
                                   (t 32))))
       (values kept file (file-write-date file) (octet-line-and-column octets start)))))
 

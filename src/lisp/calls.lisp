@@ -20,10 +20,15 @@
 (defvar *calling* nil
   "True in a thread while it runs a CALL.")
 
+(defvar *readable-directories* :any
+  "Where a call may read source files: :ANY, or for a server that promised --read-only (LOOK),
+the native names of its roots, to which READABLE-FILE-P adds the image's ASDF systems'
+directories.")
+
 (defun in-call-p ()
   *calling*)
 
-(defun call-entry (version name arguments looks-only)
+(defun call-entry (version name arguments looks-only &optional (readable :any))
   (if (sb-thread:with-mutex (*load-lock*)
         (when (equal version *version*)
           (sb-ext:atomic-incf (car *calls-running*))
@@ -37,7 +42,8 @@
                ;; one string twice as #1=... #1#.
                (error "~A is refused: this swank-mcp server promised to change nothing (--read-only), ~
                        and it is not one of the helper's entries that only look." name))
-             (let ((*calling* t))
+             (let ((*calling* t)
+                   (*readable-directories* readable))
                (apply symbol arguments)))
         (sb-ext:atomic-decf (car *calls-running*)))
       :other-helper))
@@ -49,11 +55,12 @@ Otherwise nothing runs and the answer is :OTHER-HELPER: another swank-mcp loaded
 since, or the helper was uninstalled."
   (call-entry version name arguments nil))
 
-(define-entry (look :caller :server) (version name &rest arguments)
+(define-entry (look :caller :server) (version name roots &rest arguments)
   "CALL for a server that promised --read-only: it runs only an entry defined as a look (see
 DEFINE-ENTRY), which takes no code, so the promise rests on what each look is rather than on
-which tools the server offers."
-  (call-entry version name arguments t))
+which tools the server offers. ROOTS are the server's (native directory names): the entry reads
+source files only under them and the image's ASDF systems' directories."
+  (call-entry version name arguments t roots))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Running evaluations, so that a timeout or a cancellation can interrupt the right thread

@@ -68,6 +68,12 @@ limit: far more than anybody reads, far less than endless printing needs to exha
    ;; behave as on an uncapped stream.
    (column :initform 0 :accessor capture-column)))
 
+;; A backtrace of an error in the user's printing shows this stream among their frames'
+;; arguments: named for what it is, not by the helper's class.
+(defmethod print-object ((stream capture-stream) out)
+  (print-unreadable-object (stream out :identity t)
+    (write-string "output captured by swank-mcp" out)))
+
 (defun make-capture (limit &key (runaway :pretty) keep (tail t))
   "A capture that shows LIMIT characters and keeps KEEP of the start (by default the runaway
 bound, within *MAX-KEPT-OUTPUT*) and with TAIL (a log) a quarter as many of the end. RUNAWAY (see

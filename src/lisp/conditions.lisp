@@ -80,6 +80,11 @@ symbols of any other SB- package, and the runtime's own frames (named by strings
         (values (cell-error-name condition) args)
         (values name args))))
 
+(defun printed-or-type (object)
+  (handler-case (prin1-to-string object)
+    (error () (format nil "#<~A, whose printing failed>"
+                      (or (ignore-errors (prin1-to-string (type-of object))) "object")))))
+
 (defun print-frame (name args)
   (let ((*print-length* 10)
         (*print-level* 4)
@@ -87,7 +92,10 @@ symbols of any other SB- package, and the runtime's own frames (named by strings
         (*print-pretty* nil)
         (*print-readably* nil))
     (let ((text (handler-case (prin1-to-string (if (listp args) (cons name args) (list name args)))
-                  (error () (format nil "(~A ...)" (ignore-errors (prin1-to-string name)))))))
+                  ;; An object whose PRINT-OBJECT fails, often the very error being reported, is
+                  ;; named by its type so that the rest of the call still shows.
+                  (error () (format nil "(~{~A~^ ~})"
+                                    (mapcar #'printed-or-type (cons name (if (listp args) args (list args)))))))))
       (if (> (length text) *max-frame-length*)
           (concatenate 'string (subseq text 0 *max-frame-length*) " ...")
           text))))

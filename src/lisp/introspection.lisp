@@ -172,8 +172,37 @@ before the conditionals it dropped (and its form number counts only the forms re
 once; and (:SCANNED package) -> T once SCAN-COMPILE-DATES went through that package, so that a
 call scans each package once.")
 
+(defun under-directory-p (file directories)
+  (some (lambda (directory)
+          (let ((directory (string-right-trim "/" directory)))
+            (and (> (length file) (length directory))
+                 (string= directory file :end2 (length directory))
+                 (char= #\/ (char file (length directory))))))
+        directories))
+
+(defun readable-file-p (file)
+  "Whether a call may read FILE for its lines: a regular file (opening a FIFO would wait for a
+writer), and, for a server that promised --read-only, one under its roots or an ASDF system's
+directory (*READABLE-DIRECTORIES*), symbolic links resolved."
+  (let ((true (ignore-errors (sb-ext:native-namestring (truename file)))))
+    (and true
+         (eq :file (sbcl-call :native-file-kind true))
+         (or (eq *readable-directories* :any)
+             (under-directory-p true *readable-directories*)
+             (under-directory-p true (system-directories-once))))))
+
+(defun system-directories-once ()
+  "ASDF-SYSTEM-DIRECTORIES, once per call when *FILE-OCTETS* is bound."
+  (if *file-octets*
+      (multiple-value-bind (directories known) (gethash :system-directories *file-octets*)
+        (if known
+            directories
+            (setf (gethash :system-directories *file-octets*) (asdf-system-directories))))
+      (asdf-system-directories)))
+
 (defun file-octets (file)
-  (flet ((read-it () (ignore-errors (and (probe-file file) (read-file-octets file)))))
+  "FILE's contents, or NIL when it cannot or may not be read (READABLE-FILE-P)."
+  (flet ((read-it () (ignore-errors (and (readable-file-p file) (read-file-octets file)))))
     (if *file-octets*
         (multiple-value-bind (octets known) (gethash file *file-octets*)
           (if known octets (setf (gethash file *file-octets*) (read-it))))
@@ -286,6 +315,11 @@ file."
           (multiple-value-bind (line column) (and start (octet-line-and-column octets start))
             (list :file file :line line :column column
                   :note (cond ((not (probe-file file)) "file not found")
+                              ((and (null octets) (not (readable-file-p file)))
+                               (if (eq *readable-directories* :any)
+                                   "not a regular file, so not read for its line"
+                                   (format nil "not read for its line: outside the server's roots and the ~
+                                                image's ASDF systems' directories (--read-only)")))
                               ;; Compiled from a buffer, SBCL records the date of the file it
                               ;; wrote the text to: the time of the compilation, which a save of
                               ;; the file before it precedes.

@@ -453,29 +453,32 @@ PACKAGE names, or CL-USER) defined, for edit-lisp-form's delete with load. Retur
 ;;; ------------------------------------------------------------------------------------------
 ;;; Where the image's systems are, for the source tools that may read them
 
+(defun asdf-system-directories ()
+  "The native names of the directories of the ASDF systems registered in the image; empty when
+ASDF is not loaded."
+  (flet ((asdf (name)
+           (let ((symbol (and (find-package '#:asdf) (find-symbol name '#:asdf))))
+             (and symbol (fboundp symbol) (symbol-function symbol)))))
+    ;; REGISTERED-SYSTEM, not FIND-SYSTEM: this is a look, and FIND-SYSTEM loads a system's .asd
+    ;; file again when it changed on disk.
+    (let ((registered (asdf "REGISTERED-SYSTEMS"))
+          (find (asdf "REGISTERED-SYSTEM"))
+          (pathname-of (asdf "COMPONENT-PATHNAME")))
+      (and registered find pathname-of
+           (remove-duplicates
+            (loop for name in (funcall registered)
+                  for system = (ignore-errors (funcall find name))
+                  for directory = (and system (ignore-errors (funcall pathname-of system)))
+                  when directory
+                    collect (sb-ext:native-namestring directory))
+            :test #'string=)))))
+
 (define-entry (system-directories :caller :server :look t) (&key session token)
   "(:DIRECTORIES names): the directories of the ASDF systems registered in the image, where
 lisp-outline and lisp-check-parens may read files. Empty when ASDF is not loaded."
   (declare (ignore session))
   (run-tool token
-            (lambda ()
-              (flet ((asdf (name)
-                       (let ((symbol (and (find-package '#:asdf) (find-symbol name '#:asdf))))
-                         (and symbol (fboundp symbol) (symbol-function symbol)))))
-                ;; REGISTERED-SYSTEM, not FIND-SYSTEM: this is a look, and FIND-SYSTEM loads a
-                ;; system's .asd file again when it changed on disk.
-                (let ((registered (asdf "REGISTERED-SYSTEMS"))
-                      (find (asdf "REGISTERED-SYSTEM"))
-                      (pathname-of (asdf "COMPONENT-PATHNAME")))
-                  (list :directories
-                        (and registered find pathname-of
-                             (remove-duplicates
-                              (loop for name in (funcall registered)
-                                    for system = (ignore-errors (funcall find name))
-                                    for directory = (and system (ignore-errors (funcall pathname-of system)))
-                                    when directory
-                                      collect (sb-ext:native-namestring directory))
-                              :test #'string=))))))
+            (lambda () (list :directories (asdf-system-directories)))
             :turn (list *asdf-turn* "system-directories")))
 
 (define-entry (system-files :caller :server :look t) (name &key session token)

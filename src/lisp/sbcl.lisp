@@ -95,6 +95,7 @@
       (:update-symbol-info "SB-INT" :function "a symbol's global information, restored after a check")
       (:+nil-packed-infos+ "SB-INT" :variable "a symbol's global information, restored after a check")
       (:featurep "SB-INT" :function "reads a feature expression (introspection, load-file)")
+      (:native-file-kind "SB-IMPL" :function "reads only regular source files, never a FIFO (introspection)")
       ;; Objects.
       (:closurep "SB-KERNEL" :function "a closure's values (inspect)")
       (:get-closure-length "SB-KERNEL" :function "a closure's values (inspect)")

@@ -384,22 +384,26 @@ that was a file, which undo leaves as it is."
         (previous (entry-previous entry))
         ;; Putting a definition back is no agent's redefinition to journal.
         (*agent-call* nil))
-    (ecase (entry-kind entry)
-      (:function (if previous (setf (fdefinition name) previous) (fmakunbound name)))
-      (:macro (if previous (setf (macro-function name) previous) (fmakunbound name)))
-      (:method (let ((installed (entry-installed entry)))
-                 (let ((generic (sb-mop:method-generic-function installed)))
-                   (when generic
-                     (remove-method generic installed))
-                   (when (and previous generic (null (sb-mop:method-generic-function previous)))
-                     (add-method generic previous)))))
-      (:class (let ((arguments (copy-list previous)))
-                (remf arguments :definition-source)
-                (let ((class (apply #'sb-mop:ensure-class name arguments))
-                      (source (getf previous :definition-source)))
-                  ;; So that find-definition points where the previous definition was again.
-                  (when source
-                    (setf (slot-value class *class-source-slot*) source))))))
+    ;; The definition being put back was made in its package (a system's load binds *PACKAGE*
+    ;; to it), where a locked package such as Alexandria's lets it be made: from here the lock
+    ;; would refuse it, and offer restarts no agent can choose.
+    (sb-ext:without-package-locks
+     (ecase (entry-kind entry)
+       (:function (if previous (setf (fdefinition name) previous) (fmakunbound name)))
+       (:macro (if previous (setf (macro-function name) previous) (fmakunbound name)))
+       (:method (let ((installed (entry-installed entry)))
+                  (let ((generic (sb-mop:method-generic-function installed)))
+                    (when generic
+                      (remove-method generic installed))
+                    (when (and previous generic (null (sb-mop:method-generic-function previous)))
+                      (add-method generic previous)))))
+       (:class (let ((arguments (copy-list previous)))
+                 (remf arguments :definition-source)
+                 (let ((class (apply #'sb-mop:ensure-class name arguments))
+                       (source (getf previous :definition-source)))
+                   ;; So that find-definition points where the previous definition was again.
+                   (when source
+                     (setf (slot-value class *class-source-slot*) source)))))))
     (setf (entry-restored entry) t)))
 
 (defun restored-plist (entry)

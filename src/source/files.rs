@@ -624,6 +624,17 @@ impl Staged<'_> {
     }
 }
 
+/// The start of the second after `before`'s when `now` falls in the same whole second: a file
+/// rewritten then gets that date instead of `now`. SBCL and ASDF compare file dates in whole
+/// seconds, so otherwise an edit made in the second of a load (whose date the image recorded)
+/// would look, to the image, like the text it compiled.
+fn next_second_if_same(before: SystemTime, now: SystemTime) -> Option<SystemTime> {
+    let seconds = |time: SystemTime| time.duration_since(SystemTime::UNIX_EPOCH).ok().map(|d| d.as_secs());
+    let before_seconds = seconds(before)?;
+    (seconds(now)? <= before_seconds)
+        .then(|| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(before_seconds + 1))
+}
+
 /// Temporary files are named `.NAME.PID.N.swank-mcp.tmp`.
 const TEMP_SUFFIX: &str = ".swank-mcp.tmp";
 
@@ -688,6 +699,9 @@ impl Snapshot {
         let (temp, mut file) = self.create_temp()?;
         file.write_all(bytes)?;
         file.set_permissions(std::fs::Permissions::from_mode(self.mode & 0o7777))?;
+        if let Some(later) = self.modified.and_then(|before| next_second_if_same(before, SystemTime::now())) {
+            file.set_modified(later)?;
+        }
         file.sync_all()?;
         Ok(Staged { snapshot: self, temp })
     }

@@ -279,8 +279,9 @@ impl Toolbox {
                     looking.join(", ")
                 ));
             }
+            let roots: Vec<String> = self.roots.paths().iter().map(|root| root.display().to_string()).collect();
             for image in &self.images {
-                image.look_only();
+                image.look_only(roots.clone());
             }
         }
         self.offered.retain(|Offered { definition: d, .. }| {
