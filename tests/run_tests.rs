@@ -965,3 +965,65 @@ async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_pas
         green.text
     );
 }
+
+/// The names a red reply gives as its first three suspects.
+fn first_suspects(output: &ToolOutput) -> Vec<String> {
+    let structured = output.structured_value().unwrap();
+    structured["suspects"]["suspects"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no suspects: {}", output.text))
+        .iter()
+        .take(3)
+        .map(|suspect| suspect["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Seeds `bugs` ((file, correct, seeded) each) into a copy of Debian's `library`, runs `system`'s
+/// tests in a private image, and checks that the definition at fault is among the red reply's first
+/// three suspects, with its place, and that the reply stays within 4,000 characters.
+async fn assert_suspected(library: &str, system: &str, bugs: &[(&str, &str, &str)], at_fault: &str) -> ToolOutput {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy(library, dir.path());
+    for (file, correct, seeded) in bugs {
+        change_file(&copy.join(file), correct, seeded);
+    }
+    let (image, tb) = image_with(&copy).await;
+    let red = call(&tb, "run-tests", json!({"system": system})).await;
+    assert!(red.text.starts_with("FAILED: "), "{}", red.text);
+    assert!(first_suspects(&red).iter().any(|name| name == at_fault), "{at_fault} is not among:\n{}", red.text);
+    assert!(red.text.len() <= 4_000, "{} characters:\n{}", red.text.len(), red.text);
+    drop(image);
+    red
+}
+
+#[tokio::test]
+async fn a_red_rt_run_names_the_function_at_fault() {
+    let red =
+        assert_suspected("alexandria", "alexandria-tests", &ALEXANDRIA_BUGS[..1], "ALEXANDRIA:COUNT-PERMUTATIONS")
+            .await;
+    // What the failing test's calls saw: the one that signalled, and the first of the other.
+    assert!(
+        red.text.contains(
+            "ALEXANDRIA::%MULTIPLY-RANGE alexandria-1/numbers.lisp:191 (function; 1 of 1 failing, 2 passing; the error \
+             was signalled in it)\n   called with (0 1)\n   and signalled the test's error"
+        ),
+        "{}",
+        red.text
+    );
+    assert!(red.text.contains("\n   called with (31 7)\n   returned 318073392000"), "{}", red.text);
+}
+
+#[tokio::test]
+async fn a_red_rt_run_names_the_macro_at_fault() {
+    assert_suspected("alexandria", "alexandria-tests", &ALEXANDRIA_BUGS[1..2], "ALEXANDRIA:WHEN-LET").await;
+}
+
+#[tokio::test]
+async fn a_red_fiveam_run_names_the_function_at_fault() {
+    let range = [(
+        "src/evaluator.lisp",
+        "(char<= (first range) char (second range))",
+        "(char< (first range) char (second range))",
+    )];
+    assert_suspected("esrap", "esrap", &range, "ESRAP::EXEC-CHARACTER-RANGES").await;
+}

@@ -178,10 +178,97 @@ struct TestReport {
     compiler_warnings: Vec<String>,
     compiler_warning_count: u64,
     reloaded: Option<Reloaded>,
+    /// For a red run of FiveAM or RT tests: the definitions most likely at fault.
+    suspects: Option<Suspects>,
     stdout: Captured,
     /// The handle of all the output kept, when there was output.
     output_handle: Option<String>,
     run_error: Option<ErrorReport>,
+}
+
+/// What the failing tests, run again with recording on, reached and the passing ones did not: the
+/// helper's FIND-SUSPECTS, or why it could not say.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Suspects {
+    #[serde(rename(serialize = "failing_rerun"))]
+    failing_rerun: Option<u64>,
+    #[serde(rename(serialize = "passing_rerun"))]
+    passing_rerun: Option<u64>,
+    passing: Option<u64>,
+    #[serde(default)]
+    suspects: Vec<Suspect>,
+    why: Option<String>,
+}
+
+/// A definition of the system under test, ranked: `failing` and `passing` count the tests that
+/// reached it; `signalled` when a failing test's error was signalled inside it; the arguments and
+/// value of a failing test's first call of it, for the first few.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Suspect {
+    name: String,
+    kind: String,
+    file: Option<String>,
+    line: Option<u64>,
+    failing: u64,
+    passing: u64,
+    signalled: bool,
+    arguments: Option<String>,
+    value: Option<String>,
+}
+
+impl Suspects {
+    fn render(&self) -> String {
+        if let Some(why) = &self.why {
+            return format!("[suspects] none: {why}");
+        }
+        let failing = self.failing_rerun.unwrap_or(0);
+        let (rerun, passing) = (self.passing_rerun.unwrap_or(0), self.passing.unwrap_or(0));
+        let passing_text = if rerun == passing {
+            plural(passing, "passing test", "passing tests")
+        } else {
+            format!("{rerun} of {passing} passing tests (as many as 15 s allowed)")
+        };
+        let mut text = format!(
+            "[suspects] the system's definitions the failing tests reached, likeliest first (from {} and {passing_text} \
+             run again, recording calls):",
+            plural(failing, "failing test", "failing tests")
+        );
+        if self.suspects.is_empty() {
+            text.push_str("\nnone: the failing tests reached none of the system's own definitions");
+        }
+        for (i, suspect) in self.suspects.iter().enumerate() {
+            let place = match (&suspect.file, suspect.line) {
+                (Some(file), Some(line)) => format!("{file}:{line}"),
+                (Some(file), None) => file.clone(),
+                _ => "no source file".to_string(),
+            };
+            let how = match suspect.kind.as_str() {
+                "macro" => "macro",
+                "inline" => "inline function",
+                "generic" => "generic function",
+                _ => "function",
+            };
+            text.push_str(&format!(
+                "\n{}. {} {place} ({how}; {} of {failing} failing, {} passing{})",
+                i + 1,
+                suspect.name,
+                suspect.failing,
+                suspect.passing,
+                if suspect.signalled { "; the error was signalled in it" } else { "" }
+            ));
+            if let Some(arguments) = &suspect.arguments {
+                text.push_str(&format!("\n   called with {arguments}"));
+                match &suspect.value {
+                    Some(value) => text.push_str(&format!("\n   returned {value}")),
+                    None if suspect.signalled => text.push_str("\n   and signalled the test's error"),
+                    None => text.push_str("\n   and did not return"),
+                }
+            }
+        }
+        text
+    }
 }
 
 /// Lines of output quoted from a run whose results were not read: those that name failures, or
@@ -444,6 +531,7 @@ impl TestReport {
                 None => sections.push(format!("[... {} more failing tests not shown]", group_thousands(dropped))),
             }
         }
+        sections.extend(self.suspects.as_ref().map(Suspects::render));
         if !self.compiler_warnings.is_empty() {
             let mut section = format!(
                 "[compiler warnings] {} building the system\n{}",
@@ -505,6 +593,7 @@ impl TestReport {
             "compiler_warnings": self.compiler_warnings,
             "compiler_warning_count": self.compiler_warning_count,
             "reloaded": self.reloaded.as_ref().map(Reloaded::to_json),
+            "suspects": self.suspects,
             "output": {"characters": self.output_characters(), "handle": self.output_handle},
             "failure_lines": if self.results.is_empty() { self.failure_lines() } else { Vec::new() },
             "error": self.run_error.as_ref().map(ErrorReport::to_json),
