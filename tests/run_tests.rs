@@ -1027,3 +1027,25 @@ async fn a_red_fiveam_run_names_the_function_at_fault() {
     )];
     assert_suspected("esrap", "esrap", &range, "ESRAP::EXEC-CHARACTER-RANGES").await;
 }
+
+#[tokio::test]
+async fn a_second_rt_system_is_counted_and_named_as_its_own_and_its_macro_suspected() {
+    // Alexandria's tests are SB-RT's, anaphora's the portable RT's: both RTs in one image, after
+    // Alexandria's ran. Anaphora's faults run at macroexpansion time.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("anaphora", dir.path());
+    change_file(&copy.join("anaphora.lisp"), "       (if it\n\t   ,then", "       (if (not it)\n\t   ,then");
+    let (image, tb) = image_with(&copy).await;
+    let green = call(&tb, "run-tests", json!({"system": "alexandria-tests"})).await;
+    assert!(green.text.contains("\nRT: 249 tests, run twice by the test-op: all passed."), "{}", green.text);
+    let shell_output = shell(&[registry_form(&copy), "(asdf:test-system \"anaphora\")".into()]).await;
+    assert!(shell_output.contains("2 out of 60 total tests failed: ANAPHORA-TEST::ASIF.1, "), "{shell_output}");
+    let red = call(&tb, "run-tests", json!({"system": "anaphora"})).await;
+    assert!(red.text.contains("\nRT: 60 tests: 2 failed, 58 passed.\n"), "{}", red.text);
+    assert!(red.text.contains("\n\n[FAIL] ANAPHORA-TEST::ASIF.2\n"), "{}", red.text);
+    assert!(first_suspects(&red).iter().any(|name| name == "ANAPHORA:ASIF"), "{}", red.text);
+    assert!(red.text.len() <= 4_000, "{} characters:\n{}", red.text.len(), red.text);
+    let one = call(&tb, "run-tests", json!({"system": "anaphora", "test": "anaphora-test::aif.1"})).await;
+    assert!(one.text.starts_with("Ran RT test ANAPHORA-TEST::AIF.1 in ") && one.text.contains("\nRT: 1 test: passed."), "{}", one.text);
+    drop(image);
+}

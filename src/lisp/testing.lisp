@@ -773,8 +773,10 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
                                (setf completed t))
                           ;; The test-op loads the test system too: what was reloaded is known
                           ;; once it ran.
-                          (setf reloaded (reloaded-files planned completed))))
-                      (setf suspects (suspects-or-why system collection target-package)))
+                          (setf reloaded (reloaded-files planned completed))
+                          ;; A test-op that signals because tests failed (anaphora's does) has
+                          ;; its suspects too.
+                          (setf suspects (suspects-or-why system collection target-package)))))
                     (list :ok t))
                   :stdout stdout
                   :turn (list *asdf-turn* (format nil "run-tests of ~S" system)))
