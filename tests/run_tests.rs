@@ -1049,3 +1049,29 @@ async fn a_second_rt_system_is_counted_and_named_as_its_own_and_its_macro_suspec
     assert!(one.text.starts_with("Ran RT test ANAPHORA-TEST::AIF.1 in ") && one.text.contains("\nRT: 1 test: passed."), "{}", one.text);
     drop(image);
 }
+
+#[tokio::test]
+async fn a_keyword_suite_runs_and_a_failing_call_says_what_asdf_reloaded() {
+    let dir = copied_project("inventory");
+    let asd = dir.path().join("inventory.asd").display().to_string();
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    register(&tb, &[&asd]).await;
+    let first = call(&tb, "run-tests", json!({"system": "inventory"})).await;
+    assert!(first.text.starts_with("FAILED: "), "{}", first.text);
+    // A FiveAM suite named by a keyword.
+    common::eval_ok(&tb, "(fiveam:def-suite :jobq) (fiveam:in-suite :jobq) (fiveam:test jobq-one (fiveam:is (= 1 1)))")
+        .await;
+    let keyword = call(&tb, "run-tests", json!({"system": "inventory", "suite": ":jobq"})).await;
+    assert!(keyword.text.starts_with("Ran FiveAM suite :JOBQ in "), "{}", keyword.text);
+    // A name that is not a test says which frameworks it looked in, in one sentence.
+    let not_a_test = call(&tb, "run-tests", json!({"system": "inventory", "test": "cl:car"})).await;
+    assert!(not_a_test.is_error, "{}", not_a_test.text);
+    assert!(not_a_test.text.starts_with("CAR names no test or suite of FiveAM."), "{}", not_a_test.text);
+    // A call that fails after ASDF reloaded a changed file says so.
+    change_file(&dir.path().join("inventory.lisp"), "(defun make-stock", "(defun  make-stock");
+    let failed = call(&tb, "run-tests", json!({"system": "inventory", "test": "inventory-tests::no-such-test"})).await;
+    assert!(failed.is_error && failed.text.contains("not found"), "{}", failed.text);
+    assert!(failed.text.contains("\nBefore that, ASDF reloaded 1 file (inventory.lisp"), "{}", failed.text);
+    drop(image);
+}

@@ -622,8 +622,10 @@ differ from the expected ones failed, one that signalled an error is an error."
 
 (defun test-framework-of (symbol)
   "The framework (:FIVEAM, :PARACHUTE or :RT) that has a suite or test named SYMBOL, or NIL."
-  (cond ((not (and symbol (symbolp symbol) (not (keywordp symbol)))) nil)
+  (cond ((not (and symbol (symbolp symbol))) nil)
+        ;; FiveAM's suites may be named by keywords: (def-suite :jobq).
         ((and (fiveam-symbol "GET-TEST") (funcall (fiveam-symbol "GET-TEST") symbol)) :fiveam)
+        ((keywordp symbol) nil)
         ((and (parachute-symbol "FIND-TEST") (ignore-errors (funcall (parachute-symbol "FIND-TEST") symbol)))
          :parachute)
         ((rt-package-of symbol) :rt)))
@@ -648,13 +650,11 @@ differ from the expected ones failed, one that signalled an error is an error."
     (let ((framework (test-framework-of symbol))
           (frameworks (test-frameworks)))
       (unless framework
-        (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute, RT); ~
-               frameworks loaded: ~:*~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
-               test~;~:*~{~A~^, ~}~].~A"
-              (name-text symbol package)
-              (intersection frameworks *frameworks-read* :test #'string=)
-              frameworks
-              (tests-near name home)))
+        (let ((read (intersection frameworks *frameworks-read* :test #'string=)))
+          (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute, RT); ~
+                 frameworks loaded: ~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
+                 test~;~:*~{~A~^ or ~}~*~].~A"
+                (name-text symbol package) read frameworks (tests-near name home))))
       (values framework symbol))))
 
 (defparameter *max-build-warnings* 10
@@ -687,6 +687,15 @@ stays behind it: the reply says what the agent acts on."
   (or (third report)
       (let ((text (capture-kept-text stdout)))
         (and (plusp (length text)) (text-handle text 0 (length text))))))
+
+(defun reloaded-sentence (reloaded)
+  "What RELOADED (see RELOADED-FILES) says, as a sentence for a failure's text, or NIL."
+  (destructuring-bind (&key files journal) reloaded
+    (and files
+         (format nil "Before that, ASDF reloaded ~D file~:P (~{~A~^, ~}~:[~;, ...~])~@[; undo entries ~{~D to ~D~} ~
+                      have what they replaced~]."
+                 (length files) (mapcar #'second (subseq files 0 (min 5 (length files))))
+                 (> (length files) 5) journal))))
 
 (define-entry (test-activity :caller :server) (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
@@ -783,7 +792,8 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
               (change-test-hooks -1)
               (setf (session-test-run (find-session session)) nil))))
       (if (getf result :failure)
-          result
+          ;; ASDF's reload before the failure changed the image: said, with where undo has it.
+          (list :failure (format nil "~A~@[~%~A~]" (getf result :failure) (reloaded-sentence reloaded)))
           (let ((report (capture-report stdout)))
             (list :system system
                   :ran ran
