@@ -386,7 +386,7 @@ async fn a_parachute_suite_reports_its_failures() {
     );
     let output = call(&tb, "run-tests", json!({"system": "obs-para", "test": "obs-para::adds-ok"})).await;
     assert!(!output.is_error, "{}", output.text);
-    assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
+    assert!(output.text.starts_with("PASSED: ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
     drop(image);
 }
 

@@ -131,7 +131,7 @@ async fn fiveam_own_tests_count_only_the_outermost_run() {
     let tb = common::toolbox(image.port);
     let shell_output = shell(&["(asdf:test-system :fiveam)".to_string()]).await;
     let output = call(&tb, "run-tests", json!({"system": "fiveam"})).await;
-    assert!(output.text.starts_with("Ran asdf:test-system \"fiveam\" in "), "{}", output.text);
+    assert!(output.text.starts_with("PASSED: ran asdf:test-system \"fiveam\" in "), "{}", output.text);
     assert_fiveam_counts_match(&tb, &output, &shell_output).await;
     drop(image);
 }
@@ -242,7 +242,7 @@ async fn rt_suites_are_counted_as_the_shell_counts_them() {
     // A green run is two lines: the run and its counts, and where its output is.
     let lines: Vec<&str> = output.text.lines().collect();
     assert!(
-        matches!(lines.as_slice(), [ran, counts, kept] if ran.starts_with("Ran asdf:test-system \"alexandria-tests\" in ")
+        matches!(lines.as_slice(), [ran, counts, kept] if ran.starts_with("PASSED: ran asdf:test-system \"alexandria-tests\" in ")
             && *counts == "RT: 249 tests, run twice by the test-op: all passed."
             && kept.starts_with("Output: ") && kept.ends_with(" characters; inspect @1 to read them.")),
         "{}",
@@ -285,7 +285,7 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
         call(&tb, "run-tests", json!({"system": "ledger-rt", "test": "ledger-rt::balance.multiple-values"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.starts_with("Ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
+        output.text.starts_with("PASSED: ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
             && output.text.lines().nth(1) == Some("RT: 1 test: passed."),
         "{}",
         output.text
@@ -954,7 +954,7 @@ async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_pas
     assert!(parsed.text.starts_with("=> \"ab\""), "{}", parsed.text);
     let green = call(&tb, "run-tests", json!({"system": "esrap"})).await;
     assert!(!green.is_error, "{}", green.text);
-    assert!(green.text.starts_with("Ran asdf:test-system \"esrap\" in "), "{}", green.text);
+    assert!(green.text.starts_with("PASSED: ran asdf:test-system \"esrap\" in "), "{}", green.text);
     assert!(
         green
             .text
@@ -1046,7 +1046,12 @@ async fn a_second_rt_system_is_counted_and_named_as_its_own_and_its_macro_suspec
     assert!(first_suspects(&red).iter().any(|name| name == "ANAPHORA:ASIF"), "{}", red.text);
     assert!(red.text.len() <= 4_000, "{} characters:\n{}", red.text.len(), red.text);
     let one = call(&tb, "run-tests", json!({"system": "anaphora", "test": "anaphora-test::aif.1"})).await;
-    assert!(one.text.starts_with("Ran RT test ANAPHORA-TEST::AIF.1 in ") && one.text.contains("\nRT: 1 test: passed."), "{}", one.text);
+    assert!(
+        one.text.starts_with("PASSED: ran RT test ANAPHORA-TEST::AIF.1 in ")
+            && one.text.contains("\nRT: 1 test: passed."),
+        "{}",
+        one.text
+    );
     drop(image);
 }
 
@@ -1063,7 +1068,7 @@ async fn a_keyword_suite_runs_and_a_failing_call_says_what_asdf_reloaded() {
     common::eval_ok(&tb, "(fiveam:def-suite :jobq) (fiveam:in-suite :jobq) (fiveam:test jobq-one (fiveam:is (= 1 1)))")
         .await;
     let keyword = call(&tb, "run-tests", json!({"system": "inventory", "suite": ":jobq"})).await;
-    assert!(keyword.text.starts_with("Ran FiveAM suite :JOBQ in "), "{}", keyword.text);
+    assert!(keyword.text.starts_with("PASSED: ran FiveAM suite :JOBQ in "), "{}", keyword.text);
     // A name that is not a test says which frameworks it looked in, in one sentence.
     let not_a_test = call(&tb, "run-tests", json!({"system": "inventory", "test": "cl:car"})).await;
     assert!(not_a_test.is_error, "{}", not_a_test.text);

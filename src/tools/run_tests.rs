@@ -469,6 +469,10 @@ impl TestReport {
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut summary = match &self.ran {
             Some(ran) if self.failed() => format!("FAILED: ran {ran} in {seconds:.2} s."),
+            // Said only where a framework's results say it: a run without them is told by its output.
+            Some(ran) if !self.is_error() && !self.results.is_empty() => {
+                format!("PASSED: ran {ran} in {seconds:.2} s.")
+            }
             Some(ran) => format!("Ran {ran} in {seconds:.2} s."),
             None => format!("No tests ran: building {:?} failed after {seconds:.2} s.", self.system),
         };
@@ -638,7 +642,7 @@ mod tests {
             &read(&format!(
                 "(:system \"app\" :ran \"asdf:test-system \\\"app\\\"\" :frameworks (\"RT\") :milliseconds 660 \
                  :results ({results}) :compiler-errors () :compiler-warnings () :compiler-warning-count 0 \
-                 :reloaded nil :stdout (\"{}\" 0) :output-handle {handle} :run-error nil)",
+                 :reloaded nil :suspects nil :stdout (\"{}\" 0) :output-handle {handle} :run-error nil)",
                 stdout.replace('\\', "\\\\").replace('"', "\\\"")
             ))
             .unwrap(),
@@ -665,7 +669,7 @@ mod tests {
         assert!(!green.failed());
         assert_eq!(
             green.render(16000),
-            "Ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: all passed.\nOutput: 44 \
+            "PASSED: ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: all passed.\nOutput: 44 \
              characters; inspect @3 to read them."
         );
     }
