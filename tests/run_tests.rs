@@ -156,8 +156,9 @@ async fn a_test_op_that_loads_fiveam_is_read_in_a_fresh_image() {
     let restocking =
         "[FAIL] INVENTORY-TESTS::RESTOCKING\n  Form: (= COUNT (QUANTITY STOCK (FORMAT NIL \"item-~D\" COUNT))) (2 \
                       failures)\n  Expected: 2  Actual: 1\n  Expected: 3  Actual: 1";
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert_eq!(
-        output.text.split_once("\n\n").map(|(summary, failures)| (summary.lines().nth(1), failures)),
+        failures.split_once("\n\n").map(|(summary, failures)| (summary.lines().nth(1), failures)),
         Some((
             Some("FiveAM: 3 tests (6 checks): 2 failed, 1 passed."),
             format!(
@@ -169,7 +170,19 @@ async fn a_test_op_that_loads_fiveam_is_read_in_a_fresh_image() {
         "{}",
         output.text
     );
+    // Both failing tests call the function with the planted bug, and the one passing test too.
+    assert!(
+        suspects.contains(". INVENTORY:QUANTITY inventory.lisp:13 (2 of 2 failing, 1 passing)\n   called with "),
+        "{}",
+        output.text
+    );
     drop(image);
+}
+
+/// A red reply's text before its `[suspects]` section, and that section, which ends it.
+fn failures_and_suspects(text: &str) -> (&str, &str) {
+    let at = text.find("\n\n[suspects] ").unwrap_or_else(|| panic!("no [suspects] section in:\n{text}"));
+    (&text[..at], &text[at + 2..])
 }
 
 /// RT's summary of the `do-tests` runs in a shell's output: how many ran, the tests each ran (the
@@ -272,10 +285,21 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
         "{}",
         output.text
     );
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert!(
-        output.text.ends_with(
+        failures.ends_with(
             "\n\n[ERROR] LEDGER-RT::BALANCE.BAD-ENTRY\n  Form: (BALANCE '((:CREDIT \"ten\")))\n  Reason: The test \
              signalled #<TYPE-ERROR expected-type: NUMBER datum: \"ten\">."
+        ),
+        "{}",
+        output.text
+    );
+    // The system's code and its tests share a file, and a system that depends on RT: its functions
+    // are suspects all the same.
+    assert!(
+        suspects.contains(
+            "\n1. LEDGER-RT::BALANCE ledger-rt.lisp:6 (2 of 2 failing, 2 passing; the error came from it)\n   called \
+             with (((:CREDIT \"ten\"))), signalled the test's error"
         ),
         "{}",
         output.text
@@ -780,8 +804,14 @@ async fn a_suite_run_interpreted_and_compiled_shows_each_failure_once() {
         "PEGGED-TESTS::STATEMENT.LET.INTERPRETED"
     );
     // The issue's budget for a real suite of this shape is 5,000; this one's four failures, each
-    // shown once, take 1,001 (1,358 when each variant was shown).
-    assert!(output.text.len() <= 1_100, "the red run: {} characters:\n{}", output.text.len(), output.text);
+    // shown once, take 1,001 (1,358 when each variant was shown), and its five suspects, two of
+    // them the seeded functions, 657 more.
+    let (failures, suspects) = failures_and_suspects(&output.text);
+    assert!(failures.len() <= 1_100, "the red run's failures: {} characters:\n{}", failures.len(), output.text);
+    assert!(suspects.len() <= 700, "the red run's suspects: {} characters:\n{}", suspects.len(), output.text);
+    for seeded in ["PEGGED::IN-RANGES-P pegged.lisp:43 ", "PEGGED::LITERAL-END pegged.lisp:50 "] {
+        assert!(suspects.contains(seeded), "{seeded} is not among the suspects:\n{}", output.text);
+    }
 
     // Green, once the bugs are fixed: the reload note names the changed file apart from the
     // files of another system rebuilt because they depend on it.
@@ -818,11 +848,18 @@ async fn a_test_op_that_signals_because_tests_failed_shows_the_failures_not_the_
     assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\ntest-op failed\n\nRan asdf:test-system"), "{}", output.text);
     assert!(output.text.contains("\nRT: 60 tests: 1 failed, 59 passed.\n"), "{}", output.text);
     assert!(output.text.contains("\nThe test-op signalled SIMPLE-ERROR (above).\n"), "{}", output.text);
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert!(
-        output.text.ends_with(
+        failures.ends_with(
             "\n\n[FAIL] ANAPHORA-TEST::APROG.1\n  Form: (APROG1 :YES (UNLESS (EQL IT :YES) (ERROR \"Broken.\")) :NO)\n  \
              Expected: :YES\n  Actual: :NO"
         ),
+        "{}",
+        output.text
+    );
+    // The seeded macro is expanded by that test alone.
+    assert!(
+        suspects.contains("\n1. ANAPHORA:APROG1 anaphora.lisp:58 (macro; 1 of 1 failing, 0 passing)"),
         "{}",
         output.text
     );
@@ -1004,13 +1041,13 @@ async fn a_red_rt_run_names_the_function_at_fault() {
     // What the failing test's calls saw: the one that signalled, and the first of the other.
     assert!(
         red.text.contains(
-            "ALEXANDRIA::%MULTIPLY-RANGE alexandria-1/numbers.lisp:191 (function; 1 of 1 failing, 2 passing; the error \
-             was signalled in it)\n   called with (0 1)\n   and signalled the test's error"
+            "ALEXANDRIA::%MULTIPLY-RANGE alexandria-1/numbers.lisp:191 (1 of 1 failing, 2 passing; the error came \
+             from it)\n   called with (0 1), signalled the test's error"
         ),
         "{}",
         red.text
     );
-    assert!(red.text.contains("\n   called with (31 7)\n   returned 318073392000"), "{}", red.text);
+    assert!(red.text.contains("\n   called with (31 7), returned 318073392000"), "{}", red.text);
 }
 
 #[tokio::test]

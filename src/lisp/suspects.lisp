@@ -17,6 +17,7 @@
 ;;;;
 ;;;; The system's own code is the source files of the systems defined beside it (in its .asd's
 ;;;; directory) that do not depend on a test framework themselves: those that do are its tests.
+;;;; When every one of them does, code and tests share their files, and all of them count.
 ;;;;
 ;;;; Loaded after testing.lisp, under the rules of package.lisp. The encapsulations are made in
 ;;;; the dynamic extent of one run-tests call and taken out when the reruns end; other threads'
@@ -78,14 +79,17 @@ code: NAME the innermost of its functions the error came through, ARGUMENTS that
                         (when file (setf (gethash file files) t))))
                      ((typep component parent)
                       (mapc #'walk (funcall (asdf-function "COMPONENT-CHILDREN") component))))))
-      (dolist (name (funcall (asdf-function "REGISTERED-SYSTEMS")))
-        (let ((other (ignore-errors (funcall (asdf-function "FIND-SYSTEM") name nil))))
-          (when (and other
-                     (equal (ignore-errors (funcall directory-of other)) directory)
-                     (notany (lambda (dependency)
-                               (member (dependency-name dependency) *test-frameworks-systems* :test #'string=))
-                             (ignore-errors (funcall (asdf-function "SYSTEM-DEPENDS-ON") other))))
-            (walk other)))))
+      (let* ((beside (loop for name in (funcall (asdf-function "REGISTERED-SYSTEMS"))
+                           for other = (ignore-errors (funcall (asdf-function "FIND-SYSTEM") name nil))
+                           when (and other (equal (ignore-errors (funcall directory-of other)) directory))
+                             collect other))
+             (code (remove-if (lambda (other)
+                                (some (lambda (dependency)
+                                        (member (dependency-name dependency) *test-frameworks-systems* :test #'string=))
+                                      (ignore-errors (funcall (asdf-function "SYSTEM-DEPENDS-ON") other))))
+                              beside)))
+        ;; A system whose files hold its code and its tests depends on the framework itself.
+        (mapc #'walk (or code beside))))
     files))
 
 (defun definition-kind (symbol)

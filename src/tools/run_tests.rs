@@ -225,18 +225,18 @@ impl Suspects {
         }
         let failing = self.failing_rerun.unwrap_or(0);
         let (rerun, passing) = (self.passing_rerun.unwrap_or(0), self.passing.unwrap_or(0));
+        let tests = if failing + rerun == 1 { "test" } else { "tests" };
         let passing_text = if rerun == passing {
-            plural(passing, "passing test", "passing tests")
+            format!("{passing} passing {tests}")
         } else {
-            format!("{rerun} of {passing} passing tests (as many as 15 s allowed)")
+            format!("{rerun} of {passing} passing {tests} (as many as 15 s allowed)")
         };
         let mut text = format!(
-            "[suspects] the system's definitions the failing tests reached, likeliest first (from {} and {passing_text} \
-             run again, recording calls):",
-            plural(failing, "failing test", "failing tests")
+            "[suspects] likeliest first, from {failing} failing and {passing_text} run again recording calls:"
         );
         if self.suspects.is_empty() {
-            text.push_str("\nnone: the failing tests reached none of the system's own definitions");
+            text.push_str("
+none: the failing tests reached none of the system's own definitions");
         }
         for (i, suspect) in self.suspects.iter().enumerate() {
             let place = match (&suspect.file, suspect.line) {
@@ -244,26 +244,27 @@ impl Suspects {
                 (Some(file), None) => file.clone(),
                 _ => "no source file".to_string(),
             };
+            // A plain function is the usual case, and goes unsaid.
             let how = match suspect.kind.as_str() {
-                "macro" => "macro",
-                "inline" => "inline function",
-                "generic" => "generic function",
-                _ => "function",
+                "macro" => "macro; ",
+                "inline" => "inline function; ",
+                "generic" => "generic function; ",
+                _ => "",
             };
             text.push_str(&format!(
-                "\n{}. {} {place} ({how}; {} of {failing} failing, {} passing{})",
+                "\n{}. {} {place} ({how}{} of {failing} failing, {} passing{})",
                 i + 1,
                 suspect.name,
                 suspect.failing,
                 suspect.passing,
-                if suspect.signalled { "; the error was signalled in it" } else { "" }
+                if suspect.signalled { "; the error came from it" } else { "" }
             ));
             if let Some(arguments) = &suspect.arguments {
                 text.push_str(&format!("\n   called with {arguments}"));
                 match &suspect.value {
-                    Some(value) => text.push_str(&format!("\n   returned {value}")),
-                    None if suspect.signalled => text.push_str("\n   and signalled the test's error"),
-                    None => text.push_str("\n   and did not return"),
+                    Some(value) => text.push_str(&format!(", returned {value}")),
+                    None if suspect.signalled => text.push_str(", signalled the test's error"),
+                    None => text.push_str(", did not return"),
                 }
             }
         }
