@@ -225,7 +225,8 @@ impl Suspects {
         }
         let failing = self.failing_rerun.unwrap_or(0);
         let (rerun, passing) = (self.passing_rerun.unwrap_or(0), self.passing.unwrap_or(0));
-        let tests = if failing + rerun == 1 { "test" } else { "tests" };
+        // The noun follows the passing count it stands beside: "1 failing and 59 passing tests".
+        let tests = if passing == 1 { "test" } else { "tests" };
         let passing_text = if rerun == passing {
             format!("{passing} passing {tests}")
         } else {
