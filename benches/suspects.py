@@ -22,7 +22,7 @@ import re
 import subprocess
 import tempfile
 
-from seeded_library import seeded_copy, started, test_op
+from seeded_library import form_at, seeded_copy, started, test_op
 
 # (library, system, (file, correct, seeded), the definition at fault as the reply names it)
 BUGS = [
@@ -62,35 +62,6 @@ FAILURES_FILTER = {
     "anaphora": "sed -n '/^Test .* failed$/,/^Actual value/p'",
     "esrap": "sed -n '/ Did .* checks/,$p'",
 }
-
-
-def form_at(text, start):
-    """The form that begins at the first parenthesis from `start` in `text`: strings, comments and
-    character names are skipped while the parentheses are counted."""
-    at = text.index("(", start)
-    depth, i = 0, at
-    while i < len(text):
-        c = text[i]
-        if c == ";":
-            i = text.find("\n", i)
-            if i < 0:
-                break
-        elif c == '"':
-            i += 1
-            while text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif text.startswith("#\\", i):
-            i += 2
-        elif text.startswith("#|", i):
-            i = text.index("|#", i) + 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return text[at : i + 1]
-        i += 1
-    return text[at:]
 
 
 def lisp_files(directory):
