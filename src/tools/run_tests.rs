@@ -752,4 +752,44 @@ mod tests {
             assert!(!names_failures(line), "{line}");
         }
     }
+
+    #[test]
+    fn suspects_say_how_many_tests_ran_again_and_each_ones_kind_and_call() {
+        let suspect = |name: &str, kind: &str, arguments: Option<&str>, value: Option<&str>, signalled: bool| Suspect {
+            name: name.into(),
+            kind: kind.into(),
+            file: Some("app.lisp".into()),
+            line: Some(7),
+            failing: 2,
+            passing: 1,
+            signalled,
+            arguments: arguments.map(Into::into),
+            value: value.map(Into::into),
+        };
+        let suspects = Suspects {
+            failing_rerun: Some(2),
+            passing_rerun: Some(40),
+            passing: Some(90),
+            suspects: vec![
+                suspect("APP::PARSE", "function", Some("(\"1x\")"), None, true),
+                suspect("APP:WITH-ROW", "macro", None, None, false),
+                suspect("APP::STEP", "inline", Some("(3)"), None, false),
+            ],
+            why: None,
+        };
+        assert_eq!(
+            suspects.render(),
+            "[suspects] likeliest first, from 2 failing and 40 of 90 passing tests (as many as 15 s allowed) run \
+             again recording calls:\n1. APP::PARSE app.lisp:7 (2 of 2 failing, 1 passing; the error came from it)\n   \
+             called with (\"1x\"), signalled the test's error\n2. APP:WITH-ROW app.lisp:7 (macro; 2 of 2 failing, 1 \
+             passing)\n3. APP::STEP app.lisp:7 (inline function; 2 of 2 failing, 1 passing)\n   called with (3), did \
+             not return"
+        );
+        let none = Suspects { passing_rerun: Some(1), passing: Some(1), suspects: vec![], ..suspects };
+        assert_eq!(
+            none.render(),
+            "[suspects] likeliest first, from 2 failing and 1 passing test run again recording calls:\nnone: the \
+             failing tests reached none of the system's own definitions"
+        );
+    }
 }
