@@ -33,6 +33,7 @@ import tempfile
 
 from seeded_library import (
     DEBIAN_SOURCES,
+    form_at,
     print_path,
     seeded_copy,
     started,
@@ -115,30 +116,6 @@ READ_DEFINITIONS = """(dolist (name '(alexandria:count-permutations alexandria:w
     (format t "~A~%~A~%~%" file (subseq text start (nth-value 1 (read-from-string text t nil :start start))))))"""
 
 
-def form_text(text, head):
-    """The text of the top-level form of `text` starting with `head`, up to its closing paren."""
-    start = text.index(head)
-    depth, i, in_string = 0, start, False
-    while True:
-        c = text[i]
-        if in_string:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == ";":
-            i = text.index("\n", i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-        i += 1
-
-
 def previous_path(server_binary, directory):
     """The path before `source`, `patch` and `edits`: each definition replaced whole."""
     server = started(server_binary, directory, "bugfix-path")
@@ -149,7 +126,8 @@ def previous_path(server_binary, directory):
         ("alexandria-1/lists.lisp", "defun", "flatten"),
     ]:
         with open(os.path.join(ALEXANDRIA, file)) as f:
-            fixed = form_text(f.read(), f"({form_type} {form_name} ")
+            text = f.read()
+        fixed = form_at(text, text.index(f"({form_type} {form_name} "))
         replacements.append(
             (
                 "edit-lisp-form",

@@ -1,7 +1,7 @@
-"""What the benches that replay a bug-fix path share (bugfix_path.py, session_cost.py): a copy of a
-Debian-installed library with seeded bugs, registered ahead of Debian's; a swank-mcp server on a
-private image that knows where it is; walking a path of tool calls or of shell commands, counting
-the characters the agent writes and reads at each step.
+"""What the benches that replay a bug-fix path share (bugfix_path.py, session_cost.py, suspects.py): a
+copy of a Debian-installed library with seeded bugs, registered ahead of Debian's; a swank-mcp server
+on a private image that knows where it is; a definition's text read from its file; walking a path of
+tool calls or of shell commands, counting the characters the agent writes and reads at each step.
 """
 
 import json
@@ -28,6 +28,35 @@ def seeded_copy(library, parent, bugs):
         with open(path, "w") as f:
             f.write(text.replace(correct, seeded))
     return directory
+
+
+def form_at(text, start):
+    """The form that begins at the first parenthesis from `start` in `text`: strings, comments and
+    character names are skipped while the parentheses are counted."""
+    at = text.index("(", start)
+    depth, i = 0, at
+    while i < len(text):
+        c = text[i]
+        if c == ";":
+            i = text.find("\n", i)
+            if i < 0:
+                break
+        elif c == '"':
+            i += 1
+            while text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif text.startswith("#\\", i):
+            i += 2
+        elif text.startswith("#|", i):
+            i = text.index("|#", i) + 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[at : i + 1]
+        i += 1
+    return text[at:]
 
 
 def registry_form(directory):

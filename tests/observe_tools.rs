@@ -54,8 +54,13 @@ async fn a_fiveam_suite_reports_the_passing_and_the_failing_test() {
     assert!(!output.is_error, "failing tests are the run's answer, not the call's error: {}", output.text);
     assert!(output.text.starts_with("FAILED: ran FiveAM suite OBS-DEMO::DEMO-SUITE in "), "{}", output.text);
     assert!(output.text.contains("\nFiveAM: 2 tests (2 checks): 1 failed, 1 passed.\n"), "{}", output.text);
+    // The failure, then the function it calls, whose file holds the tests too, as the suspect.
     assert!(
-        output.text.ends_with("\n\n[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (ADD 2 3))\n  Expected: 5\n  Actual: 6"),
+        output.text.ends_with(
+            "\n\n[FAIL] OBS-DEMO::ADDS-WRONG\n  Form: (= 5 (ADD 2 3))\n  Expected: 5\n  Actual: 6\n\n[suspects] likeliest \
+             first, from 1 failing and 1 passing test run again recording calls:\n1. OBS-DEMO::ADD obs-demo.lisp:5 (1 of 1 \
+             failing, 0 passing)\n   called with (2 3), returned 6"
+        ),
         "{}",
         output.text
     );
@@ -386,7 +391,7 @@ async fn a_parachute_suite_reports_its_failures() {
     );
     let output = call(&tb, "run-tests", json!({"system": "obs-para", "test": "obs-para::adds-ok"})).await;
     assert!(!output.is_error, "{}", output.text);
-    assert!(output.text.starts_with("Ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
+    assert!(output.text.starts_with("PASSED: ran Parachute test OBS-PARA::ADDS-OK in "), "{}", output.text);
     drop(image);
 }
 

@@ -131,7 +131,7 @@ async fn fiveam_own_tests_count_only_the_outermost_run() {
     let tb = common::toolbox(image.port);
     let shell_output = shell(&["(asdf:test-system :fiveam)".to_string()]).await;
     let output = call(&tb, "run-tests", json!({"system": "fiveam"})).await;
-    assert!(output.text.starts_with("Ran asdf:test-system \"fiveam\" in "), "{}", output.text);
+    assert!(output.text.starts_with("PASSED: ran asdf:test-system \"fiveam\" in "), "{}", output.text);
     assert_fiveam_counts_match(&tb, &output, &shell_output).await;
     drop(image);
 }
@@ -156,8 +156,9 @@ async fn a_test_op_that_loads_fiveam_is_read_in_a_fresh_image() {
     let restocking =
         "[FAIL] INVENTORY-TESTS::RESTOCKING\n  Form: (= COUNT (QUANTITY STOCK (FORMAT NIL \"item-~D\" COUNT))) (2 \
                       failures)\n  Expected: 2  Actual: 1\n  Expected: 3  Actual: 1";
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert_eq!(
-        output.text.split_once("\n\n").map(|(summary, failures)| (summary.lines().nth(1), failures)),
+        failures.split_once("\n\n").map(|(summary, failures)| (summary.lines().nth(1), failures)),
         Some((
             Some("FiveAM: 3 tests (6 checks): 2 failed, 1 passed."),
             format!(
@@ -169,7 +170,19 @@ async fn a_test_op_that_loads_fiveam_is_read_in_a_fresh_image() {
         "{}",
         output.text
     );
+    // Both failing tests call the function with the planted bug, and the one passing test too.
+    assert!(
+        suspects.contains(". INVENTORY:QUANTITY inventory.lisp:13 (2 of 2 failing, 1 passing)\n   called with "),
+        "{}",
+        output.text
+    );
     drop(image);
+}
+
+/// A red reply's text before its `[suspects]` section, and that section, which ends it.
+fn failures_and_suspects(text: &str) -> (&str, &str) {
+    let at = text.find("\n\n[suspects] ").unwrap_or_else(|| panic!("no [suspects] section in:\n{text}"));
+    (&text[..at], &text[at + 2..])
 }
 
 /// RT's summary of the `do-tests` runs in a shell's output: how many ran, the tests each ran (the
@@ -242,7 +255,7 @@ async fn rt_suites_are_counted_as_the_shell_counts_them() {
     // A green run is two lines: the run and its counts, and where its output is.
     let lines: Vec<&str> = output.text.lines().collect();
     assert!(
-        matches!(lines.as_slice(), [ran, counts, kept] if ran.starts_with("Ran asdf:test-system \"alexandria-tests\" in ")
+        matches!(lines.as_slice(), [ran, counts, kept] if ran.starts_with("PASSED: ran asdf:test-system \"alexandria-tests\" in ")
             && *counts == "RT: 249 tests, run twice by the test-op: all passed."
             && kept.starts_with("Output: ") && kept.ends_with(" characters; inspect @1 to read them.")),
         "{}",
@@ -272,10 +285,21 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
         "{}",
         output.text
     );
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert!(
-        output.text.ends_with(
+        failures.ends_with(
             "\n\n[ERROR] LEDGER-RT::BALANCE.BAD-ENTRY\n  Form: (BALANCE '((:CREDIT \"ten\")))\n  Reason: The test \
              signalled #<TYPE-ERROR expected-type: NUMBER datum: \"ten\">."
+        ),
+        "{}",
+        output.text
+    );
+    // The system's code and its tests share a file, and a system that depends on RT: its functions
+    // are suspects all the same.
+    assert!(
+        suspects.contains(
+            "\n1. LEDGER-RT::BALANCE ledger-rt.lisp:6 (2 of 2 failing, 2 passing; the error came from it)\n   called \
+             with (((:CREDIT \"ten\"))), signalled the test's error"
         ),
         "{}",
         output.text
@@ -285,7 +309,7 @@ async fn an_rt_suite_with_failures_names_them_as_the_shell_does() {
         call(&tb, "run-tests", json!({"system": "ledger-rt", "test": "ledger-rt::balance.multiple-values"})).await;
     assert!(!output.is_error, "{}", output.text);
     assert!(
-        output.text.starts_with("Ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
+        output.text.starts_with("PASSED: ran RT test LEDGER-RT::BALANCE.MULTIPLE-VALUES in ")
             && output.text.lines().nth(1) == Some("RT: 1 test: passed."),
         "{}",
         output.text
@@ -780,8 +804,14 @@ async fn a_suite_run_interpreted_and_compiled_shows_each_failure_once() {
         "PEGGED-TESTS::STATEMENT.LET.INTERPRETED"
     );
     // The issue's budget for a real suite of this shape is 5,000; this one's four failures, each
-    // shown once, take 1,001 (1,358 when each variant was shown).
-    assert!(output.text.len() <= 1_100, "the red run: {} characters:\n{}", output.text.len(), output.text);
+    // shown once, take 1,001 (1,358 when each variant was shown), and its five suspects, two of
+    // them the seeded functions, 657 more.
+    let (failures, suspects) = failures_and_suspects(&output.text);
+    assert!(failures.len() <= 1_100, "the red run's failures: {} characters:\n{}", failures.len(), output.text);
+    assert!(suspects.len() <= 700, "the red run's suspects: {} characters:\n{}", suspects.len(), output.text);
+    for seeded in ["PEGGED::IN-RANGES-P pegged.lisp:43 ", "PEGGED::LITERAL-END pegged.lisp:50 "] {
+        assert!(suspects.contains(seeded), "{seeded} is not among the suspects:\n{}", output.text);
+    }
 
     // Green, once the bugs are fixed: the reload note names the changed file apart from the
     // files of another system rebuilt because they depend on it.
@@ -818,11 +848,18 @@ async fn a_test_op_that_signals_because_tests_failed_shows_the_failures_not_the_
     assert!(output.text.starts_with("[ERROR] SIMPLE-ERROR\ntest-op failed\n\nRan asdf:test-system"), "{}", output.text);
     assert!(output.text.contains("\nRT: 60 tests: 1 failed, 59 passed.\n"), "{}", output.text);
     assert!(output.text.contains("\nThe test-op signalled SIMPLE-ERROR (above).\n"), "{}", output.text);
+    let (failures, suspects) = failures_and_suspects(&output.text);
     assert!(
-        output.text.ends_with(
+        failures.ends_with(
             "\n\n[FAIL] ANAPHORA-TEST::APROG.1\n  Form: (APROG1 :YES (UNLESS (EQL IT :YES) (ERROR \"Broken.\")) :NO)\n  \
              Expected: :YES\n  Actual: :NO"
         ),
+        "{}",
+        output.text
+    );
+    // The seeded macro is expanded by that test alone.
+    assert!(
+        suspects.contains("\n1. ANAPHORA:APROG1 anaphora.lisp:58 (macro; 1 of 1 failing, 0 passing)"),
         "{}",
         output.text
     );
@@ -954,7 +991,7 @@ async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_pas
     assert!(parsed.text.starts_with("=> \"ab\""), "{}", parsed.text);
     let green = call(&tb, "run-tests", json!({"system": "esrap"})).await;
     assert!(!green.is_error, "{}", green.text);
-    assert!(green.text.starts_with("Ran asdf:test-system \"esrap\" in "), "{}", green.text);
+    assert!(green.text.starts_with("PASSED: ran asdf:test-system \"esrap\" in "), "{}", green.text);
     assert!(
         green
             .text
@@ -964,4 +1001,119 @@ async fn a_debian_fiveam_suite_run_two_ways_fails_within_the_budget_and_then_pas
         "{}",
         green.text
     );
+}
+
+/// The names a red reply gives as its first three suspects.
+fn first_suspects(output: &ToolOutput) -> Vec<String> {
+    let structured = output.structured_value().unwrap();
+    structured["suspects"]["suspects"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no suspects: {}", output.text))
+        .iter()
+        .take(3)
+        .map(|suspect| suspect["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Seeds `bugs` ((file, correct, seeded) each) into a copy of Debian's `library`, runs `system`'s
+/// tests in a private image, and checks that the definition at fault is among the red reply's first
+/// three suspects, with its place, and that the reply stays within 4,000 characters.
+async fn assert_suspected(library: &str, system: &str, bugs: &[(&str, &str, &str)], at_fault: &str) -> ToolOutput {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy(library, dir.path());
+    for (file, correct, seeded) in bugs {
+        change_file(&copy.join(file), correct, seeded);
+    }
+    let (image, tb) = image_with(&copy).await;
+    let red = call(&tb, "run-tests", json!({"system": system})).await;
+    assert!(red.text.starts_with("FAILED: "), "{}", red.text);
+    assert!(first_suspects(&red).iter().any(|name| name == at_fault), "{at_fault} is not among:\n{}", red.text);
+    assert!(red.text.len() <= 4_000, "{} characters:\n{}", red.text.len(), red.text);
+    drop(image);
+    red
+}
+
+#[tokio::test]
+async fn a_red_rt_run_names_the_function_at_fault() {
+    let red =
+        assert_suspected("alexandria", "alexandria-tests", &ALEXANDRIA_BUGS[..1], "ALEXANDRIA:COUNT-PERMUTATIONS")
+            .await;
+    // What the failing test's calls saw: the one that signalled, and the first of the other.
+    assert!(
+        red.text.contains(
+            "ALEXANDRIA::%MULTIPLY-RANGE alexandria-1/numbers.lisp:191 (1 of 1 failing, 2 passing; the error came \
+             from it)\n   called with (0 1), signalled the test's error"
+        ),
+        "{}",
+        red.text
+    );
+    assert!(red.text.contains("\n   called with (31 7), returned 318073392000"), "{}", red.text);
+}
+
+#[tokio::test]
+async fn a_red_rt_run_names_the_macro_at_fault() {
+    assert_suspected("alexandria", "alexandria-tests", &ALEXANDRIA_BUGS[1..2], "ALEXANDRIA:WHEN-LET").await;
+}
+
+#[tokio::test]
+async fn a_red_fiveam_run_names_the_function_at_fault() {
+    let range = [(
+        "src/evaluator.lisp",
+        "(char<= (first range) char (second range))",
+        "(char< (first range) char (second range))",
+    )];
+    assert_suspected("esrap", "esrap", &range, "ESRAP::EXEC-CHARACTER-RANGES").await;
+}
+
+#[tokio::test]
+async fn a_second_rt_system_is_counted_and_named_as_its_own_and_its_macro_suspected() {
+    // Alexandria's tests are SB-RT's, anaphora's the portable RT's: both RTs in one image, after
+    // Alexandria's ran. Anaphora's faults run at macroexpansion time.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("anaphora", dir.path());
+    change_file(&copy.join("anaphora.lisp"), "       (if it\n\t   ,then", "       (if (not it)\n\t   ,then");
+    let (image, tb) = image_with(&copy).await;
+    let green = call(&tb, "run-tests", json!({"system": "alexandria-tests"})).await;
+    assert!(green.text.contains("\nRT: 249 tests, run twice by the test-op: all passed."), "{}", green.text);
+    let shell_output = shell(&[registry_form(&copy), "(asdf:test-system \"anaphora\")".into()]).await;
+    assert!(shell_output.contains("2 out of 60 total tests failed: ANAPHORA-TEST::ASIF.1, "), "{shell_output}");
+    let red = call(&tb, "run-tests", json!({"system": "anaphora"})).await;
+    assert!(red.text.contains("\nRT: 60 tests: 2 failed, 58 passed.\n"), "{}", red.text);
+    assert!(red.text.contains("\n\n[FAIL] ANAPHORA-TEST::ASIF.2\n"), "{}", red.text);
+    assert!(first_suspects(&red).iter().any(|name| name == "ANAPHORA:ASIF"), "{}", red.text);
+    assert!(red.text.len() <= 4_000, "{} characters:\n{}", red.text.len(), red.text);
+    let one = call(&tb, "run-tests", json!({"system": "anaphora", "test": "anaphora-test::aif.1"})).await;
+    assert!(
+        one.text.starts_with("PASSED: ran RT test ANAPHORA-TEST::AIF.1 in ")
+            && one.text.contains("\nRT: 1 test: passed."),
+        "{}",
+        one.text
+    );
+    drop(image);
+}
+
+#[tokio::test]
+async fn a_keyword_suite_runs_and_a_failing_call_says_what_asdf_reloaded() {
+    let dir = copied_project("inventory");
+    let asd = dir.path().join("inventory.asd").display().to_string();
+    let image = common::private_image().await;
+    let tb = common::toolbox(image.port);
+    register(&tb, &[&asd]).await;
+    let first = call(&tb, "run-tests", json!({"system": "inventory"})).await;
+    assert!(first.text.starts_with("FAILED: "), "{}", first.text);
+    // A FiveAM suite named by a keyword.
+    common::eval_ok(&tb, "(fiveam:def-suite :jobq) (fiveam:in-suite :jobq) (fiveam:test jobq-one (fiveam:is (= 1 1)))")
+        .await;
+    let keyword = call(&tb, "run-tests", json!({"system": "inventory", "suite": ":jobq"})).await;
+    assert!(keyword.text.starts_with("PASSED: ran FiveAM suite :JOBQ in "), "{}", keyword.text);
+    // A name that is not a test says which frameworks it looked in, in one sentence.
+    let not_a_test = call(&tb, "run-tests", json!({"system": "inventory", "test": "cl:car"})).await;
+    assert!(not_a_test.is_error, "{}", not_a_test.text);
+    assert!(not_a_test.text.starts_with("CAR names no test or suite of FiveAM."), "{}", not_a_test.text);
+    // A call that fails after ASDF reloaded a changed file says so.
+    change_file(&dir.path().join("inventory.lisp"), "(defun make-stock", "(defun  make-stock");
+    let failed = call(&tb, "run-tests", json!({"system": "inventory", "test": "inventory-tests::no-such-test"})).await;
+    assert!(failed.is_error && failed.text.contains("not found"), "{}", failed.text);
+    assert!(failed.text.contains("\nBefore that, ASDF reloaded 1 file (inventory.lisp"), "{}", failed.text);
+    drop(image);
 }

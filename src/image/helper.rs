@@ -65,6 +65,7 @@ pub const HELPER_SOURCE: &str = concat!(
     include_str!("../lisp/compile.lisp"),
     include_str!("../lisp/systems.lisp"),
     include_str!("../lisp/testing.lisp"),
+    include_str!("../lisp/suspects.lisp"),
     include_str!("../lisp/undo.lisp"),
     include_str!("../lisp/loading.lisp"),
     include_str!("../lisp/activity.lisp"),

@@ -12,7 +12,7 @@
 ;;;; printing.lisp. Then the tools' own files, one job each: names.lisp, handles.lisp, trace.lisp,
 ;;;; agent-threads.lisp (what the agent's code starts), exit-guard.lisp (it cannot end the
 ;;;; image), threads.lisp, profile.lisp, evaluate.lisp, debugger.lisp, introspection.lisp,
-;;;; status.lisp, compile.lisp, systems.lisp, testing.lisp, undo.lisp, loading.lisp,
+;;;; status.lisp, compile.lisp, systems.lisp, testing.lisp, suspects.lisp, undo.lisp, loading.lisp,
 ;;;; activity.lisp, inspect.lisp, workers.lisp, image-threads.lisp and breakpoints.lisp, in that
 ;;;; order (src/image/helper.rs lists them).
 ;;;;

@@ -107,6 +107,13 @@
       (:dsd-accessor-name "SB-KERNEL" :function "a structure's slot accessors (class-info)")
       (:dsd-read-only "SB-KERNEL" :function "a structure's slot accessors (class-info)")
       (:definition-source-description "SB-INTROSPECT" :function "a definition's kind (find-definition)")
+      ;; What the compiler inlined and expanded into a function (run-tests' suspects).
+      (:%fun-fun "SB-KERNEL" :function "a closure's compiled function (run-tests' suspects)")
+      (:fun-code-header "SB-KERNEL" :function "the code a function was compiled in (run-tests' suspects)")
+      (:code-n-entries "SB-KERNEL" :function "the functions compiled together (run-tests' suspects)")
+      (:%code-entry-point "SB-KERNEL" :function "the functions compiled together (run-tests' suspects)")
+      (:%simple-fun-xrefs "SB-KERNEL" :function "a function's cross-references (run-tests' suspects)")
+      (:map-packed-xref-data "SB-C" :function "a function's cross-references (run-tests' suspects)")
       ;; The printer, the timing and the memory.
       (:*circularity-hash-table* "SB-IMPL" :variable "a *PRINT-CIRCLE* print under way (printing.lisp)")
       (:*circularity-counter* "SB-IMPL" :variable "a *PRINT-CIRCLE* print under way (printing.lisp)")

@@ -97,17 +97,26 @@ time, and FiveAM's results do not come in the order the checks ran."
     (and variable (boundp variable) (consp (symbol-value variable))
          (remove nil (rest (symbol-value variable))))))
 
+(defun rt-package-of-entry (entry)
+  "The RT package whose test ENTRY is: a structure's type is its RT's; a list is in the *ENTRIES*
+of one of them."
+  (if (consp entry)
+      (find-if (lambda (package) (member entry (rt-package-entries package) :test #'eq)) (rt-packages))
+      (symbol-package (type-of entry))))
+
 (defun rt-entry-part (entry part)
   "PART (:PENDING :NAME :FORM or :VALUES, the expected ones) of the RT test ENTRY: a list
-(pending name form . values) in SB-RT and the classic RT, a structure in later RTs, read with its
-RT's own accessors."
+(pending name form . values) in SB-RT and the classic RT, a structure in later RTs, read with the
+accessors of its own RT: an image may have two, SB-RT's NAME is a function of lists too, and
+applied to another RT's structure it would name every test NIL."
   (if (consp entry)
       (ecase part (:pending (first entry)) (:name (second entry)) (:form (third entry)) (:values (cdddr entry)))
-      (let ((accessor (loop with name = (ecase part (:pending "PEND") (:name "NAME") (:form "FORM") (:values "VALS"))
-                            for package in (rt-packages)
-                            for symbol = (find-symbol name package)
-                            when (and symbol (fboundp symbol) (not (macro-function symbol))) return symbol)))
-        (and accessor (ignore-errors (funcall accessor entry))))))
+      (let* ((package (symbol-package (type-of entry)))
+             (accessor (and package
+                            (find-symbol (ecase part (:pending "PEND") (:name "NAME") (:form "FORM") (:values "VALS"))
+                                         package))))
+        (and accessor (fboundp accessor) (not (macro-function accessor))
+             (ignore-errors (funcall accessor entry))))))
 
 (defun rt-entries ()
   (loop for package in (rt-packages) append (rt-package-entries package)))
@@ -134,7 +143,7 @@ kept too: for a test that signalled, it is the only place the condition is named
         (incf (collection-checks collection))
         (when failed
           (incf (collection-problems collection)))
-        (push (list :name (rt-entry-part entry :name) :form (rt-entry-part entry :form)
+        (push (list :entry entry :name (rt-entry-part entry :name) :form (rt-entry-part entry :form)
                     :expected (rt-entry-part entry :values)
                     :failed (and failed t) :compared *rt-comparison*
                     :said (and failed (get-output-stream-string said)))
@@ -594,7 +603,7 @@ the text after \"Actual value: \" or \"Actual values: \" up to its closing full 
 differ from the expected ones failed, one that signalled an error is an error."
   (let ((tally (make-tally "RT" package)))
     (dolist (outcome (reverse outcomes))
-      (destructuring-bind (&key name form expected failed compared said) outcome
+      (destructuring-bind (&key name form expected failed compared said &allow-other-keys) outcome
         (let ((tested (tally-run tally name))
               ;; RT compares the values only when the test returned: no comparison, it signalled.
               ;; (A later RT's deftest may name its own :TEST, whose comparison is not seen: its
@@ -613,8 +622,10 @@ differ from the expected ones failed, one that signalled an error is an error."
 
 (defun test-framework-of (symbol)
   "The framework (:FIVEAM, :PARACHUTE or :RT) that has a suite or test named SYMBOL, or NIL."
-  (cond ((not (and symbol (symbolp symbol) (not (keywordp symbol)))) nil)
+  (cond ((not (and symbol (symbolp symbol))) nil)
+        ;; FiveAM's suites may be named by keywords: (def-suite :jobq).
         ((and (fiveam-symbol "GET-TEST") (funcall (fiveam-symbol "GET-TEST") symbol)) :fiveam)
+        ((keywordp symbol) nil)
         ((and (parachute-symbol "FIND-TEST") (ignore-errors (funcall (parachute-symbol "FIND-TEST") symbol)))
          :parachute)
         ((rt-package-of symbol) :rt)))
@@ -639,13 +650,11 @@ differ from the expected ones failed, one that signalled an error is an error."
     (let ((framework (test-framework-of symbol))
           (frameworks (test-frameworks)))
       (unless framework
-        (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute, RT); ~
-               frameworks loaded: ~:*~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
-               test~;~:*~{~A~^, ~}~].~A"
-              (name-text symbol package)
-              (intersection frameworks *frameworks-read* :test #'string=)
-              frameworks
-              (tests-near name home)))
+        (let ((read (intersection frameworks *frameworks-read* :test #'string=)))
+          (fail "~A names no test or suite of ~:[a framework run-tests understands (FiveAM, Parachute, RT); ~
+                 frameworks loaded: ~:[none~;~:*~{~A~^, ~}~]. Run the whole system's tests without suite or ~
+                 test~;~:*~{~A~^ or ~}~*~].~A"
+                (name-text symbol package) read frameworks (tests-near name home))))
       (values framework symbol))))
 
 (defparameter *max-build-warnings* 10
@@ -679,6 +688,15 @@ stays behind it: the reply says what the agent acts on."
       (let ((text (capture-kept-text stdout)))
         (and (plusp (length text)) (text-handle text 0 (length text))))))
 
+(defun reloaded-sentence (reloaded)
+  "What RELOADED (see RELOADED-FILES) says, as a sentence for a failure's text, or NIL."
+  (destructuring-bind (&key files journal) reloaded
+    (and files
+         (format nil "Before that, ASDF reloaded ~D file~:P (~{~A~^, ~}~:[~;, ...~])~@[; undo entries ~{~D to ~D~} ~
+                      have what they replaced~]."
+                 (length files) (mapcar #'second (subseq files 0 (min 5 (length files))))
+                 (> (length files) 5) journal))))
+
 (define-entry (test-activity :caller :server) (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."
   (declare (ignore token))
@@ -692,7 +710,7 @@ stays behind it: the reply says what the agent acts on."
 Parachute or RT TEST named, or without either runs ASDF's TEST-SYSTEM on SYSTEM. Output goes to
 :STDOUT. Returns (:SYSTEM :RAN :FRAMEWORKS :MILLISECONDS :RESULTS tallies, one per framework that
 ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first texts, and
-:COMPILER-WARNING-COUNT, :RELOADED (see RELOADED-FILES), :STDOUT (text dropped ...),
+:COMPILER-WARNING-COUNT, :RELOADED (see RELOADED-FILES), :SUSPECTS (see FIND-SUSPECTS), :STDOUT (text dropped ...),
 :OUTPUT-HANDLE, :RUN-ERROR report-or-NIL)."
   (let* ((stdout (make-capture max-output))
          (*max-output* max-output)
@@ -706,6 +724,7 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
          (compiler-warnings '())
          (warning-count 0)
          (reloaded nil)
+         (suspects nil)
          (ran nil))
     (setf (session-test-run (find-session session)) collection)
     (change-test-hooks 1)
@@ -763,14 +782,18 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
                                (setf completed t))
                           ;; The test-op loads the test system too: what was reloaded is known
                           ;; once it ran.
-                          (setf reloaded (reloaded-files planned completed)))))
+                          (setf reloaded (reloaded-files planned completed))
+                          ;; A test-op that signals because tests failed (anaphora's does) has
+                          ;; its suspects too.
+                          (setf suspects (suspects-or-why system collection target-package)))))
                     (list :ok t))
                   :stdout stdout
                   :turn (list *asdf-turn* (format nil "run-tests of ~S" system)))
               (change-test-hooks -1)
               (setf (session-test-run (find-session session)) nil))))
       (if (getf result :failure)
-          result
+          ;; ASDF's reload before the failure changed the image: said, with where undo has it.
+          (list :failure (format nil "~A~@[~%~A~]" (getf result :failure) (reloaded-sentence reloaded)))
           (let ((report (capture-report stdout)))
             (list :system system
                   :ran ran
@@ -787,6 +810,7 @@ ran (see TALLY-REPORT), :COMPILER-ERRORS texts, :COMPILER-WARNINGS the first tex
                   :compiler-warnings (reverse compiler-warnings)
                   :compiler-warning-count warning-count
                   :reloaded reloaded
+                  :suspects suspects
                   :stdout report
                   :output-handle (output-handle stdout report)
                   ;; Not :ERROR, which the server takes for a failure of the whole call: the

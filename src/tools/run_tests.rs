@@ -178,10 +178,99 @@ struct TestReport {
     compiler_warnings: Vec<String>,
     compiler_warning_count: u64,
     reloaded: Option<Reloaded>,
+    /// For a red run of FiveAM or RT tests: the definitions most likely at fault.
+    suspects: Option<Suspects>,
     stdout: Captured,
     /// The handle of all the output kept, when there was output.
     output_handle: Option<String>,
     run_error: Option<ErrorReport>,
+}
+
+/// What the failing tests, run again with recording on, reached and the passing ones did not: the
+/// helper's FIND-SUSPECTS, or why it could not say.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Suspects {
+    #[serde(rename(serialize = "failing_rerun"))]
+    failing_rerun: Option<u64>,
+    #[serde(rename(serialize = "passing_rerun"))]
+    passing_rerun: Option<u64>,
+    passing: Option<u64>,
+    #[serde(default)]
+    suspects: Vec<Suspect>,
+    why: Option<String>,
+}
+
+/// A definition of the system under test, ranked: `failing` and `passing` count the tests that
+/// reached it; `signalled` when a failing test's error was signalled inside it; the arguments and
+/// value of a failing test's first call of it, for the first few.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Suspect {
+    name: String,
+    kind: String,
+    file: Option<String>,
+    line: Option<u64>,
+    failing: u64,
+    passing: u64,
+    signalled: bool,
+    arguments: Option<String>,
+    value: Option<String>,
+}
+
+impl Suspects {
+    fn render(&self) -> String {
+        if let Some(why) = &self.why {
+            return format!("[suspects] none: {why}");
+        }
+        let failing = self.failing_rerun.unwrap_or(0);
+        let (rerun, passing) = (self.passing_rerun.unwrap_or(0), self.passing.unwrap_or(0));
+        // The noun follows the passing count it stands beside: "1 failing and 59 passing tests".
+        let tests = if passing == 1 { "test" } else { "tests" };
+        let passing_text = if rerun == passing {
+            format!("{passing} passing {tests}")
+        } else {
+            format!("{rerun} of {passing} passing {tests} (as many as 15 s allowed)")
+        };
+        let mut text = format!(
+            "[suspects] likeliest first, from {failing} failing and {passing_text} run again recording calls:"
+        );
+        if self.suspects.is_empty() {
+            text.push_str("
+none: the failing tests reached none of the system's own definitions");
+        }
+        for (i, suspect) in self.suspects.iter().enumerate() {
+            let place = match (&suspect.file, suspect.line) {
+                (Some(file), Some(line)) => format!("{file}:{line}"),
+                (Some(file), None) => file.clone(),
+                _ => "no source file".to_string(),
+            };
+            // A plain function is the usual case, and goes unsaid.
+            let how = match suspect.kind.as_str() {
+                "macro" => "macro; ",
+                "inline" => "inline function; ",
+                "generic" => "generic function; ",
+                _ => "",
+            };
+            text.push_str(&format!(
+                "\n{}. {} {place} ({how}{} of {failing} failing, {} passing{})",
+                i + 1,
+                suspect.name,
+                suspect.failing,
+                suspect.passing,
+                if suspect.signalled { "; the error came from it" } else { "" }
+            ));
+            if let Some(arguments) = &suspect.arguments {
+                text.push_str(&format!("\n   called with {arguments}"));
+                match &suspect.value {
+                    Some(value) => text.push_str(&format!(", returned {value}")),
+                    None if suspect.signalled => text.push_str(", signalled the test's error"),
+                    None => text.push_str(", did not return"),
+                }
+            }
+        }
+        text
+    }
 }
 
 /// Lines of output quoted from a run whose results were not read: those that name failures, or
@@ -382,6 +471,10 @@ impl TestReport {
         let seconds = self.milliseconds as f64 / 1000.0;
         let mut summary = match &self.ran {
             Some(ran) if self.failed() => format!("FAILED: ran {ran} in {seconds:.2} s."),
+            // Said only where a framework's results say it: a run without them is told by its output.
+            Some(ran) if !self.is_error() && !self.results.is_empty() => {
+                format!("PASSED: ran {ran} in {seconds:.2} s.")
+            }
             Some(ran) => format!("Ran {ran} in {seconds:.2} s."),
             None => format!("No tests ran: building {:?} failed after {seconds:.2} s.", self.system),
         };
@@ -444,6 +537,7 @@ impl TestReport {
                 None => sections.push(format!("[... {} more failing tests not shown]", group_thousands(dropped))),
             }
         }
+        sections.extend(self.suspects.as_ref().map(Suspects::render));
         if !self.compiler_warnings.is_empty() {
             let mut section = format!(
                 "[compiler warnings] {} building the system\n{}",
@@ -505,6 +599,7 @@ impl TestReport {
             "compiler_warnings": self.compiler_warnings,
             "compiler_warning_count": self.compiler_warning_count,
             "reloaded": self.reloaded.as_ref().map(Reloaded::to_json),
+            "suspects": self.suspects,
             "output": {"characters": self.output_characters(), "handle": self.output_handle},
             "failure_lines": if self.results.is_empty() { self.failure_lines() } else { Vec::new() },
             "error": self.run_error.as_ref().map(ErrorReport::to_json),
@@ -549,7 +644,7 @@ mod tests {
             &read(&format!(
                 "(:system \"app\" :ran \"asdf:test-system \\\"app\\\"\" :frameworks (\"RT\") :milliseconds 660 \
                  :results ({results}) :compiler-errors () :compiler-warnings () :compiler-warning-count 0 \
-                 :reloaded nil :stdout (\"{}\" 0) :output-handle {handle} :run-error nil)",
+                 :reloaded nil :suspects nil :stdout (\"{}\" 0) :output-handle {handle} :run-error nil)",
                 stdout.replace('\\', "\\\\").replace('"', "\\\"")
             ))
             .unwrap(),
@@ -576,7 +671,7 @@ mod tests {
         assert!(!green.failed());
         assert_eq!(
             green.render(16000),
-            "Ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: all passed.\nOutput: 44 \
+            "PASSED: ran asdf:test-system \"app\" in 0.66 s.\nRT: 249 tests, run twice by the test-op: all passed.\nOutput: 44 \
              characters; inspect @3 to read them."
         );
     }
@@ -656,5 +751,45 @@ mod tests {
         ] {
             assert!(!names_failures(line), "{line}");
         }
+    }
+
+    #[test]
+    fn suspects_say_how_many_tests_ran_again_and_each_ones_kind_and_call() {
+        let suspect = |name: &str, kind: &str, arguments: Option<&str>, value: Option<&str>, signalled: bool| Suspect {
+            name: name.into(),
+            kind: kind.into(),
+            file: Some("app.lisp".into()),
+            line: Some(7),
+            failing: 2,
+            passing: 1,
+            signalled,
+            arguments: arguments.map(Into::into),
+            value: value.map(Into::into),
+        };
+        let suspects = Suspects {
+            failing_rerun: Some(2),
+            passing_rerun: Some(40),
+            passing: Some(90),
+            suspects: vec![
+                suspect("APP::PARSE", "function", Some("(\"1x\")"), None, true),
+                suspect("APP:WITH-ROW", "macro", None, None, false),
+                suspect("APP::STEP", "inline", Some("(3)"), None, false),
+            ],
+            why: None,
+        };
+        assert_eq!(
+            suspects.render(),
+            "[suspects] likeliest first, from 2 failing and 40 of 90 passing tests (as many as 15 s allowed) run \
+             again recording calls:\n1. APP::PARSE app.lisp:7 (2 of 2 failing, 1 passing; the error came from it)\n   \
+             called with (\"1x\"), signalled the test's error\n2. APP:WITH-ROW app.lisp:7 (macro; 2 of 2 failing, 1 \
+             passing)\n3. APP::STEP app.lisp:7 (inline function; 2 of 2 failing, 1 passing)\n   called with (3), did \
+             not return"
+        );
+        let none = Suspects { passing_rerun: Some(1), passing: Some(1), suspects: vec![], ..suspects };
+        assert_eq!(
+            none.render(),
+            "[suspects] likeliest first, from 2 failing and 1 passing test run again recording calls:\nnone: the \
+             failing tests reached none of the system's own definitions"
+        );
     }
 }

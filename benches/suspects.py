@@ -1,0 +1,176 @@
+"""How often a red run-tests reply names the definition at fault among its first three suspects:
+one bug at a time seeded into a copy of a Debian-installed library, its suite run once by run-tests
+on a private image (swank-mcp --launch). Prints, per bug, the rank of the definition at fault (or
+-), the suspects named first, and the reply's characters; then how many bugs were found among the
+first three, per library.
+
+Beside it, what an agent reads on each path to the definition at fault when it reads only what it
+is pointed to: after the reply, the suspects' definitions at the places the reply names, in order,
+down to the one at fault; after the shell's test-op output filtered to its failures as
+session_cost.py filters it (RT's failure blocks, FiveAM's report from `Did N checks` on), the definitions of the failing tests
+the output names, then the definitions of the system's code those tests' forms name (the first
+definition of each name in a file of the copy whose path has no "test"). The ratio is the first
+path's characters to the second's; the shell path may not reach the definition at fault at all
+(`reaches`).
+
+    python3 benches/suspects.py --server target/release/swank-mcp [--show]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+from seeded_library import form_at, seeded_copy, started, test_op
+
+# (library, system, (file, correct, seeded), the definition at fault as the reply names it)
+BUGS = [
+    ("alexandria", "alexandria-tests",
+     ("alexandria-1/numbers.lisp", "(%multiply-range (1+ (- n k)) n)", "(%multiply-range (- n k) n)"),
+     "ALEXANDRIA:COUNT-PERMUTATIONS"),
+    ("alexandria", "alexandria-tests",
+     ("alexandria-1/binding.lisp", "       (when (and ,@variables)", "       (when (or ,@variables)"),
+     "ALEXANDRIA:WHEN-LET"),
+    ("alexandria", "alexandria-tests",
+     ("alexandria-1/lists.lisp",
+      "                       (traverse (car subtree))\n                       (traverse (cdr subtree)))",
+      "                       (traverse (cdr subtree))\n                       (traverse (car subtree)))"),
+     "ALEXANDRIA:FLATTEN"),
+    ("anaphora", "anaphora",
+     ("anaphora.lisp", "(anaphoric prog1 ,first ,@rest)", "(anaphoric progn ,first ,@rest)"), "ANAPHORA:APROG1"),
+    ("anaphora", "anaphora",
+     ("anaphora.lisp", "`(anaphoric if ,test it ,(rec rest))", "`(anaphoric if ,test t ,(rec rest))"),
+     "ANAPHORA:ACOND"),
+    ("anaphora", "anaphora",
+     ("anaphora.lisp", "(symbolic ignore-first ,test ,else)", "(anaphoric ignore-first ,test ,else)"),
+     "ANAPHORA:ASIF"),
+    ("esrap", "esrap",
+     ("src/evaluator.lisp", "(char<= (first range) char (second range))", "(char< (first range) char (second range))"),
+     "ESRAP::EXEC-CHARACTER-RANGES"),
+    ("esrap", "esrap",
+     ("src/evaluator.lisp",
+      "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string-equal",
+      "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string="),
+     "ESRAP::MATCH-TERMINAL/CASE-INSENSITIVE-P"),
+]
+
+
+# The shell's test-op output filtered to the failures, per library (session_cost.py's filters).
+FAILURES_FILTER = {
+    "alexandria": "sed -n '/^Test .* failed$/,/^Actual value/p'",
+    "anaphora": "sed -n '/^Test .* failed$/,/^Actual value/p'",
+    "esrap": "sed -n '/ Did .* checks/,$p'",
+}
+
+
+def lisp_files(directory):
+    """{path relative to `directory`: text} of the Lisp files under it."""
+    files = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            if name.endswith(".lisp"):
+                path = os.path.join(parent, name)
+                with open(path, errors="replace") as f:
+                    files[os.path.relpath(path, directory)] = f.read()
+    return files
+
+
+def bare(name):
+    """A symbol's name without its package, upper case, as the reply prints names."""
+    return name.rsplit(":", 1)[-1].upper()
+
+
+def failing_tests(output):
+    """The failing tests a shell's test-op output names: RT's `Test NAME failed` lines, and FiveAM's
+    failure details (`NAME in SUITE [description]:`)."""
+    names = re.findall(r"^Test (\S+) failed$", output, re.M)
+    names += re.findall(r"^ (\S+) in \S+(?: \[.*\])?: *$", output, re.M)
+    return list(dict.fromkeys(bare(name) for name in names))
+
+
+def shell_path(library, directory, system, at_fault):
+    """The characters an agent reads on the shell path (see the module's doc), and whether it reaches
+    the definition at fault."""
+    command = f"{test_op(directory, system)} | {FAILURES_FILTER[library]}"
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=900).stdout
+    files = lisp_files(directory)
+    code = {}
+    for path, text in files.items():
+        if "test" not in path.lower():
+            pattern = r"^\((?:[\w-]+:+)?def(?:un|macro|generic|method|ine-compiler-macro)\s+([^\s()]+)"
+            for found in re.finditer(pattern, text, re.M | re.I):
+                code.setdefault(bare(found.group(1)), form_at(text, found.start()))
+    read, named = len(output), set()
+    for test in failing_tests(output):
+        # A FiveAM test that esrap defines in both modes is named with the mode after its name.
+        base = re.sub(r"\.(COMPILED|INTERPRETED)$", "", test)
+        for text in files.values():
+            found = re.search(
+                rf"^\((?:[\w-]+:+)?(?:deftest|test|test-both-modes)\s+\(?{re.escape(base)}[\s)]", text, re.M | re.I
+            )
+            if found:
+                form = form_at(text, found.start())
+                read += len(form)
+                named |= {bare(token) for token in re.findall(r"[^\s()'`,\"#;|]+", form)} & code.keys()
+                break
+    read += sum(len(code[name]) for name in named)
+    return read, bare(at_fault) in named
+
+
+def reply_path(directory, reply, rank):
+    """The characters an agent reads on the reply's path (see the module's doc)."""
+    places = re.findall(r"^\d+\. \S+ (\S+):(\d+) ", reply, re.M)
+    read = len(reply)
+    for path, line in places[:rank]:
+        with open(os.path.join(directory, path), errors="replace") as f:
+            text = f.read()
+        start = sum(len(line_text) for line_text in text.splitlines(keepends=True)[: int(line) - 1])
+        read += len(form_at(text, start))
+    return read
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--show", action="store_true")
+    args = parser.parse_args()
+    found = {}
+    totals = [0, 0]
+    print(
+        f"{'library':<11} {'at fault':<42} {'rank':>4} {'reply':>6} {'read':>6} {'shell':>6} {'reaches':>7} {'ratio':>5}"
+        "  first suspects"
+    )
+    for library, system, bug, at_fault in BUGS:
+        with tempfile.TemporaryDirectory() as parent:
+            directory = seeded_copy(library, parent, [bug])
+            server = started(args.server, directory, "suspects-bench")
+            reply = server.call("run-tests", {"system": system})
+            server.close()
+            # The text is what the agent reads; structured content is sent only under
+            # --structured-content.
+            names = re.findall(r"^\d+\. (\S+) ", reply.text.split("\n[suspects] ", 1)[-1], re.M)
+            rank = names.index(at_fault) + 1 if at_fault in names else None
+            read = reply_path(directory, reply.text, rank or len(names))
+            shell, reaches = shell_path(library, directory, system, at_fault)
+        found.setdefault(library, [0, 0])
+        found[library][0] += rank is not None and rank <= 3
+        found[library][1] += 1
+        if rank and reaches:
+            totals[0] += read
+            totals[1] += shell
+        print(
+            f"{library:<11} {at_fault:<42} {rank or '-':>4} {len(reply.text):>6} {read:>6} {shell:>6} "
+            f"{'yes' if reaches else 'no':>7} {read / shell:>5.2f}  {', '.join(names[:3])}"
+        )
+        if args.show:
+            print(reply.text, "\n")
+    print()
+    for library, (among, of) in found.items():
+        print(f"{library}: among the first three suspects for {among} of {of} seeded bugs.")
+    if totals[1]:
+        print(f"Where both paths reach the definition at fault: {totals[0]} / {totals[1]} = {totals[0] / totals[1]:.2f}.")
+
+
+if __name__ == "__main__":
+    main()
