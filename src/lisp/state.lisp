@@ -305,6 +305,9 @@ function at once.")
   "Every thread waiting at a breakpoint now, as BREAKPOINT-STOPs (breakpoints.lisp). Changed only
 under *BREAKPOINTS-LOCK*.")
 
+(defvar *condition-watchdog* nil
+  "The timer that cuts an agent's condition running past its time limit, while one may run.")
+
 (defvar *breakpoint-counter* (list 0)
   "The last breakpoint number given, in a cons for ATOMIC-INCF.")
 

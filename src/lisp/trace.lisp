@@ -326,7 +326,9 @@ Returns (:TRACED names :UNTRACED names :MAX-EVENTS n :MAX-DEPTH n :OTHER-THREADS
                  (sb-thread:with-mutex ((session-lock session))
                    (pushnew spec (session-traces session) :key #'spec-key :test #'string=)))
                (when threads
-                 (start-wide-trace session specs thread max-calls seconds package test))
+                 (start-wide-trace session specs thread max-calls seconds package test)
+                 (when test
+                   (ensure-condition-watchdog)))
                (list :traced (names (session-traces session))
                      :untraced nil
                      :max-events *max-trace-events* :max-depth *max-trace-depth*
