@@ -94,6 +94,21 @@ fn the_package_byte_compiles_without_warnings_and_passes_checkdoc() {
     assert!(output.status.success() && !said.contains("swank-mcp.el:"), "checkdoc: {said}");
 }
 
+#[test]
+fn the_package_is_package_lint_clean() {
+    if !common::have(common::Needed::PackageLint) {
+        return;
+    }
+    let output = emacs(
+        &elisp_dir(),
+        &["-l", "package-lint", "-f", "package-lint-batch-and-exit", "swank-mcp.el"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let said = transcript(&output);
+    assert!(output.status.success() && !said.contains("swank-mcp.el:"), "package-lint: {said}");
+}
+
 /// The ERT suite in a real Emacs (with Debian's site start-up, which puts SLIME on the load path).
 fn run_ert(backend: &[(&str, &str)]) {
     let program = env!("CARGO_BIN_EXE_swank-mcp");

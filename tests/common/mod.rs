@@ -253,6 +253,8 @@ pub enum Needed {
     Emacs,
     /// `emacs` with SLIME on its load path (Debian's `emacs-nox` and `slime`).
     EmacsWithSlime,
+    /// Emacs with package-lint (Debian's `elpa-package-lint`).
+    PackageLint,
     /// Python 3 with the MCP SDK (`pip install 'mcp>=2.3,<3'`).
     PythonSdk,
 }
@@ -271,6 +273,12 @@ pub fn have(needed: Needed) -> bool {
             "emacs",
             &["--batch", "--eval", "(progn (require 'slime) (kill-emacs 0))"],
             "apt-get install -y emacs-nox slime",
+        ),
+        Needed::PackageLint => (
+            "Emacs with package-lint",
+            "emacs",
+            &["--batch", "--eval", "(progn (require 'package-lint) (kill-emacs 0))"],
+            "apt-get install -y emacs-nox elpa-package-lint",
         ),
         Needed::PythonSdk => {
             ("Python 3 with the MCP SDK", "python3", &["-c", "import mcp"], "pip install 'mcp>=2.3,<3'")
