@@ -103,6 +103,17 @@ async fn define_shop(person: &mut Person) {
     assert_eq!(person.eval(SHOP, "SHOP").await, "(:ok \"=> T\")");
 }
 
+/// A private image with the shop defined by the person, connected first, and an agent's server
+/// attached after them, initialized.
+async fn shop_and_agent() -> (swank_mcp::image::launch::LaunchedImage, Person, McpClient) {
+    let image = common::private_image().await;
+    let mut person = Person::connect(image.port).await;
+    define_shop(&mut person).await;
+    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
+    agent.initialize().await;
+    (image, person, agent)
+}
+
 /// The number of the backtrace line that calls `function`: "3: (SHOP::PRICE \"3\")" gives 3.
 fn frame_of(backtrace: &str, function: &str) -> u64 {
     backtrace
@@ -263,11 +274,7 @@ async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
 
 #[tokio::test]
 async fn a_conditional_breakpoint_stops_only_the_call_it_holds_for_and_goes_with_its_session() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     let set =
         tool(&mut agent, "debugger", json!({"action": "break", "function": "shop::price", "condition": "(> qty 5)"}))
             .await;
@@ -344,11 +351,7 @@ async fn a_thread_stopped_at_a_breakpoint_is_stepped_into_and_over_then_continue
 
 #[tokio::test]
 async fn a_trace_of_every_thread_summarises_other_threads_calls_in_the_next_reply() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     let traced =
         tool(&mut agent, "trace", json!({"functions": ["shop::price"], "threads": "all", "max_calls": 3})).await;
     assert!(traced.contains("Calls by other threads are recorded too (every thread: SHOP::PRICE"), "{traced}");
@@ -608,11 +611,7 @@ async fn a_stop_shows_the_functions_call_and_the_agents_code_there_is_the_agents
 
 #[tokio::test]
 async fn a_breakpoints_condition_is_the_agents_code_and_the_images_machinery_never_stops() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     for function in ["format", "print-object", "sb-thread:make-thread", "sb-thread:grab-mutex", "swank::send"] {
         let refused = agent.call_tool("debugger", json!({"action": "break", "function": function})).await;
         assert!(is_error(&refused) && text(&refused).contains("is refused"), "{function}: {refused}");
@@ -639,11 +638,7 @@ async fn a_breakpoints_condition_is_the_agents_code_and_the_images_machinery_nev
 
 #[tokio::test]
 async fn replies_go_to_whoever_asked_when_the_person_and_the_agent_use_one_request_id() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     person.eval("(sb-thread:make-thread (lambda () (work \"9\")) :name \"shared-worker\")", "SHOP").await;
     let debug = person.told("(:debug ").await;
     let thread: u64 = debug["(:debug ".len()..].split(' ').next().unwrap().parse().unwrap();
@@ -682,11 +677,7 @@ async fn replies_go_to_whoever_asked_when_the_person_and_the_agent_use_one_reque
 
 #[tokio::test]
 async fn an_abort_that_ends_the_persons_thread_says_so_and_a_stop_is_told_once() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
     person.eval("(sb-thread:make-thread (lambda () (work \"5\")) :name \"doomed-worker\")", "SHOP").await;
     person.told("(:debug ").await;
@@ -761,11 +752,7 @@ async fn after_a_fix_the_frames_that_still_run_or_hold_the_old_definition_are_na
 
 #[tokio::test]
 async fn after_uninstall_the_persons_errors_go_to_the_person() {
-    let image = common::private_image().await;
-    let mut person = Person::connect(image.port).await;
-    define_shop(&mut person).await;
-    let mut agent = McpClient::start(&["--port", &image.port.to_string()]).await;
-    agent.initialize().await;
+    let (_image, mut person, mut agent) = shop_and_agent().await;
     assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
     // The person uninstalls from their REPL; refused while a call of the agent's server runs
     // (its activity note may still be on its way).
