@@ -1675,6 +1675,10 @@ its agent's session ended\\.\n" number))))))
 
 ;;;;; The person's connection closing
 
+;; Not through SLY: SLY itself halts SBCL into LDB when it disconnects with an sly-db open,
+;; reproduced with no swank-mcp in the image (M-x sly, an error in a thread, sly-disconnect: SBCL
+;; 2.2.9 halts after slynk's ";; closing 0 listeners").
+(unless (eq swank-mcp-tests--backend 'sly)
 (ert-deftest swank-mcp-disconnecting-with-a-debugger-open-keeps-the-image ()
   ;; The Emacs that started the Lisp takes its global output; when it disconnects while a thread
   ;; waits in its SLDB and another at the agent's breakpoint, the image, both threads and the
@@ -1695,7 +1699,9 @@ its agent's session ended\\.\n" number))))))
                                                              :name \"kept-rater\")")
           (swank-mcp-tests--user-eval "(sb-thread:make-thread (lambda () (error \"kept-worker fails\")) :name \"kept-worker\")")
           (swank-mcp-tests--wait "the person's debugger" #'swank-mcp-tests--debugger-buffers)
-          (funcall (intern (format "%s-disconnect" swank-mcp-tests--backend)))
+          ;; SLY asks whether to kill the debugger's buffer on the way out: as the person, yes.
+          (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) t)))
+            (funcall (intern (format "%s-disconnect" swank-mcp-tests--backend))))
           (swank-mcp-tests--wait "the connection to close" (lambda () (not (process-live-p connection))))
           ;; Threads print after the disconnect, as workers do.
           (swank-mcp-tests--mcp-call server 4 "evaluate-lisp"
@@ -1716,13 +1722,21 @@ its agent's session ended\\.\n" number))))))
                                                   finally (return cl-user::*mcp-kept-done*))")))
           (should (string-match-p "=> 40" (swank-mcp-tests--response-ok server 7))))
       (when server (delete-process server))
-      (mapc #'kill-buffer (swank-mcp-tests--debugger-buffers))
+      ;; SLY asks (a buffer-local query) before it kills a debugger buffer whose connection is
+      ;; live, as it is when the test failed before the disconnect.
+      (dolist (buffer (swank-mcp-tests--debugger-buffers))
+        (with-current-buffer buffer
+          (let ((kill-buffer-query-functions nil))
+            (kill-buffer buffer))))
       (when (process-live-p inferior)
         (kill-process inferior))
-      (swank-mcp-tests--wait "the Lisp to end" (lambda () (not (process-live-p inferior))))
+      ;; SLY's teardown of a REPL whose connection is gone may signal from its sentinel: the
+      ;; Lisp ends all the same, and the test's own result is what counts.
+      (ignore-errors
+        (swank-mcp-tests--wait "the Lisp to end" (lambda () (not (process-live-p inferior)))))
       ;; Its port is not opened again in the next test's Lisp: that one is no restart of this one.
       (setq swank-mcp-tests--ready nil
-            swank-mcp--reopen nil))))
+            swank-mcp--reopen nil)))))
 
 (provide 'swank-mcp-tests)
 
