@@ -748,6 +748,10 @@ async fn after_a_fix_the_frames_that_still_run_or_hold_the_old_definition_are_na
         )),
         "{frames}"
     );
+    // The frame's source is the file's text now, which is not what it runs: said.
+    let frame =
+        tool(&mut agent, "debugger", json!({"thread": "invoicer", "action": "frame", "frame": line_total})).await;
+    assert!(frame.contains("(The frame runs the definition from before the function's last redefinition"), "{frame}");
 }
 
 #[tokio::test]

@@ -203,13 +203,20 @@ of code that was evaluated rather than loaded from a file."
       (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
 
 (define-entry (debugger-frame :caller :server) (index)
-  "Frame INDEX: its call, its locals printed within the print limits, and where its code is."
+  "Frame INDEX: its call, its locals printed within the print limits, where its code is, and
+whether it runs a definition replaced since (its file then shows the new text, not the code the
+frame runs)."
   (debugger-command
    (lambda ()
      (check-user-frame index)
      (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index)))))
        (let ((location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
          (list :call (frame-call frame)
+               :replaced (multiple-value-bind (text name) (frame-call frame)
+                           (declare (ignore text))
+                           (and (replaced-definition-p
+                                 name (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame))))
+                                t))
                ;; Named as seen from the frame's package, in which eval_in_frame reads them.
                :locals (loop with package = (frame-package index)
                              for local in (funcall (backend-function "FRAME-LOCALS") index)

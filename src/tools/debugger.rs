@@ -653,6 +653,13 @@ impl<'a> Action<'a> {
                 if let Some(source) = facts.source.filter(|source| !source.is_empty()) {
                     text.push_str(&format!("\n{source}"));
                 }
+                if facts.replaced {
+                    text.push_str(&format!(
+                        "\n(The frame runs the definition from before the function's last redefinition: the \
+                         source shown is the file's text now, not the code it runs. restart_frame {frame} calls \
+                         the current one.)"
+                    ));
+                }
                 text.push_str("\n\n[Locals]");
                 if facts.locals.is_empty() {
                     text.push_str("\n(none known: the frame's function may have been compiled with low debug)");
@@ -694,6 +701,8 @@ impl<'a> Action<'a> {
 #[serde(rename_all = "kebab-case")]
 struct FrameFacts {
     call: String,
+    /// The frame runs a definition replaced since it was entered.
+    replaced: bool,
     locals: Vec<(String, String)>,
     location: String,
     source: Option<String>,
@@ -741,7 +750,7 @@ mod tests {
 
     #[test]
     fn a_reply_without_a_key_is_an_error_naming_it() {
-        let reply = read("(:call \"(F)\" :locals nil :location \"x.lisp:1:1\")").unwrap();
+        let reply = read("(:call \"(F)\" :replaced nil :locals nil :location \"x.lisp:1:1\")").unwrap();
         let error = decode::<FrameFacts>("debugger-frame", &reply).unwrap_err();
         assert!(error.0.contains("(the reply has no :source)"), "{}", error.0);
     }
