@@ -40,11 +40,6 @@ impl Request {
         }
     }
 
-    /// The function called.
-    pub fn function(&self) -> Entry {
-        self.function
-    }
-
     /// The form that makes the call, for a thread already running in the helper.
     pub(crate) fn form(self) -> Form {
         Form::call(HELPER_PACKAGE, self.function.name(), self.args)

@@ -175,7 +175,7 @@ impl Param {
     /// The schema leaves an integer argument's bounds unsaid: they are sanity bounds no agent needs
     /// to choose a value (a day for a time limit, counting from 1), and the list is read in every
     /// session. A call past them is refused with the bounds named.
-    pub const fn unlisted(mut self) -> Self {
+    pub const fn bounds_unlisted(mut self) -> Self {
         self.kind = match self.kind {
             Kind::Integer(range) => Kind::Integer(Range { listed: false, ..range }),
             Kind::Integers(range) => Kind::Integers(Range { listed: false, ..range }),

@@ -58,15 +58,15 @@ const ARGUMENTS: &[Param] = &[
     Param::integer_or_name("thread", ""),
     Param::text("function", ""),
     Param::code("condition", ""),
-    Param::integer("hits", 1, "").unlisted(),
-    Param::integer("breakpoint", 1, "").unlisted(),
+    Param::integer("hits", 1, "").bounds_unlisted(),
+    Param::integer("breakpoint", 1, "").bounds_unlisted(),
     Param::integer("frame", 0, ""),
     Param::integer("start", 0, ""),
     Param::integer("end", 0, ""),
     Param::code("code", ""),
     Param::integer_or_name("restart", ""),
     Param::texts("arguments", ""),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).unlisted(),
+    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
 ];
 
 fn definition() -> ToolDefinition {

@@ -28,9 +28,9 @@ const MAX_PRINT_LEVEL: u64 = 10_000;
 const ARGUMENTS: &[Param] = &[
     Param::code("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
     Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).unlisted(),
-    Param::integer("print_length", 0, "").at_most(MAX_PRINT_LENGTH).unlisted().default_integer(200),
-    Param::integer("print_level", 0, "").at_most(MAX_PRINT_LEVEL).unlisted().default_integer(10),
+    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
+    Param::integer("print_length", 0, "").at_most(MAX_PRINT_LENGTH).bounds_unlisted().default_integer(200),
+    Param::integer("print_level", 0, "").at_most(MAX_PRINT_LEVEL).bounds_unlisted().default_integer(10),
     Param::flag("debug", ""),
 ];
 

@@ -22,7 +22,7 @@ const ARGUMENTS: &[Param] = &[
     Param::code("code", "").required(),
     Param::one_of("mode", &MODES, "").default_text("cpu"),
     Param::text("package", ""),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).unlisted(),
+    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
 ];
 
 fn definition() -> ToolDefinition {

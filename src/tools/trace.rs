@@ -19,7 +19,7 @@ const ARGUMENTS: &[Param] = &[
     Param::text("package", ""),
     Param::integer_or_name("threads", "all, or one"),
     Param::code("condition", "With threads and one function: record its calls only when this holds."),
-    Param::integer("max_calls", 1, "").unlisted(),
+    Param::integer("max_calls", 1, "").bounds_unlisted(),
 ];
 
 fn definition() -> ToolDefinition {
