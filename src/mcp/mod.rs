@@ -9,6 +9,7 @@ pub mod audit;
 pub mod client_requests;
 pub mod elicitation;
 pub mod message;
+mod protocol;
 mod rounds;
 pub mod server;
 mod stateless;

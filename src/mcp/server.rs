@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::client_requests::ClientRequests;
 use super::elicitation::{self, Elicitation, ELICITATION_SINCE};
 use super::message::{Invalid, Line, Message, Notification, Request, RequestId};
+use super::protocol::{server_info, Failure, INVALID_PARAMS, SUPPORTED_VERSIONS};
 use super::rounds::{Answer, Round, Rounds};
 use super::stateless::{self, MetaParams, RequestMeta, StatelessClient, CACHE_SCOPE, CACHE_TTL_MS, STATELESS_VERSION};
 use super::tool_list::tool_list;
@@ -34,9 +35,6 @@ use crate::pipeline::observe::Observer;
 use crate::pipeline::{Ask, Call, Caller, ConfirmPolicy, Pipeline};
 use crate::tools::{Progress, ToolOutput, Toolbox};
 
-/// The revisions of the `initialize` handshake, newest first; an unknown requested version is
-/// answered with the newest. Revision 2026-07-28 is served beside them ([`stateless`]).
-pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// Structured tool output (`structuredContent`) exists from this revision on.
 const STRUCTURED_OUTPUT_SINCE: &str = "2025-06-18";
 /// Generous for any real request (a big `content` for edit-lisp-form included), small enough
@@ -48,7 +46,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
-pub(super) const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
 /// For a request other than `initialize` and `ping` before `initialize` was answered. The MCP
 /// lifecycle (2025-11-25, basic/lifecycle, "Initialization") only says that the client SHOULD NOT
@@ -237,19 +234,6 @@ enum Outcome {
         #[serde(skip_serializing_if = "Option::is_none")]
         data: Option<Value>,
     },
-}
-
-/// A request's JSON-RPC error.
-pub(super) struct Failure {
-    pub code: i64,
-    pub message: String,
-    pub data: Option<Value>,
-}
-
-impl Failure {
-    pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Failure { code, message: message.into(), data: None }
-    }
 }
 
 #[derive(Serialize)]
@@ -606,11 +590,6 @@ impl Server {
         };
         (caller, round)
     }
-}
-
-/// The server's name and version, as every revision gives them.
-pub(super) fn server_info() -> Value {
-    json!({ "name": "swank-mcp", "title": "swank-mcp", "version": env!("CARGO_PKG_VERSION") })
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::server::{Failure, INVALID_PARAMS, SUPPORTED_VERSIONS};
+use super::protocol::{server_info, Failure, INVALID_PARAMS, SUPPORTED_VERSIONS};
 
 /// The stateless revision served.
 pub const STATELESS_VERSION: &str = "2026-07-28";
@@ -109,7 +109,7 @@ pub fn client_of(meta: Option<RequestMeta>, method: &str) -> Result<StatelessCli
 
 /// The result `_meta` of this revision, which names the server in every result.
 pub fn result_meta() -> Value {
-    json!({ "io.modelcontextprotocol/serverInfo": super::server::server_info() })
+    json!({ "io.modelcontextprotocol/serverInfo": server_info() })
 }
 
 #[cfg(test)]
