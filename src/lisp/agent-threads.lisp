@@ -105,21 +105,18 @@ which the agent's server opens it as a debugger session."
   "REPORT, a thread's stop as RECORD-BACKGROUND-ERROR noted it, as it is now: a thread that has
 surely left the stop since (it ended, or waits at another stop) is said to have, and is no longer
 offered to attach to."
-  (destructuring-bind (&key waiting-thread attach &allow-other-keys) report
-    (let ((report (loop for (key value) on report by #'cddr
-                        unless (eq key :waiting-thread)
-                          append (list key value))))
-      ;; A thread in no debugger may be on its way into the one it was noted for: only one that
-      ;; ended, or waits at another stop, has surely left it.
-      (if (and waiting-thread attach
-               (or (not (sb-thread:thread-alive-p waiting-thread))
-                   (let ((stop (ignore-errors (thread-stop waiting-thread))))
-                     (and stop (/= stop (getf report :stop))))))
-          (list* :gone t :waits nil :attach nil
-                 (loop for (key value) on report by #'cddr
-                       unless (member key '(:gone :waits :attach))
-                         append (list key value)))
-          report))))
+  (destructuring-bind (&key waiting-thread attach stop &allow-other-keys) report
+    ;; A thread in no debugger may be on its way into the one it was noted for: only one that
+    ;; ended, or waits at another stop, has surely left it.
+    (let ((gone (and waiting-thread attach
+                     (or (not (sb-thread:thread-alive-p waiting-thread))
+                         (let ((now (ignore-errors (thread-stop waiting-thread))))
+                           (and now (/= now stop)))))))
+      (loop for (key value) on report by #'cddr
+            unless (eq key :waiting-thread)
+              append (list key (if (and gone (member key '(:gone :waits :attach)))
+                                   (eq key :gone)
+                                   value))))))
 
 (defun take-background (session)
   "What SESSION's agent threads printed and their errors since the last reply, taken (the buffer

@@ -64,7 +64,8 @@ the function, with its parameters bound (STOP-FRAME-FUNCTION), or NIL.")))
 meanwhile (the stop's own printing, the agent's eval_in_frame) never stops at a breakpoint.")
 
 (defparameter *condition-time-limit* 0.5
-  "Seconds a breakpoint's condition may run in the thread it tests before it counts as false.")
+  "Seconds the agent's condition (a breakpoint's, a trace's) may run in the thread it tests before
+it counts as false.")
 
 (defun release-stops (predicate why)
   "Lets every thread waiting at a breakpoint stop PREDICATE is true of go on, through its stop's
@@ -398,9 +399,9 @@ which the activity record says WHY of, and how many threads were let go."
 (defun forget-session-breakpoints (session)
   "Removes SESSION's breakpoints, and lets every thread stopped at one of them go on (also at one
 its last stop removed already): it has ended."
-  (remove-breakpoints (session-breakpoints session) "its agent's session ended")
-  (release-stops (lambda (stop) (eq (breakpoint-session (stop-breakpoint stop)) session))
-                 "its agent's session ended"))
+  (let ((why "its agent's session ended"))
+    (remove-breakpoints (session-breakpoints session) why :release nil)
+    (release-stops (lambda (stop) (eq (breakpoint-session (stop-breakpoint stop)) session)) why)))
 
 (defun breakpoint-plist (breakpoint)
   (list :number (breakpoint-number breakpoint)

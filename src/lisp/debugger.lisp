@@ -110,6 +110,11 @@ breakpointed name (its definition a closure) says nothing either way."
               (not (sbcl-call :closurep function))
               (not (eq current function))))))
 
+(defun runs-replaced-definition-p (frame name)
+  "Whether FRAME, a frame of the function NAME, runs a definition of it replaced since it was
+entered."
+  (replaced-definition-p name (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame)))))
+
 (defun older-definition-lines (start end)
   "Lines naming, among the frames numbered START to END, those that run a definition replaced since
 they were entered, and those that hold a replaced function in a local (REDUCE's :KEY, a callback):
@@ -118,12 +123,11 @@ after a fix, they go on with the old code."
         (frame-locals (backend-function "FRAME-LOCALS")))
     (loop for (index frame name) in (user-frames end)
           when (>= index start)
-            do (let ((code (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame)))))
-                 (when (replaced-definition-p name code)
-                   (push (format nil "Frame ~D runs the definition of ~A from before its last redefinition: ~
-                                      restart_frame ~D calls the current one."
-                                 index (qualified-name name) index)
-                         lines)))
+            do (when (runs-replaced-definition-p frame name)
+                 (push (format nil "Frame ~D runs the definition of ~A from before its last redefinition: ~
+                                    restart_frame ~D calls the current one."
+                               index (qualified-name name) index)
+                       lines))
                (dolist (local (ignore-errors (funcall frame-locals index)))
                  (let* ((value (getf local :value))
                         (held (and (functionp value) (ignore-errors (sbcl-call :%fun-name value)))))
@@ -209,14 +213,11 @@ frame runs)."
   (debugger-command
    (lambda ()
      (check-user-frame index)
-     (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index)))))
-       (let ((location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
-         (list :call (frame-call frame)
-               :replaced (multiple-value-bind (text name) (frame-call frame)
-                           (declare (ignore text))
-                           (and (replaced-definition-p
-                                 name (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame))))
-                                t))
+     (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index))))
+           (location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
+       (multiple-value-bind (call name) (frame-call frame)
+         (list :call call
+               :replaced (and (runs-replaced-definition-p frame name) t)
                ;; Named as seen from the frame's package, in which eval_in_frame reads them.
                :locals (loop with package = (frame-package index)
                              for local in (funcall (backend-function "FRAME-LOCALS") index)

@@ -222,13 +222,14 @@ SESSION's (RUN-AS-AGENT-CODE)."
         ((not (member (string-upcase name) *attachable-entries* :test #'string=))
          (list :failure (format nil "~A is not a debugger action." name)))
         (t (let ((*parked* (or *parked* (server-debugger-state)))
-                 (entry (find-symbol (string-upcase name) '#:mcp-agent-helper)))
+                 (entry (find-symbol (string-upcase name) '#:mcp-agent-helper))
+                 (current (current-stop)))
              (cond ((null *parked*)
                     (list :failure "This thread no longer waits in a debugger."))
-                   ((not (eql stop (current-stop)))
+                   ((not (eql stop current))
                     (list :failure (format nil "The stop this action was for is gone: the thread left it~@[, and now ~
                                                 waits in stop ~D~]. Nothing was done; attach to it again."
-                                           (current-stop))))
+                                           current)))
                    ((member (string-upcase name) *agent-code-entries* :test #'string=)
                     (run-as-agent-code session token allow-exit (lambda () (apply entry arguments))))
                    (t (apply entry arguments)))))))

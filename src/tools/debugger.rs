@@ -426,21 +426,36 @@ async fn attach(
     })?;
     let facts = context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(thread)).await?;
     let facts = decode::<AttachFacts>("attach-thread", &facts)?;
+    let sessions = context.debugger_sessions();
     let image = context.image(args)?;
+    let number = sessions.with_stop(&image, facts.stop).unwrap_or_else(|| sessions.next_number());
+    match keep_attached(context, image, number, &facts, limits).await? {
+        Some(report) => Ok((number, report)),
+        None => Err(ToolError::new("The thread left the debugger before it could be attached to.")),
+    }
+}
+
+/// Describes the stop `facts` names, in a thread of the image's own, and keeps it as session
+/// `number`: the reply to an attach, and to an action after which the thread stopped again. `None`
+/// when the thread left the debugger before it could be described.
+async fn keep_attached(
+    context: &ToolContext,
+    image: std::sync::Arc<crate::image::Image>,
+    number: u64,
+    facts: &AttachFacts,
+    limits: &CallLimits,
+) -> Result<Option<ToolOutput>, ToolError> {
     let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
-    let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, context.exit_allowed(&image), limits).await? else {
-        return Err(ToolError::new("The thread left the debugger before it could be attached to."));
+    let allow_exit = context.exit_allowed(&image);
+    let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, allow_exit, limits).await?
+    else {
+        return Ok(None);
     };
     check_failure(&reply)?;
     let report = decode::<StopReport>("debugger-report", &reply)?;
-    let sessions = context.debugger_sessions();
-    let number = sessions.with_stop(&image, facts.stop).unwrap_or_else(|| sessions.next_number());
-    let condition = format!(
-        "{}: {}",
-        report.condition.type_name,
-        report.condition.message.lines().next().unwrap_or_default()
-    );
-    sessions.keep(DebuggerSession {
+    let condition =
+        format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
+    context.debugger_sessions().keep(DebuggerSession {
         number,
         image,
         thread: facts.thread,
@@ -449,7 +464,7 @@ async fn attach(
         stopped: Stopped::Attached { listed: facts.number, stop: facts.stop },
     });
     let thread = format!("{} {:?}", facts.number, facts.name);
-    Ok((number, report.into_attached_output(number, &thread, &facts.waits_in)))
+    Ok(Some(report.into_attached_output(number, &thread, &facts.waits_in)))
 }
 
 /// What became of a thread an action moved on from stop `left`, as the helper's
@@ -480,24 +495,8 @@ async fn follow_attached(
     if moved.stopped.is_some() {
         let facts = context.call_helper(args, Request::new(Entry::ATTACH_THREAD).arg(listed.to_string())).await?;
         let facts = decode::<AttachFacts>("attach-thread", &facts)?;
-        let request = Request::new(Entry::DEBUGGER_REPORT).key("start", 0_u64).key("end", FRAMES_SHOWN);
-        let image = context.image(args)?;
-        let allow_exit = context.exit_allowed(&image);
-        if let Some(reply) = image.call_in_attached_thread((facts.thread, facts.stop), request, allow_exit, limits).await? {
-            check_failure(&reply)?;
-            let report = decode::<StopReport>("debugger-report", &reply)?;
-            let condition =
-                format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
-            context.debugger_sessions().keep(DebuggerSession {
-                number,
-                image,
-                thread: facts.thread,
-                condition,
-                since: std::time::Instant::now(),
-                stopped: Stopped::Attached { listed, stop: facts.stop },
-            });
-            let thread = format!("{} {:?}", facts.number, facts.name);
-            return Ok(report.into_attached_output(number, &thread, &facts.waits_in));
+        if let Some(report) = keep_attached(context, context.image(args)?, number, &facts, limits).await? {
+            return Ok(report);
         }
     }
     let step_hint = if stepped {
