@@ -111,7 +111,7 @@ offered to attach to."
     (let ((gone (and waiting-thread attach
                      (or (not (sb-thread:thread-alive-p waiting-thread))
                          (let ((now (ignore-errors (thread-stop waiting-thread))))
-                           (and now (/= now stop)))))))
+                           (and now stop (/= now stop)))))))
       (loop for (key value) on report by #'cddr
             unless (eq key :waiting-thread)
               append (list key (if (and gone (member key '(:gone :waits :attach)))
