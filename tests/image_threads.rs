@@ -767,8 +767,17 @@ async fn after_a_fix_the_frames_that_still_run_or_hold_the_old_definition_are_na
 async fn after_uninstall_the_persons_errors_go_to_the_person() {
     let (_image, mut person, mut agent) = shop_and_agent().await;
     assert_eq!(tool(&mut agent, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await, "=> 3");
-    // The person uninstalls from their REPL; refused while a call of the agent's server runs
-    // (its activity note may still be on its way).
+    // Once the image has the note of the call's end, the agent's server has nothing more to send,
+    // and will not connect again on its own after its connection closes.
+    until_person_sees(
+        &mut person,
+        "(if (find-if (lambda (record) (member (mcp-agent-helper::record-state record) '(:waiting :running))) \
+                      mcp-agent-helper::*activity*) :running :idle)",
+        "(:ok \"=> :IDLE",
+        "the agent's call to be recorded as ended",
+    )
+    .await;
+    // The person uninstalls from their REPL; refused while a call of the agent's server runs.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let uninstalled = person.eval("(getf (mcp-agent-helper:uninstall) :sessions)", "SHOP").await;
