@@ -14,7 +14,8 @@ fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The helper's files, but the bootstrap, which is sent on its own before the helper exists.
+/// The helper's files: not the bootstrap, which is sent on its own before the helper exists, nor
+/// launch.lisp, the script that starts an image with swank for `--launch`.
 fn lisp_files() -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = fs::read_dir(repository().join("src/lisp"))
         .expect("src/lisp lists")
@@ -24,7 +25,7 @@ fn lisp_files() -> Vec<(String, String)> {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             (name, fs::read_to_string(&path).expect("a helper file reads"))
         })
-        .filter(|(name, _)| name != "bootstrap.lisp")
+        .filter(|(name, _)| name != "bootstrap.lisp" && name != "launch.lisp")
         .collect();
     files.sort();
     files
@@ -258,8 +259,7 @@ fn sbcl_internals_are_named_in_sbcl_lisp_only_and_all_listed_there() {
                 let package_end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(rest.len());
                 rest[package_end..].starts_with("::")
             });
-            let by_name = code.contains("(existing-symbols \"sb-")
-                || (code.contains("(find-symbol \"") && (code.contains("\"sb-") || code.contains("'#:sb-")));
+            let by_name = code.contains("(find-symbol \"") && (code.contains("\"sb-") || code.contains("'#:sb-"));
             if internal || by_name {
                 wrong.push(format!("{file}:{}: {}", number + 1, code.trim()));
             }
@@ -278,6 +278,113 @@ fn sbcl_internals_are_named_in_sbcl_lisp_only_and_all_listed_there() {
         }
     }
     assert!(wrong.is_empty(), "SBCL internals named outside sbcl.lisp:\n{}", wrong.join("\n"));
+}
+
+/// servers.lisp's ways to a server's insides by name, and the raw parts they find: the other
+/// files ask servers.lisp's functions instead.
+const SERVER_LOOKUPS: &[&str] = &[
+    "server-symbol",
+    "server-function",
+    "backend-function",
+    "found-function",
+    "mailbox-registry",
+    "server-backend",
+    "server-implementation",
+    "server-connection-variable",
+    "server-send-counter",
+    "server-reader-thread",
+    "server-mailboxes",
+    "*server-kinds*",
+    "*server-encapsulations*",
+];
+
+/// Whether a piece of a symbol (between its colons and slashes) names swank, slynk or their
+/// front ends, but for swank-mcp itself.
+fn names_a_server(piece: &str) -> bool {
+    let piece = piece.replace("swank-mcp", "");
+    ["swank", "slynk", "slime"].iter().any(|name| piece.contains(name))
+        || piece == "sly"
+        || piece.starts_with("sly-")
+        || piece.contains("-sly-")
+        || piece.ends_with("-sly")
+}
+
+/// The symbol names servers.lisp looks up in the servers: its upper-case string literals.
+fn names_looked_up(servers: &str) -> BTreeSet<String> {
+    let code = code_only(servers);
+    code.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|literal| {
+            literal.len() > 2
+                && literal.chars().any(|c| c.is_ascii_uppercase())
+                && literal.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || "-*%./".contains(c))
+        })
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The lines of `text` (a helper file other than servers.lisp) that name a server or something of
+/// theirs: the servers' names, servers.lisp's lookups by name (`SERVER_LOOKUPS`) or a name it looks
+/// up, written as a string.
+fn server_names_in(text: &str, looked_up: &BTreeSet<String>) -> Vec<String> {
+    let symbol_char = |c: char| c.is_ascii_alphanumeric() || "-*%.+<>=!?&$:/".contains(c);
+    code_only(text)
+        .to_lowercase()
+        .lines()
+        .enumerate()
+        .filter(|(_, code)| {
+            let tokens: Vec<&str> = code.split(|c: char| !symbol_char(c)).filter(|t| !t.is_empty()).collect();
+            let names_server = tokens.iter().flat_map(|token| token.split([':', '/'])).any(names_a_server);
+            let looks_up = tokens.iter().any(|token| SERVER_LOOKUPS.contains(token));
+            let literal = code.split('"').skip(1).step_by(2).any(|literal| looked_up.contains(literal));
+            names_server || looks_up || literal
+        })
+        .map(|(number, code)| format!("{}: {}", number + 1, code.trim()))
+        .collect()
+}
+
+#[test]
+fn servers_lisp_alone_names_the_servers_and_their_insides() {
+    let files = lisp_files();
+    let servers = &files.iter().find(|(name, _)| name == "servers.lisp").expect("servers.lisp exists").1;
+    let looked_up = names_looked_up(servers);
+    assert!(
+        looked_up.contains("*connections*") && looked_up.contains("compute-backtrace") && looked_up.contains("swank"),
+        "{looked_up:?}"
+    );
+    let mut wrong = Vec::new();
+    for (file, text) in files.iter().filter(|(name, _)| name != "servers.lisp") {
+        wrong.extend(server_names_in(text, &looked_up).into_iter().map(|line| format!("{file}:{line}")));
+    }
+    assert!(
+        wrong.is_empty(),
+        "named outside servers.lisp, which is the only file to name the servers:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_server_name_finder_sees_each_way_of_naming_them() {
+    let looked_up: BTreeSet<String> = ["*connections*".to_string()].into();
+    let lisp = "(find-package \"SWANK\")\n\
+                (funcall 'slynk-backend:thread-id thread)\n\
+                (server-function server \"ANYTHING\")\n\
+                (find-symbol \"*CONNECTIONS*\" package)\n\
+                (sb-thread:make-thread f :name \"swank-mcp worker\")\n\
+                (defun person-first-connection (package default-connection))\n\
+                ;; swank's own, in a comment\n\
+                \"A docstring that names swank and SLY-DB.\"\n\
+                (server-connections package)\n";
+    assert_eq!(
+        server_names_in(lisp, &looked_up),
+        [
+            "1: (find-package \"swank\")",
+            "2: (funcall 'slynk-backend:thread-id thread)",
+            "3: (server-function server \"anything\")",
+            "4: (find-symbol \"*connections*\" package)",
+        ]
+    );
 }
 
 #[test]

@@ -103,22 +103,6 @@ how many were let go."
                         function of yours that calls it"
                    (package-name package))))))
 
-(defun server-debugging-function (package)
-  "A function of (CONNECTION CONDITION) that enters the debugger of the server of PACKAGE on
-CONNECTION, as a request of that connection would, or NIL when the server lacks the parts. Made
-from the server's own WITH-CONNECTION and DEBUG-IN-EMACS, found by name; no pending request is
-named, so the agent's server takes the stop for a thread it did not start and leaves it waiting."
-  (destructuring-bind (&optional with-connection debug pending)
-      ;; Slynk kept swank's names for these.
-      (mapcar (lambda (name) (find-symbol name package))
-              '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*"))
-    (and with-connection debug pending (macro-function with-connection) (fboundp debug)
-         (compile nil `(,(or (sbcl-symbol :named-lambda) 'lambda)
-                        ,@(and (sbcl-symbol :named-lambda) '(enter-agent-debugger))
-                        (connection condition)
-                        (let ((,pending '()))
-                          (,with-connection (connection) (,debug condition))))))))
-
 (defun agent-debugger (session)
   "A function of a condition that enters the debugger on SESSION's connection with it, or, where
 the server lacks the parts, the debugger as ever."

@@ -4,9 +4,9 @@
 ;;;; parked with, and frame numbers are the server's debugger's (frame 0 is where the condition
 ;;;; was signalled).
 ;;;;
-;;;; Frames are reached through the server's backend (SWANK/BACKEND or SLYNK-BACKEND), found by
-;;;; name like the mailbox list: it knows the debugger's stack top, and how to evaluate in, restart
-;;;; and return from a frame of this SBCL. Loaded after printing.lisp, under the rules of package.lisp.
+;;;; Frames are reached through the server's backend (servers.lisp's BACKEND- functions): it knows
+;;;; the debugger's stack top, and how to evaluate in, restart and return from a frame of this
+;;;; SBCL. Loaded after printing.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 
@@ -29,7 +29,7 @@ nested error never parks a second level. Returns its plist, (:FAILURE message) o
 (defun frame-package (index)
   "The package of frame INDEX's function, as SLIME reads and prints in that frame (the backend's
 FRAME-PACKAGE), or the package the evaluation was in when the frame's function has none."
-  (or (ignore-errors (funcall (backend-function "FRAME-PACKAGE") index))
+  (or (ignore-errors (backend-frame-package index))
       (parked-package *parked*)))
 
 (defun read-forms (code &optional (package (parked-package *parked*)))
@@ -57,7 +57,7 @@ count."
   (let ((frames '())
         (seen-user-frame nil)
         (image-thread (parked-image-thread-p *parked*)))
-    (loop for frame in (funcall (backend-function "COMPUTE-BACKTRACE") 0 end)
+    (loop for frame in (backend-compute-backtrace 0 end)
           for index from 0
           do (let ((name (frame-call-of frame (parked-condition *parked*))))
                (cond ((own-frame-p name)
@@ -119,8 +119,7 @@ entered."
   "Lines naming, among the frames numbered START to END, those that run a definition replaced since
 they were entered, and those that hold a replaced function in a local (REDUCE's :KEY, a callback):
 after a fix, they go on with the old code."
-  (let ((lines '())
-        (frame-locals (backend-function "FRAME-LOCALS")))
+  (let ((lines '()))
     (loop for (index frame name) in (user-frames end)
           when (>= index start)
             do (when (runs-replaced-definition-p frame name)
@@ -128,7 +127,7 @@ after a fix, they go on with the old code."
                                     restart_frame ~D calls the current one."
                                index (qualified-name name) index)
                        lines))
-               (dolist (local (ignore-errors (funcall frame-locals index)))
+               (dolist (local (ignore-errors (backend-frame-locals index)))
                  (let* ((value (getf local :value))
                         (held (and (functionp value) (ignore-errors (sbcl-call :%fun-name value)))))
                    (when (replaced-definition-p held value)
@@ -213,14 +212,14 @@ frame runs)."
   (debugger-command
    (lambda ()
      (check-user-frame index)
-     (let ((frame (first (funcall (backend-function "COMPUTE-BACKTRACE") index (1+ index))))
-           (location (ignore-errors (funcall (backend-function "FRAME-SOURCE-LOCATION") index))))
+     (let ((frame (first (backend-compute-backtrace index (1+ index))))
+           (location (ignore-errors (backend-frame-source-location index))))
        (multiple-value-bind (call name) (frame-call frame)
          (list :call call
                :replaced (and (runs-replaced-definition-p frame name) t)
                ;; Named as seen from the frame's package, in which eval_in_frame reads them.
                :locals (loop with package = (frame-package index)
-                             for local in (funcall (backend-function "FRAME-LOCALS") index)
+                             for local in (backend-frame-locals index)
                              collect (list (let ((*package* package))
                                              (prin1-to-string (getf local :name)))
                                            (local-value-text (getf local :value))))
@@ -267,7 +266,6 @@ a compile-time error, which cannot be muffled)."
    (lambda ()
      (check-user-frame index)
      (let ((stdout (make-capture *max-output*))
-           (eval-in-frame (backend-function "EVAL-IN-FRAME"))
            (values '())
            (warnings '()))
        (flet ((record (condition)
@@ -283,7 +281,7 @@ a compile-time error, which cannot be muffled)."
            (let ((*standard-output* stdout)
                  (*frame-evaluation* t))
              (dolist (form (read-forms code (frame-package index)))
-               (setf values (multiple-value-list (funcall eval-in-frame form index)))))))
+               (setf values (multiple-value-list (backend-eval-in-frame form index)))))))
        (list :values (mapcar (lambda (value) (print-value value *max-output*)) values)
              :stdout (capture-report stdout)
              :warnings (mapcar #'cdr (reverse (last warnings *max-warnings*))))))))
@@ -330,7 +328,7 @@ strings evaluated in order. Returns only when the restart does."
   (debugger-command
    (lambda ()
      (check-user-frame index)
-     (funcall (backend-function "RESTART-FRAME") index)
+     (backend-restart-frame index)
      (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
             information: (declaim (optimize (debug 2))) and recompile)." index))))
 
@@ -341,7 +339,7 @@ strings evaluated in order. Returns only when the restart does."
      (check-user-frame index)
      (let* ((forms (read-forms code (frame-package index)))
             (form (if (rest forms) `(progn ,@forms) (first forms)))
-            (outcome (funcall (backend-function "RETURN-FROM-FRAME") index form)))
+            (outcome (backend-return-from-frame index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))
 
 (define-entry (debugger-abort :caller :server) ()

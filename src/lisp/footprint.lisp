@@ -28,6 +28,8 @@
 ;;;; - The modules sb-cltl2 and sb-introspect, required when the helper loads (its files name their
 ;;;;   symbols); swank and slynk have loaded both already. A module cannot be unloaded, so
 ;;;;   UNINSTALL leaves them.
+;;;; The servers' parts among these are named in servers.lisp, the one file that names anything
+;;;; of theirs (*SERVER-ENCAPSULATIONS*, CONNECTION-CLOSED-HOOKS).
 ;;;;
 ;;;; Besides these, the helper changes the servers' own state as it serves calls (servers.lisp,
 ;;;; workers.lisp): it drops finished threads' mailboxes and ids, restarts a worker's message
@@ -58,23 +60,17 @@
     (:call-hooks mcp-agent-hook-owners call-owned-hooks)
     (:%defmacro mcp-agent-journal journal-defmacro)
     (:load-defmethod mcp-agent-journal journal-defmethod)
-    (:load-defclass mcp-agent-journal journal-defclass)
-    (("SWANK" "DEFAULT-CONNECTION") mcp-agent-person-first swank-person-first)
-    (("SLYNK" "DEFAULT-CONNECTION") mcp-agent-person-first slynk-person-first)
-    (("SWANK" "INVOKE-SLIME-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
-    (("SLYNK" "INVOKE-SLY-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
-    (("SWANK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
-    (("SLYNK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
-    (("SWANK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
-    (("SLYNK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
-    (("SWANK-REPL" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
-    (("SWANK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
-    (("SLYNK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only))
-  "The functions the helper encapsulates, each (function tag wrapper): FUNCTION is an SBCL
-internal's keyword (sbcl.lisp), SBCL's exported symbol, or a server's (package name). Internals
-and servers' functions are looked up by name, since a future SBCL or server may lack one (the
-helper then does without). The wrapper is called by name, so
-that a reloaded helper's definition takes over.")
+    (:load-defclass mcp-agent-journal journal-defclass))
+  "The SBCL functions the helper encapsulates, each (function tag wrapper): FUNCTION is an SBCL
+internal's keyword (sbcl.lisp) or SBCL's exported symbol. Internals are looked up by name, since a
+future SBCL may lack one (the helper then does without). The wrapper is called by name, so that a
+reloaded helper's definition takes over. The servers' functions it encapsulates are servers.lisp's
+to name (SERVER-ENCAPSULATIONS); ENCAPSULATION-SPECS has both.")
+
+(defun encapsulation-specs ()
+  "Every encapsulation of the footprint, each (function tag wrapper): *ENCAPSULATIONS* and those
+of the servers the image has (SERVER-ENCAPSULATIONS)."
+  (append *encapsulations* (server-encapsulations)))
 
 (defun fdefinition-hook ()
   (or *fdefinition-hook*
@@ -86,24 +82,22 @@ that a reloaded helper's definition takes over.")
 
 (defun encapsulated-function (designator)
   "The symbol of an encapsulated function as *ENCAPSULATIONS* names it, or NIL when it is missing."
-  (cond ((keywordp designator) (sbcl-symbol designator))
-        ((symbolp designator) designator)
-        (t (first (existing-symbols (first designator) (second designator))))))
+  (if (keywordp designator) (sbcl-symbol designator) designator))
 
 (defun encapsulations-supported-p ()
   (= 3 (length (sbcl-symbols :encapsulate :encapsulated-p :unencapsulate))))
 
-(defun server-hook-items (package)
-  "The footprint on the server of PACKAGE: its connection-closed hook, where it has one."
-  (loop for (name function) in '(("*CONNECTION-CLOSED-HOOK*" connection-closed))
-        for hook = (find-symbol name package)
-        when (and hook (boundp hook) (listp (symbol-value hook)))
-          collect (list :hook hook function)))
+(defun server-hook-items (&optional server)
+  "The footprint on SERVER (by default every server loaded): CONNECTION-CLOSED on its
+connection-closed hook, where it has one."
+  (loop for hook in (connection-closed-hooks server)
+        when (and (boundp hook) (listp (symbol-value hook)))
+          collect (list :hook hook 'connection-closed)))
 
 (defun image-items ()
   "The footprint outside the servers: the encapsulations and the fdefinition hook."
   (append (and (encapsulations-supported-p)
-               (loop for (designator tag) in *encapsulations*
+               (loop for (designator tag) in (encapsulation-specs)
                      for function = (encapsulated-function designator)
                      when (and function (fboundp function))
                        collect (list :encapsulation function tag)))
@@ -115,7 +109,7 @@ that a reloaded helper's definition takes over.")
 
 (defun wrapper-of (item)
   "The wrapper of the encapsulation ITEM, (:ENCAPSULATION function tag)."
-  (third (find (second item) *encapsulations*
+  (third (find (second item) (encapsulation-specs)
                 :key (lambda (spec) (encapsulated-function (first spec))))))
 
 (defun item-present-p (item)
@@ -151,11 +145,10 @@ that a reloaded helper's definition takes over.")
   "What is in the image of any revision's footprint: what *INSTALLED* lists, and the helper's
 functions on the servers' hooks (a revision from before *INSTALLED* put some there by name)."
   (union *installed*
-         (loop for package in (server-packages)
-               append (loop for (nil hook) in (server-hook-items package)
-                            append (loop for function in (symbol-value hook)
-                                         when (own-function-p function)
-                                           collect (list :hook hook function))))
+         (loop for (nil hook) in (server-hook-items)
+               append (loop for function in (symbol-value hook)
+                            when (own-function-p function)
+                              collect (list :hook hook function)))
          :test #'equal))
 
 (defun install ()
@@ -163,7 +156,7 @@ functions on the servers' hooks (a revision from before *INSTALLED* put some the
 in, and what another revision installed that this one does not is taken out (its function may no
 longer exist)."
   (sb-thread:with-mutex (*footprint-lock*)
-    (let ((wanted (append (image-items) (mapcan #'server-hook-items (server-packages)))))
+    (let ((wanted (append (image-items) (server-hook-items))))
       (mapc #'remove-item (set-difference (present-items) wanted :test #'equal))
       (mapc #'add-item wanted))
     (setf *footprint-installed* t))
@@ -173,7 +166,7 @@ longer exist)."
   "Gives SERVER, seen for the first time, its part of the footprint while the helper is installed."
   (sb-thread:with-mutex (*footprint-lock*)
     (when *footprint-installed*
-      (mapc #'add-item (server-hook-items (server-package server))))))
+      (mapc #'add-item (server-hook-items server)))))
 
 (defun remove-footprint ()
   "Takes the whole footprint out of the image, whichever revision put it in (an encapsulation of a

@@ -42,9 +42,7 @@
 (defun close-connection-socket (connection)
   "Closes CONNECTION's socket without a last flush, which a client gone may never read."
   (ignore-errors
-   (let* ((server (connection-server connection))
-          (socket-io (and server (server-function server "CONNECTION.SOCKET-IO")))
-          (stream (and socket-io (funcall socket-io connection))))
+   (let ((stream (connection-socket-stream connection)))
      (when (streamp stream)
        (close stream :abort t)))))
 
@@ -53,17 +51,12 @@
 away (its CLOSE-CONNECTION%: its threads stop, it leaves the server's list); the swank-mcp server
 connects again at its next call."
   (ignore-errors
-   (let* ((server (connection-server connection))
-          (close (and server (server-function server "CLOSE-CONNECTION%"))))
-     (close-connection-socket connection)
-     (when close
-       (funcall close connection nil nil)))))
+   (close-connection-socket connection)
+   (close-server-connection connection)))
 
 (defun person-connection (package)
   "The newest connection of the server of PACKAGE that is not a swank-mcp server's, or NIL."
-  (let ((connections (let ((variable (find-symbol "*CONNECTIONS*" package)))
-                       (and variable (boundp variable) (symbol-value variable)))))
-    (ignore-errors (find-if-not #'agent-connection-p connections))))
+  (ignore-errors (find-if-not #'agent-connection-p (server-connections package))))
 
 (defvar *person-connections-only* nil
   "True while a server chooses where the image's global output goes after a connection closed
@@ -86,12 +79,6 @@ back to the real streams, as it does in an image swank-mcp never attached to."
   (let ((*person-connections-only* t))
     (funcall update-redirection closed-connection)))
 
-(defun swank-person-first (default-connection)
-  (person-first-connection (find-package "SWANK") default-connection))
-
-(defun slynk-person-first (default-connection)
-  (person-first-connection (find-package "SLYNK") default-connection))
-
 ;;; ------------------------------------------------------------------------------------------
 ;;; Telling the agents that a thread of the image stopped
 
@@ -112,23 +99,6 @@ that it stopped, where it waits and how to attach; then the server's debugger ru
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Acting on a thread that waits in a server's debugger
-
-(defun server-thread-id (thread)
-  "The id by which the servers in the image name THREAD (they share one table), or NIL."
-  (loop for server in (servers)
-        for id-of = (server-function server "THREAD-ID" (server-backend server))
-        when id-of
-          return (ignore-errors (funcall id-of thread))))
-
-(defun server-thread (server id)
-  "The thread the server SERVER numbers ID, or NIL."
-  (let ((find (server-function server "FIND-THREAD" (server-backend server))))
-    (and find (funcall find id))))
-
-(defun connection-server (connection)
-  "The SERVER whose connection CONNECTION is (its structure is of the server's package)."
-  (let ((package (symbol-package (class-name (class-of connection)))))
-    (find package (servers) :key #'server-package)))
 
 (defun attached-request-target (connection event)
   "For an :EMACS-REX EVENT from CONNECTION to an existing thread: the key (thread . id) of its
@@ -160,12 +130,7 @@ waiting there. True when the event was handed on."
                            (remhash key *attached-routes*))
                        (first waiting)))))
       (when (and origin (not (eq origin :other)) (not (eq origin connection)))
-        (let* ((server (connection-server origin))
-               (control-thread (and server (server-function server "MCONN.CONTROL-THREAD")))
-               (send (and server (server-function server "SEND"))))
-          (when (and control-thread send)
-            (funcall send (funcall control-thread origin) event)
-            t))))))
+        (send-to-connection origin event)))))
 
 (defun dispatch-through-routes (dispatch-event connection event)
   "Wraps the server's DISPATCH-EVENT, which a connection's control thread calls on each event:
@@ -275,7 +240,7 @@ saying why, otherwise."
             (debugger (thread-debugger thread))
             (level (getf debugger :level))
             (server (current-server))
-            (id-of (and server (server-function server "THREAD-ID" (server-backend server)))))
+            (id-of (and server (server-thread-id-function server))))
        (cond ((sb-thread:symbol-value-in-thread '*parked* thread nil)
               (fail "Thread ~A ~S is an evaluation of swank-mcp's waiting in its debugger: act on it with the ~
                      session its evaluation returned (lisp-status lists the sessions)."
@@ -287,7 +252,7 @@ saying why, otherwise."
              ((null id-of)
               (fail "The server has no THREAD-ID, which attaching needs."))
              (t
-              (let* ((connection (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil))
+              (let* ((connection (thread-connection server thread))
                      (condition (getf debugger :condition))
                      ;; BREAKPOINT-HIT by name: breakpoints.lisp, which defines it, loads after this.
                      (where (cond ((null connection) "a debugger no connection serves")

@@ -25,8 +25,10 @@
 ;;;;   anything, and everything installed is inert outside the agents' tool calls.
 ;;;; - It is independent of swank and slynk: the Rust side calls it through either, so it must
 ;;;;   not mention either package. (The package name avoids the word "swank" for the same
-;;;;   reason: Slynk's reader rewrites any token containing it.) The server's parts are found by
-;;;;   name, in servers.lisp only: the SERVER of the request a thread serves has them.
+;;;;   reason: Slynk's reader rewrites any token containing it.) servers.lisp is the helper's
+;;;;   backend, as swank/backend.lisp is swank's: the only file that names either server or
+;;;;   anything of theirs, found by name for the SERVER of the request a thread serves; the
+;;;;   others call its functions (tests/helper_source.rs checks).
 ;;;; - It is compiled into a file that replaces the previous revision's definitions, or loaded
 ;;;;   as source, so redefinition must be harmless: DEFCLASS rather than DEFSTRUCT, DEFVAR for
 ;;;;   state that must survive a reload.
@@ -82,16 +84,3 @@ word for an entry."
               (setf (get ',name 'look) ,look
                     (get ',name 'callers) ',callers)
               (defun ,name ,lambda-list ,@body)))))
-
-;;; ------------------------------------------------------------------------------------------
-;;; Symbols found by name
-
-(defun existing-symbols (package-name &rest names)
-  "The symbols of PACKAGE-NAME named NAMES that exist, the missing ones left out: for the servers'
-symbols (swank's and slynk's differ, and change between their releases). SBCL's internals are
-found through sbcl.lisp instead, which lists them all."
-  (let ((package (find-package package-name)))
-    (and package
-         (loop for name in names
-               for symbol = (find-symbol name package)
-               when symbol collect symbol))))

@@ -11,7 +11,10 @@
 ;;;; The parts are found by name, when the server is first seen: a server that lacks one makes
 ;;;; the helper do without it (see each use), never fail to load.
 ;;;;
-;;;; Loaded after footprint.lisp, under the rules of package.lisp.
+;;;; This file is the helper's backend, as swank/backend.lisp is swank's: the only one that names
+;;;; either server or anything inside it (a package, a symbol found by its name, a variable, a
+;;;; function). The other files use the servers through the functions defined here, and
+;;;; tests/helper_source.rs fails when one names them itself.
 
 (in-package #:mcp-agent-helper)
 
@@ -219,3 +222,192 @@ without one."
          (reader (and accessor (ignore-errors (funcall accessor connection)))))
     (or (not (typep reader 'sb-thread:thread))
         (sb-thread:thread-alive-p reader))))
+
+(defun server-features ()
+  "The features the servers the helper knows push when they load, worth naming in a status line."
+  (loop for kind in *server-kinds*
+        collect (intern (getf kind :package) :keyword)))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The servers' parts in the footprint (footprint.lisp puts them in and takes them out)
+
+(defparameter *server-encapsulations*
+  '((("SWANK" "DEFAULT-CONNECTION") mcp-agent-person-first swank-person-first)
+    (("SLYNK" "DEFAULT-CONNECTION") mcp-agent-person-first slynk-person-first)
+    (("SWANK" "INVOKE-SLIME-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
+    (("SLYNK" "INVOKE-SLY-DEBUGGER") mcp-agent-stop-notice note-image-thread-stop)
+    (("SWANK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
+    (("SLYNK" "DISPATCH-EVENT") mcp-agent-attached-replies dispatch-through-routes)
+    (("SWANK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
+    (("SLYNK" "CLOSE-CONNECTION%") mcp-agent-quiet-close close-connection-quietly)
+    (("SWANK-REPL" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
+    (("SWANK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only)
+    (("SLYNK" "UPDATE-REDIRECTION-AFTER-CLOSE") mcp-agent-people-only redirect-to-people-only))
+  "The servers' functions the helper encapsulates, each ((package name) tag wrapper), as
+footprint.lisp's *ENCAPSULATIONS* lists SBCL's (see there).")
+
+(defun server-encapsulations ()
+  "The rows of *SERVER-ENCAPSULATIONS* whose function the image has, each (symbol tag wrapper).
+A server that lacks one (another release, or not loaded) does without its encapsulation."
+  (loop for ((package-name name) tag wrapper) in *server-encapsulations*
+        for package = (find-package package-name)
+        for symbol = (and package (find-symbol name package))
+        when symbol
+          collect (list symbol tag wrapper)))
+
+(defun swank-person-first (default-connection)
+  (person-first-connection (find-package "SWANK") default-connection))
+
+(defun slynk-person-first (default-connection)
+  (person-first-connection (find-package "SLYNK") default-connection))
+
+(defun connection-closed-hooks (&optional server)
+  "The variables of the hooks SERVER (by default every server loaded) runs when a connection
+closes, where it has them."
+  (loop for package in (if server (list (server-package server)) (server-packages))
+        for hook = (find-symbol "*CONNECTION-CLOSED-HOOK*" package)
+        when hook collect hook))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Connections and their threads
+
+(defun server-connections (package)
+  "The connections the server of PACKAGE serves, newest first."
+  (let ((variable (find-symbol "*CONNECTIONS*" package)))
+    (and variable (boundp variable) (symbol-value variable))))
+
+(defun connection-server (connection)
+  "The SERVER whose connection CONNECTION is (its structure is of the server's package)."
+  (let ((package (symbol-package (class-name (class-of connection)))))
+    (find package (servers) :key #'server-package)))
+
+(defun connection-socket-stream (connection)
+  "CONNECTION's socket stream, or NIL."
+  (let* ((server (connection-server connection))
+         (socket-io (and server (server-function server "CONNECTION.SOCKET-IO"))))
+    (and socket-io (funcall socket-io connection))))
+
+(defun current-socket-stream (server)
+  "The socket stream of the connection of SERVER whose request this thread serves, or NIL."
+  (let ((socket-io (server-function server "CURRENT-SOCKET-IO")))
+    (and socket-io (ignore-errors (funcall socket-io)))))
+
+(defun close-server-connection (connection)
+  "Closes CONNECTION as its server closes one whose client went away (its CLOSE-CONNECTION%: its
+threads stop, it leaves the server's list), when the server has that."
+  (let* ((server (connection-server connection))
+         (close (and server (server-function server "CLOSE-CONNECTION%"))))
+    (when close
+      (funcall close connection nil nil))))
+
+(defun send-to-connection (connection event)
+  "Hands EVENT to CONNECTION's control thread, as its server's SEND does, which writes it to the
+client. False when the server lacks the parts."
+  (let* ((server (connection-server connection))
+         (control-thread (and server (server-function server "MCONN.CONTROL-THREAD")))
+         (send (and server (server-function server "SEND"))))
+    (when (and control-thread send)
+      (funcall send (funcall control-thread connection) event)
+      t)))
+
+(defun thread-connection (server thread)
+  "The connection of SERVER whose request THREAD serves, or NIL."
+  (sb-thread:symbol-value-in-thread (server-connection-variable server) thread nil))
+
+(defun server-thread-id-function (server)
+  "The function by which SERVER's backend numbers a thread, or NIL."
+  (server-function server "THREAD-ID" (server-backend server)))
+
+(defun server-thread-id (thread)
+  "The id by which the servers in the image name THREAD (they share one table), or NIL."
+  (loop for server in (servers)
+        for id-of = (server-thread-id-function server)
+        when id-of
+          return (ignore-errors (funcall id-of thread))))
+
+(defun server-thread (server id)
+  "The thread the server SERVER numbers ID, or NIL."
+  (let ((find (server-function server "FIND-THREAD" (server-backend server))))
+    (and find (funcall find id))))
+
+(defun server-sentinel (server)
+  "SERVER's sentinel thread, which closes the connections whose client went away, or NIL."
+  (let ((find-registered (server-function server "FIND-REGISTERED" (server-backend server)))
+        (name (server-symbol server "SENTINEL")))
+    (and find-registered name (ignore-errors (funcall find-registered name)))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Worker threads (workers.lisp)
+
+(defun server-worker-parts (server)
+  "What a worker thread of SERVER needs, as (:HANDLE-REQUESTS function :THREAD-ID function
+:CLOSED-HOOK variable :BINDINGS alist), or NIL when the server lacks one of the functions: the
+loop that serves a connection's requests in the calling thread, the function that gives a thread
+its id, the hook run when a connection closes, and the special bindings the server makes for a
+thread it spawns for a request."
+  (let ((handle-requests (server-function server "HANDLE-REQUESTS"))
+        (thread-id (server-function server "THREAD-ID"))
+        (closed-hook (server-symbol server "*CONNECTION-CLOSED-HOOK*"))
+        (bindings (server-symbol server "*DEFAULT-WORKER-THREAD-BINDINGS*"))
+        (indentation (server-symbol server "*CONFIGURE-EMACS-INDENTATION*")))
+    (and handle-requests thread-id
+         (list :handle-requests handle-requests
+               :thread-id thread-id
+               :closed-hook closed-hook
+               :bindings (append (and bindings (boundp bindings) (symbol-value bindings))
+                                 ;; After each request the server scans the symbols of its package
+                                 ;; (some 3,000 through CL-USER's uses), and all of them whenever a
+                                 ;; package was made, to tell Emacs how to indent them; no client
+                                 ;; of ours indents.
+                                 (and indentation (list (cons indentation nil))))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; The debugger (debugger.lisp, breakpoints.lisp)
+
+(defun server-debugging-function (package)
+  "A function of (CONNECTION CONDITION) that enters the debugger of the server of PACKAGE on
+CONNECTION, as a request of that connection would, or NIL when the server lacks the parts. Made
+from the server's own WITH-CONNECTION and DEBUG-IN-EMACS, found by name; no pending request is
+named, so the agent's server takes the stop for a thread it did not start and leaves it waiting."
+  (destructuring-bind (&optional with-connection debug pending)
+      ;; Slynk kept swank's names for these.
+      (mapcar (lambda (name) (find-symbol name package))
+              '("WITH-CONNECTION" "DEBUG-IN-EMACS" "*PENDING-CONTINUATIONS*"))
+    (and with-connection debug pending (macro-function with-connection) (fboundp debug)
+         (compile nil `(,(or (sbcl-symbol :named-lambda) 'lambda)
+                        ,@(and (sbcl-symbol :named-lambda) '(enter-agent-debugger))
+                        (connection condition)
+                        (let ((,pending '()))
+                          (,with-connection (connection) (,debug condition))))))))
+
+(defun backend-frame-package (index)
+  "The package of frame INDEX's function, as the backend reads and prints in that frame."
+  (funcall (backend-function "FRAME-PACKAGE") index))
+
+(defun backend-compute-backtrace (start end)
+  "The debugger's frames from START to END (exclusive; NIL for all), innermost first."
+  (funcall (backend-function "COMPUTE-BACKTRACE") start end))
+
+(defun backend-frame-locals (index)
+  "The locals of frame INDEX, each a plist of :NAME and :VALUE."
+  (funcall (backend-function "FRAME-LOCALS") index))
+
+(defun backend-frame-source-location (index)
+  "Where frame INDEX's code is, as a swank location."
+  (funcall (backend-function "FRAME-SOURCE-LOCATION") index))
+
+(defun backend-eval-in-frame (form index)
+  "The values of FORM evaluated in frame INDEX, its locals in scope."
+  (funcall (backend-function "EVAL-IN-FRAME") form index))
+
+(defun backend-restart-frame (index)
+  "Calls frame INDEX's function again with the same arguments; returns only when it cannot."
+  (funcall (backend-function "RESTART-FRAME") index))
+
+(defun backend-return-from-frame (index form)
+  "Makes frame INDEX return FORM's values; returns, with a reason, only when it cannot."
+  (funcall (backend-function "RETURN-FROM-FRAME") index form))
+
+(defun backend-find-thread (id)
+  "The thread the server of this thread's request numbers ID, or NIL."
+  (funcall (backend-function "FIND-THREAD") id))

@@ -12,12 +12,13 @@
 
 (defparameter *notable-features*
   '(:x86-64 :arm64 :x86 :ppc64 :riscv :64-bit :linux :darwin :bsd :win32 :unix
-    :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp :swank :slynk)
-  "Features worth naming in a status line; the rest are counted.")
+    :sb-thread :sb-unicode :sb-core-compression :asdf3 :quicklisp)
+  "Features worth naming in a status line, with the servers' (SERVER-FEATURES); the rest are
+counted.")
 
 (defun listed-thread-number (server-thread-id)
   "The threads tool's number of the thread the server knows by SERVER-THREAD-ID, or NIL."
-  (let ((thread (ignore-errors (funcall (backend-function "FIND-THREAD") server-thread-id))))
+  (let ((thread (ignore-errors (backend-find-thread server-thread-id))))
     (and (typep thread 'sb-thread:thread) (thread-number thread))))
 
 ;;; A server's sentinel stuck in a debugger
@@ -39,9 +40,7 @@ falls back on it)."
 (defun stuck-sentinels ()
   "Each server's sentinel thread that waits in a debugger, as \"number name how it waits\"."
   (loop for server in (servers)
-        for find-registered = (server-function server "FIND-REGISTERED" (server-backend server))
-        for name = (server-symbol server "SENTINEL")
-        for thread = (and find-registered name (ignore-errors (funcall find-registered name)))
+        for thread = (server-sentinel server)
         for waiting = (and (typep thread 'sb-thread:thread)
                            (sb-thread:thread-alive-p thread)
                            (ignore-errors (or (debugger-text thread)
@@ -70,7 +69,8 @@ and :MISSING-INTERNALS, SBCL's internals the helper names that this SBCL lacks (
                       :machine (machine-type)
                       :software (format nil "~A ~A" (software-type) (software-version))
                       :features (mapcar #'qualified-name (remove-if-not (lambda (f) (member f *features*))
-                                                                         *notable-features*))
+                                                                         (append *notable-features*
+                                                                                 (server-features))))
                       :feature-count (length *features*)
                       :heap-used (sbcl-call :dynamic-usage)
                       :missing-internals (missing-internals)

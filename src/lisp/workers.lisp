@@ -40,8 +40,7 @@ Returns how many."
 sends the image a note of each call's state beside the call itself (src/mcp/activity.rs), so
 two replies often leave back to back; with Nagle the second waited for the client's delayed
 acknowledgement of the first, 40 ms, in one call of fifty."
-  (let* ((socket-io (server-function server "CURRENT-SOCKET-IO"))
-         (stream (and socket-io (ignore-errors (funcall socket-io)))))
+  (let ((stream (current-socket-stream server)))
     (when (typep stream 'sb-sys:fd-stream)
       (sb-alien:with-alien ((on sb-alien:int 1))
         ;; IPPROTO_TCP and TCP_NODELAY are 6 and 1 on Linux, the BSDs and macOS alike.
@@ -55,23 +54,14 @@ acknowledgement of the first, 40 ms, in one call of fifty."
 by, which the client sends requests to in place of T, or NIL when the server lacks what a worker
 needs (the client then goes on spawning a thread per call)."
   (multiple-value-bind (server connection) (current-server)
-    (let ((handle-requests (and server (server-function server "HANDLE-REQUESTS")))
-          (thread-id (and server (server-function server "THREAD-ID")))
-          (closed-hook (and server (server-symbol server "*CONNECTION-CLOSED-HOOK*")))
-          (bindings (and server (server-symbol server "*DEFAULT-WORKER-THREAD-BINDINGS*")))
-          (indentation (and server (server-symbol server "*CONFIGURE-EMACS-INDENTATION*"))))
+    (destructuring-bind (&key handle-requests thread-id closed-hook bindings)
+        (and server (server-worker-parts server))
       ;; Without the hook, nothing would end the workers of a closed connection.
-      (unless (and handle-requests thread-id closed-hook (boundp closed-hook)
+      (unless (and handle-requests closed-hook (boundp closed-hook)
                    (member 'connection-closed (symbol-value closed-hook)))
         (return-from start-worker nil))
       (send-replies-at-once server)
-      (let* ((worker-bindings
-               (append (and bindings (boundp bindings) (symbol-value bindings))
-                       ;; After each request the server scans the symbols of its package (some
-                       ;; 3,000 through CL-USER's uses), and all of them whenever a package was
-                       ;; made, to tell Emacs how to indent them; no client of ours indents.
-                       (and indentation (list (cons indentation nil)))))
-             (running (sb-thread:make-semaphore :name "swank-mcp worker running"))
+      (let* ((running (sb-thread:make-semaphore :name "swank-mcp worker running"))
              (id nil)
              (thread (sb-thread:make-thread
                       (lambda ()
@@ -82,7 +72,7 @@ needs (the client then goes on spawning a thread per call)."
                                (setf id (funcall thread-id sb-thread:*current-thread*))
                                (sb-thread:signal-semaphore running)
                                ;; As the server binds them for a thread it spawns for a request.
-                               (progv (mapcar #'car worker-bindings) (mapcar #'cdr worker-bindings)
+                               (progv (mapcar #'car bindings) (mapcar #'cdr bindings)
                                  (funcall handle-requests connection)))
                           (sb-thread:with-mutex (*workers-lock*)
                             (setf *workers* (remove sb-thread:*current-thread* *workers* :key #'second)))
