@@ -8,27 +8,36 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use swank_mcp::image::helper::HELPER_FILES;
 use swank_mcp::image::Entry;
 
 fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The helper's files: not the bootstrap, which is sent on its own before the helper exists, nor
-/// launch.lisp, the script that starts an image with swank for `--launch`.
+/// The helper's files, as its load manifest lists them: not the bootstrap, which is sent on its
+/// own before the helper exists, nor launch.lisp, the script that starts an image for `--launch`.
 fn lisp_files() -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = fs::read_dir(repository().join("src/lisp"))
-        .expect("src/lisp lists")
-        .map(|entry| entry.expect("an entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "lisp"))
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, fs::read_to_string(&path).expect("a helper file reads"))
+    HELPER_FILES
+        .iter()
+        .map(|name| {
+            let path = repository().join("src/lisp").join(name);
+            (name.to_string(), fs::read_to_string(&path).expect("a helper file reads"))
         })
-        .filter(|(name, _)| name != "bootstrap.lisp" && name != "launch.lisp")
+        .collect()
+}
+
+/// The manifest is the one statement of the load order: every helper file of src/lisp is in it.
+#[test]
+fn every_helper_file_is_in_the_manifest() {
+    let on_disk: BTreeSet<String> = fs::read_dir(repository().join("src/lisp"))
+        .expect("src/lisp lists")
+        .map(|entry| entry.expect("an entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".lisp") && name != "bootstrap.lisp" && name != "launch.lisp")
         .collect();
-    files.sort();
-    files
+    let listed: BTreeSet<String> = HELPER_FILES.iter().map(|name| name.to_string()).collect();
+    assert_eq!(listed.len(), HELPER_FILES.len(), "HELPER_FILES lists a file twice");
+    assert_eq!(on_disk, listed, "src/lisp's helper files and HELPER_FILES (src/image/helper.rs) differ");
 }
 
 fn text_of_files_under(directory: &Path, extension: &str, into: &mut String) {

@@ -37,43 +37,56 @@ pub enum Gate {
     Look(Arc<[String]>),
 }
 
-/// The helper's files in load order (the digest covers them all). Public for the replay tests,
-/// which recognise it in recorded requests.
-pub const HELPER_SOURCE: &str = concat!(
-    include_str!("../lisp/package.lisp"),
-    include_str!("../lisp/state.lisp"),
-    include_str!("../lisp/sbcl.lisp"),
-    include_str!("../lisp/footprint.lisp"),
-    include_str!("../lisp/servers.lisp"),
-    include_str!("../lisp/capture.lisp"),
-    include_str!("../lisp/calls.lisp"),
-    include_str!("../lisp/conditions.lisp"),
-    include_str!("../lisp/sessions.lisp"),
-    include_str!("../lisp/tool-calls.lisp"),
-    include_str!("../lisp/printing.lisp"),
-    include_str!("../lisp/names.lisp"),
-    include_str!("../lisp/handles.lisp"),
-    include_str!("../lisp/trace.lisp"),
-    include_str!("../lisp/agent-threads.lisp"),
-    include_str!("../lisp/exit-guard.lisp"),
-    include_str!("../lisp/threads.lisp"),
-    include_str!("../lisp/profile.lisp"),
-    include_str!("../lisp/evaluate.lisp"),
-    include_str!("../lisp/debugger.lisp"),
-    include_str!("../lisp/introspection.lisp"),
-    include_str!("../lisp/status.lisp"),
-    include_str!("../lisp/compile.lisp"),
-    include_str!("../lisp/systems.lisp"),
-    include_str!("../lisp/testing.lisp"),
-    include_str!("../lisp/suspects.lisp"),
-    include_str!("../lisp/undo.lisp"),
-    include_str!("../lisp/loading.lisp"),
-    include_str!("../lisp/activity.lisp"),
-    include_str!("../lisp/inspect.lisp"),
-    include_str!("../lisp/workers.lisp"),
-    include_str!("../lisp/image-threads.lisp"),
-    include_str!("../lisp/breakpoints.lisp"),
-);
+/// Declares the helper's load manifest, [`HELPER_FILES`], and [`HELPER_SOURCE`], their text in
+/// that order.
+macro_rules! helper_manifest {
+    ($($file:literal,)*) => {
+        /// The helper's files in `src/lisp/`, in the order they are loaded: the one place that
+        /// states it (package.lisp and docs/design.md point here). A file reads only what the files
+        /// before it define while it loads; its functions may call any file's.
+        pub const HELPER_FILES: &[&str] = &[$($file),*];
+
+        /// The helper's text: [`HELPER_FILES`] one after another (the digest covers them all).
+        /// Public for the replay tests, which recognise it in recorded requests.
+        pub const HELPER_SOURCE: &str = concat!($(include_str!(concat!("../lisp/", $file))),*);
+    };
+}
+
+helper_manifest! {
+    "package.lisp",
+    "state.lisp",
+    "sbcl.lisp",
+    "footprint.lisp",
+    "servers.lisp",
+    "capture.lisp",
+    "calls.lisp",
+    "conditions.lisp",
+    "sessions.lisp",
+    "tool-calls.lisp",
+    "printing.lisp",
+    "names.lisp",
+    "handles.lisp",
+    "trace.lisp",
+    "agent-threads.lisp",
+    "exit-guard.lisp",
+    "threads.lisp",
+    "profile.lisp",
+    "evaluate.lisp",
+    "debugger.lisp",
+    "introspection.lisp",
+    "status.lisp",
+    "compile.lisp",
+    "systems.lisp",
+    "testing.lisp",
+    "suspects.lisp",
+    "undo.lisp",
+    "loading.lisp",
+    "activity.lisp",
+    "inspect.lisp",
+    "workers.lisp",
+    "image-threads.lisp",
+    "breakpoints.lisp",
+}
 
 /// Sent when the image lacks the helper's current revision; defines `ENSURE-HELPER`. Public for
 /// the replay tests, like [`HELPER_SOURCE`].

@@ -1,8 +1,6 @@
 ;;;; The threads the agent starts: their output and unhandled errors come back in a
 ;;;; [background] section of the agent's next evaluation. The encapsulation of SBCL's
 ;;;; START-THREAD that does it is installed with the rest of the footprint (footprint.lisp).
-;;;;
-;;;; Loaded after trace.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

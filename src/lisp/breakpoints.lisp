@@ -20,8 +20,6 @@
 ;;;; the server, so a breakpoint there stops swank's threads or recurses until the heap is gone);
 ;;;; a thread already at a stop, or testing a condition, never stops again until it goes on; and
 ;;;; the condition is the agent's code (CONDITION-HOLDS-P).
-;;;;
-;;;; Loaded after image-threads.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -2,8 +2,6 @@
 ;;;; server loaded); running a call under a token, so that a timeout or a cancellation interrupts
 ;;;; the right thread; taking turns at what only one call may use at a time (ASDF); and what a
 ;;;; call that will not stop is doing.
-;;;;
-;;;; Loaded after capture.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,7 +1,5 @@
 ;;;; Capped output capture: the streams a tool call's output and printed values go to, cut
 ;;;; inside the image.
-;;;;
-;;;; Loaded after package.lisp, under its rules.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,6 +1,4 @@
 ;;;; Backtraces and conditions as text: what a failed call reports.
-;;;;
-;;;; Loaded after calls.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -6,7 +6,7 @@
 ;;;;
 ;;;; Frames are reached through the server's backend (servers.lisp's BACKEND- functions): it knows
 ;;;; the debugger's stack top, and how to evaluate in, restart and return from a frame of this
-;;;; SBCL. Loaded after printing.lisp, under the rules of package.lisp.
+;;;; SBCL.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,7 +1,5 @@
 ;;;; The evaluate-lisp tool: reads and evaluates the user's code form by form in the client's own
 ;;;; REPL session, capturing output, warnings and errors.
-;;;;
-;;;; Loaded after printing.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

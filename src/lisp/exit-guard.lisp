@@ -1,8 +1,6 @@
 ;;;; The exit guard: an agent's code cannot end the person's image, nor can what it hands to the
 ;;;; image to run later (timers, interruptions, finalizers, hooks). The encapsulations are
 ;;;; installed with the rest of the footprint (footprint.lisp).
-;;;;
-;;;; Loaded after agent-threads.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

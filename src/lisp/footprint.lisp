@@ -41,8 +41,6 @@
 ;;;; the test frameworks' functions and LOAD while a run reads results (testing.lisp), and what
 ;;;; the trace tool traces stays traced until its session ends. UNINSTALL refuses while a call
 ;;;; runs and ends every session, so it leaves neither.
-;;;;
-;;;; Loaded after package.lisp, under its rules.
 
 (in-package #:mcp-agent-helper)
 

@@ -5,8 +5,6 @@
 ;;;; A handle keeps its object alive, so each session's handles are bounded (*MAX-HANDLES*, and
 ;;;; *MAX-KEPT-CHARACTERS* of kept text), the oldest released first, and all of them released
 ;;;; with the rest of the session when it ends (sessions.lisp), which owns its HANDLE-TABLE.
-;;;;
-;;;; Loaded after printing.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

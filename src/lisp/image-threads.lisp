@@ -16,8 +16,6 @@
 ;;;; the agent invokes unwinds the thread's debugger as the person's own choice would: their SLDB
 ;;;; closes (:debug-return) and their connection stays as it was. The person's activity buffer
 ;;;; says which thread an agent attached to, and the condition it stopped with (NOTE-EVENT).
-;;;;
-;;;; Loaded after workers.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -5,8 +5,6 @@
 ;;;; Written here rather than on the server's inspector (EMACS-INSPECT): its pages are made for
 ;;;; an Emacs buffer (action buttons, check boxes, grouping controls), differ between swank and
 ;;;; slynk, and would tie the helper to one of them.
-;;;;
-;;;; Loaded after handles.lisp, under the same rules.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,20 +1,9 @@
 ;;;; The swank-mcp helper: the Lisp side of the tools, put into the attached image by
 ;;;; bootstrap.lisp once per revision of its text. This first file makes the helper's package and
-;;;; the few things every other file needs to be read (NEW, DEFINE-ENTRY). Then state.lisp, the
-;;;; state that outlives a reload of the helper and every mutex, with the order they are taken
-;;;; in; sbcl.lisp, the one file that names SBCL's internals; footprint.lisp, the one file that
-;;;; changes anything outside the package (INSTALL, UNINSTALL); and servers.lisp, the one place
-;;;; that knows swank from slynk. What every tool shares follows, one file per purpose:
-;;;; capture.lisp (output capture), calls.lisp (running a call under a token that a timeout or
-;;;; cancellation can interrupt, and CALL, the server's way in), conditions.lisp (backtraces and
-;;;; condition reports), sessions.lisp (the SESSION object that owns everything a client's
-;;;; session keeps here), tool-calls.lisp (reading the user's code, RUN-TOOL and FAIL) and
-;;;; printing.lisp. Then the tools' own files, one job each: names.lisp, handles.lisp, trace.lisp,
-;;;; agent-threads.lisp (what the agent's code starts), exit-guard.lisp (it cannot end the
-;;;; image), threads.lisp, profile.lisp, evaluate.lisp, debugger.lisp, introspection.lisp,
-;;;; status.lisp, compile.lisp, systems.lisp, testing.lisp, suspects.lisp, undo.lisp, loading.lisp,
-;;;; activity.lisp, inspect.lisp, workers.lisp, image-threads.lisp and breakpoints.lisp, in that
-;;;; order (src/image/helper.rs lists them).
+;;;; the few things every other file needs to be read (NEW, DEFINE-ENTRY). The files are loaded in
+;;;; the order of HELPER_FILES in src/image/helper.rs, the one place that lists them; the core
+;;;; (state, SBCL's internals, the footprint, the servers, what every tool shares) comes first,
+;;;; then one file per tool, as docs/design.md ("The helper in the image") describes.
 ;;;;
 ;;;; Rules every helper file keeps, because it runs inside somebody else's live image:
 ;;;; - Everything lives in the MCP-AGENT-HELPER package; loading the helper changes nothing

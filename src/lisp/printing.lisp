@@ -1,6 +1,4 @@
 ;;;; Symbol names as the user types them, and printing for the user.
-;;;;
-;;;; Loaded after tool-calls.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,7 +1,5 @@
 ;;;; The profile tool: a form's time, allocation and (with sb-sprof, required on first use) its
 ;;;; statistical profile.
-;;;;
-;;;; Loaded after threads.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

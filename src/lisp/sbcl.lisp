@@ -23,8 +23,6 @@
 ;;;;   first runs, so its names cannot be checked before.
 ;;;; - Package names the helper compares frames' and symbols' packages with (conditions.lisp),
 ;;;;   and bootstrap.lisp, which is sent on its own before the helper exists.
-;;;;
-;;;; Loaded after state.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -4,8 +4,6 @@
 ;;;; run-tests, the tools the user allowed it in Emacs. The session is made under a lock at its
 ;;;; first call, and when it ends (END-SESSION, which its server calls when it exits, or the
 ;;;; server's connection-closed hook, when its client went away) all of it is released at once.
-;;;;
-;;;; Loaded after conditions.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

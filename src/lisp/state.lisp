@@ -36,8 +36,6 @@
 ;;;; Code that must take two locks the other way round releases the first before it takes the
 ;;;; second (REMOVE-BREAKPOINTS notes its event after it lets *BREAKPOINTS-LOCK* go; CANCEL-CALL
 ;;;; lets *ACTIVITY-LOCK* go before it declines approvals and interrupts evaluations).
-;;;;
-;;;; Loaded after package.lisp, under its rules.
 
 (in-package #:mcp-agent-helper)
 

@@ -2,8 +2,6 @@
 ;;;; calls running), and what is wrong with it that the person should know: SBCL internals the
 ;;;; helper names that this SBCL lacks (sbcl.lisp), and a server's sentinel thread stuck in a
 ;;;; debugger.
-;;;;
-;;;; Loaded after introspection.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -1,7 +1,5 @@
 ;;;; The threads tool: the image's threads, a thread's backtrace, interrupting or ending a thread
 ;;;; the agent started, and how a thread waits (in a debugger, on a lock).
-;;;;
-;;;; Loaded after exit-guard.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

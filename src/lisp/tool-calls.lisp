@@ -1,7 +1,5 @@
 ;;;; Reading the user's code and running a tool in a call: the tool streams, the debugger
 ;;;; trapped (or parked for the debugger tool), RUN-TOOL and FAIL.
-;;;;
-;;;; Loaded after sessions.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -2,8 +2,8 @@
 ;;;; next evaluations. What is traced is traced with a report function of ours, inert outside the
 ;;;; agent's tool calls.
 ;;;;
-;;;; Loaded after handles.lisp and before evaluate.lisp (whose EVALUATE binds the specials of these
-;;;; observing files), under the rules of package.lisp.
+;;;; Loaded before evaluate.lisp (src/image/helper.rs lists the order), whose EVALUATE binds the
+;;;; specials defined here: read before their DEFVAR, those bindings would be lexical.
 
 (in-package #:mcp-agent-helper)
 
