@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use swank_mcp::image::helper::HELPER_FILES;
+use swank_mcp::image::helper::{BOOTSTRAP_SOURCE, HELPER_FILES, HELPER_PACKAGE};
 use swank_mcp::image::Entry;
 
 fn repository() -> PathBuf {
@@ -408,4 +408,77 @@ fn every_mutex_of_the_image_s_life_is_made_in_state_lisp() {
         }
     }
     assert!(wrong.is_empty(), "mutexes made outside state.lisp:\n{}", wrong.join("\n"));
+}
+
+/// The text of every file of the Emacs package, `elisp-compat/*.el`.
+fn emacs_sources() -> String {
+    let mut text = String::new();
+    text_of_files_under(&repository().join("elisp-compat"), "el", &mut text);
+    assert!(text.contains("(provide 'swank-mcp)"), "elisp-compat/*.el were not read");
+    text
+}
+
+/// The string literals of `text`, as written (Lisp and Emacs Lisp escape alike).
+fn string_literals(text: &str) -> Vec<String> {
+    let mut literals = Vec::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            ';' => {
+                chars.by_ref().find(|c| *c == '\n');
+            }
+            '"' => {
+                let mut literal = String::new();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => literal.extend(chars.next()),
+                        '"' => break,
+                        _ => literal.push(c),
+                    }
+                }
+                literals.push(literal);
+            }
+            _ => {}
+        }
+    }
+    literals
+}
+
+/// The helper's package is named by package.lisp's `defpackage`: every file of the helper and the
+/// bootstrap works in it, swank-mcp sends its requests there (`HELPER_PACKAGE`), and Emacs asks for
+/// it by that name.
+#[test]
+fn the_helper_s_package_has_one_name_in_lisp_rust_and_emacs() {
+    let files = lisp_files();
+    let package = &files.iter().find(|(name, _)| name == "package.lisp").expect("package.lisp exists").1;
+    let defined = package
+        .split("(defpackage #:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == ')').next())
+        .expect("package.lisp defines the package")
+        .to_uppercase();
+    assert_eq!(HELPER_PACKAGE.to_uppercase(), defined, "HELPER_PACKAGE (src/image/helper.rs)");
+
+    let mut wrong = Vec::new();
+    let bootstrap = ("bootstrap.lisp".to_string(), BOOTSTRAP_SOURCE.to_string());
+    for (file, text) in files.iter().chain([&bootstrap]) {
+        for rest in text.split("(in-package ").skip(1) {
+            let named = rest.split(')').next().unwrap_or_default().trim_start_matches("#:").trim_matches('"');
+            if named.to_uppercase() != defined {
+                wrong.push(format!("{file} works in package {named}"));
+            }
+        }
+    }
+    let emacs: Vec<String> = string_literals(&emacs_sources())
+        .into_iter()
+        // Names, not the documentation's sentences.
+        .filter(|literal| !literal.contains(char::is_whitespace))
+        .filter(|literal| literal.to_uppercase().contains("AGENT-HELPER") || literal.eq_ignore_ascii_case(&defined))
+        .collect();
+    assert!(!emacs.is_empty(), "elisp-compat/*.el never names the helper's package {defined}");
+    wrong.extend(emacs.iter().filter(|named| **named != defined).map(|named| format!("Emacs names {named:?}")));
+    assert!(wrong.is_empty(), "the helper's package is {defined}, but:\n{}", wrong.join("\n"));
 }

@@ -225,6 +225,25 @@ async fn an_error_in_the_persons_thread_reaches_their_debugger_and_the_agent_res
     );
 }
 
+/// ATTACHED runs, in a thread waiting in a debugger, only the entries the helper defines
+/// `:attached` (the debugger's actions), and only where a thread waits.
+#[tokio::test]
+async fn an_attached_thread_runs_only_the_debugger_actions() {
+    let image = common::private_image().await;
+    let toolbox = common::toolbox(image.port);
+    let attached = |entry: &str| {
+        format!("(mcp-agent-helper:attached mcp-agent-helper::*version* {entry:?} \"s\" \"t\" nil 1 \"(+ 1 2)\")")
+    };
+    assert_eq!(
+        common::without_handle(&common::eval_ok(&toolbox, &attached("evaluate")).await),
+        "=> (:FAILURE \"evaluate is not a debugger action.\")"
+    );
+    assert_eq!(
+        common::without_handle(&common::eval_ok(&toolbox, &attached("debugger-eval-in-frame")).await),
+        "=> (:FAILURE \"This thread no longer waits in a debugger.\")"
+    );
+}
+
 #[tokio::test]
 async fn with_nobody_elses_connection_the_thread_waits_and_the_agent_is_told() {
     let image = common::private_image().await;

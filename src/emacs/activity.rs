@@ -305,14 +305,126 @@ fn bounded(text: &str, limit: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::sync::Arc;
     use std::time::Duration;
 
     use tokio::sync::mpsc;
 
     use super::{bounded, latest_of_each_call, CallState, Recorded, RecordedCall};
+    use crate::image::helper::HELPER_SOURCE;
     use crate::image::{Image, ImageSettings};
     use crate::swank::{ConnectOptions, Endpoint, Protocol};
+
+    /// Every [`CallState`]: the states this server notes calls in.
+    const NOTED_STATES: [CallState; 7] = [
+        CallState::Waiting,
+        CallState::Running,
+        CallState::Declined,
+        CallState::TimedOut,
+        CallState::Cancelled,
+        CallState::Failed,
+        CallState::Done,
+    ];
+
+    /// The text of every file of the Emacs package, `elisp-compat/*.el`.
+    fn emacs_sources() -> String {
+        let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(directory).expect("elisp-compat lists") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "el") {
+                text.push_str(&std::fs::read_to_string(&path).expect("an Emacs Lisp file reads"));
+            }
+        }
+        assert!(text.contains("(provide 'swank-mcp)"), "elisp-compat/*.el were not read");
+        text
+    }
+
+    /// The keys of the Emacs package's alist `(defconst NAME '((:KEY ...) ...) ...)`, as `:key`.
+    fn emacs_alist_keys(emacs: &str, name: &str) -> BTreeSet<String> {
+        let start = emacs.find(&format!("(defconst {name}\n")).unwrap_or_else(|| panic!("Emacs defines no {name}"));
+        let list = &emacs[start..][emacs[start..].find("'(").expect("a quoted list") + 1..];
+        let mut keys = BTreeSet::new();
+        let (mut depth, mut chars) = (0, list.char_indices().peekable());
+        while let Some((at, c)) = chars.next() {
+            match c {
+                ';' => while chars.next_if(|(_, c)| *c != '\n').is_some() {},
+                '"' => {
+                    while let Some((_, c)) = chars.next() {
+                        match c {
+                            '\\' => {
+                                chars.next();
+                            }
+                            '"' => break,
+                            _ => {}
+                        }
+                    }
+                }
+                '(' => {
+                    depth += 1;
+                    if depth == 2 && list[at + 1..].starts_with(':') {
+                        keys.insert(list[at + 1..].split_whitespace().next().unwrap_or_default().to_string());
+                    }
+                }
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return keys;
+                    }
+                }
+                _ => {}
+            }
+        }
+        panic!("{name}'s list does not end");
+    }
+
+    /// The keywords of each place in the helper's code where `opener` is followed by one.
+    fn helper_keywords_after(opener: &str) -> BTreeSet<String> {
+        HELPER_SOURCE
+            .match_indices(opener)
+            .filter_map(|(at, _)| {
+                let rest = HELPER_SOURCE[at + opener.len()..].trim_start();
+                rest.starts_with(':').then(|| rest.split([' ', ')', '\n']).next().unwrap_or_default().to_lowercase())
+            })
+            .collect()
+    }
+
+    /// The helper's `*call-states*` is the one statement of the states the servers note; this
+    /// server notes exactly those, and Emacs shows those and the ones the image sets itself.
+    #[test]
+    fn the_call_states_are_the_helpers_in_rust_and_emacs() {
+        let opener = "(defparameter *call-states* '(";
+        let at = HELPER_SOURCE.find(opener).expect("the helper defines *call-states*") + opener.len();
+        let helper: BTreeSet<String> = HELPER_SOURCE[at..][..HELPER_SOURCE[at..].find(')').expect("the list ends")]
+            .split_whitespace()
+            .map(str::to_lowercase)
+            .collect();
+        let rust: BTreeSet<String> = NOTED_STATES.iter().map(|state| format!(":{}", state.keyword())).collect();
+        assert_eq!(rust, helper, "CallState against the helper's *call-states*");
+
+        // The states Emacs shows besides: those the image gives a record itself (a call it ends,
+        // an event between the calls).
+        let shown = emacs_alist_keys(&emacs_sources(), "swank-mcp--call-states");
+        assert!(shown.is_superset(&helper), "swank-mcp--call-states lacks some of {helper:?}: {shown:?}");
+        let own: Vec<&String> = shown.difference(&helper).collect();
+        assert!(!own.is_empty(), "Emacs shows no state of the image's own (:lost, :event)");
+        for state in own {
+            assert!(
+                HELPER_SOURCE.contains(&format!("(setf (record-state record) {state}"))
+                    || HELPER_SOURCE.contains(&format!(":state {state})")),
+                "Emacs shows the state {state}, which the helper never gives a record"
+            );
+        }
+    }
+
+    /// The kinds of event the helper records (`note-event`) are the ones Emacs names.
+    #[test]
+    fn the_event_kinds_are_the_helpers_in_emacs() {
+        let recorded = helper_keywords_after("(note-event");
+        assert!(recorded.contains(":attached"), "{recorded:?}");
+        assert_eq!(emacs_alist_keys(&emacs_sources(), "swank-mcp--event-kinds"), recorded);
+    }
 
     fn recorded(image: &Arc<Image>, id: &str, notes: &mpsc::UnboundedSender<super::Note>) -> Recorded {
         let call = RecordedCall {

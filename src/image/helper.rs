@@ -92,8 +92,15 @@ helper_manifest! {
 /// the replay tests, like [`HELPER_SOURCE`].
 pub const BOOTSTRAP_SOURCE: &str = include_str!("../lisp/bootstrap.lisp");
 
-/// The helper's package. It must not contain "swank": Slynk's reader rewrites such tokens.
+/// The helper's package, as the `defpackage` of `lisp/package.lisp` names it (a test in this
+/// file holds the two together, and the Emacs package to them). It must not contain "swank":
+/// Slynk's reader rewrites such tokens.
 pub const HELPER_PACKAGE: &str = "mcp-agent-helper";
+
+/// The name `find-package` and `find-symbol` are given for [`HELPER_PACKAGE`].
+fn helper_package_name() -> String {
+    HELPER_PACKAGE.to_uppercase()
+}
 
 /// The digest of a helper text: it identifies the revision, so that an image holding another one
 /// loads this one, and the image's cache keeps a compiled file per revision. Computed once, when
@@ -248,7 +255,7 @@ impl Helper {
             "cl",
             "funcall",
             [
-                Form::call("cl", "find-symbol", [Form::string("ENSURE-HELPER"), Form::string("MCP-AGENT-HELPER")]),
+                Form::call("cl", "find-symbol", [Form::string("ENSURE-HELPER"), Form::string(helper_package_name())]),
                 Form::string(self.digest.clone()),
                 Form::string(self.release.as_ref()),
                 source,
@@ -303,7 +310,7 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
                 .collect();
             Ok(format!(
                 "Uninstalled swank-mcp's helper from the image at {endpoint}.\nTook out: {}.\nEnded {} of swank-mcp \
-                 servers and {}. The package MCP-AGENT-HELPER was {}.\nThe modules sb-cltl2 and sb-introspect stay \
+                 servers and {}. The package {} was {}.\nThe modules sb-cltl2 and sb-introspect stay \
                  loaded (a module cannot be unloaded). The next call of a swank-mcp attached to the image installs the \
                  helper again.",
                 if removed.is_empty() {
@@ -313,6 +320,7 @@ pub async fn uninstall(image: &Image, when_sessions_end: bool) -> Result<String,
                 },
                 plural(count("sessions"), "session", "sessions"),
                 plural(count("workers"), "worker thread", "worker threads"),
+                helper_package_name(),
                 reply.plist_str("package").unwrap_or("?"),
             ))
         }
@@ -346,12 +354,12 @@ fn if_helper_symbol(
     not_so: Form,
     no_helper: Form,
 ) -> Form {
-    let symbol = || Form::call("cl", "find-symbol", [Form::string(name), Form::string("MCP-AGENT-HELPER")]);
+    let symbol = || Form::call("cl", "find-symbol", [Form::string(name), Form::string(helper_package_name())]);
     Form::call(
         "cl",
         "if",
         [
-            Form::call("cl", "find-package", [Form::string("MCP-AGENT-HELPER")]),
+            Form::call("cl", "find-package", [Form::string(helper_package_name())]),
             Form::call("cl", "if", [Form::call("cl", test, [symbol()]), then(symbol()), not_so]),
             no_helper,
         ],

@@ -139,7 +139,7 @@ after a fix, they go on with the old code."
                            lines)))))
     (nreverse lines)))
 
-(define-entry (debugger-report :caller :server) (&key (start 0) (end *max-frames*))
+(define-entry (debugger-report :caller :server :attached t) (&key (start 0) (end *max-frames*))
   "What the evaluation stopped with: the condition with its restarts, frames START to END, which of
 them run or hold a replaced definition, and the output so far."
   (debugger-command
@@ -205,7 +205,7 @@ of code that was evaluated rather than loaded from a file."
                      (or (part :source-form) (part :snippet)))))
       (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
 
-(define-entry (debugger-frame :caller :server) (index)
+(define-entry (debugger-frame :caller :server :attached t) (index)
   "Frame INDEX: its call, its locals printed within the print limits, where its code is, and
 whether it runs a definition replaced since (its file then shows the new text, not the code the
 frame runs)."
@@ -256,7 +256,7 @@ long with them, and most locals are never looked into.)"
                       text dropped (plusp lost) (- dropped lost) more offset)
               (concatenate 'string text " ..."))))))
 
-(define-entry (debugger-eval-in-frame :caller :server) (code index)
+(define-entry (debugger-eval-in-frame :caller :server :attached :agent-code) (code index)
   "Evaluates the forms of CODE, read in the frame's package, in frame INDEX with its locals in
 scope; returns the last form's printed values, what it printed and its warnings. The warnings are
 muffled here: the parked evaluation's handlers, which are still in force, would otherwise put them
@@ -312,7 +312,7 @@ a compile-time error, which cannot be muffled)."
            (fail "The restart ~A is no longer active." designator))
           (t restart))))
 
-(define-entry (debugger-invoke-restart :caller :server) (designator &optional arguments)
+(define-entry (debugger-invoke-restart :caller :server :attached :agent-code) (designator &optional arguments)
   "Invokes the restart DESIGNATOR (a number or a name) with the values of ARGUMENTS, forms as
 strings evaluated in order. Returns only when the restart does."
   (debugger-command
@@ -323,7 +323,7 @@ strings evaluated in order. Returns only when the restart does."
        (apply #'invoke-restart restart values)
        (list :returned t)))))
 
-(define-entry (debugger-restart-frame :caller :server) (index)
+(define-entry (debugger-restart-frame :caller :server :attached t) (index)
   "Restarts frame INDEX: its function is called again with the same arguments."
   (debugger-command
    (lambda ()
@@ -332,7 +332,7 @@ strings evaluated in order. Returns only when the restart does."
      (fail "Frame ~D cannot be restarted (it may have been compiled with too little debug ~
             information: (declaim (optimize (debug 2))) and recompile)." index))))
 
-(define-entry (debugger-return-from-frame :caller :server) (index code)
+(define-entry (debugger-return-from-frame :caller :server :attached :agent-code) (index code)
   "Makes frame INDEX return the values of CODE's last form, evaluated in that frame."
   (debugger-command
    (lambda ()
@@ -342,7 +342,7 @@ strings evaluated in order. Returns only when the restart does."
             (outcome (backend-return-from-frame index form)))
        (fail "Could not return from frame ~D: ~A" index outcome)))))
 
-(define-entry (debugger-abort :caller :server) ()
+(define-entry (debugger-abort :caller :server :attached t) ()
   "Unwinds the parked evaluation; its call reports that it was aborted. In a thread of the image's
 own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
   (debugger-command
@@ -356,7 +356,7 @@ own (see ATTACHED), invokes its ABORT restart, as SLDB's abort does."
                (fail "The thread has no ABORT restart: invoke one of its restarts instead."))))
      (fail "The evaluation could not be aborted: it has already finished."))))
 
-(define-entry (debugger-step :caller :server) (kind index)
+(define-entry (debugger-step :caller :server :attached t) (kind index)
   "Steps the stopped thread as SLDB's s, x and o do (KIND \"into\", \"over\" or \"out\"), through the
 server's own stepper commands: from a step, the next one; from a stop with a CONTINUE restart (a
 breakpoint, BREAK), SBCL's stepper is turned on and the thread continues to its first step. Returns

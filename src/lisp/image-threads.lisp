@@ -165,37 +165,30 @@ none.)"
                       :stderr nil
                       :image-thread t))))
 
-(defparameter *attachable-entries*
-  '("DEBUGGER-REPORT" "DEBUGGER-FRAME" "DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART"
-    "DEBUGGER-RESTART-FRAME" "DEBUGGER-RETURN-FROM-FRAME" "DEBUGGER-ABORT" "DEBUGGER-STEP")
-  "The entries ATTACHED runs: the debugger tool's actions.")
-
-(defparameter *agent-code-entries*
-  '("DEBUGGER-EVAL-IN-FRAME" "DEBUGGER-INVOKE-RESTART" "DEBUGGER-RETURN-FROM-FRAME")
-  "The entries ATTACHED runs that evaluate the agent's code in the thread: as the agent's.")
-
 (define-entry (attached :caller :server) (version name session token allow-exit stop &rest arguments)
   "CALL for a thread that waits in a server's debugger on its own (a thread of the image's, in the
 person's SLDB or in none): the debugger entry NAME applied to ARGUMENTS inside that debugger, as
 one of swank-mcp's own parked evaluations would run it (see debugger.lisp), when the thread waits
-in the stop numbered STOP. A request the thread reads at another stop (it was sent while the thread
-ran, and waited in its mailbox) acts on nothing. The agent's code the entry evaluates is
-SESSION's (RUN-AS-AGENT-CODE)."
-  (cond ((not (equal version *version*)) :other-helper)
-        ((not (member (string-upcase name) *attachable-entries* :test #'string=))
-         (list :failure (format nil "~A is not a debugger action." name)))
-        (t (let ((*parked* (or *parked* (server-debugger-state)))
-                 (entry (find-symbol (string-upcase name) '#:mcp-agent-helper))
-                 (current (current-stop)))
-             (cond ((null *parked*)
-                    (list :failure "This thread no longer waits in a debugger."))
-                   ((not (eql stop current))
-                    (list :failure (format nil "The stop this action was for is gone: the thread left it~@[, and now ~
-                                                waits in stop ~D~]. Nothing was done; attach to it again."
-                                           current)))
-                   ((member (string-upcase name) *agent-code-entries* :test #'string=)
-                    (run-as-agent-code session token allow-exit (lambda () (apply entry arguments))))
-                   (t (apply entry arguments)))))))
+in the stop numbered STOP. NAME must be an entry defined :ATTACHED (see DEFINE-ENTRY). A request
+the thread reads at another stop (it was sent while the thread ran, and waited in its mailbox)
+acts on nothing. The agent's code an :AGENT-CODE entry evaluates is SESSION's
+(RUN-AS-AGENT-CODE)."
+  (let* ((entry (find-symbol (string-upcase name) '#:mcp-agent-helper))
+         (attached (and entry (get entry 'attached))))
+    (cond ((not (equal version *version*)) :other-helper)
+          ((not attached)
+           (list :failure (format nil "~A is not a debugger action." name)))
+          (t (let ((*parked* (or *parked* (server-debugger-state)))
+                   (current (current-stop)))
+               (cond ((null *parked*)
+                      (list :failure "This thread no longer waits in a debugger."))
+                     ((not (eql stop current))
+                      (list :failure (format nil "The stop this action was for is gone: the thread left it~@[, and now ~
+                                                  waits in stop ~D~]. Nothing was done; attach to it again."
+                                             current)))
+                     ((eq attached :agent-code)
+                      (run-as-agent-code session token allow-exit (lambda () (apply entry arguments))))
+                     (t (apply entry arguments))))))))
 
 (defun run-as-agent-code (session token allow-exit function)
   "Calls FUNCTION, which evaluates the agent's code in a thread that is not the agent's, as that

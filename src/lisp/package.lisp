@@ -53,23 +53,33 @@ is made that way."
 (defmacro define-entry (name-and-options lambda-list &body body)
   "Defines the function NAME as DEFUN does, and exports it: an entry of the helper, which the
 swank-mcp server calls (through CALL, which runs exported functions only), Emacs does, or the
-person does at their REPL. NAME-AND-OPTIONS is (NAME :CALLER caller [:LOOK T]).
+person does at their REPL. NAME-AND-OPTIONS is (NAME :CALLER caller [:LOOK T] [:ATTACHED how]).
 
 CALLER says who calls it, and must be given: :SERVER (a request of the Rust server names it),
 :EMACS (elisp-compat/swank-mcp.el calls it), :PERSON (for the person's REPL and the tests), or a
-list of these. tests/entries.rs checks each against the callers' sources, so an entry nobody
-calls any more is seen.
+list of these. tests/helper_source.rs checks each against the callers' sources, so an entry
+nobody calls any more is seen.
 
 A look reads the image, writes no file and never reads, compiles or runs code the request
 supplies (names are parsed, not read): the only entries LOOK runs, for a server that promised
---read-only. Each definition says it afresh, so a reloaded helper cannot keep an older revision's
-word for an entry."
-  (destructuring-bind (name &key look (caller (error "The entry ~S says no :CALLER." name-and-options)))
+--read-only.
+
+ATTACHED marks a debugger action that ATTACHED (image-threads.lisp) may run in a thread waiting
+in a server's debugger of its own: T, or :AGENT-CODE for one that evaluates the agent's code
+there, which then runs as the agent's. The only statement of which entries those are: the Rust
+side's debugger actions are checked against it (src/tools/debugger.rs).
+
+Each definition says it afresh, so a reloaded helper cannot keep an older revision's word for an
+entry."
+  (destructuring-bind (name &key look attached (caller (error "The entry ~S says no :CALLER." name-and-options)))
       (if (consp name-and-options) name-and-options (list name-and-options))
     (let ((callers (if (listp caller) caller (list caller))))
       (unless (and callers (subsetp callers '(:server :emacs :person)))
         (error "The entry ~S has :CALLER ~S, not :SERVER, :EMACS, :PERSON or a list of them." name caller))
+      (unless (member attached '(nil t :agent-code))
+        (error "The entry ~S has :ATTACHED ~S, not T or :AGENT-CODE." name attached))
       `(progn (export ',name)
               (setf (get ',name 'look) ,look
+                    (get ',name 'attached) ,attached
                     (get ',name 'callers) ',callers)
               (defun ,name ,lambda-list ,@body)))))

@@ -718,8 +718,66 @@ struct FrameEvaluation {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::image::helper::{HELPER_PACKAGE, HELPER_SOURCE};
     use crate::swank::read;
+
+    /// The entries the helper defines `:attached` (`(define-entry (NAME ... :attached HOW) ...)`),
+    /// each with HOW: `t`, or `:agent-code` for one that evaluates the agent's code.
+    fn attached_entries() -> BTreeMap<String, String> {
+        HELPER_SOURCE
+            .match_indices("(define-entry (")
+            .filter_map(|(at, opener)| {
+                let rest = &HELPER_SOURCE[at + opener.len()..];
+                let options = &rest[..rest.find(')')?];
+                let name = options.split_whitespace().next()?;
+                let how = options.split(":attached ").nth(1)?.split_whitespace().next()?;
+                Some((name.to_string(), how.to_string()))
+            })
+            .collect()
+    }
+
+    /// The helper's `:attached` option on its entries is the one statement of what a thread
+    /// waiting in a debugger of its own may run: each action this tool sends to a stopped thread
+    /// is such an entry, `:agent-code` exactly when the action carries the agent's code, and each
+    /// such entry is an action's.
+    #[test]
+    fn the_actions_sent_to_a_stopped_thread_are_the_entries_the_helper_defines_attached() {
+        let attached = attached_entries();
+        assert!(attached.len() > 5, "{attached:?}");
+        let schema = super::super::arguments::input_schema(ARGUMENTS, &[]);
+        let names = schema["properties"]["action"]["enum"].as_array().expect("the actions are listed");
+        let code = "(list 'agent-code)";
+        let mut sent = BTreeMap::new();
+        for name in names {
+            let asked: Args = serde_json::from_value(serde_json::json!({
+                "action": name, "frame": 0, "code": code, "restart": 0, "arguments": [code],
+            }))
+            .expect("the arguments read");
+            let Ok(action) = Action::read(&asked) else { continue };
+            let wire = action.request().form().to_wire();
+            let entry = wire
+                .strip_prefix(&format!("({HELPER_PACKAGE}:"))
+                .and_then(|rest| rest.split([' ', ')']).next())
+                .unwrap_or_else(|| panic!("{name}'s request calls no entry of the helper: {wire}"))
+                .to_string();
+            assert!(
+                attached.contains_key(&entry),
+                "{name} sends {entry} to a stopped thread, which the helper does not define :attached"
+            );
+            // An entry carries the agent's code when any action sends code through it (continue
+            // is invoke_restart without arguments).
+            *sent.entry(entry).or_insert(false) |= wire.contains(&Form::string(code).to_wire());
+        }
+        let unsent: Vec<&String> = attached.keys().filter(|entry| !sent.contains_key(*entry)).collect();
+        assert!(unsent.is_empty(), "defined :attached, but no action of the debugger tool sends them: {unsent:?}");
+        for (entry, carries_code) in sent {
+            let how = &attached[&entry];
+            assert_eq!(how == ":agent-code", carries_code, "{entry}: the helper says :attached {how}");
+        }
+    }
 
     #[test]
     fn session_ids_are_read_with_or_without_the_d() {
