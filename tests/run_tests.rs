@@ -788,7 +788,7 @@ async fn a_suite_run_interpreted_and_compiled_shows_each_failure_once() {
             variants("IDENTIFIER.LENGTHS")
         ),
         format!(
-            "\n\n[FAIL] {}\n  Form: (SEARCH \"at position 2\" REPORT)\n  Reason: The string \"at position 2\" does not \
+            "\n\n[FAIL] {}\n  Form: (SEARCH TEXT REPORT), checked in EXPECT-IN-REPORT\n  Reason: The string \"at position 2\" does not \
              occur in \"Could not parse \\\"12x\\\" at 2.\".",
             variants("PARSE-ERROR.MESSAGE")
         ),
@@ -1063,6 +1063,50 @@ async fn a_red_fiveam_run_names_the_function_at_fault() {
         "(char< (first range) char (second range))",
     )];
     assert_suspected("esrap", "esrap", &range, "ESRAP::EXEC-CHARACTER-RANGES").await;
+}
+
+#[tokio::test]
+async fn a_red_fiveam_run_names_the_inline_function_at_fault_and_leaves_the_code_as_it_was() {
+    // Debian's split-sequence declares its functions inline: the tests reach each only inlined
+    // into SPLIT-SEQUENCE, where every one of them (the vector and the list paths) ties.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("cl-split-sequence", dir.path());
+    change_file(&copy.join("vector.lisp"), ":return (values subseqs left)", ":return (values subseqs right)");
+    let (_image, tb) = image_with(&copy).await;
+    common::eval_ok(&tb, "(asdf:load-system \"split-sequence\")").await;
+    common::eval_ok(&tb, "(defparameter cl-user::*compiled* #'split-sequence:split-sequence)").await;
+    let journaled_before = newest_journal_entry(&tb).await;
+    let red = call(&tb, "run-tests", json!({"system": "split-sequence"})).await;
+    assert!(red.text.starts_with("FAILED: "), "{}", red.text);
+    assert_eq!(
+        first_suspects(&red).first().map(String::as_str),
+        Some("SPLIT-SEQUENCE::SPLIT-VECTOR-FROM-START"),
+        "{}",
+        red.text
+    );
+    assert!(
+        red.text.contains("SPLIT-SEQUENCE::SPLIT-VECTOR-FROM-START vector.lisp:37 (inline function; "),
+        "{}",
+        red.text
+    );
+    // The functions recompiled to count the inline ones' calls are the library's compiled code
+    // again, the inline ones are still inline, and the agent's undo journal has none of it.
+    let state = common::eval_ok(
+        &tb,
+        "(list (eq cl-user::*compiled* #'split-sequence:split-sequence) \
+         (sb-int:info :function :inlinep 'split-sequence::split-vector-from-start))",
+    )
+    .await;
+    assert!(state.starts_with("=> (T INLINE)"), "{state}");
+    let journaled = journal_names(&tb, journaled_before + 1, newest_journal_entry(&tb).await).await;
+    assert!(!journaled.iter().any(|(_, name)| name.starts_with("SPLIT-SEQUENCE:")), "{journaled:?}");
+}
+
+/// The number of the undo journal's newest entry.
+async fn newest_journal_entry(toolbox: &Arc<Toolbox>) -> u64 {
+    let page = call(toolbox, "undo", json!({})).await;
+    let entries = page.structured_value().unwrap()["entries"].as_array().unwrap().clone();
+    entries.iter().filter_map(|entry| entry["number"].as_u64()).max().unwrap_or(0)
 }
 
 #[tokio::test]

@@ -5,10 +5,12 @@
 ;;;; Only a red run pays for the recording: the failing tests (FiveAM's and RT's) are run again,
 ;;;; then as many passing ones as a few seconds allow, with every function of the system's own
 ;;;; code encapsulated to count its calls per test, and *MACROEXPAND-HOOK* bound to see the
-;;;; system's macros expanded while a test runs (RT evaluates its forms then). What the compiler
-;;;; inlined or expanded before the run is read from the cross-reference data it keeps with
-;;;; each function: a reached function, or a FiveAM test's own function, that inlined an inline
-;;;; function of the system or expanded one of its macros reached them too. A definition scores
+;;;; system's macros expanded while a test runs (RT evaluates its forms then). The system's
+;;;; functions that inlined its inline functions are recompiled for the reruns calling them
+;;;; instead (CALL-WITHOUT-INLINING), so that each inline function counts its own calls. What the
+;;;; compiler expanded before the run is read from the cross-reference data it keeps with each
+;;;; function: a reached function, or a FiveAM test's own function, that expanded one of the
+;;;; system's macros (or, not recompiled, inlined one of its functions) reached them too. A definition scores
 ;;;; by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
 ;;;; passing ones did; of those that score alike, the function an error of a failing test was
 ;;;; signalled in comes first (it may be only the one that reports a wrong result, as a parser's
@@ -184,6 +186,59 @@ macros noted, for the test reruns."
       (dolist (name wrapped)
         (ignore-errors (sbcl-call :unencapsulate name 'record-suspect-calls))))))
 
+;;; ------------------------------------------------------------------------------------------
+;;; Calls the compiler inlined
+
+(defun inlining-functions (definitions)
+  "The functions of DEFINITIONS into whose code the compiler inlined an inline function of
+DEFINITIONS, inline ones among them (their own definitions inlined others too)."
+  (loop for name being the hash-keys of definitions using (hash-value kind)
+        when (and (member kind '(:function :inline))
+                  (some (lambda (expanded) (eq (gethash expanded definitions) :inline))
+                        (expanded-into (fdefinition name) definitions)))
+          collect name))
+
+(defun call-without-inlining (definitions function)
+  "Calls FUNCTION with the functions of DEFINITIONS that inlined its inline functions recompiled
+from their files calling them instead, so that the recording counts each inline function's own
+calls: inlined, an inline function is reached wherever its host is, and every inline function
+of a host ties with the others (split-sequence's vector and list paths). Returns the names
+recompiled, whose own inlined functions are not to be counted as reached. Their compiled
+functions are put back after, and the inline functions stay inline: the inline expansions SBCL
+keeps are not touched by a definition compiled while the names are proclaimed NOTINLINE, which
+lasts only for the compilation. Not journaled: undo is for the agent's own definitions."
+  (let* ((inline-names (loop for name being the hash-keys of definitions using (hash-value kind)
+                             when (eq kind :inline) collect name))
+         (hosts (and inline-names (inlining-functions definitions)))
+         (replaced '()))
+    ;; A library may lock its package (Alexandria does): these definitions are its own again.
+    (flet ((as-the-library (function)
+             (sb-ext:without-package-locks
+               (let ((*agent-call* nil))
+                 (funcall function)))))
+      (unwind-protect
+           (progn
+             (when hosts
+               (as-the-library
+                (lambda ()
+                  (unwind-protect
+                       (progn
+                         (proclaim `(notinline ,@inline-names))
+                         (dolist (name hosts)
+                           (let ((compiled (fdefinition name)))
+                             (when (ignore-errors
+                                    (multiple-value-bind (octets file write-date) (definition-form-octets name)
+                                      (getf (handler-bind ((warning #'muffle-warning))
+                                              (compile-and-load-recording octets file write-date))
+                                            :loaded)))
+                               (push (cons name compiled) replaced)))))
+                    (proclaim `(inline ,@inline-names))))))
+             (funcall function (mapcar #'car replaced)))
+        (as-the-library
+         (lambda ()
+           (loop for (name . compiled) in replaced
+                 do (setf (fdefinition name) compiled))))))))
+
 (defun rerun-test (test failing)
   "Runs TEST, (framework name object form), again under a new TEST-RECORDING, and returns that."
   (destructuring-bind (framework name object form) test
@@ -240,9 +295,11 @@ them): each cons is walked once."
       (walk form))
     symbols))
 
-(defun add-expanded (recording test definitions expansions)
+(defun add-expanded (recording test definitions expansions uninlined)
   "Adds to RECORDING's reached definitions what was inlined or expanded into the functions it
-reached, into TEST's own function, and into its form; EXPANSIONS caches each function's."
+reached, into TEST's own function, and into its form; EXPANSIONS caches each function's. Of the
+functions UNINLINED (see CALL-WITHOUT-INLINING), only the macros: they ran calling the inline
+functions, which counted themselves."
   (destructuring-bind (framework name object form) test
     (declare (ignore name))
     (let ((reached (recording-reached recording)))
@@ -251,7 +308,10 @@ reached, into TEST's own function, and into its form; EXPANSIONS caches each fun
                  (if known names (setf (gethash function expansions) (expanded-into function definitions))))))
         (let ((more (append (loop for name being the hash-keys of reached
                                   when (member (gethash name definitions) '(:function :inline))
-                                    append (expanded (fdefinition name)))
+                                    append (if (member name uninlined)
+                                               (remove-if-not (lambda (expanded) (eq (gethash expanded definitions) :macro))
+                                                              (expanded (fdefinition name)))
+                                               (expanded (fdefinition name))))
                             (and (eq framework :fiveam)
                                  (let ((lambda (ignore-errors (funcall (fiveam-symbol "TEST-LAMBDA") object))))
                                    (and (functionp lambda) (expanded lambda))))
@@ -318,24 +378,29 @@ signalled in, which has no value, or else the first call."
              (signalled (make-hash-table :test 'eq))
              (failing-records '())
              (passing-records '())
+             (uninlined '())
              (deadline (+ (get-internal-real-time) (* *passing-rerun-seconds* internal-time-units-per-second)))
              (*file-octets* (make-hash-table :test 'equal)))
-        (call-recording
-         definitions package
-         (lambda ()
-           (loop for (test . status) in failing
-                 repeat *max-failing-reruns*
-                 do (let ((recording (rerun-test test t)))
-                      (when (and (eq status :error) (recording-signalled recording))
-                        (destructuring-bind (condition name arguments) (recording-signalled recording)
-                          (declare (ignore condition))
-                          (setf (gethash name signalled) (list arguments))))
-                      (push (cons test recording) failing-records)))
-           (loop for (test) in passing
-                 while (< (get-internal-real-time) deadline)
-                 do (push (cons test (rerun-test test nil)) passing-records))))
+        (call-without-inlining
+         definitions
+         (lambda (recompiled)
+           (setf uninlined recompiled)
+           (call-recording
+            definitions package
+            (lambda ()
+              (loop for (test . status) in failing
+                    repeat *max-failing-reruns*
+                    do (let ((recording (rerun-test test t)))
+                         (when (and (eq status :error) (recording-signalled recording))
+                           (destructuring-bind (condition name arguments) (recording-signalled recording)
+                             (declare (ignore condition))
+                             (setf (gethash name signalled) (list arguments))))
+                         (push (cons test recording) failing-records)))
+              (loop for (test) in passing
+                    while (< (get-internal-real-time) deadline)
+                    do (push (cons test (rerun-test test nil)) passing-records))))))
         (loop for (test . recording) in (append failing-records passing-records)
-              do (add-expanded recording test definitions expansions))
+              do (add-expanded recording test definitions expansions uninlined))
         (let* ((scores (make-hash-table :test 'eq))
                (f (length failing-records))
                (named (make-hash-table :test 'eq)))

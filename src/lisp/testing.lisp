@@ -38,6 +38,9 @@ and the rest counted.")
    (parachute-reports :initform '() :accessor collection-parachute-reports)
    (rt-outcomes :initform '() :accessor collection-rt-outcomes)
    (expectations :initform '() :accessor collection-expectations)
+   (checkers :initform '() :accessor collection-checkers
+             :documentation "(form reason function) of each failing FiveAM check made in a function
+of its own, not in the test's body: see CHECKING-FUNCTION.")
    (checks :initform 0 :accessor collection-checks)
    (problems :initform 0 :accessor collection-problems)))
 
@@ -56,6 +59,33 @@ and the rest counted.")
   "True while the checks being made are the outermost FiveAM run's, not a run a test started."
   (and *test-collection* (= *fiveam-run-depth* 1)))
 
+(defun checking-function ()
+  "The function of the test's code that the failing FiveAM check being recorded was made in, when
+it is not the test's own body: a check in a helper the tests call (esrap's
+CALL-EXPECTING-SIGNALS-ESRAP-ERROR) shows only its form, (INTEGERP POSITION), which reads as the
+test's while it checks what the helper was given. NIL for a check in the test's body, and when
+the check was the last form of its function, whose frame the compiler then reused for FiveAM's."
+  (let ((fiveam (find-package '#:it.bese.fiveam)))
+    (loop repeat 40
+          for frame = (sbcl-call :top-frame) then (sbcl-call :frame-down frame)
+          while frame
+          do (let* ((name (ignore-errors (sbcl-call :debug-fun-name (sbcl-call :frame-debug-fun frame))))
+                    ;; A check in a closure is made in the function the closure is in.
+                    (named (if (consp name) (second (member :in name)) name))
+                    (package (and named (symbolp named) (symbol-package named))))
+               (cond ((eq package fiveam) (return nil))
+                     ((and package
+                           (or (member package (list (load-time-value (find-package '#:mcp-agent-helper))
+                                                     (find-package '#:common-lisp)))
+                               (eql 0 (search "SB-" (package-name package))))))
+                     (t
+                      (return (and package
+                                   ;; FiveAM's own functions for a test's body.
+                                   (not (eql 0 (search "%TEST-" (symbol-name named))))
+                                   (not (eql 0 (search "%INNER-TEST-" (symbol-name named))))
+                                   (not (funcall (fiveam-symbol "GET-TEST") named))
+                                   named))))))))
+
 (defun collect-fiveam-expectation (process-failure test-expr &optional reason-format &rest format-arguments)
   "Keeps the values an IS check with a default reason compared: FiveAM passes (actual-form actual
 predicate expected) to its reason's format control. They are kept with the reason's text, which
@@ -67,6 +97,11 @@ time, and FiveAM's results do not come in the order the checks ran."
       (declare (ignore actual-form predicate))
       (push (list test-expr expected actual (apply #'format nil reason-format format-arguments))
             (collection-expectations *test-collection*))))
+  (when (outermost-fiveam-check-p)
+    (let ((checker (checking-function)))
+      (when checker
+        (push (list test-expr (ignore-errors (apply #'format nil reason-format format-arguments)) checker)
+              (collection-checkers *test-collection*)))))
   (apply process-failure test-expr reason-format format-arguments))
 
 (defun count-fiveam-check (add-result result-type &rest arguments)
@@ -273,15 +308,17 @@ it is the worst so far."
   (when (> (position status *status-severity*) (position (first (tested-statuses tested)) *status-severity*))
     (setf (first (tested-statuses tested)) status)))
 
-(defun tally-failure (tally tested kind &key form reason expected actual)
-  "Keeps a failure (KIND :FAILED or :ERROR) of TESTED's current run, with FORM, the check, and
-REASON, EXPECTED and ACTUAL as texts."
+(defun tally-failure (tally tested kind &key form checked-in reason expected actual)
+  "Keeps a failure (KIND :FAILED or :ERROR) of TESTED's current run, with FORM, the check, made in
+the function CHECKED-IN when not in the test's body, and REASON, EXPECTED and ACTUAL as texts."
   (when (< (tally-kept tally) *max-kept-warnings*)
     (incf (tally-kept tally))
     (push (list (length (tested-statuses tested)) kind
                 (and form (let ((*package* (tested-home tested)))
                             ;; A test's form is read whole, as its source has it.
-                            (print-form-briefly form :length 30 :level 12 :limit 600)))
+                            (format nil "~A~@[, checked in ~A~]"
+                                    (print-form-briefly form :length 30 :level 12 :limit 600)
+                                    (and checked-in (print-briefly checked-in :package (tested-home tested))))))
                 reason expected actual)
           (tested-failures tested))))
 
@@ -528,6 +565,9 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
           (destructuring-bind (tested kind expr reason expectation condition) failure
             (tally-failure tally tested kind
                            :form expr
+                           :checked-in (third (find-if (lambda (checker)
+                                                         (and (eq (first checker) expr) (equal (second checker) reason)))
+                                                       (collection-checkers collection)))
                            :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
                                                             (condition-message condition)))
                                          ((stringp reason)
