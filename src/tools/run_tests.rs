@@ -345,6 +345,25 @@ fn reads_as_a_verdict(line: &str) -> bool {
     lowercase_words(line).any(|word| VERDICT_WORDS.contains(&word.as_str()))
 }
 
+/// `line` as one line, or as two where a harness printed its verdict with no line break after
+/// the last row of its table: parse-number's `... SINGLE-FLOATUnexpected failures: #o10.` is the
+/// row and `Unexpected failures: #o10.`. The verdict starts at a capitalised word written onto
+/// the end of another (an upper-case letter or digit, a quote or a bracket just before it).
+fn split_glued_verdict(line: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = line.char_indices().collect();
+    let glued = chars.windows(3).find_map(|window| {
+        let [(_, before), (start, capital), (_, next)] = window else { return None };
+        let glued_onto = before.is_ascii_uppercase() || before.is_ascii_digit() || "\"')]".contains(*before);
+        (glued_onto && capital.is_ascii_uppercase() && next.is_ascii_lowercase()).then_some(*start)
+    });
+    match glued {
+        Some(start) if names_failures(&line[start..]) || reads_as_a_verdict(&line[start..]) => {
+            vec![&line[..start], &line[start..]]
+        }
+        _ => vec![line],
+    }
+}
+
 /// The words of a line of output, letters and digits, in lower case.
 fn lowercase_words(line: &str) -> impl Iterator<Item = String> + '_ {
     line.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).map(str::to_lowercase)
@@ -430,9 +449,10 @@ impl TestReport {
         }
     }
 
-    /// The output's lines as the reply has them: its start, and for a cut output its end.
+    /// The output's lines as the reply has them: its start, and for a cut output its end; a
+    /// verdict printed without a line break after a table's last row is a line of its own.
     fn output_lines(&self) -> impl Iterator<Item = &str> {
-        self.stdout.text.lines().chain(self.stdout.tail.lines())
+        self.stdout.text.lines().chain(self.stdout.tail.lines()).flat_map(split_glued_verdict)
     }
 
     /// The lines of the output that name failures or errors, each once, in order.
@@ -619,6 +639,18 @@ fn one_line(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_glued_to_a_tables_last_row_is_a_line_of_its_own() {
+        let row = "         \"#x10/-5\"                          T                                SINGLE-FLOAT";
+        assert_eq!(
+            split_glued_verdict(&format!("{row}Unexpected failures: #o10, #o-101/75.")),
+            [row, "Unexpected failures: #o10, #o-101/75."]
+        );
+        for line in [row, "Ran 5 tests. OK", "ALEXANDRIA-TESTS::IOTA.1 Failed", "\"Hello\" => Hello"] {
+            assert_eq!(split_glued_verdict(line), [line]);
+        }
+    }
 
     #[test]
     fn a_verdict_is_told_from_the_rows_of_a_table() {
