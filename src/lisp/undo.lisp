@@ -53,9 +53,20 @@
 (defparameter *journal-shown* 100
   "The newest entries listed when the caller asks for no page size.")
 
+(defun journal-cause ()
+  "What is making the change being journaled, as the listing tells it: the agent's tool, and the
+file being loaded when that is not the agent's own text (a tool's private copy), so that an
+ASDF reload's hundred entries (run-tests after an edit) are told from the agent's edits."
+  (let* ((tool (nth-value 1 (token-call *agent-call*)))
+         (loading (and *load-truename*
+                       (not (search "mcp-agent-load-" (namestring *load-truename*)))
+                       (file-namestring *load-truename*))))
+    (and tool (format nil "~A~@[, loading ~A~]" tool loading))))
+
 (defclass journal-entry ()
   ((number :initarg :number :reader entry-number)
    (time :initform (get-universal-time) :reader entry-time)
+   (cause :initform (journal-cause) :reader entry-cause)
    ;; :FUNCTION, :MACRO, :METHOD or :CLASS; a setf function is a :FUNCTION named (SETF F).
    (kind :initarg :kind :reader entry-kind)
    (name :initarg :name :reader entry-name)
@@ -323,6 +334,7 @@ that was a file, which undo leaves as it is."
         :kind (kind-text entry)
         :name (entry-name-text entry)
         :detail (entry-detail entry)
+        :cause (entry-cause entry)
         :restorable (and (restorable-p entry) t)
         :restored (entry-restored entry)
         :previous (and (entry-previous entry)

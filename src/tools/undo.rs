@@ -107,6 +107,9 @@ struct Entry {
     name: String,
     /// A method's qualifiers and specializers; whether a class was new or redefined.
     detail: Option<String>,
+    /// The tool whose call made the change, and the file it was loading when not the agent's
+    /// own text: `run-tests, loading list.fasl` is ASDF's reload, not an edit.
+    cause: Option<String>,
     restorable: bool,
     restored: bool,
     /// Where the replaced definition was; `None` when there was none.
@@ -225,7 +228,8 @@ impl Entry {
                 _ => String::new(),
             }
         };
-        format!("{:>4}  {}  {what}: {before}{state}", self.number, self.time)
+        let cause = self.cause.as_ref().map(|cause| format!(" ({cause})")).unwrap_or_default();
+        format!("{:>4}  {}  {what}: {before}{state}{cause}", self.number, self.time)
     }
 }
 
@@ -352,7 +356,7 @@ impl Journal {
             "older": self.older,
             "newer": self.newer,
             "entries": self.entries.iter().map(|e| json!({
-                "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail,
+                "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail, "cause": e.cause,
                 "restorable": e.restorable, "restored": e.restored, "previous": location(&e.previous), "note": e.note,
             })).collect::<Vec<_>>(),
             "restored_count": self.restored.len(),
@@ -378,10 +382,11 @@ mod tests {
     use crate::swank::read;
 
     const LISTING: &str = "(:listed t :entries ((:number 1 :time \"2026-11-23 12:00:00 UTC\" :kind \"function\" :name \"CL-USER::F\" \
-         :detail nil :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) :note nil) \
-        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil :restorable t :restored nil \
+         :detail nil :cause \"edit-lisp-form\" :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) :note nil) \
+        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil \
+         :cause \"run-tests, loading g.fasl\" :restorable t :restored nil \
          :previous (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\") :note nil) \
-        (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" \
+        (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" :cause nil \
          :restorable nil :restored nil :previous nil :note \"the class was new\")) \
         :restored nil :skipped nil :limit 500 :older 7 :newer 2)";
 
@@ -399,9 +404,10 @@ mod tests {
             journal.render(),
             "Journal (3 entries, oldest first; 7 entries older: list them with before=1; 2 entries newer: list them \
              without before; the image keeps the last 500). Restore with entries=[N, ...] or since=N:\n\
-             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition from /src/f.lisp:3:1 [restored]\n\
+             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition from /src/f.lisp:3:1 [restored] \
+             (edit-lisp-form)\n\
              \x20  2  2026-11-23 12:00:01 UTC  function CL-USER::G: replaced a definition with no source file (defined at \
-             the REPL, no source file)\n\
+             the REPL, no source file) (run-tests, loading g.fasl)\n\
              \x20  3  2026-11-23 12:00:02 UTC  class CL-USER::SHAPE (new): new [cannot be restored: the class was new]"
         );
     }
