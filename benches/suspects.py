@@ -72,8 +72,8 @@ BUGS = [
      ("ieee-floats.lisp", "(sign (if (= sign 1.0) 0 1))", "(sign (if (= sign 1.0) 1 0))"),
      "IEEE-FLOATS:MAKE-FLOAT-CONVERTERS"),
     ("nibbles", "nibbles",
-     ("streams.lisp", "((or (endp rem) (>= i end)) list)", "((or (endp rem) (> i end)) list)"),
-     "NIBBLES::READ-INTO-LIST*"),
+     ("streams.lisp", "(let ((list (make-list count)))", "(let ((list (make-list (1+ count))))"),
+     "NIBBLES::READ-FRESH-SEQUENCE"),
     ("nibbles", "nibbles",
      ("streams.lisp", "for i from start below end\n\t   do (funcall writer", "for i from (1+ start) below end\n\t   do (funcall writer"),
      "NIBBLES::WRITE-SEQUENCE-WITH-WRITER"),
@@ -192,7 +192,7 @@ def main():
             totals[1] += shell
         print(
             f"{library:<11} {at_fault:<42} {rank or '-':>4} {len(reply.text):>6} {read:>6} {shell:>6} "
-            f"{'yes' if reaches else 'no':>7} {read / shell:>5.2f}  {', '.join(names[:3])}"
+            f"{'yes' if reaches else 'no':>7} {read / max(shell, 1):>5.2f}  {', '.join(names[:3])}"
         )
         if args.show:
             print(reply.text, "\n")

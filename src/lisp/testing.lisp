@@ -16,8 +16,13 @@
 (in-package #:mcp-agent-helper)
 
 (defparameter *max-test-failures* 50
-  "Failures described per reply; the others are kept behind a handle, up to *MAX-KEPT-WARNINGS*,
-and the rest counted.")
+  "Failing tests described per reply at most; the others are kept behind a handle, up to
+*MAX-KEPT-WARNINGS*, and the rest counted.")
+
+(defparameter *failing-characters-shown* 2400
+  "About how many characters of a red reply the failing tests' texts take (the first one whole,
+however long): the summary and the suspects take the rest of the 4,000 a red reply keeps to; the
+failing tests past them are behind a handle.")
 
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
@@ -292,7 +297,10 @@ a framework in), and absent otherwise."
   (let* ((key (print-briefly name :package (tally-package tally)))
          (tested (or (gethash key (tally-tests tally))
                      (let ((new (make-instance 'tested :name key
-                                                       :home (or (and (symbolp name) (symbol-package name))
+                                                       ;; A test named by a keyword (nibbles' RT
+                                                       ;; tests) has forms of another package.
+                                                       :home (or (and (symbolp name) (not (keywordp name))
+                                                                      (symbol-package name))
                                                                  (tally-package tally)))))
                        (push new (tally-order tally))
                        (setf (gethash key (tally-tests tally)) new)))))
@@ -469,7 +477,8 @@ handle of the whole text."
 many times each ran, and :UNIFORM, whether all ran that many times; :PASSED, :FAILED, :ERRORS and
 :SKIPPED, the tests by their worst run; :FAILED-EVERY-RUN, the failing tests that failed in each
 of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the failing tests of the
-first *MAX-TEST-FAILURES* groups alike (see ALIKE-GROUPS), each (:TEST :SAME-AS :KIND
+first groups alike (see ALIKE-GROUPS) whose texts fit in *FAILING-CHARACTERS-SHOWN*, at most
+*MAX-TEST-FAILURES*, each (:TEST :SAME-AS :KIND
 :FAILED-RUNS :TEXT :FAILURES): SAME-AS the first test of its group, for the others, which have no
 TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :EXPECTED
 :ACTUAL); :FAILING-REST, the handle of every group's text and the offset of the first not shown
@@ -478,7 +487,14 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
          (counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
          (runs (reduce #'max all :key (lambda (tested) (length (tested-statuses tested))) :initial-value 0))
          (failing (remove-if-not (lambda (tested) (intersection '(:failed :error) (tested-statuses tested))) all))
-         (groups (alike-groups failing)))
+         (groups (alike-groups failing))
+         (shown (loop with characters = 0
+                      for group in groups
+                      repeat *max-test-failures*
+                      for text = (group-shown-text group)
+                      while (or (zerop characters) (<= (+ characters (length text)) *failing-characters-shown*))
+                      do (incf characters (length text))
+                      collect (cons group text))))
     (dolist (tested all)
       (let ((worst (reduce (lambda (a b) (if (> (position b *status-severity*) (position a *status-severity*)) b a))
                            (tested-statuses tested))))
@@ -494,15 +510,14 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
                                                (tested-statuses tested)))
                                       failing)
           :checks (tally-checks tally)
-          :failing (loop for group in groups
-                         repeat *max-test-failures*
+          :failing (loop for (group . text) in shown
                          append (loop for tested in group
                                       for first = t then nil
                                       collect (list :test (tested-name tested)
                                                     :same-as (and (not first) (tested-name (first group)))
                                                     :kind (if (member :error (tested-statuses tested)) "error" "failure")
                                                     :failed-runs (failed-runs tested)
-                                                    :text (and first (group-shown-text group))
+                                                    :text (and first text)
                                                     :failures (loop for (run kind form reason expected actual)
                                                                       in (reverse (tested-failures tested))
                                                                     repeat *max-values-shown*
@@ -510,8 +525,8 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
                                                                                   :kind (if (eq kind :error) "error" "failure")
                                                                                   :form form :reason reason
                                                                                   :expected expected :actual actual)))))
-          :failing-rest (rest-listing (mapcar #'group-text groups) *max-test-failures*)
-          :failing-dropped (loop for group in (nthcdr *max-test-failures* groups) sum (length group)))))
+          :failing-rest (rest-listing (mapcar #'group-text groups) (length shown))
+          :failing-dropped (loop for group in (nthcdr (length shown) groups) sum (length group)))))
 
 ;;; FiveAM
 

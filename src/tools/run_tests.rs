@@ -25,9 +25,7 @@ use crate::image::{Entry, Request};
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Failing tests described in a reply per framework, and failures kept behind a handle (the
-/// helper's *MAX-TEST-FAILURES* and *MAX-KEPT-WARNINGS*).
-const MAX_SHOWN_FAILURES: u64 = 50;
+/// Failures kept behind a handle per framework (the helper's *MAX-KEPT-WARNINGS*).
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
 /// The arguments: the schema and the checks.
@@ -538,11 +536,11 @@ impl TestReport {
             match &results.failing_rest {
                 _ if dropped == 0 => {}
                 Some((handle, offset)) => {
-                    let not_kept = (dropped + MAX_SHOWN_FAILURES).saturating_sub(MAX_KEPT_FAILURES);
+                    let shown = results.failing.len() as u64;
+                    let not_kept = (dropped + shown).saturating_sub(MAX_KEPT_FAILURES);
                     sections.push(format!(
-                        "[... {} more failing tests not shown: at most 50 per framework; inspect {handle} with offset \
-                         {offset} for {}]",
-                        group_thousands(dropped),
+                        "[... {} not shown; inspect {handle} with offset {offset} for {}]",
+                        format!("{} more failing test{}", group_thousands(dropped), if dropped == 1 { "" } else { "s" }),
                         if not_kept == 0 {
                             "them".to_string()
                         } else {
