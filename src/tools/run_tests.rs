@@ -539,8 +539,9 @@ impl TestReport {
                     let shown = results.failing.len() as u64;
                     let not_kept = (dropped + shown).saturating_sub(MAX_KEPT_FAILURES);
                     sections.push(format!(
-                        "[... {} not shown; inspect {handle} with offset {offset} for {}]",
-                        format!("{} more failing test{}", group_thousands(dropped), if dropped == 1 { "" } else { "s" }),
+                        "[... {} more failing test{} not shown; inspect {handle} with offset {offset} for {}]",
+                        group_thousands(dropped),
+                        if dropped == 1 { "" } else { "s" },
                         if not_kept == 0 {
                             "them".to_string()
                         } else {
