@@ -10,7 +10,8 @@ ieee-floats, nibbles, each with a suite of its own) is seeded into a copy of the
   none of them is it, the system's files listed (find-definition `system`) and each read with
   lisp-outline `source`, page by page, alphabetically, down to the file at fault; edit-lisp-form patching it with `load`;
   run-tests (green).
-- Shell: the test-op with its output's last 60 lines (`| tail -n 60`); the definition of each
+- Shell: the test-op with its output's last 60 lines (`| tail -n 60`), and again whole (as far as
+  a shell tool shows it, 30,000 characters) when those name no failing test; the definition of each
   failing test that output names (at most 5; `sed -n` of the form's lines); the definitions of the
   system's code those tests' forms name; when none of them is at fault, the files listed (`find`)
   and each read whole (`cat`) in the same order down to the file at fault; the fix (`sed -i`, which prints
@@ -55,6 +56,10 @@ FORMS = {
     "NIBBLES::READ-FRESH-SEQUENCE": ("defun", "read-fresh-sequence"),
     "NIBBLES::WRITE-SEQUENCE-WITH-WRITER": ("defun", "write-sequence-with-writer"),
 }
+
+
+# The characters a shell tool shows of one command's output (Claude Code's bash tool cuts there).
+SHELL_TOOL_LIMIT = 30_000
 
 
 def code_files(directory):
@@ -118,6 +123,9 @@ def shell_path(directory, system, bug, at_fault):
         return output
 
     red = run(f"{test_op(directory, system)} | tail -n 60", "test-op | tail -n 60")
+    if not failing_tests(red):
+        # A backtrace filled the last lines: the whole output, as far as a shell tool shows it.
+        red = run(f"{test_op(directory, system)} | head -c {SHELL_TOOL_LIMIT}", "test-op (the whole output)")
     files = lisp_files(directory)
     code = {}
     for path, text in files.items():
@@ -158,7 +166,7 @@ def shell_path(directory, system, bug, at_fault):
     # as old as its fasl to ASDF.
     time.sleep(1.1)
     run(f"{test_op(directory, system)} | tail -n 20", "test-op | tail -n 20")
-    return steps, reached, outputs, "fail" not in green.lower() or "0 failed" in green.lower()
+    return steps, reached
 
 
 def main():
