@@ -1134,6 +1134,21 @@ async fn newest_journal_entry(toolbox: &Arc<Toolbox>) -> u64 {
 }
 
 #[tokio::test]
+async fn a_suspect_a_macro_defined_names_the_macro() {
+    // Debian's ieee-floats: its converters are written by a macro, where the bug is.
+    let sign = [("ieee-floats.lisp", "(sign (if (= sign 1.0) 0 1))", "(sign (if (= sign 1.0) 1 0))")];
+    let red = assert_suspected("ieee-floats", "ieee-floats", &sign, "IEEE-FLOATS:ENCODE-FLOAT32").await;
+    assert!(
+        red.text.contains(
+            "IEEE-FLOATS:ENCODE-FLOAT32 ieee-floats.lisp:115 (inline function; 2 of 7 failing, 0 passing)\n   defined \
+             there by the macro IEEE-FLOATS:MAKE-FLOAT-CONVERTERS ieee-floats.lisp:48"
+        ),
+        "{}",
+        red.text
+    );
+}
+
+#[tokio::test]
 async fn a_second_rt_system_is_counted_and_named_as_its_own_and_its_macro_suspected() {
     // Alexandria's tests are SB-RT's, anaphora's the portable RT's: both RTs in one image, after
     // Alexandria's ran. Anaphora's faults run at macroexpansion time.

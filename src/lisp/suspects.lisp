@@ -363,6 +363,32 @@ and RT's, STATUS NIL when it passed, else :FAILED or :ERROR, the worst of its ru
                       (if (eql 0 (search "/" relative)) file relative)))
           (getf location :line))))
 
+(defun line-operator (file line)
+  "The text the form at the start of LINE of FILE begins with after its parenthesis (DEFUN,
+MAKE-FLOAT-CONVERTERS), or NIL when the line does not begin a form."
+  (let ((octets (file-octets file)))
+    (when (and octets line)
+      (let ((start (if (= line 1)
+                       0
+                       (loop with current = 1
+                             for i from 0 below (length octets)
+                             when (= (aref octets i) 10)
+                               do (incf current)
+                                  (when (= current line) (return (1+ i)))))))
+        (when (and start (< (1+ start) (length octets)) (= (aref octets start) (char-code #\()))
+          (sb-ext:octets-to-string octets :start (1+ start) :end (token-end octets (1+ start))
+                                          :external-format :utf-8))))))
+
+(defun defining-macro (name file line definitions)
+  "The macro of DEFINITIONS whose call at LINE of FILE defined the function NAME, when its
+definition is such a call (ieee-floats' (make-float-converters encode-float32 ...)) and not a
+DEFUN: the source to read is the macro's."
+  (let* ((operator (line-operator file line))
+         (symbol (and operator (symbolp name)
+                      (not (eql 0 (search "DEF" operator :test #'char-equal)))
+                      (find-symbol (string-upcase operator) (symbol-package name)))))
+    (and symbol (eq (gethash symbol definitions) :macro) symbol)))
+
 (defun find-suspects (system collection package)
   "The suspects of COLLECTION's red run of SYSTEM, as run-tests replies with them: NIL when no
 FiveAM or RT test failed, else (:WHY NIL :FAILING-RERUN n :PASSING-RERUN n :PASSING n :SUSPECTS (...)),
@@ -446,6 +472,15 @@ signalled in, which has no value, or else the first call."
                                     (list :name (print-briefly name :package package)
                                           :kind (string-downcase (symbol-name kind))
                                           :file file :line line :failing ef :passing ep
+                                          :defined-by (let* ((directory (funcall (asdf-function "SYSTEM-SOURCE-DIRECTORY") system))
+                                                             (macro (and file (not (eq kind :macro))
+                                                                         (defining-macro name (merge-pathnames file directory)
+                                                                                         line definitions))))
+                                                        (and macro
+                                                             (destructuring-bind (macro-file macro-line)
+                                                                 (suspect-place macro :macro directory)
+                                                               (list :name (print-briefly macro :package package)
+                                                                     :file macro-file :line macro-line))))
                                           :signalled (and (gethash name signalled) t)
                                           :arguments (first call) :value (second call))))))))))))
 

@@ -214,6 +214,17 @@ struct Suspect {
     signalled: bool,
     arguments: Option<String>,
     value: Option<String>,
+    /// The system's macro whose call defined this function (a converter a macro writes), whose
+    /// source is the one to read.
+    defined_by: Option<DefiningMacro>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct DefiningMacro {
+    name: String,
+    file: Option<String>,
+    line: Option<u64>,
 }
 
 impl Suspects {
@@ -258,6 +269,13 @@ none: the failing tests reached none of the system's own definitions");
                 suspect.passing,
                 if suspect.signalled { "; the error came from it" } else { "" }
             ));
+            if let Some(macro_) = &suspect.defined_by {
+                let place = match (&macro_.file, macro_.line) {
+                    (Some(file), Some(line)) => format!(" {file}:{line}"),
+                    _ => String::new(),
+                };
+                text.push_str(&format!("\n   defined there by the macro {}{place}", macro_.name));
+            }
             if let Some(arguments) = &suspect.arguments {
                 text.push_str(&format!("\n   called with {arguments}"));
                 match &suspect.value {
@@ -796,6 +814,7 @@ mod tests {
             signalled,
             arguments: arguments.map(Into::into),
             value: value.map(Into::into),
+            defined_by: None,
         };
         let suspects = Suspects {
             failing_rerun: Some(2),
@@ -805,6 +824,14 @@ mod tests {
                 suspect("APP::PARSE", "function", Some("(\"1x\")"), None, true),
                 suspect("APP:WITH-ROW", "macro", None, None, false),
                 suspect("APP::STEP", "inline", Some("(3)"), None, false),
+                Suspect {
+                    defined_by: Some(DefiningMacro {
+                        name: "APP::DEFINE-CONVERTER".into(),
+                        file: Some("app.lisp".into()),
+                        line: Some(2),
+                    }),
+                    ..suspect("APP::ENCODE", "function", None, None, false)
+                },
             ],
             why: None,
         };
@@ -814,7 +841,8 @@ mod tests {
              again recording calls:\n1. APP::PARSE app.lisp:7 (2 of 2 failing, 1 passing; the error came from it)\n   \
              called with (\"1x\"), signalled the test's error\n2. APP:WITH-ROW app.lisp:7 (macro; 2 of 2 failing, 1 \
              passing)\n3. APP::STEP app.lisp:7 (inline function; 2 of 2 failing, 1 passing)\n   called with (3), did \
-             not return"
+             not return\n4. APP::ENCODE app.lisp:7 (2 of 2 failing, 1 passing)\n   defined there by the macro \
+             APP::DEFINE-CONVERTER app.lisp:2"
         );
         let none = Suspects { passing_rerun: Some(1), passing: Some(1), suspects: vec![], ..suspects };
         assert_eq!(
