@@ -34,7 +34,7 @@ import tempfile
 import time
 
 from seeded_library import form_at, seeded_copy, started, test_op
-from suspects import BUGS, bare, failing_tests, lisp_files
+from suspects import BUGS, bare, failing_tests, lisp_files, rank_of, suspect_names
 
 # The definition at fault as edit-lisp-form names it: (form type, form name), by the name the
 # reply gives it; a clause iterate's DEFCLAUSE makes is named by its template.
@@ -87,10 +87,12 @@ def mcp_path(server, directory, system, bug, at_fault):
         return reply
 
     red = call("run-tests", {"system": system})
-    names = re.findall(r"^\d+\. (\S+) ", red.text.split("\n[suspects] ", 1)[-1], re.M)
-    rank = names.index(at_fault) + 1 if at_fault in names else None
-    for name in names[: rank or len(names)]:
+    named = suspect_names(red.text)
+    rank = rank_of(named, at_fault)
+    for _, name in named:
         call("find-definition", {"symbol": name, "source": True})
+        if name == at_fault:
+            break
     if rank is None:
         call("find-definition", {"system": system})
         for path in code_files(directory):

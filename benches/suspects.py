@@ -146,11 +146,29 @@ def shell_path(library, directory, system, at_fault):
     return read, bare(at_fault) in named
 
 
-def reply_path(directory, reply, rank):
-    """The characters an agent reads on the reply's path (see the module's doc)."""
-    places = re.findall(r"^\d+\. \S+ (\S+):(\d+) ", reply, re.M)
+def suspect_names(reply):
+    """The definitions the reply's [suspects] section names, in order, each with the number of the
+    suspect it is or, for the macro that defined one (`defined there by the macro NAME`), belongs to."""
+    section = reply.split("\n[suspects] ", 1)[-1]
+    named, number = [], 0
+    for found in re.finditer(r"^(\d+)\. (\S+) |^   defined there by the macro (\S+) ", section, re.M):
+        if found.group(1):
+            number = int(found.group(1))
+        named.append((number, found.group(2) or found.group(3)))
+    return named
+
+
+def rank_of(named, at_fault):
+    """The number of the suspect that is the definition at fault, or that a macro at fault wrote."""
+    return next((number for number, name in named if name == at_fault), None)
+
+
+def reply_path(directory, reply, count):
+    """The characters an agent reads on the reply's path (see the module's doc): the reply, and the
+    first `count` definitions it names."""
+    places = re.findall(r"^(?:\d+\. |   defined there by the macro )\S+ (\S+):(\d+)", reply, re.M)
     read = len(reply)
-    for path, line in places[:rank]:
+    for path, line in places[:count]:
         with open(os.path.join(directory, path), errors="replace") as f:
             text = f.read()
         start = sum(len(line_text) for line_text in text.splitlines(keepends=True)[: int(line) - 1])
@@ -180,9 +198,12 @@ def main():
             server.close()
             # The text is what the agent reads; structured content is sent only under
             # --structured-content.
-            names = re.findall(r"^\d+\. (\S+) ", reply.text.split("\n[suspects] ", 1)[-1], re.M)
-            rank = names.index(at_fault) + 1 if at_fault in names else None
-            read = reply_path(directory, reply.text, rank or len(names))
+            names = suspect_names(reply.text)
+            rank = rank_of(names, at_fault)
+            # The definitions the reply names, read in order down to the one at fault.
+            read_up_to = next((i + 1 for i, (_, name) in enumerate(names) if name == at_fault), len(names))
+            read = reply_path(directory, reply.text, read_up_to)
+            names = [name for _, name in names]
             shell, reaches = shell_path(library, directory, system, at_fault)
         found.setdefault(library, [0, 0])
         found[library][0] += rank is not None and rank <= 3
