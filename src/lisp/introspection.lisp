@@ -220,7 +220,7 @@ evaluated or compiled from a REPL (or from a string)."
 
 (defun no-file-location (name)
   "The location plist of a definition of NAME that has no file."
-  (list :file nil :line nil :column nil :note nil :origin (no-file-origin name)))
+  (list :file nil :line nil :column nil :note nil :made-by nil :origin (no-file-origin name)))
 
 (defun form-start-in (octets offset form-index)
   "Where in OCTETS the definition SBCL recorded at byte OFFSET, or as top-level form FORM-INDEX,
@@ -291,9 +291,9 @@ compilation."
                (gethash file *file-compile-dates*)))))
 
 (defun source-location (source name)
-  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :ORIGIN),
-with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded from a
-file."
+  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :MADE-BY
+:ORIGIN), with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded
+from a file. :MADE-BY is NIL here; a slot accessor's location has its DEFCLASS (ACCESSOR-MADE-BY)."
   (let ((pathname (sb-introspect:definition-source-pathname source)))
     (if (null pathname)
         (no-file-location name)
@@ -328,6 +328,7 @@ file."
                                         (> current-date recorded-date)
                                         (/= recorded-date current-date)))
                                "the file changed since this was compiled; the line may be off"))
+                  :made-by nil
                   :origin nil))))))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -452,6 +453,33 @@ it is also accessible in PACKAGE, where it was looked up."
   (let ((specializers (sb-mop:method-specializers method)))
     (if (typep method 'sb-mop:standard-writer-method) (second specializers) (first specializers))))
 
+(defun accessor-made-by (method package)
+  "The :MADE-BY of a location of METHOD, a slot reader or writer: (:CLASS the DEFCLASS's name as
+edit-lisp-form takes it :TEXT what a reply says of it). SBCL records where the DEFCLASS was as the
+method's source, and the server finds that DEFCLASS again in the file's current text, where no
+DEFGENERIC or DEFMETHOD of the accessor is."
+  (let ((class-name (class-name (accessor-method-class method))))
+    (list :class (string-downcase (symbol-name class-name))
+          :text (format nil "a slot accessor made by the DEFCLASS of ~A" (name-text class-name package)))))
+
+(defun location-remark (location)
+  "The parenthesised remark on a location plist as replies show it: what made the definition and
+what the file's state says of its line, or NIL."
+  (let ((parts (remove nil (list (getf (getf location :made-by) :text) (getf location :note)))))
+    (and parts (format nil "~{~A~^; ~}" parts))))
+
+(defun accessor-method-described (name source)
+  "The slot reader or writer of the generic function NAME that SOURCE, one of its :METHOD definition
+sources, describes by its specializers' names; NIL for any other method."
+  (let ((function (and (fboundp name) (fdefinition name)))
+        (description (let ((accessor (sbcl-symbol :definition-source-description)))
+                       (and accessor (fboundp accessor) (funcall accessor source)))))
+    (when (and (typep function 'generic-function) (consp description) (every #'symbolp description))
+      (let* ((classes (mapcar (lambda (name) (find-class name nil)) description))
+             (method (and (every #'identity classes)
+                          (ignore-errors (find-method function '() classes nil)))))
+        (and (typep method 'sb-mop:standard-accessor-method) method)))))
+
 (defun generic-function-location (function name package)
   "Where the generic function NAME is defined. A generic function made by DEFCLASS (a slot
 accessor) or by a DEFMETHOD without a DEFGENERIC has no source of its own: then where the
@@ -463,11 +491,10 @@ DEFCLASS, or its earliest method, is."
                (method (find-if #'method-location methods))
                (location (and method (method-location method))))
           (cond ((null location) own)
-                (t (setf (getf location :note)
-                         (if (typep method 'sb-mop:standard-accessor-method)
-                             (format nil "a slot accessor made by the DEFCLASS of ~A"
-                                     (name-text (class-name (accessor-method-class method)) package))
-                             "no DEFGENERIC: where its first method is"))
+                ((typep method 'sb-mop:standard-accessor-method)
+                 (setf (getf location :made-by) (accessor-made-by method package))
+                 location)
+                (t (setf (getf location :note) "no DEFGENERIC: where its first method is")
                    location))))))
 
 (defun function-entry (name package)
@@ -686,13 +713,20 @@ with a great many definitions (a generic function of 400,000 methods) costs a pa
 (defun definition-source-location (kind name source package)
   "Where find-definition's definition of KIND, NAME, with SB-INTROSPECT's SOURCE, is: a generic
 function with no file of its own (a slot accessor's, or one made by DEFMETHOD alone) is where
-describe-symbol and inspect place it too (see GENERIC-FUNCTION-LOCATION)."
-  (if (and (member kind '(:generic-function :function))
-           (null (sb-introspect:definition-source-pathname source))
-           (fboundp name)
-           (typep (fdefinition name) 'generic-function))
-      (generic-function-location (fdefinition name) name package)
-      (source-location source name)))
+describe-symbol and inspect place it too (see GENERIC-FUNCTION-LOCATION); a slot accessor's
+method says which DEFCLASS made it, as its generic function does."
+  (cond ((and (member kind '(:generic-function :function))
+              (null (sb-introspect:definition-source-pathname source))
+              (fboundp name)
+              (typep (fdefinition name) 'generic-function))
+         (generic-function-location (fdefinition name) name package))
+        ((eq kind :method)
+         (let ((location (source-location source name))
+               (accessor (accessor-method-described name source)))
+           (when (and accessor (getf location :file))
+             (setf (getf location :made-by) (accessor-made-by accessor package)))
+           location))
+        (t (source-location source name))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; xref

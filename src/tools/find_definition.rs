@@ -330,6 +330,12 @@ impl<'a> CurrentTexts<'a> {
         let (Some(file), Some(line), Some(column)) = (source.file.clone(), source.line, source.column) else {
             return None;
         };
+        // A slot accessor is made by its DEFCLASS, which SBCL records as its place.
+        let class = source.made_by.as_ref().map(|made_by| made_by.class.clone());
+        let (operators, form_name) = match &class {
+            Some(class) => (&["defclass"][..], class.as_str()),
+            None => (operators, form_name),
+        };
         let text = self.current(&file)?;
         let recorded = (line as usize, column as usize);
         let mut places = locate_definition(text, operators, form_name);
@@ -386,7 +392,7 @@ impl<'a> CurrentTexts<'a> {
     /// under it: what `file_path` takes, and shorter.
     fn shown(&self, source: &Location) -> Option<String> {
         let relative = Path::new(source.file.as_deref()?).strip_prefix(self.roots.paths()[0]).ok()?;
-        let note = source.note.as_ref().map(|note| format!(" ({note})")).unwrap_or_default();
+        let note = source.remark().map(|remark| format!(" ({remark})")).unwrap_or_default();
         Some(format!("{}:{}:{}{note}", relative.display(), source.line?, source.column?))
     }
 
@@ -514,8 +520,8 @@ mod tests {
     use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :total 2 :definitions \
-         ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
-          (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\"))))";
+         ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil)) \
+          (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\"))))";
 
     fn found(reply: &str) -> Result<Definitions, ToolError> {
         decode("find-definition", &read(reply).unwrap())
@@ -552,7 +558,7 @@ mod tests {
     fn with_source_each_definition_comes_with_its_text() {
         let mut one = found(
             "(:symbol \"S::F\" :names (\"function\") :total 1 :definitions \
-             ((:kind \"function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil))))",
+             ((:kind \"function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil))))",
         )
         .unwrap();
         one.definitions[0].text = Some("(defun f ()\n  1)".into());
@@ -577,7 +583,7 @@ mod tests {
 
     #[test]
     fn a_page_of_many_says_where_the_next_one_starts() {
-        let entry = "(:kind \"method ((EQL 1))\" :source (:file \"/m.lisp\" :line 1 :column 1 :note nil :origin nil))";
+        let entry = "(:kind \"method ((EQL 1))\" :source (:file \"/m.lisp\" :line 1 :column 1 :note nil :made-by nil :origin nil))";
         let reply = format!(
             "(:symbol \"S::M\" :names (\"generic function\") :total 400000 :definitions ({}))",
             vec![entry; 2000].join(" ")
