@@ -669,3 +669,26 @@ async fn a_slot_accessor_follows_its_defclass_after_an_edit_above_it() {
     assert_eq!(shown.matches(class.trim_end()).count(), 2, "{shown}");
     assert!(shown.contains("stock.lisp:11:1 (a slot accessor made by the DEFCLASS of STOCK)"), "{shown}");
 }
+
+/// A traced callee is wrapped in an encapsulation, which xref's callees named
+/// SB-IMPL::ENCAPSULATION (issue 49.3): they name the function the caller calls, wrapped or not.
+#[tokio::test]
+async fn xref_names_a_traced_callee_by_its_own_name() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traced.lisp");
+    std::fs::write(
+        &path,
+        "(defpackage :xref-traced (:use :cl))\n(in-package :xref-traced)\n\n(defun wrapped (x) (1+ x))\n\n\
+         (defun plain (x) (1- x))\n\n(defun caller (y) (plain (wrapped y)))\n",
+    )
+    .unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    common::eval_ok(&tb, "(trace xref-traced::wrapped)").await;
+    let callees = ok(&tb, "xref", json!({"symbol": "xref-traced::caller", "kind": "callees"})).await;
+    common::eval_ok(&tb, "(untrace xref-traced::wrapped)").await;
+    assert!(!callees.contains("ENCAPSULATION"), "{callees}");
+    assert!(callees.contains("WRAPPED"), "{callees}");
+    assert!(callees.contains("PLAIN"), "{callees}");
+    assert!(callees.contains(&format!("{}:4:1", path.canonicalize().unwrap().display())), "{callees}");
+}

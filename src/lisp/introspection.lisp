@@ -733,6 +733,21 @@ method says which DEFCLASS made it, as its generic function does."
 
 (defparameter *max-xref-hits* 100)
 
+(defun unwrapped-function (function)
+  "FUNCTION, or the function it wraps when it is an encapsulation (TRACE's, a breakpoint's,
+run-tests'), unwrapped to the innermost: a call to a traced function goes through its wrapper,
+whose name is SB-IMPL::ENCAPSULATION and whose source is SBCL's."
+  (let ((info-type (sbcl-symbol :encapsulation-info)))
+    (loop
+      (let ((info (and info-type
+                       (sbcl-call :closurep function)
+                       (loop for index below (1- (sbcl-call :get-closure-length function))
+                             for value = (sbcl-call :%closure-index-ref function index)
+                             when (typep value info-type) return value))))
+        (if info
+            (setf function (sbcl-call :encapsulation-info-definition info))
+            (return function))))))
+
 (defun function-callees (symbol)
   "(name . definition-source) of the functions SYMBOL's function (all its methods, for a generic
 function) calls."
@@ -742,7 +757,8 @@ function) calls."
                         (list function))))
     (remove-duplicates
      (loop for f in functions
-           append (loop for callee in (ignore-errors (sb-introspect:find-function-callees f))
+           append (loop for wrapped in (ignore-errors (sb-introspect:find-function-callees f))
+                        for callee = (unwrapped-function wrapped)
                         collect (cons (sbcl-call :%fun-name callee)
                                       (ignore-errors (sb-introspect:find-definition-source callee)))))
      :key #'car :test #'equal)))
