@@ -364,10 +364,15 @@ impl<'a> CurrentTexts<'a> {
             source.note = Some(RELOCATED.to_string());
             Some(place.span)
         } else {
-            if changed {
+            // SBCL's offset read against text that changed falls wherever that text is now,
+            // inside another form as often as not: that is no line of this definition. Only a
+            // form at the recorded place that names it (a macro's that made it) holds it still.
+            if !names_at(text, recorded, form_name) && (changed || !starts_top_level_form(text, recorded)) {
+                (source.line, source.column) = (None, None);
                 source.note = Some(format!(
-                    "the file changed since this was compiled, and no definition of `{form_name}` is in it now (by \
-                     {} or another defining form; deleted or renamed?); the line is where it was",
+                    "{}no definition of `{form_name}` is in the file now (by {} or another defining form; deleted \
+                     or renamed?)",
+                    if changed { "the file changed since this was compiled, and " } else { "" },
                     operators.iter().map(|operator| format!("`{operator}`")).collect::<Vec<_>>().join(", ")
                 ));
             }
@@ -410,28 +415,42 @@ impl<'a> CurrentTexts<'a> {
     }
 }
 
-/// Whether the top-level form at 1-based `line` and `column` of `text` holds the symbol that
-/// `form_name` (`name`, `(setf name)`, `name (specializers)`) names.
-fn names_at(text: &[u8], (line, column): (usize, usize), form_name: &str) -> bool {
-    let symbol = form_name.trim_start_matches("(setf ").split([' ', ')']).next().unwrap_or_default().as_bytes();
+/// The byte of `text` at 1-based `line` and `column` (in characters), when the text has that line.
+fn byte_at(text: &[u8], (line, column): (usize, usize)) -> Option<usize> {
     let line_start = match line {
-        0 => return false,
+        0 => return None,
         1 => 0,
-        _ => match text.iter().enumerate().filter(|&(_, &b)| b == b'\n').nth(line - 2) {
-            Some((newline, _)) => newline + 1,
-            None => return false,
-        },
+        _ => text.iter().enumerate().filter(|&(_, &b)| b == b'\n').nth(line - 2)?.0 + 1,
     };
     let line_end = text[line_start..].iter().position(|&b| b == b'\n').map_or(text.len(), |i| line_start + i);
-    let start = line_start
-        + String::from_utf8_lossy(&text[line_start..line_end])
-            .chars()
-            .take(column.saturating_sub(1))
-            .map(char::len_utf8)
-            .sum::<usize>();
-    let Ok(spans) = crate::source::Cst::top_level_spans(text) else { return false };
-    let Some(&(_, end)) = spans.iter().find(|&&(span_start, _)| span_start as usize == start) else { return false };
-    let form = text[start..end as usize].to_ascii_lowercase();
+    Some(
+        line_start
+            + String::from_utf8_lossy(&text[line_start..line_end])
+                .chars()
+                .take(column.saturating_sub(1))
+                .map(char::len_utf8)
+                .sum::<usize>(),
+    )
+}
+
+/// The end of the top-level form of `text` that starts at 1-based `line` and `column`, if one does.
+fn top_level_form_end(text: &[u8], place: (usize, usize)) -> Option<usize> {
+    let start = byte_at(text, place)?;
+    let spans = crate::source::Cst::top_level_spans(text).ok()?;
+    spans.iter().find(|&&(span_start, _)| span_start as usize == start).map(|&(_, end)| end as usize)
+}
+
+/// Whether a top-level form of `text` starts at 1-based `line` and `column`.
+fn starts_top_level_form(text: &[u8], place: (usize, usize)) -> bool {
+    top_level_form_end(text, place).is_some()
+}
+
+/// Whether the top-level form at 1-based `line` and `column` of `text` holds the symbol that
+/// `form_name` (`name`, `(setf name)`, `name (specializers)`) names.
+fn names_at(text: &[u8], place: (usize, usize), form_name: &str) -> bool {
+    let symbol = form_name.trim_start_matches("(setf ").split([' ', ')']).next().unwrap_or_default().as_bytes();
+    let (Some(start), Some(end)) = (byte_at(text, place), top_level_form_end(text, place)) else { return false };
+    let form = text[start..end].to_ascii_lowercase();
     let delimiter = |b: Option<&u8>| b.is_none_or(|b| b.is_ascii_whitespace() || b"()'`,:#|\"".contains(b));
     !symbol.is_empty()
         && form.windows(symbol.len()).enumerate().any(|(i, window)| {
