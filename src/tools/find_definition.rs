@@ -404,7 +404,7 @@ impl<'a> CurrentTexts<'a> {
     /// The text of the definition at `source`: the form [`CurrentTexts::relocate`] found
     /// (`span`), or else the top-level form that starts where SBCL recorded it (a definition a
     /// macro made, which no operator of its kind names).
-    fn text_of(&mut self, source: &Location, span: Option<(usize, usize)>) -> Option<String> {
+    pub(crate) fn text_of(&mut self, source: &Location, span: Option<(usize, usize)>) -> Option<String> {
         let text = self.current(source.file.as_deref()?)?;
         let (start, end) = match span {
             Some(span) => span,
