@@ -657,6 +657,11 @@ async fn a_slot_accessor_follows_its_defclass_after_an_edit_above_it() {
         )),
         "{found}"
     );
+    let specializing = ok(&tb, "xref", json!({"symbol": "accessor-moved::stock", "kind": "specializes"})).await;
+    assert!(
+        specializing.contains(&format!("{file}:11:1 (a slot accessor made by the DEFCLASS of STOCK; {relocated})")),
+        "{specializing}"
+    );
     let described = ok(&tb, "describe-symbol", json!({"symbol": "accessor-moved::stock-level"})).await;
     assert!(
         described

@@ -821,6 +821,17 @@ definition, so it is tried again before the error is let through."
   (let ((symbol (frame-function-symbol name)))
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
+(defun hit-location (caller source package)
+  "Where xref's hit CALLER, with its SB-INTROSPECT SOURCE, is: a slot accessor's method, which
+\"specializes\" lists as (METHOD NAME SPECIALIZERS...), says which DEFCLASS made it, as
+find-definition's does."
+  (let ((location (source-location source caller))
+        (accessor (and (consp caller) (eq (first caller) 'method) (consp (rest caller))
+                       (accessor-method-described (second caller) source))))
+    (when (and accessor (getf location :file))
+      (setf (getf location :made-by) (accessor-made-by accessor package)))
+    location))
+
 (define-entry (xref :caller :server :look t) (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
 *MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
@@ -845,7 +856,7 @@ the file is what the cap spares) and the offset of the first not listed (see RES
                       :hits (loop for (caller . source) in shown
                                   collect (list :name (name-text caller package)
                                                 :source (if source
-                                                            (source-location source caller)
+                                                            (hit-location caller source package)
                                                             (no-file-location caller))))
                       :rest (rest-listing
                              (loop for pair in (sort (copy-list pairs) #'key< :key #'source-order-key)
