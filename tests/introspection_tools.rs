@@ -337,7 +337,8 @@ async fn xref_lists_every_kind_of_reference() {
     assert_eq!(
         xref("shape", "specializes").await,
         format!(
-            "Methods specializing on INTROSPECT-TEST:SHAPE: 3 methods\n  (METHOD SHAPE-NAME SHAPE)    {path}:19:1\n  \
+            "Methods specializing on INTROSPECT-TEST:SHAPE: 3 methods\n  (METHOD SHAPE-NAME SHAPE)    {path}:19:1 \
+             (a slot accessor made by the DEFCLASS of SHAPE)\n  \
              (METHOD AREA SHAPE)          {path}:21:1\n  (METHOD AREA :AROUND SHAPE)  {path}:23:1"
         )
     );
