@@ -352,8 +352,9 @@ impl EditReport {
             self.new_lines.last = self.new_lines.last.saturating_add_signed(lines_added);
             self.changed_again = true;
         } else {
+            // A delete wrote no text for a later edit to change again.
+            self.changed_again |= !span.is_empty();
             *span = 0..0;
-            self.changed_again = true;
         }
     }
 }
