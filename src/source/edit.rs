@@ -353,7 +353,7 @@ impl EditReport {
             self.changed_again = true;
         } else {
             // A delete wrote no text for a later edit to change again.
-            self.changed_again |= !span.is_empty();
+            self.changed_again |= span.start < span.end;
             *span = 0..0;
         }
     }
