@@ -436,8 +436,11 @@ it is also accessible in PACKAGE, where it was looked up."
                         (sort (mapcar (lambda (method)
                                         (let ((location (method-location method)))
                                           (cons (if (and location (sbcl-source-file-p (getf location :file))) 1 0)
-                                                (format nil "  ~A~@[  ~A~]" (method-text method package)
-                                                        (and location (file-location-text location))))))
+                                                ;; Not found again in the file's text as the
+                                                ;; definitions are: a changed file is said so.
+                                                (format nil "  ~A~@[  ~A~]~@[ (~A)~]" (method-text method package)
+                                                        (and location (file-location-text location))
+                                                        (and location (getf location :note))))))
                                       methods)
                               (lambda (a b)
                                 (or (< (car a) (car b))
