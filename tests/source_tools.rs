@@ -764,11 +764,64 @@ fn a_batch_is_applied_all_or_none() {
     assert_eq!(project.read("other.lisp"), "(defun one () 11)\n\n(defun two () 2)\n\n(defun three () 3)\n");
     assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
     assert!(
-        output.text.starts_with("Patched `defun one` in other.lisp, line 1 now:\n(defun one () 10)\n"),
+        output.text.starts_with(
+            "Patched `defun one` in other.lisp (a later edit of this batch changed it again), line 1 now:\n\
+             (defun one () 10)\n"
+        ),
         "{}",
         output.text
     );
     assert_eq!(output.structured_value().unwrap()["edits"].as_array().map(Vec::len), Some(4));
+}
+
+/// A batch reports where each edit's lines are once all its edits are made (issue 49.2: an edit
+/// said "line 102 now" where a later edit of the same batch had moved it to 100), and says when a
+/// later edit changed a form again, whose text as the earlier edit left it is then not the file's.
+#[test]
+fn a_batch_reports_the_lines_its_edits_leave_in_the_end() {
+    let project = Project::new();
+    let file = project.file(
+        "moved.lisp",
+        "(defun gone ()
+  0)
+
+(defun kept (x)
+  (+ x 1))
+
+(defun last-one () 3)
+",
+    );
+    let output = project.edit(json!({"file_path": file, "form_type": "defun", "edits": [
+        {"form_name": "kept", "operation": "patch", "old_text": "(+ x 1)", "new_text": "(+ x 2)"},
+        {"form_name": "last-one", "operation": "replace", "content": "(defun last-one ()\n  4)"},
+        {"form_name": "gone", "operation": "delete"},
+        {"form_name": "last-one", "operation": "insert_before", "content": "(defun before-last ()\n  ;; five\n  5)"},
+        {"form_name": "last-one", "operation": "patch", "old_text": "4", "new_text": "6"},
+    ]}));
+    assert!(!output.is_error, "{}", output.text);
+    let text = project.read("moved.lisp");
+    assert_eq!(
+        text,
+        "(defun kept (x)\n  (+ x 2))\n\n(defun before-last ()\n  ;; five\n  5)\n\n(defun last-one ()\n  6)\n"
+    );
+    assert!(output.text.starts_with("Patched `defun kept` in moved.lisp, line 2 now:\n(+ x 2))\n"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "Replaced `defun last-one` (line 7) in moved.lisp with 1 form, now at lines 8-9; a later edit of \
+             this batch changed it again."
+        ),
+        "{}",
+        output.text
+    );
+    assert!(
+        output.text.contains("Inserted 1 form before `defun last-one` (lines 4-5) in moved.lisp, now at lines 4-6."),
+        "{}",
+        output.text
+    );
+    assert!(output.text.contains("Patched `defun last-one` in moved.lisp, line 9 now:\n6)"), "{}", output.text);
+    let edits = output.structured_value().unwrap()["edits"].clone();
+    assert_eq!(edits[0]["new_lines"], json!([1, 2]), "{edits}");
+    assert_eq!(edits[1]["new_lines"], json!([8, 9]), "{edits}");
 }
 
 /// An agent's first batch names the file and the form type once, in the call, and each edit only

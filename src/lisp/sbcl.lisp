@@ -101,6 +101,8 @@
       (:get-closure-length "SB-KERNEL" :function "a closure's values (inspect)")
       (:%closure-index-ref "SB-KERNEL" :function "a closure's values (inspect)")
       (:%fun-name "SB-KERNEL" :function "a function's name (xref)")
+      (:encapsulation-info "SB-IMPL" :symbol "what a wrapper (TRACE's, say) closes over: the function it wraps (xref)")
+      (:encapsulation-info-definition "SB-IMPL" :function "the function a wrapper wraps (xref)")
       (:find-defstruct-description "SB-KERNEL" :function "a structure's slot accessors (class-info)")
       (:dd-slots "SB-KERNEL" :function "a structure's slot accessors (class-info)")
       (:dsd-name "SB-KERNEL" :function "a structure's slot accessors (class-info)")

@@ -66,6 +66,15 @@ is above it, and twenty frames of ASDF planning say nothing about the system."
                 collect line)))
   report)
 
+(defun abandoned-load-error (report)
+  "The error REPORT of a load that failed, as load-system's reply tells it: without ASDF's frames,
+and without restarts, since the load was unwound before the reply went out and ASDF's retry and
+accept went with it."
+  (let ((report (without-asdf-frames report)))
+    (when report
+      (setf (getf report :restarts) nil))
+    report))
+
 (defun warning-place (context)
   "The lines that say where the compiler CONTEXT is: the form, and file:line:column of the source
 file (never the fasl), or just the file being processed when there is no context."
@@ -240,7 +249,7 @@ kept)."
                   :note-count (getf counts :note)
                   :reloaded reloaded
                   :stdout (capture-report stdout)
-                  :load-error (without-asdf-frames (getf result :error))))))))
+                  :load-error (abandoned-load-error (getf result :error))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; What a load reloaded

@@ -20,9 +20,12 @@ use super::debugger_sessions::{
     frames_section, DebuggerSession, SessionUnavailable, StopReport, Stopped, FRAMES_SHOWN,
 };
 use super::evaluate_lisp::outcome;
-use super::lisp_reply::{check_failure, decode, Captured};
+use super::find_definition::CurrentTexts;
+use super::lisp_reply::{check_failure, decode, Captured, Location};
+use super::xref::query_of_hit;
 use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallLimits, Entry, Request};
+use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
 /// A day, as evaluate-lisp's limit.
@@ -192,7 +195,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                         ));
                     }
                     check_failure(&reply)?;
-                    action.render(number, &reply, context.settings.max_output)
+                    action.render(number, &reply, context).await
                 }
                 Ok(None) => {
                     sessions.end(number);
@@ -219,7 +222,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Ok(Some(reply)) => {
             keep(Stopped::Evaluation(evaluation));
             check_failure(&reply)?;
-            action.render(number, &reply, context.settings.max_output)
+            action.render(number, &reply, context).await
         }
         // Control left the debugger: the evaluation goes on from where the action sent it.
         Ok(None) => {
@@ -628,7 +631,8 @@ impl<'a> Action<'a> {
     }
 
     /// The reply of an action that left the evaluation where it was.
-    fn render(&self, number: u64, reply: &Sexp, max_output: usize) -> ToolResult {
+    async fn render(&self, number: u64, reply: &Sexp, context: &ToolContext) -> ToolResult {
+        let max_output = context.settings.max_output;
         let waiting = format!("(Session D{number} still waits in the debugger.)");
         match self {
             Action::Backtrace { .. } => {
@@ -648,8 +652,15 @@ impl<'a> Action<'a> {
             }
             Action::Frame { frame } => {
                 let facts = decode::<FrameFacts>("debugger-frame", reply)?;
-                let mut text = format!("[Frame {frame}] {}\nSource: {}", facts.call, facts.location);
-                if let Some(source) = facts.source.filter(|source| !source.is_empty()) {
+                let (location, source) = match facts.definition {
+                    // Swank read the frame's place against the file's text as it is now.
+                    Some(definition) if definition.location.note.as_deref().is_some_and(|n| n.contains("changed")) => {
+                        context.on_files(move |roots| Ok(definition.found_again(roots))).await?
+                    }
+                    _ => (facts.location, facts.source),
+                };
+                let mut text = format!("[Frame {frame}] {}\nSource: {location}", facts.call);
+                if let Some(source) = source.filter(|source| !source.is_empty()) {
                     text.push_str(&format!("\n{source}"));
                 }
                 if facts.replaced {
@@ -705,6 +716,29 @@ struct FrameFacts {
     locals: Vec<(String, String)>,
     location: String,
     source: Option<String>,
+    definition: Option<FrameDefinition>,
+}
+
+/// Where the code a frame runs was compiled from.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FrameDefinition {
+    /// The frame's function as xref's hits name it: what it is looked for by in the file.
+    name: String,
+    location: Location,
+}
+
+impl FrameDefinition {
+    /// Its place and text in the file's current text, found by its name as xref's hits are; the
+    /// file alone, saying so, when it is not there.
+    fn found_again(self, roots: &AllowedRoots) -> (String, Option<String>) {
+        let mut texts = CurrentTexts::new(roots);
+        let mut location = self.location;
+        let span = query_of_hit(&self.name)
+            .and_then(|(operators, form_name)| texts.relocate(&mut location, operators, &form_name));
+        let text = span.and_then(|span| texts.text_of(&location, Some(span)));
+        (location.to_string(), text)
+    }
 }
 
 /// The helper's `debugger-eval-in-frame`.

@@ -115,7 +115,7 @@ mod tests {
     const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
          ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
            :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :label \"generic function\" \
-           :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :origin nil))))";
+           :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :made-by nil :origin nil))))";
 
     fn describe(reply: &str) -> Result<Description, ToolError> {
         decode("describe-symbol", &read(reply).unwrap())

@@ -367,22 +367,28 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
 
 /// What one edit did (or would do), and its diff.
 fn edit_text(report: &EditReport, said: Said) -> String {
+    let summary = match (report.changed_again, report.operation) {
+        (false, _) => summary(report, said),
+        (true, Operation::Patch) => format!("{} (a later edit of this batch changed it again)", summary(report, said)),
+        (true, _) => format!("{}; a later edit of this batch changed it again.", summary(report, said).trim_end_matches('.')),
+    };
     if report.diff.is_empty() {
         let end = if report.operation == Operation::Patch { "." } else { "" };
-        format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, said))
+        format!("{summary}{end} The file already reads exactly so; nothing changed.")
     } else if report.operation == Operation::Patch && said == Said::Done {
-        format!("{}{}", summary(report, said), patched_lines(&report.diff))
+        format!("{summary}{}", patched_lines(&report.diff, report.lines_moved))
     } else if report.operation == Operation::Patch {
-        format!("{}:\n{}", summary(report, said), report.diff.trim_end())
+        format!("{summary}:\n{}", report.diff.trim_end())
     } else {
-        format!("{}\n\n{}", summary(report, said), report.diff)
+        format!("{summary}\n\n{}", report.diff)
     }
 }
 
 /// Where a patch that was made left its lines, from its compact diff: `, line 251 now:` and the
 /// line as it reads now, without its indentation. Not the lines it replaced, which the agent
-/// quoted in `old_text`; a dry run or a preview shows the whole diff.
-fn patched_lines(diff: &str) -> String {
+/// quoted in `old_text`; a dry run or a preview shows the whole diff. Later edits of its batch
+/// moved its lines by `lines_moved`, which the diff of the patch alone does not know.
+fn patched_lines(diff: &str, lines_moved: isize) -> String {
     let mut out = String::new();
     for line in diff.lines() {
         if let Some(ranges) = line.strip_prefix("@@ -").and_then(|rest| rest.strip_suffix(" @@")) {
@@ -392,6 +398,8 @@ fn patched_lines(diff: &str) -> String {
                 (first.parse().unwrap_or(0), count.parse().unwrap_or(1))
             };
             let ((old_first, old_count), (new_first, new_count)) = (span(old), span(new));
+            let (old_first, new_first) =
+                (old_first.saturating_add_signed(lines_moved), new_first.saturating_add_signed(lines_moved));
             let lines = |first: usize, count: usize| match count {
                 1 => format!("line {first}"),
                 _ => format!("lines {first}-{}", first + count - 1),
@@ -557,18 +565,24 @@ fn structured(report: &EditReport, dry_run: bool) -> Value {
 mod tests {
     use super::patched_lines;
 
+    fn patched_lines_alone(diff: &str) -> String {
+        patched_lines(diff, 0)
+    }
+
     #[test]
     fn a_made_patch_tells_the_lines_it_left_or_took_out() {
-        assert_eq!(patched_lines("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
-        assert_eq!(patched_lines("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
-        assert_eq!(patched_lines("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
+        assert_eq!(patched_lines_alone("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
+        assert_eq!(patched_lines_alone("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
+        assert_eq!(patched_lines_alone("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
         assert_eq!(
-            patched_lines("@@ -5 +5 @@\n-  (a 1)\n+  (a 2)\n@@ -7 +7 @@\n-  (c 1)\n+  (c 2)\n"),
+            patched_lines_alone("@@ -5 +5 @@\n-  (a 1)\n+  (a 2)\n@@ -7 +7 @@\n-  (c 1)\n+  (c 2)\n"),
             ", line 5 now:\n(a 2)\nline 7 now:\n(c 2)"
         );
         assert_eq!(
-            patched_lines("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
+            patched_lines_alone("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
             ", line 3 now:\n(h)"
         );
+        // Later edits of its batch took two lines out above it.
+        assert_eq!(patched_lines("@@ -102 +102 @@\n-(a 1)\n+(a 2)\n", -2), ", line 100 now:\n(a 2)");
     }
 }

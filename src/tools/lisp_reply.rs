@@ -333,13 +333,36 @@ pub struct Location {
     pub column: Option<u64>,
     /// Why the line may be off or missing ("file not found", "the file changed ...").
     pub note: Option<String>,
+    /// The form that made the definition when it is not one of its own kind: a slot accessor's
+    /// DEFCLASS.
+    pub made_by: Option<MadeBy>,
     /// Why there is no file.
     pub origin: Option<String>,
 }
 
+/// The DEFCLASS that made a slot accessor, where SBCL records the accessor's source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MadeBy {
+    /// The class's name as `edit-lisp-form` takes it: the form to find in the file's text.
+    pub class: String,
+    /// What a reply says of it ("a slot accessor made by the DEFCLASS of ITEM").
+    pub text: String,
+}
+
 impl Location {
     pub fn to_json(&self) -> Value {
-        json!({"file": self.file, "line": self.line, "column": self.column, "note": self.note.as_ref().or(self.origin.as_ref())})
+        json!({"file": self.file, "line": self.line, "column": self.column, "note": self.remark().or(self.origin.clone())})
+    }
+
+    /// What the reply says beside a file's place: what made the definition, then the file's
+    /// state ("the file changed since ...").
+    pub fn remark(&self) -> Option<String> {
+        match (&self.made_by, &self.note) {
+            (Some(made_by), Some(note)) => Some(format!("{}; {note}", made_by.text)),
+            (Some(made_by), None) => Some(made_by.text.clone()),
+            (None, note) => note.clone(),
+        }
     }
 }
 
@@ -352,8 +375,8 @@ impl fmt::Display for Location {
             (Some(file), Some(line), None) => write!(f, "{file}:{line}"),
             (Some(file), None, _) => f.write_str(file),
         }?;
-        match (&self.file, &self.note) {
-            (Some(_), Some(note)) => write!(f, " ({note})"),
+        match (&self.file, self.remark()) {
+            (Some(_), Some(remark)) => write!(f, " ({remark})"),
             _ => Ok(()),
         }
     }
@@ -578,9 +601,11 @@ mod tests {
         );
         let error = check_failure(&read("(:failure nil)").unwrap()).unwrap_err();
         assert!(error.0.contains("(:failure: expected a string, found nil)"), "{error}");
-        let error =
-            decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap())
-                .unwrap_err();
+        let error = decode::<Location>(
+            "find-definition",
+            &read("(:file nil :line nil :column nil :note nil :made-by nil)").unwrap(),
+        )
+        .unwrap_err();
         assert!(error.0.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{error}");
         let kind = from_sexp::<ErrorReport>(
             &read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil :restarts nil)").unwrap(),
@@ -592,14 +617,27 @@ mod tests {
     #[test]
     fn locations_read_like_compiler_messages() {
         let location = |text: &str| from_sexp::<Location>(&read(text).unwrap()).unwrap().to_string();
-        assert_eq!(location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :origin nil)"), "/src/a.lisp:7:1");
         assert_eq!(
-            location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :origin nil)"),
+            location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :made-by nil :origin nil)"),
+            "/src/a.lisp:7:1"
+        );
+        assert_eq!(
+            location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :made-by nil :origin nil)"),
             "/src/a.lisp (file not found)"
         );
         assert_eq!(
-            location("(:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\")"),
+            location("(:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\")"),
             "defined at the REPL, no source file"
+        );
+        let accessor = "(:file \"/src/a.lisp\" :line 5 :column 1 :note NOTE \
+                        :made-by (:class \"item\" :text \"a slot accessor made by the DEFCLASS of ITEM\") :origin nil)";
+        assert_eq!(
+            location(&accessor.replace("NOTE", "nil")),
+            "/src/a.lisp:5:1 (a slot accessor made by the DEFCLASS of ITEM)"
+        );
+        assert_eq!(
+            location(&accessor.replace("NOTE", "\"file not found\"")),
+            "/src/a.lisp:5:1 (a slot accessor made by the DEFCLASS of ITEM; file not found)"
         );
     }
 

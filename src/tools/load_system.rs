@@ -113,7 +113,11 @@ impl LoadReport {
             sections.push(error.render());
         }
         let verdict = match (&self.load_error, self.was_loaded, self.forced) {
-            (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
+            (Some(_), _, _) => format!(
+                "Loading system {:?} failed after {seconds:.2} s; it was abandoned, and nothing waits in a debugger. \
+                 Fix what the error and the compiler's messages say, then call load-system again.",
+                self.system
+            ),
             (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, false) => format!(
@@ -221,7 +225,7 @@ mod tests {
         .into_output(65536);
         assert!(output.is_error);
         assert!(
-            output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."),
+            output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s; it was abandoned"),
             "{}",
             output.text
         );

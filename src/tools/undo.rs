@@ -382,18 +382,18 @@ mod tests {
     use crate::swank::read;
 
     const LISTING: &str = "(:listed t :entries ((:number 1 :time \"2026-11-23 12:00:00 UTC\" :kind \"function\" :name \"CL-USER::F\" \
-         :detail nil :cause \"edit-lisp-form\" :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) :note nil) \
+         :detail nil :cause \"edit-lisp-form\" :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil) :note nil) \
         (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil \
          :cause \"run-tests, loading g.fasl\" :restorable t :restored nil \
-         :previous (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\") :note nil) \
+         :previous (:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\") :note nil) \
         (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" :cause nil \
          :restorable nil :restored nil :previous nil :note \"the class was new\")) \
         :restored nil :skipped nil :limit 500 :older 7 :newer 2)";
 
     const RESTORATION: &str = "(:listed nil :entries nil \
         :restored ((:number 1 :name \"CL-USER::F\" :kind \"function\" :detail nil \
-          :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) \
-          :agent-file (:file \"/src/g.lisp\" :line 9 :column 1 :note nil :origin nil))) \
+          :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil) \
+          :agent-file (:file \"/src/g.lisp\" :line 9 :column 1 :note nil :made-by nil :origin nil))) \
         :skipped ((:number 2 :name \"CL-USER::G\" :kind \"function\" :reason \"changed since: redefined\" :changed t)) \
         :limit 500 :older 0 :newer 0)";
 

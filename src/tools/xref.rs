@@ -177,7 +177,7 @@ mod tests {
     use crate::tools::ToolError;
 
     const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
-         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))) :rest nil)";
+         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :made-by nil :origin nil))) :rest nil)";
 
     fn found(reply: &str) -> Result<References, ToolError> {
         decode("xref", &read(reply).unwrap())
