@@ -39,6 +39,11 @@
   "How long the passing tests are run again for, after the failing ones: the more of them, the
 sharper the ranking, and a large suite must not double the run's time.")
 
+(defparameter *max-uninlined-functions* 200
+  "The most functions a red run recompiles not to inline the system's inline functions (see
+CALL-WITHOUT-INLINING), each in a few milliseconds; a system with more is recorded as compiled,
+each inline function counted wherever its host is.")
+
 (defparameter *test-frameworks-systems* '("fiveam" "rt" "sb-rt" "parachute")
   "The frameworks' systems: a system that depends on one is tests, not the code under test.")
 
@@ -209,7 +214,8 @@ keeps are not touched by a definition compiled while the names are proclaimed NO
 lasts only for the compilation. Not journaled: undo is for the agent's own definitions."
   (let* ((inline-names (loop for name being the hash-keys of definitions using (hash-value kind)
                              when (eq kind :inline) collect name))
-         (hosts (and inline-names (inlining-functions definitions)))
+         (hosts (let ((found (and inline-names (inlining-functions definitions))))
+                  (and (<= (length found) *max-uninlined-functions*) found)))
          (replaced '()))
     ;; A library may lock its package (Alexandria does): these definitions are its own again.
     (flet ((as-the-library (function)
