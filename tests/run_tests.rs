@@ -1134,6 +1134,25 @@ async fn newest_journal_entry(toolbox: &Arc<Toolbox>) -> u64 {
 }
 
 #[tokio::test]
+async fn what_reports_a_failing_tests_error_is_no_suspect() {
+    // esrap's inline case-insensitive matcher, seeded: the two tests that fail end in a parse
+    // error, which FiveAM then prints with esrap's own reporting functions. Those ran after the
+    // error, where the test went and not where it went wrong (they were the third suspect).
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("esrap", dir.path());
+    change_file(
+        &copy.join("src/evaluator.lisp"),
+        "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string-equal",
+        "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string=",
+    );
+    let (_image, tb) = image_with(&copy).await;
+    let red = call(&tb, "run-tests", json!({"system": "esrap"})).await;
+    let (_, suspects) = failures_and_suspects(&red.text);
+    assert!(suspects.starts_with("[suspects] likeliest first"), "{}", red.text);
+    assert!(!suspects.contains("PRINT-TERMINAL"), "{}", red.text);
+}
+
+#[tokio::test]
 async fn a_suspect_a_macro_defined_names_the_macro() {
     // Debian's ieee-floats: its converters are written by a macro, where the bug is.
     let sign = [("ieee-floats.lisp", "(sign (if (= sign 1.0) 0 1))", "(sign (if (= sign 1.0) 1 0))")];

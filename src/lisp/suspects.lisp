@@ -12,7 +12,8 @@
 ;;;; function: a reached function, or a FiveAM test's own function, that expanded one of the
 ;;;; system's macros (or, not recompiled, inlined one of its functions) reached them too. A definition scores
 ;;;; by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
-;;;; passing ones did; of those that score alike, the function an error of a failing test was
+;;;; passing ones did (what a test that failed by an error first called after it, reporting it,
+;;;; not counted); of those that score alike, the function an error of a failing test was
 ;;;; signalled in comes first (it may be only the one that reports a wrong result, as a parser's
 ;;;; parse error does, so it does not outrank a better score).
 ;;;; For the first suspects, the arguments and value of the first call a failing test made.
@@ -58,7 +59,12 @@ each inline function counted wherever its host is.")
           :documentation "For a failing test: a function's name -> (arguments value), its first call.")
    (signalled :initform nil :accessor recording-signalled
               :documentation "(condition name arguments) of the last error signalled inside the system's
-code: NAME the innermost of its functions the error came through, ARGUMENTS that call's, printed.")))
+code: NAME the innermost of its functions the error came through, ARGUMENTS that call's, printed.")
+   (first-calls :initform 0 :accessor recording-first-calls
+                :documentation "For a failing test: how many of the system's functions it has called.")
+   (signalled-after :initform nil :accessor recording-signalled-after
+                    :documentation "For a failing test: how many of them it had called when the error of
+SIGNALLED was.")))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The system's own code
@@ -146,12 +152,17 @@ failing one keeps its first call and notes an error signalled inside it."
                  (let* ((calls (recording-calls recording))
                         (first (not (nth-value 1 (gethash name calls)))))
                    (when first
-                     ;; Printed now: the arguments may be changed by the call.
+                     ;; Printed now: the arguments may be changed by the call. The last element
+                     ;; counts the functions called first so far, this one included.
                      (setf (gethash name calls)
                            (list (let ((*recording* nil))
-                                   (print-briefly arguments :package package :length 6 :level 3 :limit 160)))))
+                                   (print-briefly arguments :package package :length 6 :level 3 :limit 160))
+                                 nil
+                                 (incf (recording-first-calls recording)))))
                    (let ((values (handler-bind ((error (lambda (condition)
                                                          (unless (eq (car (recording-signalled recording)) condition)
+                                                           (setf (recording-signalled-after recording)
+                                                                 (recording-first-calls recording))
                                                            (setf (recording-signalled recording)
                                                                  (list condition name
                                                                        (let ((*recording* nil))
@@ -159,10 +170,10 @@ failing one keeps its first call and notes an error signalled inside it."
                                                                                                   :length 6 :level 3 :limit 160))))))))
                                    (multiple-value-list (apply function arguments)))))
                      (when first
-                       (setf (cdr (gethash name calls))
-                             (list (let ((*recording* nil))
-                                     (print-briefly (if (= (length values) 1) (first values) (cons 'values values))
-                                                    :package package :length 6 :level 3 :limit 160)))))
+                       (setf (second (gethash name calls))
+                             (let ((*recording* nil))
+                               (print-briefly (if (= (length values) 1) (first values) (cons 'values values))
+                                              :package package :length 6 :level 3 :limit 160))))
                      (values-list values)))))))))
 
 (defun call-recording (definitions package function)
@@ -244,6 +255,17 @@ lasts only for the compilation. Not journaled: undo is for the agent's own defin
          (lambda ()
            (loop for (name . compiled) in replaced
                  do (setf (fdefinition name) compiled))))))))
+
+(defun forget-calls-after-the-error (recording)
+  "Takes out of a failing test's RECORDING the functions it first called after the error that
+failed it was signalled: the framework then reports the error, and the system's functions that
+print it (esrap's report of a parse error) are where the test went, not where it went wrong."
+  (let ((after (recording-signalled-after recording)))
+    (when after
+      (maphash (lambda (name call)
+                 (when (> (third call) after)
+                   (remhash name (recording-reached recording))))
+               (recording-calls recording)))))
 
 (defun rerun-test (test failing)
   "Runs TEST, (framework name object form), again under a new TEST-RECORDING, and returns that."
@@ -423,6 +445,8 @@ signalled in, which has no value, or else the first call."
               (loop for (test . status) in failing
                     repeat *max-failing-reruns*
                     do (let ((recording (rerun-test test t)))
+                         (when (eq status :error)
+                           (forget-calls-after-the-error recording))
                          (when (and (eq status :error) (recording-signalled recording))
                            (destructuring-bind (condition name arguments) (recording-signalled recording)
                              (declare (ignore condition))
