@@ -10,8 +10,8 @@
 ;;;; instead (CALL-WITHOUT-INLINING), so that each inline function counts its own calls. What the
 ;;;; compiler expanded before the run is read from the cross-reference data it keeps with each
 ;;;; function: a reached function, or a FiveAM test's own function, that expanded one of the
-;;;; system's macros (or, not recompiled, inlined one of its functions) reached them too. A definition scores
-;;;; by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
+;;;; system's macros (or, not recompiled, inlined one of its functions) reached them too. A
+;;;; definition scores by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
 ;;;; passing ones did (what a test that failed by an error first called after it, reporting it,
 ;;;; not counted); of those that score alike, the function an error of a failing test was
 ;;;; signalled in comes first (it may be only the one that reports a wrong result, as a parser's
