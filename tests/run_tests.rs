@@ -464,6 +464,49 @@ fn change_file(path: &std::path::Path, from: &str, to: &str) {
 }
 
 #[tokio::test]
+async fn a_reload_that_sets_a_variable_again_says_so_and_undo_puts_its_value_back() {
+    // The person set *TAX-RATE* at their REPL; a reload of the file, after an edit, runs its
+    // DEFPARAMETER again: that value is their data.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("till.asd"), "(asdf:defsystem \"till\" :components ((:file \"till\")))\n").unwrap();
+    let source = dir.path().join("till.lisp");
+    std::fs::write(
+        &source,
+        "(defpackage :till (:use :cl))\n(in-package :till)\n(defparameter *tax-rate* 20)\n\
+         (defun tax (amount) (* amount *tax-rate* 1/100))\n",
+    )
+    .unwrap();
+    let (_image, tb) = image_with(dir.path()).await;
+    let loaded = call(&tb, "load-system", json!({"system": "till"})).await;
+    assert!(!loaded.is_error, "{}", loaded.text);
+    common::eval_ok(&tb, "(setf till::*tax-rate* 25)").await;
+    change_file(&source, "(* amount *tax-rate* 1/100)", "(/ (* amount *tax-rate*) 100)");
+    let reloaded = call(&tb, "load-system", json!({"system": "till"})).await;
+    assert!(
+        reloaded.text.contains("; its DEFPARAMETERs set 1 variable again: TILL::*TAX-RATE* (was 25)"),
+        "{}",
+        reloaded.text
+    );
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "till::*tax-rate*").await), "=> 20");
+    let entry = newest_journal_entry(&tb).await;
+    let listing = call(&tb, "undo", json!({ "before": entry + 1 })).await;
+    let line = listing
+        .text
+        .lines()
+        .find(|line| {
+            line.contains(
+                "variable TILL::*TAX-RATE* (was 25): set again by a DEFPARAMETER: undo puts that value back \
+                 (load-system, loading till",
+            )
+        })
+        .unwrap_or_else(|| panic!("{}", listing.text));
+    let number: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    let undone = call(&tb, "undo", json!({ "entries": [number] })).await;
+    assert!(undone.text.contains("variable TILL::*TAX-RATE* (was 25): its value is back"), "{}", undone.text);
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "till::*tax-rate*").await), "=> 25");
+}
+
+#[tokio::test]
 async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures() {
     let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());

@@ -40,6 +40,7 @@
       (:run-expired-timers "SB-IMPL" :function "timers run as nobody's (agent-threads.lisp)")
       (:call-hooks "SB-INT" :function "hooks an agent put on SBCL's lists (agent-threads.lisp)")
       (:%defmacro "SB-C" :function "the undo journal's view of DEFMACRO")
+      (:%defparameter "SB-IMPL" :function "the undo journal's view of DEFPARAMETER")
       (:load-defmethod "SB-PCL" :function "the undo journal's view of DEFMETHOD")
       (:load-defclass "SB-PCL" :function "the undo journal's view of DEFCLASS")
       (:source "SB-PCL" :symbol "the slot of a class that says where it was defined (undo)")

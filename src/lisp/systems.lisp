@@ -318,4 +318,5 @@ for depending on a changed one), and the journal entries made since, if any."
            (journal-after (symbol-value '*next-journal-number*)))
       (and reloaded
            (list :files reloaded
-                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after))))))))
+                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after)))
+                 :reset (and (> journal-after journal-before) (variables-reset journal-before (1- journal-after))))))))

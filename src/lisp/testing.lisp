@@ -745,12 +745,12 @@ stays behind it: the reply says what the agent acts on."
 
 (defun reloaded-sentence (reloaded)
   "What RELOADED (see RELOADED-FILES) says, as a sentence for a failure's text, or NIL."
-  (destructuring-bind (&key files journal) reloaded
+  (destructuring-bind (&key files journal reset) reloaded
     (and files
          (format nil "Before that, ASDF reloaded ~D file~:P (~{~A~^, ~}~:[~;, ...~])~@[; undo entries ~{~D to ~D~} ~
-                      have what they replaced~]."
+                      have what they replaced~]~@[; its DEFPARAMETERs set ~{~A~^, ~} again~]."
                  (length files) (mapcar #'second (subseq files 0 (min 5 (length files))))
-                 (> (length files) 5) journal))))
+                 (> (length files) 5) journal reset))))
 
 (define-entry (test-activity :caller :server) (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."

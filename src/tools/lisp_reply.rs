@@ -448,6 +448,10 @@ pub struct Reloaded {
     pub files: Vec<ReloadedFile>,
     /// The undo journal's entries the call made, first and last: what the files replaced.
     pub journal: Option<(u64, u64)>,
+    /// The variables a DEFPARAMETER of the files set again, each `NAME (was VALUE)`: a value the
+    /// person set at their REPL is their data, which undo puts back.
+    #[serde(default)]
+    pub reset: Vec<String>,
 }
 
 /// A file a load loaded again: (system, file relative to the system's directory, whether it was
@@ -535,6 +539,14 @@ impl Reloaded {
             Some((first, last)) => text.push_str(&format!("; undo entries {first} to {last} have what they replaced")),
             None => {}
         }
+        if !self.reset.is_empty() {
+            let variables = if self.reset.len() == 1 { "variable" } else { "variables" };
+            text.push_str(&format!(
+                "; its DEFPARAMETERs set {} {variables} again: {}",
+                self.reset.len(),
+                self.reset.join(", ")
+            ));
+        }
         text.push('.');
         text
     }
@@ -543,6 +555,7 @@ impl Reloaded {
         json!({
             "files": self.files,
             "journal_entries": self.journal.map(|(first, last)| [first, last]),
+            "variables_reset": self.reset,
         })
     }
 }

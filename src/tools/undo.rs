@@ -102,7 +102,7 @@ struct Journal {
 struct Entry {
     number: u64,
     time: String,
-    /// "function", "setf function", "macro", "method" or "class".
+    /// "function", "setf function", "macro", "method", "class" or "variable".
     kind: String,
     name: String,
     /// A method's qualifiers and specializers; whether a class was new or redefined.
@@ -217,6 +217,7 @@ impl Entry {
         let before = match (&self.previous, self.kind.as_str()) {
             (Some(location), _) => replaced_text(location),
             (None, "method") => "added: undo removes it".to_string(),
+            (None, "variable") => "set again by a DEFPARAMETER: undo puts that value back".to_string(),
             (None, "class") => "new".to_string(),
             (None, _) => "new: was not defined before".to_string(),
         };
@@ -239,6 +240,7 @@ impl Restored {
         let result = match (&self.now, self.kind.as_str()) {
             (Some(location), "method") => format!("the method it replaced is back, {}", made(location)),
             (None, "method") => "removed (it was added)".to_string(),
+            (_, "variable") => "its value is back".to_string(),
             (Some(location), "class") => format!("its previous definition is back, {}", made(location)),
             (Some(location), _) => format!("now {}", made(location)),
             (None, _) => "undefined again (it was new)".to_string(),
