@@ -6,37 +6,29 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("query", "").required(),
-    Param::text("package", "Default: all packages."),
-    Param::flag("external_only", ""),
-];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "apropos-search",
         description:
             "Find symbols whose names contain query, with what each names.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    query: String,
-    package: Option<String>,
-    #[serde(default)]
-    external_only: bool,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        query: String,
+        package: Option<String> = "Default: all packages.",
+        external_only: bool,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

@@ -7,14 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("code", "").required(),
-    super::SYMBOL_PACKAGE,
-];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -22,20 +17,19 @@ fn definition() -> ToolDefinition {
         description:
             "Compile code without running it or defining anything: its warnings and errors, as compiling a file \
             gives them.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    code: String,
-    package: Option<String>,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        code: String => code(),
+        package: Option<String>,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

@@ -21,53 +21,37 @@ use super::debugger_sessions::{
 };
 use super::evaluate_lisp::outcome;
 use super::lisp_reply::{check_failure, decode, Captured};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::{arguments, choices};
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallLimits, Entry, Request};
 use crate::swank::{Form, Sexp};
 
 /// A day, as evaluate-lisp's limit.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("session", ""),
-    Param::one_of(
-        "action",
-        &[
-            "attach",
-            "backtrace",
-            "frame",
-            "eval_in_frame",
-            "invoke_restart",
-            "continue",
-            "step_into",
-            "step_over",
-            "step_out",
-            "return_from_frame",
-            "restart_frame",
-            "abort",
-            "break",
-            "breakpoints",
-            "unbreak",
-            "recompile_debug",
-            "recompile_restore",
-        ],
-        "",
-    )
-    .required(),
-    Param::integer_or_name("thread", ""),
-    Param::text("function", ""),
-    Param::code("condition", ""),
-    Param::integer("hits", 1, "").bounds_unlisted(),
-    Param::integer("breakpoint", 1, "").bounds_unlisted(),
-    Param::integer("frame", 0, ""),
-    Param::integer("start", 0, ""),
-    Param::integer("end", 0, ""),
-    Param::code("code", ""),
-    Param::integer_or_name("restart", ""),
-    Param::texts("arguments", ""),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-];
+choices! {
+    /// The action a call asks for: on a stop (attach to one, look at it, move it on) or on the
+    /// breakpoints.
+    enum ActionName {
+        Attach = "attach",
+        Backtrace = "backtrace",
+        Frame = "frame",
+        EvalInFrame = "eval_in_frame",
+        InvokeRestart = "invoke_restart",
+        Continue = "continue",
+        StepInto = "step_into",
+        StepOver = "step_over",
+        StepOut = "step_out",
+        ReturnFromFrame = "return_from_frame",
+        RestartFrame = "restart_frame",
+        Abort = "abort",
+        Break = "break",
+        Breakpoints = "breakpoints",
+        Unbreak = "unbreak",
+        RecompileDebug = "recompile_debug",
+        RecompileRestore = "recompile_restore",
+    }
+}
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
@@ -75,33 +59,31 @@ fn definition() -> ToolDefinition {
         description:
             "An evaluation stopped with debug: true (D1), or a thread in any debugger (the user's SLDB \
             too). break: function's calls stop if condition holds.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them: which of them an action needs, it checks.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    session: Option<String>,
-    action: String,
-    thread: Option<Designator>,
-    function: Option<String>,
-    condition: Option<String>,
-    hits: Option<u64>,
-    breakpoint: Option<u64>,
-    frame: Option<u64>,
-    start: Option<u64>,
-    end: Option<u64>,
-    code: Option<String>,
-    restart: Option<Designator>,
-    #[serde(default)]
-    arguments: Vec<String>,
-    timeout_ms: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them: which of them an action needs, it checks.
+    struct Args {
+        session: Option<String>,
+        action: ActionName,
+        thread: Option<Designator>,
+        function: Option<String>,
+        condition: Option<String> => code(),
+        hits: Option<u64> => at_least(1).bounds_unlisted(),
+        breakpoint: Option<u64> => at_least(1).bounds_unlisted(),
+        frame: Option<u64>,
+        start: Option<u64>,
+        end: Option<u64>,
+        code: Option<String> => code(),
+        restart: Option<Designator>,
+        arguments: Vec<String>,
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -112,18 +94,23 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    match asked.action.as_str() {
-        "attach" => return attach(context, args, &asked, &limits).await.map(|(_, report)| report),
-        "break" => return set_breakpoint(context, args, &asked).await,
-        action @ ("recompile_debug" | "recompile_restore") => {
-            return recompile_for_stepping(context, args, &asked, action == "recompile_restore").await
-        }
-        "breakpoints" => {
+    let frame = || -> Result<u64, ToolError> {
+        asked.frame.ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
+    };
+    let code = || -> Result<&str, ToolError> {
+        asked.code.as_deref().ok_or_else(|| ToolError::new("Missing required argument `code` (a string)."))
+    };
+    let action = match asked.action {
+        ActionName::Attach => return attach(context, args, &asked, &limits).await.map(|(_, report)| report),
+        ActionName::Break => return set_breakpoint(context, args, &asked).await,
+        ActionName::RecompileDebug => return recompile_for_stepping(context, args, &asked, false).await,
+        ActionName::RecompileRestore => return recompile_for_stepping(context, args, &asked, true).await,
+        ActionName::Breakpoints => {
             let reply = context.call_helper(args, Request::new(Entry::LIST_BREAKPOINTS)).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
             return Ok(ToolOutput::success(breakpoint_list(&listed, context.settings.max_output)));
         }
-        "unbreak" => {
+        ActionName::Unbreak => {
             let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", asked.breakpoint);
             let reply = context.call_helper(args, request).await?;
             let Removed { removed, released } = decode::<Removed>("remove-breakpoint", &reply)?;
@@ -140,9 +127,29 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 ),
             }));
         }
-        _ => {}
-    }
-    let action = Action::read(&asked)?;
+        ActionName::Backtrace => {
+            let start = asked.start.unwrap_or(0);
+            let end = asked.end.unwrap_or(start.saturating_add(FRAMES_SHOWN));
+            Action::Backtrace { start, end }
+        }
+        ActionName::Frame => Action::Frame { frame: frame()? },
+        ActionName::EvalInFrame => Action::EvalInFrame { frame: frame()?, code: code()? },
+        ActionName::InvokeRestart => Action::InvokeRestart {
+            restart: asked.restart.as_ref().map(Designator::as_number_or_name).ok_or_else(|| {
+                ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
+            })?,
+            arguments: asked.arguments.iter().map(String::as_str).collect(),
+        },
+        ActionName::ReturnFromFrame => Action::ReturnFromFrame { frame: frame()?, code: code()? },
+        ActionName::RestartFrame => Action::RestartFrame { frame: frame()? },
+        ActionName::Abort => Action::Abort,
+        ActionName::Continue => {
+            Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() }
+        }
+        ActionName::StepInto => Action::Step { kind: "into", frame: asked.frame.unwrap_or(0) },
+        ActionName::StepOver => Action::Step { kind: "over", frame: asked.frame.unwrap_or(0) },
+        ActionName::StepOut => Action::Step { kind: "out", frame: asked.frame.unwrap_or(0) },
+    };
     let number = match (asked.session.as_deref(), &asked.thread) {
         (Some(session), _) => session_number(session)?,
         // A thread named instead of a session is attached to first, or found in the session
@@ -556,46 +563,6 @@ enum Action<'a> {
 }
 
 impl<'a> Action<'a> {
-    fn read(asked: &'a Args) -> Result<Self, ToolError> {
-        let frame = || -> Result<u64, ToolError> {
-            asked
-                .frame
-                .ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
-        };
-        let code = || -> Result<&'a str, ToolError> {
-            asked.code.as_deref().ok_or_else(|| ToolError::new("Missing required argument `code` (a string)."))
-        };
-        Ok(match asked.action.as_str() {
-            "backtrace" => {
-                let start = asked.start.unwrap_or(0);
-                let end = asked.end.unwrap_or(start.saturating_add(FRAMES_SHOWN));
-                Action::Backtrace { start, end }
-            }
-            "frame" => Action::Frame { frame: frame()? },
-            "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: code()? },
-            "invoke_restart" => Action::InvokeRestart {
-                restart: asked.restart.as_ref().map(Designator::as_number_or_name).ok_or_else(|| {
-                    ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
-                })?,
-                arguments: asked.arguments.iter().map(String::as_str).collect(),
-            },
-            "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: code()? },
-            "restart_frame" => Action::RestartFrame { frame: frame()? },
-            "abort" => Action::Abort,
-            "continue" => Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() },
-            "step_into" => Action::Step { kind: "into", frame: asked.frame.unwrap_or(0) },
-            "step_over" => Action::Step { kind: "over", frame: asked.frame.unwrap_or(0) },
-            "step_out" => Action::Step { kind: "out", frame: asked.frame.unwrap_or(0) },
-            other => {
-                return Err(ToolError::new(format!(
-                    "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
-                     invoke_restart, continue, step_into, step_over, step_out, return_from_frame, restart_frame, abort, \
-                     break, breakpoints, unbreak, recompile_debug and recompile_restore."
-                )))
-            }
-        })
-    }
-
     /// The request of the helper function that does it in the stopped thread.
     fn request(&self) -> Request {
         match self {

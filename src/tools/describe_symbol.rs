@@ -10,24 +10,20 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
-    Annotations, Arguments, SymbolArguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, SymbolArguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[super::SYMBOL, super::SYMBOL_PACKAGE];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "describe-symbol",
         description:
             "What a symbol names (function, method, variable, class...), with syntax, documentation, value and source.",
-        arguments: ARGUMENTS,
+        arguments: SymbolArguments::PARAMS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<SymbolArguments>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallError, CallLimits, Entry, Evaluation, Image, Request};
 use crate::swank::Sexp;
 
@@ -24,40 +25,29 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 const MAX_PRINT_LENGTH: u64 = 1_000_000;
 const MAX_PRINT_LEVEL: u64 = 10_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
-    Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-    Param::integer("print_length", 0, "").at_most(MAX_PRINT_LENGTH).bounds_unlisted().default_integer(200),
-    Param::integer("print_level", 0, "").at_most(MAX_PRINT_LEVEL).bounds_unlisted().default_integer(10),
-    Param::flag("debug", ""),
-];
-
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
         description:
             "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+/// Public for `swank-mcp eval`, whose one call is this tool's.
+pub const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    code: String,
-    package: Option<String>,
-    timeout_ms: Option<u64>,
-    print_length: Option<u64>,
-    print_level: Option<u64>,
-    #[serde(default)]
-    debug: bool,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        code: String = "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms." => code(),
+        package: Option<String> = "Package context for evaluation. Defaults to CL-USER or the last-used package.",
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
+        print_length: Option<u64> => at_most(MAX_PRINT_LENGTH).bounds_unlisted().default_integer(200),
+        print_level: Option<u64> => at_most(MAX_PRINT_LEVEL).bounds_unlisted().default_integer(10),
+        debug: bool,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

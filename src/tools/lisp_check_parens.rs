@@ -8,18 +8,12 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::image_sources::read_seeing_images;
+use super::arguments::arguments;
 use super::{
-    parse_permit, file_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, LARGE_FILE_ARGUMENT,
+    parse_permit, file_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    ToolResult,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", ""),
-    Param::text("code", ""),
-    LARGE_FILE_ARGUMENT,
-];
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -27,12 +21,12 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-check-parens",
         description:
             "Check that Lisp source (a file or code) reads as complete forms, else where a ) is likely missing.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
+/// Public: the tests and benchmarks run it on files alone, with no server.
 pub const TOOL: Tool = Tool {
     definition,
     // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
@@ -43,17 +37,15 @@ pub const TOOL: Tool = Tool {
         image_argument: false,
     },
     preview: None,
-    typed: super::Typed::of::<Args>(),
 };
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: Option<String>,
-    code: Option<String>,
-    #[serde(default)]
-    large_file: bool,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        file_path: Option<String>,
+        code: Option<String>,
+        large_file: bool,
+    }
 }
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {

@@ -8,20 +8,12 @@ use std::path::Path;
 use serde_json::json;
 
 use super::image_sources::read_seeing_images;
+use super::arguments::arguments;
 use super::{
-    parse_permit, file_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, LARGE_FILE_ARGUMENT,
+    parse_permit, file_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    ToolResult,
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots};
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", "").required(),
-    Param::integer("offset", 0, ""),
-    Param::integer("limit", 1, "").at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
-    Param::flag("source", ""),
-    LARGE_FILE_ARGUMENT,
-];
 
 /// The tool's `tools/list` entry: name, description, schemas and annotations.
 pub fn definition() -> ToolDefinition {
@@ -29,12 +21,12 @@ pub fn definition() -> ToolDefinition {
         name: "lisp-outline",
         description:
             "A Lisp file's forms, one a line: lines, operator and name as edit-lisp-form takes them.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
+/// Public: the tests and benchmarks run it on files alone, with no server.
 pub const TOOL: Tool = Tool {
     definition,
     // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
@@ -45,7 +37,6 @@ pub const TOOL: Tool = Tool {
         image_argument: false,
     },
     preview: None,
-    typed: super::Typed::of::<Args>(),
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.
@@ -54,23 +45,20 @@ pub const MAX_ENTRIES: u64 = 2_000;
 /// With `source`, a page ends after the form that brings its text past this many bytes.
 const SOURCE_PAGE_BYTES: usize = 16_000;
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: String,
-    #[serde(default)]
-    offset: u64,
-    limit: Option<u64>,
-    #[serde(default)]
-    source: bool,
-    #[serde(default)]
-    large_file: bool,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        file_path: String,
+        offset: Option<u64>,
+        limit: Option<u64> => at_least(1).at_most(MAX_ENTRIES).default_integer(MAX_ENTRIES),
+        source: bool,
+        large_file: bool,
+    }
 }
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {
     let Args { file_path, offset, limit, source: with_source, large_file } = args.typed()?;
-    let offset = offset as usize;
+    let offset = offset.unwrap_or(0) as usize;
     let limit = limit.unwrap_or(MAX_ENTRIES) as usize;
     let file = roots.read(Path::new(&file_path), file_limit(large_file))?;
     let _permit = parse_permit(file.bytes.len());

@@ -25,16 +25,9 @@ fn definition() -> ToolDefinition {
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them: none.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {}
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let Args {} = args.typed()?;
     let image = context.image(args)?;
     // An attached thread's session is listed only while its thread still waits at its stop.
     if context.debugger_sessions().has_attached(&image) {

@@ -16,6 +16,8 @@ pub(crate) mod text_search;
 
 pub use lisp_reply::group_thousands;
 
+use arguments::arguments;
+
 /// Declares each tool's module and lists its `TOOL` in the order `tools/list` shows them.
 macro_rules! tools {
     ($($tool:ident),* $(,)?) => {
@@ -65,7 +67,7 @@ use crate::source::AllowedRoots;
 use crate::swank::Sexp;
 
 use crate::image::{CallLimits, Entry, Image, ImageSettings, Request};
-pub use arguments::{ArgumentError, Arguments, Param, Typed};
+pub use arguments::{ArgumentError, Arguments, Param};
 use debugger_sessions::DebuggerSessions;
 pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
 pub use preview::{Fingerprint, Preview};
@@ -82,21 +84,11 @@ pub(crate) fn file_limit(large_file: bool) -> Option<(u64, &'static str)> {
     ))
 }
 
-/// The `file_path` argument of the tools that load a file into the image.
-pub(crate) const LOADED_FILE: Param = Param::text("file_path", "").required();
-
-/// The `index` argument of the tools that find a definition in a file as edit-lisp-form does.
-pub(crate) const FORM_INDEX: Param =
-    Param::integer("index", 1, "").explained(|_| "Argument `index` is 1-based: use 1 for the first match.".to_string());
-
-/// The `symbol` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL: Param = Param::text("symbol", "").required();
-
-/// The `package` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL_PACKAGE: Param = Param::text("package", "");
-
-/// The `large_file` argument, shared by the source tools.
-pub(crate) const LARGE_FILE_ARGUMENT: Param = Param::flag("large_file", "");
+/// The refusal of an `index` of 0, for the tools that find a definition in a file as
+/// edit-lisp-form does: an agent counting from 0 learns where counting starts.
+pub(crate) fn index_from_one(_: &Value) -> String {
+    "Argument `index` is 1-based: use 1 for the first match.".to_string()
+}
 
 /// What a tool's function gives back.
 pub type ToolResult = Result<ToolOutput, ToolError>;
@@ -110,8 +102,6 @@ pub struct Tool {
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
     /// the code or arguments: an edit's diff, the code a load compiles.
     pub preview: Option<PreviewFn>,
-    /// The type the tool reads its arguments as, which a test holds to its declaration.
-    pub typed: Typed,
 }
 
 /// A tool's preview of a call, made on the allowed roots.
@@ -121,10 +111,9 @@ pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>
 pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>;
 
 impl Tool {
-    /// A tool that runs `run` in an image on arguments read as `A`, and shows no preview of its own:
-    /// what most tools are.
-    pub const fn in_image<A: serde::de::DeserializeOwned>(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
-        Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>() }
+    /// A tool that runs `run` in an image, and shows no preview of its own: what most tools are.
+    pub const fn in_image(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
+        Tool { definition, run: Run::Image(run), preview: None }
     }
 
     /// The tool, showing the human approving a call `preview` rather than its arguments.
@@ -191,12 +180,12 @@ fn all_tools() -> Vec<Offered> {
         .collect()
 }
 
-/// The arguments of a tool that asks about one symbol, `{symbol, package?}`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SymbolArguments {
-    symbol: String,
-    package: Option<String>,
+arguments! {
+    /// The arguments of a tool that asks about one symbol.
+    struct SymbolArguments {
+        symbol: String,
+        package: Option<String>,
+    }
 }
 
 impl SymbolArguments {
@@ -337,9 +326,9 @@ impl Toolbox {
         Arguments::check(tool.name(), tool.definition.arguments, images, arguments)
     }
 
-    /// A call's `arguments` for `tool`, which [`Toolbox::check_arguments`] passed.
-    pub(crate) fn accept_arguments(&self, tool: &Offered, arguments: Option<Value>) -> Arguments {
-        Arguments::accept(tool.definition.arguments, arguments)
+    /// A call's `arguments`, which [`Toolbox::check_arguments`] passed.
+    pub(crate) fn accept_arguments(arguments: Option<Value>) -> Arguments {
+        Arguments::accept(arguments)
     }
 
     /// The image a call with `arguments` works in: the one its `image` argument names, or the
@@ -378,7 +367,7 @@ impl Toolbox {
         if let Err(error) = self.check_arguments(tool, &arguments) {
             return Some(ToolError::from(error).into());
         }
-        let args = self.accept_arguments(tool, arguments);
+        let args = Self::accept_arguments(arguments);
         Some(self.run(tool, &args, cancel, progress, None).await)
     }
 
@@ -577,16 +566,6 @@ mod tests {
                 "{} is read-only but takes Lisp code in {code:?}",
                 definition.name
             );
-        }
-    }
-
-    #[test]
-    fn every_tool_reads_its_arguments_as_a_type_that_fits_its_declaration() {
-        for tool in TOOLS {
-            let definition = (tool.definition)();
-            if let Err(error) = tool.typed.fits(definition.arguments) {
-                panic!("{}'s argument type disagrees with its Params: {error}", definition.name);
-            }
         }
     }
 

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
+use super::arguments::arguments;
 use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -30,35 +31,26 @@ const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_SHOWN_FAILURES: u64 = 50;
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("system", "").required(),
-    Param::text("suite", ""),
-    Param::text("test", ""),
-    Param::text("package", ""),
-];
-
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
         description:
             "Run a system's tests (asdf:test-system), or one FiveAM or Parachute suite or test, or RT test.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    system: String,
-    suite: Option<String>,
-    test: Option<String>,
-    package: Option<String>,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        system: String,
+        suite: Option<String>,
+        test: Option<String>,
+        package: Option<String>,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

@@ -6,47 +6,35 @@
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
+use super::arguments::{arguments, Designator};
 use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::swank::Form;
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::texts("functions", "e.g. (setf f), (method area :around (shape))."),
-    Param::flag("untrace", "These, or all."),
-    Param::text("package", ""),
-    Param::integer_or_name("threads", "all, or one"),
-    Param::code("condition", "With threads and one function: record its calls only when this holds."),
-    Param::integer("max_calls", 1, "").bounds_unlisted(),
-];
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "trace",
         description:
             "Trace functions and methods (SBCL's TRACE) in your later evaluations; threads: in other threads too.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    #[serde(default)]
-    functions: Vec<String>,
-    #[serde(default)]
-    untrace: bool,
-    package: Option<String>,
-    threads: Option<super::arguments::Designator>,
-    condition: Option<String>,
-    max_calls: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        functions: Vec<String> = "e.g. (setf f), (method area :around (shape)).",
+        untrace: bool = "These, or all.",
+        package: Option<String>,
+        threads: Option<Designator> = "all, or one",
+        condition: Option<String> = "With threads and one function: record its calls only when this holds." => code(),
+        max_calls: Option<u64> => at_least(1).bounds_unlisted(),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -61,7 +49,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .arg(Form::list_of(functions))
         .key("untrace", untrace)
         .key("package", package)
-        .key("threads", threads.map(super::arguments::Designator::into_text))
+        .key("threads", threads.map(Designator::into_text))
         .key_if("condition", condition)
         .key_if("max-calls", max_calls);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;

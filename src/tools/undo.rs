@@ -9,18 +9,11 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::integers("entries", 1, "").explained(numbered_from_one),
-    Param::integer("since", 1, "And every later entry.").explained(numbered_from_one),
-    Param::flag("force", "Also entries changed since."),
-    Param::integer("before", 1, "List entries below it.").explained(numbered_from_one),
-];
 
 fn numbered_from_one(_: &serde_json::Value) -> String {
     "Journal entries are numbered from 1; call undo without arguments to list them.".to_string()
@@ -32,23 +25,21 @@ fn definition() -> ToolDefinition {
         description:
             "Undo what agents' calls defined or replaced in the image: no arguments lists the journal; entries or \
             since restores.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    entries: Option<Vec<u64>>,
-    since: Option<u64>,
-    #[serde(default)]
-    force: bool,
-    before: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        entries: Option<Vec<u64>> => at_least(1).explained(numbered_from_one),
+        since: Option<u64> = "And every later entry." => at_least(1).explained(numbered_from_one),
+        force: bool = "Also entries changed since.",
+        before: Option<u64> = "List entries below it." => at_least(1).explained(numbered_from_one),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

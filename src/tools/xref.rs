@@ -8,20 +8,25 @@ use serde_json::{json, Value};
 
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::{arguments, choices};
+use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    super::SYMBOL,
-    Param::one_of("kind", &KINDS, "").required().explained(unknown_kind),
-    super::SYMBOL_PACKAGE,
-];
+choices! {
+    /// Which cross-references the call asks for.
+    enum Kind {
+        Calls = "calls",
+        Callees = "callees",
+        References = "references",
+        Binds = "binds",
+        Sets = "sets",
+        Macroexpands = "macroexpands",
+        Specializes = "specializes",
+    }
+}
 
 fn unknown_kind(kind: &serde_json::Value) -> String {
-    format!("Unknown xref kind {kind}: use {}.", KINDS.join(", "))
+    format!("Unknown xref kind {kind}: use {}.", Kind::NAMES.join(", "))
 }
 
 fn definition() -> ToolDefinition {
@@ -30,26 +35,25 @@ fn definition() -> ToolDefinition {
         description:
             "Who calls, references, binds, sets or macroexpands a symbol in compiled code, what it calls (callees), \
             which methods specialize on a class.",
-        arguments: ARGUMENTS,
+        arguments: Args::PARAMS,
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
 
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    symbol: String,
-    kind: String,
-    package: Option<String>,
+arguments! {
+    /// The arguments as the tool reads them.
+    struct Args {
+        symbol: String,
+        kind: Kind => explained(unknown_kind),
+        package: Option<String>,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let Args { symbol, kind, package } = args.typed()?;
-    let request = Request::new(Entry::XREF).arg(symbol).arg(kind).key("package", package);
+    let request = Request::new(Entry::XREF).arg(symbol).arg(kind.name()).key("package", package);
     let mut found = decode::<References>("xref", &context.call_helper(args, request).await?)?;
     found = context
         .on_files(move |roots| {
