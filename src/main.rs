@@ -486,7 +486,7 @@ async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
 /// by hand fell behind the tools.
 fn read_only_help() -> String {
     let left_out: Vec<&str> = swank_mcp::tools::every_definition()
-        .filter(|definition| !definition.annotations.read_only)
+        .filter(|definition| !definition.read_only)
         .map(|definition| definition.name)
         .collect();
     format!(

@@ -17,7 +17,7 @@ use common::{is_error, text, McpClient};
 /// nothing, in the order `tools/list` shows them.
 fn read_only_tools() -> Vec<String> {
     swank_mcp::tools::every_definition()
-        .filter(|definition| definition.annotations.read_only)
+        .filter(|definition| definition.read_only)
         .map(|definition| definition.name.to_string())
         .collect()
 }

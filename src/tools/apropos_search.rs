@@ -7,16 +7,15 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "apropos-search",
-        description:
-            "Find symbols whose names contain query, with what each names.",
+        description: "Symbols whose names contain query, and what each names.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 
@@ -26,7 +25,7 @@ arguments! {
     /// The arguments as the tool reads them.
     struct Args {
         query: String,
-        package: Option<String> = "Default: all packages.",
+        package: Option<String>,
         external_only: bool,
     }
 }

@@ -28,7 +28,6 @@ pub struct Param {
     kind: Kind,
     required: bool,
     description: &'static str,
-    default: Option<Shown>,
     /// The refusal of a value of the right type that the argument does not take, when the tool
     /// explains it better than "must be from ... to ...".
     explain: Option<fn(&Value) -> String>,
@@ -57,19 +56,18 @@ pub enum Kind {
     Objects(&'static [Param]),
 }
 
-/// The integers an argument takes; `max` when it declares one.
+/// The integers an argument takes; `max` when it declares one. The check enforces them and the
+/// schema leaves them unsaid: a refusal names them, which is all an agent needs of a bound (a day
+/// for a time limit, counting from 1), and the list is read in every session.
 #[derive(Debug, Clone, Copy)]
 pub struct Range {
     min: u64,
     max: Option<u64>,
-    /// Whether the schema states the bounds: a sanity bound (a day for a time limit, counting from
-    /// 1) is only checked.
-    listed: bool,
 }
 
 impl Range {
-    /// Any integer a JSON client carries exactly, the schema saying nothing more than its type.
-    const FROM_ZERO: Range = Range { min: 0, max: None, listed: true };
+    /// Any integer a JSON client carries exactly.
+    const FROM_ZERO: Range = Range { min: 0, max: None };
 
     fn holds(self, n: u64) -> bool {
         n >= self.min && n <= self.max.unwrap_or(LARGEST)
@@ -81,34 +79,13 @@ impl Range {
             (min, None) => format!("an integer of {min} or more"),
         }
     }
-
-    /// A minimum of 0 goes unsaid: no count, offset or number a tool takes is negative, and the
-    /// list that says it is read in every session.
-    fn schema(self, schema: &mut Map<String, Value>) {
-        if !self.listed {
-            return;
-        }
-        if self.min > 0 {
-            schema.insert("minimum".into(), self.min.into());
-        }
-        if let Some(max) = self.max {
-            schema.insert("maximum".into(), max.into());
-        }
-    }
-}
-
-/// The default value the schema shows.
-#[derive(Debug, Clone, Copy)]
-enum Shown {
-    Integer(u64),
-    Text(&'static str),
 }
 
 impl Param {
     /// The argument `name`, read as `T`: the type says what the argument takes and whether a call
     /// must give it ([`ArgumentType`]); [`arguments!`] declares each of a tool's this way.
     pub const fn of<T: ArgumentType>(name: &'static str) -> Self {
-        Param { name, kind: T::KIND, required: T::REQUIRED, description: "", default: None, explain: None }
+        Param { name, kind: T::KIND, required: T::REQUIRED, description: "", explain: None }
     }
 
     /// What the schema says of it, beyond its name and type.
@@ -159,35 +136,10 @@ impl Param {
         self
     }
 
-    /// The schema leaves an integer argument's bounds unsaid: they are sanity bounds no agent needs
-    /// to choose a value (a day for a time limit, counting from 1), and the list is read in every
-    /// session. A call past them is refused with the bounds named.
-    pub const fn bounds_unlisted(mut self) -> Self {
-        self.kind = match self.kind {
-            Kind::Integer(range) => Kind::Integer(Range { listed: false, ..range }),
-            Kind::Integers(range) => Kind::Integers(Range { listed: false, ..range }),
-            Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { listed: false, ..range }),
-            other => other,
-        };
-        self
-    }
-
     /// The call must give it, though its type would let it leave it out: an argument of a shared
     /// type that one tool needs and another does not.
     pub const fn required(mut self) -> Self {
         self.required = true;
-        self
-    }
-
-    /// The schema shows this integer as the default.
-    pub const fn default_integer(mut self, default: u64) -> Self {
-        self.default = Some(Shown::Integer(default));
-        self
-    }
-
-    /// The schema shows this string as the default.
-    pub const fn default_text(mut self, default: &'static str) -> Self {
-        self.default = Some(Shown::Text(default));
         self
     }
 
@@ -205,32 +157,27 @@ impl Param {
     /// Its JSON Schema.
     fn schema(&self) -> Value {
         let mut schema = Map::new();
-        let (kind, range) = match self.kind {
-            Kind::Text | Kind::Code => ("string", None),
+        let kind = match self.kind {
+            // No type: an argument the schema gives none is a string, as the instructions say once
+            // for the 60 of them in a list read in every session; a call giving another type is
+            // refused naming the argument.
+            Kind::Text | Kind::Code => None,
+            // The names say it is a string.
             Kind::OneOf(choices) => {
                 schema.insert("enum".into(), json!(choices));
-                ("string", None)
+                None
             }
             // False when absent, as any client takes a boolean it does not give: the list, read in
             // every session, does not say so sixteen times.
-            Kind::Flag => ("boolean", None),
-            Kind::Integer(range) => ("integer", Some(range)),
-            Kind::Integers(range) => {
-                let mut items = Map::new();
-                items.insert("type".into(), "integer".into());
-                range.schema(&mut items);
-                schema.insert("items".into(), items.into());
-                ("array", None)
+            Kind::Flag => Some(json!("boolean")),
+            Kind::Integer(_) => Some(json!("integer")),
+            Kind::Integers(_) => {
+                schema.insert("items".into(), json!({"type": "integer"}));
+                Some(json!("array"))
             }
-            Kind::Texts => {
-                schema.insert("items".into(), json!({"type": "string"}));
-                ("array", None)
-            }
-            Kind::IntegerOrName(range) => {
-                schema.insert("type".into(), json!(["integer", "string"]));
-                range.schema(&mut schema);
-                ("", None)
-            }
+            // Of strings, which take no type.
+            Kind::Texts => Some(json!("array")),
+            Kind::IntegerOrName(_) => Some(json!(["integer", "string"])),
             // Each element's arguments are the tool's own, which its description names; the schema
             // says which of them an element must give.
             Kind::Objects(params) => {
@@ -240,20 +187,12 @@ impl Param {
                     items["required"] = json!(required);
                 }
                 schema.insert("items".into(), items);
-                ("array", None)
+                Some(json!("array"))
             }
         };
-        if !kind.is_empty() {
-            schema.insert("type".into(), kind.into());
+        if let Some(kind) = kind {
+            schema.insert("type".into(), kind);
         }
-        if let Some(range) = range {
-            range.schema(&mut schema);
-        }
-        match self.default {
-            Some(Shown::Integer(n)) => schema.insert("default".into(), n.into()),
-            Some(Shown::Text(text)) => schema.insert("default".into(), text.into()),
-            None => None,
-        };
         if !self.description.is_empty() {
             schema.insert("description".into(), self.description.into());
         }
@@ -338,7 +277,7 @@ fn integer(value: &Value) -> Option<u64> {
 pub(crate) fn input_schema(params: &[Param], images: &[&str]) -> Value {
     let mut properties: Map<String, Value> = params.iter().map(|p| (p.name.to_string(), p.schema())).collect();
     if let [_, _, ..] = images {
-        properties.insert("image".into(), json!({"type": "string", "enum": images}));
+        properties.insert("image".into(), json!({"enum": images}));
     }
     let required: Vec<&str> = params.iter().filter(|p| p.required).map(|p| p.name).collect();
     // No `"additionalProperties": false`: the call's check refuses an unknown argument, naming the
@@ -488,7 +427,7 @@ pub fn member<T: ArgumentType>(members: &Map<String, Value>, name: &str) -> Resu
 /// arguments! {
 ///     struct Args {
 ///         code: String = "The forms to run." => code(),
-///         timeout_ms: Option<u64> => at_least(1).bounds_unlisted(),
+///         timeout_ms: Option<u64> => at_least(1),
 ///     }
 /// }
 /// ```
@@ -801,7 +740,7 @@ mod tests {
             n: Option<u64> => at_most(10),
             timeout_ms: Option<u64> => at_least(1).at_most(100),
             entries: Option<Vec<u64>> => at_least(1).explained(|_| "Entries count from 1.".into()),
-            mode: Option<Mode> => default_text("cpu"),
+            mode: Option<Mode>,
             restart: Option<Designator> => at_most(9),
             functions: Vec<String> = "Some functions.",
         }
@@ -867,13 +806,16 @@ mod tests {
         let schema = input_schema(PARAMS, &["only"]);
         assert_eq!(schema["required"], json!(["code"]));
         assert!(schema.get("additionalProperties").is_none());
-        assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer", "minimum": 1, "maximum": 100}));
+        // Bounds are checked, not listed; a string is an argument of no type.
+        assert_eq!(schema["properties"]["timeout_ms"], json!({"type": "integer"}));
+        assert_eq!(schema["properties"]["code"], json!({}));
         assert_eq!(schema["properties"]["dry_run"], json!({"type": "boolean"}));
-        assert_eq!(schema["properties"]["mode"], json!({"type": "string", "enum": ["cpu", "time"], "default": "cpu"}));
-        assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer", "minimum": 1}));
+        assert_eq!(schema["properties"]["mode"], json!({"enum": ["cpu", "time"]}));
+        assert_eq!(schema["properties"]["entries"]["items"], json!({"type": "integer"}));
+        assert_eq!(schema["properties"]["restart"], json!({"type": ["integer", "string"]}));
         assert!(schema["properties"].get("image").is_none());
         let several = input_schema(PARAMS, &["one", "two"]);
-        assert_eq!(several["properties"]["image"], json!({"type": "string", "enum": ["one", "two"]}));
+        assert_eq!(several["properties"]["image"], json!({"enum": ["one", "two"]}));
     }
 
     #[test]

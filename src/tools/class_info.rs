@@ -8,15 +8,15 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "class-info",
-        description: "A class of the image: its slots, superclasses, subclasses and metaclass.",
+        description: "A class's slots, superclasses, subclasses and metaclass.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 

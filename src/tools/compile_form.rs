@@ -8,17 +8,15 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "compile-form",
-        description:
-            "Compile code without running it or defining anything: its warnings and errors, as compiling a file \
-            gives them.",
+        description: "Compile code without running or defining it: its warnings and errors.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 

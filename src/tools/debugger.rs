@@ -22,7 +22,7 @@ use super::debugger_sessions::{
 use super::evaluate_lisp::outcome;
 use super::lisp_reply::{check_failure, decode, Captured};
 use super::arguments::{arguments, choices};
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallLimits, Entry, Request};
 use crate::swank::{Form, Sexp};
 
@@ -56,11 +56,9 @@ choices! {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "debugger",
-        description:
-            "An evaluation stopped with debug: true (D1), or a thread in any debugger (the user's SLDB \
-            too). break: function's calls stop if condition holds.",
+        description: "Act on a stop: session D1 (from debug: true) or a thread in any debugger, the user's SLDB too. break: function's calls stop where condition holds.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -74,15 +72,15 @@ arguments! {
         thread: Option<Designator>,
         function: Option<String>,
         condition: Option<String> => code(),
-        hits: Option<u64> => at_least(1).bounds_unlisted(),
-        breakpoint: Option<u64> => at_least(1).bounds_unlisted(),
+        hits: Option<u64> => at_least(1),
+        breakpoint: Option<u64> => at_least(1),
         frame: Option<u64>,
         start: Option<u64>,
         end: Option<u64>,
         code: Option<String> => code(),
         restart: Option<Designator>,
         arguments: Vec<String>,
-        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
     }
 }
 

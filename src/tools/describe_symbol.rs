@@ -10,16 +10,15 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
-    Annotations, Arguments, SymbolArguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, SymbolArguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "describe-symbol",
-        description:
-            "What a symbol names (function, method, variable, class...), with syntax, documentation, value and source.",
+        description: "What a symbol names: syntax, documentation, value, source.",
         arguments: SymbolArguments::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 

@@ -16,7 +16,7 @@ use super::lisp_reply::decode;
 use super::load_form::{load_plan, Loaded};
 use super::arguments::{arguments, ArgumentType, Kind};
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Preview, Run, Tool, ToolContext, ToolDefinition,
+    file_limit, Arguments, Fingerprint, Preview, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -27,15 +27,13 @@ fn unknown_operation(operation: &Value) -> String {
     format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
 }
 
-/// The tool's `tools/list` entry: name, description, schemas and annotations.
+/// The tool's `tools/list` entry: name, description, arguments and whether it is read-only.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "edit-lisp-form",
-        description: "Edit definitions of a Lisp file on its syntax tree: replace, delete, insert beside, or patch \
-            old_text to new_text; edits, several at once, all or none. Use it rather than rewriting files; load: true \
-            compiles the change into the image.",
+        description: "Edit a definition of a Lisp file (content: whole forms; patch: old_text, once in it, to new_text; edits: several, all or none). Use it rather than rewriting files; load: true compiles the change into the image.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -68,11 +66,11 @@ arguments! {
         form_type: Option<String>,
         form_name: Option<String>,
         operation: Option<Operation> => explained(unknown_operation),
-        content: Option<String> = "Whole form(s)." => code(),
-        old_text: Option<String> = "Found once in the form.",
+        content: Option<String> => code(),
+        old_text: Option<String>,
         new_text: Option<String> => code(),
         index: Option<u64> => at_least(1).explained(super::index_from_one),
-        edits: Option<Vec<Edit>> = "file_path, form_type and load default to the call's.",
+        edits: Option<Vec<Edit>>,
         dry_run: bool,
         load: Option<bool>,
         large_file: bool,

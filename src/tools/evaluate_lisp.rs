@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallError, CallLimits, Entry, Evaluation, Image, Request};
 use crate::swank::Sexp;
 
@@ -28,10 +28,9 @@ const MAX_PRINT_LEVEL: u64 = 10_000;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "evaluate-lisp",
-        description:
-            "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls.",
+        description: "Evaluate forms in your own REPL session; its package and *, ** persist.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -41,11 +40,11 @@ pub const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(
 arguments! {
     /// The arguments as the tool reads them.
     struct Args {
-        code: String = "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms." => code(),
-        package: Option<String> = "Package context for evaluation. Defaults to CL-USER or the last-used package.",
-        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-        print_length: Option<u64> => at_most(MAX_PRINT_LENGTH).bounds_unlisted().default_integer(200),
-        print_level: Option<u64> => at_most(MAX_PRINT_LEVEL).bounds_unlisted().default_integer(10),
+        code: String => code(),
+        package: Option<String>,
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
+        print_length: Option<u64> => at_most(MAX_PRINT_LENGTH),
+        print_level: Option<u64> => at_most(MAX_PRINT_LEVEL),
         debug: bool,
     }
 }

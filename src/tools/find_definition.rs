@@ -10,7 +10,7 @@ use super::image_sources::roots_holding;
 use super::text_search::Search;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -21,10 +21,9 @@ use crate::image::{Entry, Request};
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "find-definition",
-        description: "Where symbols are defined, at file:line:column in the file's current text. Or, as grep: each \
-            form holding text, with the lines, in system's files or the roots'; system alone lists its files.",
+        description: "Where symbols (space-separated) are defined, file:line:column; or the definitions holding text, in system's files or the roots'. source: true gives their text. system alone lists its files.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 
@@ -38,13 +37,13 @@ pub const DEFAULT_DEFINITIONS: u64 = 50;
 arguments! {
     /// The arguments as the tool reads them (and, without `symbol`, its text search).
     struct Args {
-        symbol: Option<String> = "Several with spaces between.",
+        symbol: Option<String>,
         text: Option<String>,
         system: Option<String>,
         source: bool,
         package: Option<String>,
         offset: Option<u64>,
-        limit: Option<u64> => at_least(1).at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
+        limit: Option<u64> => at_least(1).at_most(MAX_DEFINITIONS),
     }
 }
 
@@ -67,6 +66,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             let search = Search {
                 text: typed.text,
                 system: typed.system,
+                source: typed.source,
                 offset: typed.offset.unwrap_or(0) as usize,
                 limit: typed.limit.unwrap_or(DEFAULT_DEFINITIONS) as usize,
             };

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// Parts shown per page when the call gives no limit.
@@ -18,10 +18,9 @@ const MAX_PARTS: u64 = 1000;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "inspect",
-        description: "A value (of a handle or code) as SLIME's inspector shows it: type and parts, each with a \
-            handle; offset and limit count parts or a string's characters.",
+        description: "A value (handle or code) as SLIME's inspector shows it: its parts, each with a handle.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 

@@ -10,19 +10,18 @@ use serde_json::{json, Value};
 use super::image_sources::read_seeing_images;
 use super::arguments::arguments;
 use super::{
-    parse_permit, file_limit, Annotations, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    parse_permit, file_limit, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
-/// The tool's `tools/list` entry: name, description, schemas and annotations.
+/// The tool's `tools/list` entry: name, description, arguments and whether it is read-only.
 pub fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-check-parens",
-        description:
-            "Check that Lisp source (a file or code) reads as complete forms, else where a ) is likely missing.",
+        description: "Whether Lisp source (file or code) reads as whole forms; if not, where a ) is likely missing.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
+        read_only: true,
     }
 }
 

@@ -11,17 +11,16 @@ use serde_json::{json, Value};
 
 use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 use crate::swank::Form;
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "lisp-status",
-        description:
-            "What swank-mcp is attached to; your session's package, threads and evaluations.",
+        description: "What swank-mcp is attached to, and your session's package, threads and evaluations.",
         arguments: &[],
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 

@@ -11,7 +11,7 @@ use super::lisp_reply::{decode, plural};
 use super::load_form::{octet_text, recompile_callers, universal_time, LoadReport};
 use super::arguments::arguments;
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
+    file_limit, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
     ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -21,10 +21,9 @@ use crate::swank::Form;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-file",
-        description:
-            "Compile and load a whole file, as C-c C-k does.",
+        description: "Compile and load a whole file, as C-c C-k does.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 

@@ -15,7 +15,7 @@ use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
 use super::xref::query_of_hit;
 use super::arguments::arguments;
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
+    file_limit, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
     ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -26,10 +26,9 @@ use crate::swank::Form;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-form",
-        description:
-            "Compile one definition of a file into the image, as C-c C-c does, under the file's name.",
+        description: "Compile one definition of a file into the image, as C-c C-c does.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 

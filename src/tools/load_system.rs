@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
@@ -23,10 +23,9 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "load-system",
-        description:
-            "Load an ASDF system and its dependencies (asdf:load-system).",
+        description: "Load an ASDF system and its dependencies.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 

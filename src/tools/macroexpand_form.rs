@@ -8,17 +8,16 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 use crate::swank::Sexp;
 
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "macroexpand-form",
-        description:
-            "The code a macro form expands to, one step (macroexpand-1) unless full.",
+        description: "What a macro form expands to: one step, or every macro in it with full.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 
@@ -28,7 +27,7 @@ arguments! {
     /// The arguments as the tool reads them.
     struct Args {
         form: String => code(),
-        full: bool = "Expand every macro in it, not only the form's.",
+        full: bool,
         package: Option<String>,
     }
 }

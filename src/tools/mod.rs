@@ -69,7 +69,7 @@ use crate::swank::Sexp;
 use crate::image::{CallLimits, Entry, Image, ImageSettings, Request};
 pub use arguments::{ArgumentError, Arguments, Param};
 use debugger_sessions::DebuggerSessions;
-pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
+pub use output::{ToolDefinition, ToolError, ToolOutput};
 pub use preview::{Fingerprint, Preview};
 pub use progress::{Progress, ProgressUpdate};
 
@@ -255,12 +255,11 @@ impl Toolbox {
                 .only
                 .iter()
                 .filter_map(|name| self.definitions().find(|d| d.name == name.as_str()))
-                .filter(|d| !d.annotations.read_only)
+                .filter(|d| !d.read_only)
                 .map(|d| d.name)
                 .collect();
             if !changing.is_empty() {
-                let looking: Vec<&str> =
-                    self.definitions().filter(|d| d.annotations.read_only).map(|d| d.name).collect();
+                let looking: Vec<&str> = self.definitions().filter(|d| d.read_only).map(|d| d.name).collect();
                 return Err(format!(
                     "--tools names {}, which --read-only leaves out: it runs code or changes the image or files. \
                      Drop --read-only to offer it, or choose among the read-only tools: {}",
@@ -275,7 +274,7 @@ impl Toolbox {
         }
         self.offered.retain(|Offered { definition: d, .. }| {
             (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
-                && (!selection.read_only || d.annotations.read_only)
+                && (!selection.read_only || d.read_only)
         });
         Ok(self)
     }
@@ -562,7 +561,7 @@ mod tests {
             let definition = (tool.definition)();
             let code: Vec<&str> = definition.arguments.iter().filter(|p| p.is_code()).map(|p| p.name()).collect();
             assert!(
-                !definition.annotations.read_only || code.is_empty(),
+                !definition.read_only || code.is_empty(),
                 "{} is read-only but takes Lisp code in {code:?}",
                 definition.name
             );

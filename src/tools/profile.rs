@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::lisp_reply::{decode, group_thousands, Captured};
 use super::arguments::{arguments, choices};
 use super::{
-    Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 
@@ -28,10 +28,9 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "profile",
-        description:
-            "Run code once and say where its time or allocation went (sb-sprof), or TIME it.",
+        description: "Run code once and say where its time or allocation went, or TIME it.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -41,9 +40,9 @@ arguments! {
     /// The arguments as the tool reads them.
     struct Args {
         code: String => code(),
-        mode: Option<Mode> => default_text("cpu"),
+        mode: Option<Mode>,
         package: Option<String>,
-        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
     }
 }
 

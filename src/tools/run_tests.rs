@@ -18,7 +18,7 @@ use serde_json::json;
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::arguments::arguments;
 use super::{
-    Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -34,10 +34,9 @@ const MAX_KEPT_FAILURES: u64 = 10_000;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "run-tests",
-        description:
-            "Run a system's tests (asdf:test-system), or one FiveAM or Parachute suite or test, or RT test.",
+        description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
 use super::arguments::{arguments, choices, Designator};
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 choices! {
@@ -23,11 +23,9 @@ choices! {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "threads",
-        description:
-            "List the image's threads; backtrace, interrupt (into its debugger) or abort one, with force if you did \
-            not start it.",
+        description: "The image's threads; backtrace, interrupt (into its debugger) or abort one, with force if not yours.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -36,7 +34,7 @@ pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pi
 arguments! {
     /// The arguments as the tool reads them.
     struct Args {
-        action: Option<Action> => default_text("list"),
+        action: Option<Action>,
         thread: Option<Designator>,
         force: bool,
     }

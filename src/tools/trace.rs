@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::lisp_reply::decode;
 use super::arguments::{arguments, Designator};
 use super::{
-    Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::swank::Form;
@@ -16,10 +16,9 @@ use crate::swank::Form;
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "trace",
-        description:
-            "Trace functions and methods (SBCL's TRACE) in your later evaluations; threads: in other threads too.",
+        description: "Trace functions, e.g. (setf f) or (method area :around (shape)), in your later evaluations, or in threads (all or one; for one function, where condition holds).",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        read_only: false,
     }
 }
 
@@ -28,12 +27,12 @@ pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pi
 arguments! {
     /// The arguments as the tool reads them.
     struct Args {
-        functions: Vec<String> = "e.g. (setf f), (method area :around (shape)).",
-        untrace: bool = "These, or all.",
+        functions: Vec<String>,
+        untrace: bool,
         package: Option<String>,
-        threads: Option<Designator> = "all, or one",
-        condition: Option<String> = "With threads and one function: record its calls only when this holds." => code(),
-        max_calls: Option<u64> => at_least(1).bounds_unlisted(),
+        threads: Option<Designator>,
+        condition: Option<String> => code(),
+        max_calls: Option<u64> => at_least(1),
     }
 }
 

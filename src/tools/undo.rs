@@ -10,7 +10,7 @@ use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
 use super::arguments::arguments;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
@@ -22,11 +22,9 @@ fn numbered_from_one(_: &serde_json::Value) -> String {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "undo",
-        description:
-            "Undo what agents' calls defined or replaced in the image: no arguments lists the journal; entries or \
-            since restores.",
+        description: "Undo what agents' calls defined or replaced: no arguments lists the journal; entries or since restores.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        read_only: false,
     }
 }
 
@@ -36,9 +34,9 @@ arguments! {
     /// The arguments as the tool reads them.
     struct Args {
         entries: Option<Vec<u64>> => at_least(1).explained(numbered_from_one),
-        since: Option<u64> = "And every later entry." => at_least(1).explained(numbered_from_one),
-        force: bool = "Also entries changed since.",
-        before: Option<u64> = "List entries below it." => at_least(1).explained(numbered_from_one),
+        since: Option<u64> => at_least(1).explained(numbered_from_one),
+        force: bool,
+        before: Option<u64> => at_least(1).explained(numbered_from_one),
     }
 }
 

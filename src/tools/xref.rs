@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
 use super::arguments::{arguments, choices};
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 choices! {
@@ -32,11 +32,9 @@ fn unknown_kind(kind: &serde_json::Value) -> String {
 fn definition() -> ToolDefinition {
     ToolDefinition {
         name: "xref",
-        description:
-            "Who calls, references, binds, sets or macroexpands a symbol in compiled code, what it calls (callees), \
-            which methods specialize on a class.",
+        description: "Who calls, references, binds, sets or macroexpands a symbol; its callees; methods specializing on a class.",
         arguments: Args::PARAMS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        read_only: true,
     }
 }
 
