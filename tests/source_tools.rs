@@ -593,7 +593,7 @@ fn outline_lists_the_forms() {
 
 #[test]
 fn definitions_describe_the_tools_honestly() {
-    let edit = edit_lisp_form::definition();
+    let edit = &edit_lisp_form::TOOL.definition;
     assert_eq!(edit.name, "edit-lisp-form");
     // As the contract asks: the model is told to prefer it to rewriting whole files.
     assert!(edit.description.contains("Use it rather than rewriting files"));
@@ -608,9 +608,9 @@ fn definitions_describe_the_tools_honestly() {
     // Counted from 1, which the check enforces and the instructions say, not the schema.
     assert_eq!(edit.input_schema()["properties"]["index"], json!({"type": "integer"}));
 
-    for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
+    for definition in [&lisp_check_parens::TOOL.definition, &lisp_outline::TOOL.definition] {
         assert!(definition.read_only);
-        let entry = swank_mcp::mcp::tool_list::entry(&definition, definition.input_schema());
+        let entry = swank_mcp::mcp::tool_list::entry(definition, definition.input_schema());
         assert_eq!(entry["annotations"]["readOnlyHint"], json!(true));
     }
 }
@@ -813,9 +813,9 @@ fn a_batch_takes_the_calls_file_form_type_and_load_as_each_edits() {
     assert!(project.read("other.lisp").starts_with("(defun one () 11)\n"));
 
     // The schema says what an edit must give itself.
-    let schema = edit_lisp_form::definition().input_schema();
+    let schema = edit_lisp_form::TOOL.definition.input_schema();
     assert_eq!(schema["properties"]["edits"]["items"]["required"], json!(["form_name", "operation"]));
-    assert!(edit_lisp_form::definition().description.contains("edits: several, all or none"));
+    assert!(edit_lisp_form::TOOL.definition.description.contains("edits: several, all or none"));
 }
 
 #[test]

@@ -11,19 +11,17 @@ use super::arguments::arguments;
 use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "class-info",
-        description: "A class's slots, superclasses, subclasses and metaclass.",
         arguments: Args::PARAMS,
         read_only: true,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "A class's slots, superclasses, subclasses and metaclass.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         class: String,
         package: Option<String>,

@@ -19,7 +19,7 @@ use super::arguments::{Designator, NumberOrName};
 use super::debugger_sessions::{
     frames_section, DebuggerSession, SessionUnavailable, StopReport, Stopped, FRAMES_SHOWN,
 };
-use super::evaluate_lisp::outcome;
+use super::evaluate_lisp::report_return_or_stop;
 use super::lisp_reply::{check_failure, decode, Captured};
 use super::arguments::{arguments, choices};
 use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
@@ -53,16 +53,16 @@ choices! {
     }
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "debugger",
-        description: "Act on a stop: session D1 (from debug: true) or a thread in any debugger, the user's SLDB too. break: function's calls stop where condition holds.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Act on a stop: session D1 (from debug: true) or a thread in any debugger, the user's SLDB too. \
+            break: function's calls stop where condition holds.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
     /// The arguments as the tool reads them: which of them an action needs, it checks.
@@ -164,8 +164,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
     let image = session.image.clone();
     let DebuggerSession { thread, condition, since, stopped, .. } = session;
-    let keep = |stopped: Stopped| {
-        sessions.keep(DebuggerSession { number, image: image.clone(), thread, condition: condition.clone(), since, stopped })
+    let wait_again = |stopped: Stopped| {
+        sessions.insert_waiting(DebuggerSession { number, image: image.clone(), thread, condition: condition.clone(), since, stopped })
     };
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
@@ -190,7 +190,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             };
             return match image.call_in_attached_thread((thread, stop), action.request(), allow_exit, &limits).await {
                 Ok(Some(reply)) => {
-                    keep(Stopped::Attached { listed, stop });
+                    wait_again(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
                         return Err(ToolError::new(
                             "Another swank-mcp loaded its own helper into the image meanwhile; call again.",
@@ -213,7 +213,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                     })
                 }
                 Err(e) => {
-                    keep(Stopped::Attached { listed, stop });
+                    wait_again(Stopped::Attached { listed, stop });
                     Err(e.into())
                 }
             };
@@ -222,20 +222,20 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let deadline = Instant::now() + limits.timeout;
     match image.call_in_debugger(&evaluation, thread, action.request(), deadline, &limits).await {
         Ok(Some(reply)) => {
-            keep(Stopped::Evaluation(evaluation));
+            wait_again(Stopped::Evaluation(evaluation));
             check_failure(&reply)?;
             action.render(number, &reply, context.settings.max_output)
         }
         // Control left the debugger: the evaluation goes on from where the action sent it.
         Ok(None) => {
             let next = image.follow(evaluation, deadline, &limits).await;
-            outcome(context, &image, Some(number), next, &limits, deadline).await
+            report_return_or_stop(context, &image, Some(number), next, &limits, deadline).await
         }
         Err(e) => {
-            if evaluation.has_ended() {
+            if evaluation.drain_events_and_check_ended() {
                 sessions.end(number);
             } else {
-                keep(Stopped::Evaluation(evaluation));
+                wait_again(Stopped::Evaluation(evaluation));
             }
             Err(e.into())
         }
@@ -460,7 +460,7 @@ async fn keep_attached(
     let report = decode::<StopReport>("debugger-report", &reply)?;
     let condition =
         format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
-    context.debugger_sessions().keep(DebuggerSession {
+    context.debugger_sessions().insert_waiting(DebuggerSession {
         number,
         image,
         thread: facts.thread,

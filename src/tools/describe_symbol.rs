@@ -13,16 +13,15 @@ use super::{
     Arguments, SymbolArguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "describe-symbol",
-        description: "What a symbol names: syntax, documentation, value, source.",
         arguments: SymbolArguments::PARAMS,
         read_only: true,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "What a symbol names: syntax, documentation, value, source.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);

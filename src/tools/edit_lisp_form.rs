@@ -27,21 +27,18 @@ fn unknown_operation(operation: &Value) -> String {
     format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
 }
 
-/// The tool's `tools/list` entry: name, description, arguments and whether it is read-only.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "edit-lisp-form",
-        description: "Edit a definition of a Lisp file (content: whole forms; patch: old_text, once in it, to new_text; edits: several, all or none). Use it rather than rewriting files; load: true compiles the change into the image.",
-        arguments: Args::PARAMS,
-        read_only: false,
-    }
-}
-
 /// Public: the tests and benchmarks run it on files alone, with no server; only `load` needs an
 /// image.
 pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
+    definition: ToolDefinition {
+        name: "edit-lisp-form",
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Edit a definition of a Lisp file (content: whole forms; patch: old_text, once in it, to \
+            new_text; edits: several, all or none). Use it rather than rewriting files; load: true compiles the change \
+            into the image.",
+    },
+    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)) },
     preview: Some(preview),
 };
 

@@ -25,20 +25,18 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 const MAX_PRINT_LENGTH: u64 = 1_000_000;
 const MAX_PRINT_LEVEL: u64 = 10_000;
 
-fn definition() -> ToolDefinition {
+/// Public for `swank-mcp eval`, whose one call is this tool's.
+pub const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "evaluate-lisp",
-        description: "Evaluate forms in your own REPL session; its package and *, ** persist.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-/// Public for `swank-mcp eval`, whose one call is this tool's.
-pub const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Evaluate forms in your own REPL session; its package and *, ** persist.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         code: String => code(),
         package: Option<String>,
@@ -72,7 +70,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         let request = request.key("debug", true).key("debug-timeout", context.settings.debug_timeout.as_secs().max(1));
         let deadline = tokio::time::Instant::now() + limits.timeout;
         let next = image.call_helper_debuggable(request, deadline, &limits).await;
-        return outcome(context, &image, None, next, &limits, deadline).await;
+        return report_return_or_stop(context, &image, None, next, &limits, deadline).await;
     }
     let reply = context.reporting(args, image.call_helper(request, &limits), None, "Evaluating").await?;
     Ok(EvaluationReply::decode(&reply)?.with_sessions(context, &image).into_output(context.settings.max_output))
@@ -81,7 +79,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// What follows an action that moved the evaluation of debugger session `session` on, or an
 /// evaluate-lisp call with `debug` (no session yet): the evaluation's final reply, or the report
 /// of where it stopped, as the same session when it never left the debugger, else as a new one.
-pub(crate) async fn outcome(
+pub(crate) async fn report_return_or_stop(
     context: &ToolContext,
     image: &Arc<Image>,
     session: Option<u64>,
@@ -269,7 +267,7 @@ impl EvaluationReply {
         for error in &mut self.background.errors {
             let Some((thread, listed, stop)) = error.attach else { continue };
             let number = sessions.next_number();
-            sessions.keep(DebuggerSession {
+            sessions.insert_waiting(DebuggerSession {
                 number,
                 image: image.clone(),
                 thread,

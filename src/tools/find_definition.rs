@@ -18,16 +18,16 @@ use super::LARGE_FILE;
 use crate::source::{locate_definition, locate_definition_by_other_definers, top_level_form_at, AllowedRoots};
 use crate::image::{Entry, Request};
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "find-definition",
-        description: "Where symbols (space-separated) are defined, file:line:column; or the definitions holding text, in system's files or the roots'. source: true gives their text. system alone lists its files.",
         arguments: Args::PARAMS,
         read_only: true,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Where symbols (space-separated) are defined, file:line:column; or the definitions holding text, \
+            in system's files or the roots'. source: true gives their text. system alone lists its files.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;

@@ -15,19 +15,17 @@ use crate::image::{Entry, Request};
 const DEFAULT_PARTS: u64 = 50;
 const MAX_PARTS: u64 = 1000;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "inspect",
-        description: "A value (handle or code) as SLIME's inspector shows it: its parts, each with a handle.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "A value (handle or code) as SLIME's inspector shows it: its parts, each with a handle.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         handle: Option<String>,
         code: Option<String> => code(),

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::image_sources::read_seeing_images;
 use super::arguments::arguments;
 use super::{
     parse_permit, file_limit, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
@@ -15,31 +14,19 @@ use super::{
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
-/// The tool's `tools/list` entry: name, description, arguments and whether it is read-only.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "lisp-check-parens",
-        description: "Whether Lisp source (file or code) reads as whole forms; if not, where a ) is likely missing.",
-        arguments: Args::PARAMS,
-        read_only: true,
-    }
-}
-
 /// Public: the tests and benchmarks run it on files alone, with no server.
 pub const TOOL: Tool = Tool {
-    definition,
-    // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
-    // system's directory (read only).
-    run: Run::Source {
-        source: run,
-        call: |context, args| Box::pin(read_seeing_images(context, args, run)),
-        image_argument: false,
+    definition: ToolDefinition {
+        name: "lisp-check-parens",
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Whether Lisp source (file or code) reads as whole forms; if not, where a ) is likely missing.",
     },
+    run: Run::Reading(run),
     preview: None,
 };
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         file_path: Option<String>,
         code: Option<String>,

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::image_sources::read_seeing_images;
 use super::arguments::arguments;
 use super::{
     parse_permit, file_limit, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
@@ -15,26 +14,16 @@ use super::{
 };
 use crate::source::{line_count, outline_page_of, AllowedRoots, Cst, OutlineEntry, ParseError};
 
-/// The tool's `tools/list` entry: name, description, arguments and whether it is read-only.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "lisp-outline",
-        description: "A Lisp file's forms, one a line (lines, operator, name as edit-lisp-form takes them); source: true adds their text; line: the form holding it, whole.",
-        arguments: Args::PARAMS,
-        read_only: true,
-    }
-}
-
 /// Public: the tests and benchmarks run it on files alone, with no server.
 pub const TOOL: Tool = Tool {
-    definition,
-    // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
-    // system's directory (read only).
-    run: Run::Source {
-        source: run,
-        call: |context, args| Box::pin(read_seeing_images(context, args, run)),
-        image_argument: false,
+    definition: ToolDefinition {
+        name: "lisp-outline",
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "A Lisp file's forms, one a line (lines, operator, name as edit-lisp-form takes them); source: \
+            true adds their text; line: the form holding it, whole.",
     },
+    run: Run::Reading(run),
     preview: None,
 };
 
@@ -46,7 +35,6 @@ pub const MAX_ENTRIES: u64 = 2_000;
 const PAGE_CHARS: usize = 16_000;
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         file_path: String,
         offset: Option<u64>,

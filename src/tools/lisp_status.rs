@@ -15,16 +15,15 @@ use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
 use crate::image::{Entry, Request};
 use crate::swank::Form;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "lisp-status",
-        description: "What swank-mcp is attached to, and your session's package, threads and evaluations.",
         arguments: &[],
         read_only: true,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "What swank-mcp is attached to, and your session's package, threads and evaluations.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let image = context.image(args)?;

@@ -18,20 +18,18 @@ use crate::image::{Entry, Request};
 use crate::source::{definition_count, AllowedRoots};
 use crate::swank::Form;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-file",
-        description: "Compile and load a whole file, as C-c C-k does.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool =
-    Tool::in_image(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
+        description: "Compile and load a whole file, as C-c C-k does.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_preview(preview);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         file_path: String,
         large_file: bool,

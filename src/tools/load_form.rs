@@ -23,20 +23,18 @@ use crate::source::{top_level_form_at, AllowedRoots, LoadPlan, LoadTarget, PathE
 use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-form",
-        description: "Compile one definition of a file into the image, as C-c C-c does.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool =
-    Tool::in_image(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
+        description: "Compile one definition of a file into the image, as C-c C-c does.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_preview(preview);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         file_path: String,
         form_type: String,

@@ -20,19 +20,17 @@ const MAX_KEPT_WARNINGS: u64 = 10_000;
 /// is meant for single evaluations.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-system",
-        description: "Load an ASDF system and its dependencies.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Load an ASDF system and its dependencies.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         system: String,
         force: bool,

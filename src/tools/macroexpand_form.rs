@@ -12,19 +12,17 @@ use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
 use crate::image::{Entry, Request};
 use crate::swank::Sexp;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "macroexpand-form",
-        description: "What a macro form expands to: one step, or every macro in it with full.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "What a macro form expands to: one step, or every macro in it with full.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         form: String => code(),
         full: bool,

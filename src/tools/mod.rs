@@ -95,8 +95,8 @@ pub type ToolResult = Result<ToolOutput, ToolError>;
 
 /// One tool: its definition, the one place its name is written, and how it runs.
 pub struct Tool {
-    /// Builds the tool's `tools/list` entry; a [`Toolbox`] calls it once and keeps the result.
-    pub definition: fn() -> ToolDefinition,
+    /// What `tools/list` says of it.
+    pub definition: ToolDefinition,
     /// The tool's function, and whether it needs an image.
     pub run: Run,
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
@@ -112,7 +112,7 @@ pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, T
 
 impl Tool {
     /// A tool that runs `run` in an image, and shows no preview of its own: what most tools are.
-    pub const fn in_image(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
+    pub const fn in_image(definition: ToolDefinition, run: ImageFn) -> Tool {
         Tool { definition, run: Run::Image(run), preview: None }
     }
 
@@ -124,8 +124,7 @@ impl Tool {
     /// `arguments` checked against the tool's declaration, as a server with one image checks
     /// them (without the `image` argument).
     pub fn arguments(&self, arguments: Value) -> Result<Arguments, ArgumentError> {
-        let definition = (self.definition)();
-        Arguments::read(definition.name, definition.arguments, None, Some(arguments))
+        Arguments::read(self.definition.name, self.definition.arguments, None, Some(arguments))
     }
 }
 
@@ -133,18 +132,19 @@ impl Tool {
 pub enum Run {
     /// In an attached image, through the helper.
     Image(ImageFn),
-    /// On source files in this process, with a step in an image when the call needs one (loading
-    /// what it wrote, or asking where the image's systems are): `call` is what the server runs;
-    /// `source` is the tool without that step, which needs no image.
+    /// On source files in this process, with a step in the image the call names when it needs
+    /// one (loading what it wrote): `call` is what the server runs; `source` is the tool without
+    /// that step, which needs no image.
     Source {
         /// The tool on files alone.
         source: fn(&Arguments, &AllowedRoots) -> ToolResult,
         /// The whole tool.
-        call: for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>,
-        /// Whether it takes the `image` argument: it works in an image, rather than only asking
-        /// the images where their files are.
-        image_argument: bool,
+        call: ImageFn,
     },
+    /// Reading source files in this process, under the roots or, for a file of an ASDF system an
+    /// image knows, under that system's directory (read only): the images are only asked where
+    /// their systems are, so the call takes no `image` argument.
+    Reading(fn(&Arguments, &AllowedRoots) -> ToolResult),
 }
 
 /// A tool a [`Toolbox`] offers.
@@ -165,7 +165,7 @@ impl Offered {
 /// Every tool's definition, in the order `tools/list` shows them, whatever a server offers: what
 /// the help and the tests that tie the documentation to the tools read.
 pub fn every_definition() -> impl Iterator<Item = ToolDefinition> {
-    TOOLS.iter().map(|tool| (tool.definition)())
+    TOOLS.iter().map(|tool| tool.definition.clone())
 }
 
 /// Every tool's definition and how it runs.
@@ -173,9 +173,9 @@ fn all_tools() -> Vec<Offered> {
     TOOLS
         .iter()
         .map(|tool| Offered {
-            definition: (tool.definition)(),
+            definition: tool.definition.clone(),
             tool,
-            image_argument: matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. }),
+            image_argument: matches!(tool.run, Run::Image(_) | Run::Source { .. }),
         })
         .collect()
 }
@@ -390,10 +390,12 @@ impl Toolbox {
         progress: Progress,
         approved: Option<Fingerprint>,
     ) -> ToolOutput {
-        let (Run::Image(function) | Run::Source { call: function, .. }) = tool.tool.run;
         let context =
             ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved };
-        let result = function(&context, args).await;
+        let result = match tool.tool.run {
+            Run::Image(function) | Run::Source { call: function, .. } => function(&context, args).await,
+            Run::Reading(source) => image_sources::read_seeing_images(&context, args, source).await,
+        };
         // A fresh image in place of one that ended is news the agent must not miss: its earlier
         // definitions are gone.
         let result = match context.image(args).ok().and_then(|image| image.take_replacement_note()) {
@@ -558,7 +560,7 @@ mod tests {
     #[test]
     fn no_read_only_tool_takes_lisp_code() {
         for tool in TOOLS {
-            let definition = (tool.definition)();
+            let definition = &tool.definition;
             let code: Vec<&str> = definition.arguments.iter().filter(|p| p.is_code()).map(|p| p.name()).collect();
             assert!(
                 !definition.read_only || code.is_empty(),

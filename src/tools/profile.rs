@@ -25,19 +25,17 @@ choices! {
 /// As evaluate-lisp's `timeout_ms`.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "profile",
-        description: "Run code once and say where its time or allocation went, or TIME it.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Run code once and say where its time or allocation went, or TIME it.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         code: String => code(),
         mode: Option<Mode>,

@@ -31,19 +31,17 @@ const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_SHOWN_FAILURES: u64 = 50;
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "run-tests",
-        description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         system: String,
         suite: Option<String>,
@@ -413,7 +411,8 @@ impl TestReport {
         self.results.iter().any(|results| results.failed + results.errors > 0)
     }
 
-    fn outcome(&self) -> &'static str {
+    /// The run's one word: error, failed or passed.
+    fn verdict(&self) -> &'static str {
         match (self.is_error(), self.failed()) {
             (true, _) => "error",
             (false, true) => "failed",
@@ -582,7 +581,7 @@ impl TestReport {
         json!({
             "system": self.system,
             "ran": self.ran,
-            "outcome": self.outcome(),
+            "outcome": self.verdict(),
             "frameworks": self.frameworks,
             "milliseconds": self.milliseconds,
             "results": self.results,

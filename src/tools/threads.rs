@@ -20,19 +20,18 @@ choices! {
     }
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "threads",
-        description: "The image's threads; backtrace, interrupt (into its debugger) or abort one, with force if not yours.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "The image's threads; backtrace, interrupt (into its debugger) or abort one, with force if not \
+            yours.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         action: Option<Action>,
         thread: Option<Designator>,

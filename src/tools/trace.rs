@@ -13,19 +13,18 @@ use super::{
 use crate::image::{Entry, Request};
 use crate::swank::Form;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "trace",
-        description: "Trace functions, e.g. (setf f) or (method area :around (shape)), in your later evaluations, or in threads (all or one; for one function, where condition holds).",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Trace functions, e.g. (setf f) or (method area :around (shape)), in your later evaluations, or \
+            in threads (all or one; for one function, where condition holds).",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         functions: Vec<String>,
         untrace: bool,

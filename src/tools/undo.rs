@@ -19,19 +19,18 @@ fn numbered_from_one(_: &serde_json::Value) -> String {
     "Journal entries are numbered from 1; call undo without arguments to list them.".to_string()
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "undo",
-        description: "Undo what agents' calls defined or replaced: no arguments lists the journal; entries or since restores.",
         arguments: Args::PARAMS,
         read_only: false,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Undo what agents' calls defined or replaced: no arguments lists the journal; entries or since \
+            restores.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         entries: Option<Vec<u64>> => at_least(1).explained(numbered_from_one),
         since: Option<u64> => at_least(1).explained(numbered_from_one),

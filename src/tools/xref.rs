@@ -29,19 +29,18 @@ fn unknown_kind(kind: &serde_json::Value) -> String {
     format!("Unknown xref kind {kind}: use {}.", Kind::NAMES.join(", "))
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "xref",
-        description: "Who calls, references, binds, sets or macroexpands a symbol; its callees; methods specializing on a class.",
         arguments: Args::PARAMS,
         read_only: true,
-    }
-}
-
-pub(crate) const TOOL: Tool = Tool::in_image(definition, |context, args| Box::pin(call(context, args)));
+        description: "Who calls, references, binds, sets or macroexpands a symbol; its callees; methods specializing \
+            on a class.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 arguments! {
-    /// The arguments as the tool reads them.
     struct Args {
         symbol: String,
         kind: Kind => explained(unknown_kind),
