@@ -97,11 +97,13 @@ impl Param {
     /// The string is Lisp code, which the image reads and may run. A tool that takes some is never
     /// read-only ([`Param::is_code`]): SBCL's compiler and macroexpander run code of the request
     /// itself (constant folding calls the functions a form names), so only a tool that takes no
-    /// code can promise to run none.
+    /// code can promise to run none. Of another kind of argument, a declaration that does not
+    /// compile (its `PARAMS` are a constant).
     pub const fn code(mut self) -> Self {
-        if let Kind::Text = self.kind {
-            self.kind = Kind::Code;
-        }
+        self.kind = match self.kind {
+            Kind::Text => Kind::Code,
+            _ => panic!("only a string argument is Lisp code"),
+        };
         self
     }
 
@@ -114,24 +116,26 @@ impl Param {
         }
     }
 
-    /// An integer argument takes at least `min` (0 unless it says).
+    /// An integer argument takes at least `min` (0 unless it says); of another kind, a declaration
+    /// that does not compile.
     pub const fn at_least(mut self, min: u64) -> Self {
         self.kind = match self.kind {
             Kind::Integer(range) => Kind::Integer(Range { min, ..range }),
             Kind::Integers(range) => Kind::Integers(Range { min, ..range }),
             Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { min, ..range }),
-            other => other,
+            _ => panic!("only an integer argument has a minimum"),
         };
         self
     }
 
-    /// An integer argument takes at most `max`.
+    /// An integer argument takes at most `max`; of another kind, a declaration that does not
+    /// compile.
     pub const fn at_most(mut self, max: u64) -> Self {
         self.kind = match self.kind {
             Kind::Integer(range) => Kind::Integer(Range { max: Some(max), ..range }),
             Kind::Integers(range) => Kind::Integers(Range { max: Some(max), ..range }),
             Kind::IntegerOrName(range) => Kind::IntegerOrName(Range { max: Some(max), ..range }),
-            other => other,
+            _ => panic!("only an integer argument has a maximum"),
         };
         self
     }
@@ -353,11 +357,17 @@ impl ArgumentType for Vec<String> {
     }
 }
 
+/// Empty when absent.
 impl ArgumentType for Vec<u64> {
     const KIND: Kind = Kind::Integers(Range::FROM_ZERO);
+    const REQUIRED: bool = false;
 
     fn read(value: &Value) -> Option<Self> {
         value.as_array()?.iter().map(integer).collect()
+    }
+
+    fn absent() -> Option<Self> {
+        Some(Vec::new())
     }
 }
 
@@ -850,6 +860,7 @@ mod tests {
         assert_eq!(required, ["code"]);
         assert!(!PARAMS.iter().any(Param::is_code));
         assert!(Param::of::<String>("form").code().is_code());
+        assert!(!Param::of::<String>("name").is_code());
         assert_eq!(input_schema(PARAMS, &[])["properties"]["functions"]["description"], "Some functions.");
     }
 
