@@ -892,8 +892,16 @@ fn an_outline_page_ends_after_the_form_that_passes_its_character_budget() {
     assert_eq!(page(json!({"file_path": file, "source": true})), json!(4));
     assert_eq!(page(json!({"file_path": file, "source": true, "offset": 8})), Value::Null);
     assert_eq!(page(json!({"file_path": file, "source": true, "limit": 2})), json!(2));
-    // Without source, ten outline lines are far below it.
+    // Without source, ten outline lines are far below it; a thousand long ones are not, though
+    // `limit` would take them all.
     assert_eq!(page(json!({"file_path": file})), Value::Null);
+    let name = "a-function-whose-name-says-rather-more-than-it-needs-to";
+    let code: String = (0..1_000).map(|i| format!("(defun {name}-{i:04} () nil)\n")).collect();
+    let file = project.file("long-names.lisp", &code);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": file}), &project.roots);
+    let next = output.structured_value().unwrap()["next_offset"].as_u64().expect("a next page");
+    assert!((200..300).contains(&next), "{next} forms on the first page");
+    assert!((15_000..16_200).contains(&output.text.chars().count()), "{}", output.text.chars().count());
 }
 
 #[test]
