@@ -363,7 +363,7 @@ fn serve_options(cli: &Cli, toolbox: &Toolbox, activity: ActivityFeed) -> anyhow
 /// evaluate-lisp (in the image's Emacs: a shell has no MCP client to ask through), recorded in the
 /// image's activity record and in `--audit-log`.
 async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -> anyhow::Result<ExitCode> {
-    let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
+    let evaluate = swank_mcp::tools::evaluate_lisp::TOOL.definition.name;
     if !toolbox.definitions().any(|tool| tool.name == evaluate) {
         bail!("{evaluate} is not offered here (see --read-only and --tools)");
     }
@@ -486,7 +486,7 @@ async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
 /// by hand fell behind the tools.
 fn read_only_help() -> String {
     let left_out: Vec<&str> = swank_mcp::tools::every_definition()
-        .filter(|definition| !definition.annotations.read_only)
+        .filter(|definition| !definition.read_only)
         .map(|definition| definition.name)
         .collect();
     format!(

@@ -116,6 +116,15 @@ async fn a_text_is_found_in_the_lisp_files_under_the_roots_without_an_image() {
          computed.\nsrc/cells.lisp:4 (defun cell-column)\n  4: (defun cell-column (cell)\n  5:   (let ((column (second \
          cell)))\n  6:     (1+ column)))"
     );
+    // With source, each definition holding it comes whole, once, in place of its lines; a comment
+    // keeps its line.
+    let found = ok(&tb, "find-definition", json!({"text": "Column", "source": true})).await;
+    assert_eq!(
+        found,
+        "\"Column\" is in 2 places in 1 file (of 1 searched in the roots):\nsrc/cells.lisp:3\n  3: ;; Where the column is \
+         computed.\nsrc/cells.lisp:4 (defun cell-column)\n(defun cell-column (cell)\n  (let ((column (second cell)))\n    \
+         (1+ column)))"
+    );
 }
 
 const MACROS: &str = "\

@@ -20,7 +20,7 @@ macro_rules! entries {
     ($($(#[$doc:meta])* $constant:ident = $name:literal,)*) => {
         impl Entry {
             $(
-                #[doc = concat!("`", $name, "`.")]
+                #[doc = concat!("The helper's `", $name, "`: its `(define-entry ", $name, " ...)` in `src/lisp/` says what it does.")]
                 $(#[$doc])*
                 pub const $constant: Entry = Entry($name);
             )*

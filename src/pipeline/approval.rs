@@ -40,7 +40,7 @@ impl ConfirmPolicy {
         let mut tools = HashSet::new();
         for name in names {
             if name == MUTATING {
-                tools.extend(toolbox.definitions().filter(|d| !d.annotations.read_only).map(|d| d.name.to_string()));
+                tools.extend(toolbox.definitions().filter(|d| !d.read_only).map(|d| d.name.to_string()));
             } else if toolbox.definitions().any(|d| d.name == name.as_str()) {
                 tools.insert(name.clone());
             } else {

@@ -87,7 +87,7 @@ impl Pipeline {
         let (ending, output) = match checked {
             Err(error) => (Ending::Failed, ToolOutput::from(ToolError::from(error))),
             Ok(()) => {
-                let args = toolbox.accept_arguments(tool, arguments);
+                let args = Toolbox::accept_arguments(arguments);
                 // The image names the threads of the call's evaluations after it, and the user
                 // can cancel it by its id (from Emacs, while it waits or runs).
                 call_tag::for_call(&id, name, async {

@@ -30,20 +30,27 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub(crate) const NAMES: [&'static str; 5] = ["replace", "insert_before", "insert_after", "delete", "patch"];
+    const ALL: [Operation; 5] =
+        [Operation::Replace, Operation::InsertBefore, Operation::InsertAfter, Operation::Delete, Operation::Patch];
 
-    pub(crate) fn parse(name: &str) -> Option<Self> {
-        match name {
-            "replace" => Some(Operation::Replace),
-            "insert_before" => Some(Operation::InsertBefore),
-            "insert_after" => Some(Operation::InsertAfter),
-            "delete" => Some(Operation::Delete),
-            "patch" => Some(Operation::Patch),
-            _ => None,
+    /// Each operation's name, in the order the tool's schema lists them.
+    pub(crate) const NAMES: [&'static str; 5] = {
+        let mut names = [""; 5];
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            names[i] = Self::ALL[i].name();
+            i += 1;
         }
+        names
+    };
+
+    /// The operation a call names.
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|operation| operation.name() == name)
     }
 
-    pub(crate) fn name(self) -> &'static str {
+    /// Its name, as a call gives it.
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Operation::Replace => "replace",
             Operation::InsertBefore => "insert_before",

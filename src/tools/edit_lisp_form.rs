@@ -14,78 +14,32 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::load_form::{load_plan, Loaded};
+use super::arguments::{arguments, ArgumentType, Kind};
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
+    file_limit, Arguments, Fingerprint, Preview, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
-
-/// One edit's arguments, as a call gives them alone or as an element of `edits`.
-const FILE_PATH: Param = Param::text("file_path", "");
-const FORM_TYPE: Param = Param::text("form_type", "");
-const FORM_NAME: Param = Param::text("form_name", "");
-const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
-const CONTENT: Param = Param::code("content", "Whole form(s).");
-const OLD_TEXT: Param = Param::text("old_text", "Found once in the form.");
-const NEW_TEXT: Param = Param::code("new_text", "");
-const LOAD: Param = Param::flag("load", "");
-
-/// An element of `edits`: one edit, whose target and operation it must give. Its file, form type
-/// and `load`, when it leaves them out, are the call's: several edits of one file say its name
-/// once, as an agent first writes them.
-const EDIT: &[Param] = &[
-    FILE_PATH,
-    FORM_TYPE,
-    FORM_NAME.required(),
-    OPERATION.required(),
-    CONTENT,
-    OLD_TEXT,
-    NEW_TEXT,
-    FORM_INDEX,
-    LOAD,
-];
-
-/// The arguments: the schema and the checks. One edit's fields, or `edits`: which of them the
-/// call must give depends on which it gives, and is checked by [`edit_arguments`].
-const ARGUMENTS: &[Param] = &[
-    FILE_PATH,
-    FORM_TYPE,
-    FORM_NAME,
-    OPERATION,
-    CONTENT,
-    OLD_TEXT,
-    NEW_TEXT,
-    FORM_INDEX,
-    Param::objects("edits", EDIT, "file_path, form_type and load default to the call's."),
-    Param::flag("dry_run", ""),
-    LOAD,
-    LARGE_FILE_ARGUMENT,
-];
 
 fn unknown_operation(operation: &Value) -> String {
     let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
     format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
 }
 
-/// The tool's `tools/list` entry: name, description, schemas and annotations.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "edit-lisp-form",
-        description: "Edit definitions of a Lisp file on its syntax tree: replace, delete, insert beside, or patch \
-            old_text to new_text; edits, several at once, all or none. Use it rather than rewriting files; load: true \
-            compiles the change into the image.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`. Only `load` contacts an image.
+/// Public: the tests and benchmarks run it on files alone, with no server; only `load` needs an
+/// image.
 pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
+    definition: ToolDefinition {
+        name: "edit-lisp-form",
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Edit a definition of a Lisp file (content: whole forms; patch: old_text, once in it, to \
+            new_text; edits: several, all or none). Use it rather than rewriting files; load: true compiles the change \
+            into the image.",
+    },
+    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)) },
     preview: Some(preview),
-    typed: super::Typed::of::<Args>(),
 };
 
 /// One edit as the call gives it.
@@ -101,39 +55,50 @@ struct EditArguments {
     load: bool,
 }
 
-/// The arguments as the tool reads them: one edit's fields, or `edits`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: Option<String>,
-    form_type: Option<String>,
-    form_name: Option<String>,
-    operation: Option<String>,
-    content: Option<String>,
-    old_text: Option<String>,
-    new_text: Option<String>,
-    index: Option<u64>,
-    edits: Option<Vec<Edit>>,
-    #[serde(default)]
-    dry_run: bool,
-    load: Option<bool>,
-    #[serde(default)]
-    large_file: bool,
+arguments! {
+    /// The arguments as the tool reads them: one edit's fields, or `edits`. Which of them the call
+    /// must give depends on which it gives, and is checked by [`edit_arguments`].
+    struct Args {
+        file_path: Option<String>,
+        form_type: Option<String>,
+        form_name: Option<String>,
+        operation: Option<Operation> => explained(unknown_operation),
+        content: Option<String> => code(),
+        old_text: Option<String>,
+        new_text: Option<String> => code(),
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        edits: Option<Vec<Edit>>,
+        dry_run: bool,
+        load: Option<bool>,
+        large_file: bool,
+    }
 }
 
-/// An element of `edits`, as the tool reads it.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Edit {
-    file_path: Option<String>,
-    form_type: Option<String>,
-    form_name: Option<String>,
-    operation: Option<String>,
-    content: Option<String>,
-    old_text: Option<String>,
-    new_text: Option<String>,
-    index: Option<u64>,
-    load: Option<bool>,
+arguments! {
+    /// An element of `edits`: one edit, whose target and operation it must give. Its file, form
+    /// type and `load`, when it leaves them out, are the call's: several edits of one file say its
+    /// name once, as an agent first writes them.
+    #[derive(Clone)]
+    struct Edit {
+        file_path: Option<String>,
+        form_type: Option<String>,
+        form_name: Option<String> => required(),
+        operation: Option<Operation> => required().explained(unknown_operation),
+        content: Option<String> => code(),
+        old_text: Option<String>,
+        new_text: Option<String> => code(),
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        load: Option<bool>,
+    }
+}
+
+/// An edit's operation, by the name a call gives it.
+impl ArgumentType for Operation {
+    const KIND: Kind = Kind::OneOf(&Operation::NAMES);
+
+    fn read(value: &Value) -> Option<Self> {
+        Operation::parse(value.as_str()?)
+    }
 }
 
 /// A string argument the edit must give.
@@ -151,8 +116,8 @@ impl EditArguments {
                 None => required(call, field)?.to_string(),
             })
         };
-        let operation = required(&edit.operation, "operation")?;
-        let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
+        let operation =
+            edit.operation.ok_or_else(|| ToolError::new("Missing required argument `operation` (a string)."))?;
         let (content, old_text) = match operation {
             Operation::Patch => {
                 if edit.content.is_some() {
@@ -209,7 +174,7 @@ fn edit_arguments(call: &Args) -> Result<Vec<EditArguments>, ToolError> {
             file_path: call.file_path.clone(),
             form_type: call.form_type.clone(),
             form_name: call.form_name.clone(),
-            operation: call.operation.clone(),
+            operation: call.operation,
             content: call.content.clone(),
             old_text: call.old_text.clone(),
             new_text: call.new_text.clone(),

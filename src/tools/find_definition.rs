@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use super::image_sources::roots_holding;
 use super::text_search::Search;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -17,48 +18,33 @@ use super::LARGE_FILE;
 use crate::source::{locate_definition, locate_definition_by_other_definers, top_level_form_at, AllowedRoots};
 use crate::image::{Entry, Request};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("symbol", "Several with spaces between."),
-    Param::text("text", ""),
-    Param::text("system", ""),
-    Param::flag("source", ""),
-    super::SYMBOL_PACKAGE,
-    Param::integer("offset", 0, ""),
-    Param::integer("limit", 1, "").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "find-definition",
-        description: "Where symbols are defined, at file:line:column in the file's current text. Or, as grep: each \
-            form holding text, with the lines, in system's files or the roots'; system alone lists its files.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Where symbols (space-separated) are defined, file:line:column; or the definitions holding text, \
+            in system's files or the roots'. source: true gives their text. system alone lists its files.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;
 /// The definitions a reply holds when the call gives no `limit`.
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
-/// The arguments as the tool reads them (and, without `symbol`, its text search).
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    symbol: Option<String>,
-    text: Option<String>,
-    system: Option<String>,
-    #[serde(default)]
-    source: bool,
-    package: Option<String>,
-    #[serde(default)]
-    offset: u64,
-    limit: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them (and, without `symbol`, its text search).
+    struct Args {
+        symbol: Option<String>,
+        text: Option<String>,
+        system: Option<String>,
+        source: bool,
+        package: Option<String>,
+        offset: Option<u64>,
+        limit: Option<u64> => at_least(1).at_most(MAX_DEFINITIONS),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -80,7 +66,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             let search = Search {
                 text: typed.text,
                 system: typed.system,
-                offset: typed.offset as usize,
+                source: typed.source,
+                offset: typed.offset.unwrap_or(0) as usize,
                 limit: typed.limit.unwrap_or(DEFAULT_DEFINITIONS) as usize,
             };
             return super::text_search::call(context, args, search).await;
@@ -88,7 +75,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Some(_) => {}
     }
     let Args { symbol, source: with_source, package, offset, limit, .. } = typed;
-    let limit = limit.unwrap_or(DEFAULT_DEFINITIONS);
+    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(DEFAULT_DEFINITIONS));
     let names = symbol_names(symbol.as_deref().unwrap_or_default());
     if names.is_empty() {
         return Err(ToolError::new("Argument `symbol` names no symbol: give one, or several separated by spaces."));

@@ -450,7 +450,6 @@ pub struct Reloaded {
     pub journal: Option<(u64, u64)>,
     /// The variables a DEFPARAMETER of the files set again, each `NAME (was VALUE)`: a value the
     /// person set at their REPL is their data, which undo puts back.
-    #[serde(default)]
     pub reset: Vec<String>,
 }
 
@@ -657,7 +656,7 @@ mod tests {
     #[test]
     fn reloaded_files_are_named_by_system() {
         let reloaded: Reloaded = from_sexp(
-            &read("(:files ((\"app\" \"src/a.lisp\" t t) (\"app\" \"src/c.lisp\" t nil) (\"app\" \"src/b.lisp\" t t)) :journal (4 9))")
+            &read("(:files ((\"app\" \"src/a.lisp\" t t) (\"app\" \"src/c.lisp\" t nil) (\"app\" \"src/b.lisp\" t t)) :journal (4 9) :reset nil)")
                 .unwrap(),
         )
         .unwrap();
@@ -667,7 +666,7 @@ mod tests {
              it depends on changed; undo entries 4 to 9 have what they replaced."
         );
         let forced: Reloaded = from_sexp(
-            &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7))")
+            &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7) :reset nil)")
                 .unwrap(),
         )
         .unwrap();
@@ -681,7 +680,8 @@ mod tests {
         for i in 0..10 {
             files.push_str(&format!(" (\"fiveam\" \"src/f{i}.lisp\" t nil)"));
         }
-        let rebuilt: Reloaded = from_sexp(&read(&format!("(:files ({files}) :journal nil)")).unwrap()).unwrap();
+        let rebuilt: Reloaded =
+            from_sexp(&read(&format!("(:files ({files}) :journal nil :reset nil)")).unwrap()).unwrap();
         assert_eq!(
             rebuilt.render(),
             "ASDF reloaded 2 changed files of app (a.lisp, b.lisp); rebuilt 1 file of app and 10 of fiveam because \

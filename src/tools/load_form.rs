@@ -13,48 +13,35 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
 use super::xref::query_of_hit;
+use super::arguments::arguments;
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
+    file_limit, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::source::{top_level_form_at, AllowedRoots, LoadPlan, LoadTarget, PathError, SourceFile};
 use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    LOADED_FILE,
-    Param::text("form_type", "").required(),
-    Param::text("form_name", "").required(),
-    FORM_INDEX,
-    LARGE_FILE_ARGUMENT,
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-form",
-        description:
-            "Compile one definition of a file into the image, as C-c C-c does, under the file's name.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Compile one definition of a file into the image, as C-c C-c does.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_preview(preview);
+
+arguments! {
+    struct Args {
+        file_path: String,
+        form_type: String,
+        form_name: String,
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        large_file: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: String,
-    form_type: String,
-    form_name: String,
-    index: Option<u64>,
-    #[serde(default)]
-    large_file: bool,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

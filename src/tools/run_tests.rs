@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
+use super::arguments::arguments;
 use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
     ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -28,35 +29,23 @@ const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 /// Failures kept behind a handle per framework (the helper's *MAX-KEPT-WARNINGS*).
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("system", "").required(),
-    Param::text("suite", ""),
-    Param::text("test", ""),
-    Param::text("package", ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "run-tests",
-        description:
-            "Run a system's tests (asdf:test-system), or one FiveAM or Parachute suite or test, or RT test.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        system: String,
+        suite: Option<String>,
+        test: Option<String>,
+        package: Option<String>,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    system: String,
-    suite: Option<String>,
-    test: Option<String>,
-    package: Option<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -457,7 +446,8 @@ impl TestReport {
         self.results.iter().any(|results| results.failed + results.errors > 0)
     }
 
-    fn outcome(&self) -> &'static str {
+    /// The run's one word: error, failed or passed.
+    fn verdict(&self) -> &'static str {
         match (self.is_error(), self.failed()) {
             (true, _) => "error",
             (false, true) => "failed",
@@ -628,7 +618,7 @@ impl TestReport {
         json!({
             "system": self.system,
             "ran": self.ran,
-            "outcome": self.outcome(),
+            "outcome": self.verdict(),
             "frameworks": self.frameworks,
             "milliseconds": self.milliseconds,
             "results": self.results,

@@ -9,46 +9,34 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::integers("entries", 1, "").explained(numbered_from_one),
-    Param::integer("since", 1, "And every later entry.").explained(numbered_from_one),
-    Param::flag("force", "Also entries changed since."),
-    Param::integer("before", 1, "List entries below it.").explained(numbered_from_one),
-];
 
 fn numbered_from_one(_: &serde_json::Value) -> String {
     "Journal entries are numbered from 1; call undo without arguments to list them.".to_string()
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "undo",
-        description:
-            "Undo what agents' calls defined or replaced in the image: no arguments lists the journal; entries or \
-            since restores.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Undo what agents' calls defined or replaced: no arguments lists the journal; entries or since \
+            restores.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        entries: Option<Vec<u64>> => at_least(1).explained(numbered_from_one),
+        since: Option<u64> => at_least(1).explained(numbered_from_one),
+        force: bool,
+        before: Option<u64> => at_least(1).explained(numbered_from_one),
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    entries: Option<Vec<u64>>,
-    since: Option<u64>,
-    #[serde(default)]
-    force: bool,
-    before: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
