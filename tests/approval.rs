@@ -368,6 +368,52 @@ async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
     assert!(is_error(&client.receive().await));
 }
 
+#[tokio::test]
+async fn a_test_run_that_would_reload_changed_files_says_so_and_names_the_variables_they_set() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("approval-reload.asd"),
+        "(asdf:defsystem \"approval-reload\" :components ((:file \"approval-reload\")))\n",
+    )
+    .unwrap();
+    let source = dir.path().join("approval-reload.lisp");
+    std::fs::write(
+        &source,
+        "(defpackage :approval-reload (:use :cl))\n(in-package :approval-reload)\n(defparameter *rate* 20)\n\
+         (defun rate () *rate*)\n",
+    )
+    .unwrap();
+    let mut client = client(&["--confirm", "run-tests"]).await;
+    let asd = dir.path().join("approval-reload.asd");
+    let loaded = eval(
+        &mut client,
+        &format!(
+            "(progn (require :asdf) (asdf:load-asd {:?}) (asdf:load-system \"approval-reload\") \
+             (setf (symbol-value (find-symbol \"*RATE*\" :approval-reload)) 25))",
+            asd.display().to_string()
+        ),
+    )
+    .await;
+    assert!(loaded.contains("\n=> 25"), "{loaded}");
+    // Dated past the load's compile, which counts whole seconds.
+    std::fs::write(&source, std::fs::read_to_string(&source).unwrap().replace("*rate*)\n", "(* 1 *rate*))\n")).unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    std::fs::File::options().write(true).open(&source).and_then(|file| file.set_modified(later)).unwrap();
+    send_call(&mut client, 11, "run-tests", json!({"system": "approval-reload"})).await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "Before its tests, ASDF will load again 1 file changed since loaded: approval-reload: \
+             approval-reload.lisp.\nTheir DEFPARAMETERs will set these variables again: APPROVAL-RELOAD::*RATE* (now \
+             25) (undo can put the values back)."
+        ),
+        "{message}"
+    );
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
+}
+
 /// How the image's activity record (which the user's Emacs shows) has the call whose input
 /// contains `marker`: `state|client|text`, once the call's end has been noted.
 async fn recorded(marker: &str) -> String {

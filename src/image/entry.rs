@@ -64,6 +64,7 @@ entries! {
     SYSTEM_FILES = "system-files",
     RUN_TESTS = "run-tests",
     TEST_ACTIVITY = "test-activity",
+    TEST_RELOAD_PLAN = "test-reload-plan",
     TRACE_FUNCTIONS = "trace-functions",
     PROFILE_CODE = "profile-code",
     THREADS = "threads",

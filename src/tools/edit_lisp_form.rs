@@ -16,7 +16,7 @@ use super::lisp_reply::decode;
 use super::load_form::{load_plan, Loaded};
 use super::arguments::{arguments, ArgumentType, Kind};
 use super::{
-    file_limit, Arguments, Fingerprint, Preview, Run, Tool, ToolContext, ToolDefinition,
+    file_limit, Arguments, Fingerprint, Preview, Previewing, Run, Tool, ToolContext, ToolDefinition,
     ToolError, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
@@ -39,7 +39,7 @@ pub const TOOL: Tool = Tool {
             into the image.",
     },
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)) },
-    preview: Some(preview),
+    preview: Some(Previewing::Files(preview)),
 };
 
 /// One edit as the call gives it.

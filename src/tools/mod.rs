@@ -100,12 +100,24 @@ pub struct Tool {
     /// The tool's function, and whether it needs an image.
     pub run: Run,
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
-    /// the code or arguments: an edit's diff, the code a load compiles.
-    pub preview: Option<PreviewFn>,
+    /// the code or arguments: an edit's diff, the code a load compiles, what a test run reloads.
+    pub preview: Option<Previewing>,
+}
+
+/// How a tool makes its preview of a call.
+#[derive(Clone, Copy)]
+pub enum Previewing {
+    /// From the files under the allowed roots.
+    Files(PreviewFn),
+    /// By asking the image (what it would load again): looks only.
+    Image(ImagePreviewFn),
 }
 
 /// A tool's preview of a call, made on the allowed roots.
 pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>;
+
+/// A tool's preview of a call, made by asking the image.
+pub type ImagePreviewFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, Result<Preview, ToolError>>;
 
 /// A tool's function that runs in an image.
 pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>;
@@ -118,7 +130,12 @@ impl Tool {
 
     /// The tool, showing the human approving a call `preview` rather than its arguments.
     pub const fn with_preview(self, preview: PreviewFn) -> Tool {
-        Tool { preview: Some(preview), ..self }
+        Tool { preview: Some(Previewing::Files(preview)), ..self }
+    }
+
+    /// The tool, showing the human approving a call what `preview` asks the image.
+    pub const fn with_image_preview(self, preview: ImagePreviewFn) -> Tool {
+        Tool { preview: Some(Previewing::Image(preview)), ..self }
     }
 
     /// `arguments` checked against the tool's declaration, as a server with one image checks
@@ -373,11 +390,25 @@ impl Toolbox {
     /// What the human approving a call of `tool` with `args` is shown: the tool's own preview, or
     /// the call's code or arguments.
     pub(crate) async fn preview(self: &Arc<Self>, tool: &Offered, args: &Arguments) -> Result<Preview, ToolError> {
-        let Some(preview) = tool.tool.preview else { return Ok(preview::of_arguments(args)) };
-        let (toolbox, args) = (self.clone(), args.clone());
-        tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
-            .await
-            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+        match tool.tool.preview {
+            None => Ok(preview::of_arguments(args)),
+            Some(Previewing::Files(preview)) => {
+                let (toolbox, args) = (self.clone(), args.clone());
+                tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
+                    .await
+                    .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+            }
+            Some(Previewing::Image(preview)) => {
+                let context = ToolContext {
+                    toolbox: self.clone(),
+                    settings: self.settings.clone(),
+                    cancel: CancellationToken::new(),
+                    progress: Progress::none(),
+                    approved: None,
+                };
+                preview(&context, args).await
+            }
+        }
     }
 
     /// Runs `tool` with `args`, which [`Toolbox::check_arguments`] passed; `approved` is the

@@ -17,10 +17,7 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
 use super::arguments::arguments;
-use super::{
-    Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult,
-};
+use super::{preview, Arguments, Preview, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// A test suite may load and compile its system first, as load-system does.
@@ -37,7 +34,8 @@ pub(crate) const TOOL: Tool = Tool::in_image(
         description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
     },
     |context, args| Box::pin(call(context, args)),
-);
+)
+.with_image_preview(|context, args| Box::pin(preview(context, args)));
 
 arguments! {
     struct Args {
@@ -46,6 +44,38 @@ arguments! {
         test: Option<String>,
         package: Option<String>,
     }
+}
+
+/// What the person approving a run is shown: its arguments, and what its test-op would load again
+/// first, with the variables whose DEFPARAMETERs would set them again (their values may be the
+/// person's, set at the REPL).
+async fn preview(context: &ToolContext, args: &Arguments) -> Result<Preview, ToolError> {
+    let Args { system, .. } = args.typed()?;
+    let plan = context.call_helper(args, Request::new(Entry::TEST_RELOAD_PLAN).arg(system.as_str())).await?;
+    let plan = decode::<ReloadPlan>("test-reload-plan", &plan)?;
+    let mut shown = preview::of_arguments(args);
+    if !plan.files.is_empty() {
+        shown.text.push_str(&format!(
+            "\n\nBefore its tests, ASDF will load again {} changed since loaded: {}.",
+            if plan.files.len() == 1 { "1 file" } else { "these files" },
+            plan.files.join(", ")
+        ));
+        if !plan.variables.is_empty() {
+            shown.text.push_str(&format!(
+                "\nTheir DEFPARAMETERs will set these variables again: {} (undo can put the values back).",
+                plan.variables.join(", ")
+            ));
+        }
+    }
+    Ok(shown)
+}
+
+/// The helper's `test-reload-plan`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ReloadPlan {
+    files: Vec<String>,
+    variables: Vec<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
