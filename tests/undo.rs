@@ -27,6 +27,20 @@ async fn agent(port: u16) -> common::McpClient {
     client
 }
 
+/// An agent whose files may be under `root`.
+async fn agent_in(port: u16, root: &std::path::Path) -> common::McpClient {
+    let mut client = common::McpClient::start(&[
+        "--port",
+        &port.to_string(),
+        "--root",
+        root.to_str().unwrap(),
+        "--structured-content",
+    ])
+    .await;
+    client.initialize().await;
+    client
+}
+
 async fn call_ok(client: &mut common::McpClient, tool: &str, arguments: Value) -> (String, Value) {
     let reply = client.call_tool(tool, arguments.clone()).await;
     assert!(!common::is_error(&reply), "{tool} {arguments}: {reply}");
@@ -403,11 +417,7 @@ async fn an_edit_with_load_is_undone_in_the_image_and_the_reply_says_the_file_ke
     let user = user_connection(image.port).await;
     user_eval(&user, &format!("(load (compile-file {file_name:?}))")).await;
 
-    let port = image.port.to_string();
-    let mut client =
-        common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap(), "--structured-content"])
-            .await;
-    client.initialize().await;
+    let mut client = agent_in(image.port, dir.path()).await;
     call_ok(
         &mut client,
         "edit-lisp-form",
@@ -472,11 +482,7 @@ async fn an_undone_deletion_names_no_line_the_file_no_longer_has_it_at() {
     .unwrap();
     let user = user_connection(image.port).await;
     user_eval(&user, &format!("(load (compile-file {file_name:?}))")).await;
-    let port = image.port.to_string();
-    let mut client =
-        common::McpClient::start(&["--port", &port, "--root", dir.path().to_str().unwrap(), "--structured-content"])
-            .await;
-    client.initialize().await;
+    let mut client = agent_in(image.port, dir.path()).await;
     call_ok(
         &mut client,
         "edit-lisp-form",
