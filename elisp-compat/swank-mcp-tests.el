@@ -1035,6 +1035,82 @@ C-c C-c cancel the call, b clear the breakpoints, g read again"))
                                         (swank-mcp-tests--repl-text))))
         (when buffer (kill-buffer buffer))))))
 
+;;;;; The buffers of the files agents write
+
+(defun swank-mcp-tests--messages-match-p (regexp)
+  "Whether a line of *Messages* matches REGEXP."
+  (cl-some (lambda (line) (string-match-p regexp line))
+           (split-string (with-current-buffer (messages-buffer) (buffer-string)) "\n")))
+
+(defun swank-mcp-tests--edit (server id file name)
+  "Have SERVER's agent replace the defun NAME of FILE by one that returns :agents.
+ID numbers the request; the edit is loaded into the image."
+  (swank-mcp-tests--mcp-call server id "edit-lisp-form"
+                             `((file_path . ,file) (form_type . "defun") (form_name . ,name) (operation . "replace")
+                               (content . ,(format "(defun %s () :agents)" name)) (load . t)))
+  (swank-mcp-tests--response-ok server id))
+
+(defun swank-mcp-tests--compile-defun ()
+  "Compile the defun at point, as C-c C-c does."
+  (call-interactively (if (eq swank-mcp-tests--backend 'sly) 'sly-compile-defun 'slime-compile-defun)))
+
+;; Issue 49: the agent patched a file the person had open, and nothing in Emacs said so.
+(ert-deftest swank-mcp-an-agents-edit-reverts-a-clean-buffer-and-flags-compiling-an-older-one ()
+  (let* ((root (make-temp-file "swank-mcp-writes" t))
+         (clean-file (expand-file-name "clean.lisp" root))
+         (dirty-file (expand-file-name "dirty.lisp" root))
+         (buffers '()))
+    (with-temp-file clean-file (insert "(defun swank-mcp-clean () :old)\n"))
+    (with-temp-file dirty-file (insert "(defun swank-mcp-dirty () :old)\n"))
+    (swank-mcp-tests--with-server (server "--root" root)
+      (swank-mcp-tests--with-activity activity
+        (unwind-protect
+            (let ((clean (find-file-noselect clean-file))
+                  (dirty (find-file-noselect dirty-file)))
+              (setq buffers (list clean dirty))
+              (with-current-buffer dirty
+                (goto-char (point-max))
+                (insert ";; the person's unsaved note\n"))
+              ;; A buffer without unsaved changes shows the agent's text.
+              (swank-mcp-tests--edit server 2 clean-file "swank-mcp-clean")
+              (swank-mcp-tests--wait "the clean buffer reverted"
+                                     (lambda () (with-current-buffer clean (string-match-p ":agents" (buffer-string)))))
+              (should-not (buffer-modified-p clean))
+              (should (swank-mcp-tests--messages-match-p
+                       "^swank-mcp: ert's edit-lisp-form at [0-9:]+ wrote clean\\.lisp; its buffer now shows the agent's text\\.$"))
+              ;; One with unsaved changes keeps them, and the person is told.
+              (swank-mcp-tests--edit server 3 dirty-file "swank-mcp-dirty")
+              (swank-mcp-tests--wait-activity activity "the kept buffer's line"
+                                              (format "buffer not reverted\n    ert's edit-lisp-form at [0-9:]+ wrote %s, \
+which the buffer dirty.lisp visits with unsaved changes: the buffer was left as it is"
+                                                      (regexp-quote dirty-file)))
+              (should (swank-mcp-tests--messages-match-p "^swank-mcp: ert's edit-lisp-form .* wrote .*dirty\\.lisp, which"))
+              (with-current-buffer dirty
+                (should (string-match-p ":old)\n;; the person's unsaved note" (buffer-string)))
+                ;; C-c C-c of its older text is flagged; it is compiled all the same.
+                (goto-char (point-min))
+                (swank-mcp-tests--compile-defun))
+              (swank-mcp-tests--wait-activity activity "the older text's compilation flagged"
+                                              "compiled older text\n    Line 1 was compiled from the buffer dirty.lisp, \
+whose text is older than the agent's write of .*dirty\\.lisp (ert's edit-lisp-form at")
+              (swank-mcp-tests--wait "the person's text compiled"
+                                     (lambda () (equal (swank-mcp-tests--user-value "(swank-mcp-dirty)") ":OLD")))
+              ;; Reverted, it holds the agent's text, and compiling that is not flagged.
+              (let ((flagged (lambda () (cl-count-if (lambda (line) (string-match-p "^[0-9:]+  compiled older text" line))
+                                                     (split-string (swank-mcp-tests--activity-text activity) "\n")))))
+                (with-current-buffer dirty
+                  (revert-buffer t t)
+                  (should (string-match-p ":agents" (buffer-string)))
+                  (goto-char (point-min))
+                  (swank-mcp-tests--compile-defun))
+                (swank-mcp-tests--wait "the agent's text compiled"
+                                       (lambda () (equal (swank-mcp-tests--user-value "(swank-mcp-dirty)") ":AGENTS")))
+                (swank-mcp-tests--idle 0.5)
+                (should (= (funcall flagged) 1))))
+          (dolist (buffer buffers)
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (kill-buffer buffer)))))))
+
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
 It keeps one for each thread that exchanged a message."

@@ -713,7 +713,10 @@ The last, :event, is the state of the events between the calls.")
     (:breakpoint-removed "breakpoint removed" shadow)
     (:breakpoint-hit "stopped at a breakpoint" error)
     (:breakpoint-left "left a breakpoint" success)
-    (:attached "attached to a thread" warning))
+    (:attached "attached to a thread" warning)
+    ;; Recorded by Emacs: what the person's buffers hold against the agents' writes.
+    (:buffer-kept "buffer not reverted" warning)
+    (:stale-compile "compiled older text" error))
   "The events the image records between the calls, with their names and faces.
 An agent's breakpoint stops the image's threads, yours included, and an
 agent may attach to a thread waiting in your debugger: these say so.")
@@ -1994,6 +1997,107 @@ breakpoints' plists (nil when there were none)."
                              (when then
                                (funcall then removed))))))
 
+;;;;; The buffers of the files agents write
+;;
+;; An agent's edit-lisp-form writes a file the person may have open.  Once
+;; swank-mcp is turned on, Emacs subscribes every connection to the agents'
+;; calls that named files (topic :files), and as such a call ends it looks
+;; at the buffers visiting those files: a file whose date changed was
+;; written.  A buffer without unsaved changes is reverted to the agent's
+;; text; one with unsaved changes is left alone, and the person is told,
+;; since compiling its text would load their older version over the
+;; agent's.  Such a compilation is flagged in the activity buffer too.
+
+(defvar swank-mcp--file-channels nil
+  "The channels subscribed to the agents' writes of files.
+A list of (CONNECTION BACKEND CHANNEL).")
+
+(defvar-local swank-mcp--agent-write nil
+  "The agent's write of the visited file that the buffer's text predates, or nil.
+A plist of the image's :written message (:tool, :client, :time), set when
+the buffer had unsaved changes as the agent wrote the file, and so was not
+reverted; nil again once it is.")
+;; Kept as the major mode runs again, as a revert that preserves no modes makes it.
+(put 'swank-mcp--agent-write 'permanent-local t)
+
+(defun swank-mcp--watch-files ()
+  "Subscribe every open connection not subscribed yet to the agents' writes."
+  (setq swank-mcp--file-channels
+        (cl-remove-if-not (lambda (subscribed) (process-live-p (car subscribed))) swank-mcp--file-channels))
+  (pcase-dolist (`(,connection . ,backend) (swank-mcp--connections))
+    (unless (assq connection swank-mcp--file-channels)
+      (push (list connection backend
+                  (swank-mcp--subscribe connection backend :files
+                                        `((:written . ,(lambda (_channel &rest written)
+                                                         (swank-mcp--agent-wrote connection backend written))))))
+            swank-mcp--file-channels))))
+
+(defun swank-mcp--unwatch-files ()
+  "Drop every subscription to the agents' writes."
+  (pcase-dolist (`(,connection ,backend ,channel) swank-mcp--file-channels)
+    (swank-mcp--unsubscribe connection backend channel))
+  (setq swank-mcp--file-channels nil))
+
+(defun swank-mcp--writer-text (written)
+  "Who wrote, and how, by WRITTEN, the image's :written message."
+  (format "%s's %s at %s" (or (plist-get written :client) "the agent") (plist-get written :tool)
+          (plist-get written :time)))
+
+(defun swank-mcp--agent-wrote (connection backend written)
+  "An agent's call that named files ended; WRITTEN is the image's message.
+Each buffer that visits one of its :files that changed on disk since the
+buffer read or saved it is reverted when it has no unsaved changes, and
+otherwise left as it is, the person told in the echo area and in the
+activity buffer of CONNECTION's image (BACKEND says how to reach it)."
+  (dolist (file (plist-get written :files))
+    (let ((buffer (find-buffer-visiting file)))
+      (when (and buffer (file-exists-p file) (not (verify-visited-file-modtime buffer)))
+        (with-current-buffer buffer
+          (if (buffer-modified-p)
+              (let ((text (format "%s wrote %s, which the buffer %s visits with unsaved changes: the buffer \
+was left as it is, its text older than the agent's (M-x revert-buffer shows the agent's; saving overwrites it)."
+                                  (swank-mcp--writer-text written) file (buffer-name))))
+                (setq swank-mcp--agent-write written)
+                (add-hook 'after-revert-hook #'swank-mcp--forget-agent-write nil t)
+                (message "swank-mcp: %s" text)
+                (swank-mcp--note-emacs-event connection backend :buffer-kept text))
+            (revert-buffer t t t)
+            (message "%s" (format "swank-mcp: %s wrote %s; its buffer now shows the agent's text."
+                                  (swank-mcp--writer-text written) (buffer-name)))))))))
+
+(defun swank-mcp--forget-agent-write ()
+  "Note that this buffer, reverted, no longer predates an agent's write."
+  (setq swank-mcp--agent-write nil))
+;; Run from the buffer-local hook after a revert that runs the major mode again.
+(put 'swank-mcp--forget-agent-write 'permanent-local-hook t)
+
+(defun swank-mcp--note-emacs-event (connection backend kind text)
+  "Record the event KIND, told by TEXT, in the activity record of an image.
+The image is CONNECTION's, reached as BACKEND says.  Every activity buffer
+shows the event among the agents' calls."
+  (swank-mcp--eval-async connection backend (swank-mcp--helper-call "NOTE-EMACS-EVENT" kind text) #'ignore))
+
+(defun swank-mcp--check-stale-compile (start end)
+  "Flag a compilation of START to END whose text predates an agent's write.
+For `slime-before-compile-functions', and before SLY compiles: the buffer
+was not reverted since an agent wrote its file, so the image is about to
+run the person's older text where the agent's was loaded.  Said in the
+echo area and in the activity buffer; the compilation goes on."
+  (let ((current (swank-mcp--current)))
+    (when (and swank-mcp--agent-write current)
+      (let ((text (format "%s compiled from the buffer %s, whose text is older than the agent's write of %s \
+\(%s): the image now runs that older text where the agent's was loaded (M-x revert-buffer shows the agent's)."
+                          (if (and (= start (point-min)) (= end (point-max)))
+                              "The whole file was"
+                            (format "Line %d was" (line-number-at-pos start)))
+                          (buffer-name) buffer-file-name (swank-mcp--writer-text swank-mcp--agent-write))))
+        (message "swank-mcp: %s" text)
+        (swank-mcp--note-emacs-event (car current) (cdr current) :stale-compile text)))))
+
+(defun swank-mcp--check-stale-file-compile (&rest _)
+  "Flag compiling the buffer's file, as `swank-mcp--check-stale-compile' does."
+  (swank-mcp--check-stale-compile (point-min) (point-max)))
+
 ;;;;; Key bindings
 
 (defvar swank-mcp-command-map
@@ -2050,6 +2154,13 @@ the contrib `swank-mcp' does when SLIME or SLY turn it on, by
   (interactive)
   (dolist (hook swank-mcp--front-end-hooks)
     (add-hook hook #'swank-mcp-bind-keys))
+  (dolist (backend (list swank-mcp--slime swank-mcp--sly))
+    (add-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--watch-files))
+  (add-hook 'slime-before-compile-functions #'swank-mcp--check-stale-compile)
+  ;; SLY has no hook before it compiles.
+  (advice-add 'sly-compile-region :before #'swank-mcp--check-stale-compile)
+  (advice-add 'sly-compile-file :before #'swank-mcp--check-stale-file-compile)
+  (swank-mcp--watch-files)
   (swank-mcp-bind-keys))
 
 (defun swank-mcp-teardown ()
@@ -2059,7 +2170,12 @@ the contrib `swank-mcp' does when SLIME or SLY turn it on, by
     (remove-hook hook #'swank-mcp-bind-keys))
   (dolist (backend (list swank-mcp--slime swank-mcp--sly))
     (remove-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--server-connection-closed)
-    (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--reopen-ports))
+    (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--reopen-ports)
+    (remove-hook (swank-mcp--backend-connected-hook backend) #'swank-mcp--watch-files))
+  (remove-hook 'slime-before-compile-functions #'swank-mcp--check-stale-compile)
+  (advice-remove 'sly-compile-region #'swank-mcp--check-stale-compile)
+  (advice-remove 'sly-compile-file #'swank-mcp--check-stale-file-compile)
+  (swank-mcp--unwatch-files)
   (when swank-mcp-key-prefix
     (dolist (map (swank-mcp--front-end-maps))
       (when (and (keymapp map) (eq (lookup-key map swank-mcp-key-prefix) swank-mcp-command-map))

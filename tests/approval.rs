@@ -688,7 +688,8 @@ async fn the_images_record_keeps_its_newest_calls_and_finds_only_those_by_id() {
     let toolbox = common::toolbox(image.port);
     let code = r#"(let ((mcp-agent-helper::*activity-limit* 3))
   (mcp-agent-helper:note-activities
-   (loop for i below 5 collect (list (format nil "bounded-~D" i) "evaluate-lisp" :done :input "x" :text "t")))
+   (loop for i below 5
+         collect (list :id (format nil "bounded-~D" i) :tool "evaluate-lisp" :state :done :input "x" :text "t")))
   (sb-thread:with-mutex (mcp-agent-helper::*activity-lock*)
     (list (mapcar #'mcp-agent-helper::record-id mcp-agent-helper::*activity*)
           (hash-table-count mcp-agent-helper::*activity-by-id*)

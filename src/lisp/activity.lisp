@@ -57,6 +57,8 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    (client :initarg :client :reader record-client)
    (input :initarg :input :reader record-input)
    (package :initarg :package :reader record-package)
+   ;; The files the call's arguments name, which Emacs checks for its writes once it ended.
+   (files :initarg :files :initform nil :reader record-files)
    (started :initform (get-universal-time) :reader record-started)
    (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
@@ -70,21 +72,25 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    (connection :initform (server-connection) :accessor record-connection)))
 
 (define-entry (note-activities :caller :server :look t) (notes &key session token)
-  "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
-MILLISECONDS WAITED): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
-reply the agent received, and MILLISECONDS, how long the call ran (NIL when it never ran), once it
-ended; WAITED, how long it waited for approval, once it stopped waiting. A note that arrives
-after its call's end (notes of one call come in order, but the end is final) changes nothing. The
-Emacs activity buffers are told of each change."
+  "A server's notes on its calls, oldest first, each a plist (:ID :TOOL :STATE &key :INPUT :CLIENT
+:PACKAGE :FILES :TEXT :MILLISECONDS :WAITED): its call ID of TOOL is now in STATE (one of
+*CALL-STATES*); FILES, the files its arguments name; with TEXT, the reply the agent received, and
+MILLISECONDS, how long the call ran (NIL when it never ran), once it ended; WAITED, how long it
+waited for approval, once it stopped waiting. A note that arrives after its call's end (notes of
+one call come in order, but the end is final) changes nothing. The Emacs activity buffers are
+told of each change, and the Emacs that watch files (:FILES) of each call that ran and named files,
+as it ends: they revert the buffers of those it wrote."
   (declare (ignore session token))
   (let ((bad (find-if-not (lambda (note)
-                            (and (consp note) (stringp (first note)) (stringp (second note))
-                                 (member (third note) *call-states*)))
+                            (and (consp note) (evenp (length note))
+                                 (stringp (getf note :id)) (stringp (getf note :tool))
+                                 (member (getf note :state) *call-states*)))
                           notes))
         (changed '()))
     (when bad
       (return-from note-activities
-        (list :failure (format nil "Each note is a call id, a tool name, one of ~{~(~S~)~^, ~} and keywords: ~S"
+        (list :failure (format nil "Each note is a plist of a call's :id, :tool, :state (one of ~{~(~S~)~^, ~}) ~
+and keywords: ~S"
                                *call-states* bad))))
     ;; A note that does not fit NOTE-ACTIVITY's arguments is reported, not taken to the debugger
     ;; with the lock held.
@@ -95,10 +101,13 @@ Emacs activity buffers are told of each change."
       (error (condition)
         (return-from note-activities (list :failure (format nil "A note was not recorded: ~A" condition)))))
     (dolist (plist (nreverse changed))
-      (apply #'tell-emacs :activity :call plist))
+      (apply #'tell-emacs :activity :call plist)
+      (when (and (getf plist :files) (getf plist :milliseconds))
+        (tell-emacs :files :written :id (getf plist :id) :tool (getf plist :tool) :client (getf plist :client)
+                                    :time (getf plist :time) :files (getf plist :files))))
     (list :recorded (length notes))))
 
-(defun note-activity (id tool state &key input client package text milliseconds waited)
+(defun note-activity (&key id tool state input client package files text milliseconds waited)
   "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
   (let ((record (find-activity id))
         (changed nil))
@@ -109,7 +118,7 @@ Emacs activity buffers are told of each change."
     (cond ((null record)
            (setf record (make-instance 'activity-record :id id :tool tool :client client
                                                         :input (or input "") :package package
-                                                        :state state)
+                                                        :files files :state state)
                  changed t)
            (add-activity record))
           ((member (record-state record) '(:waiting :running))
@@ -177,12 +186,12 @@ not a section's heading."
 (defclass activity-event (activity-record)
   ((kind :initarg :kind :reader event-kind
          :documentation "One of :BREAKPOINT-SET, :BREAKPOINT-REMOVED, :BREAKPOINT-HIT,
-:BREAKPOINT-LEFT and :ATTACHED."))
+:BREAKPOINT-LEFT and :ATTACHED, or one of *EMACS-EVENT-KINDS*."))
   (:documentation "Something an agent's debugging did to the image's threads; its TEXT says what
 (see NOTE-EVENT). Defined before RECORD-PLIST, which tells events from calls."))
 
 (defun record-plist (record)
-  "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
+  "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE :FILES
 :MILLISECONDS :WAITED :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
 line of the reply the agent received, and :MILLISECONDS, how long it ran, are NIL until the call
 ends; :WAITED, how long it waited for approval, is NIL until it stops waiting. The reply itself is
@@ -198,6 +207,7 @@ an agent's burst of calls."
         :client (record-client record)
         :input (record-input record)
         :package (record-package record)
+        :files (record-files record)
         :milliseconds (record-milliseconds record)
         :waited (record-waited record)
         :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
@@ -244,6 +254,21 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
                      (add-activity event)
                      (record-plist event)))))
      (apply #'tell-emacs :activity :call plist))))
+
+(defparameter *emacs-event-kinds* '(:buffer-kept :stale-compile)
+  "The events an Emacs records of what the person's buffers hold against the agents' writes:
+:BUFFER-KEPT, a buffer with unsaved changes left as it was over an agent's write to its file;
+:STALE-COMPILE, the person's compilation of text older than the agent's write of its file.")
+
+(define-entry (note-emacs-event :caller :emacs) (kind text)
+  "For Emacs: records the event KIND (one of *EMACS-EVENT-KINDS*), which TEXT tells, among the
+agents' calls, and tells the activity buffers of every Emacs, as the agents' own events are."
+  (unless (member kind *emacs-event-kinds*)
+    (error "An Emacs event is one of ~{~S~^, ~}, not ~S." *emacs-event-kinds* kind))
+  (unless (stringp text)
+    (error "An Emacs event's text is a string, not ~S." text))
+  (note-event kind "~A" text)
+  t)
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; Approvals in Emacs
