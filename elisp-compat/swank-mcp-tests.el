@@ -1680,6 +1680,12 @@ No name holds \"swank\": slynk's reader would read it as \"slynk\"."
          activity "the attach in the activity buffer"
          "attached to a thread\n    An agent attached to thread [0-9]+ \"shop-worker\", which waits in the person's \
 Emacs debugger with TYPE-ERROR: The value \"3\" is not of type NUMBER")
+        ;; Numbered as the person's M-x slime-list-threads (sly-list-threads) numbers it.
+        (let ((listed (cl-find "shop-worker" (cdr (swank-mcp-tests--eval
+                                                   `(,(swank-mcp-tests--server-function "list-threads"))))
+                               :key #'cadr :test #'equal)))
+          (should (string-match-p (format "attached to thread %d \"shop-worker\"" (car listed))
+                                  (swank-mcp-tests--activity-text activity))))
         (swank-mcp-tests--mcp-call server 4 "debugger" `((session . ,session) (action . "frame") (frame . ,frame)))
         (should (string-match-p "QTY = \"3\"" (swank-mcp-tests--response-ok server 4)))
         (swank-mcp-tests--mcp-call server 5 "evaluate-lisp"
