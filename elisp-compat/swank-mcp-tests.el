@@ -1018,10 +1018,11 @@ First wait until BUFFER matches LINE."
             (swank-mcp-tests--wait-activity buffer "the load-form's arguments"
                                             (format "waiting for approval\n    file_path: %s\n    form_name: swank-mcp-loaded-marker\n    form_type: defun\n"
                                                     (regexp-quote file)))
-            (should (equal (with-current-buffer buffer header-line-format)
-                           "RET the reply (or the prompt of a call waiting), n/p next/previous call, / filter, \
-C-c C-c cancel the call, b clear the breakpoints, g read again"))
-            (should-not (string-match-p "g read again" (swank-mcp-tests--activity-text buffer)))
+            (with-current-buffer buffer
+              (should (equal header-line-format "RET reply, n/p move, / filter, C-c C-c cancel, b unbreak, g reread, h help"))
+              ;; It fits a window half as wide as a frame of 160 columns, fringes aside.
+              (should (<= (string-width header-line-format) 78)))
+            (should-not (string-match-p "g reread" (swank-mcp-tests--activity-text buffer)))
             ;; RET on the waiting call goes to its prompt.
             (swank-mcp-tests--prompt "run load-form")
             (swank-mcp-tests--goto-call buffer "load-form  (ert)  waiting for approval")
@@ -1162,6 +1163,25 @@ whose text is older than the agent's write of .*dirty\\.lisp (ert's edit-lisp-fo
           (dolist (buffer buffers)
             (with-current-buffer buffer (set-buffer-modified-p nil))
             (kill-buffer buffer)))))))
+
+;; Issue 49: RET on a call showed the reply in the REPL's window, in place of the REPL.
+(swank-mcp-tests--deftest swank-mcp-a-reply-shown-leaves-the-repls-window-alone ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :reply-beside-the-repl)")))
+      (swank-mcp-tests--response-ok server 2)
+      (swank-mcp-tests--wait-activity activity "the call" "done.*\n.*:reply-beside-the-repl")
+      (when (get-buffer "*swank-mcp reply*")
+        (kill-buffer "*swank-mcp reply*"))
+      (delete-other-windows)
+      (switch-to-buffer activity)
+      (let ((repl-window (split-window-right)))
+        (set-window-buffer repl-window (swank-mcp-tests--repl-buffer))
+        (swank-mcp-tests--goto-call activity ":reply-beside-the-repl")
+        (swank-mcp-activity-show-reply)
+        (swank-mcp-tests--wait "the reply shown" (lambda () (get-buffer-window "*swank-mcp reply*")))
+        (should (eq (window-buffer repl-window) (swank-mcp-tests--repl-buffer)))
+        (should (eq (window-buffer (selected-window)) activity))))))
 
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
@@ -1474,6 +1494,80 @@ Return the new connection."
       (kill-buffer old)
       (when new (kill-buffer new)))))
 
+;; Issue 49: an agent's first call in a fresh image waits while the helper loads (seconds when
+;; it is compiled), and Emacs showed nothing all that time.
+(swank-mcp-tests--deftest swank-mcp-the-first-call-in-a-fresh-image-shows-at-once ()
+  (swank-mcp-tests--restart-lisp)
+  (let ((arrived '()))
+    (cl-letf* ((show (symbol-function 'swank-mcp--activity-show))
+               ((symbol-function 'swank-mcp--activity-show)
+                (lambda (call)
+                  (push (or (plist-get call :event) (plist-get call :tool)) arrived)
+                  (funcall show call))))
+      (swank-mcp-tests--with-port
+        (swank-mcp-tests--with-activity activity
+          (let ((server (swank-mcp-tests--mcp-start (swank-mcp-start))))
+            (unwind-protect
+                (progn
+                  (swank-mcp-tests--mcp-initialize server)
+                  (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :first-call)")))
+                  (swank-mcp-tests--response-ok server 2)
+                  (swank-mcp-tests--wait-activity activity "the first call" "evaluate-lisp  (ert)  done")
+                  ;; The helper's loading came first, before the call's own note could.
+                  (should (eq (car (last arrived)) :helper))
+                  (should (string-match-p "swank-mcp's helper\n    swank-mcp loaded its helper into the image"
+                                          (swank-mcp-tests--activity-text activity))))
+              (delete-process server))))))))
+
+;; Issue 49: an agent killed while its call waited was said to have withdrawn its request.
+(swank-mcp-tests--deftest swank-mcp-a-killed-agents-request-is-said-to-have-lost-its-server ()
+  (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :asked-by-a-killed-agent)")))
+    (swank-mcp-tests--prompt ":asked-by-a-killed-agent")
+    (delete-process server)
+    (swank-mcp-tests--wait "the prompt to go" (lambda () (not (get-buffer swank-mcp--approval-buffer-name))))
+    (should (swank-mcp-tests--messages-match-p
+             "^swank-mcp: the agent's server went away (it exited or was killed): evaluate-lisp did not run\\.$"))
+    (should-not (swank-mcp-tests--messages-match-p "withdrew its request"))))
+
+;; Issue 49: after restarts, a call still shown running for ever, closed buffers piling up as
+;; "<2>", "<3>", and an undo buffer that did not say its image was gone.
+(swank-mcp-tests--deftest swank-mcp-a-restart-leaves-one-closed-buffer-of-each-and-no-call-running ()
+  (let ((kept '()))
+    (unwind-protect
+        (progn
+          (swank-mcp-tests--with-server (server)
+            (swank-mcp-tests--with-activity activity
+              (push (swank-mcp-undo) kept)
+              (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(sleep 60)")))
+              (swank-mcp-tests--wait-activity activity "the call running" "evaluate-lisp  (ert)  running\n    (sleep 60)")
+              (let ((name (buffer-name activity)))
+                (swank-mcp-tests--restart-lisp)
+                (should (equal (buffer-name activity) (concat (string-remove-suffix "*" name) ", closed*")))
+                (should (string-match-p "evaluate-lisp  (ert)  unknown: the connection closed\n    (sleep 60)"
+                                        (swank-mcp-tests--activity-text activity)))
+                ;; The undo buffer says its image is gone, and reads no journal.
+                (with-current-buffer (car (last kept))
+                  (should (string-match-p ", closed\\*\\'" (buffer-name)))
+                  (should (string-match-p "The connection closed" header-line-format))
+                  (should-error (revert-buffer) :type 'user-error))
+                ;; Another restart: the newer closed buffer takes the name, the older goes.
+                (let ((second (swank-mcp-activity)))
+                  (push second kept)
+                  (swank-mcp-tests--wait "the second image's subscription"
+                                         (lambda () (with-current-buffer second
+                                                      (swank-mcp--subscribed-p swank-mcp--activity-backend
+                                                                               swank-mcp--activity-channel))))
+                  (swank-mcp-tests--restart-lisp)
+                  (should (buffer-live-p second))
+                  (should-not (buffer-live-p activity))
+                  (should (equal (buffer-name second) (concat (string-remove-suffix "*" name) ", closed*")))
+                  (should-not (cl-find-if (lambda (buffer) (string-match-p "swank-mcp.*<[0-9]+>" (buffer-name buffer)))
+                                          (buffer-list))))))))
+      (dolist (buffer kept)
+        (when (buffer-live-p buffer)
+          (kill-buffer buffer))))))
+
 ;; Issue 49: a call whose Lisp restarted while it waited for approval died with it.
 (swank-mcp-tests--deftest swank-mcp-a-call-whose-lisp-restarted-leaves-no-prompt ()
   (swank-mcp-tests--with-approvals (server "--confirm" "evaluate-lisp")
@@ -1550,12 +1644,12 @@ Only its first word: Slynk describes an integer at length after it."
                 (should (string-match-p "changed since: redefined after the agent's call.*Restore anyway"
                                         (cadr questions))))
               (should (equal (swank-mcp-tests--user-value "(swank-mcp-greet)") ":USERS-NEWER"))
-              (should-not (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              (should-not (string-match-p "SWANK-MCP-GREET.*\n +(restored)" (buffer-string)))
               ;; Forced, the definition the agent replaced is back.
               (swank-mcp-tests--undo-goto "function +COMMON-LISP-USER::SWANK-MCP-GREET")
               (swank-mcp-tests--answering y-or-n-p '(t t) (swank-mcp-undo-restore))
               (should (equal (swank-mcp-tests--user-value "(swank-mcp-greet)") ":USERS-FIRST"))
-              (should (string-match-p "SWANK-MCP-GREET.*(restored)" (buffer-string)))
+              (should (string-match-p "SWANK-MCP-GREET.*\n +(restored)$" (buffer-string)))
               ;; A page at a time, with the journal's own paging.
               (should (eql 0 (car (swank-mcp-tests--run port "eval" "(defun swank-mcp-paged () :agents)"))))
               (let ((swank-mcp-undo-page-size 1)
@@ -1612,11 +1706,12 @@ Only its first word: Slynk describes an integer at length after it."
                 (should (string-match-p (format "Restored [0-9]+ function COMMON-LISP-USER::SWANK-MCP-FROM-FILE: .*Only the image changed: %s still holds the agent's version (line 2)"
                                                 (regexp-quote file))
                                         said)))
-              (dolist (line (split-string (buffer-string) "\n"))
-                (when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
-                  (should (string-match-p "(restored)\\'" line))))
+              ;; What became of an entry on the line after it, which truncation cannot cut.
+              (cl-loop for (line next) on (split-string (buffer-string) "\n")
+                       when (string-match-p "SWANK-MCP-\\(SHAPE\\|AREA\\)" line)
+                       do (should (string-match-p "\\`      (restored)\\'" next)))
               ;; The entry itself says where the file stands.
-              (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*(restored; only in the image: %s still holds the agent's version)$"
+              (should (string-match-p (format "SWANK-MCP-FROM-FILE: .*\n      (restored; only in the image: %s still holds the agent's version)$"
                                               (regexp-quote file))
                                       (buffer-string))))
           (kill-buffer buffer)))

@@ -703,6 +703,8 @@ call waiting behind it) would take longer.  The image's own record, which
     (:done "done" success)
     ;; The image's own end of a call whose server went away first.
     (:lost "server gone" shadow)
+    ;; Shown by Emacs once the connection closed before the call was told to have ended.
+    (:unknown "unknown: the connection closed" shadow)
     ;; Not a call: an event of the agents' debugging (`swank-mcp--event-kinds').
     (:event "event" font-lock-keyword-face))
   "Each state a call can be in, with how it is named and its face.
@@ -714,6 +716,8 @@ The last, :event, is the state of the events between the calls.")
     (:breakpoint-hit "stopped at a breakpoint" error)
     (:breakpoint-left "left a breakpoint" success)
     (:attached "attached to a thread" warning)
+    ;; Told as a fresh image loads swank-mcp's helper for an agent's first call.
+    (:helper "swank-mcp's helper" shadow)
     ;; Recorded by Emacs: what the person's buffers hold against the agents' writes.
     (:buffer-kept "buffer not reverted" warning)
     (:stale-compile "compiled older text" error))
@@ -771,7 +775,7 @@ the buffer of each change while it is open."
       ;; its own, subscribed in the new image.
       (with-current-buffer buffer
         (swank-mcp--activity-stop)
-        (rename-buffer (generate-new-buffer-name (format "%s, closed*" (string-remove-suffix "*" name)))))
+        (swank-mcp--keep-as-closed))
       (setq buffer nil))
     (unless buffer
       (setq buffer (get-buffer-create name))
@@ -797,18 +801,37 @@ the buffer of each change while it is open."
       (display-buffer buffer))
     buffer))
 
+(defun swank-mcp--keep-as-closed ()
+  "Rename the current buffer, of a connection that closed, with \", closed\" added.
+It keeps what it showed, and the connection's next buffer takes its name.
+The buffer of that name that an earlier connection left goes: after each
+restart of the Lisp only the last closed one stays, rather than one more
+\"<2>\", \"<3>\" every time."
+  (let* ((name (format "%s, closed*" (string-remove-suffix "*" (buffer-name))))
+         (older (get-buffer name)))
+    (unless (string-suffix-p ", closed*" (buffer-name))
+      (when older
+        (kill-buffer older))
+      (rename-buffer name))))
+
 (defun swank-mcp--activity-connection-closed (connection)
-  "Say in the activity buffer of CONNECTION that it closed."
+  "Say in the activity buffer of CONNECTION that it closed.
+A call it showed waiting or running will never be told to have ended:
+it is shown as ended with the connection, its outcome unknown."
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (when (and (derived-mode-p 'swank-mcp-activity-mode)
                  (eq swank-mcp--activity-connection connection)
                  swank-mcp--activity-channel)
         (setq swank-mcp--activity-channel nil)
+        (dolist (call (copy-sequence swank-mcp--activity-calls))
+          (when (memq (plist-get call :state) '(:waiting :running))
+            (swank-mcp--activity-show (plist-put (copy-sequence call) :state :unknown))))
         (let ((inhibit-read-only t))
           (save-excursion
             (goto-char (point-max))
-            (insert (propertize "The connection closed.\n" 'face 'shadow))))))))
+            (insert (propertize "The connection closed.\n" 'face 'shadow))))
+        (swank-mcp--keep-as-closed)))))
 
 (defun swank-mcp--activity-stop ()
   "Unsubscribe this buffer in the image.
@@ -967,11 +990,13 @@ always stays."
               'face 'shadow))
 
 (defun swank-mcp--activity-keys-text ()
-  "Return the keys of the activity buffer, for its header line."
+  "Return the keys of the activity buffer, for its header line.
+Short enough for a window half as wide as a frame; the mode's help,
+which it names, says the rest."
   (substitute-command-keys
-   "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] the reply (or the prompt of a call waiting), \
-\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] next/previous call, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel the call, \
-\\[swank-mcp-clear-breakpoints] clear the breakpoints, \\[revert-buffer] read again"))
+   "\\<swank-mcp-activity-mode-map>\\[swank-mcp-activity-show-reply] reply, \
+\\[swank-mcp-activity-next]/\\[swank-mcp-activity-previous] move, \\[swank-mcp-activity-filter] filter, \\[swank-mcp-cancel-call] cancel, \
+\\[swank-mcp-clear-breakpoints] unbreak, \\[revert-buffer] reread, \\[describe-mode] help"))
 
 (defun swank-mcp--activity-redisplay ()
   "Show again every call recorded that passes the filter, oldest first."
@@ -1092,6 +1117,13 @@ the image sends it: Emacs does not wait for a busy image."
                                                 "this call has not ended yet."
                                               "the image no longer keeps this call's reply.")))))))))
 
+(defconst swank-mcp--reply-display-action
+  '((display-buffer-reuse-window display-buffer-below-selected display-buffer-in-side-window)
+    (side . bottom)
+    (inhibit-same-window . t))
+  "How a reply is shown: below the activity buffer, or at the bottom of the frame.
+Never in another window in place of its buffer, which would be the REPL's.")
+
 (defun swank-mcp--show-reply (call text)
   "Show TEXT, the reply the agent received for CALL, or an event's whole text."
   (with-current-buffer (get-buffer-create "*swank-mcp reply*")
@@ -1106,7 +1138,7 @@ the image sends it: Emacs does not wait for a busy image."
             (format "What the agent received from %s (%s, %s)" (plist-get call :tool) (plist-get call :time)
                     (nth 1 (assq (plist-get call :state) swank-mcp--call-states)))))
     (goto-char (point-min))
-    (display-buffer (current-buffer))))
+    (display-buffer (current-buffer) swank-mcp--reply-display-action)))
 
 ;;;;; Undo
 
@@ -1171,13 +1203,27 @@ it."
       (setq swank-mcp--undo-connection connection
             swank-mcp--undo-backend backend)
       (swank-mcp-undo-refresh))
+    (add-hook (swank-mcp--backend-close-hooks backend) #'swank-mcp--undo-connection-closed)
     (when (called-interactively-p 'any)
       (pop-to-buffer buffer))
     buffer))
 
+(defun swank-mcp--undo-connection-closed (connection)
+  "Mark the undo buffer of CONNECTION, which closed, as closed.
+It lists the journal of an image that is gone (the Lisp restarted, say):
+its name and header line say so, and the next connection's journal gets
+a buffer of its own."
+  (dolist (buffer (buffer-list))
+    (with-current-buffer buffer
+      (when (and (derived-mode-p 'swank-mcp-undo-mode) (eq swank-mcp--undo-connection connection))
+        (setq header-line-format "The connection closed: this journal was its image's, which is gone.")
+        (swank-mcp--keep-as-closed)))))
+
 (defun swank-mcp--undo-call (&rest arguments)
   "Call the image's undo journal with ARGUMENTS; return its plist.
 Signal a `user-error' with the image's message when it reports a failure."
+  (unless (process-live-p swank-mcp--undo-connection)
+    (user-error "The connection of this journal closed; M-x swank-mcp-undo shows the current one's"))
   (let ((reply (swank-mcp--eval swank-mcp--undo-connection swank-mcp--undo-backend
                                 (apply #'swank-mcp--helper-call "UNDO-JOURNAL" arguments))))
     (cond ((null reply) (user-error "No agent has worked in this image yet: there is nothing to undo"))
@@ -1237,21 +1283,21 @@ file, which says it already (\"defined at the REPL, no source file\")."
     (dolist (entry (plist-get reply :entries))
       (let ((restorable (plist-get entry :restorable))
             (restored (plist-get entry :restored)))
+        ;; What became of it on a line of its own, which the truncated entry line cannot cut.
         (insert (propertize
-                 (format "%4d  %s  %-8s %s%s: %s%s\n"
+                 (format "%4d  %s  %-8s %s%s: %s\n%s"
                          (plist-get entry :number) (plist-get entry :time) (plist-get entry :kind)
                          (propertize (plist-get entry :name) 'face 'font-lock-function-name-face)
                          (if (plist-get entry :detail) (format " %s" (plist-get entry :detail)) "")
                          (swank-mcp--undo-replaced-text entry)
-                         (cond ((and restored (plist-get entry :agent-file))
-                                (propertize (format "  (restored; only in the image: %s still holds the agent's version)"
-                                                    (plist-get (plist-get entry :agent-file) :file))
-                                            'face 'shadow))
-                               (restored (propertize "  (restored)" 'face 'shadow))
-                               ((not restorable)
-                                (propertize (format "  (cannot be restored: %s)" (plist-get entry :note))
-                                            'face 'shadow))
-                               (t "")))
+                         (propertize
+                          (cond ((and restored (plist-get entry :agent-file))
+                                 (format "      (restored; only in the image: %s still holds the agent's version)\n"
+                                         (plist-get (plist-get entry :agent-file) :file)))
+                                (restored "      (restored)\n")
+                                ((not restorable) (format "      (cannot be restored: %s)\n" (plist-get entry :note)))
+                                (t ""))
+                          'face 'shadow))
                  'swank-mcp-entry (plist-get entry :number)))))
     (when (> (or (plist-get reply :newer) 0) 0)
       (insert (propertize (substitute-command-keys
@@ -1664,6 +1710,7 @@ from): the keys they type next are meant for it."
   (pcase verdict
     (:timeout '("timed out" "nothing ran"))
     (:cancelled '("the agent withdrew it" "nothing ran"))
+    (:lost '("the agent's server went away" "nothing ran"))
     (:no '("declined in another Emacs" "nothing ran"))
     (:cancelled-in-emacs '("cancelled in Emacs" "nothing ran"))
     ((or :yes :always) '("approved in another Emacs" "the call runs"))
@@ -1705,6 +1752,7 @@ person was answering it, its prompt stays, saying so."
                    (:timeout (format "nobody answered in time: the approval request of %s timed out \
 \(--confirm-timeout) and it did not run." tool))
                    (:cancelled (format "the agent withdrew its request: %s was cancelled and did not run." tool))
+                   (:lost (format "the agent's server went away (it exited or was killed): %s did not run." tool))
                    ((or :yes :always) (format "%s was approved in another Emacs." tool))
                    (:no (format "%s was declined in another Emacs; it did not run." tool))
                    (:cancelled-in-emacs (format "%s was cancelled in Emacs (M-x swank-mcp-cancel-call); it did not run."

@@ -284,6 +284,8 @@ agents' calls, and tells the activity buffers of every Emacs, as the agents' own
    (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
              :reader approval-answered)
    (verdict :initform nil :accessor approval-verdict)
+   ;; The connection of the agent's server that asked, whose close ends the request (:LOST).
+   (connection :initform (server-connection) :reader approval-connection)
    ;; Whether the agent's server checks, once the call is approved, that what the user was shown
    ;; still holds (the file a preview was read from), and tells the outcome (SETTLE-APPROVAL):
    ;; until then the approving Emacs cannot say whether the call runs.
@@ -345,7 +347,16 @@ outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits fo
          ;; been sent it (SEND-WAITING-APPROVALS). A call the user cancelled there is said to be
          ;; cancelled, not declined in another Emacs; its server is told no, and it does not run.
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
-       (list :verdict (if (eq verdict :cancelled-in-emacs) :no verdict) :id id)))))
+       (list :verdict (case verdict (:cancelled-in-emacs :no) (:lost :cancelled) (t verdict)) :id id)))))
+
+(defun end-approvals-of-connection (connection)
+  "For CONNECTION-CLOSED: the approval requests of the agent's server on CONNECTION end in :LOST,
+before its worker threads are ended, so that Emacs says the agent's server went away (exited, or
+was killed) rather than that the agent withdrew its request."
+  (sb-thread:with-mutex (*approval-lock*)
+    (dolist (approval *approvals*)
+      (when (eq (approval-connection approval) connection)
+        (give-verdict approval :lost)))))
 
 (define-entry (settle-approval :caller :server :look t) (id refusal &key session token)
   "The server's check of the approved call of approval ID: REFUSAL, a text that says why it did

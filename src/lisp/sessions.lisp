@@ -94,6 +94,7 @@ being the last, the helper is uninstalled."
 and with it the sessions that called through it, its worker threads and its calls in the activity
 record. Never signals: it runs inside the server's closing of the connection."
   (ignore-errors (end-sessions (lambda (session) (eq (session-connection session) connection))))
+  (ignore-errors (end-approvals-of-connection connection))
   (ignore-errors (end-workers connection))
   (ignore-errors (end-calls-of-connection connection))
   (ignore-errors (uninstall-if-pending)))
