@@ -1183,6 +1183,25 @@ whose text is older than the agent's write of .*dirty\\.lisp (ert's edit-lisp-fo
         (should (eq (window-buffer repl-window) (swank-mcp-tests--repl-buffer)))
         (should (eq (window-buffer (selected-window)) activity))))))
 
+;; Issue 49: run-tests reloaded the person's changed files first, which its reply said and its
+;; activity line did not.
+(swank-mcp-tests--deftest swank-mcp-a-reload-before-the-tests-shows-under-the-call ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(+ 1 2)")))
+    (swank-mcp-tests--response-ok server 2)
+    (swank-mcp-tests--with-activity activity
+      ;; The note an agent's server sends as run-tests ends, with the reply as run_tests.rs makes it.
+      (swank-mcp-tests--eval
+       '(mcp-agent-helper:note-activities
+         '((:id "ert-reloading-run" :tool "run-tests" :state :done :input "{\"system\":\"tally\"}" :client "ert"
+                :milliseconds 40
+                :text "PASSED tally/tests: 3 of 3 checks passed.
+Before the tests, ASDF reloaded 1 changed file of tally (tally.lisp); undo entries 4 to 5 hold what it replaced."))))
+      (swank-mcp-tests--wait-activity
+       activity "the reload under the call"
+       "run-tests  (ert)  done  40 ms\n.*\n    PASSED tally/tests: 3 of 3 checks passed\\.\n    Before the tests, ASDF \
+reloaded 1 changed file of tally (tally\\.lisp); undo entries 4 to 5 hold what it replaced\\.\n"))))
+
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
 It keeps one for each thread that exchanged a message."

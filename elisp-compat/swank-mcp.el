@@ -913,6 +913,10 @@ An event has lines of its own (`swank-mcp--event-text')."
              (if (string-empty-p input) "" (concat shown "\n"))
              (if outcome
                  (concat "    " (propertize outcome 'face (if (eq (car state) :done) 'success 'error)) "\n")
+               "")
+             ;; The person's changed files that ASDF reloaded into the image first (run-tests).
+             (if (plist-get call :reloaded)
+                 (concat "    " (propertize (plist-get call :reloaded) 'face 'warning) "\n")
                ""))
      'swank-mcp-call (plist-get call :id))))
 

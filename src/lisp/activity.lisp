@@ -179,6 +179,16 @@ not a section's heading."
                    "")))
     (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
+(defun reload-line (text)
+  "The line of TEXT, a reply, that says ASDF reloaded the person's changed files before the call's
+work (run-tests' \"Before the tests, ASDF reloaded ...\", load-system's), cut to 200 characters,
+or NIL: the activity buffer shows it under the call, whose first line says only how it ended."
+  (let ((at (search "ASDF reloaded " text)))
+    (when at
+      (let* ((start (1+ (or (position #\Newline text :end at :from-end t) -1)))
+             (line (string-trim " " (subseq text start (position #\Newline text :start at)))))
+        (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))))
+
 (defparameter *user-cancellation*
   "The user cancelled this call in Emacs (M-x swank-mcp-cancel-call); what it did before that stays done."
   "Why a call the user cancelled was interrupted, as the agent's reply says it.")
@@ -192,7 +202,7 @@ not a section's heading."
 
 (defun record-plist (record)
   "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE :FILES
-:MILLISECONDS :WAITED :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
+:MILLISECONDS :WAITED :OUTCOME :RELOADED), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
 line of the reply the agent received, and :MILLISECONDS, how long it ran, are NIL until the call
 ends; :WAITED, how long it waited for approval, is NIL until it stops waiting. The reply itself is
 asked for (ACTIVITY-REPLY): every message to Emacs is written in its event log (*slime-events*),
@@ -213,6 +223,7 @@ an agent's burst of calls."
         :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
                         "Cancelled in Emacs.")
                        ((record-text record) (outcome-line (record-text record))))
+        :reloaded (and (record-text record) (reload-line (record-text record)))
         (and (typep record 'activity-event) (list :event (event-kind record)))))
 
 (define-entry (activity-reply :caller :emacs) (id)
