@@ -1202,6 +1202,17 @@ Before the tests, ASDF reloaded 1 changed file of tally (tally.lisp); undo entri
        "run-tests  (ert)  done  40 ms\n.*\n    PASSED tally/tests: 3 of 3 checks passed\\.\n    Before the tests, ASDF \
 reloaded 1 changed file of tally (tally\\.lisp); undo entries 4 to 5 hold what it replaced\\.\n"))))
 
+;; Issue 49: every agent of one MCP client had that client's name.
+(swank-mcp-tests--deftest swank-mcp-an-agent-goes-by-the-name-it-was-given ()
+  (swank-mcp-tests--with-approvals (server "--name" "reviewer" "--confirm" "evaluate-lisp")
+    (swank-mcp-tests--with-activity activity
+      (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :named-agent)")))
+      (with-current-buffer (swank-mcp-tests--prompt ":named-agent")
+        (should (string-match-p "\\`reviewer asks to run evaluate-lisp\\." (buffer-string)))
+        (swank-mcp-approve))
+      (swank-mcp-tests--response-ok server 2)
+      (swank-mcp-tests--wait-activity activity "the named agent's call" "evaluate-lisp  (reviewer)  done"))))
+
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
 It keeps one for each thread that exchanged a message."
