@@ -127,6 +127,7 @@ is loaded and turned on; nil binds nothing."
   "How to talk to the Lisp image through one Emacs front end."
   name                 ; "SLIME" or "SLY"
   current-connection   ; function returning the current connection or nil
+  default-connection   ; variable holding the connection used where no other is chosen
   eval                 ; function evaluating a form in the dispatching connection
   eval-async           ; the same, calling a continuation with the value
   connections          ; variable listing the open connections
@@ -159,6 +160,7 @@ backend SERVER-BACKEND, as written in forms."
     (swank-mcp--make-backend
      :name name
      :current-connection (funcall own "-current-connection")
+     :default-connection (funcall own "-default-connection")
      :eval (funcall own "-eval")
      :eval-async (funcall own "-eval-async")
      :connections (funcall own "-net-processes")
@@ -231,11 +233,14 @@ configured for %d are cut off until their configuration names %d" wanted port wa
 for it are cut off (M-x swank-mcp-start)" wanted))))
 
 (defun swank-mcp--connection-of (backend)
-  "The current connection of BACKEND, if it is loaded and connected."
-  (let ((current (swank-mcp--backend-current-connection backend)))
+  "The current connection of BACKEND, if it is loaded and connected.
+In a buffer of a connection that closed (the REPL of a Lisp that was
+restarted), the front end's default connection, the new one, if it is live."
+  (let ((current (swank-mcp--backend-current-connection backend))
+        (default (swank-mcp--backend-default-connection backend)))
     (and (fboundp current)
-         (let ((connection (funcall current)))
-           (and connection (process-live-p connection) connection)))))
+         (cl-find-if (lambda (connection) (and connection (process-live-p connection)))
+                     (list (funcall current) (and (boundp default) (symbol-value default)))))))
 
 (defun swank-mcp--current ()
   "The current Lisp connection as (CONNECTION . BACKEND), or nil.
@@ -534,11 +539,17 @@ CONTINUATION is called with the value."
 UPDATE is a form of a function from the old list to the new.  The list is
 the helper's *EMACS-FEEDS*, made here when no agent has loaded the helper
 yet, so that the image tells Emacs from the helper's first call on."
+  ;; Two subscriptions at once (a file watch and an activity buffer as a Lisp connects) each run
+  ;; in a thread of their own: one may make the package the other has just made, and a plain
+  ;; `setf' of an unbound list could drop the other's subscription.  The compare-and-swap sets
+  ;; the list only while it is unbound (SBCL then signals, having set it: ignored).
   `(cl:let* ((package (cl:or (cl:find-package "MCP-AGENT-HELPER")
-                             (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP"))))
+                             (cl:ignore-errors (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP")))
+                             (cl:find-package "MCP-AGENT-HELPER")))
              (feeds (cl:intern "*EMACS-FEEDS*" package)))
      (cl:unless (cl:boundp feeds)
-       (cl:setf (cl:symbol-value feeds) cl:nil))
+       (cl:ignore-errors
+        (sb-ext:compare-and-swap (cl:symbol-value feeds) (sb-kernel:make-unbound-marker) cl:nil)))
      (sb-ext:atomic-update (cl:symbol-value feeds) ,update)
      cl:t))
 

@@ -357,6 +357,9 @@ outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits fo
          ;; Even when nobody was told of it at first: an Emacs that subscribed since may have
          ;; been sent it (SEND-WAITING-APPROVALS). A call the user cancelled there is said to be
          ;; cancelled, not declined in another Emacs; its server is told no, and it does not run.
+         ;; A request whose server went away may be interrupted as it wakes: its end is :LOST.
+         (when (eq (approval-verdict approval) :lost)
+           (setf verdict :lost))
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
        (list :verdict (case verdict (:cancelled-in-emacs :no) (:lost :cancelled) (t verdict)) :id id)))))
 
