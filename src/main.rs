@@ -105,7 +105,7 @@ struct Cli {
     tools: Vec<String>,
 
     /// Tools whose calls wait for the user's approval before they run, comma-separated; `mutating` means every
-    /// tool that is not read-only. Asked through MCP elicitation when the client supports it; refused otherwise.
+    /// tool that is not read-only, but for calls that only look (a threads list). Asked through MCP elicitation when the client supports it; refused otherwise.
     #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
     confirm: Vec<String>,
 

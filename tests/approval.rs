@@ -700,3 +700,20 @@ async fn the_images_record_keeps_its_newest_calls_and_finds_only_those_by_id() {
         r#"=> (("bounded-4" "bounded-3" "bounded-2") 3 (NIL NIL T T T))"#
     );
 }
+
+/// `--confirm mutating` stands for the tools that change something; a `threads` call that only
+/// lists changes nothing and runs unasked (issue 49: it waited for approval), while one that acts
+/// on a thread still asks, as does every call of a tool `--confirm` names.
+#[tokio::test]
+async fn a_threads_list_runs_unasked_under_confirm_mutating() {
+    let mut mutating = client(&["--confirm", "mutating"]).await;
+    let listed = mutating.call_tool("threads", json!({})).await;
+    assert!(!is_error(&listed) && text(&listed).contains("main thread"), "{listed}");
+    let listed = mutating.call_tool("threads", json!({"action": "list"})).await;
+    assert!(!is_error(&listed), "{listed}");
+    send_call(&mut mutating, 50, "threads", json!({"action": "backtrace", "thread": "main thread"})).await;
+    elicitation(&mut mutating).await;
+    let mut named = client(&["--confirm", "threads"]).await;
+    send_call(&mut named, 51, "threads", json!({})).await;
+    elicitation(&mut named).await;
+}

@@ -86,6 +86,7 @@ pub const TOOL: Tool = Tool {
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
     preview: Some(preview),
     typed: super::Typed::of::<Args>(),
+    looks_only: None,
 };
 
 /// One edit as the call gives it.

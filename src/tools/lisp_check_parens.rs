@@ -44,6 +44,7 @@ pub const TOOL: Tool = Tool {
     },
     preview: None,
     typed: super::Typed::of::<Args>(),
+    looks_only: None,
 };
 
 /// The arguments as the tool reads them.

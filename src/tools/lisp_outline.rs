@@ -46,6 +46,7 @@ pub const TOOL: Tool = Tool {
     },
     preview: None,
     typed: super::Typed::of::<Args>(),
+    looks_only: None,
 };
 
 /// The most outline entries one reply holds: 2,000 lines of about 40 characters.

@@ -112,6 +112,9 @@ pub struct Tool {
     pub preview: Option<PreviewFn>,
     /// The type the tool reads its arguments as, which a test holds to its declaration.
     pub typed: Typed,
+    /// Whether a call, by its arguments, only looks, for a tool that is not read-only as a whole
+    /// (`threads`' list): `--confirm mutating` does not make such a call wait.
+    pub looks_only: Option<fn(Option<&Value>) -> bool>,
 }
 
 /// A tool's preview of a call, made on the allowed roots.
@@ -124,7 +127,12 @@ impl Tool {
     /// A tool that runs `run` in an image on arguments read as `A`, and shows no preview of its own:
     /// what most tools are.
     pub const fn in_image<A: serde::de::DeserializeOwned>(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
-        Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>() }
+        Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>(), looks_only: None }
+    }
+
+    /// The tool, whose calls only look when `looks_only` says so of their arguments.
+    pub const fn with_looking_calls(self, looks_only: fn(Option<&Value>) -> bool) -> Tool {
+        Tool { looks_only: Some(looks_only), ..self }
     }
 
     /// The tool, showing the human approving a call `preview` rather than its arguments.
@@ -170,6 +178,12 @@ impl Offered {
     /// Its name.
     pub fn name(&self) -> &'static str {
         self.definition.name
+    }
+
+    /// Whether a call with `arguments` only looks: every call of a read-only tool does, and those
+    /// the tool says so of.
+    pub fn looks_only(&self, arguments: Option<&Value>) -> bool {
+        self.definition.annotations.read_only || self.tool.looks_only.is_some_and(|looks| looks(arguments))
     }
 }
 
