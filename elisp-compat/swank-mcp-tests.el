@@ -52,6 +52,8 @@
 (declare-function sly--events-buffer "ext:sly" (process))
 (declare-function slime-events-buffer "ext:slime" ())
 (defvar inferior-lisp-program)
+(defvar slime-default-connection)
+(defvar sly-default-connection)
 (defvar slime-repl-history-file)
 (defvar slime-background-message-function)
 (defvar slime-connected-hook)
@@ -391,8 +393,10 @@ buffers: as SLIME's contrib (what `slime-setup' calls), or with
 (swank-mcp-tests--deftest swank-mcp-commands-need-a-connection ()
   (cl-letf (((symbol-function 'slime-current-connection) #'ignore)
             ((symbol-function 'sly-current-connection) #'ignore))
-    (should-error (swank-mcp-start) :type 'user-error)
-    (should-error (swank-mcp-stop) :type 'user-error)))
+    (let ((slime-default-connection nil)
+          (sly-default-connection nil))
+      (should-error (swank-mcp-start) :type 'user-error)
+      (should-error (swank-mcp-stop) :type 'user-error))))
 
 ;;;; Against the real image
 

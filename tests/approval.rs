@@ -213,9 +213,9 @@ impl Emacs {
         if !common::have(common::Needed::Emacs) {
             return None;
         }
-        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
+        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat");
         let printed = std::process::Command::new("emacs")
-            .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
+            .args(["--batch", "-Q", "-L", package.to_str().unwrap(), "-l", "swank-mcp", "--eval"])
             .arg(format!(
                 "(let ((print-escape-newlines t)) (princ (prin1-to-string (swank-mcp--subscribe-form swank-mcp--slime 1 \
                  {topic}))))"

@@ -1,5 +1,5 @@
 //! The record of every tool call that the user's Emacs shows (`M-x swank-mcp-activity`,
-//! elisp-compat/swank-mcp.el): an observer of calls ([`crate::pipeline::observe`]) that tells the
+//! elisp-compat/swank-mcp-activity.el): an observer of calls ([`crate::pipeline::observe`]) that tells the
 //! image each call's state as it changes (waiting for approval, running, and how it ended, with
 //! the reply text the agent received), and the image keeps the bounded record
 //! (`lisp/activity.lisp`). Only the server sees every call: those the human declined, those that
