@@ -360,15 +360,24 @@ which it names, says the rest."
 \\[swank-mcp-clear-breakpoints] unbreak, \\[revert-buffer] reread, \\[describe-mode] help"))
 
 (defun swank-mcp--activity-redisplay ()
-  "Show again every call recorded that passes the filter, oldest first."
+  "Show again every call recorded that passes the filter, oldest first.
+The windows at the end stay there, following the calls that come next:
+erasing the buffer would leave them at its start."
   (let ((inhibit-read-only t)
-        (calls (reverse swank-mcp--activity-calls)))
+        (calls (reverse swank-mcp--activity-calls))
+        (at-end (= (point) (point-max)))
+        (following (cl-remove-if-not (lambda (window) (= (window-point window) (point-max)))
+                                     (get-buffer-window-list (current-buffer) nil t))))
     (erase-buffer)
     (clrhash swank-mcp--activity-entries)
     (setq swank-mcp--activity-lines 0)
     (insert (swank-mcp--activity-header))
     (setq swank-mcp--activity-calls nil)
-    (mapc #'swank-mcp--activity-show calls)))
+    (mapc #'swank-mcp--activity-show calls)
+    (when at-end
+      (goto-char (point-max)))
+    (dolist (window following)
+      (set-window-point window (point-max)))))
 
 (defun swank-mcp--activity-take-record (calls)
   "Show the whole record the image sent, oldest first.

@@ -1217,6 +1217,29 @@ reloaded 1 changed file of tally (tally\\.lisp); undo entries 4 to 5 hold what i
       (swank-mcp-tests--response-ok server 2)
       (swank-mcp-tests--wait-activity activity "the named agent's call" "evaluate-lisp  (reviewer)  done"))))
 
+;; Issue 49: a window at the end of the activity buffer stayed at its start once the buffer had
+;; shown the record, and missed the calls that came next.
+(swank-mcp-tests--deftest swank-mcp-a-window-at-the-end-of-the-activity-buffer-follows-new-calls ()
+  (swank-mcp-tests--with-server (server)
+    (swank-mcp-tests--mcp-call server 2 "evaluate-lisp" '((code . "(list :before-the-buffer)")))
+    (swank-mcp-tests--response-ok server 2)
+    (delete-other-windows)
+    (let ((window (split-window-right)))
+      (swank-mcp-tests--with-activity activity
+        (set-window-buffer window activity)
+        (set-window-point window (with-current-buffer activity (point-max)))
+        ;; The record comes after the subscription, and the buffer is written again.
+        (swank-mcp-tests--wait-activity activity "the record" ":before-the-buffer")
+        (should (= (window-point window) (with-current-buffer activity (point-max))))
+        (swank-mcp-tests--mcp-call server 3 "evaluate-lisp" '((code . "(list :after-the-record)")))
+        (swank-mcp-tests--response-ok server 3)
+        (swank-mcp-tests--wait-activity activity "the next call" "done.*\n.*:after-the-record")
+        (should (= (window-point window) (with-current-buffer activity (point-max))))
+        ;; g reads the record again; the window stays at the end.
+        (with-current-buffer activity (revert-buffer))
+        (swank-mcp-tests--idle 0.5)
+        (should (= (window-point window) (with-current-buffer activity (point-max))))))))
+
 (defun swank-mcp-tests--mailbox-count ()
   "How many mailboxes the image's server keeps.
 It keeps one for each thread that exchanged a message."
