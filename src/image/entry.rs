@@ -2,7 +2,7 @@
 //! `src/lisp/`, and a name the helper lacks fails only when a call reaches the image. So the names
 //! are written once, here, and a [`Request`](super::Request) takes an [`Entry`], never a string;
 //! `tests/helper_source.rs` ties this list to the Lisp's definitions (and the entries only Emacs
-//! calls, to `elisp-compat/swank-mcp.el`), so a missing or misspelt entry fails `cargo test`.
+//! calls, to the Emacs package's files `elisp-compat/swank-mcp*.el`), so a missing or misspelt entry fails `cargo test`.
 
 /// An entry of the helper, an exported function of package `MCP-AGENT-HELPER`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,6 +40,7 @@ pub const TOOL: Tool = Tool {
     },
     run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)) },
     preview: Some(Previewing::Files(preview)),
+    looks_only: None,
 };
 
 /// One edit as the call gives it.

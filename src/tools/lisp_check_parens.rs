@@ -24,6 +24,7 @@ pub const TOOL: Tool = Tool {
     },
     run: Run::Reading(run),
     preview: None,
+    looks_only: None,
 };
 
 arguments! {

@@ -25,6 +25,7 @@ pub const TOOL: Tool = Tool {
     },
     run: Run::Reading(run),
     preview: None,
+    looks_only: None,
 };
 
 /// The most forms one page holds, and the most `limit` takes.

@@ -102,6 +102,9 @@ pub struct Tool {
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
     /// the code or arguments: an edit's diff, the code a load compiles, what a test run reloads.
     pub preview: Option<Previewing>,
+    /// Whether a call, by its arguments, only looks, for a tool that is not read-only as a whole
+    /// (`threads`' list): `--confirm mutating` does not make such a call wait.
+    pub looks_only: Option<fn(Option<&Value>) -> bool>,
 }
 
 /// How a tool makes its preview of a call.
@@ -125,7 +128,12 @@ pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, T
 impl Tool {
     /// A tool that runs `run` in an image, and shows no preview of its own: what most tools are.
     pub const fn in_image(definition: ToolDefinition, run: ImageFn) -> Tool {
-        Tool { definition, run: Run::Image(run), preview: None }
+        Tool { definition, run: Run::Image(run), preview: None, looks_only: None }
+    }
+
+    /// The tool, whose calls only look when `looks_only` says so of their arguments.
+    pub const fn with_looking_calls(self, looks_only: fn(Option<&Value>) -> bool) -> Tool {
+        Tool { looks_only: Some(looks_only), ..self }
     }
 
     /// The tool, showing the human approving a call `preview` rather than its arguments.
@@ -176,6 +184,12 @@ impl Offered {
     /// Its name.
     pub fn name(&self) -> &'static str {
         self.definition.name
+    }
+
+    /// Whether a call with `arguments` only looks: every call of a read-only tool does, and those
+    /// the tool says so of.
+    pub fn looks_only(&self, arguments: Option<&Value>) -> bool {
+        self.definition.read_only || self.tool.looks_only.is_some_and(|looks| looks(arguments))
     }
 }
 

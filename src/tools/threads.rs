@@ -29,7 +29,16 @@ pub(crate) const TOOL: Tool = Tool::in_image(
             yours.",
     },
     |context, args| Box::pin(call(context, args)),
-);
+)
+.with_looking_calls(lists_only);
+
+/// Whether a call only lists the threads, changing nothing: `--confirm mutating` lets it run.
+fn lists_only(arguments: Option<&serde_json::Value>) -> bool {
+    arguments
+        .and_then(|arguments| arguments.get("action"))
+        .and_then(serde_json::Value::as_str)
+        .is_none_or(|action| action == "list")
+}
 
 arguments! {
     struct Args {
