@@ -138,6 +138,7 @@ file, which says it already (\"defined at the REPL, no source file\")."
            (format "replaced a definition with no source file (%s)"
                    (string-remove-suffix ", no source file" (swank-mcp--location-text previous))))
           ((equal kind "method") "added: restoring removes it")
+          ((equal kind "variable") "set again by a DEFPARAMETER: restoring puts that value back")
           ((equal kind "class") "new")
           (t "new: restoring undefines it"))))
 
@@ -227,6 +228,7 @@ file, which says it already (\"defined at the REPL, no source file\")."
             (cond ((and now (equal kind "method"))
                    (format "the method it replaced is back, %s" (swank-mcp--made-text now)))
                   ((equal kind "method") "removed (the agent added it)")
+                  ((equal kind "variable") "its value is back")
                   (now (format "now %s" (swank-mcp--made-text now)))
                   (t "undefined again (it was new)"))
             (if file
