@@ -437,7 +437,15 @@ async fn an_allocation_profile_names_the_users_functions() {
     let first = rows.first().copied().unwrap_or_default();
     assert!(first.ends_with("OBS-ALLOC-LISTS") || first.ends_with("OBS-ALLOC-STRINGS"), "{}", output.text);
     let churn = rows.iter().find(|row| row.ends_with("OBS-ALLOC-CHURN")).unwrap_or_else(|| panic!("{}", output.text));
-    assert!(churn.contains("100.0  OBS-ALLOC-CHURN"), "{}", output.text);
+    // Its cumulative share is all but the odd sample SBCL's profiler takes in a collection the
+    // allocation set off, whose stack is the collector's (99.9 in a loaded run).
+    let cumulative: f64 = churn
+        .trim_end_matches("OBS-ALLOC-CHURN")
+        .split_whitespace()
+        .last()
+        .and_then(|share| share.parse().ok())
+        .unwrap_or_else(|| panic!("{}", output.text));
+    assert!(cumulative >= 99.0, "{}", output.text);
     assert!(output.text.ends_with("=> :DONE"), "{}", output.text);
 }
 
