@@ -25,7 +25,6 @@ definition at fault was among the first three suspects.
     python3 benches/blind_session.py --server target/release/swank-mcp [--only LIBRARY] [--show]
 """
 
-import argparse
 import json
 import os
 import re
@@ -34,7 +33,7 @@ import tempfile
 import time
 
 from seeded_library import form_at, seeded_copy, started, test_op
-from suspects import BUGS, bare, failing_tests, lisp_files, rank_of, suspect_names
+from suspects import arguments_and_bugs, bare, failing_tests, lisp_files, rank_of, suspect_names
 
 # The definition at fault as edit-lisp-form names it: (form type, form name), by the name the
 # reply gives it; a clause iterate's DEFCLAUSE makes is named by its template.
@@ -172,17 +171,11 @@ def shell_path(directory, system, bug, at_fault):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--only", help="the bugs of one library")
-    parser.add_argument("--show", action="store_true")
-    args = parser.parse_args()
+    args, bugs = arguments_and_bugs()
     per_library = {}
     print(f"{'library':<18} {'at fault':<42} {'rank':>4} {'mcp calls':>9} {'mcp chars':>9} "
           f"{'sh calls':>8} {'sh chars':>8} {'reached':>7} {'ratio':>5}")
-    for library, system, bug, at_fault in BUGS:
-        if args.only and library != args.only:
-            continue
+    for library, system, bug, at_fault in bugs:
         with tempfile.TemporaryDirectory() as parent:
             mcp_copy = seeded_copy(library, os.path.join(parent, "mcp"), [bug])
             shell_copy = seeded_copy(library, os.path.join(parent, "shell"), [bug])

@@ -176,21 +176,25 @@ def reply_path(directory, reply, count):
     return read
 
 
-def main():
+def arguments_and_bugs():
+    """The command line's arguments (--server, --show, --only) and the BUGS they choose."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--show", action="store_true")
     parser.add_argument("--only", help="the bugs of one library")
     args = parser.parse_args()
+    return args, [bug for bug in BUGS if not args.only or bug[0] == args.only]
+
+
+def main():
+    args, bugs = arguments_and_bugs()
     found = {}
     totals = [0, 0]
     print(
         f"{'library':<11} {'at fault':<42} {'rank':>4} {'reply':>6} {'read':>6} {'shell':>6} {'reaches':>7} {'ratio':>5}"
         "  first suspects"
     )
-    for library, system, bug, at_fault in BUGS:
-        if args.only and library != args.only:
-            continue
+    for library, system, bug, at_fault in bugs:
         with tempfile.TemporaryDirectory() as parent:
             directory = seeded_copy(library, parent, [bug])
             server = started(args.server, directory, "suspects-bench")
