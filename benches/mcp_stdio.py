@@ -23,7 +23,8 @@ class Server:
     def __init__(self, command, client):
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.next_id = 1
-        self.request(
+        # The response to initialize: its instructions are read once, as the tool list is.
+        self.initialized, _ = self.request(
             "initialize",
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "0"}},
         )

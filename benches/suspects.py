@@ -53,6 +53,30 @@ BUGS = [
       "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string-equal",
       "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string="),
      "ESRAP::MATCH-TERMINAL/CASE-INSENSITIVE-P"),
+    ("cl-split-sequence", "split-sequence",
+     ("vector.lisp", ":return (values subseqs left)", ":return (values subseqs right)"),
+     "SPLIT-SEQUENCE::SPLIT-VECTOR-FROM-START"),
+    ("cl-split-sequence", "split-sequence",
+     ("list.lisp", "(values (nreverse result) (- length index))", "(values (nreverse result) (- length index 1))"),
+     "SPLIT-SEQUENCE::SPLIT-LIST-FROM-END"),
+    ("iterate", "iterate",
+     ("iterate.lisp", ":identity 1\n\t\t\t :operation '*", ":identity 0\n\t\t\t :operation '*"),
+     "ITERATE::CLAUSE-MULTIPLY-24"),
+    ("iterate", "iterate",
+     ("iterate.lisp", "`((if ,test-expr ,update-code ,var))", "`((if ,test-expr ,var ,update-code))"),
+     "ITERATE::RETURN-REDUCTION-CODE"),
+    ("iterate", "iterate",
+     ("iterate.lisp", "(return-from ,*loop-name* ,var))))))", "(return-from ,*loop-name* t))))))"),
+     "ITERATE::CLAUSE-THEREIS-32"),
+    ("ieee-floats", "ieee-floats",
+     ("ieee-floats.lisp", "(sign (if (= sign 1.0) 0 1))", "(sign (if (= sign 1.0) 1 0))"),
+     "IEEE-FLOATS:MAKE-FLOAT-CONVERTERS"),
+    ("nibbles", "nibbles",
+     ("streams.lisp", "(let ((list (make-list count)))", "(let ((list (make-list (1+ count))))"),
+     "NIBBLES::READ-FRESH-SEQUENCE"),
+    ("nibbles", "nibbles",
+     ("streams.lisp", "for i from start below end\n\t   do (funcall writer", "for i from (1+ start) below end\n\t   do (funcall writer"),
+     "NIBBLES::WRITE-SEQUENCE-WITH-WRITER"),
 ]
 
 
@@ -61,6 +85,10 @@ FAILURES_FILTER = {
     "alexandria": "sed -n '/^Test .* failed$/,/^Actual value/p'",
     "anaphora": "sed -n '/^Test .* failed$/,/^Actual value/p'",
     "esrap": "sed -n '/ Did .* checks/,$p'",
+    "cl-split-sequence": "sed -n '/ Did .* checks/,$p'",
+    "ieee-floats": "sed -n '/ Did .* checks/,$p'",
+    "iterate": "sed -n '/^Test .* failed$/,/^Actual value/p'",
+    "nibbles": "sed -n '/^Test .* failed$/,/^Actual value/p'",
 }
 
 
@@ -118,11 +146,29 @@ def shell_path(library, directory, system, at_fault):
     return read, bare(at_fault) in named
 
 
-def reply_path(directory, reply, rank):
-    """The characters an agent reads on the reply's path (see the module's doc)."""
-    places = re.findall(r"^\d+\. \S+ (\S+):(\d+) ", reply, re.M)
+def suspect_names(reply):
+    """The definitions the reply's [suspects] section names, in order, each with the number of the
+    suspect it is or, for the macro that defined one (`defined there by the macro NAME`), belongs to."""
+    section = reply.split("\n[suspects] ", 1)[-1]
+    named, number = [], 0
+    for found in re.finditer(r"^(\d+)\. (\S+) |^   defined there by the macro (\S+) ", section, re.M):
+        if found.group(1):
+            number = int(found.group(1))
+        named.append((number, found.group(2) or found.group(3)))
+    return named
+
+
+def rank_of(named, at_fault):
+    """The number of the suspect that is the definition at fault, or that a macro at fault wrote."""
+    return next((number for number, name in named if name == at_fault), None)
+
+
+def reply_path(directory, reply, count):
+    """The characters an agent reads on the reply's path (see the module's doc): the reply, and the
+    first `count` definitions it names."""
+    places = re.findall(r"^(?:\d+\. |   defined there by the macro )\S+ (\S+):(\d+)", reply, re.M)
     read = len(reply)
-    for path, line in places[:rank]:
+    for path, line in places[:count]:
         with open(os.path.join(directory, path), errors="replace") as f:
             text = f.read()
         start = sum(len(line_text) for line_text in text.splitlines(keepends=True)[: int(line) - 1])
@@ -130,18 +176,25 @@ def reply_path(directory, reply, rank):
     return read
 
 
-def main():
+def arguments_and_bugs():
+    """The command line's arguments (--server, --show, --only) and the BUGS they choose."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--show", action="store_true")
+    parser.add_argument("--only", help="the bugs of one library")
     args = parser.parse_args()
+    return args, [bug for bug in BUGS if not args.only or bug[0] == args.only]
+
+
+def main():
+    args, bugs = arguments_and_bugs()
     found = {}
     totals = [0, 0]
     print(
         f"{'library':<11} {'at fault':<42} {'rank':>4} {'reply':>6} {'read':>6} {'shell':>6} {'reaches':>7} {'ratio':>5}"
         "  first suspects"
     )
-    for library, system, bug, at_fault in BUGS:
+    for library, system, bug, at_fault in bugs:
         with tempfile.TemporaryDirectory() as parent:
             directory = seeded_copy(library, parent, [bug])
             server = started(args.server, directory, "suspects-bench")
@@ -149,9 +202,12 @@ def main():
             server.close()
             # The text is what the agent reads; structured content is sent only under
             # --structured-content.
-            names = re.findall(r"^\d+\. (\S+) ", reply.text.split("\n[suspects] ", 1)[-1], re.M)
-            rank = names.index(at_fault) + 1 if at_fault in names else None
-            read = reply_path(directory, reply.text, rank or len(names))
+            names = suspect_names(reply.text)
+            rank = rank_of(names, at_fault)
+            # The definitions the reply names, read in order down to the one at fault.
+            read_up_to = next((i + 1 for i, (_, name) in enumerate(names) if name == at_fault), len(names))
+            read = reply_path(directory, reply.text, read_up_to)
+            names = [name for _, name in names]
             shell, reaches = shell_path(library, directory, system, at_fault)
         found.setdefault(library, [0, 0])
         found[library][0] += rank is not None and rank <= 3
@@ -161,7 +217,7 @@ def main():
             totals[1] += shell
         print(
             f"{library:<11} {at_fault:<42} {rank or '-':>4} {len(reply.text):>6} {read:>6} {shell:>6} "
-            f"{'yes' if reaches else 'no':>7} {read / shell:>5.2f}  {', '.join(names[:3])}"
+            f"{'yes' if reaches else 'no':>7} {read / max(shell, 1):>5.2f}  {', '.join(names[:3])}"
         )
         if args.show:
             print(reply.text, "\n")

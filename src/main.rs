@@ -105,9 +105,14 @@ struct Cli {
     tools: Vec<String>,
 
     /// Tools whose calls wait for the user's approval before they run, comma-separated; `mutating` means every
-    /// tool that is not read-only. Asked through MCP elicitation when the client supports it; refused otherwise.
+    /// tool that is not read-only, but for calls that only look (a threads list). Asked through MCP elicitation when the client supports it; refused otherwise.
     #[arg(long, value_delimiter = ',', value_name = "TOOL,...", global = true)]
     confirm: Vec<String>,
+
+    /// The name the agent goes by in the user's Emacs (activity buffer, approval prompts) and the audit log, in place
+    /// of its MCP client's name (clientInfo): give each agent its own when several run the same client.
+    #[arg(long, value_name = "NAME", global = true)]
+    name: Option<String>,
 
     /// How long a call waits for the user's approval (--confirm) before it is refused.
     #[arg(long, default_value = "5m", value_parser = parse_duration, global = true)]
@@ -356,14 +361,20 @@ fn serve_options(cli: &Cli, toolbox: &Toolbox, activity: ActivityFeed) -> anyhow
     // Its requests around the question (settling it, keeping an allowance) are the server's own
     // evaluations in the image, with the default time limit.
     let asks: Arc<dyn Ask> = Arc::new(EmacsApproval::new(cli.eval_timeout));
-    Ok(ServeOptions { confirm, asks: Some(asks), observers, structured_content: cli.structured_content })
+    Ok(ServeOptions {
+        confirm,
+        asks: Some(asks),
+        observers,
+        structured_content: cli.structured_content,
+        name: cli.name.clone(),
+    })
 }
 
 /// Runs `swank-mcp eval`'s one call as an agent's calls run: approved when `--confirm` names
 /// evaluate-lisp (in the image's Emacs: a shell has no MCP client to ask through), recorded in the
 /// image's activity record and in `--audit-log`.
 async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -> anyhow::Result<ExitCode> {
-    let evaluate = (swank_mcp::tools::evaluate_lisp::TOOL.definition)().name;
+    let evaluate = swank_mcp::tools::evaluate_lisp::TOOL.definition.name;
     if !toolbox.definitions().any(|tool| tool.name == evaluate) {
         bail!("{evaluate} is not offered here (see --read-only and --tools)");
     }
@@ -372,7 +383,7 @@ async fn eval(cli: &Cli, toolbox: &Arc<Toolbox>, arguments: serde_json::Value) -
     let ServeOptions { confirm, asks, observers, .. } = serve_options(cli, toolbox, ActivityFeed::one_shot())?;
     let pipeline = Pipeline::new(toolbox.clone(), confirm, asks, observers);
     let caller = Caller {
-        client: SHELL_CLIENT.to_string(),
+        client: cli.name.clone().unwrap_or_else(|| SHELL_CLIENT.to_string()),
         asks: None,
         cannot_ask: "swank-mcp eval cannot ask for it (a shell has no MCP client to ask through)".to_string(),
     };
@@ -486,7 +497,7 @@ async fn status(toolbox: &Toolbox) -> anyhow::Result<ExitCode> {
 /// by hand fell behind the tools.
 fn read_only_help() -> String {
     let left_out: Vec<&str> = swank_mcp::tools::every_definition()
-        .filter(|definition| !definition.annotations.read_only)
+        .filter(|definition| !definition.read_only)
         .map(|definition| definition.name)
         .collect();
     format!(

@@ -213,9 +213,9 @@ impl Emacs {
         if !common::have(common::Needed::Emacs) {
             return None;
         }
-        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat/swank-mcp.el");
+        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat");
         let printed = std::process::Command::new("emacs")
-            .args(["--batch", "-Q", "-l", package.to_str().unwrap(), "--eval"])
+            .args(["--batch", "-Q", "-L", package.to_str().unwrap(), "-l", "swank-mcp", "--eval"])
             .arg(format!(
                 "(let ((print-escape-newlines t)) (princ (prin1-to-string (swank-mcp--subscribe-form swank-mcp--slime 1 \
                  {topic}))))"
@@ -362,6 +362,52 @@ async fn a_load_is_shown_as_the_code_it_compiles_not_its_arguments() {
     assert!(
         message.contains("Compiles and loads the file shapes.lisp:\n(in-package :cl-user)\n")
             && message.contains("(defun shown-other () 1)"),
+        "{message}"
+    );
+    client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
+    assert!(is_error(&client.receive().await));
+}
+
+#[tokio::test]
+async fn a_test_run_that_would_reload_changed_files_says_so_and_names_the_variables_they_set() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("approval-reload.asd"),
+        "(asdf:defsystem \"approval-reload\" :components ((:file \"approval-reload\")))\n",
+    )
+    .unwrap();
+    let source = dir.path().join("approval-reload.lisp");
+    std::fs::write(
+        &source,
+        "(defpackage :approval-reload (:use :cl))\n(in-package :approval-reload)\n(defparameter *rate* 20)\n\
+         (defun rate () *rate*)\n",
+    )
+    .unwrap();
+    let mut client = client(&["--confirm", "run-tests"]).await;
+    let asd = dir.path().join("approval-reload.asd");
+    let loaded = eval(
+        &mut client,
+        &format!(
+            "(progn (require :asdf) (asdf:load-asd {:?}) (asdf:load-system \"approval-reload\") \
+             (setf (symbol-value (find-symbol \"*RATE*\" :approval-reload)) 25))",
+            asd.display().to_string()
+        ),
+    )
+    .await;
+    assert!(loaded.contains("\n=> 25"), "{loaded}");
+    // Dated past the load's compile, which counts whole seconds.
+    std::fs::write(&source, std::fs::read_to_string(&source).unwrap().replace("*rate*)\n", "(* 1 *rate*))\n")).unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    std::fs::File::options().write(true).open(&source).and_then(|file| file.set_modified(later)).unwrap();
+    send_call(&mut client, 11, "run-tests", json!({"system": "approval-reload"})).await;
+    let asked = elicitation(&mut client).await;
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "Before its tests, ASDF will load again 1 file changed since loaded: approval-reload: \
+             approval-reload.lisp.\nTheir DEFPARAMETERs will set these variables again: APPROVAL-RELOAD::*RATE* (now \
+             25) (undo can put the values back)."
+        ),
         "{message}"
     );
     client.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}})).await;
@@ -688,7 +734,8 @@ async fn the_images_record_keeps_its_newest_calls_and_finds_only_those_by_id() {
     let toolbox = common::toolbox(image.port);
     let code = r#"(let ((mcp-agent-helper::*activity-limit* 3))
   (mcp-agent-helper:note-activities
-   (loop for i below 5 collect (list (format nil "bounded-~D" i) "evaluate-lisp" :done :input "x" :text "t")))
+   (loop for i below 5
+         collect (list :id (format nil "bounded-~D" i) :tool "evaluate-lisp" :state :done :input "x" :text "t")))
   (sb-thread:with-mutex (mcp-agent-helper::*activity-lock*)
     (list (mapcar #'mcp-agent-helper::record-id mcp-agent-helper::*activity*)
           (hash-table-count mcp-agent-helper::*activity-by-id*)
@@ -698,4 +745,21 @@ async fn the_images_record_keeps_its_newest_calls_and_finds_only_those_by_id() {
         common::without_handle(&common::eval_ok(&toolbox, code).await),
         r#"=> (("bounded-4" "bounded-3" "bounded-2") 3 (NIL NIL T T T))"#
     );
+}
+
+/// `--confirm mutating` stands for the tools that change something; a `threads` call that only
+/// lists changes nothing and runs unasked (issue 49: it waited for approval), while one that acts
+/// on a thread still asks, as does every call of a tool `--confirm` names.
+#[tokio::test]
+async fn a_threads_list_runs_unasked_under_confirm_mutating() {
+    let mut mutating = client(&["--confirm", "mutating"]).await;
+    let listed = mutating.call_tool("threads", json!({})).await;
+    assert!(!is_error(&listed) && text(&listed).contains("main thread"), "{listed}");
+    let listed = mutating.call_tool("threads", json!({"action": "list"})).await;
+    assert!(!is_error(&listed), "{listed}");
+    send_call(&mut mutating, 50, "threads", json!({"action": "backtrace", "thread": "main thread"})).await;
+    elicitation(&mut mutating).await;
+    let mut named = client(&["--confirm", "threads"]).await;
+    send_call(&mut named, 51, "threads", json!({})).await;
+    elicitation(&mut named).await;
 }

@@ -428,3 +428,42 @@ async fn a_function_recompiled_for_stepping_keeps_true_locations() {
     assert!(!facts.text.contains("defvar"), "{}", facts.text);
     debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
 }
+
+/// A frame of a function whose file gained lines above it since it was compiled: swank read the
+/// frame's place against the file as it is now and showed the form now there, another function,
+/// with no word of the change (issue 49.7). The frame action shows the function's own form, where
+/// it is now, and says the file changed since.
+#[tokio::test]
+async fn a_frame_of_a_function_whose_file_changed_shows_its_own_form_where_it_is_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let toolbox = Arc::new(Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(common::shared_image_port())],
+        AllowedRoots::new(vec![dir.path().to_path_buf()]).unwrap(),
+    ));
+    let path = dir.path().join("framed.lisp");
+    let text = "(defpackage :framed (:use :cl))\n(in-package :framed)\n\n(defun helper (x)\n  (* x 2))\n\n\
+                (defun fails (x)\n  (declare (optimize (debug 2)))\n  (let ((y (helper x)))\n    (error \"boom ~a\" y)\n    y))\n";
+    std::fs::write(&path, text).unwrap();
+    eval_ok(&toolbox, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    // SBCL's dates count seconds: the edit must come in a later one to be seen as a change.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(
+        &path,
+        text.replace("(defun helper", "(defun added ()\n  ;; two\n  ;; three\n  0)\n\n(defun helper"),
+    )
+    .unwrap();
+    let (session, output) = stop(&toolbox, "(framed::fails 21)").await;
+    let frame = frame_of(&output, "(FRAMED::FAILS 21)");
+    let facts = debugger(&toolbox, json!({"session": session, "action": "frame", "frame": frame})).await;
+    debugger(&toolbox, json!({"session": session, "action": "abort"})).await;
+    assert!(!facts.text.contains("(defun helper"), "{}", facts.text);
+    let file = path.canonicalize().unwrap().display().to_string();
+    assert!(
+        facts.text.contains(&format!(
+            "\nSource: {file}:12:1 (the file changed since this was compiled; found in its current text)\n(defun fails (x)\n"
+        )),
+        "{}",
+        facts.text
+    );
+}

@@ -100,7 +100,7 @@ fn declared_tools() -> Vec<ToolFacts> {
     swank_mcp::tools::every_definition()
         .map(|definition| ToolFacts {
             name: definition.name,
-            read_only: definition.annotations.read_only,
+            read_only: definition.read_only,
             arguments: definition.arguments.iter().map(|param| param.name()).collect(),
         })
         .collect()

@@ -1,5 +1,6 @@
-//! The Emacs package `elisp-compat/swank-mcp.el`: it byte-compiles without a warning, checkdoc
-//! finds nothing, and its ERT suite passes in a real Emacs running a real SLIME session, including
+//! The Emacs package `elisp-compat/swank-mcp.el` and its parts by concern (`swank-mcp-*.el`): they
+//! byte-compile without a warning, checkdoc and package-lint find nothing, each file is under 800
+//! lines, and its ERT suite passes in a real Emacs running a real SLIME session, including
 //! the end-to-end test that drives this crate's binary against the port `swank-mcp-start` opens.
 
 mod common;
@@ -11,6 +12,29 @@ use std::time::{Duration, Instant};
 
 fn elisp_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("elisp-compat")
+}
+
+/// The package's files: `swank-mcp.el`, then its parts, the ERT suite left out.
+fn package_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(elisp_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("swank-mcp") && name.ends_with(".el") && name != "swank-mcp-tests.el")
+        .collect();
+    files.sort_by_key(|name| (name != "swank-mcp.el", name.clone()));
+    files
+}
+
+#[test]
+fn the_package_is_split_by_concern_into_files_under_800_lines() {
+    let files = package_files();
+    for part in ["swank-mcp.el", "swank-mcp-activity.el", "swank-mcp-undo.el", "swank-mcp-approval.el"] {
+        assert!(files.iter().any(|file| file == part), "{part} is missing from {files:?}");
+    }
+    for file in &files {
+        let lines = std::fs::read_to_string(elisp_dir().join(file)).unwrap().lines().count();
+        assert!(lines < 800, "{file} has {lines} lines: split it further by concern");
+    }
 }
 
 /// Runs `emacs --batch ARGS` in `dir`, killing it after `limit`.
@@ -65,33 +89,28 @@ fn the_package_byte_compiles_without_warnings_and_passes_checkdoc() {
     // Compiled in a copy, without SLIME or SLY on the load path (-Q), so that the package cannot
     // depend on either at compile time and no .elc lands in the source tree.
     let dir = tempfile::tempdir().unwrap();
-    for file in ["swank-mcp.el", "swank-mcp-tests.el"] {
+    let mut files = package_files();
+    files.push("swank-mcp-tests.el".to_string());
+    for file in &files {
         std::fs::copy(elisp_dir().join(file), dir.path().join(file)).unwrap();
     }
-    let output = emacs(
-        dir.path(),
-        &[
-            "-Q",
-            "-L",
-            ".",
-            "--eval",
-            "(setq byte-compile-error-on-warn t)",
-            "-f",
-            "batch-byte-compile",
-            "swank-mcp.el",
-            "swank-mcp-tests.el",
-        ],
-        &[],
-        Duration::from_secs(60),
-    );
+    let mut args = vec!["-Q", "-L", ".", "--eval", "(setq byte-compile-error-on-warn t)", "-f", "batch-byte-compile"];
+    args.extend(files.iter().map(String::as_str));
+    let output = emacs(dir.path(), &args, &[], Duration::from_secs(60));
     let said = transcript(&output);
     assert!(output.status.success() && !said.contains("Warning"), "{said}");
-    assert!(dir.path().join("swank-mcp.elc").is_file());
+    for file in &files {
+        assert!(dir.path().join(format!("{file}c")).is_file(), "{file} was not compiled: {said}");
+    }
 
-    let check = "(progn (require 'checkdoc) (setq checkdoc-spellcheck-documentation-flag nil) (checkdoc-file \"swank-mcp.el\"))";
-    let output = emacs(dir.path(), &["-Q", "--eval", check], &[], Duration::from_secs(60));
-    let said = transcript(&output);
-    assert!(output.status.success() && !said.contains("swank-mcp.el:"), "checkdoc: {said}");
+    for file in package_files() {
+        let check = format!(
+            "(progn (require 'checkdoc) (setq checkdoc-spellcheck-documentation-flag nil) (checkdoc-file {file:?}))"
+        );
+        let output = emacs(dir.path(), &["-Q", "--eval", &check], &[], Duration::from_secs(60));
+        let said = transcript(&output);
+        assert!(output.status.success() && !said.contains(&format!("{file}:")), "checkdoc: {said}");
+    }
 }
 
 #[test]
@@ -99,14 +118,53 @@ fn the_package_is_package_lint_clean() {
     if !common::have(common::Needed::PackageLint) {
         return;
     }
-    let output = emacs(
-        &elisp_dir(),
-        &["-l", "package-lint", "-f", "package-lint-batch-and-exit", "swank-mcp.el"],
-        &[],
-        Duration::from_secs(60),
-    );
+    // Each part is checked as a file of the package whose main file is swank-mcp.el.
+    let files = package_files();
+    let mut args = vec![
+        "-L",
+        ".",
+        "-l",
+        "package-lint",
+        "--eval",
+        "(setq package-lint-main-file \"swank-mcp.el\")",
+        "-f",
+        "package-lint-batch-and-exit",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let output = emacs(&elisp_dir(), &args, &[], Duration::from_secs(60));
     let said = transcript(&output);
-    assert!(output.status.success() && !said.contains("swank-mcp.el:"), "package-lint: {said}");
+    assert!(
+        output.status.success() && !files.iter().any(|file| said.contains(&format!("{file}:"))),
+        "package-lint: {said}"
+    );
+}
+
+/// Installed as a package, only its autoloads are loaded at start-up: they must leave SLIME's keys
+/// and hooks as they are, the commands merely known. Turning swank-mcp on is the person's act.
+#[test]
+fn the_packages_autoloads_bind_no_key_and_add_no_hook() {
+    if !common::have(common::Needed::EmacsWithSlime) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for file in package_files() {
+        std::fs::copy(elisp_dir().join(&file), dir.path().join(&file)).unwrap();
+    }
+    let check = r#"(progn
+  (require 'slime)
+  (let* ((hooks '(slime-mode-hook slime-connected-hook slime-net-process-close-hooks slime-before-compile-functions))
+         (before (mapcar #'symbol-value hooks))
+         (keys (copy-keymap slime-mode-map)))
+    (make-directory-autoloads "." (expand-file-name "swank-mcp-autoloads.el"))
+    (load (expand-file-name "swank-mcp-autoloads.el") nil t)
+    (unless (fboundp 'swank-mcp-activity) (error "The autoloads do not know swank-mcp-activity"))
+    (when (featurep 'swank-mcp) (error "Loading the autoloads loaded the package"))
+    (unless (equal before (mapcar #'symbol-value hooks)) (error "The autoloads changed a hook: %S" hooks))
+    (unless (equal keys slime-mode-map) (error "The autoloads changed slime-mode-map"))
+    (princ "untouched")))"#;
+    let output = emacs(dir.path(), &["--eval", check], &[], Duration::from_secs(60));
+    let said = transcript(&output);
+    assert!(output.status.success() && said.contains("untouched"), "{said}");
 }
 
 /// The ERT suite in a real Emacs (with Debian's site start-up, which puts SLIME on the load path).

@@ -337,7 +337,8 @@ async fn xref_lists_every_kind_of_reference() {
     assert_eq!(
         xref("shape", "specializes").await,
         format!(
-            "Methods specializing on INTROSPECT-TEST:SHAPE: 3 methods\n  (METHOD SHAPE-NAME SHAPE)    {path}:19:1\n  \
+            "Methods specializing on INTROSPECT-TEST:SHAPE: 3 methods\n  (METHOD SHAPE-NAME SHAPE)    {path}:19:1 \
+             (a slot accessor made by the DEFCLASS of SHAPE)\n  \
              (METHOD AREA SHAPE)          {path}:21:1\n  (METHOD AREA :AROUND SHAPE)  {path}:23:1"
         )
     );
@@ -608,4 +609,99 @@ async fn xref_hits_are_found_again_after_an_edit() {
     assert_eq!(line_of(&after, "(SB-PCL::FAST-METHOD MEASURE"), format!("{file}:12:1"), "{after}");
     let found = ok(&tb, "find-definition", json!({"symbol": "xref-moved::caller"})).await;
     assert!(found.contains(&format!("{file}:10:1")), "{found}");
+}
+
+/// A slot accessor's methods are made by its DEFCLASS: after lines are added above the class,
+/// find-definition and describe-symbol place the accessor and its method where the DEFCLASS is
+/// now, and after a reload they show its text (issue 49.1: the method was "deleted or renamed?"
+/// at the line of another form, and after a reload the generic function's text "was not found
+/// there").
+#[tokio::test]
+async fn a_slot_accessor_follows_its_defclass_after_an_edit_above_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = Arc::new(Toolbox::new(
+        common::settings(),
+        vec![common::image_settings(common::shared_image_port())],
+        swank_mcp::source::AllowedRoots::new(vec![dir.path().to_path_buf()]).unwrap(),
+    ));
+    let path = dir.path().join("stock.lisp");
+    let class = "(defclass stock ()\n  ((level :initarg :level :reader stock-level)))\n";
+    let original = format!(
+        "(defpackage :accessor-moved (:use :cl))\n(in-package :accessor-moved)\n\n(defun restock (s) s)\n\n{class}"
+    );
+    std::fs::write(&path, &original).unwrap();
+    let load = format!("(load (compile-file {:?}))", path.display().to_string());
+    common::eval_ok(&tb, &load).await;
+    let file = path.canonicalize().unwrap().display().to_string();
+    let found = ok(&tb, "find-definition", json!({"symbol": "accessor-moved::stock-level"})).await;
+    assert!(
+        found.contains(&format!("generic function  {file}:6:1 (a slot accessor made by the DEFCLASS of STOCK)")),
+        "{found}"
+    );
+    // SBCL's dates count seconds: the edit must come in a later one to be seen as a change.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let edited = original.replace("(defun restock", "(defun audit ()\n  ;; three\n  ;; lines\n  0)\n\n(defun restock");
+    std::fs::write(&path, &edited).unwrap();
+    let found = ok(&tb, "find-definition", json!({"symbol": "accessor-moved::stock-level"})).await;
+    assert!(!found.contains("deleted or renamed"), "{found}");
+    assert!(!found.contains("not found there"), "{found}");
+    let relocated = "the file changed since this was compiled; found in its current text";
+    assert!(
+        found.contains(&format!(
+            "generic function  {file}:11:1 (a slot accessor made by the DEFCLASS of STOCK; {relocated})"
+        )),
+        "{found}"
+    );
+    assert!(
+        found.contains(&format!(
+            "method (STOCK)    {file}:11:1 (a slot accessor made by the DEFCLASS of STOCK; {relocated})"
+        )),
+        "{found}"
+    );
+    let specializing = ok(&tb, "xref", json!({"symbol": "accessor-moved::stock", "kind": "specializes"})).await;
+    assert!(
+        specializing.contains(&format!("{file}:11:1 (a slot accessor made by the DEFCLASS of STOCK; {relocated})")),
+        "{specializing}"
+    );
+    let described = ok(&tb, "describe-symbol", json!({"symbol": "accessor-moved::stock-level"})).await;
+    assert!(
+        described
+            .contains(&format!("Source: {file}:11:1 (a slot accessor made by the DEFCLASS of STOCK; {relocated})")),
+        "{described}"
+    );
+    // The methods' lines are the places SBCL recorded, which the changed file may have moved.
+    assert!(
+        described.contains(&format!(
+            "(STOCK-LEVEL (STOCK))  {file}:9:1 (the file changed since this was compiled; the line may be off)"
+        )),
+        "{described}"
+    );
+    common::eval_ok(&tb, &load).await;
+    let shown = ok(&tb, "find-definition", json!({"symbol": "accessor-moved::stock-level", "source": true})).await;
+    assert!(!shown.contains("not found there"), "{shown}");
+    assert_eq!(shown.matches(class.trim_end()).count(), 2, "{shown}");
+    assert!(shown.contains("stock.lisp:11:1 (a slot accessor made by the DEFCLASS of STOCK)"), "{shown}");
+}
+
+/// A traced callee is wrapped in an encapsulation, which xref's callees named
+/// SB-IMPL::ENCAPSULATION (issue 49.3): they name the function the caller calls, wrapped or not.
+#[tokio::test]
+async fn xref_names_a_traced_callee_by_its_own_name() {
+    let tb = common::toolbox(common::shared_image_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traced.lisp");
+    std::fs::write(
+        &path,
+        "(defpackage :xref-traced (:use :cl))\n(in-package :xref-traced)\n\n(defun wrapped (x) (1+ x))\n\n\
+         (defun plain (x) (1- x))\n\n(defun caller (y) (plain (wrapped y)))\n",
+    )
+    .unwrap();
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", path.display().to_string())).await;
+    common::eval_ok(&tb, "(trace xref-traced::wrapped)").await;
+    let callees = ok(&tb, "xref", json!({"symbol": "xref-traced::caller", "kind": "callees"})).await;
+    common::eval_ok(&tb, "(untrace xref-traced::wrapped)").await;
+    assert!(!callees.contains("ENCAPSULATION"), "{callees}");
+    assert!(callees.contains("WRAPPED"), "{callees}");
+    assert!(callees.contains("PLAIN"), "{callees}");
+    assert!(callees.contains(&format!("{}:4:1", path.canonicalize().unwrap().display())), "{callees}");
 }

@@ -113,6 +113,18 @@ async fn warnings_are_summarised_and_failures_keep_them() {
     assert!(output.is_error, "{}", output.text);
     assert!(output.text.starts_with("[ERROR] "), "{}", output.text);
     assert!(output.text.contains("Loading system \"load-test-broken\" failed after "), "{}", output.text);
+    // The failed load's restarts (ASDF's retry and accept) were gone when the reply was read
+    // (issue 49.5): the reply says what to do instead.
+    assert!(!output.text.contains("[Restarts]"), "{}", output.text);
+    assert_eq!(output.structured_value().unwrap()["error"]["restarts"], json!([]));
+    assert!(
+        output.text.contains(
+            " s; it was abandoned, and nothing waits in a debugger. Fix what the error and the compiler's messages \
+             say, then call load-system again.\n"
+        ),
+        "{}",
+        output.text
+    );
     assert!(
         output.text.contains("[warnings]\nWARNING: Constant \"two\" conflicts with its asserted type NUMBER."),
         "{}",

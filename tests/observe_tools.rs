@@ -437,7 +437,15 @@ async fn an_allocation_profile_names_the_users_functions() {
     let first = rows.first().copied().unwrap_or_default();
     assert!(first.ends_with("OBS-ALLOC-LISTS") || first.ends_with("OBS-ALLOC-STRINGS"), "{}", output.text);
     let churn = rows.iter().find(|row| row.ends_with("OBS-ALLOC-CHURN")).unwrap_or_else(|| panic!("{}", output.text));
-    assert!(churn.contains("100.0  OBS-ALLOC-CHURN"), "{}", output.text);
+    // Its cumulative share is all but the odd sample SBCL's profiler takes in a collection the
+    // allocation set off, whose stack is the collector's (99.9 in a loaded run).
+    let cumulative: f64 = churn
+        .trim_end_matches("OBS-ALLOC-CHURN")
+        .split_whitespace()
+        .last()
+        .and_then(|share| share.parse().ok())
+        .unwrap_or_else(|| panic!("{}", output.text));
+    assert!(cumulative >= 99.0, "{}", output.text);
     assert!(output.text.ends_with("=> :DONE"), "{}", output.text);
 }
 
@@ -521,7 +529,10 @@ async fn failures_past_those_described_are_behind_a_handle() {
     let output = call(&tb, "run-tests", json!({"system": "obs-failing", "suite": "obs-failing::failing-suite"})).await;
     assert!(output.text.starts_with("FAILED: "), "{}", output.text);
     assert!(output.text.contains("\nFiveAM: 56 tests (115 checks): 56 failed.\n"), "{}", output.text);
-    assert_eq!(output.text.matches("[FAIL] ").count(), 50, "{}", output.text);
+    // The failing tests a red reply describes fit in its budget with the suspects.
+    let shown = output.text.matches("[FAIL] ").count();
+    assert!((1..56).contains(&shown), "{}", output.text);
+    assert!(output.text.len() <= 4_000, "{} characters:\n{}", output.text.len(), output.text);
 
     // The loop: its form once, 20 failures' values, the handle of all 60.
     let looping = output.text.split("\n\n").find(|block| block.contains("MANY-FAILURES")).unwrap();
@@ -549,18 +560,19 @@ async fn failures_past_those_described_are_behind_a_handle() {
     }
     assert_eq!(seen, (0..60).collect(), "every failure is described once: {}", every.text);
 
-    // The failing tests past 50 are behind a handle that the note names.
-    let note = output.text.lines().find(|line| line.starts_with("[... 6 more failing tests")).unwrap_or_else(|| {
-        panic!("{}", output.text);
-    });
-    assert!(note.contains("at most 50 per framework; inspect @"), "{note}");
+    // The failing tests past those are behind a handle that the note names.
+    let note = output
+        .text
+        .lines()
+        .find(|line| line.starts_with(&format!("[... {} more failing tests not shown; inspect @", 56 - shown)))
+        .unwrap_or_else(|| panic!("{}", output.text));
     let after = &note[note.find("inspect @").unwrap() + "inspect ".len()..];
     let mut words = after.split(' ');
     let handle = words.next().unwrap();
     let offset: u64 = words.nth(2).unwrap().parse().unwrap();
     let rest = call(&tb, "inspect", json!({"handle": handle, "offset": offset})).await;
     assert!(!rest.is_error, "{}", rest.text);
-    assert_eq!(rest.text.matches("[FAIL] ").count(), 6, "{}", rest.text);
+    assert_eq!(rest.text.matches("[FAIL] ").count(), 56 - shown, "{}", rest.text);
     assert!(!rest.text.contains("more characters"), "the rest is read to its end: {}", rest.text);
 }
 

@@ -18,8 +18,11 @@ use serde_json::{json, Value};
 
 use swank_mcp::tools::{ToolOutput, Toolbox};
 
+/// Calls `tool` as the MCP server does, tagged with its name, which the undo journal's entries
+/// name.
 async fn call(toolbox: &Arc<Toolbox>, tool: &str, arguments: Value) -> ToolOutput {
-    common::call_within(toolbox, tool, arguments, Duration::from_secs(300)).await
+    let call = common::call_within(toolbox, tool, arguments, Duration::from_secs(300));
+    swank_mcp::image::call_tag::for_call("test-call", tool, call).await
 }
 
 fn project(path: &str) -> PathBuf {
@@ -461,6 +464,49 @@ fn change_file(path: &std::path::Path, from: &str, to: &str) {
 }
 
 #[tokio::test]
+async fn a_reload_that_sets_a_variable_again_says_so_and_undo_puts_its_value_back() {
+    // The person set *TAX-RATE* at their REPL; a reload of the file, after an edit, runs its
+    // DEFPARAMETER again: that value is their data.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("till.asd"), "(asdf:defsystem \"till\" :components ((:file \"till\")))\n").unwrap();
+    let source = dir.path().join("till.lisp");
+    std::fs::write(
+        &source,
+        "(defpackage :till (:use :cl))\n(in-package :till)\n(defparameter *tax-rate* 20)\n\
+         (defun tax (amount) (* amount *tax-rate* 1/100))\n",
+    )
+    .unwrap();
+    let (_image, tb) = image_with(dir.path()).await;
+    let loaded = call(&tb, "load-system", json!({"system": "till"})).await;
+    assert!(!loaded.is_error, "{}", loaded.text);
+    common::eval_ok(&tb, "(setf till::*tax-rate* 25)").await;
+    change_file(&source, "(* amount *tax-rate* 1/100)", "(/ (* amount *tax-rate*) 100)");
+    let reloaded = call(&tb, "load-system", json!({"system": "till"})).await;
+    assert!(
+        reloaded.text.contains("; its DEFPARAMETERs set 1 variable again: TILL::*TAX-RATE* (was 25)"),
+        "{}",
+        reloaded.text
+    );
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "till::*tax-rate*").await), "=> 20");
+    let entry = newest_journal_entry(&tb).await;
+    let listing = call(&tb, "undo", json!({ "before": entry + 1 })).await;
+    let line = listing
+        .text
+        .lines()
+        .find(|line| {
+            line.contains(
+                "variable TILL::*TAX-RATE* (was 25): set again by a DEFPARAMETER: undo puts that value back \
+                 (load-system, loading till",
+            )
+        })
+        .unwrap_or_else(|| panic!("{}", listing.text));
+    let number: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    let undone = call(&tb, "undo", json!({ "entries": [number] })).await;
+    assert!(undone.text.contains("variable TILL::*TAX-RATE* (was 25): its value is back"), "{}", undone.text);
+    assert_eq!(common::without_handle(&common::eval_ok(&tb, "till::*tax-rate*").await), "=> 25");
+}
+
+#[tokio::test]
 async fn a_suite_with_its_own_harness_is_judged_by_the_lines_that_name_failures() {
     let _asdf = common::shared_asdf_turn().await;
     let tb = common::toolbox(common::shared_image_port());
@@ -721,6 +767,15 @@ async fn a_seeded_library_is_fixed_in_the_loop_within_the_replies_budgets() {
     let count = names.len();
     names.dedup();
     assert_eq!(names.len(), count, "entries {first} to {last} name a definition twice");
+    // The listing tells the reload's entries from the agent's edits before them.
+    let cause = |listing: &ToolOutput, number: u64| {
+        let line = listing.text.lines().find(|line| line.trim_start().starts_with(&format!("{number}  ")));
+        line.and_then(|line| line.rsplit_once(" (")).map(|(_, cause)| cause.trim_end_matches(')').to_string())
+    };
+    let reload = call(&tb, "undo", json!({ "before": last + 1 })).await;
+    assert!(cause(&reload, last).is_some_and(|cause| cause.starts_with("run-tests, loading ")), "{}", reload.text);
+    let edits = call(&tb, "undo", json!({ "before": first })).await;
+    assert_eq!(cause(&edits, first - 1).as_deref(), Some("edit-lisp-form"), "{}", edits.text);
     drop(image);
 }
 
@@ -788,7 +843,7 @@ async fn a_suite_run_interpreted_and_compiled_shows_each_failure_once() {
             variants("IDENTIFIER.LENGTHS")
         ),
         format!(
-            "\n\n[FAIL] {}\n  Form: (SEARCH \"at position 2\" REPORT)\n  Reason: The string \"at position 2\" does not \
+            "\n\n[FAIL] {}\n  Form: (SEARCH TEXT REPORT), checked in EXPECT-IN-REPORT\n  Reason: The string \"at position 2\" does not \
              occur in \"Could not parse \\\"12x\\\" at 2.\".",
             variants("PARSE-ERROR.MESSAGE")
         ),
@@ -888,7 +943,9 @@ async fn a_debian_library_with_a_harness_of_its_own_is_judged_by_its_lines_not_i
         "{}",
         red.text
     );
-    assert!(red.text.contains("Unexpected failures: ") && red.text.contains("#o-101/75"), "{}", red.text);
+    // The harness prints its verdict onto the table's last row: the reply quotes the verdict alone.
+    assert!(red.text.contains("\nUnexpected failures: ") && red.text.contains("#o-101/75"), "{}", red.text);
+    assert!(!red.text.contains("FLOATUnexpected"), "{}", red.text);
     assert!(!red.text.contains("RT") && !red.text.contains("FiveAM"), "no framework is guessed at: {}", red.text);
 
     change_file(&source, ":radix 10))", ":radix 8))");
@@ -1063,6 +1120,94 @@ async fn a_red_fiveam_run_names_the_function_at_fault() {
         "(char< (first range) char (second range))",
     )];
     assert_suspected("esrap", "esrap", &range, "ESRAP::EXEC-CHARACTER-RANGES").await;
+}
+
+#[tokio::test]
+async fn a_red_fiveam_run_names_the_inline_function_at_fault_and_leaves_the_code_as_it_was() {
+    // Debian's split-sequence declares its functions inline: the tests reach each only inlined
+    // into SPLIT-SEQUENCE, where every one of them (the vector and the list paths) ties.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("cl-split-sequence", dir.path());
+    change_file(&copy.join("vector.lisp"), ":return (values subseqs left)", ":return (values subseqs right)");
+    let (_image, tb) = image_with(&copy).await;
+    common::eval_ok(&tb, "(asdf:load-system \"split-sequence\")").await;
+    common::eval_ok(&tb, "(defparameter cl-user::*compiled* #'split-sequence:split-sequence)").await;
+    let journaled_before = newest_journal_entry(&tb).await;
+    let red = call(&tb, "run-tests", json!({"system": "split-sequence"})).await;
+    assert!(red.text.starts_with("FAILED: "), "{}", red.text);
+    assert_eq!(
+        first_suspects(&red).first().map(String::as_str),
+        Some("SPLIT-SEQUENCE::SPLIT-VECTOR-FROM-START"),
+        "{}",
+        red.text
+    );
+    assert!(
+        red.text.contains("SPLIT-SEQUENCE::SPLIT-VECTOR-FROM-START vector.lisp:37 (inline function; "),
+        "{}",
+        red.text
+    );
+    // The functions recompiled to count the inline ones' calls are the library's compiled code
+    // again, the inline ones are still inline, and the agent's undo journal has none of it.
+    let state = common::eval_ok(
+        &tb,
+        "(list (eq cl-user::*compiled* #'split-sequence:split-sequence) \
+         (sb-int:info :function :inlinep 'split-sequence::split-vector-from-start))",
+    )
+    .await;
+    assert!(state.starts_with("=> (T INLINE)"), "{state}");
+    // (ASDF may reload a file the seeding changed within the second it loaded it: the listing
+    // says so of those entries.)
+    let listing = call(&tb, "undo", json!({ "before": newest_journal_entry(&tb).await + 1 })).await;
+    let recompiled: Vec<&str> = listing
+        .text
+        .lines()
+        .filter(|line| {
+            line.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > journaled_before)
+        })
+        .filter(|line| line.contains(" SPLIT-SEQUENCE:") && !line.contains("(run-tests, loading "))
+        .collect();
+    assert!(recompiled.is_empty(), "{}", listing.text);
+}
+
+/// The number of the undo journal's newest entry.
+async fn newest_journal_entry(toolbox: &Arc<Toolbox>) -> u64 {
+    let page = call(toolbox, "undo", json!({})).await;
+    let entries = page.structured_value().unwrap()["entries"].as_array().unwrap().clone();
+    entries.iter().filter_map(|entry| entry["number"].as_u64()).max().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn what_reports_a_failing_tests_error_is_no_suspect() {
+    // esrap's inline case-insensitive matcher, seeded: the two tests that fail end in a parse
+    // error, which FiveAM then prints with esrap's own reporting functions. Those ran after the
+    // error, where the test went and not where it went wrong (they were the third suspect).
+    let dir = tempfile::tempdir().unwrap();
+    let copy = debian_copy("esrap", dir.path());
+    change_file(
+        &copy.join("src/evaluator.lisp"),
+        "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string-equal",
+        "case-insensitive-p (string length text position end)\n  (and (<= (+ length position) end)\n       (string=",
+    );
+    let (_image, tb) = image_with(&copy).await;
+    let red = call(&tb, "run-tests", json!({"system": "esrap"})).await;
+    let (_, suspects) = failures_and_suspects(&red.text);
+    assert!(suspects.starts_with("[suspects] likeliest first"), "{}", red.text);
+    assert!(!suspects.contains("PRINT-TERMINAL"), "{}", red.text);
+}
+
+#[tokio::test]
+async fn a_suspect_a_macro_defined_names_the_macro() {
+    // Debian's ieee-floats: its converters are written by a macro, where the bug is.
+    let sign = [("ieee-floats.lisp", "(sign (if (= sign 1.0) 0 1))", "(sign (if (= sign 1.0) 1 0))")];
+    let red = assert_suspected("ieee-floats", "ieee-floats", &sign, "IEEE-FLOATS:ENCODE-FLOAT32").await;
+    assert!(
+        red.text.contains(
+            "IEEE-FLOATS:ENCODE-FLOAT32 ieee-floats.lisp:115 (inline function; 2 of 7 failing, 0 passing)\n   defined \
+             there by the macro IEEE-FLOATS:MAKE-FLOAT-CONVERTERS ieee-floats.lisp:48"
+        ),
+        "{}",
+        red.text
+    );
 }
 
 #[tokio::test]

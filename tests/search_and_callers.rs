@@ -116,6 +116,15 @@ async fn a_text_is_found_in_the_lisp_files_under_the_roots_without_an_image() {
          computed.\nsrc/cells.lisp:4 (defun cell-column)\n  4: (defun cell-column (cell)\n  5:   (let ((column (second \
          cell)))\n  6:     (1+ column)))"
     );
+    // With source, each definition holding it comes whole, once, in place of its lines; a comment
+    // keeps its line.
+    let found = ok(&tb, "find-definition", json!({"text": "Column", "source": true})).await;
+    assert_eq!(
+        found,
+        "\"Column\" is in 2 places in 1 file (of 1 searched in the roots):\nsrc/cells.lisp:3\n  3: ;; Where the column is \
+         computed.\nsrc/cells.lisp:4 (defun cell-column)\n(defun cell-column (cell)\n  (let ((column (second cell)))\n    \
+         (1+ column)))"
+    );
 }
 
 const MACROS: &str = "\
@@ -231,4 +240,54 @@ async fn callers_later_in_the_edited_file_are_found_where_the_edit_moved_them() 
         "{edited}"
     );
     assert_eq!(common::without_handle(&common::eval_ok(&tb, "(inlined-app::close-p 1 1.5)").await), "=> NIL");
+}
+
+/// A caller of a caller, inlined through it (BASE inline, MIDDLE inline and calling it, TOP calling
+/// MIDDLE), runs BASE's old body as much as MIDDLE does (issue 49.6): both are recompiled, each
+/// after what it inlines, and the reply says so.
+#[tokio::test]
+async fn a_caller_inlining_a_caller_of_a_changed_inline_function_is_recompiled_too() {
+    let image = common::private_image().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("deep.lisp");
+    std::fs::write(
+        &file,
+        "(defpackage #:deep-app (:use #:cl))\n(in-package #:deep-app)\n\n\
+         (declaim (inline base))\n(defun base (x)\n  (+ x 1))\n\n\
+         (declaim (inline middle))\n(defun middle (x)\n  (* (base x) 2))\n\n\
+         (defun top (x)\n  (middle x))\n",
+    )
+    .unwrap();
+    let users = root.join("users.lisp");
+    std::fs::write(&users, "(in-package #:deep-app)\n\n(defun outer (x)\n  (middle x))\n").unwrap();
+    let tb = toolbox(image.port, &root);
+    let path = file.display().to_string();
+    common::eval_ok(&tb, &format!("(load (compile-file {path:?}))")).await;
+    common::eval_ok(&tb, &format!("(load (compile-file {:?}))", users.display().to_string())).await;
+    let value = |code: &'static str| {
+        let tb = tb.clone();
+        async move { common::without_handle(&common::eval_ok(&tb, code).await).to_string() }
+    };
+    assert_eq!(value("(list (deep-app::top 1) (deep-app::outer 1))").await, "=> (4 4)");
+    let edited = ok(
+        &tb,
+        "edit-lisp-form",
+        json!({"file_path": path, "form_type": "defun", "form_name": "base", "operation": "patch",
+               "old_text": "(+ x 1)", "new_text": "(+ x 10)", "load": true}),
+    )
+    .await;
+    assert_eq!(value("(list (deep-app::top 1) (deep-app::outer 1))").await, "=> (22 22)", "{edited}");
+    assert!(
+        edited.contains(
+            "Recompiled 1 caller of DEEP-APP::BASE, compiled with its old definition: DEEP-APP::MIDDLE (deep.lisp:9).\n\
+             Recompiled 2 callers of DEEP-APP::MIDDLE, compiled with its old definition: "
+        ),
+        "{edited}"
+    );
+    assert!(
+        edited.contains("DEEP-APP::TOP (deep.lisp:12)") && edited.contains("DEEP-APP::OUTER (users.lisp:3)"),
+        "{edited}"
+    );
+    assert!(!edited.contains("still running the old one"), "{edited}");
 }

@@ -593,24 +593,24 @@ fn outline_lists_the_forms() {
 
 #[test]
 fn definitions_describe_the_tools_honestly() {
-    let edit = edit_lisp_form::definition();
+    let edit = &edit_lisp_form::TOOL.definition;
     assert_eq!(edit.name, "edit-lisp-form");
     // As the contract asks: the model is told to prefer it to rewriting whole files.
     assert!(edit.description.contains("Use it rather than rewriting files"));
     // With `load`, it changes the image too.
-    assert!(edit.annotations.destructive && !edit.annotations.read_only && edit.annotations.open_world);
+    assert!(!edit.read_only);
     // One edit's fields, or `edits`: which are required depends on which the call gives.
     assert_eq!(edit.input_schema().get("required"), None);
     assert_eq!(edit.input_schema()["properties"]["edits"]["type"], json!("array"));
     assert!(edit.input_schema()["properties"]["operation"]["enum"].as_array().unwrap().contains(&json!("patch")));
     assert!(edit.description.contains("load: true compiles the change into the image"));
     assert_eq!(edit.input_schema()["properties"]["dry_run"]["type"], json!("boolean"));
-    assert_eq!(edit.input_schema()["properties"]["index"]["minimum"], json!(1));
+    // Counted from 1, which the check enforces and the instructions say, not the schema.
+    assert_eq!(edit.input_schema()["properties"]["index"], json!({"type": "integer"}));
 
-    for definition in [lisp_check_parens::definition(), lisp_outline::definition()] {
-        assert!(definition.annotations.read_only && !definition.annotations.destructive);
-        assert!(!definition.annotations.open_world);
-        let entry = swank_mcp::mcp::tool_list::entry(&definition, definition.input_schema());
+    for definition in [&lisp_check_parens::TOOL.definition, &lisp_outline::TOOL.definition] {
+        assert!(definition.read_only);
+        let entry = swank_mcp::mcp::tool_list::entry(definition, definition.input_schema());
         assert_eq!(entry["annotations"]["readOnlyHint"], json!(true));
     }
 }
@@ -764,11 +764,64 @@ fn a_batch_is_applied_all_or_none() {
     assert_eq!(project.read("other.lisp"), "(defun one () 11)\n\n(defun two () 2)\n\n(defun three () 3)\n");
     assert!(project.read("shapes.lisp").contains("\"Return a new copy of SHAPE"));
     assert!(
-        output.text.starts_with("Patched `defun one` in other.lisp, line 1 now:\n(defun one () 10)\n"),
+        output.text.starts_with(
+            "Patched `defun one` in other.lisp (a later edit of this batch changed it again), line 1 now:\n\
+             (defun one () 10)\n"
+        ),
         "{}",
         output.text
     );
     assert_eq!(output.structured_value().unwrap()["edits"].as_array().map(Vec::len), Some(4));
+}
+
+/// A batch reports where each edit's lines are once all its edits are made (issue 49.2: an edit
+/// said "line 102 now" where a later edit of the same batch had moved it to 100), and says when a
+/// later edit changed a form again, whose text as the earlier edit left it is then not the file's.
+#[test]
+fn a_batch_reports_the_lines_its_edits_leave_in_the_end() {
+    let project = Project::new();
+    let file = project.file(
+        "moved.lisp",
+        "(defun gone ()
+  0)
+
+(defun kept (x)
+  (+ x 1))
+
+(defun last-one () 3)
+",
+    );
+    let output = project.edit(json!({"file_path": file, "form_type": "defun", "edits": [
+        {"form_name": "kept", "operation": "patch", "old_text": "(+ x 1)", "new_text": "(+ x 2)"},
+        {"form_name": "last-one", "operation": "replace", "content": "(defun last-one ()\n  4)"},
+        {"form_name": "gone", "operation": "delete"},
+        {"form_name": "last-one", "operation": "insert_before", "content": "(defun before-last ()\n  ;; five\n  5)"},
+        {"form_name": "last-one", "operation": "patch", "old_text": "4", "new_text": "6"},
+    ]}));
+    assert!(!output.is_error, "{}", output.text);
+    let text = project.read("moved.lisp");
+    assert_eq!(
+        text,
+        "(defun kept (x)\n  (+ x 2))\n\n(defun before-last ()\n  ;; five\n  5)\n\n(defun last-one ()\n  6)\n"
+    );
+    assert!(output.text.starts_with("Patched `defun kept` in moved.lisp, line 2 now:\n(+ x 2))\n"), "{}", output.text);
+    assert!(
+        output.text.contains(
+            "Replaced `defun last-one` (line 7) in moved.lisp with 1 form, now at lines 8-9; a later edit of \
+             this batch changed it again."
+        ),
+        "{}",
+        output.text
+    );
+    assert!(
+        output.text.contains("Inserted 1 form before `defun last-one` (lines 4-5) in moved.lisp, now at lines 4-6."),
+        "{}",
+        output.text
+    );
+    assert!(output.text.contains("Patched `defun last-one` in moved.lisp, line 9 now:\n6)"), "{}", output.text);
+    let edits = output.structured_value().unwrap()["edits"].clone();
+    assert_eq!(edits[0]["new_lines"], json!([1, 2]), "{edits}");
+    assert_eq!(edits[1]["new_lines"], json!([8, 9]), "{edits}");
 }
 
 /// An agent's first batch names the file and the form type once, in the call, and each edit only
@@ -813,9 +866,9 @@ fn a_batch_takes_the_calls_file_form_type_and_load_as_each_edits() {
     assert!(project.read("other.lisp").starts_with("(defun one () 11)\n"));
 
     // The schema says what an edit must give itself.
-    let schema = edit_lisp_form::definition().input_schema();
+    let schema = edit_lisp_form::TOOL.definition.input_schema();
     assert_eq!(schema["properties"]["edits"]["items"]["required"], json!(["form_name", "operation"]));
-    assert!(schema["properties"]["edits"]["description"].as_str().unwrap().contains("file_path, form_type and load"));
+    assert!(edit_lisp_form::TOOL.definition.description.contains("edits: several, all or none"));
 }
 
 #[test]
@@ -842,6 +895,66 @@ fn the_outline_gives_each_forms_text_with_source() {
         "wrapped.lisp: 2 top-level forms, 5 lines\nforms 1 to 1:\n1-3  progn\n(progn\n  (defun a () 1)\n  (defun b () 2))\n... 1 \
          more; use `offset: 1` for the next page."
     );
+}
+
+#[test]
+fn the_outline_gives_the_whole_form_holding_a_line() {
+    let project = Project::new();
+    let file = project.file("shapes.lisp", fixture("shapes.lisp"));
+    let at = |line: u64| run(&lisp_outline::TOOL, json!({"file_path": file, "line": line}), &project.roots);
+    // Any line of a form gives all of it, its reader conditional too, and nothing more.
+    for line in [67, 68, 69] {
+        let output = at(line);
+        assert!(!output.is_error, "{}", output.text);
+        assert_eq!(
+            output.text,
+            format!(
+                "shapes.lisp: 22 top-level forms, 81 lines\nform 18, holding line {line}:\n67-69  #+sbcl defun gc-shapes\n\
+                 #+sbcl\n(defun gc-shapes ()\n  (sb-ext:gc :full t))"
+            )
+        );
+    }
+    let structured = at(68).structured_value().unwrap();
+    assert_eq!((structured["offset"].clone(), structured["next_offset"].clone()), (json!(17), Value::Null));
+    // A line between forms, or past the end, is refused naming where the forms are.
+    let between = at(70);
+    assert!(between.is_error, "{}", between.text);
+    assert_eq!(
+        between.text,
+        "Line 70 of `shapes.lisp` is in no top-level form (a comment or blank line); the nearest are at lines 67-69 and \
+         lines 71-73."
+    );
+    let past = at(500);
+    assert_eq!((past.is_error, past.text.as_str()), (true, "`shapes.lisp` has 81 lines; line 500 is past its end."));
+    let both = run(&lisp_outline::TOOL, json!({"file_path": file, "line": 3, "offset": 1}), &project.roots);
+    assert!(both.is_error && both.text.contains("not both"), "{}", both.text);
+}
+
+#[test]
+fn an_outline_page_ends_after_the_form_that_passes_its_character_budget() {
+    let project = Project::new();
+    // Ten forms of 5,000 characters: a page holds four (the fourth passes 16,000), whatever `limit`.
+    let body = "x".repeat(5_000);
+    let code: String = (0..10).map(|i| format!("(defun big-{i} ()\n  \"{body}\")\n\n")).collect();
+    let file = project.file("big.lisp", &code);
+    let page = |arguments: Value| {
+        let output = run(&lisp_outline::TOOL, arguments, &project.roots);
+        assert!(!output.is_error, "{}", output.text);
+        output.structured_value().unwrap()["next_offset"].clone()
+    };
+    assert_eq!(page(json!({"file_path": file, "source": true})), json!(4));
+    assert_eq!(page(json!({"file_path": file, "source": true, "offset": 8})), Value::Null);
+    assert_eq!(page(json!({"file_path": file, "source": true, "limit": 2})), json!(2));
+    // Without source, ten outline lines are far below it; a thousand long ones are not, though
+    // `limit` would take them all.
+    assert_eq!(page(json!({"file_path": file})), Value::Null);
+    let name = "a-function-whose-name-says-rather-more-than-it-needs-to";
+    let code: String = (0..1_000).map(|i| format!("(defun {name}-{i:04} () nil)\n")).collect();
+    let file = project.file("long-names.lisp", &code);
+    let output = run(&lisp_outline::TOOL, json!({"file_path": file}), &project.roots);
+    let next = output.structured_value().unwrap()["next_offset"].as_u64().expect("a next page");
+    assert!((200..300).contains(&next), "{next} forms on the first page");
+    assert!((15_000..16_200).contains(&output.text.chars().count()), "{}", output.text.chars().count());
 }
 
 #[test]

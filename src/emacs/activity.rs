@@ -1,5 +1,5 @@
 //! The record of every tool call that the user's Emacs shows (`M-x swank-mcp-activity`,
-//! elisp-compat/swank-mcp.el): an observer of calls ([`crate::pipeline::observe`]) that tells the
+//! elisp-compat/swank-mcp-activity.el): an observer of calls ([`crate::pipeline::observe`]) that tells the
 //! image each call's state as it changes (waiting for approval, running, and how it ended, with
 //! the reply text the agent received), and the image keeps the bounded record
 //! (`lisp/activity.lisp`). Only the server sees every call: those the human declined, those that
@@ -82,6 +82,9 @@ struct RecordedCall {
     input: String,
     package: Option<String>,
     client: String,
+    /// The files its arguments name (`file_path`, its own or an edit's): Emacs reverts the
+    /// buffers that visit those the call wrote, which it tells by their dates, once it ended.
+    files: Vec<String>,
 }
 
 /// A change of one call's state, and when it ended, the text and how long it ran (`None` when it
@@ -94,15 +97,21 @@ struct Note {
 }
 
 impl Note {
-    /// The note as `note-activities` takes it: `(id tool state :key value...)`.
+    /// The note as `note-activities` takes it: a plist, `(:id id :tool tool :state state ...)`.
     fn form(&self) -> Form {
         let call = &self.call;
-        let mut form = vec![call.id.as_str().into(), call.tool.as_str().into(), Form::Keyword(self.state.keyword())];
+        let mut form = Vec::new();
         let mut key = |key, value: Form| form.extend([Form::Keyword(key), value]);
+        key("id", call.id.as_str().into());
+        key("tool", call.tool.as_str().into());
+        key("state", Form::Keyword(self.state.keyword()));
         key("input", call.input.as_str().into());
         key("client", call.client.as_str().into());
         if let Some(package) = &call.package {
             key("package", package.as_str().into());
+        }
+        if !call.files.is_empty() {
+            key("files", Form::List(call.files.iter().map(|file| file.as_str().into()).collect()));
         }
         let milliseconds = |duration: &Duration| Form::from(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
         if let Some((text, ran)) = &self.ended {
@@ -197,6 +206,7 @@ impl Observer for ActivityFeed {
             input,
             package: argument("package").map(str::to_string),
             client: start.client.to_string(),
+            files: object.map(named_files).unwrap_or_default(),
         });
         let now = Instant::now();
         let recorded = Recorded {
@@ -220,6 +230,20 @@ impl Observer for ActivityFeed {
             let _ = sender.await;
         })
     }
+}
+
+/// The `file_path` arguments of a call: its own, and those of the objects its list arguments hold
+/// (`edit-lisp-form`'s `edits`), each once.
+fn named_files(arguments: &serde_json::Map<String, Value>) -> Vec<String> {
+    let own = std::iter::once(arguments);
+    let nested = arguments.values().filter_map(Value::as_array).flatten().filter_map(Value::as_object);
+    let mut files: Vec<String> = Vec::new();
+    for file in own.chain(nested).filter_map(|object| object.get("file_path").and_then(Value::as_str)) {
+        if !files.iter().any(|seen| seen == file) {
+            files.push(file.to_string());
+        }
+    }
+    files
 }
 
 /// The last of `notes` (in the order given) of each call: a note carries all the record needs
@@ -434,6 +458,7 @@ mod tests {
             input: "(+ 1 2)".to_string(),
             package: None,
             client: "test".to_string(),
+            files: Vec::new(),
         };
         let now = std::time::Instant::now();
         Recorded {
@@ -472,10 +497,12 @@ mod tests {
         let sent: Vec<String> = latest_of_each_call(notes).iter().map(|note| note.form().to_wire()).collect();
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert!(
-            sent[0].starts_with(r#"("c-1" "evaluate-lisp" :done :input "(+ 1 2)" :client "test" :text "3""#),
+            sent[0].starts_with(
+                r#"(:id "c-1" :tool "evaluate-lisp" :state :done :input "(+ 1 2)" :client "test" :text "3""#
+            ),
             "{sent:?}"
         );
-        assert_eq!(sent[1], r#"("c-2" "evaluate-lisp" :running :input "(+ 1 2)" :client "test")"#);
+        assert_eq!(sent[1], r#"(:id "c-2" :tool "evaluate-lisp" :state :running :input "(+ 1 2)" :client "test")"#);
     }
 
     #[test]
@@ -508,6 +535,17 @@ mod tests {
         assert!(ran.parse::<u64>().unwrap() < 1000, "the run's time leaves the wait out: {notes:?}");
         assert!(notes[2].contains(":declined") && !notes[2].contains(":milliseconds"), "it never ran: {notes:?}");
         assert!(waited(&notes[2]) >= 1500, "{notes:?}");
+    }
+
+    #[test]
+    fn the_files_a_call_names_are_its_own_and_its_edits_each_once() {
+        let arguments = serde_json::json!({
+            "file_path": "/src/a.lisp",
+            "edits": [{"file_path": "/src/b.lisp"}, {"file_path": "/src/a.lisp"}, {"form_name": "f"}],
+            "code": "(+ 1 2)"
+        });
+        assert_eq!(super::named_files(arguments.as_object().unwrap()), ["/src/a.lisp", "/src/b.lisp"]);
+        assert!(super::named_files(serde_json::json!({"code": "1"}).as_object().unwrap()).is_empty());
     }
 
     #[test]

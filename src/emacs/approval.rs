@@ -1,4 +1,4 @@
-//! Asking the user's Emacs (`swank-mcp-approval-mode`, elisp-compat/swank-mcp.el) to approve a
+//! Asking the user's Emacs (`swank-mcp-approval-mode`, elisp-compat/swank-mcp-approval.el) to approve a
 //! call, through the image: the helper tells the Emacs connections in approval mode and holds the
 //! request until one answers or `--confirm-timeout` passes (`lisp/activity.lisp`). And the
 //! allowances for the rest of a session that the person gives there, which the image keeps so

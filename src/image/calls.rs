@@ -183,7 +183,7 @@ impl Image {
     ) -> Result<T, CallError> {
         tokio::pin!(call);
         let interruption = tokio::select! {
-            reply = &mut call => return self.outcome(connection, reply).await,
+            reply = &mut call => return self.interpret_reply(connection, reply).await,
             _ = tokio::time::sleep_until(deadline) => Interruption::Timeout,
             _ = limits.cancel.cancelled() => Interruption::Cancelled,
         };
@@ -232,7 +232,7 @@ impl Image {
         }
         match (reply, interruption) {
             (_, Interruption::Cancelled) => Err(CallError::Cancelled),
-            (Ok(reply), Interruption::Timeout) => self.outcome(connection, reply).await,
+            (Ok(reply), Interruption::Timeout) => self.interpret_reply(connection, reply).await,
             (Err(_), Interruption::Timeout) => Err(CallError::Unresponsive {
                 after: limits.timeout,
                 report: stuck_report(connection, token.to_string()).await,
@@ -243,7 +243,7 @@ impl Image {
     /// What a helper call's reply means for the caller. The helper traps every error and
     /// debugger entry of its own, so a request that swank aborts without a debugger report had
     /// its thread unwound from outside: by SB-EXT:EXIT, or by an escape to swank's top level.
-    async fn outcome<T>(&self, connection: &Connection, reply: Result<T, RexError>) -> Result<T, CallError> {
+    async fn interpret_reply<T>(&self, connection: &Connection, reply: Result<T, RexError>) -> Result<T, CallError> {
         match reply {
             Ok(value) => Ok(value),
             Err(RexError::ConnectionLost { reason, .. }) if !connection.closed_by_client() => {
@@ -349,10 +349,10 @@ pub struct Evaluating {
 }
 
 impl Evaluating {
-    /// Whether it has returned (or its connection was lost) since it was last followed, taking
-    /// what happened to it meanwhile: an evaluation stopped in the debugger is aborted from the
-    /// image's side after --debug-timeout.
-    pub fn has_ended(&mut self) -> bool {
+    /// Whether it has returned (or its connection was lost) since it was last followed: takes the
+    /// events that came meanwhile, which no one else then sees (an evaluation stopped in the
+    /// debugger is aborted from the image's side after --debug-timeout).
+    pub fn drain_events_and_check_ended(&mut self) -> bool {
         while let Some(event) = self.rex.try_next() {
             if matches!(event, RexEvent::Returned(_)) {
                 return true;

@@ -2,7 +2,7 @@
 //! `src/lisp/`, and a name the helper lacks fails only when a call reaches the image. So the names
 //! are written once, here, and a [`Request`](super::Request) takes an [`Entry`], never a string;
 //! `tests/helper_source.rs` ties this list to the Lisp's definitions (and the entries only Emacs
-//! calls, to `elisp-compat/swank-mcp.el`), so a missing or misspelt entry fails `cargo test`.
+//! calls, to the Emacs package's files `elisp-compat/swank-mcp*.el`), so a missing or misspelt entry fails `cargo test`.
 
 /// An entry of the helper, an exported function of package `MCP-AGENT-HELPER`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ macro_rules! entries {
     ($($(#[$doc:meta])* $constant:ident = $name:literal,)*) => {
         impl Entry {
             $(
-                #[doc = concat!("`", $name, "`.")]
+                #[doc = concat!("The helper's `", $name, "`: its `(define-entry ", $name, " ...)` in `src/lisp/` says what it does.")]
                 $(#[$doc])*
                 pub const $constant: Entry = Entry($name);
             )*
@@ -64,6 +64,7 @@ entries! {
     SYSTEM_FILES = "system-files",
     RUN_TESTS = "run-tests",
     TEST_ACTIVITY = "test-activity",
+    TEST_RELOAD_PLAN = "test-reload-plan",
     TRACE_FUNCTIONS = "trace-functions",
     PROFILE_CODE = "profile-code",
     THREADS = "threads",

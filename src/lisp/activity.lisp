@@ -57,6 +57,8 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    (client :initarg :client :reader record-client)
    (input :initarg :input :reader record-input)
    (package :initarg :package :reader record-package)
+   ;; The files the call's arguments name, which Emacs checks for its writes once it ended.
+   (files :initarg :files :initform nil :reader record-files)
    (started :initform (get-universal-time) :reader record-started)
    (state :initarg :state :accessor record-state)
    (milliseconds :initform nil :accessor record-milliseconds)
@@ -70,21 +72,25 @@ itself ends a call in :LOST when its server's connection closes first (END-CALLS
    (connection :initform (server-connection) :accessor record-connection)))
 
 (define-entry (note-activities :caller :server :look t) (notes &key session token)
-  "A server's notes on its calls, oldest first, each (ID TOOL STATE &key INPUT CLIENT PACKAGE TEXT
-MILLISECONDS WAITED): its call ID of TOOL is now in STATE (one of *CALL-STATES*); with TEXT, the
-reply the agent received, and MILLISECONDS, how long the call ran (NIL when it never ran), once it
-ended; WAITED, how long it waited for approval, once it stopped waiting. A note that arrives
-after its call's end (notes of one call come in order, but the end is final) changes nothing. The
-Emacs activity buffers are told of each change."
+  "A server's notes on its calls, oldest first, each a plist (:ID :TOOL :STATE &key :INPUT :CLIENT
+:PACKAGE :FILES :TEXT :MILLISECONDS :WAITED): its call ID of TOOL is now in STATE (one of
+*CALL-STATES*); FILES, the files its arguments name; with TEXT, the reply the agent received, and
+MILLISECONDS, how long the call ran (NIL when it never ran), once it ended; WAITED, how long it
+waited for approval, once it stopped waiting. A note that arrives after its call's end (notes of
+one call come in order, but the end is final) changes nothing. The Emacs activity buffers are
+told of each change, and the Emacs that watch files (:FILES) of each call that ran and named files,
+as it ends: they revert the buffers of those it wrote."
   (declare (ignore session token))
   (let ((bad (find-if-not (lambda (note)
-                            (and (consp note) (stringp (first note)) (stringp (second note))
-                                 (member (third note) *call-states*)))
+                            (and (consp note) (evenp (length note))
+                                 (stringp (getf note :id)) (stringp (getf note :tool))
+                                 (member (getf note :state) *call-states*)))
                           notes))
         (changed '()))
     (when bad
       (return-from note-activities
-        (list :failure (format nil "Each note is a call id, a tool name, one of ~{~(~S~)~^, ~} and keywords: ~S"
+        (list :failure (format nil "Each note is a plist of a call's :id, :tool, :state (one of ~{~(~S~)~^, ~}) ~
+and keywords: ~S"
                                *call-states* bad))))
     ;; A note that does not fit NOTE-ACTIVITY's arguments is reported, not taken to the debugger
     ;; with the lock held.
@@ -95,10 +101,13 @@ Emacs activity buffers are told of each change."
       (error (condition)
         (return-from note-activities (list :failure (format nil "A note was not recorded: ~A" condition)))))
     (dolist (plist (nreverse changed))
-      (apply #'tell-emacs :activity :call plist))
+      (apply #'tell-emacs :activity :call plist)
+      (when (and (getf plist :files) (getf plist :milliseconds))
+        (tell-emacs :files :written :id (getf plist :id) :tool (getf plist :tool) :client (getf plist :client)
+                                    :time (getf plist :time) :files (getf plist :files))))
     (list :recorded (length notes))))
 
-(defun note-activity (id tool state &key input client package text milliseconds waited)
+(defun note-activity (&key id tool state input client package files text milliseconds waited)
   "One of NOTE-ACTIVITIES' notes, under *ACTIVITY-LOCK*: the record's plist when it changed."
   (let ((record (find-activity id))
         (changed nil))
@@ -109,7 +118,7 @@ Emacs activity buffers are told of each change."
     (cond ((null record)
            (setf record (make-instance 'activity-record :id id :tool tool :client client
                                                         :input (or input "") :package package
-                                                        :state state)
+                                                        :files files :state state)
                  changed t)
            (add-activity record))
           ((member (record-state record) '(:waiting :running))
@@ -170,6 +179,16 @@ not a section's heading."
                    "")))
     (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))
 
+(defun reload-line (text)
+  "The line of TEXT, a reply, that says ASDF reloaded the person's changed files before the call's
+work (run-tests' \"Before the tests, ASDF reloaded ...\", load-system's), cut to 200 characters,
+or NIL: the activity buffer shows it under the call, whose first line says only how it ended."
+  (let ((at (search "ASDF reloaded " text)))
+    (when at
+      (let* ((start (1+ (or (position #\Newline text :end at :from-end t) -1)))
+             (line (string-trim " " (subseq text start (position #\Newline text :start at)))))
+        (if (> (length line) 200) (concatenate 'string (subseq line 0 200) " ...") line)))))
+
 (defparameter *user-cancellation*
   "The user cancelled this call in Emacs (M-x swank-mcp-cancel-call); what it did before that stays done."
   "Why a call the user cancelled was interrupted, as the agent's reply says it.")
@@ -177,13 +196,13 @@ not a section's heading."
 (defclass activity-event (activity-record)
   ((kind :initarg :kind :reader event-kind
          :documentation "One of :BREAKPOINT-SET, :BREAKPOINT-REMOVED, :BREAKPOINT-HIT,
-:BREAKPOINT-LEFT and :ATTACHED."))
+:BREAKPOINT-LEFT and :ATTACHED, or one of *EMACS-EVENT-KINDS*."))
   (:documentation "Something an agent's debugging did to the image's threads; its TEXT says what
 (see NOTE-EVENT). Defined before RECORD-PLIST, which tells events from calls."))
 
 (defun record-plist (record)
-  "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE
-:MILLISECONDS :WAITED :OUTCOME), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
+  "What Emacs is told of RECORD: (:ID :STATE :TOOL :VERSION :TIME :CLIENT :INPUT :PACKAGE :FILES
+:MILLISECONDS :WAITED :OUTCOME :RELOADED), and :EVENT, its kind, for an ACTIVITY-EVENT; :OUTCOME, the first
 line of the reply the agent received, and :MILLISECONDS, how long it ran, are NIL until the call
 ends; :WAITED, how long it waited for approval, is NIL until it stops waiting. The reply itself is
 asked for (ACTIVITY-REPLY): every message to Emacs is written in its event log (*slime-events*),
@@ -198,11 +217,13 @@ an agent's burst of calls."
         :client (record-client record)
         :input (record-input record)
         :package (record-package record)
+        :files (record-files record)
         :milliseconds (record-milliseconds record)
         :waited (record-waited record)
         :outcome (cond ((and (record-cancelled record) (eq (record-state record) :cancelled))
                         "Cancelled in Emacs.")
                        ((record-text record) (outcome-line (record-text record))))
+        :reloaded (and (record-text record) (reload-line (record-text record)))
         (and (typep record 'activity-event) (list :event (event-kind record)))))
 
 (define-entry (activity-reply :caller :emacs) (id)
@@ -245,6 +266,21 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
                      (record-plist event)))))
      (apply #'tell-emacs :activity :call plist))))
 
+(defparameter *emacs-event-kinds* '(:buffer-kept :stale-compile)
+  "The events an Emacs records of what the person's buffers hold against the agents' writes:
+:BUFFER-KEPT, a buffer with unsaved changes left as it was over an agent's write to its file;
+:STALE-COMPILE, the person's compilation of text older than the agent's write of its file.")
+
+(define-entry (note-emacs-event :caller :emacs) (kind text)
+  "For Emacs: records the event KIND (one of *EMACS-EVENT-KINDS*), which TEXT tells, among the
+agents' calls, and tells the activity buffers of every Emacs, as the agents' own events are."
+  (unless (member kind *emacs-event-kinds*)
+    (error "An Emacs event is one of ~{~S~^, ~}, not ~S." *emacs-event-kinds* kind))
+  (unless (stringp text)
+    (error "An Emacs event's text is a string, not ~S." text))
+  (note-event kind "~A" text)
+  t)
+
 ;;; ------------------------------------------------------------------------------------------
 ;;; Approvals in Emacs
 
@@ -259,6 +295,8 @@ activity buffers. Never fails: a thread stopping at a breakpoint must not fail f
    (answered :initform (sb-thread:make-semaphore :name "mcp-agent-helper approval answered")
              :reader approval-answered)
    (verdict :initform nil :accessor approval-verdict)
+   ;; The connection of the agent's server that asked, whose close ends the request (:LOST).
+   (connection :initform (server-connection) :reader approval-connection)
    ;; Whether the agent's server checks, once the call is approved, that what the user was shown
    ;; still holds (the file a preview was read from), and tells the outcome (SETTLE-APPROVAL):
    ;; until then the approving Emacs cannot say whether the call runs.
@@ -319,8 +357,20 @@ outcome of approval ID (SETTLE-APPROVAL), which the Emacs that answered waits fo
          ;; Even when nobody was told of it at first: an Emacs that subscribed since may have
          ;; been sent it (SEND-WAITING-APPROVALS). A call the user cancelled there is said to be
          ;; cancelled, not declined in another Emacs; its server is told no, and it does not run.
+         ;; A request whose server went away may be interrupted as it wakes: its end is :LOST.
+         (when (eq (approval-verdict approval) :lost)
+           (setf verdict :lost))
          (tell-emacs :approvals :approval-ended :id id :verdict verdict))
-       (list :verdict (if (eq verdict :cancelled-in-emacs) :no verdict) :id id)))))
+       (list :verdict (case verdict (:cancelled-in-emacs :no) (:lost :cancelled) (t verdict)) :id id)))))
+
+(defun end-approvals-of-connection (connection)
+  "For CONNECTION-CLOSED: the approval requests of the agent's server on CONNECTION end in :LOST,
+before its worker threads are ended, so that Emacs says the agent's server went away (exited, or
+was killed) rather than that the agent withdrew its request."
+  (sb-thread:with-mutex (*approval-lock*)
+    (dolist (approval *approvals*)
+      (when (eq (approval-connection approval) connection)
+        (give-verdict approval :lost)))))
 
 (define-entry (settle-approval :caller :server :look t) (id refusal &key session token)
   "The server's check of the approved call of approval ID: REFUSAL, a text that says why it did

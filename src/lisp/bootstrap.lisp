@@ -136,6 +136,23 @@ before CALL, those it registered under a token."
         *release* release)
   how)
 
+(defun tell-emacs-of-loading (digest text)
+  "Tells the Emacs activity buffers subscribed here TEXT, as an event of its own (its id names the
+revision DIGEST, so that a later text replaces it): an agent's first call in a fresh image waits
+while the helper is loaded, seconds when it is compiled, and the person sees that at once rather
+than nothing until the call's own note. The subscriptions (*EMACS-FEEDS*, see activity.lisp) are
+made by Emacs before any helper is loaded."
+  (when (boundp '*emacs-feeds*)
+    (multiple-value-bind (seconds minutes hours) (get-decoded-time)
+      (dolist (feed (symbol-value '*emacs-feeds*))
+        (when (eq (third feed) :activity)
+          (ignore-errors
+           (funcall (fourth feed)
+                    (list :call :id (format nil "helper-~A" digest) :state :event :event :helper
+                                :tool "swank-mcp" :version 0
+                                :time (format nil "~2,'0D:~2,'0D:~2,'0D" hours minutes seconds)
+                                :outcome text))))))))
+
 (defun ensure-helper (digest release source &optional (write-cache t))
   "Makes the helper whose text has DIGEST, which swank-mcp RELEASE sends, current in this image.
 Returns :CURRENT when it already was, :CACHED when its compiled file was loaded, :NEED-SOURCE when
@@ -148,9 +165,17 @@ that many calls: it is not replaced under their feet."
     (cond ((equal *version* digest) :current)
           ((and *version* (plusp (calls-running)))
            (list :busy *release* *version* (calls-running)))
-          ((load-cached-helper digest write-cache) (installed digest release :cached))
-          ((null source) :need-source)
-          ((and write-cache (compile-helper-into-cache digest source) (load-cached-helper digest t))
-           (installed digest release :compiled))
-          (t (call-quietly (lambda () (load (make-string-input-stream source))))
-             (installed digest release :source)))))
+          (t
+           (tell-emacs-of-loading digest "swank-mcp is loading its helper into the image for an agent's \
+first call here, which waits for it (seconds when it is compiled).")
+           (let ((state (cond ((load-cached-helper digest write-cache) (installed digest release :cached))
+                              ((null source) :need-source)
+                              ((and write-cache (compile-helper-into-cache digest source)
+                                    (load-cached-helper digest t))
+                               (installed digest release :compiled))
+                              (t (call-quietly (lambda () (load (make-string-input-stream source))))
+                                 (installed digest release :source)))))
+             (unless (eq state :need-source)
+               (tell-emacs-of-loading digest "swank-mcp loaded its helper into the image; the agent's \
+call goes on."))
+             state)))))

@@ -206,9 +206,9 @@ of code that was evaluated rather than loaded from a file."
       (and (stringp text) (string-right-trim '(#\Space #\Newline) text)))))
 
 (define-entry (debugger-frame :caller :server :attached t) (index)
-  "Frame INDEX: its call, its locals printed within the print limits, where its code is, and
-whether it runs a definition replaced since (its file then shows the new text, not the code the
-frame runs)."
+  "Frame INDEX: its call, its locals printed within the print limits, where its code is (swank's
+place and snippet, and its definition's place, see FRAME-DEFINITION), and whether it runs a
+definition replaced since (its file then shows the new text, not the code the frame runs)."
   (debugger-command
    (lambda ()
      (check-user-frame index)
@@ -225,7 +225,20 @@ frame runs)."
                                            (local-value-text (getf local :value))))
                :location (location-text location)
                :source (let ((source (location-source location)))
-                         (and source (first-form-text source)))))))))
+                         (and source (first-form-text source)))
+               :definition (frame-definition frame name)))))))
+
+(defun frame-definition (frame name)
+  "Where the code FRAME runs was compiled from, for the server to find it again in the file's
+current text: (:NAME name as xref's hits give it :LOCATION as SOURCE-LOCATION gives it, noted when
+the file changed since), or NIL when SBCL recorded no file. Swank reads a frame's place against
+the file as it is now, where lines added above put another form."
+  (let* ((function (ignore-errors (sbcl-call :debug-fun-fun (sbcl-call :frame-debug-fun frame))))
+         (source (and function (ignore-errors (sb-introspect:find-definition-source function)))))
+    (and source
+         (sb-introspect:definition-source-pathname source)
+         (list :name (name-text name (load-time-value (find-package '#:keyword)))
+               :location (source-location source name)))))
 
 (defun first-form-text (text)
   "TEXT up to the end of the form it starts with: a source snippet is cut at a fixed length, and

@@ -57,6 +57,7 @@
     (:run-expired-timers mcp-agent-timers-unbound run-timers-as-nobody)
     (:call-hooks mcp-agent-hook-owners call-owned-hooks)
     (:%defmacro mcp-agent-journal journal-defmacro)
+    (:%defparameter mcp-agent-journal journal-defparameter)
     (:load-defmethod mcp-agent-journal journal-defmethod)
     (:load-defclass mcp-agent-journal journal-defclass))
   "The SBCL functions the helper encapsulates, each (function tag wrapper): FUNCTION is an SBCL

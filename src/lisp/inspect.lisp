@@ -203,7 +203,7 @@ points back to (Floyd's cycle finding)."
                                         ((and source (sb-introspect:definition-source-pathname source))
                                          (source-location source name)))))
                     (if (getf location :file)
-                        (fact "Source" "~A~@[ (~A)~]" (file-location-text location) (getf location :note))
+                        (fact "Source" "~A~@[ (~A)~]" (file-location-text location) (location-remark location))
                         (fact "Source" "defined at the REPL or in a form without a file")))
                   (and (typep function 'generic-function)
                        (fact "Method combination" "~A"

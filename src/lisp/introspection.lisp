@@ -220,7 +220,7 @@ evaluated or compiled from a REPL (or from a string)."
 
 (defun no-file-location (name)
   "The location plist of a definition of NAME that has no file."
-  (list :file nil :line nil :column nil :note nil :origin (no-file-origin name)))
+  (list :file nil :line nil :column nil :note nil :made-by nil :origin (no-file-origin name)))
 
 (defun form-start-in (octets offset form-index)
   "Where in OCTETS the definition SBCL recorded at byte OFFSET, or as top-level form FORM-INDEX,
@@ -291,9 +291,9 @@ compilation."
                (gethash file *file-compile-dates*)))))
 
 (defun source-location (source name)
-  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :ORIGIN),
-with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded from a
-file."
+  "Where an SB-INTROSPECT definition source of NAME is: a plist (:FILE :LINE :COLUMN :NOTE :MADE-BY
+:ORIGIN), with a file and no origin, or no file and the ORIGIN text for code not compiled or loaded
+from a file. :MADE-BY is NIL here; a slot accessor's location has its DEFCLASS (ACCESSOR-MADE-BY)."
   (let ((pathname (sb-introspect:definition-source-pathname source)))
     (if (null pathname)
         (no-file-location name)
@@ -328,6 +328,7 @@ file."
                                         (> current-date recorded-date)
                                         (/= recorded-date current-date)))
                                "the file changed since this was compiled; the line may be off"))
+                  :made-by nil
                   :origin nil))))))
 
 ;;; ------------------------------------------------------------------------------------------
@@ -435,8 +436,11 @@ it is also accessible in PACKAGE, where it was looked up."
                         (sort (mapcar (lambda (method)
                                         (let ((location (method-location method)))
                                           (cons (if (and location (sbcl-source-file-p (getf location :file))) 1 0)
-                                                (format nil "  ~A~@[  ~A~]" (method-text method package)
-                                                        (and location (file-location-text location))))))
+                                                ;; Not found again in the file's text as the
+                                                ;; definitions are: a changed file is said so.
+                                                (format nil "  ~A~@[  ~A~]~@[ (~A)~]" (method-text method package)
+                                                        (and location (file-location-text location))
+                                                        (and location (getf location :note))))))
                                       methods)
                               (lambda (a b)
                                 (or (< (car a) (car b))
@@ -452,6 +456,33 @@ it is also accessible in PACKAGE, where it was looked up."
   (let ((specializers (sb-mop:method-specializers method)))
     (if (typep method 'sb-mop:standard-writer-method) (second specializers) (first specializers))))
 
+(defun accessor-made-by (method package)
+  "The :MADE-BY of a location of METHOD, a slot reader or writer: (:CLASS the DEFCLASS's name as
+edit-lisp-form takes it :TEXT what a reply says of it). SBCL records where the DEFCLASS was as the
+method's source, and the server finds that DEFCLASS again in the file's current text, where no
+DEFGENERIC or DEFMETHOD of the accessor is."
+  (let ((class-name (class-name (accessor-method-class method))))
+    (list :class (string-downcase (symbol-name class-name))
+          :text (format nil "a slot accessor made by the DEFCLASS of ~A" (name-text class-name package)))))
+
+(defun location-remark (location)
+  "The parenthesised remark on a location plist as replies show it: what made the definition and
+what the file's state says of its line, or NIL."
+  (let ((parts (remove nil (list (getf (getf location :made-by) :text) (getf location :note)))))
+    (and parts (format nil "~{~A~^; ~}" parts))))
+
+(defun accessor-method-described (name source)
+  "The slot reader or writer of the generic function NAME that SOURCE, one of its :METHOD definition
+sources, describes by its specializers' names; NIL for any other method."
+  (let ((function (and (fboundp name) (fdefinition name)))
+        (description (let ((accessor (sbcl-symbol :definition-source-description)))
+                       (and accessor (fboundp accessor) (funcall accessor source)))))
+    (when (and (typep function 'generic-function) (consp description) (every #'symbolp description))
+      (let* ((classes (mapcar (lambda (name) (find-class name nil)) description))
+             (method (and (every #'identity classes)
+                          (ignore-errors (find-method function '() classes nil)))))
+        (and (typep method 'sb-mop:standard-accessor-method) method)))))
+
 (defun generic-function-location (function name package)
   "Where the generic function NAME is defined. A generic function made by DEFCLASS (a slot
 accessor) or by a DEFMETHOD without a DEFGENERIC has no source of its own: then where the
@@ -463,11 +494,10 @@ DEFCLASS, or its earliest method, is."
                (method (find-if #'method-location methods))
                (location (and method (method-location method))))
           (cond ((null location) own)
-                (t (setf (getf location :note)
-                         (if (typep method 'sb-mop:standard-accessor-method)
-                             (format nil "a slot accessor made by the DEFCLASS of ~A"
-                                     (name-text (class-name (accessor-method-class method)) package))
-                             "no DEFGENERIC: where its first method is"))
+                ((typep method 'sb-mop:standard-accessor-method)
+                 (setf (getf location :made-by) (accessor-made-by method package))
+                 location)
+                (t (setf (getf location :note) "no DEFGENERIC: where its first method is")
                    location))))))
 
 (defun function-entry (name package)
@@ -686,18 +716,40 @@ with a great many definitions (a generic function of 400,000 methods) costs a pa
 (defun definition-source-location (kind name source package)
   "Where find-definition's definition of KIND, NAME, with SB-INTROSPECT's SOURCE, is: a generic
 function with no file of its own (a slot accessor's, or one made by DEFMETHOD alone) is where
-describe-symbol and inspect place it too (see GENERIC-FUNCTION-LOCATION)."
-  (if (and (member kind '(:generic-function :function))
-           (null (sb-introspect:definition-source-pathname source))
-           (fboundp name)
-           (typep (fdefinition name) 'generic-function))
-      (generic-function-location (fdefinition name) name package)
-      (source-location source name)))
+describe-symbol and inspect place it too (see GENERIC-FUNCTION-LOCATION); a slot accessor's
+method says which DEFCLASS made it, as its generic function does."
+  (cond ((and (member kind '(:generic-function :function))
+              (null (sb-introspect:definition-source-pathname source))
+              (fboundp name)
+              (typep (fdefinition name) 'generic-function))
+         (generic-function-location (fdefinition name) name package))
+        ((eq kind :method)
+         (let ((location (source-location source name))
+               (accessor (accessor-method-described name source)))
+           (when (and accessor (getf location :file))
+             (setf (getf location :made-by) (accessor-made-by accessor package)))
+           location))
+        (t (source-location source name))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; xref
 
 (defparameter *max-xref-hits* 100)
+
+(defun unwrapped-function (function)
+  "FUNCTION, or the function it wraps when it is an encapsulation (TRACE's, a breakpoint's,
+run-tests'), unwrapped to the innermost: a call to a traced function goes through its wrapper,
+whose name is SB-IMPL::ENCAPSULATION and whose source is SBCL's."
+  (let ((info-type (sbcl-symbol :encapsulation-info)))
+    (loop
+      (let ((info (and info-type
+                       (sbcl-call :closurep function)
+                       (loop for index below (1- (sbcl-call :get-closure-length function))
+                             for value = (sbcl-call :%closure-index-ref function index)
+                             when (typep value info-type) return value))))
+        (if info
+            (setf function (sbcl-call :encapsulation-info-definition info))
+            (return function))))))
 
 (defun function-callees (symbol)
   "(name . definition-source) of the functions SYMBOL's function (all its methods, for a generic
@@ -708,7 +760,8 @@ function) calls."
                         (list function))))
     (remove-duplicates
      (loop for f in functions
-           append (loop for callee in (ignore-errors (sb-introspect:find-function-callees f))
+           append (loop for wrapped in (ignore-errors (sb-introspect:find-function-callees f))
+                        for callee = (unwrapped-function wrapped)
                         collect (cons (sbcl-call :%fun-name callee)
                                       (ignore-errors (sb-introspect:find-definition-source callee)))))
      :key #'car :test #'equal)))
@@ -771,6 +824,17 @@ definition, so it is tried again before the error is let through."
   (let ((symbol (frame-function-symbol name)))
     (and symbol (eq (symbol-package symbol) (load-time-value (find-package '#:mcp-agent-helper))))))
 
+(defun hit-location (caller source package)
+  "Where xref's hit CALLER, with its SB-INTROSPECT SOURCE, is: a slot accessor's method, which
+\"specializes\" lists as (METHOD NAME SPECIALIZERS...), says which DEFCLASS made it, as
+find-definition's does."
+  (let ((location (source-location source caller))
+        (accessor (and (consp caller) (eq (first caller) 'method) (consp (rest caller))
+                       (accessor-method-described (second caller) source))))
+    (when (and accessor (getf location :file))
+      (setf (getf location :made-by) (accessor-made-by accessor package)))
+    location))
+
 (define-entry (xref :caller :server :look t) (name kind &key package session token)
   "Plist: :SYMBOL, :KIND, :TOTAL and :HITS, each (:NAME :SOURCE location), in file order, at most
 *MAX-XREF-HITS*; :REST, the handle of every hit's line (its name and file: finding the line in
@@ -795,7 +859,7 @@ the file is what the cap spares) and the offset of the first not listed (see RES
                       :hits (loop for (caller . source) in shown
                                   collect (list :name (name-text caller package)
                                                 :source (if source
-                                                            (source-location source caller)
+                                                            (hit-location caller source package)
                                                             (no-file-location caller))))
                       :rest (rest-listing
                              (loop for pair in (sort (copy-list pairs) #'key< :key #'source-order-key)

@@ -91,6 +91,9 @@ being the last, the helper is uninstalled."
   "On each server's connection-closed hook (see footprint.lisp): a connection's client has gone,
 and with it the sessions that called through it, its worker threads and its calls in the activity
 record. Never signals: it runs inside the server's closing of the connection."
+  ;; First: ending the sessions and the workers interrupts the requests, which would end as if
+  ;; their agents had withdrawn them.
+  (ignore-errors (end-approvals-of-connection connection))
   (ignore-errors (end-sessions (lambda (session) (eq (session-connection session) connection))))
   (ignore-errors (end-workers connection))
   (ignore-errors (end-calls-of-connection connection))

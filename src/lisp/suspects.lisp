@@ -5,12 +5,15 @@
 ;;;; Only a red run pays for the recording: the failing tests (FiveAM's and RT's) are run again,
 ;;;; then as many passing ones as a few seconds allow, with every function of the system's own
 ;;;; code encapsulated to count its calls per test, and *MACROEXPAND-HOOK* bound to see the
-;;;; system's macros expanded while a test runs (RT evaluates its forms then). What the compiler
-;;;; inlined or expanded before the run is read from the cross-reference data it keeps with
-;;;; each function: a reached function, or a FiveAM test's own function, that inlined an inline
-;;;; function of the system or expanded one of its macros reached them too. A definition scores
-;;;; by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
-;;;; passing ones did; of those that score alike, the function an error of a failing test was
+;;;; system's macros expanded while a test runs (RT evaluates its forms then). The system's
+;;;; functions that inlined its inline functions are recompiled for the reruns calling them
+;;;; instead (CALL-WITHOUT-INLINING), so that each inline function counts its own calls. What the
+;;;; compiler expanded before the run is read from the cross-reference data it keeps with each
+;;;; function: a reached function, or a FiveAM test's own function, that expanded one of the
+;;;; system's macros (or, not recompiled, inlined one of its functions) reached them too. A
+;;;; definition scores by Ochiai's measure, ef / sqrt(F (ef + ep)): F failing tests, ef of them reached it, ep
+;;;; passing ones did (what a test that failed by an error first called after it, reporting it,
+;;;; not counted); of those that score alike, the function an error of a failing test was
 ;;;; signalled in comes first (it may be only the one that reports a wrong result, as a parser's
 ;;;; parse error does, so it does not outrank a better score).
 ;;;; For the first suspects, the arguments and value of the first call a failing test made.
@@ -37,6 +40,11 @@
   "How long the passing tests are run again for, after the failing ones: the more of them, the
 sharper the ranking, and a large suite must not double the run's time.")
 
+(defparameter *max-uninlined-functions* 200
+  "The most functions a red run recompiles not to inline the system's inline functions (see
+CALL-WITHOUT-INLINING), each in a few milliseconds; a system with more is recorded as compiled,
+each inline function counted wherever its host is.")
+
 (defparameter *test-frameworks-systems* '("fiveam" "rt" "sb-rt" "parachute")
   "The frameworks' systems: a system that depends on one is tests, not the code under test.")
 
@@ -51,7 +59,12 @@ sharper the ranking, and a large suite must not double the run's time.")
           :documentation "For a failing test: a function's name -> (arguments value), its first call.")
    (signalled :initform nil :accessor recording-signalled
               :documentation "(condition name arguments) of the last error signalled inside the system's
-code: NAME the innermost of its functions the error came through, ARGUMENTS that call's, printed.")))
+code: NAME the innermost of its functions the error came through, ARGUMENTS that call's, printed.")
+   (first-calls :initform 0 :accessor recording-first-calls
+                :documentation "For a failing test: how many of the system's functions it has called.")
+   (signalled-after :initform nil :accessor recording-signalled-after
+                    :documentation "For a failing test: how many of them it had called when the error of
+SIGNALLED was.")))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; The system's own code
@@ -139,12 +152,17 @@ failing one keeps its first call and notes an error signalled inside it."
                  (let* ((calls (recording-calls recording))
                         (first (not (nth-value 1 (gethash name calls)))))
                    (when first
-                     ;; Printed now: the arguments may be changed by the call.
+                     ;; Printed now: the arguments may be changed by the call. The last element
+                     ;; counts the functions called first so far, this one included.
                      (setf (gethash name calls)
                            (list (let ((*recording* nil))
-                                   (print-briefly arguments :package package :length 6 :level 3 :limit 160)))))
+                                   (print-briefly arguments :package package :length 6 :level 3 :limit 160))
+                                 nil
+                                 (incf (recording-first-calls recording)))))
                    (let ((values (handler-bind ((error (lambda (condition)
                                                          (unless (eq (car (recording-signalled recording)) condition)
+                                                           (setf (recording-signalled-after recording)
+                                                                 (recording-first-calls recording))
                                                            (setf (recording-signalled recording)
                                                                  (list condition name
                                                                        (let ((*recording* nil))
@@ -152,10 +170,10 @@ failing one keeps its first call and notes an error signalled inside it."
                                                                                                   :length 6 :level 3 :limit 160))))))))
                                    (multiple-value-list (apply function arguments)))))
                      (when first
-                       (setf (cdr (gethash name calls))
-                             (list (let ((*recording* nil))
-                                     (print-briefly (if (= (length values) 1) (first values) (cons 'values values))
-                                                    :package package :length 6 :level 3 :limit 160)))))
+                       (setf (second (gethash name calls))
+                             (let ((*recording* nil))
+                               (print-briefly (if (= (length values) 1) (first values) (cons 'values values))
+                                              :package package :length 6 :level 3 :limit 160))))
                      (values-list values)))))))))
 
 (defun call-recording (definitions package function)
@@ -183,6 +201,71 @@ macros noted, for the test reruns."
              (funcall function)))
       (dolist (name wrapped)
         (ignore-errors (sbcl-call :unencapsulate name 'record-suspect-calls))))))
+
+;;; ------------------------------------------------------------------------------------------
+;;; Calls the compiler inlined
+
+(defun inlining-functions (definitions)
+  "The functions of DEFINITIONS into whose code the compiler inlined an inline function of
+DEFINITIONS, inline ones among them (their own definitions inlined others too)."
+  (loop for name being the hash-keys of definitions using (hash-value kind)
+        when (and (member kind '(:function :inline))
+                  (some (lambda (expanded) (eq (gethash expanded definitions) :inline))
+                        (expanded-into (fdefinition name) definitions)))
+          collect name))
+
+(defun call-without-inlining (definitions function)
+  "Calls FUNCTION with the functions of DEFINITIONS that inlined its inline functions recompiled
+from their files calling them instead, so that the recording counts each inline function's own
+calls: inlined, an inline function is reached wherever its host is, and every inline function
+of a host ties with the others (split-sequence's vector and list paths). Returns the names
+recompiled, whose own inlined functions are not to be counted as reached. Their compiled
+functions are put back after, and the inline functions stay inline: the inline expansions SBCL
+keeps are not touched by a definition compiled while the names are proclaimed NOTINLINE, which
+lasts only for the compilation. Not journaled: undo is for the agent's own definitions."
+  (let* ((inline-names (loop for name being the hash-keys of definitions using (hash-value kind)
+                             when (eq kind :inline) collect name))
+         (hosts (let ((found (and inline-names (inlining-functions definitions))))
+                  (and (<= (length found) *max-uninlined-functions*) found)))
+         (replaced '()))
+    ;; A library may lock its package (Alexandria does): these definitions are its own again.
+    (flet ((as-the-library (function)
+             (sb-ext:without-package-locks
+               (let ((*agent-call* nil))
+                 (funcall function)))))
+      (unwind-protect
+           (progn
+             (when hosts
+               (as-the-library
+                (lambda ()
+                  (unwind-protect
+                       (progn
+                         (proclaim `(notinline ,@inline-names))
+                         (dolist (name hosts)
+                           (let ((compiled (fdefinition name)))
+                             (when (ignore-errors
+                                    (multiple-value-bind (octets file write-date) (definition-form-octets name)
+                                      (getf (handler-bind ((warning #'muffle-warning))
+                                              (compile-and-load-recording octets file write-date))
+                                            :loaded)))
+                               (push (cons name compiled) replaced)))))
+                    (proclaim `(inline ,@inline-names))))))
+             (funcall function (mapcar #'car replaced)))
+        (as-the-library
+         (lambda ()
+           (loop for (name . compiled) in replaced
+                 do (setf (fdefinition name) compiled))))))))
+
+(defun forget-calls-after-the-error (recording)
+  "Takes out of a failing test's RECORDING the functions it first called after the error that
+failed it was signalled: the framework then reports the error, and the system's functions that
+print it (esrap's report of a parse error) are where the test went, not where it went wrong."
+  (let ((after (recording-signalled-after recording)))
+    (when after
+      (maphash (lambda (name call)
+                 (when (> (third call) after)
+                   (remhash name (recording-reached recording))))
+               (recording-calls recording)))))
 
 (defun rerun-test (test failing)
   "Runs TEST, (framework name object form), again under a new TEST-RECORDING, and returns that."
@@ -240,9 +323,11 @@ them): each cons is walked once."
       (walk form))
     symbols))
 
-(defun add-expanded (recording test definitions expansions)
+(defun add-expanded (recording test definitions expansions uninlined)
   "Adds to RECORDING's reached definitions what was inlined or expanded into the functions it
-reached, into TEST's own function, and into its form; EXPANSIONS caches each function's."
+reached, into TEST's own function, and into its form; EXPANSIONS caches each function's. Of the
+functions UNINLINED (see CALL-WITHOUT-INLINING), only the macros: they ran calling the inline
+functions, which counted themselves."
   (destructuring-bind (framework name object form) test
     (declare (ignore name))
     (let ((reached (recording-reached recording)))
@@ -251,7 +336,10 @@ reached, into TEST's own function, and into its form; EXPANSIONS caches each fun
                  (if known names (setf (gethash function expansions) (expanded-into function definitions))))))
         (let ((more (append (loop for name being the hash-keys of reached
                                   when (member (gethash name definitions) '(:function :inline))
-                                    append (expanded (fdefinition name)))
+                                    append (if (member name uninlined)
+                                               (remove-if-not (lambda (expanded) (eq (gethash expanded definitions) :macro))
+                                                              (expanded (fdefinition name)))
+                                               (expanded (fdefinition name))))
                             (and (eq framework :fiveam)
                                  (let ((lambda (ignore-errors (funcall (fiveam-symbol "TEST-LAMBDA") object))))
                                    (and (functionp lambda) (expanded lambda))))
@@ -303,6 +391,32 @@ and RT's, STATUS NIL when it passed, else :FAILED or :ERROR, the worst of its ru
                       (if (eql 0 (search "/" relative)) file relative)))
           (getf location :line))))
 
+(defun line-operator (file line)
+  "The text the form at the start of LINE of FILE begins with after its parenthesis (DEFUN,
+MAKE-FLOAT-CONVERTERS), or NIL when the line does not begin a form."
+  (let ((octets (file-octets file)))
+    (when (and octets line)
+      (let ((start (if (= line 1)
+                       0
+                       (loop with current = 1
+                             for i from 0 below (length octets)
+                             when (= (aref octets i) 10)
+                               do (incf current)
+                                  (when (= current line) (return (1+ i)))))))
+        (when (and start (< (1+ start) (length octets)) (= (aref octets start) (char-code #\()))
+          (sb-ext:octets-to-string octets :start (1+ start) :end (token-end octets (1+ start))
+                                          :external-format :utf-8))))))
+
+(defun defining-macro (name file line definitions)
+  "The macro of DEFINITIONS whose call at LINE of FILE defined the function NAME, when its
+definition is such a call (ieee-floats' (make-float-converters encode-float32 ...)) and not a
+DEFUN: the source to read is the macro's."
+  (let* ((operator (line-operator file line))
+         (symbol (and operator (symbolp name)
+                      (not (eql 0 (search "DEF" operator :test #'char-equal)))
+                      (find-symbol (string-upcase operator) (symbol-package name)))))
+    (and symbol (eq (gethash symbol definitions) :macro) symbol)))
+
 (defun find-suspects (system collection package)
   "The suspects of COLLECTION's red run of SYSTEM, as run-tests replies with them: NIL when no
 FiveAM or RT test failed, else (:WHY NIL :FAILING-RERUN n :PASSING-RERUN n :PASSING n :SUSPECTS (...)),
@@ -318,24 +432,31 @@ signalled in, which has no value, or else the first call."
              (signalled (make-hash-table :test 'eq))
              (failing-records '())
              (passing-records '())
+             (uninlined '())
              (deadline (+ (get-internal-real-time) (* *passing-rerun-seconds* internal-time-units-per-second)))
              (*file-octets* (make-hash-table :test 'equal)))
-        (call-recording
-         definitions package
-         (lambda ()
-           (loop for (test . status) in failing
-                 repeat *max-failing-reruns*
-                 do (let ((recording (rerun-test test t)))
-                      (when (and (eq status :error) (recording-signalled recording))
-                        (destructuring-bind (condition name arguments) (recording-signalled recording)
-                          (declare (ignore condition))
-                          (setf (gethash name signalled) (list arguments))))
-                      (push (cons test recording) failing-records)))
-           (loop for (test) in passing
-                 while (< (get-internal-real-time) deadline)
-                 do (push (cons test (rerun-test test nil)) passing-records))))
+        (call-without-inlining
+         definitions
+         (lambda (recompiled)
+           (setf uninlined recompiled)
+           (call-recording
+            definitions package
+            (lambda ()
+              (loop for (test . status) in failing
+                    repeat *max-failing-reruns*
+                    do (let ((recording (rerun-test test t)))
+                         (when (eq status :error)
+                           (forget-calls-after-the-error recording))
+                         (when (and (eq status :error) (recording-signalled recording))
+                           (destructuring-bind (condition name arguments) (recording-signalled recording)
+                             (declare (ignore condition))
+                             (setf (gethash name signalled) (list arguments))))
+                         (push (cons test recording) failing-records)))
+              (loop for (test) in passing
+                    while (< (get-internal-real-time) deadline)
+                    do (push (cons test (rerun-test test nil)) passing-records))))))
         (loop for (test . recording) in (append failing-records passing-records)
-              do (add-expanded recording test definitions expansions))
+              do (add-expanded recording test definitions expansions uninlined))
         (let* ((scores (make-hash-table :test 'eq))
                (f (length failing-records))
                (named (make-hash-table :test 'eq)))
@@ -381,6 +502,15 @@ signalled in, which has no value, or else the first call."
                                     (list :name (print-briefly name :package package)
                                           :kind (string-downcase (symbol-name kind))
                                           :file file :line line :failing ef :passing ep
+                                          :defined-by (let* ((directory (funcall (asdf-function "SYSTEM-SOURCE-DIRECTORY") system))
+                                                             (macro (and file (not (eq kind :macro))
+                                                                         (defining-macro name (merge-pathnames file directory)
+                                                                                         line definitions))))
+                                                        (and macro
+                                                             (destructuring-bind (macro-file macro-line)
+                                                                 (suspect-place macro :macro directory)
+                                                               (list :name (print-briefly macro :package package)
+                                                                     :file macro-file :line macro-line))))
                                           :signalled (and (gethash name signalled) t)
                                           :arguments (first call) :value (second call))))))))))))
 

@@ -66,6 +66,15 @@ is above it, and twenty frames of ASDF planning say nothing about the system."
                 collect line)))
   report)
 
+(defun abandoned-load-error (report)
+  "The error REPORT of a load that failed, as load-system's reply tells it: without ASDF's frames,
+and without restarts, since the load was unwound before the reply went out and ASDF's retry and
+accept went with it."
+  (let ((report (without-asdf-frames report)))
+    (when report
+      (setf (getf report :restarts) nil))
+    report))
+
 (defun warning-place (context)
   "The lines that say where the compiler CONTEXT is: the form, and file:line:column of the source
 file (never the fasl), or just the file being processed when there is no context."
@@ -240,7 +249,7 @@ kept)."
                   :note-count (getf counts :note)
                   :reloaded reloaded
                   :stdout (capture-report stdout)
-                  :load-error (without-asdf-frames (getf result :error))))))))
+                  :load-error (abandoned-load-error (getf result :error))))))))
 
 ;;; ------------------------------------------------------------------------------------------
 ;;; What a load reloaded
@@ -309,4 +318,59 @@ for depending on a changed one), and the journal entries made since, if any."
            (journal-after (symbol-value '*next-journal-number*)))
       (and reloaded
            (list :files reloaded
-                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after))))))))
+                 :journal (and (> journal-after journal-before) (list journal-before (1- journal-after)))
+                 :reset (and (> journal-after journal-before) (variables-reset journal-before (1- journal-after))))))))
+
+(defun file-defparameters (file)
+  "The variables FILE's top-level DEFPARAMETERs name, as symbols of the packages its IN-PACKAGE
+forms name before them (read as text: nothing of the file is evaluated)."
+  (let ((package (find-package '#:common-lisp-user))
+        (variables '()))
+    (with-open-file (in file :external-format :utf-8 :if-does-not-exist nil)
+      (when in
+        (loop for line = (read-line in nil)
+              while line
+              do (flet ((name-after (prefix)
+                          (and (eql 0 (search prefix line :test #'char-equal))
+                               (let* ((start (length prefix))
+                                      (end (or (position-if (lambda (c) (member c '(#\Space #\Tab #\) #\())) line
+                                                            :start start)
+                                               (length line))))
+                                 (string-upcase (string-left-trim "#:" (subseq line start end)))))))
+                   (let ((in-package (name-after "(in-package "))
+                         (defparameter (name-after "(defparameter ")))
+                     (cond (in-package (setf package (or (find-package in-package) package)))
+                           (defparameter
+                            (let ((symbol (find-symbol defparameter package)))
+                              (when (and symbol (boundp symbol))
+                                (pushnew symbol variables))))))))))
+    (nreverse variables)))
+
+(define-entry (test-reload-plan :caller :server) (system &key session token)
+  "What run-tests' test-op of SYSTEM would load again before its tests, for the preview the
+person approving the call is shown: (:FILES (\"system: file\" ...) :VARIABLES (\"NAME (now
+VALUE)\" ...)), the changed source files of loaded systems its plan loads again, and the variables
+their DEFPARAMETERs would set again (a value set at the REPL is the person's data). Nothing is
+loaded, not even a system's .asd: only a registered system has a plan."
+  (declare (ignore session))
+  (run-tool token
+            (lambda ()
+              (let ((changed '()))
+                (when (and (find-package '#:asdf) (funcall (asdf-function "REGISTERED-SYSTEM") system))
+                  (loop for (component loaded compiled) in (rest (planned-reloads "TEST-OP" system))
+                        for source = (funcall (asdf-function "COMPONENT-PATHNAME") component)
+                        for written = (and source (ignore-errors (file-write-date source)))
+                        when (and written (> written (or compiled loaded)))
+                          do (push (cons component source) changed)))
+                (setf changed (nreverse changed))
+                (list :files (loop for (component . source) in changed
+                                   for owner = (funcall (asdf-function "COMPONENT-SYSTEM") component)
+                                   collect (format nil "~A: ~A" (funcall (asdf-function "COMPONENT-NAME") owner)
+                                                   (enough-namestring source (funcall (asdf-function "COMPONENT-PATHNAME")
+                                                                                      owner))))
+                      :variables (loop for (nil . source) in changed
+                                       append (loop for symbol in (file-defparameters source)
+                                                    collect (format nil "~A (now ~A)" (qualified-name symbol)
+                                                                    (print-briefly (symbol-value symbol)
+                                                                                   :package (symbol-package symbol)
+                                                                                   :length 5 :level 2 :limit 80)))))))))

@@ -16,8 +16,13 @@
 (in-package #:mcp-agent-helper)
 
 (defparameter *max-test-failures* 50
-  "Failures described per reply; the others are kept behind a handle, up to *MAX-KEPT-WARNINGS*,
-and the rest counted.")
+  "Failing tests described per reply at most; the others are kept behind a handle, up to
+*MAX-KEPT-WARNINGS*, and the rest counted.")
+
+(defparameter *failing-characters-shown* 2400
+  "About how many characters of a red reply the failing tests' texts take (the first one whole,
+however long): the summary and the suspects take the rest of the 4,000 a red reply keeps to; the
+failing tests past them are behind a handle.")
 
 (defvar *test-collection* nil
   "The TEST-COLLECTION of the run-tests call running in this thread.")
@@ -38,6 +43,9 @@ and the rest counted.")
    (parachute-reports :initform '() :accessor collection-parachute-reports)
    (rt-outcomes :initform '() :accessor collection-rt-outcomes)
    (expectations :initform '() :accessor collection-expectations)
+   (checkers :initform '() :accessor collection-checkers
+             :documentation "(form reason function) of each failing FiveAM check made in a function
+of its own, not in the test's body: see CHECKING-FUNCTION.")
    (checks :initform 0 :accessor collection-checks)
    (problems :initform 0 :accessor collection-problems)))
 
@@ -56,6 +64,33 @@ and the rest counted.")
   "True while the checks being made are the outermost FiveAM run's, not a run a test started."
   (and *test-collection* (= *fiveam-run-depth* 1)))
 
+(defun checking-function ()
+  "The function of the test's code that the failing FiveAM check being recorded was made in, when
+it is not the test's own body: a check in a helper the tests call (esrap's
+CALL-EXPECTING-SIGNALS-ESRAP-ERROR) shows only its form, (INTEGERP POSITION), which reads as the
+test's while it checks what the helper was given. NIL for a check in the test's body, and when
+the check was the last form of its function, whose frame the compiler then reused for FiveAM's."
+  (let ((fiveam (find-package '#:it.bese.fiveam)))
+    (loop repeat 40
+          for frame = (sbcl-call :top-frame) then (sbcl-call :frame-down frame)
+          while frame
+          do (let* ((name (ignore-errors (sbcl-call :debug-fun-name (sbcl-call :frame-debug-fun frame))))
+                    ;; A check in a closure is made in the function the closure is in.
+                    (named (if (consp name) (second (member :in name)) name))
+                    (package (and named (symbolp named) (symbol-package named))))
+               (cond ((eq package fiveam) (return nil))
+                     ((and package
+                           (or (member package (list (load-time-value (find-package '#:mcp-agent-helper))
+                                                     (find-package '#:common-lisp)))
+                               (eql 0 (search "SB-" (package-name package))))))
+                     (t
+                      (return (and package
+                                   ;; FiveAM's own functions for a test's body.
+                                   (not (eql 0 (search "%TEST-" (symbol-name named))))
+                                   (not (eql 0 (search "%INNER-TEST-" (symbol-name named))))
+                                   (not (funcall (fiveam-symbol "GET-TEST") named))
+                                   named))))))))
+
 (defun collect-fiveam-expectation (process-failure test-expr &optional reason-format &rest format-arguments)
   "Keeps the values an IS check with a default reason compared: FiveAM passes (actual-form actual
 predicate expected) to its reason's format control. They are kept with the reason's text, which
@@ -67,6 +102,11 @@ time, and FiveAM's results do not come in the order the checks ran."
       (declare (ignore actual-form predicate))
       (push (list test-expr expected actual (apply #'format nil reason-format format-arguments))
             (collection-expectations *test-collection*))))
+  (when (outermost-fiveam-check-p)
+    (let ((checker (checking-function)))
+      (when checker
+        (push (list test-expr (ignore-errors (apply #'format nil reason-format format-arguments)) checker)
+              (collection-checkers *test-collection*)))))
   (apply process-failure test-expr reason-format format-arguments))
 
 (defun count-fiveam-check (add-result result-type &rest arguments)
@@ -257,7 +297,10 @@ a framework in), and absent otherwise."
   (let* ((key (print-briefly name :package (tally-package tally)))
          (tested (or (gethash key (tally-tests tally))
                      (let ((new (make-instance 'tested :name key
-                                                       :home (or (and (symbolp name) (symbol-package name))
+                                                       ;; A test named by a keyword (nibbles' RT
+                                                       ;; tests) has forms of another package.
+                                                       :home (or (and (symbolp name) (not (keywordp name))
+                                                                      (symbol-package name))
                                                                  (tally-package tally)))))
                        (push new (tally-order tally))
                        (setf (gethash key (tally-tests tally)) new)))))
@@ -273,15 +316,17 @@ it is the worst so far."
   (when (> (position status *status-severity*) (position (first (tested-statuses tested)) *status-severity*))
     (setf (first (tested-statuses tested)) status)))
 
-(defun tally-failure (tally tested kind &key form reason expected actual)
-  "Keeps a failure (KIND :FAILED or :ERROR) of TESTED's current run, with FORM, the check, and
-REASON, EXPECTED and ACTUAL as texts."
+(defun tally-failure (tally tested kind &key form checked-in reason expected actual)
+  "Keeps a failure (KIND :FAILED or :ERROR) of TESTED's current run, with FORM, the check, made in
+the function CHECKED-IN when not in the test's body, and REASON, EXPECTED and ACTUAL as texts."
   (when (< (tally-kept tally) *max-kept-warnings*)
     (incf (tally-kept tally))
     (push (list (length (tested-statuses tested)) kind
                 (and form (let ((*package* (tested-home tested)))
                             ;; A test's form is read whole, as its source has it.
-                            (print-form-briefly form :length 30 :level 12 :limit 600)))
+                            (format nil "~A~@[, checked in ~A~]"
+                                    (print-form-briefly form :length 30 :level 12 :limit 600)
+                                    (and checked-in (print-briefly checked-in :package (tested-home tested))))))
                 reason expected actual)
           (tested-failures tested))))
 
@@ -432,7 +477,8 @@ handle of the whole text."
 many times each ran, and :UNIFORM, whether all ran that many times; :PASSED, :FAILED, :ERRORS and
 :SKIPPED, the tests by their worst run; :FAILED-EVERY-RUN, the failing tests that failed in each
 of their runs; :CHECKS, the checks of all runs by outcome; :FAILING, the failing tests of the
-first *MAX-TEST-FAILURES* groups alike (see ALIKE-GROUPS), each (:TEST :SAME-AS :KIND
+first groups alike (see ALIKE-GROUPS) whose texts fit in *FAILING-CHARACTERS-SHOWN*, at most
+*MAX-TEST-FAILURES*, each (:TEST :SAME-AS :KIND
 :FAILED-RUNS :TEXT :FAILURES): SAME-AS the first test of its group, for the others, which have no
 TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :EXPECTED
 :ACTUAL); :FAILING-REST, the handle of every group's text and the offset of the first not shown
@@ -441,7 +487,14 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
          (counts (list :passed 0 :failed 0 :errors 0 :skipped 0))
          (runs (reduce #'max all :key (lambda (tested) (length (tested-statuses tested))) :initial-value 0))
          (failing (remove-if-not (lambda (tested) (intersection '(:failed :error) (tested-statuses tested))) all))
-         (groups (alike-groups failing)))
+         (groups (alike-groups failing))
+         (shown (loop with characters = 0
+                      for group in groups
+                      repeat *max-test-failures*
+                      for text = (group-shown-text group)
+                      while (or (zerop characters) (<= (+ characters (length text)) *failing-characters-shown*))
+                      do (incf characters (length text))
+                      collect (cons group text))))
     (dolist (tested all)
       (let ((worst (reduce (lambda (a b) (if (> (position b *status-severity*) (position a *status-severity*)) b a))
                            (tested-statuses tested))))
@@ -457,15 +510,14 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
                                                (tested-statuses tested)))
                                       failing)
           :checks (tally-checks tally)
-          :failing (loop for group in groups
-                         repeat *max-test-failures*
+          :failing (loop for (group . text) in shown
                          append (loop for tested in group
                                       for first = t then nil
                                       collect (list :test (tested-name tested)
                                                     :same-as (and (not first) (tested-name (first group)))
                                                     :kind (if (member :error (tested-statuses tested)) "error" "failure")
                                                     :failed-runs (failed-runs tested)
-                                                    :text (and first (group-shown-text group))
+                                                    :text (and first text)
                                                     :failures (loop for (run kind form reason expected actual)
                                                                       in (reverse (tested-failures tested))
                                                                     repeat *max-values-shown*
@@ -473,8 +525,8 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
                                                                                   :kind (if (eq kind :error) "error" "failure")
                                                                                   :form form :reason reason
                                                                                   :expected expected :actual actual)))))
-          :failing-rest (rest-listing (mapcar #'group-text groups) *max-test-failures*)
-          :failing-dropped (loop for group in (nthcdr *max-test-failures* groups) sum (length group)))))
+          :failing-rest (rest-listing (mapcar #'group-text groups) (length shown))
+          :failing-dropped (loop for group in (nthcdr (length shown) groups) sum (length group)))))
 
 ;;; FiveAM
 
@@ -528,6 +580,9 @@ TEXT; FAILURES the first *MAX-VALUES-SHOWN* failures, each (:RUN :FORM :REASON :
           (destructuring-bind (tested kind expr reason expectation condition) failure
             (tally-failure tally tested kind
                            :form expr
+                           :checked-in (third (find-if (lambda (checker)
+                                                         (and (eq (first checker) expr) (equal (second checker) reason)))
+                                                       (collection-checkers collection)))
                            :reason (cond (condition (format nil "~A: ~A" (standard-condition-name condition)
                                                             (condition-message condition)))
                                          ((stringp reason)
@@ -690,12 +745,12 @@ stays behind it: the reply says what the agent acts on."
 
 (defun reloaded-sentence (reloaded)
   "What RELOADED (see RELOADED-FILES) says, as a sentence for a failure's text, or NIL."
-  (destructuring-bind (&key files journal) reloaded
+  (destructuring-bind (&key files journal reset) reloaded
     (and files
          (format nil "Before that, ASDF reloaded ~D file~:P (~{~A~^, ~}~:[~;, ...~])~@[; undo entries ~{~D to ~D~} ~
-                      have what they replaced~]."
+                      have what they replaced~]~@[; its DEFPARAMETERs set ~{~A~^, ~} again~]."
                  (length files) (mapcar #'second (subseq files 0 (min 5 (length files))))
-                 (> (length files) 5) journal))))
+                 (> (length files) 5) journal reset))))
 
 (define-entry (test-activity :caller :server) (&key session token)
   "How far the session's running run-tests call is: (:ACTIVITY text or NIL)."

@@ -7,9 +7,15 @@
 ;;; The threads tool
 
 (defun thread-number (thread)
-  (or (gethash thread *thread-numbers*)
-      (setf (gethash thread *thread-numbers*)
-            (1+ (sb-ext:atomic-incf (car *thread-number-counter*))))))
+  "THREAD's number as the person's M-x slime-list-threads (or sly-list-threads) shows it: the
+server backend's THREAD-ID, which numbers a thread the first time it is asked and keeps that number
+for the thread's life. An image without a server's backend gets the helper's own numbers."
+  (let* ((server (or (current-server) (first (servers))))
+         (thread-id (and server (server-function server "THREAD-ID" (server-backend server)))))
+    (or (and thread-id (ignore-errors (funcall thread-id thread)))
+        (gethash thread *thread-numbers*)
+        (setf (gethash thread *thread-numbers*)
+              (1+ (sb-ext:atomic-incf (car *thread-number-counter*)))))))
 
 (defun find-thread (designator)
   "The live or recently ended thread DESIGNATOR (a number from the list, or a name) names."

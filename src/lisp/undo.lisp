@@ -53,9 +53,20 @@
 (defparameter *journal-shown* 100
   "The newest entries listed when the caller asks for no page size.")
 
+(defun journal-cause ()
+  "What is making the change being journaled, as the listing tells it: the agent's tool, and the
+file being loaded when that is not the agent's own text (a tool's private copy), so that an
+ASDF reload's hundred entries (run-tests after an edit) are told from the agent's edits."
+  (let* ((tool (nth-value 1 (token-call *agent-call*)))
+         (loading (and *load-truename*
+                       (not (search "mcp-agent-load-" (namestring *load-truename*)))
+                       (file-namestring *load-truename*))))
+    (and tool (format nil "~A~@[, loading ~A~]" tool loading))))
+
 (defclass journal-entry ()
   ((number :initarg :number :reader entry-number)
    (time :initform (get-universal-time) :reader entry-time)
+   (cause :initform (journal-cause) :reader entry-cause)
    ;; :FUNCTION, :MACRO, :METHOD or :CLASS; a setf function is a :FUNCTION named (SETF F).
    (kind :initarg :kind :reader entry-kind)
    (name :initarg :name :reader entry-name)
@@ -155,6 +166,29 @@ and the one the call makes."
     (multiple-value-prog1 (apply definer name arguments)
       (when journaling
         (ignore-errors (note-installed entry (macro-function name)))))))
+
+(defun journal-defparameter (definer name value &rest arguments)
+  "Encapsulates SB-IMPL::%DEFPARAMETER: journals the value NAME had before an agent's call sets
+it again to another one. A load of the person's file (an edit's, or ASDF's reload before
+run-tests) runs its DEFPARAMETERs, and a value the person set at their REPL is their data."
+  (let ((entry (and (journaling-p name) (symbolp name) (boundp name)
+                    (not (equalp (symbol-value name) value))
+                    ;; Boxed, so that a NIL value is a previous one too.
+                    (ignore-errors (journal :variable name :previous (list (symbol-value name))
+                                                           :detail (format nil "(was ~A)"
+                                                                           (print-briefly (symbol-value name)
+                                                                                          :package (symbol-package name)
+                                                                                          :length 5 :level 2 :limit 80)))))))
+    (multiple-value-prog1 (apply definer name value arguments)
+      (when entry
+        (ignore-errors (note-installed entry (list (symbol-value name))))))))
+
+(defun variables-reset (first last)
+  "The variables journal entries FIRST to LAST set again, each \"NAME (was VALUE)\"."
+  (sb-thread:with-mutex (*journal-lock*)
+    (loop for entry in (reverse *journal*)
+          when (and (eq (entry-kind entry) :variable) (<= first (entry-number entry) last))
+            collect (format nil "~A ~A" (entry-name-text entry) (entry-detail entry)))))
 
 (defun generic-function-named (name)
   (and (fboundp name) (typep (fdefinition name) 'generic-function) (fdefinition name)))
@@ -260,7 +294,7 @@ definition it had before when it is redefined."
 
 (defun restorable-p (entry)
   "Whether undo can put ENTRY's previous state back: a new class cannot be taken out of the image."
-  (or (member (entry-kind entry) '(:function :macro :method))
+  (or (member (entry-kind entry) '(:function :macro :method :variable))
       (and (eq (entry-kind entry) :class) (entry-previous entry))))
 
 (defun kind-text (entry)
@@ -268,7 +302,8 @@ definition it had before when it is redefined."
     (:function (if (consp (entry-name entry)) "setf function" "function"))
     (:macro "macro")
     (:method "method")
-    (:class "class")))
+    (:class "class")
+    (:variable "variable")))
 
 (defun entry-name-text (entry)
   "ENTRY's name, package-qualified: FOO::BAR, or (SETF FOO::BAR)."
@@ -323,9 +358,10 @@ that was a file, which undo leaves as it is."
         :kind (kind-text entry)
         :name (entry-name-text entry)
         :detail (entry-detail entry)
+        :cause (entry-cause entry)
         :restorable (and (restorable-p entry) t)
         :restored (entry-restored entry)
-        :previous (and (entry-previous entry)
+        :previous (and (entry-previous entry) (not (eq (entry-kind entry) :variable))
                        (location-of (entry-source entry) (entry-name entry) (entry-previous entry)))
         :note (and (not (restorable-p entry)) (unrestorable-reason entry))
         :agent-file (agent-file entry)))
@@ -342,19 +378,23 @@ that was a file, which undo leaves as it is."
                      (generic (generic-function-named name)))
                  (and generic
                       (find-method generic (method-qualifiers installed) (sb-mop:method-specializers installed) nil))))
-      (:class (class-shape (find-class name nil))))))
+      (:class (class-shape (find-class name nil)))
+      (:variable (and (boundp name) (list (symbol-value name)))))))
 
 (defun current-source (entry)
   "Where the definition ENTRY's name holds now was made, or NIL."
   (let ((name (entry-name entry)))
     (case (entry-kind entry)
       (:class (definition-source (find-class name nil)))
+      (:variable nil)
       (t (definition-source (current-definition entry))))))
 
 (defun same-definition-p (entry definition)
-  (if (eq (entry-kind entry) :class)
-      (equal definition (entry-installed entry))
-      (eq definition (entry-installed entry))))
+  (case (entry-kind entry)
+    (:class (equal definition (entry-installed entry)))
+    ;; Values are boxed: the same value is the same object in the box.
+    (:variable (and definition (entry-installed entry) (eq (first definition) (first (entry-installed entry)))))
+    (t (eq definition (entry-installed entry)))))
 
 (defun changed-since (entry journal)
   "NIL when ENTRY's name still holds the agent's definition ENTRY made; else what changed it."
@@ -397,6 +437,7 @@ that was a file, which undo leaves as it is."
                       (remove-method generic installed))
                     (when (and previous generic (null (sb-mop:method-generic-function previous)))
                       (add-method generic previous)))))
+       (:variable (setf (symbol-value name) (first previous)))
        (:class (let ((arguments (copy-list previous)))
                  (remf arguments :definition-source)
                  (let ((class (apply #'sb-mop:ensure-class name arguments))
@@ -410,16 +451,18 @@ that was a file, which undo leaves as it is."
   (list :number (entry-number entry) :name (entry-name-text entry) :kind (kind-text entry)
         :detail (entry-detail entry)
         :now (let ((now (current-definition entry)))
-               (and now (location-of (current-source entry) (entry-name entry) now)))
+               (and now (not (eq (entry-kind entry) :variable))
+                    (location-of (current-source entry) (entry-name entry) now)))
         :agent-file (agent-file entry)))
 
 (defun agent-file (entry)
   "Where the agent's definition ENTRY made came from, when it was a file (edit-lisp-form's load,
 load-form, load-file): a location plist, or NIL."
-  (file-location-of (if (eq (entry-kind entry) :class)
-                        (entry-installed-source entry)
-                        (definition-source (entry-installed entry)))
-                    (entry-name entry)))
+  (and (not (eq (entry-kind entry) :variable))
+       (file-location-of (if (eq (entry-kind entry) :class)
+                             (entry-installed-source entry)
+                             (definition-source (entry-installed entry)))
+                         (entry-name entry))))
 
 (defun journal-page (journal before page-size)
   "The entries of JOURNAL (newest first) numbered below BEFORE (all when NIL), the newest

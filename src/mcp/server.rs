@@ -71,6 +71,8 @@ struct Server {
     requests: Arc<ClientRequests>,
     /// Send each result's facts as `structuredContent` too (see [`ServeOptions`]).
     structured_content: bool,
+    /// `--name`: the agent's name, whatever its client says it is.
+    name: Option<String>,
     /// The client as `initialize` described it: its name, and whether it can ask the human.
     caller: Mutex<Arc<Caller>>,
     /// The approval rounds of calls of revision 2026-07-28.
@@ -92,6 +94,8 @@ pub struct ServeOptions {
     /// issue 79944), and the text is the whole reply: the notes on what was cut and where the rest
     /// is, the `[background]` section, why a call was refused.
     pub structured_content: bool,
+    /// The name the agent goes by (`--name`), in place of its client's `clientInfo.name`.
+    pub name: Option<String>,
 }
 
 /// Serves MCP on `input`/`output` until `input` ends, asking and observing as `options` say.
@@ -105,7 +109,7 @@ where
         let outgoing = outgoing.clone();
         async move { outgoing.run_writer().await }
     });
-    let ServeOptions { confirm, asks, observers, structured_content } = options;
+    let ServeOptions { confirm, asks, observers, structured_content, name } = options;
     let requests = Arc::new(ClientRequests::new(outgoing.clone()));
     let caller = Caller { client: "unknown client".to_string(), asks: None, cannot_ask: String::new() };
     let server = Arc::new(Server {
@@ -116,6 +120,7 @@ where
         protocol_version: Mutex::new(SUPPORTED_VERSIONS[0].to_string()),
         initialized: AtomicBool::new(false),
         structured_content,
+        name,
         caller: Mutex::new(Arc::new(caller)),
         rounds: Arc::default(),
     });
@@ -488,7 +493,7 @@ impl Server {
         // The reader loop answers `initialize` before it reads another line, so nothing read
         // after this precedes the response.
         self.initialized.store(true, Ordering::Release);
-        let client = params.client_info.and_then(|info| info.name);
+        let client = self.name.clone().or(params.client_info.and_then(|info| info.name));
         let client = client.as_deref().unwrap_or("unknown client");
         let elicitation = params.capabilities.as_ref().and_then(|c| c.get("elicitation"));
         let asks = version >= ELICITATION_SINCE && elicitation::accepts_forms(elicitation);
@@ -584,7 +589,7 @@ impl Server {
         let elicitation = client.capabilities.get("elicitation");
         let round = elicitation::accepts_forms(elicitation).then(|| Arc::new(Round::new(self.rounds.clone(), answer)));
         let caller = Caller {
-            client: client.name.clone().unwrap_or_else(|| "unknown client".to_string()),
+            client: self.name.clone().or_else(|| client.name.clone()).unwrap_or_else(|| "unknown client".to_string()),
             asks: round.clone().map(|round| round as Arc<dyn Ask>),
             cannot_ask: elicitation::cannot_ask(STATELESS_VERSION, elicitation, "the request's clientCapabilities"),
         };

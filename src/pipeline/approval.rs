@@ -28,7 +28,10 @@ const MAX_SHOWN: usize = 20_000;
 /// Which tool calls need the human's approval, and how long one waits for it.
 #[derive(Debug, Clone, Default)]
 pub struct ConfirmPolicy {
+    /// The tools `--confirm` names.
     tools: HashSet<String>,
+    /// The tools `mutating` stands for, whose calls that only look run unasked.
+    mutating: HashSet<String>,
     /// How long a call waits for the answer before it is refused.
     pub timeout: Duration,
 }
@@ -37,10 +40,10 @@ impl ConfirmPolicy {
     /// The policy for `--confirm` naming `names` (tool names, or [`MUTATING`]) among the tools
     /// `toolbox` offers. An unknown name is an error that lists the offered tools.
     pub fn new(names: &[String], toolbox: &Toolbox, timeout: Duration) -> Result<Self, String> {
-        let mut tools = HashSet::new();
+        let (mut tools, mut mutating) = (HashSet::new(), HashSet::new());
         for name in names {
             if name == MUTATING {
-                tools.extend(toolbox.definitions().filter(|d| !d.annotations.read_only).map(|d| d.name.to_string()));
+                mutating.extend(toolbox.definitions().filter(|d| !d.read_only).map(|d| d.name.to_string()));
             } else if toolbox.definitions().any(|d| d.name == name.as_str()) {
                 tools.insert(name.clone());
             } else {
@@ -51,12 +54,13 @@ impl ConfirmPolicy {
                 ));
             }
         }
-        Ok(Self { tools, timeout })
+        Ok(Self { tools, mutating, timeout })
     }
 
-    /// Whether calls of `tool` wait for approval.
-    pub fn requires(&self, tool: &str) -> bool {
-        self.tools.contains(tool)
+    /// Whether a call of `tool` waits for approval; `looks_only` when it changes nothing (a list
+    /// of `threads`), which only a tool named itself waits for.
+    pub fn requires(&self, tool: &str, looks_only: bool) -> bool {
+        self.tools.contains(tool) || (self.mutating.contains(tool) && !looks_only)
     }
 }
 
@@ -206,9 +210,15 @@ impl Approvals {
     }
 
     /// Whether a call of `tool` in `image` waits for the human's approval now: `--confirm` names
-    /// it, and the human has not allowed it for the session (or has revoked that).
-    pub async fn needed(&self, tool: &str, image: Option<&Arc<Image>>, cancel: &CancellationToken) -> bool {
-        if !self.policy.requires(tool) {
+    /// it (or `mutating`, and the call does more than look), and the human has not allowed it for
+    /// the session (or has revoked that).
+    pub async fn needed(
+        &self,
+        (tool, looks_only): (&str, bool),
+        image: Option<&Arc<Image>>,
+        cancel: &CancellationToken,
+    ) -> bool {
+        if !self.policy.requires(tool, looks_only) {
             return false;
         }
         let Some(asked) = lock(&self.for_session).get(tool).cloned() else { return true };

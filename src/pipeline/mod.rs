@@ -82,12 +82,13 @@ impl Pipeline {
             return None;
         };
         let checked = toolbox.check_arguments(tool, &arguments);
-        let asks = checked.is_ok() && self.approvals.needed(name, image.as_ref(), &cancel).await;
+        let looks_only = tool.looks_only(arguments.as_ref());
+        let asks = checked.is_ok() && self.approvals.needed((name, looks_only), image.as_ref(), &cancel).await;
         let mut observations = self.begin(&start(asks));
         let (ending, output) = match checked {
             Err(error) => (Ending::Failed, ToolOutput::from(ToolError::from(error))),
             Ok(()) => {
-                let args = toolbox.accept_arguments(tool, arguments);
+                let args = Toolbox::accept_arguments(arguments);
                 // The image names the threads of the call's evaluations after it, and the user
                 // can cancel it by its id (from Emacs, while it waits or runs).
                 call_tag::for_call(&id, name, async {

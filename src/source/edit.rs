@@ -30,20 +30,27 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub(crate) const NAMES: [&'static str; 5] = ["replace", "insert_before", "insert_after", "delete", "patch"];
+    const ALL: [Operation; 5] =
+        [Operation::Replace, Operation::InsertBefore, Operation::InsertAfter, Operation::Delete, Operation::Patch];
 
-    pub(crate) fn parse(name: &str) -> Option<Self> {
-        match name {
-            "replace" => Some(Operation::Replace),
-            "insert_before" => Some(Operation::InsertBefore),
-            "insert_after" => Some(Operation::InsertAfter),
-            "delete" => Some(Operation::Delete),
-            "patch" => Some(Operation::Patch),
-            _ => None,
+    /// Each operation's name, in the order the tool's schema lists them.
+    pub(crate) const NAMES: [&'static str; 5] = {
+        let mut names = [""; 5];
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            names[i] = Self::ALL[i].name();
+            i += 1;
         }
+        names
+    };
+
+    /// The operation a call names.
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|operation| operation.name() == name)
     }
 
-    pub(crate) fn name(self) -> &'static str {
+    /// Its name, as a call gives it.
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Operation::Replace => "replace",
             Operation::InsertBefore => "insert_before",
@@ -166,6 +173,12 @@ pub struct EditReport {
     /// the forms after it.
     pub(crate) replaced: Range<usize>,
     pub(crate) inserted: usize,
+    /// How many lines later edits of its batch moved its new lines down (up when negative):
+    /// `new_lines` has them already, `diff` the lines as this edit left them.
+    pub(crate) lines_moved: isize,
+    /// Whether a later edit of its batch changed the text this edit wrote, so that the text it
+    /// shows is not the file's in the end.
+    pub(crate) changed_again: bool,
 }
 
 /// A deleted definition, as the image needs it to undo what loading it did.
@@ -279,8 +292,10 @@ pub fn prepare_edits(
         };
         let (snapshot, text) = &files[file];
         let (new_text, report) = apply(text, &snapshot.shown, &file_edit.request, checked).map_err(refused)?;
+        let written = &new_text[report.replaced.start..report.replaced.start + report.inserted];
+        let lines_added = line_breaks(written) as isize - line_breaks(&text[report.replaced.clone()]) as isize;
         for (_, earlier) in reports.iter_mut().filter(|(earlier_file, _)| *earlier_file == file) {
-            earlier.follow(&report);
+            earlier.follow(&report, lines_added);
         }
         files[file].1 = new_text;
         reports.push((file, report));
@@ -326,21 +341,34 @@ impl PreparedEdits {
 }
 
 impl EditReport {
-    /// Moves `new_span` past a later edit of the same file: the text after that edit's place
-    /// moves by what it changed in length; a form it edited inside grows or shrinks with it;
-    /// one whose text it replaced is gone (the later edit has its own).
-    fn follow(&mut self, later: &EditReport) {
+    /// Moves `new_span` and `new_lines` past a later edit of the same file, which added
+    /// `lines_added` lines (fewer when negative): the text after that edit's place moves by what
+    /// it changed in length; a form it edited inside grows or shrinks with it; one whose text it
+    /// replaced is gone (the later edit has its own).
+    fn follow(&mut self, later: &EditReport, lines_added: isize) {
         let (replaced, span) = (&later.replaced, &mut self.new_span);
         let moved = |at: usize| at + later.inserted - replaced.len();
         if span.end <= replaced.start {
         } else if span.start >= replaced.end {
             *span = moved(span.start)..moved(span.end);
+            self.new_lines.first = self.new_lines.first.saturating_add_signed(lines_added);
+            self.new_lines.last = self.new_lines.last.saturating_add_signed(lines_added);
+            self.lines_moved += lines_added;
         } else if span.start <= replaced.start && replaced.end <= span.end {
             span.end = moved(span.end);
+            self.new_lines.last = self.new_lines.last.saturating_add_signed(lines_added);
+            self.changed_again = true;
         } else {
+            // A delete wrote no text for a later edit to change again.
+            self.changed_again |= span.start < span.end;
             *span = 0..0;
         }
     }
+}
+
+/// How many line breaks `text` holds.
+fn line_breaks(text: &[u8]) -> usize {
+    text.iter().filter(|&&b| b == b'\n').count()
 }
 
 /// Opens `path` beneath one of `roots`, reads it once and computes the edit. `content` is
@@ -466,6 +494,8 @@ fn apply(
         removed,
         replaced: splice.range.clone(),
         inserted: splice.replacement.len(),
+        lines_moved: 0,
+        changed_again: false,
     };
     Ok((new_bytes, report))
 }
@@ -541,6 +571,8 @@ fn patch(
         removed: None,
         replaced,
         inserted: new_text.len(),
+        lines_moved: 0,
+        changed_again: false,
     };
     Ok((new_bytes, report))
 }

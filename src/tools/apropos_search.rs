@@ -6,37 +6,26 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("query", "").required(),
-    Param::text("package", "Default: all packages."),
-    Param::flag("external_only", ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "apropos-search",
-        description:
-            "Find symbols whose names contain query, with what each names.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Symbols whose names contain query, and what each names.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        query: String,
+        package: Option<String>,
+        external_only: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    query: String,
-    package: Option<String>,
-    #[serde(default)]
-    external_only: bool,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

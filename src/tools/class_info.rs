@@ -7,33 +7,25 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("class", "").required(),
-    super::SYMBOL_PACKAGE,
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "class-info",
-        description: "A class of the image: its slots, superclasses, subclasses and metaclass.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "A class's slots, superclasses, subclasses and metaclass.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        class: String,
+        package: Option<String>,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    class: String,
-    package: Option<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

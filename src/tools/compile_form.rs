@@ -7,35 +7,25 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("code", "").required(),
-    super::SYMBOL_PACKAGE,
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "compile-form",
-        description:
-            "Compile code without running it or defining anything: its warnings and errors, as compiling a file \
-            gives them.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Compile code without running or defining it: its warnings and errors.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        code: String => code(),
+        package: Option<String>,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    code: String,
-    package: Option<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

@@ -19,89 +19,72 @@ use super::arguments::{Designator, NumberOrName};
 use super::debugger_sessions::{
     frames_section, DebuggerSession, SessionUnavailable, StopReport, Stopped, FRAMES_SHOWN,
 };
-use super::evaluate_lisp::outcome;
-use super::lisp_reply::{check_failure, decode, Captured};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::{arguments, choices};
+use super::evaluate_lisp::report_return_or_stop;
+use super::find_definition::CurrentTexts;
+use super::lisp_reply::{check_failure, decode, Captured, Location};
+use super::xref::query_of_hit;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallLimits, Entry, Request};
+use crate::source::AllowedRoots;
 use crate::swank::{Form, Sexp};
 
 /// A day, as evaluate-lisp's limit.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("session", ""),
-    Param::one_of(
-        "action",
-        &[
-            "attach",
-            "backtrace",
-            "frame",
-            "eval_in_frame",
-            "invoke_restart",
-            "continue",
-            "step_into",
-            "step_over",
-            "step_out",
-            "return_from_frame",
-            "restart_frame",
-            "abort",
-            "break",
-            "breakpoints",
-            "unbreak",
-            "recompile_debug",
-            "recompile_restore",
-        ],
-        "",
-    )
-    .required(),
-    Param::integer_or_name("thread", ""),
-    Param::text("function", ""),
-    Param::code("condition", ""),
-    Param::integer("hits", 1, "").bounds_unlisted(),
-    Param::integer("breakpoint", 1, "").bounds_unlisted(),
-    Param::integer("frame", 0, ""),
-    Param::integer("start", 0, ""),
-    Param::integer("end", 0, ""),
-    Param::code("code", ""),
-    Param::integer_or_name("restart", ""),
-    Param::texts("arguments", ""),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-];
-
-fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "debugger",
-        description:
-            "An evaluation stopped with debug: true (D1), or a thread in any debugger (the user's SLDB \
-            too). break: function's calls stop if condition holds.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+choices! {
+    /// The action a call asks for: on a stop (attach to one, look at it, move it on) or on the
+    /// breakpoints.
+    enum ActionName {
+        Attach = "attach",
+        Backtrace = "backtrace",
+        Frame = "frame",
+        EvalInFrame = "eval_in_frame",
+        InvokeRestart = "invoke_restart",
+        Continue = "continue",
+        StepInto = "step_into",
+        StepOver = "step_over",
+        StepOut = "step_out",
+        ReturnFromFrame = "return_from_frame",
+        RestartFrame = "restart_frame",
+        Abort = "abort",
+        Break = "break",
+        Breakpoints = "breakpoints",
+        Unbreak = "unbreak",
+        RecompileDebug = "recompile_debug",
+        RecompileRestore = "recompile_restore",
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(
+    ToolDefinition {
+        name: "debugger",
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Act on a stop: session D1 (from debug: true) or a thread in any debugger, the user's SLDB too. \
+            break: function's calls stop where condition holds.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
-/// The arguments as the tool reads them: which of them an action needs, it checks.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    session: Option<String>,
-    action: String,
-    thread: Option<Designator>,
-    function: Option<String>,
-    condition: Option<String>,
-    hits: Option<u64>,
-    breakpoint: Option<u64>,
-    frame: Option<u64>,
-    start: Option<u64>,
-    end: Option<u64>,
-    code: Option<String>,
-    restart: Option<Designator>,
-    #[serde(default)]
-    arguments: Vec<String>,
-    timeout_ms: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them: which of them an action needs, it checks.
+    struct Args {
+        session: Option<String>,
+        action: ActionName,
+        thread: Option<Designator>,
+        function: Option<String>,
+        condition: Option<String> => code(),
+        hits: Option<u64> => at_least(1),
+        breakpoint: Option<u64> => at_least(1),
+        frame: Option<u64>,
+        start: Option<u64>,
+        end: Option<u64>,
+        code: Option<String> => code(),
+        restart: Option<Designator>,
+        arguments: Vec<String>,
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -112,18 +95,23 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         timeout_advice: "Pass a larger timeout_ms if it needs longer.",
         cancel: context.cancel.clone(),
     };
-    match asked.action.as_str() {
-        "attach" => return attach(context, args, &asked, &limits).await.map(|(_, report)| report),
-        "break" => return set_breakpoint(context, args, &asked).await,
-        action @ ("recompile_debug" | "recompile_restore") => {
-            return recompile_for_stepping(context, args, &asked, action == "recompile_restore").await
-        }
-        "breakpoints" => {
+    let frame = || -> Result<u64, ToolError> {
+        asked.frame.ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
+    };
+    let code = || -> Result<&str, ToolError> {
+        asked.code.as_deref().ok_or_else(|| ToolError::new("Missing required argument `code` (a string)."))
+    };
+    let action = match asked.action {
+        ActionName::Attach => return attach(context, args, &asked, &limits).await.map(|(_, report)| report),
+        ActionName::Break => return set_breakpoint(context, args, &asked).await,
+        ActionName::RecompileDebug => return recompile_for_stepping(context, args, &asked, false).await,
+        ActionName::RecompileRestore => return recompile_for_stepping(context, args, &asked, true).await,
+        ActionName::Breakpoints => {
             let reply = context.call_helper(args, Request::new(Entry::LIST_BREAKPOINTS)).await?;
             let listed = decode::<Breakpoints>("list-breakpoints", &reply)?.breakpoints;
             return Ok(ToolOutput::success(breakpoint_list(&listed, context.settings.max_output)));
         }
-        "unbreak" => {
+        ActionName::Unbreak => {
             let request = Request::new(Entry::REMOVE_BREAKPOINT).key("number", asked.breakpoint);
             let reply = context.call_helper(args, request).await?;
             let Removed { removed, released } = decode::<Removed>("remove-breakpoint", &reply)?;
@@ -140,9 +128,29 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                 ),
             }));
         }
-        _ => {}
-    }
-    let action = Action::read(&asked)?;
+        ActionName::Backtrace => {
+            let start = asked.start.unwrap_or(0);
+            let end = asked.end.unwrap_or(start.saturating_add(FRAMES_SHOWN));
+            Action::Backtrace { start, end }
+        }
+        ActionName::Frame => Action::Frame { frame: frame()? },
+        ActionName::EvalInFrame => Action::EvalInFrame { frame: frame()?, code: code()? },
+        ActionName::InvokeRestart => Action::InvokeRestart {
+            restart: asked.restart.as_ref().map(Designator::as_number_or_name).ok_or_else(|| {
+                ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
+            })?,
+            arguments: asked.arguments.iter().map(String::as_str).collect(),
+        },
+        ActionName::ReturnFromFrame => Action::ReturnFromFrame { frame: frame()?, code: code()? },
+        ActionName::RestartFrame => Action::RestartFrame { frame: frame()? },
+        ActionName::Abort => Action::Abort,
+        ActionName::Continue => {
+            Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() }
+        }
+        ActionName::StepInto => Action::Step { kind: "into", frame: asked.frame.unwrap_or(0) },
+        ActionName::StepOver => Action::Step { kind: "over", frame: asked.frame.unwrap_or(0) },
+        ActionName::StepOut => Action::Step { kind: "out", frame: asked.frame.unwrap_or(0) },
+    };
     let number = match (asked.session.as_deref(), &asked.thread) {
         (Some(session), _) => session_number(session)?,
         // A thread named instead of a session is attached to first, or found in the session
@@ -159,8 +167,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let session = sessions.take(number).map_err(|unavailable| unavailable_session(number, unavailable))?;
     let image = session.image.clone();
     let DebuggerSession { thread, condition, since, stopped, .. } = session;
-    let keep = |stopped: Stopped| {
-        sessions.keep(DebuggerSession { number, image: image.clone(), thread, condition: condition.clone(), since, stopped })
+    let wait_again = |stopped: Stopped| {
+        sessions.insert_waiting(DebuggerSession { number, image: image.clone(), thread, condition: condition.clone(), since, stopped })
     };
     let mut evaluation = match stopped {
         Stopped::Evaluation(evaluation) => evaluation,
@@ -185,14 +193,14 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             };
             return match image.call_in_attached_thread((thread, stop), action.request(), allow_exit, &limits).await {
                 Ok(Some(reply)) => {
-                    keep(Stopped::Attached { listed, stop });
+                    wait_again(Stopped::Attached { listed, stop });
                     if reply.is_keyword("other-helper") {
                         return Err(ToolError::new(
                             "Another swank-mcp loaded its own helper into the image meanwhile; call again.",
                         ));
                     }
                     check_failure(&reply)?;
-                    action.render(number, &reply, context.settings.max_output)
+                    action.render(number, &reply, context).await
                 }
                 Ok(None) => {
                     sessions.end(number);
@@ -208,7 +216,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
                     })
                 }
                 Err(e) => {
-                    keep(Stopped::Attached { listed, stop });
+                    wait_again(Stopped::Attached { listed, stop });
                     Err(e.into())
                 }
             };
@@ -217,20 +225,20 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let deadline = Instant::now() + limits.timeout;
     match image.call_in_debugger(&evaluation, thread, action.request(), deadline, &limits).await {
         Ok(Some(reply)) => {
-            keep(Stopped::Evaluation(evaluation));
+            wait_again(Stopped::Evaluation(evaluation));
             check_failure(&reply)?;
-            action.render(number, &reply, context.settings.max_output)
+            action.render(number, &reply, context).await
         }
         // Control left the debugger: the evaluation goes on from where the action sent it.
         Ok(None) => {
             let next = image.follow(evaluation, deadline, &limits).await;
-            outcome(context, &image, Some(number), next, &limits, deadline).await
+            report_return_or_stop(context, &image, Some(number), next, &limits, deadline).await
         }
         Err(e) => {
-            if evaluation.has_ended() {
+            if evaluation.drain_events_and_check_ended() {
                 sessions.end(number);
             } else {
-                keep(Stopped::Evaluation(evaluation));
+                wait_again(Stopped::Evaluation(evaluation));
             }
             Err(e.into())
         }
@@ -455,7 +463,7 @@ async fn keep_attached(
     let report = decode::<StopReport>("debugger-report", &reply)?;
     let condition =
         format!("{}: {}", report.condition.type_name, report.condition.message.lines().next().unwrap_or_default());
-    context.debugger_sessions().keep(DebuggerSession {
+    context.debugger_sessions().insert_waiting(DebuggerSession {
         number,
         image,
         thread: facts.thread,
@@ -556,46 +564,6 @@ enum Action<'a> {
 }
 
 impl<'a> Action<'a> {
-    fn read(asked: &'a Args) -> Result<Self, ToolError> {
-        let frame = || -> Result<u64, ToolError> {
-            asked
-                .frame
-                .ok_or_else(|| ToolError::new("This action needs `frame`, a frame number as the backtrace shows it."))
-        };
-        let code = || -> Result<&'a str, ToolError> {
-            asked.code.as_deref().ok_or_else(|| ToolError::new("Missing required argument `code` (a string)."))
-        };
-        Ok(match asked.action.as_str() {
-            "backtrace" => {
-                let start = asked.start.unwrap_or(0);
-                let end = asked.end.unwrap_or(start.saturating_add(FRAMES_SHOWN));
-                Action::Backtrace { start, end }
-            }
-            "frame" => Action::Frame { frame: frame()? },
-            "eval_in_frame" => Action::EvalInFrame { frame: frame()?, code: code()? },
-            "invoke_restart" => Action::InvokeRestart {
-                restart: asked.restart.as_ref().map(Designator::as_number_or_name).ok_or_else(|| {
-                    ToolError::new("invoke_restart needs `restart`, the restart's number as listed or its name.")
-                })?,
-                arguments: asked.arguments.iter().map(String::as_str).collect(),
-            },
-            "return_from_frame" => Action::ReturnFromFrame { frame: frame()?, code: code()? },
-            "restart_frame" => Action::RestartFrame { frame: frame()? },
-            "abort" => Action::Abort,
-            "continue" => Action::InvokeRestart { restart: NumberOrName::Name("CONTINUE"), arguments: Vec::new() },
-            "step_into" => Action::Step { kind: "into", frame: asked.frame.unwrap_or(0) },
-            "step_over" => Action::Step { kind: "over", frame: asked.frame.unwrap_or(0) },
-            "step_out" => Action::Step { kind: "out", frame: asked.frame.unwrap_or(0) },
-            other => {
-                return Err(ToolError::new(format!(
-                    "Unknown action {other:?}; the actions are attach, backtrace, frame, eval_in_frame, \
-                     invoke_restart, continue, step_into, step_over, step_out, return_from_frame, restart_frame, abort, \
-                     break, breakpoints, unbreak, recompile_debug and recompile_restore."
-                )))
-            }
-        })
-    }
-
     /// The request of the helper function that does it in the stopped thread.
     fn request(&self) -> Request {
         match self {
@@ -628,7 +596,8 @@ impl<'a> Action<'a> {
     }
 
     /// The reply of an action that left the evaluation where it was.
-    fn render(&self, number: u64, reply: &Sexp, max_output: usize) -> ToolResult {
+    async fn render(&self, number: u64, reply: &Sexp, context: &ToolContext) -> ToolResult {
+        let max_output = context.settings.max_output;
         let waiting = format!("(Session D{number} still waits in the debugger.)");
         match self {
             Action::Backtrace { .. } => {
@@ -648,8 +617,15 @@ impl<'a> Action<'a> {
             }
             Action::Frame { frame } => {
                 let facts = decode::<FrameFacts>("debugger-frame", reply)?;
-                let mut text = format!("[Frame {frame}] {}\nSource: {}", facts.call, facts.location);
-                if let Some(source) = facts.source.filter(|source| !source.is_empty()) {
+                let (location, source) = match facts.definition {
+                    // Swank read the frame's place against the file's text as it is now.
+                    Some(definition) if definition.location.note.as_deref().is_some_and(|n| n.contains("changed")) => {
+                        context.on_files(move |roots| Ok(definition.found_again(roots))).await?
+                    }
+                    _ => (facts.location, facts.source),
+                };
+                let mut text = format!("[Frame {frame}] {}\nSource: {location}", facts.call);
+                if let Some(source) = source.filter(|source| !source.is_empty()) {
                     text.push_str(&format!("\n{source}"));
                 }
                 if facts.replaced {
@@ -705,6 +681,29 @@ struct FrameFacts {
     locals: Vec<(String, String)>,
     location: String,
     source: Option<String>,
+    definition: Option<FrameDefinition>,
+}
+
+/// Where the code a frame runs was compiled from.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FrameDefinition {
+    /// The frame's function as xref's hits name it: what it is looked for by in the file.
+    name: String,
+    location: Location,
+}
+
+impl FrameDefinition {
+    /// Its place and text in the file's current text, found by its name as xref's hits are; the
+    /// file alone, saying so, when it is not there.
+    fn found_again(self, roots: &AllowedRoots) -> (String, Option<String>) {
+        let mut texts = CurrentTexts::new(roots);
+        let mut location = self.location;
+        let span = query_of_hit(&self.name)
+            .and_then(|(operators, form_name)| texts.relocate(&mut location, operators, &form_name));
+        let text = span.and_then(|span| texts.text_of(&location, Some(span)));
+        (location.to_string(), text)
+    }
 }
 
 /// The helper's `debugger-eval-in-frame`.

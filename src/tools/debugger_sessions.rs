@@ -54,11 +54,11 @@ pub enum Stopped {
 }
 
 impl Stopped {
-    /// Whether it is known to have left the debugger; an attached thread's fate is learned by
-    /// acting on it.
-    fn has_ended(&mut self) -> bool {
+    /// Whether it is known to have left the debugger, taking the evaluation's events that came
+    /// meanwhile; an attached thread's fate is learned by acting on it.
+    fn drain_events_and_check_ended(&mut self) -> bool {
         match self {
-            Stopped::Evaluation(evaluation) => evaluation.has_ended(),
+            Stopped::Evaluation(evaluation) => evaluation.drain_events_and_check_ended(),
             Stopped::Attached { .. } => false,
         }
     }
@@ -110,8 +110,9 @@ impl DebuggerSessions {
         self.last.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Keeps a stopped evaluation for the debugger tool (releasing it if a call was acting on it).
-    pub fn keep(&self, session: DebuggerSession) {
+    /// Puts a stop in the table, waiting for the debugger tool: a new one, or one a call acted on
+    /// and now releases.
+    pub fn insert_waiting(&self, session: DebuggerSession) {
         if let Stopped::Attached { stop, .. } = session.stopped {
             let mut shown = lock(&self.shown);
             // Stop numbers only grow; the oldest are the ones no notice will name again.
@@ -156,7 +157,7 @@ impl DebuggerSessions {
         let mut sessions = lock(&self.sessions);
         match sessions.remove(&number) {
             Some(Slot::Waiting(mut session)) => {
-                if session.stopped.has_ended() {
+                if session.stopped.drain_events_and_check_ended() {
                     return Err(SessionUnavailable::Unknown);
                 }
                 sessions.insert(number, Slot::Busy(session.image.clone()));
@@ -191,7 +192,7 @@ impl DebuggerSessions {
     pub fn in_image(&self, image: &Arc<Image>) -> Vec<DebuggerSessionSummary> {
         let mut sessions = lock(&self.sessions);
         sessions.retain(|_, slot| match slot {
-            Slot::Waiting(session) => !session.stopped.has_ended(),
+            Slot::Waiting(session) => !session.stopped.drain_events_and_check_ended(),
             Slot::Busy(_) => true,
         });
         let mut summaries: Vec<DebuggerSessionSummary> = sessions
@@ -257,7 +258,7 @@ pub(crate) async fn stopped(
     check_failure(&reply)?;
     let report = decode::<StopReport>("debugger-report", &reply)?;
     let condition = format!("{}: {}", report.condition.type_name, first_line(&report.condition.message));
-    context.debugger_sessions().keep(DebuggerSession {
+    context.debugger_sessions().insert_waiting(DebuggerSession {
         number,
         image: image.clone(),
         thread,

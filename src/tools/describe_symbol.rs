@@ -10,24 +10,18 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::{
-    Annotations, Arguments, SymbolArguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, SymbolArguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[super::SYMBOL, super::SYMBOL_PACKAGE];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "describe-symbol",
-        description:
-            "What a symbol names (function, method, variable, class...), with syntax, documentation, value and source.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<SymbolArguments>(definition, |context, args| Box::pin(call(context, args)));
+        arguments: SymbolArguments::PARAMS,
+        read_only: true,
+        description: "What a symbol names: syntax, documentation, value, source.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let request = args.typed::<SymbolArguments>()?.request(crate::image::Entry::DESCRIBE_SYMBOL);
@@ -115,7 +109,7 @@ mod tests {
     const AREA: &str = "(:symbol \"SHAPES::AREA\" :status \"external in SHAPES\" :entries \
          ((:kind \"Generic function\" :summary \"(AREA SHAPE)\" :documentation \"The area.\" \
            :details (\"Methods (1):\" \"  (AREA (CIRCLE))\") :label \"generic function\" \
-           :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :origin nil))))";
+           :source (:file \"/src/shapes.lisp\" :line 8 :column 1 :note nil :made-by nil :origin nil))))";
 
     fn describe(reply: &str) -> Result<Description, ToolError> {
         decode("describe-symbol", &read(reply).unwrap())

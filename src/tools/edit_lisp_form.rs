@@ -14,78 +14,33 @@ use serde_json::{json, Value};
 
 use super::lisp_reply::decode;
 use super::load_form::{load_plan, Loaded};
+use super::arguments::{arguments, ArgumentType, Kind};
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Run, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT,
+    file_limit, Arguments, Fingerprint, Preview, Previewing, Run, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::source::{prepare_edits, AllowedRoots, EditReport, EditRequest, FileEdit, LoadPlan, Operation, RemovedForm};
-
-/// One edit's arguments, as a call gives them alone or as an element of `edits`.
-const FILE_PATH: Param = Param::text("file_path", "");
-const FORM_TYPE: Param = Param::text("form_type", "");
-const FORM_NAME: Param = Param::text("form_name", "");
-const OPERATION: Param = Param::one_of("operation", &Operation::NAMES, "").explained(unknown_operation);
-const CONTENT: Param = Param::code("content", "Whole form(s).");
-const OLD_TEXT: Param = Param::text("old_text", "Found once in the form.");
-const NEW_TEXT: Param = Param::code("new_text", "");
-const LOAD: Param = Param::flag("load", "");
-
-/// An element of `edits`: one edit, whose target and operation it must give. Its file, form type
-/// and `load`, when it leaves them out, are the call's: several edits of one file say its name
-/// once, as an agent first writes them.
-const EDIT: &[Param] = &[
-    FILE_PATH,
-    FORM_TYPE,
-    FORM_NAME.required(),
-    OPERATION.required(),
-    CONTENT,
-    OLD_TEXT,
-    NEW_TEXT,
-    FORM_INDEX,
-    LOAD,
-];
-
-/// The arguments: the schema and the checks. One edit's fields, or `edits`: which of them the
-/// call must give depends on which it gives, and is checked by [`edit_arguments`].
-const ARGUMENTS: &[Param] = &[
-    FILE_PATH,
-    FORM_TYPE,
-    FORM_NAME,
-    OPERATION,
-    CONTENT,
-    OLD_TEXT,
-    NEW_TEXT,
-    FORM_INDEX,
-    Param::objects("edits", EDIT, "file_path, form_type and load default to the call's."),
-    Param::flag("dry_run", ""),
-    LOAD,
-    LARGE_FILE_ARGUMENT,
-];
 
 fn unknown_operation(operation: &Value) -> String {
     let names: Vec<String> = Operation::NAMES.iter().map(|name| format!("\"{name}\"")).collect();
     format!("Argument `operation` must be one of {}; got {operation}.", names.join(", "))
 }
 
-/// The tool's `tools/list` entry: name, description, schemas and annotations.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "edit-lisp-form",
-        description: "Edit definitions of a Lisp file on its syntax tree: replace, delete, insert beside, or patch \
-            old_text to new_text; edits, several at once, all or none. Use it rather than rewriting files; load: true \
-            compiles the change into the image.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`. Only `load` contacts an image.
+/// Public: the tests and benchmarks run it on files alone, with no server; only `load` needs an
+/// image.
 pub const TOOL: Tool = Tool {
-    definition,
-    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)), image_argument: true },
-    preview: Some(preview),
-    typed: super::Typed::of::<Args>(),
+    definition: ToolDefinition {
+        name: "edit-lisp-form",
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Edit a definition of a Lisp file (content: whole forms; patch: old_text, once in it, to \
+            new_text; edits: several, all or none). Use it rather than rewriting files; load: true compiles the change \
+            into the image.",
+    },
+    run: Run::Source { source: run, call: |context, args| Box::pin(call(context, args)) },
+    preview: Some(Previewing::Files(preview)),
+    looks_only: None,
 };
 
 /// One edit as the call gives it.
@@ -101,39 +56,50 @@ struct EditArguments {
     load: bool,
 }
 
-/// The arguments as the tool reads them: one edit's fields, or `edits`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: Option<String>,
-    form_type: Option<String>,
-    form_name: Option<String>,
-    operation: Option<String>,
-    content: Option<String>,
-    old_text: Option<String>,
-    new_text: Option<String>,
-    index: Option<u64>,
-    edits: Option<Vec<Edit>>,
-    #[serde(default)]
-    dry_run: bool,
-    load: Option<bool>,
-    #[serde(default)]
-    large_file: bool,
+arguments! {
+    /// The arguments as the tool reads them: one edit's fields, or `edits`. Which of them the call
+    /// must give depends on which it gives, and is checked by [`edit_arguments`].
+    struct Args {
+        file_path: Option<String>,
+        form_type: Option<String>,
+        form_name: Option<String>,
+        operation: Option<Operation> => explained(unknown_operation),
+        content: Option<String> => code(),
+        old_text: Option<String>,
+        new_text: Option<String> => code(),
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        edits: Option<Vec<Edit>>,
+        dry_run: bool,
+        load: Option<bool>,
+        large_file: bool,
+    }
 }
 
-/// An element of `edits`, as the tool reads it.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Edit {
-    file_path: Option<String>,
-    form_type: Option<String>,
-    form_name: Option<String>,
-    operation: Option<String>,
-    content: Option<String>,
-    old_text: Option<String>,
-    new_text: Option<String>,
-    index: Option<u64>,
-    load: Option<bool>,
+arguments! {
+    /// An element of `edits`: one edit, whose target and operation it must give. Its file, form
+    /// type and `load`, when it leaves them out, are the call's: several edits of one file say its
+    /// name once, as an agent first writes them.
+    #[derive(Clone)]
+    struct Edit {
+        file_path: Option<String>,
+        form_type: Option<String>,
+        form_name: Option<String> => required(),
+        operation: Option<Operation> => required().explained(unknown_operation),
+        content: Option<String> => code(),
+        old_text: Option<String>,
+        new_text: Option<String> => code(),
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        load: Option<bool>,
+    }
+}
+
+/// An edit's operation, by the name a call gives it.
+impl ArgumentType for Operation {
+    const KIND: Kind = Kind::OneOf(&Operation::NAMES);
+
+    fn read(value: &Value) -> Option<Self> {
+        Operation::parse(value.as_str()?)
+    }
 }
 
 /// A string argument the edit must give.
@@ -151,8 +117,8 @@ impl EditArguments {
                 None => required(call, field)?.to_string(),
             })
         };
-        let operation = required(&edit.operation, "operation")?;
-        let operation = Operation::parse(operation).ok_or_else(|| ToolError(unknown_operation(&operation.into())))?;
+        let operation =
+            edit.operation.ok_or_else(|| ToolError::new("Missing required argument `operation` (a string)."))?;
         let (content, old_text) = match operation {
             Operation::Patch => {
                 if edit.content.is_some() {
@@ -209,7 +175,7 @@ fn edit_arguments(call: &Args) -> Result<Vec<EditArguments>, ToolError> {
             file_path: call.file_path.clone(),
             form_type: call.form_type.clone(),
             form_name: call.form_name.clone(),
-            operation: call.operation.clone(),
+            operation: call.operation,
             content: call.content.clone(),
             old_text: call.old_text.clone(),
             new_text: call.new_text.clone(),
@@ -367,22 +333,28 @@ fn preview(args: &Arguments, roots: &AllowedRoots) -> Result<Preview, ToolError>
 
 /// What one edit did (or would do), and its diff.
 fn edit_text(report: &EditReport, said: Said) -> String {
+    let summary = match (report.changed_again, report.operation) {
+        (false, _) => summary(report, said),
+        (true, Operation::Patch) => format!("{} (a later edit of this batch changed it again)", summary(report, said)),
+        (true, _) => format!("{}; a later edit of this batch changed it again.", summary(report, said).trim_end_matches('.')),
+    };
     if report.diff.is_empty() {
         let end = if report.operation == Operation::Patch { "." } else { "" };
-        format!("{}{end} The file already reads exactly so; nothing changed.", summary(report, said))
+        format!("{summary}{end} The file already reads exactly so; nothing changed.")
     } else if report.operation == Operation::Patch && said == Said::Done {
-        format!("{}{}", summary(report, said), patched_lines(&report.diff))
+        format!("{summary}{}", patched_lines(&report.diff, report.lines_moved))
     } else if report.operation == Operation::Patch {
-        format!("{}:\n{}", summary(report, said), report.diff.trim_end())
+        format!("{summary}:\n{}", report.diff.trim_end())
     } else {
-        format!("{}\n\n{}", summary(report, said), report.diff)
+        format!("{summary}\n\n{}", report.diff)
     }
 }
 
 /// Where a patch that was made left its lines, from its compact diff: `, line 251 now:` and the
 /// line as it reads now, without its indentation. Not the lines it replaced, which the agent
-/// quoted in `old_text`; a dry run or a preview shows the whole diff.
-fn patched_lines(diff: &str) -> String {
+/// quoted in `old_text`; a dry run or a preview shows the whole diff. Later edits of its batch
+/// moved its lines by `lines_moved`, which the diff of the patch alone does not know.
+fn patched_lines(diff: &str, lines_moved: isize) -> String {
     let mut out = String::new();
     for line in diff.lines() {
         if let Some(ranges) = line.strip_prefix("@@ -").and_then(|rest| rest.strip_suffix(" @@")) {
@@ -392,6 +364,8 @@ fn patched_lines(diff: &str) -> String {
                 (first.parse().unwrap_or(0), count.parse().unwrap_or(1))
             };
             let ((old_first, old_count), (new_first, new_count)) = (span(old), span(new));
+            let (old_first, new_first) =
+                (old_first.saturating_add_signed(lines_moved), new_first.saturating_add_signed(lines_moved));
             let lines = |first: usize, count: usize| match count {
                 1 => format!("line {first}"),
                 _ => format!("lines {first}-{}", first + count - 1),
@@ -557,18 +531,24 @@ fn structured(report: &EditReport, dry_run: bool) -> Value {
 mod tests {
     use super::patched_lines;
 
+    fn patched_lines_alone(diff: &str) -> String {
+        patched_lines(diff, 0)
+    }
+
     #[test]
     fn a_made_patch_tells_the_lines_it_left_or_took_out() {
-        assert_eq!(patched_lines("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
-        assert_eq!(patched_lines("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
-        assert_eq!(patched_lines("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
+        assert_eq!(patched_lines_alone("@@ -251 +251 @@\n-  (string= a b))\n+  (string-equal a b))\n"), ", line 251 now:\n(string-equal a b))");
+        assert_eq!(patched_lines_alone("@@ -7 +7,2 @@\n-(f)\n+(f\n+ x)\n"), ", lines 7-8 now:\n(f\nx)");
+        assert_eq!(patched_lines_alone("@@ -5,2 +4,0 @@\n-  (a)\n-  (b)\n"), ", lines 5-6 taken out.");
         assert_eq!(
-            patched_lines("@@ -5 +5 @@\n-  (a 1)\n+  (a 2)\n@@ -7 +7 @@\n-  (c 1)\n+  (c 2)\n"),
+            patched_lines_alone("@@ -5 +5 @@\n-  (a 1)\n+  (a 2)\n@@ -7 +7 @@\n-  (c 1)\n+  (c 2)\n"),
             ", line 5 now:\n(a 2)\nline 7 now:\n(c 2)"
         );
         assert_eq!(
-            patched_lines("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
+            patched_lines_alone("@@ -3 +3 @@\n-(g)\n\\ No newline at end of file\n+(h)\n\\ No newline at end of file\n"),
             ", line 3 now:\n(h)"
         );
+        // Later edits of its batch took two lines out above it.
+        assert_eq!(patched_lines("@@ -102 +102 @@\n-(a 1)\n+(a 2)\n", -2), ", line 100 now:\n(a 2)");
     }
 }

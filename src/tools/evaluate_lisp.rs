@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::debugger_sessions::{stopped, DebuggerSession, Stopped};
 use super::lisp_reply::{decode, group_thousands, Captured, ErrorReport};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{CallError, CallLimits, Entry, Evaluation, Image, Request};
 use crate::swank::Sexp;
 
@@ -24,40 +25,26 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 const MAX_PRINT_LENGTH: u64 = 1_000_000;
 const MAX_PRINT_LEVEL: u64 = 10_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("code", "Common Lisp expression(s) to evaluate. Can be a single form or multiple forms.").required(),
-    Param::text("package", "Package context for evaluation. Defaults to CL-USER or the last-used package."),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-    Param::integer("print_length", 0, "").at_most(MAX_PRINT_LENGTH).bounds_unlisted().default_integer(200),
-    Param::integer("print_level", 0, "").at_most(MAX_PRINT_LEVEL).bounds_unlisted().default_integer(10),
-    Param::flag("debug", ""),
-];
-
-fn definition() -> ToolDefinition {
+/// Public for `swank-mcp eval`, whose one call is this tool's.
+pub const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "evaluate-lisp",
-        description:
-            "Evaluate Common Lisp code in a persistent REPL session. Definitions and variables persist across calls.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Evaluate forms in your own REPL session; its package and *, ** persist.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        code: String => code(),
+        package: Option<String>,
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
+        print_length: Option<u64> => at_most(MAX_PRINT_LENGTH),
+        print_level: Option<u64> => at_most(MAX_PRINT_LEVEL),
+        debug: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    code: String,
-    package: Option<String>,
-    timeout_ms: Option<u64>,
-    print_length: Option<u64>,
-    print_level: Option<u64>,
-    #[serde(default)]
-    debug: bool,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -83,7 +70,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         let request = request.key("debug", true).key("debug-timeout", context.settings.debug_timeout.as_secs().max(1));
         let deadline = tokio::time::Instant::now() + limits.timeout;
         let next = image.call_helper_debuggable(request, deadline, &limits).await;
-        return outcome(context, &image, None, next, &limits, deadline).await;
+        return report_return_or_stop(context, &image, None, next, &limits, deadline).await;
     }
     let reply = context.reporting(args, image.call_helper(request, &limits), None, "Evaluating").await?;
     Ok(EvaluationReply::decode(&reply)?.with_sessions(context, &image).into_output(context.settings.max_output))
@@ -92,7 +79,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
 /// What follows an action that moved the evaluation of debugger session `session` on, or an
 /// evaluate-lisp call with `debug` (no session yet): the evaluation's final reply, or the report
 /// of where it stopped, as the same session when it never left the debugger, else as a new one.
-pub(crate) async fn outcome(
+pub(crate) async fn report_return_or_stop(
     context: &ToolContext,
     image: &Arc<Image>,
     session: Option<u64>,
@@ -280,7 +267,7 @@ impl EvaluationReply {
         for error in &mut self.background.errors {
             let Some((thread, listed, stop)) = error.attach else { continue };
             let number = sessions.next_number();
-            sessions.keep(DebuggerSession {
+            sessions.insert_waiting(DebuggerSession {
                 number,
                 image: image.clone(),
                 thread,

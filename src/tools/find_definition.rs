@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use super::image_sources::roots_holding;
 use super::text_search::Search;
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -17,48 +18,33 @@ use super::LARGE_FILE;
 use crate::source::{locate_definition, locate_definition_by_other_definers, top_level_form_at, AllowedRoots};
 use crate::image::{Entry, Request};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("symbol", "Several with spaces between."),
-    Param::text("text", ""),
-    Param::text("system", ""),
-    Param::flag("source", ""),
-    super::SYMBOL_PACKAGE,
-    Param::integer("offset", 0, ""),
-    Param::integer("limit", 1, "").at_most(MAX_DEFINITIONS).default_integer(DEFAULT_DEFINITIONS),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "find-definition",
-        description: "Where symbols are defined, at file:line:column in the file's current text. Or, as grep: each \
-            form holding text, with the lines, in system's files or the roots'; system alone lists its files.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Where symbols (space-separated) are defined, file:line:column; or the definitions holding text, \
+            in system's files or the roots'. source: true gives their text. system alone lists its files.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 /// The most definitions one reply holds.
 pub const MAX_DEFINITIONS: u64 = 2_000;
 /// The definitions a reply holds when the call gives no `limit`.
 pub const DEFAULT_DEFINITIONS: u64 = 50;
 
-/// The arguments as the tool reads them (and, without `symbol`, its text search).
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    symbol: Option<String>,
-    text: Option<String>,
-    system: Option<String>,
-    #[serde(default)]
-    source: bool,
-    package: Option<String>,
-    #[serde(default)]
-    offset: u64,
-    limit: Option<u64>,
+arguments! {
+    /// The arguments as the tool reads them (and, without `symbol`, its text search).
+    struct Args {
+        symbol: Option<String>,
+        text: Option<String>,
+        system: Option<String>,
+        source: bool,
+        package: Option<String>,
+        offset: Option<u64>,
+        limit: Option<u64> => at_least(1).at_most(MAX_DEFINITIONS),
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -80,7 +66,8 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
             let search = Search {
                 text: typed.text,
                 system: typed.system,
-                offset: typed.offset as usize,
+                source: typed.source,
+                offset: typed.offset.unwrap_or(0) as usize,
                 limit: typed.limit.unwrap_or(DEFAULT_DEFINITIONS) as usize,
             };
             return super::text_search::call(context, args, search).await;
@@ -88,7 +75,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         Some(_) => {}
     }
     let Args { symbol, source: with_source, package, offset, limit, .. } = typed;
-    let limit = limit.unwrap_or(DEFAULT_DEFINITIONS);
+    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(DEFAULT_DEFINITIONS));
     let names = symbol_names(symbol.as_deref().unwrap_or_default());
     if names.is_empty() {
         return Err(ToolError::new("Argument `symbol` names no symbol: give one, or several separated by spaces."));
@@ -330,6 +317,12 @@ impl<'a> CurrentTexts<'a> {
         let (Some(file), Some(line), Some(column)) = (source.file.clone(), source.line, source.column) else {
             return None;
         };
+        // A slot accessor is made by its DEFCLASS, which SBCL records as its place.
+        let class = source.made_by.as_ref().map(|made_by| made_by.class.clone());
+        let (operators, form_name) = match &class {
+            Some(class) => (&["defclass"][..], class.as_str()),
+            None => (operators, form_name),
+        };
         let text = self.current(&file)?;
         let recorded = (line as usize, column as usize);
         let mut places = locate_definition(text, operators, form_name);
@@ -358,10 +351,15 @@ impl<'a> CurrentTexts<'a> {
             source.note = Some(RELOCATED.to_string());
             Some(place.span)
         } else {
-            if changed {
+            // SBCL's offset read against text that changed falls wherever that text is now,
+            // inside another form as often as not: that is no line of this definition. Only a
+            // form at the recorded place that names it (a macro's that made it) holds it still.
+            if !names_at(text, recorded, form_name) && (changed || !starts_top_level_form(text, recorded)) {
+                (source.line, source.column) = (None, None);
                 source.note = Some(format!(
-                    "the file changed since this was compiled, and no definition of `{form_name}` is in it now (by \
-                     {} or another defining form; deleted or renamed?); the line is where it was",
+                    "{}no definition of `{form_name}` is in the file now (by {} or another defining form; deleted \
+                     or renamed?)",
+                    if changed { "the file changed since this was compiled, and " } else { "" },
                     operators.iter().map(|operator| format!("`{operator}`")).collect::<Vec<_>>().join(", ")
                 ));
             }
@@ -386,14 +384,14 @@ impl<'a> CurrentTexts<'a> {
     /// under it: what `file_path` takes, and shorter.
     fn shown(&self, source: &Location) -> Option<String> {
         let relative = Path::new(source.file.as_deref()?).strip_prefix(self.roots.paths()[0]).ok()?;
-        let note = source.note.as_ref().map(|note| format!(" ({note})")).unwrap_or_default();
+        let note = source.remark().map(|remark| format!(" ({remark})")).unwrap_or_default();
         Some(format!("{}:{}:{}{note}", relative.display(), source.line?, source.column?))
     }
 
     /// The text of the definition at `source`: the form [`CurrentTexts::relocate`] found
     /// (`span`), or else the top-level form that starts where SBCL recorded it (a definition a
     /// macro made, which no operator of its kind names).
-    fn text_of(&mut self, source: &Location, span: Option<(usize, usize)>) -> Option<String> {
+    pub(crate) fn text_of(&mut self, source: &Location, span: Option<(usize, usize)>) -> Option<String> {
         let text = self.current(source.file.as_deref()?)?;
         let (start, end) = match span {
             Some(span) => span,
@@ -404,28 +402,42 @@ impl<'a> CurrentTexts<'a> {
     }
 }
 
-/// Whether the top-level form at 1-based `line` and `column` of `text` holds the symbol that
-/// `form_name` (`name`, `(setf name)`, `name (specializers)`) names.
-fn names_at(text: &[u8], (line, column): (usize, usize), form_name: &str) -> bool {
-    let symbol = form_name.trim_start_matches("(setf ").split([' ', ')']).next().unwrap_or_default().as_bytes();
+/// The byte of `text` at 1-based `line` and `column` (in characters), when the text has that line.
+fn byte_at(text: &[u8], (line, column): (usize, usize)) -> Option<usize> {
     let line_start = match line {
-        0 => return false,
+        0 => return None,
         1 => 0,
-        _ => match text.iter().enumerate().filter(|&(_, &b)| b == b'\n').nth(line - 2) {
-            Some((newline, _)) => newline + 1,
-            None => return false,
-        },
+        _ => text.iter().enumerate().filter(|&(_, &b)| b == b'\n').nth(line - 2)?.0 + 1,
     };
     let line_end = text[line_start..].iter().position(|&b| b == b'\n').map_or(text.len(), |i| line_start + i);
-    let start = line_start
-        + String::from_utf8_lossy(&text[line_start..line_end])
-            .chars()
-            .take(column.saturating_sub(1))
-            .map(char::len_utf8)
-            .sum::<usize>();
-    let Ok(spans) = crate::source::Cst::top_level_spans(text) else { return false };
-    let Some(&(_, end)) = spans.iter().find(|&&(span_start, _)| span_start as usize == start) else { return false };
-    let form = text[start..end as usize].to_ascii_lowercase();
+    Some(
+        line_start
+            + String::from_utf8_lossy(&text[line_start..line_end])
+                .chars()
+                .take(column.saturating_sub(1))
+                .map(char::len_utf8)
+                .sum::<usize>(),
+    )
+}
+
+/// The end of the top-level form of `text` that starts at 1-based `line` and `column`, if one does.
+fn top_level_form_end(text: &[u8], place: (usize, usize)) -> Option<usize> {
+    let start = byte_at(text, place)?;
+    let spans = crate::source::Cst::top_level_spans(text).ok()?;
+    spans.iter().find(|&&(span_start, _)| span_start as usize == start).map(|&(_, end)| end as usize)
+}
+
+/// Whether a top-level form of `text` starts at 1-based `line` and `column`.
+fn starts_top_level_form(text: &[u8], place: (usize, usize)) -> bool {
+    top_level_form_end(text, place).is_some()
+}
+
+/// Whether the top-level form at 1-based `line` and `column` of `text` holds the symbol that
+/// `form_name` (`name`, `(setf name)`, `name (specializers)`) names.
+fn names_at(text: &[u8], place: (usize, usize), form_name: &str) -> bool {
+    let symbol = form_name.trim_start_matches("(setf ").split([' ', ')']).next().unwrap_or_default().as_bytes();
+    let (Some(start), Some(end)) = (byte_at(text, place), top_level_form_end(text, place)) else { return false };
+    let form = text[start..end].to_ascii_lowercase();
     let delimiter = |b: Option<&u8>| b.is_none_or(|b| b.is_ascii_whitespace() || b"()'`,:#|\"".contains(b));
     !symbol.is_empty()
         && form.windows(symbol.len()).enumerate().any(|(i, window)| {
@@ -514,8 +526,8 @@ mod tests {
     use crate::tools::ToolError;
 
     const AREA: &str = "(:symbol \"S::AREA\" :names (\"generic function\") :total 2 :definitions \
-         ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil)) \
-          (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\"))))";
+         ((:kind \"generic function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil)) \
+          (:kind \"method (CIRCLE)\" :source (:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\"))))";
 
     fn found(reply: &str) -> Result<Definitions, ToolError> {
         decode("find-definition", &read(reply).unwrap())
@@ -552,7 +564,7 @@ mod tests {
     fn with_source_each_definition_comes_with_its_text() {
         let mut one = found(
             "(:symbol \"S::F\" :names (\"function\") :total 1 :definitions \
-             ((:kind \"function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :origin nil))))",
+             ((:kind \"function\" :source (:file \"/s.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil))))",
         )
         .unwrap();
         one.definitions[0].text = Some("(defun f ()\n  1)".into());
@@ -577,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_page_of_many_says_where_the_next_one_starts() {
-        let entry = "(:kind \"method ((EQL 1))\" :source (:file \"/m.lisp\" :line 1 :column 1 :note nil :origin nil))";
+        let entry = "(:kind \"method ((EQL 1))\" :source (:file \"/m.lisp\" :line 1 :column 1 :note nil :made-by nil :origin nil))";
         let reply = format!(
             "(:symbol \"S::M\" :names (\"generic function\") :total 400000 :definitions ({}))",
             vec![entry; 2000].join(" ")

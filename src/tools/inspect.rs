@@ -7,49 +7,37 @@
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// Parts shown per page when the call gives no limit.
 const DEFAULT_PARTS: u64 = 50;
 const MAX_PARTS: u64 = 1000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("handle", ""),
-    Param::code("code", ""),
-    Param::text("package", ""),
-    Param::integer("offset", 0, ""),
-    Param::integer("limit", 1, ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "inspect",
-        description: "A value (of a handle or code) as SLIME's inspector shows it: type and parts, each with a \
-            handle; offset and limit count parts or a string's characters.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "A value (handle or code) as SLIME's inspector shows it: its parts, each with a handle.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        handle: Option<String>,
+        code: Option<String> => code(),
+        package: Option<String>,
+        offset: Option<u64>,
+        limit: Option<u64> => at_least(1),
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    handle: Option<String>,
-    code: Option<String>,
-    package: Option<String>,
-    #[serde(default)]
-    offset: u64,
-    limit: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let Args { handle, code, package, offset, limit } = args.typed()?;
+    let offset = offset.unwrap_or(0);
     let request = Request::new(Entry::INSPECT_VALUE);
     let request =
         match (handle, code) {

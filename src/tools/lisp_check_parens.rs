@@ -7,53 +7,32 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::image_sources::read_seeing_images;
+use super::arguments::arguments;
 use super::{
-    parse_permit, file_limit, Annotations, Arguments, Param, Run, Tool, ToolDefinition, ToolError, ToolOutput,
-    ToolResult, LARGE_FILE_ARGUMENT,
+    parse_permit, file_limit, Arguments, Run, Tool, ToolDefinition, ToolError, ToolOutput,
+    ToolResult,
 };
 use crate::source::{line_count, AllowedRoots, Cst, ParseError};
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("file_path", ""),
-    Param::text("code", ""),
-    LARGE_FILE_ARGUMENT,
-];
-
-/// The tool's `tools/list` entry: name, description, schemas and annotations.
-pub fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "lisp-check-parens",
-        description:
-            "Check that Lisp source (a file or code) reads as complete forms, else where a ) is likely missing.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
+/// Public: the tests and benchmarks run it on files alone, with no server.
 pub const TOOL: Tool = Tool {
-    definition,
-    // Reads under the server's roots, or, for a file of an ASDF system the image knows, under that
-    // system's directory (read only).
-    run: Run::Source {
-        source: run,
-        call: |context, args| Box::pin(read_seeing_images(context, args, run)),
-        image_argument: false,
+    definition: ToolDefinition {
+        name: "lisp-check-parens",
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Whether Lisp source (file or code) reads as whole forms; if not, where a ) is likely missing.",
     },
+    run: Run::Reading(run),
     preview: None,
-    typed: super::Typed::of::<Args>(),
+    looks_only: None,
 };
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: Option<String>,
-    code: Option<String>,
-    #[serde(default)]
-    large_file: bool,
+arguments! {
+    struct Args {
+        file_path: Option<String>,
+        code: Option<String>,
+        large_file: bool,
+    }
 }
 
 fn run(args: &Arguments, roots: &AllowedRoots) -> ToolResult {

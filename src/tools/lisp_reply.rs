@@ -333,13 +333,36 @@ pub struct Location {
     pub column: Option<u64>,
     /// Why the line may be off or missing ("file not found", "the file changed ...").
     pub note: Option<String>,
+    /// The form that made the definition when it is not one of its own kind: a slot accessor's
+    /// DEFCLASS.
+    pub made_by: Option<MadeBy>,
     /// Why there is no file.
     pub origin: Option<String>,
 }
 
+/// The DEFCLASS that made a slot accessor, where SBCL records the accessor's source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MadeBy {
+    /// The class's name as `edit-lisp-form` takes it: the form to find in the file's text.
+    pub class: String,
+    /// What a reply says of it ("a slot accessor made by the DEFCLASS of ITEM").
+    pub text: String,
+}
+
 impl Location {
     pub fn to_json(&self) -> Value {
-        json!({"file": self.file, "line": self.line, "column": self.column, "note": self.note.as_ref().or(self.origin.as_ref())})
+        json!({"file": self.file, "line": self.line, "column": self.column, "note": self.remark().or(self.origin.clone())})
+    }
+
+    /// What the reply says beside a file's place: what made the definition, then the file's
+    /// state ("the file changed since ...").
+    pub fn remark(&self) -> Option<String> {
+        match (&self.made_by, &self.note) {
+            (Some(made_by), Some(note)) => Some(format!("{}; {note}", made_by.text)),
+            (Some(made_by), None) => Some(made_by.text.clone()),
+            (None, note) => note.clone(),
+        }
     }
 }
 
@@ -352,8 +375,8 @@ impl fmt::Display for Location {
             (Some(file), Some(line), None) => write!(f, "{file}:{line}"),
             (Some(file), None, _) => f.write_str(file),
         }?;
-        match (&self.file, &self.note) {
-            (Some(_), Some(note)) => write!(f, " ({note})"),
+        match (&self.file, self.remark()) {
+            (Some(_), Some(remark)) => write!(f, " ({remark})"),
             _ => Ok(()),
         }
     }
@@ -425,6 +448,9 @@ pub struct Reloaded {
     pub files: Vec<ReloadedFile>,
     /// The undo journal's entries the call made, first and last: what the files replaced.
     pub journal: Option<(u64, u64)>,
+    /// The variables a DEFPARAMETER of the files set again, each `NAME (was VALUE)`: a value the
+    /// person set at their REPL is their data, which undo puts back.
+    pub reset: Vec<String>,
 }
 
 /// A file a load loaded again: (system, file relative to the system's directory, whether it was
@@ -512,6 +538,14 @@ impl Reloaded {
             Some((first, last)) => text.push_str(&format!("; undo entries {first} to {last} have what they replaced")),
             None => {}
         }
+        if !self.reset.is_empty() {
+            let variables = if self.reset.len() == 1 { "variable" } else { "variables" };
+            text.push_str(&format!(
+                "; its DEFPARAMETERs set {} {variables} again: {}",
+                self.reset.len(),
+                self.reset.join(", ")
+            ));
+        }
         text.push('.');
         text
     }
@@ -520,6 +554,7 @@ impl Reloaded {
         json!({
             "files": self.files,
             "journal_entries": self.journal.map(|(first, last)| [first, last]),
+            "variables_reset": self.reset,
         })
     }
 }
@@ -578,9 +613,11 @@ mod tests {
         );
         let error = check_failure(&read("(:failure nil)").unwrap()).unwrap_err();
         assert!(error.0.contains("(:failure: expected a string, found nil)"), "{error}");
-        let error =
-            decode::<Location>("find-definition", &read("(:file nil :line nil :column nil :note nil)").unwrap())
-                .unwrap_err();
+        let error = decode::<Location>(
+            "find-definition",
+            &read("(:file nil :line nil :column nil :note nil :made-by nil)").unwrap(),
+        )
+        .unwrap_err();
         assert!(error.0.starts_with("The swank-mcp helper's reply to find-definition is not what this server expects (the reply has no :origin)."), "{error}");
         let kind = from_sexp::<ErrorReport>(
             &read("(:kind :warning :type \"X\" :class nil :message \"m\" :backtrace nil :restarts nil)").unwrap(),
@@ -592,21 +629,34 @@ mod tests {
     #[test]
     fn locations_read_like_compiler_messages() {
         let location = |text: &str| from_sexp::<Location>(&read(text).unwrap()).unwrap().to_string();
-        assert_eq!(location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :origin nil)"), "/src/a.lisp:7:1");
         assert_eq!(
-            location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :origin nil)"),
+            location("(:file \"/src/a.lisp\" :line 7 :column 1 :note nil :made-by nil :origin nil)"),
+            "/src/a.lisp:7:1"
+        );
+        assert_eq!(
+            location("(:file \"/src/a.lisp\" :line nil :column nil :note \"file not found\" :made-by nil :origin nil)"),
             "/src/a.lisp (file not found)"
         );
         assert_eq!(
-            location("(:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\")"),
+            location("(:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\")"),
             "defined at the REPL, no source file"
+        );
+        let accessor = "(:file \"/src/a.lisp\" :line 5 :column 1 :note NOTE \
+                        :made-by (:class \"item\" :text \"a slot accessor made by the DEFCLASS of ITEM\") :origin nil)";
+        assert_eq!(
+            location(&accessor.replace("NOTE", "nil")),
+            "/src/a.lisp:5:1 (a slot accessor made by the DEFCLASS of ITEM)"
+        );
+        assert_eq!(
+            location(&accessor.replace("NOTE", "\"file not found\"")),
+            "/src/a.lisp:5:1 (a slot accessor made by the DEFCLASS of ITEM; file not found)"
         );
     }
 
     #[test]
     fn reloaded_files_are_named_by_system() {
         let reloaded: Reloaded = from_sexp(
-            &read("(:files ((\"app\" \"src/a.lisp\" t t) (\"app\" \"src/c.lisp\" t nil) (\"app\" \"src/b.lisp\" t t)) :journal (4 9))")
+            &read("(:files ((\"app\" \"src/a.lisp\" t t) (\"app\" \"src/c.lisp\" t nil) (\"app\" \"src/b.lisp\" t t)) :journal (4 9) :reset nil)")
                 .unwrap(),
         )
         .unwrap();
@@ -616,7 +666,7 @@ mod tests {
              it depends on changed; undo entries 4 to 9 have what they replaced."
         );
         let forced: Reloaded = from_sexp(
-            &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7))")
+            &read("(:files ((\"app\" \"a.lisp\" t nil) (\"app/tests\" \"tests.lisp\" nil nil)) :journal (7 7) :reset nil)")
                 .unwrap(),
         )
         .unwrap();
@@ -630,7 +680,8 @@ mod tests {
         for i in 0..10 {
             files.push_str(&format!(" (\"fiveam\" \"src/f{i}.lisp\" t nil)"));
         }
-        let rebuilt: Reloaded = from_sexp(&read(&format!("(:files ({files}) :journal nil)")).unwrap()).unwrap();
+        let rebuilt: Reloaded =
+            from_sexp(&read(&format!("(:files ({files}) :journal nil :reset nil)")).unwrap()).unwrap();
         assert_eq!(
             rebuilt.render(),
             "ASDF reloaded 2 changed files of app (a.lisp, b.lisp); rebuilt 1 file of app and 10 of fiveam because \

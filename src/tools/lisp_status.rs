@@ -11,30 +11,21 @@ use serde_json::{json, Value};
 
 use super::debugger_sessions::DebuggerSessionSummary;
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 use crate::swank::Form;
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "lisp-status",
-        description:
-            "What swank-mcp is attached to; your session's package, threads and evaluations.",
         arguments: &[],
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
-    }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them: none.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {}
+        read_only: true,
+        description: "What swank-mcp is attached to, and your session's package, threads and evaluations.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
-    let Args {} = args.typed()?;
     let image = context.image(args)?;
     // An attached thread's session is listed only while its thread still waits at its stop.
     if context.debugger_sessions().has_attached(&image) {

@@ -9,38 +9,31 @@ use serde_json::json;
 
 use super::lisp_reply::{decode, plural};
 use super::load_form::{octet_text, recompile_callers, universal_time, LoadReport};
+use super::arguments::arguments;
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolResult, LARGE_FILE_ARGUMENT, LOADED_FILE,
+    file_limit, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::source::{definition_count, AllowedRoots};
 use crate::swank::Form;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[LOADED_FILE, LARGE_FILE_ARGUMENT];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-file",
-        description:
-            "Compile and load a whole file, as C-c C-k does.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Compile and load a whole file, as C-c C-k does.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_preview(preview);
+
+arguments! {
+    struct Args {
+        file_path: String,
+        large_file: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: String,
-    #[serde(default)]
-    large_file: bool,
 }
 
 /// What the human approving the load is shown: the file it compiles.

@@ -13,48 +13,35 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, plural, Captured, CompilerCondition, Location};
 use super::xref::query_of_hit;
+use super::arguments::arguments;
 use super::{
-    file_limit, Annotations, Arguments, Fingerprint, Param, Preview, Tool, ToolContext, ToolDefinition, ToolError,
-    ToolOutput, ToolResult, FORM_INDEX, LARGE_FILE_ARGUMENT, LOADED_FILE,
+    file_limit, Arguments, Fingerprint, Preview, Tool, ToolContext, ToolDefinition, ToolError,
+    ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::source::{top_level_form_at, AllowedRoots, LoadPlan, LoadTarget, PathError, SourceFile};
 use crate::swank::codec::MAX_PAYLOAD;
 use crate::swank::Form;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    LOADED_FILE,
-    Param::text("form_type", "").required(),
-    Param::text("form_name", "").required(),
-    FORM_INDEX,
-    LARGE_FILE_ARGUMENT,
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-form",
-        description:
-            "Compile one definition of a file into the image, as C-c C-c does, under the file's name.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Compile one definition of a file into the image, as C-c C-c does.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_preview(preview);
+
+arguments! {
+    struct Args {
+        file_path: String,
+        form_type: String,
+        form_name: String,
+        index: Option<u64> => at_least(1).explained(super::index_from_one),
+        large_file: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool =
-    Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args))).with_preview(preview);
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    file_path: String,
-    form_type: String,
-    form_name: String,
-    index: Option<u64>,
-    #[serde(default)]
-    large_file: bool,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -142,71 +129,51 @@ async fn send_plan(
     decode::<LoadReport>("load-source", &reply)
 }
 
+/// How many rounds of callers [`recompile_callers`] follows: a caller recompiled in one round
+/// that is itself a macro or inline function leaves its own callers stale, recompiled in the
+/// next.
+const MAX_CALLER_ROUNDS: usize = 5;
+
 /// Recompiles from its file each caller `report` lists, compiled with the old definition of a
 /// macro or inline function the load replaced, as load-form compiles a definition: the image runs
-/// the new expansion at once. Callers are not followed further: a recompiled caller that is a
-/// macro itself leaves its own callers as they are. Sets `report.recompiled` to what was done.
+/// the new expansion at once. A recompiled caller that is a macro or inline function itself (an
+/// inline function inlined through another) had its own callers compiled with its old expansion:
+/// those are recompiled after it, round by round, up to [`MAX_CALLER_ROUNDS`]; the reply names
+/// any left running the old code. Sets `report.recompiled` to what was done.
 pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, report: &mut LoadReport) {
     if report.callers.is_empty() {
         return;
     }
     let mut texts = CurrentTexts::new(context.roots());
-    // Each file once, all its callers in one load.
-    let mut files: Vec<(String, Vec<&StaleCaller>)> = Vec::new();
-    let mut outcomes: Vec<(&StaleCaller, Result<String, String>)> = Vec::new();
-    for caller in &report.callers {
-        match &caller.source.file {
-            Some(file) => match files.iter_mut().find(|(f, _)| f == file) {
-                Some((_, callers)) => callers.push(caller),
-                None => files.push((file.clone(), vec![caller])),
-            },
-            None => outcomes.push((caller, Err("no file".into()))),
+    let mut outcomes: Vec<(StaleCaller, Result<String, String>)> = Vec::new();
+    let mut round = report.callers.clone();
+    for rounds in 1.. {
+        let followed = recompile_round(context, args, &mut texts, round, &mut outcomes).await;
+        // Each caller once, even when two expanders it inlines changed.
+        let mut next: Vec<StaleCaller> = Vec::new();
+        for caller in followed {
+            let seen = outcomes.iter().map(|(done, _)| done).chain(&next).any(|done| done.name == caller.name);
+            if !seen {
+                next.push(caller);
+            }
         }
+        if rounds == MAX_CALLER_ROUNDS {
+            let why = format!("inlined {MAX_CALLER_ROUNDS} callers deep, not followed further");
+            outcomes.extend(next.into_iter().map(|caller| (caller, Err(why.clone()))));
+            break;
+        }
+        if next.is_empty() {
+            break;
+        }
+        round = next;
     }
-    for (path, callers) in files {
-        let file = match context.roots().read(Path::new(&path), Some((super::LARGE_FILE, ""))) {
-            Ok(file) => file,
-            Err(error) => {
-                let why = match error {
-                    PathError::Outside { .. } => "outside the roots".to_string(),
-                    error => error.to_string(),
-                };
-                outcomes.extend(callers.into_iter().map(|caller| (caller, Err(why.clone()))));
-                continue;
-            }
-        };
-        texts.hold(&path, file.bytes.clone());
-        let (mut spans, mut found) = (Vec::new(), Vec::new());
-        for caller in callers {
-            // A caller after the form a load's edit lengthened has moved from where SBCL
-            // recorded it: it is looked for by its name, as xref looks for its hits.
-            let mut source = caller.source.clone();
-            let by_name = query_of_hit(&caller.name)
-                .and_then(|(operators, form_name)| texts.relocate(&mut source, operators, &form_name));
-            let at = source.line.zip(source.column);
-            let span = by_name
-                .or_else(|| at.and_then(|(line, column)| top_level_form_at(&file.bytes, line as usize, column as usize)));
-            match span {
-                Some((start, end)) => {
-                    spans.push(start..end);
-                    found.push((caller, format!("{}:{}", file.shown, source.line.unwrap_or_default())));
-                }
-                None => outcomes.push((caller, Err(format!("no form at its place in {}", file.shown)))),
-            }
+    let mut expanders: Vec<&str> = Vec::new();
+    for (caller, _) in &outcomes {
+        if !expanders.contains(&caller.expander.as_str()) {
+            expanders.push(&caller.expander);
         }
-        let loaded = match LoadPlan::for_spans(&file.bytes, &spans) {
-            Ok(plan) => match send_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
-                Ok(loaded) if loaded.loaded => Ok(()),
-                Ok(loaded) => Err(format!("compiling it gave {}", loaded.counts())),
-                Err(error) => Err(error.0),
-            },
-            Err(error) => Err(error),
-        };
-        outcomes.extend(found.into_iter().map(|(caller, at)| (caller, loaded.clone().map(|()| at))));
     }
     let mut lines = Vec::new();
-    let mut expanders: Vec<&str> = report.callers.iter().map(|c| c.expander.as_str()).collect();
-    expanders.dedup();
     for expander in expanders {
         let of = |ok: bool| -> Vec<String> {
             outcomes
@@ -233,6 +200,76 @@ pub(crate) async fn recompile_callers(context: &ToolContext, args: &Arguments, r
         lines.push(line);
     }
     report.recompiled = Some(lines.join("\n"));
+}
+
+/// Recompiles `callers` from their files, each file once, and adds how each went to `outcomes`.
+/// Returns the callers those loads left stale in turn (of a caller that is a macro or an inline
+/// function).
+async fn recompile_round(
+    context: &ToolContext,
+    args: &Arguments,
+    texts: &mut CurrentTexts<'_>,
+    callers: Vec<StaleCaller>,
+    outcomes: &mut Vec<(StaleCaller, Result<String, String>)>,
+) -> Vec<StaleCaller> {
+    // Each file once, all its callers in one load.
+    let mut files: Vec<(String, Vec<StaleCaller>)> = Vec::new();
+    for caller in callers {
+        match caller.source.file.clone() {
+            Some(file) => match files.iter_mut().find(|(f, _)| *f == file) {
+                Some((_, callers)) => callers.push(caller),
+                None => files.push((file, vec![caller])),
+            },
+            None => outcomes.push((caller, Err("no file".into()))),
+        }
+    }
+    let mut followed = Vec::new();
+    for (path, callers) in files {
+        let file = match context.roots().read(Path::new(&path), Some((super::LARGE_FILE, ""))) {
+            Ok(file) => file,
+            Err(error) => {
+                let why = match error {
+                    PathError::Outside { .. } => "outside the roots".to_string(),
+                    error => error.to_string(),
+                };
+                outcomes.extend(callers.into_iter().map(|caller| (caller, Err(why.clone()))));
+                continue;
+            }
+        };
+        texts.hold(&path, file.bytes.clone());
+        let (mut spans, mut found) = (Vec::new(), Vec::new());
+        for caller in callers {
+            // A caller after the form a load's edit lengthened has moved from where SBCL
+            // recorded it: it is looked for by its name, as xref looks for its hits.
+            let mut source = caller.source.clone();
+            let by_name = query_of_hit(&caller.name)
+                .and_then(|(operators, form_name)| texts.relocate(&mut source, operators, &form_name));
+            let at = source.line.zip(source.column);
+            let span = by_name
+                .or_else(|| at.and_then(|(line, column)| top_level_form_at(&file.bytes, line as usize, column as usize)));
+            match span {
+                Some((start, end)) => {
+                    spans.push(start..end);
+                    let at = format!("{}:{}", file.shown, source.line.unwrap_or_default());
+                    found.push((caller, at));
+                }
+                None => outcomes.push((caller, Err(format!("no form at its place in {}", file.shown)))),
+            }
+        }
+        let loaded = match LoadPlan::for_spans(&file.bytes, &spans) {
+            Ok(plan) => match send_plan(context, args, (&file.path, &file.shown), file.modified, &plan).await {
+                Ok(loaded) if loaded.loaded => {
+                    followed.extend(loaded.callers);
+                    Ok(())
+                }
+                Ok(loaded) => Err(format!("compiling it gave {}", loaded.counts())),
+                Err(error) => Err(error.0),
+            },
+            Err(error) => Err(error),
+        };
+        outcomes.extend(found.into_iter().map(|(caller, at)| (caller, loaded.clone().map(|()| at))));
+    }
+    followed
 }
 
 /// Room in a request to the image for what it carries besides a file's text.

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// Warnings of one load the helper keeps (its `*max-kept-warnings*`); the rest are counted.
@@ -19,32 +20,21 @@ const MAX_KEPT_WARNINGS: u64 = 10_000;
 /// is meant for single evaluations.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("system", "").required(),
-    Param::flag("force", ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "load-system",
-        description:
-            "Load an ASDF system and its dependencies (asdf:load-system).",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Load an ASDF system and its dependencies.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        system: String,
+        force: bool,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    system: String,
-    #[serde(default)]
-    force: bool,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -113,7 +103,11 @@ impl LoadReport {
             sections.push(error.render());
         }
         let verdict = match (&self.load_error, self.was_loaded, self.forced) {
-            (Some(_), _, _) => format!("Loading system {:?} failed after {seconds:.2} s.", self.system),
+            (Some(_), _, _) => format!(
+                "Loading system {:?} failed after {seconds:.2} s; it was abandoned, and nothing waits in a debugger. \
+                 Fix what the error and the compiler's messages say, then call load-system again.",
+                self.system
+            ),
             (None, false, _) => format!("Loaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, true) => format!("Recompiled and reloaded system {:?} in {seconds:.2} s.", self.system),
             (None, true, false) => format!(
@@ -221,7 +215,7 @@ mod tests {
         .into_output(65536);
         assert!(output.is_error);
         assert!(
-            output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s."),
+            output.text.starts_with("[ERROR] ERROR\nboom\n\nLoading system \"bad\" failed after 0.01 s; it was abandoned"),
             "{}",
             output.text
         );

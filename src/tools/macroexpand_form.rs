@@ -7,38 +7,27 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::lisp_reply::{decode, Captured};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 use crate::swank::Sexp;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("form", "").required(),
-    Param::flag("full", "Expand every macro in it, not only the form's."),
-    Param::text("package", ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "macroexpand-form",
-        description:
-            "The code a macro form expands to, one step (macroexpand-1) unless full.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "What a macro form expands to: one step, or every macro in it with full.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        form: String => code(),
+        full: bool,
+        package: Option<String>,
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    form: String,
-    #[serde(default)]
-    full: bool,
-    package: Option<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {

@@ -16,6 +16,8 @@ pub(crate) mod text_search;
 
 pub use lisp_reply::group_thousands;
 
+use arguments::arguments;
+
 /// Declares each tool's module and lists its `TOOL` in the order `tools/list` shows them.
 macro_rules! tools {
     ($($tool:ident),* $(,)?) => {
@@ -65,9 +67,9 @@ use crate::source::AllowedRoots;
 use crate::swank::Sexp;
 
 use crate::image::{CallLimits, Entry, Image, ImageSettings, Request};
-pub use arguments::{ArgumentError, Arguments, Param, Typed};
+pub use arguments::{ArgumentError, Arguments, Param};
 use debugger_sessions::DebuggerSessions;
-pub use output::{Annotations, ToolDefinition, ToolError, ToolOutput};
+pub use output::{ToolDefinition, ToolError, ToolOutput};
 pub use preview::{Fingerprint, Preview};
 pub use progress::{Progress, ProgressUpdate};
 
@@ -82,61 +84,72 @@ pub(crate) fn file_limit(large_file: bool) -> Option<(u64, &'static str)> {
     ))
 }
 
-/// The `file_path` argument of the tools that load a file into the image.
-pub(crate) const LOADED_FILE: Param = Param::text("file_path", "").required();
-
-/// The `index` argument of the tools that find a definition in a file as edit-lisp-form does.
-pub(crate) const FORM_INDEX: Param =
-    Param::integer("index", 1, "").explained(|_| "Argument `index` is 1-based: use 1 for the first match.".to_string());
-
-/// The `symbol` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL: Param = Param::text("symbol", "").required();
-
-/// The `package` argument of the tools that ask about one symbol.
-pub(crate) const SYMBOL_PACKAGE: Param = Param::text("package", "");
-
-/// The `large_file` argument, shared by the source tools.
-pub(crate) const LARGE_FILE_ARGUMENT: Param = Param::flag("large_file", "");
+/// The refusal of an `index` of 0, for the tools that find a definition in a file as
+/// edit-lisp-form does: an agent counting from 0 learns where counting starts.
+pub(crate) fn index_from_one(_: &Value) -> String {
+    "Argument `index` is 1-based: use 1 for the first match.".to_string()
+}
 
 /// What a tool's function gives back.
 pub type ToolResult = Result<ToolOutput, ToolError>;
 
 /// One tool: its definition, the one place its name is written, and how it runs.
 pub struct Tool {
-    /// Builds the tool's `tools/list` entry; a [`Toolbox`] calls it once and keeps the result.
-    pub definition: fn() -> ToolDefinition,
+    /// What `tools/list` says of it.
+    pub definition: ToolDefinition,
     /// The tool's function, and whether it needs an image.
     pub run: Run,
     /// What the human approving a call is shown (under `--confirm`), when the tool shows more than
-    /// the code or arguments: an edit's diff, the code a load compiles.
-    pub preview: Option<PreviewFn>,
-    /// The type the tool reads its arguments as, which a test holds to its declaration.
-    pub typed: Typed,
+    /// the code or arguments: an edit's diff, the code a load compiles, what a test run reloads.
+    pub preview: Option<Previewing>,
+    /// Whether a call, by its arguments, only looks, for a tool that is not read-only as a whole
+    /// (`threads`' list): `--confirm mutating` does not make such a call wait.
+    pub looks_only: Option<fn(Option<&Value>) -> bool>,
+}
+
+/// How a tool makes its preview of a call.
+#[derive(Clone, Copy)]
+pub enum Previewing {
+    /// From the files under the allowed roots.
+    Files(PreviewFn),
+    /// By asking the image (what it would load again): looks only.
+    Image(ImagePreviewFn),
 }
 
 /// A tool's preview of a call, made on the allowed roots.
 pub type PreviewFn = fn(&Arguments, &AllowedRoots) -> Result<Preview, ToolError>;
 
+/// A tool's preview of a call, made by asking the image.
+pub type ImagePreviewFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, Result<Preview, ToolError>>;
+
 /// A tool's function that runs in an image.
 pub type ImageFn = for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>;
 
 impl Tool {
-    /// A tool that runs `run` in an image on arguments read as `A`, and shows no preview of its own:
-    /// what most tools are.
-    pub const fn in_image<A: serde::de::DeserializeOwned>(definition: fn() -> ToolDefinition, run: ImageFn) -> Tool {
-        Tool { definition, run: Run::Image(run), preview: None, typed: Typed::of::<A>() }
+    /// A tool that runs `run` in an image, and shows no preview of its own: what most tools are.
+    pub const fn in_image(definition: ToolDefinition, run: ImageFn) -> Tool {
+        Tool { definition, run: Run::Image(run), preview: None, looks_only: None }
+    }
+
+    /// The tool, whose calls only look when `looks_only` says so of their arguments.
+    pub const fn with_looking_calls(self, looks_only: fn(Option<&Value>) -> bool) -> Tool {
+        Tool { looks_only: Some(looks_only), ..self }
     }
 
     /// The tool, showing the human approving a call `preview` rather than its arguments.
     pub const fn with_preview(self, preview: PreviewFn) -> Tool {
-        Tool { preview: Some(preview), ..self }
+        Tool { preview: Some(Previewing::Files(preview)), ..self }
+    }
+
+    /// The tool, showing the human approving a call what `preview` asks the image.
+    pub const fn with_image_preview(self, preview: ImagePreviewFn) -> Tool {
+        Tool { preview: Some(Previewing::Image(preview)), ..self }
     }
 
     /// `arguments` checked against the tool's declaration, as a server with one image checks
     /// them (without the `image` argument).
     pub fn arguments(&self, arguments: Value) -> Result<Arguments, ArgumentError> {
-        let definition = (self.definition)();
-        Arguments::read(definition.name, definition.arguments, None, Some(arguments))
+        Arguments::read(self.definition.name, self.definition.arguments, None, Some(arguments))
     }
 }
 
@@ -144,18 +157,19 @@ impl Tool {
 pub enum Run {
     /// In an attached image, through the helper.
     Image(ImageFn),
-    /// On source files in this process, with a step in an image when the call needs one (loading
-    /// what it wrote, or asking where the image's systems are): `call` is what the server runs;
-    /// `source` is the tool without that step, which needs no image.
+    /// On source files in this process, with a step in the image the call names when it needs
+    /// one (loading what it wrote): `call` is what the server runs; `source` is the tool without
+    /// that step, which needs no image.
     Source {
         /// The tool on files alone.
         source: fn(&Arguments, &AllowedRoots) -> ToolResult,
         /// The whole tool.
-        call: for<'a> fn(&'a ToolContext, &'a Arguments) -> BoxFuture<'a, ToolResult>,
-        /// Whether it takes the `image` argument: it works in an image, rather than only asking
-        /// the images where their files are.
-        image_argument: bool,
+        call: ImageFn,
     },
+    /// Reading source files in this process, under the roots or, for a file of an ASDF system an
+    /// image knows, under that system's directory (read only): the images are only asked where
+    /// their systems are, so the call takes no `image` argument.
+    Reading(fn(&Arguments, &AllowedRoots) -> ToolResult),
 }
 
 /// A tool a [`Toolbox`] offers.
@@ -171,12 +185,18 @@ impl Offered {
     pub fn name(&self) -> &'static str {
         self.definition.name
     }
+
+    /// Whether a call with `arguments` only looks: every call of a read-only tool does, and those
+    /// the tool says so of.
+    pub fn looks_only(&self, arguments: Option<&Value>) -> bool {
+        self.definition.read_only || self.tool.looks_only.is_some_and(|looks| looks(arguments))
+    }
 }
 
 /// Every tool's definition, in the order `tools/list` shows them, whatever a server offers: what
 /// the help and the tests that tie the documentation to the tools read.
 pub fn every_definition() -> impl Iterator<Item = ToolDefinition> {
-    TOOLS.iter().map(|tool| (tool.definition)())
+    TOOLS.iter().map(|tool| tool.definition.clone())
 }
 
 /// Every tool's definition and how it runs.
@@ -184,19 +204,19 @@ fn all_tools() -> Vec<Offered> {
     TOOLS
         .iter()
         .map(|tool| Offered {
-            definition: (tool.definition)(),
+            definition: tool.definition.clone(),
             tool,
-            image_argument: matches!(tool.run, Run::Image(_) | Run::Source { image_argument: true, .. }),
+            image_argument: matches!(tool.run, Run::Image(_) | Run::Source { .. }),
         })
         .collect()
 }
 
-/// The arguments of a tool that asks about one symbol, `{symbol, package?}`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SymbolArguments {
-    symbol: String,
-    package: Option<String>,
+arguments! {
+    /// The arguments of a tool that asks about one symbol.
+    struct SymbolArguments {
+        symbol: String,
+        package: Option<String>,
+    }
 }
 
 impl SymbolArguments {
@@ -266,12 +286,11 @@ impl Toolbox {
                 .only
                 .iter()
                 .filter_map(|name| self.definitions().find(|d| d.name == name.as_str()))
-                .filter(|d| !d.annotations.read_only)
+                .filter(|d| !d.read_only)
                 .map(|d| d.name)
                 .collect();
             if !changing.is_empty() {
-                let looking: Vec<&str> =
-                    self.definitions().filter(|d| d.annotations.read_only).map(|d| d.name).collect();
+                let looking: Vec<&str> = self.definitions().filter(|d| d.read_only).map(|d| d.name).collect();
                 return Err(format!(
                     "--tools names {}, which --read-only leaves out: it runs code or changes the image or files. \
                      Drop --read-only to offer it, or choose among the read-only tools: {}",
@@ -286,7 +305,7 @@ impl Toolbox {
         }
         self.offered.retain(|Offered { definition: d, .. }| {
             (selection.only.is_empty() || selection.only.iter().any(|name| name == d.name))
-                && (!selection.read_only || d.annotations.read_only)
+                && (!selection.read_only || d.read_only)
         });
         Ok(self)
     }
@@ -337,9 +356,9 @@ impl Toolbox {
         Arguments::check(tool.name(), tool.definition.arguments, images, arguments)
     }
 
-    /// A call's `arguments` for `tool`, which [`Toolbox::check_arguments`] passed.
-    pub(crate) fn accept_arguments(&self, tool: &Offered, arguments: Option<Value>) -> Arguments {
-        Arguments::accept(tool.definition.arguments, arguments)
+    /// A call's `arguments`, which [`Toolbox::check_arguments`] passed.
+    pub(crate) fn accept_arguments(arguments: Option<Value>) -> Arguments {
+        Arguments::accept(arguments)
     }
 
     /// The image a call with `arguments` works in: the one its `image` argument names, or the
@@ -378,18 +397,32 @@ impl Toolbox {
         if let Err(error) = self.check_arguments(tool, &arguments) {
             return Some(ToolError::from(error).into());
         }
-        let args = self.accept_arguments(tool, arguments);
+        let args = Self::accept_arguments(arguments);
         Some(self.run(tool, &args, cancel, progress, None).await)
     }
 
     /// What the human approving a call of `tool` with `args` is shown: the tool's own preview, or
     /// the call's code or arguments.
     pub(crate) async fn preview(self: &Arc<Self>, tool: &Offered, args: &Arguments) -> Result<Preview, ToolError> {
-        let Some(preview) = tool.tool.preview else { return Ok(preview::of_arguments(args)) };
-        let (toolbox, args) = (self.clone(), args.clone());
-        tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
-            .await
-            .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+        match tool.tool.preview {
+            None => Ok(preview::of_arguments(args)),
+            Some(Previewing::Files(preview)) => {
+                let (toolbox, args) = (self.clone(), args.clone());
+                tokio::task::spawn_blocking(move || preview(&args, &toolbox.roots))
+                    .await
+                    .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
+            }
+            Some(Previewing::Image(preview)) => {
+                let context = ToolContext {
+                    toolbox: self.clone(),
+                    settings: self.settings.clone(),
+                    cancel: CancellationToken::new(),
+                    progress: Progress::none(),
+                    approved: None,
+                };
+                preview(&context, args).await
+            }
+        }
     }
 
     /// Runs `tool` with `args`, which [`Toolbox::check_arguments`] passed; `approved` is the
@@ -402,10 +435,12 @@ impl Toolbox {
         progress: Progress,
         approved: Option<Fingerprint>,
     ) -> ToolOutput {
-        let (Run::Image(function) | Run::Source { call: function, .. }) = tool.tool.run;
         let context =
             ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved };
-        let result = function(&context, args).await;
+        let result = match tool.tool.run {
+            Run::Image(function) | Run::Source { call: function, .. } => function(&context, args).await,
+            Run::Reading(source) => image_sources::read_seeing_images(&context, args, source).await,
+        };
         // A fresh image in place of one that ended is news the agent must not miss: its earlier
         // definitions are gone.
         let result = match context.image(args).ok().and_then(|image| image.take_replacement_note()) {
@@ -570,23 +605,13 @@ mod tests {
     #[test]
     fn no_read_only_tool_takes_lisp_code() {
         for tool in TOOLS {
-            let definition = (tool.definition)();
+            let definition = &tool.definition;
             let code: Vec<&str> = definition.arguments.iter().filter(|p| p.is_code()).map(|p| p.name()).collect();
             assert!(
-                !definition.annotations.read_only || code.is_empty(),
+                !definition.read_only || code.is_empty(),
                 "{} is read-only but takes Lisp code in {code:?}",
                 definition.name
             );
-        }
-    }
-
-    #[test]
-    fn every_tool_reads_its_arguments_as_a_type_that_fits_its_declaration() {
-        for tool in TOOLS {
-            let definition = (tool.definition)();
-            if let Err(error) = tool.typed.fits(definition.arguments) {
-                panic!("{}'s argument type disagrees with its Params: {error}", definition.name);
-            }
         }
     }
 

@@ -9,23 +9,6 @@ use serde_json::Value;
 
 use super::arguments::{input_schema, Param};
 
-/// What a tool does to the world, for MCP's tool annotations. They are hints for the client (for example, whether to ask the user
-/// before a call), so each tool states them honestly rather than leaving the defaults.
-#[derive(Debug, Clone, Copy)]
-pub struct Annotations {
-    /// True when the tool changes neither the image nor any file, and takes no Lisp code: the tools
-    /// `--read-only` offers. A tool that takes code is never read-only (a test holds every tool to
-    /// it), since SBCL's compiler and macroexpander can run code of the request itself.
-    pub read_only: bool,
-    /// True when the tool may change or remove what exists rather than only add to it;
-    /// meaningful only when it is not read-only.
-    pub destructive: bool,
-    pub(crate) idempotent: bool,
-    /// True when the tool reaches beyond this machine's local state (the Lisp image may be remote
-    /// and may do anything, so image tools say yes).
-    pub open_world: bool,
-}
-
 /// How a tool describes itself to its callers (in MCP's `tools/list`).
 #[derive(Debug, Clone)]
 pub struct ToolDefinition {
@@ -35,8 +18,11 @@ pub struct ToolDefinition {
     pub description: &'static str,
     /// Its arguments: the one declaration that gives both the schema and the checks.
     pub arguments: &'static [Param],
-    /// Hints for the client.
-    pub annotations: Annotations,
+    /// True when the tool changes neither the image nor any file, and takes no Lisp code: the tools
+    /// `--read-only` offers, and MCP's `readOnlyHint`. A tool that takes code is never read-only
+    /// (a test holds every tool to it), since SBCL's compiler and macroexpander can run code of the
+    /// request itself.
+    pub read_only: bool,
 }
 
 impl ToolDefinition {

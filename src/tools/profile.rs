@@ -8,44 +8,40 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::{decode, group_thousands, Captured};
+use super::arguments::{arguments, choices};
 use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 
-const MODES: [&str; 3] = ["cpu", "alloc", "time"];
+choices! {
+    /// What the profiler counts: CPU samples, allocation samples, or TIME's totals.
+    enum Mode {
+        Cpu = "cpu",
+        Alloc = "alloc",
+        Time = "time",
+    }
+}
 /// As evaluate-lisp's `timeout_ms`.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::code("code", "").required(),
-    Param::one_of("mode", &MODES, "").default_text("cpu"),
-    Param::text("package", ""),
-    Param::integer("timeout_ms", 1, "").at_most(MAX_TIMEOUT_MS).bounds_unlisted(),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "profile",
-        description:
-            "Run code once and say where its time or allocation went (sb-sprof), or TIME it.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Run code once and say where its time or allocation went, or TIME it.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        code: String => code(),
+        mode: Option<Mode>,
+        package: Option<String>,
+        timeout_ms: Option<u64> => at_least(1).at_most(MAX_TIMEOUT_MS),
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    code: String,
-    mode: Option<String>,
-    package: Option<String>,
-    timeout_ms: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -53,7 +49,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let timeout = timeout_ms.map_or(context.settings.eval_timeout, Duration::from_millis);
     let request = Request::new(Entry::PROFILE_CODE)
         .arg(code)
-        .key("mode", mode.as_deref().unwrap_or("cpu"))
+        .key("mode", mode.unwrap_or(Mode::Cpu).name())
         .key("package", package)
         .key("max-output", context.settings.max_output);
     let reply =

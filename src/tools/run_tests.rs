@@ -16,49 +16,66 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::lisp_reply::{decode, group_thousands, plural, Captured, ErrorReport, Reloaded};
-use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    ToolResult,
-};
+use super::arguments::arguments;
+use super::{preview, Arguments, Preview, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
 /// A test suite may load and compile its system first, as load-system does.
 const TESTS_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Failing tests described in a reply per framework, and failures kept behind a handle (the
-/// helper's *MAX-TEST-FAILURES* and *MAX-KEPT-WARNINGS*).
-const MAX_SHOWN_FAILURES: u64 = 50;
+/// Failures kept behind a handle per framework (the helper's *MAX-KEPT-WARNINGS*).
 const MAX_KEPT_FAILURES: u64 = 10_000;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::text("system", "").required(),
-    Param::text("suite", ""),
-    Param::text("test", ""),
-    Param::text("package", ""),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "run-tests",
-        description:
-            "Run a system's tests (asdf:test-system), or one FiveAM or Parachute suite or test, or RT test.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Run a system's tests, or one FiveAM or Parachute suite or test, or RT test.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_image_preview(|context, args| Box::pin(preview(context, args)));
+
+arguments! {
+    struct Args {
+        system: String,
+        suite: Option<String>,
+        test: Option<String>,
+        package: Option<String>,
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+/// What the person approving a run is shown: its arguments, and what its test-op would load again
+/// first, with the variables whose DEFPARAMETERs would set them again (their values may be the
+/// person's, set at the REPL).
+async fn preview(context: &ToolContext, args: &Arguments) -> Result<Preview, ToolError> {
+    let Args { system, .. } = args.typed()?;
+    let plan = context.call_helper(args, Request::new(Entry::TEST_RELOAD_PLAN).arg(system.as_str())).await?;
+    let plan = decode::<ReloadPlan>("test-reload-plan", &plan)?;
+    let mut shown = preview::of_arguments(args);
+    if !plan.files.is_empty() {
+        shown.text.push_str(&format!(
+            "\n\nBefore its tests, ASDF will load again {} changed since loaded: {}.",
+            if plan.files.len() == 1 { "1 file" } else { "these files" },
+            plan.files.join(", ")
+        ));
+        if !plan.variables.is_empty() {
+            shown.text.push_str(&format!(
+                "\nTheir DEFPARAMETERs will set these variables again: {} (undo can put the values back).",
+                plan.variables.join(", ")
+            ));
+        }
+    }
+    Ok(shown)
+}
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    system: String,
-    suite: Option<String>,
-    test: Option<String>,
-    package: Option<String>,
+/// The helper's `test-reload-plan`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ReloadPlan {
+    files: Vec<String>,
+    variables: Vec<String>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -216,6 +233,17 @@ struct Suspect {
     signalled: bool,
     arguments: Option<String>,
     value: Option<String>,
+    /// The system's macro whose call defined this function (a converter a macro writes), whose
+    /// source is the one to read.
+    defined_by: Option<DefiningMacro>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct DefiningMacro {
+    name: String,
+    file: Option<String>,
+    line: Option<u64>,
 }
 
 impl Suspects {
@@ -260,6 +288,13 @@ none: the failing tests reached none of the system's own definitions");
                 suspect.passing,
                 if suspect.signalled { "; the error came from it" } else { "" }
             ));
+            if let Some(macro_) = &suspect.defined_by {
+                let place = match (&macro_.file, macro_.line) {
+                    (Some(file), Some(line)) => format!(" {file}:{line}"),
+                    _ => String::new(),
+                };
+                text.push_str(&format!("\n   defined there by the macro {}{place}", macro_.name));
+            }
             if let Some(arguments) = &suspect.arguments {
                 text.push_str(&format!("\n   called with {arguments}"));
                 match &suspect.value {
@@ -345,6 +380,25 @@ fn reads_as_a_verdict(line: &str) -> bool {
     lowercase_words(line).any(|word| VERDICT_WORDS.contains(&word.as_str()))
 }
 
+/// `line` as one line, or as two where a harness printed its verdict with no line break after
+/// the last row of its table: parse-number's `... SINGLE-FLOATUnexpected failures: #o10.` is the
+/// row and `Unexpected failures: #o10.`. The verdict starts at a capitalised word written onto
+/// the end of another (an upper-case letter or digit, a quote or a bracket just before it).
+fn split_glued_verdict(line: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = line.char_indices().collect();
+    let glued = chars.windows(3).find_map(|window| {
+        let [(_, before), (start, capital), (_, next)] = window else { return None };
+        let glued_onto = before.is_ascii_uppercase() || before.is_ascii_digit() || "\"')]".contains(*before);
+        (glued_onto && capital.is_ascii_uppercase() && next.is_ascii_lowercase()).then_some(*start)
+    });
+    match glued {
+        Some(start) if names_failures(&line[start..]) || reads_as_a_verdict(&line[start..]) => {
+            vec![&line[..start], &line[start..]]
+        }
+        _ => vec![line],
+    }
+}
+
 /// The words of a line of output, letters and digits, in lower case.
 fn lowercase_words(line: &str) -> impl Iterator<Item = String> + '_ {
     line.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).map(str::to_lowercase)
@@ -422,7 +476,8 @@ impl TestReport {
         self.results.iter().any(|results| results.failed + results.errors > 0)
     }
 
-    fn outcome(&self) -> &'static str {
+    /// The run's one word: error, failed or passed.
+    fn verdict(&self) -> &'static str {
         match (self.is_error(), self.failed()) {
             (true, _) => "error",
             (false, true) => "failed",
@@ -430,9 +485,10 @@ impl TestReport {
         }
     }
 
-    /// The output's lines as the reply has them: its start, and for a cut output its end.
+    /// The output's lines as the reply has them: its start, and for a cut output its end; a
+    /// verdict printed without a line break after a table's last row is a line of its own.
     fn output_lines(&self) -> impl Iterator<Item = &str> {
-        self.stdout.text.lines().chain(self.stdout.tail.lines())
+        self.stdout.text.lines().chain(self.stdout.tail.lines()).flat_map(split_glued_verdict)
     }
 
     /// The lines of the output that name failures or errors, each once, in order.
@@ -518,11 +574,12 @@ impl TestReport {
             match &results.failing_rest {
                 _ if dropped == 0 => {}
                 Some((handle, offset)) => {
-                    let not_kept = (dropped + MAX_SHOWN_FAILURES).saturating_sub(MAX_KEPT_FAILURES);
+                    let shown = results.failing.len() as u64;
+                    let not_kept = (dropped + shown).saturating_sub(MAX_KEPT_FAILURES);
                     sections.push(format!(
-                        "[... {} more failing tests not shown: at most 50 per framework; inspect {handle} with offset \
-                         {offset} for {}]",
+                        "[... {} more failing test{} not shown; inspect {handle} with offset {offset} for {}]",
                         group_thousands(dropped),
+                        if dropped == 1 { "" } else { "s" },
                         if not_kept == 0 {
                             "them".to_string()
                         } else {
@@ -591,7 +648,7 @@ impl TestReport {
         json!({
             "system": self.system,
             "ran": self.ran,
-            "outcome": self.outcome(),
+            "outcome": self.verdict(),
             "frameworks": self.frameworks,
             "milliseconds": self.milliseconds,
             "results": self.results,
@@ -619,6 +676,18 @@ fn one_line(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_glued_to_a_tables_last_row_is_a_line_of_its_own() {
+        let row = "         \"#x10/-5\"                          T                                SINGLE-FLOAT";
+        assert_eq!(
+            split_glued_verdict(&format!("{row}Unexpected failures: #o10, #o-101/75.")),
+            [row, "Unexpected failures: #o10, #o-101/75."]
+        );
+        for line in [row, "Ran 5 tests. OK", "ALEXANDRIA-TESTS::IOTA.1 Failed", "\"Hello\" => Hello"] {
+            assert_eq!(split_glued_verdict(line), [line]);
+        }
+    }
 
     #[test]
     fn a_verdict_is_told_from_the_rows_of_a_table() {
@@ -765,6 +834,7 @@ mod tests {
             signalled,
             arguments: arguments.map(Into::into),
             value: value.map(Into::into),
+            defined_by: None,
         };
         let suspects = Suspects {
             failing_rerun: Some(2),
@@ -774,6 +844,14 @@ mod tests {
                 suspect("APP::PARSE", "function", Some("(\"1x\")"), None, true),
                 suspect("APP:WITH-ROW", "macro", None, None, false),
                 suspect("APP::STEP", "inline", Some("(3)"), None, false),
+                Suspect {
+                    defined_by: Some(DefiningMacro {
+                        name: "APP::DEFINE-CONVERTER".into(),
+                        file: Some("app.lisp".into()),
+                        line: Some(2),
+                    }),
+                    ..suspect("APP::ENCODE", "function", None, None, false)
+                },
             ],
             why: None,
         };
@@ -783,7 +861,8 @@ mod tests {
              again recording calls:\n1. APP::PARSE app.lisp:7 (2 of 2 failing, 1 passing; the error came from it)\n   \
              called with (\"1x\"), signalled the test's error\n2. APP:WITH-ROW app.lisp:7 (macro; 2 of 2 failing, 1 \
              passing)\n3. APP::STEP app.lisp:7 (inline function; 2 of 2 failing, 1 passing)\n   called with (3), did \
-             not return"
+             not return\n4. APP::ENCODE app.lisp:7 (2 of 2 failing, 1 passing)\n   defined there by the macro \
+             APP::DEFINE-CONVERTER app.lisp:2"
         );
         let none = Suspects { passing_rerun: Some(1), passing: Some(1), suspects: vec![], ..suspects };
         assert_eq!(

@@ -1,6 +1,7 @@
 //! find-definition's `text` and `system`: the definitions (top-level forms) whose text holds a
-//! string, each with its place and the lines that hold it, in one call where a shell agent greps
-//! and then reads the file around each line; and the files of an ASDF system the image knows.
+//! string, each with its place and the lines that hold it (or, with `source`, its whole text,
+//! once), in one call where a shell agent greps and then reads the file around each line; and the
+//! files of an ASDF system the image knows.
 //!
 //! The files are the system's, as the image lists its components (never loading an .asd file),
 //! or the Lisp files under the roots. Each is searched in this process, and the top-level form
@@ -26,6 +27,9 @@ const MAX_FILES: usize = 10_000;
 const LINES_PER_MATCH: usize = 10;
 /// Characters shown of a matching line.
 const LINE_CHARS: usize = 200;
+/// With `source`, a page ends after the definition that brings its text past this many
+/// characters, as a lisp-outline page does.
+const SOURCE_PAGE_CHARS: usize = 16_000;
 
 /// The helper's answer to `system-files`.
 #[derive(Debug, Deserialize)]
@@ -46,19 +50,23 @@ struct Hit {
     form: Option<String>,
     /// The matching lines, number and text.
     lines: Vec<(usize, String)>,
+    /// With `source`: the whole form's text, when the lines are in one.
+    source: Option<String>,
 }
 
 /// What find-definition asks of a search: `text`, `system` or both, and the page of hits.
 pub(crate) struct Search {
     pub text: Option<String>,
     pub system: Option<String>,
+    /// Each definition's whole text rather than its matching lines.
+    pub source: bool,
     pub offset: usize,
     pub limit: usize,
 }
 
 /// find-definition with `text` or `system` (and no `symbol`).
 pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: Search) -> ToolResult {
-    let Search { text, system, offset, limit } = asked;
+    let Search { text, system, source, offset, limit } = asked;
     if text.as_deref().is_some_and(|text| text.is_empty() || text.contains('\n')) {
         return Err(ToolError::new("Argument `text` must be one line, not empty: the lines that hold it are shown."));
     }
@@ -103,7 +111,7 @@ pub(crate) async fn call(context: &ToolContext, args: &Arguments, asked: Search)
                     read => read,
                 };
                 match read {
-                    Ok(file) => hits.extend(search(&file.bytes, &text, &file.shown)),
+                    Ok(file) => hits.extend(search(&file.bytes, &text, &file.shown, source)),
                     Err(_) => unread += 1,
                 }
             }
@@ -148,8 +156,9 @@ fn lisp_files(roots: &AllowedRoots) -> Vec<PathBuf> {
 }
 
 /// The hits of `text` (ignoring ASCII case) in `bytes`, the file `shown`: one per top-level form
-/// holding a matching line, and one per matching line outside any form (a comment between them).
-fn search(bytes: &[u8], text: &str, shown: &str) -> Vec<Hit> {
+/// holding a matching line, with the form's text `with_source`, and one per matching line outside
+/// any form (a comment between them).
+fn search(bytes: &[u8], text: &str, shown: &str, with_source: bool) -> Vec<Hit> {
     let needle = text.as_bytes().to_ascii_lowercase();
     // No forms when the file does not read: its lines are still found.
     let spans = Cst::top_level_spans(bytes).unwrap_or_default();
@@ -177,6 +186,7 @@ fn search(bytes: &[u8], text: &str, shown: &str) -> Vec<Hit> {
                         line: 1 + bytes[..s].iter().filter(|&&b| b == b'\n').count(),
                         form: Some(describe(&bytes[s..e])),
                         lines: vec![(number + 1, line_text)],
+                        source: with_source.then(|| String::from_utf8_lossy(&bytes[s..e]).into_owned()),
                     });
                 }
                 (None, _) => hits.push(Hit {
@@ -184,6 +194,7 @@ fn search(bytes: &[u8], text: &str, shown: &str) -> Vec<Hit> {
                     line: number + 1,
                     form: None,
                     lines: vec![(number + 1, line_text)],
+                    source: None,
                 }),
             }
             last_form = form;
@@ -229,16 +240,32 @@ fn render_hits(
         plural(files as u64, "file", "files"),
         searched,
     );
-    let page = hits.iter().skip(offset).take(limit);
-    let shown_to = (offset + limit).min(hits.len());
+    // Whole hits, until a page of definitions' text passes its budget.
+    let mut chars = 0;
+    let page: Vec<&Hit> = hits
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .take_while(|hit| {
+            let fits = chars == 0 || chars < SOURCE_PAGE_CHARS;
+            chars += hit.source.as_ref().map_or(0, |text| text.chars().count().max(1));
+            fits
+        })
+        .collect();
+    let shown_to = (offset + page.len()).min(hits.len());
     if offset > 0 || shown_to < hits.len() {
         reply.push_str(&format!(", {} to {shown_to}", offset + 1));
     }
     reply.push(if hits.is_empty() { '.' } else { ':' });
-    for hit in page.clone() {
+    for hit in &page {
         match &hit.form {
             Some(form) => reply.push_str(&format!("\n{}:{} ({form})", hit.file, hit.line)),
             None => reply.push_str(&format!("\n{}:{}", hit.file, hit.line)),
+        }
+        if let Some(source) = &hit.source {
+            reply.push('\n');
+            reply.push_str(source);
+            continue;
         }
         for (number, line) in hit.lines.iter().take(LINES_PER_MATCH) {
             reply.push_str(&format!("\n  {number}: {line}"));
@@ -252,8 +279,13 @@ fn render_hits(
     if let Some(next) = next_offset {
         reply.push_str(&format!("\n... {} more; use `offset: {next}` for the next page.", hits.len() - next));
     }
-    let matches: Vec<Value> =
-        page.map(|hit| json!({"file": hit.file, "line": hit.line, "form": hit.form, "lines": hit.lines})).collect();
+    let matches: Vec<Value> = page
+        .iter()
+        .map(|hit| match &hit.source {
+            Some(source) => json!({"file": hit.file, "line": hit.line, "form": hit.form, "source": source}),
+            None => json!({"file": hit.file, "line": hit.line, "form": hit.form, "lines": hit.lines}),
+        })
+        .collect();
     ToolOutput::success(reply).with_structured(json!({
         "text": text, "total": hits.len(), "files_searched": searched, "offset": offset,
         "next_offset": next_offset, "matches": matches,
@@ -302,7 +334,7 @@ mod tests {
 
     #[test]
     fn each_form_holding_the_text_comes_once_with_its_matching_lines() {
-        let hits = search(SOURCE.as_bytes(), "COLUMN", "a.lisp");
+        let hits = search(SOURCE.as_bytes(), "COLUMN", "a.lisp", false);
         let shown: Vec<_> = hits.iter().map(|h| (h.line, h.form.clone(), h.lines.len())).collect();
         assert_eq!(
             shown,
@@ -323,8 +355,42 @@ mod tests {
     }
 
     #[test]
+    fn with_source_each_form_holding_the_text_comes_whole_once() {
+        let hits = search(SOURCE.as_bytes(), "column", "a.lisp", true);
+        let output = render_hits("column", &hits, (1, "the roots".into()), 0, 0, 50);
+        assert_eq!(
+            output.text,
+            "\"column\" is in 3 places in 1 file (of 1 searched in the roots):\na.lisp:3\n  3: ;; The column of a cell.\n\
+             a.lisp:4 (defun cell-column)\n(defun cell-column (cell)\n  (let ((column (second cell)))\n    (1+ column)))\n\
+             a.lisp:8 (#+sbcl defvar *column-width*)\n#+sbcl\n(defvar *column-width* 8)"
+        );
+        let matches = output.structured_value().unwrap()["matches"].clone();
+        assert_eq!(
+            matches[1]["source"],
+            "(defun cell-column (cell)\n  (let ((column (second cell)))\n    (1+ column)))"
+        );
+        assert!(matches[1].get("lines").is_none() && matches[0]["lines"][0][0] == 3);
+    }
+
+    #[test]
+    fn with_source_a_page_ends_after_the_form_that_passes_its_budget() {
+        let long = format!("(defun long-one ()\n  \"{}\")\n", "x".repeat(SOURCE_PAGE_CHARS / 2));
+        let file = long.repeat(5);
+        let hits = search(file.as_bytes(), "long-one", "l.lisp", true);
+        assert_eq!(hits.len(), 5);
+        let output = render_hits("long-one", &hits, (1, "the roots".into()), 0, 0, 50);
+        let next = output.structured_value().unwrap()["next_offset"].clone();
+        // The second passes the budget, and ends the page.
+        assert_eq!((output.text.matches("\n(defun long-one ()").count(), next), (2, json!(2)));
+        assert!(output.text.ends_with("... 3 more; use `offset: 2` for the next page."), "{}", output.text);
+        // Without source, the lines, a whole page of them.
+        let hits = search(file.as_bytes(), "long-one", "l.lisp", false);
+        assert_eq!(render_hits("long-one", &hits, (1, "the roots".into()), 0, 0, 50).text.matches("\n  1:").count(), 1);
+    }
+
+    #[test]
     fn a_file_that_does_not_read_still_has_its_lines_found() {
-        let hits = search(b"(defun broken (x)\n  (column x)\n", "column", "b.lisp");
+        let hits = search(b"(defun broken (x)\n  (column x)\n", "column", "b.lisp", false);
         assert_eq!(hits.len(), 1);
         assert_eq!((hits[0].form.as_deref(), hits[0].lines[0].0), (None, 2));
     }

@@ -6,47 +6,53 @@
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::{arguments, choices, Designator};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-const ACTIONS: [&str; 4] = ["list", "backtrace", "interrupt", "abort"];
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::one_of("action", &ACTIONS, "").default_text("list"),
-    Param::integer_or_name("thread", ""),
-    Param::flag("force", ""),
-];
-
-fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "threads",
-        description:
-            "List the image's threads; backtrace, interrupt (into its debugger) or abort one, with force if you did \
-            not start it.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+choices! {
+    /// What the call does: list the threads, or show, interrupt or abort one.
+    enum Action {
+        List = "list",
+        Backtrace = "backtrace",
+        Interrupt = "interrupt",
+        Abort = "abort",
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+pub(crate) const TOOL: Tool = Tool::in_image(
+    ToolDefinition {
+        name: "threads",
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "The image's threads; backtrace, interrupt (into its debugger) or abort one, with force if not \
+            yours.",
+    },
+    |context, args| Box::pin(call(context, args)),
+)
+.with_looking_calls(lists_only);
 
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    action: Option<String>,
-    thread: Option<super::arguments::Designator>,
-    #[serde(default)]
-    force: bool,
+/// Whether a call only lists the threads, changing nothing: `--confirm mutating` lets it run.
+fn lists_only(arguments: Option<&serde_json::Value>) -> bool {
+    arguments
+        .and_then(|arguments| arguments.get("action"))
+        .and_then(serde_json::Value::as_str)
+        .is_none_or(|action| action == "list")
+}
+
+arguments! {
+    struct Args {
+        action: Option<Action>,
+        thread: Option<Designator>,
+        force: bool,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let Args { action, thread, force } = args.typed()?;
-    let action = action.as_deref().unwrap_or("list");
-    let thread = thread.map(super::arguments::Designator::into_text);
-    if action != "list" && thread.is_none() {
+    let action = action.unwrap_or(Action::List).name();
+    let thread = thread.map(Designator::into_text);
+    if action != Action::List.name() && thread.is_none() {
         return Err(ToolError::new(format!(
             "The {action} action needs thread: a number or name from {{\"action\": \"list\"}}."
         )));

@@ -6,47 +6,33 @@
 use serde::{Deserialize, Serialize};
 
 use super::lisp_reply::decode;
+use super::arguments::{arguments, Designator};
 use super::{
-    Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
+    Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult,
 };
 use crate::image::{Entry, Request};
 use crate::swank::Form;
 
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::texts("functions", "e.g. (setf f), (method area :around (shape))."),
-    Param::flag("untrace", "These, or all."),
-    Param::text("package", ""),
-    Param::integer_or_name("threads", "all, or one"),
-    Param::code("condition", "With threads and one function: record its calls only when this holds."),
-    Param::integer("max_calls", 1, "").bounds_unlisted(),
-];
-
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "trace",
-        description:
-            "Trace functions and methods (SBCL's TRACE) in your later evaluations; threads: in other threads too.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Trace functions, e.g. (setf f) or (method area :around (shape)), in your later evaluations, or \
+            in threads (all or one; for one function, where condition holds).",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        functions: Vec<String>,
+        untrace: bool,
+        package: Option<String>,
+        threads: Option<Designator>,
+        condition: Option<String> => code(),
+        max_calls: Option<u64> => at_least(1),
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    #[serde(default)]
-    functions: Vec<String>,
-    #[serde(default)]
-    untrace: bool,
-    package: Option<String>,
-    threads: Option<super::arguments::Designator>,
-    condition: Option<String>,
-    max_calls: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -61,7 +47,7 @@ async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
         .arg(Form::list_of(functions))
         .key("untrace", untrace)
         .key("package", package)
-        .key("threads", threads.map(super::arguments::Designator::into_text))
+        .key("threads", threads.map(Designator::into_text))
         .key_if("condition", condition)
         .key_if("max-calls", max_calls);
     let reply = decode::<TraceReply>("trace-functions", &context.call_helper(args, request).await?)?;

@@ -9,46 +9,34 @@ use serde_json::{json, Value};
 use super::find_definition::CurrentTexts;
 use super::lisp_reply::{decode, Location};
 use super::xref::{bare_name, query_of_hit};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
+use super::arguments::arguments;
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolResult};
 use crate::image::Request;
 use crate::source::AllowedRoots;
 use crate::swank::Form;
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    Param::integers("entries", 1, "").explained(numbered_from_one),
-    Param::integer("since", 1, "And every later entry.").explained(numbered_from_one),
-    Param::flag("force", "Also entries changed since."),
-    Param::integer("before", 1, "List entries below it.").explained(numbered_from_one),
-];
 
 fn numbered_from_one(_: &serde_json::Value) -> String {
     "Journal entries are numbered from 1; call undo without arguments to list them.".to_string()
 }
 
-fn definition() -> ToolDefinition {
+pub(crate) const TOOL: Tool = Tool::in_image(
     ToolDefinition {
         name: "undo",
-        description:
-            "Undo what agents' calls defined or replaced in the image: no arguments lists the journal; entries or \
-            since restores.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        arguments: Args::PARAMS,
+        read_only: false,
+        description: "Undo what agents' calls defined or replaced: no arguments lists the journal; entries or since \
+            restores.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        entries: Option<Vec<u64>> => at_least(1).explained(numbered_from_one),
+        since: Option<u64> => at_least(1).explained(numbered_from_one),
+        force: bool,
+        before: Option<u64> => at_least(1).explained(numbered_from_one),
     }
-}
-
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
-
-/// The arguments as the tool reads them.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    entries: Option<Vec<u64>>,
-    since: Option<u64>,
-    #[serde(default)]
-    force: bool,
-    before: Option<u64>,
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
@@ -102,11 +90,14 @@ struct Journal {
 struct Entry {
     number: u64,
     time: String,
-    /// "function", "setf function", "macro", "method" or "class".
+    /// "function", "setf function", "macro", "method", "class" or "variable".
     kind: String,
     name: String,
     /// A method's qualifiers and specializers; whether a class was new or redefined.
     detail: Option<String>,
+    /// The tool whose call made the change, and the file it was loading when not the agent's
+    /// own text: `run-tests, loading list.fasl` is ASDF's reload, not an edit.
+    cause: Option<String>,
     restorable: bool,
     restored: bool,
     /// Where the replaced definition was; `None` when there was none.
@@ -214,6 +205,7 @@ impl Entry {
         let before = match (&self.previous, self.kind.as_str()) {
             (Some(location), _) => replaced_text(location),
             (None, "method") => "added: undo removes it".to_string(),
+            (None, "variable") => "set again by a DEFPARAMETER: undo puts that value back".to_string(),
             (None, "class") => "new".to_string(),
             (None, _) => "new: was not defined before".to_string(),
         };
@@ -225,7 +217,8 @@ impl Entry {
                 _ => String::new(),
             }
         };
-        format!("{:>4}  {}  {what}: {before}{state}", self.number, self.time)
+        let cause = self.cause.as_ref().map(|cause| format!(" ({cause})")).unwrap_or_default();
+        format!("{:>4}  {}  {what}: {before}{state}{cause}", self.number, self.time)
     }
 }
 
@@ -235,6 +228,7 @@ impl Restored {
         let result = match (&self.now, self.kind.as_str()) {
             (Some(location), "method") => format!("the method it replaced is back, {}", made(location)),
             (None, "method") => "removed (it was added)".to_string(),
+            (_, "variable") => "its value is back".to_string(),
             (Some(location), "class") => format!("its previous definition is back, {}", made(location)),
             (Some(location), _) => format!("now {}", made(location)),
             (None, _) => "undefined again (it was new)".to_string(),
@@ -352,7 +346,7 @@ impl Journal {
             "older": self.older,
             "newer": self.newer,
             "entries": self.entries.iter().map(|e| json!({
-                "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail,
+                "number": e.number, "time": e.time, "kind": e.kind, "name": e.name, "detail": e.detail, "cause": e.cause,
                 "restorable": e.restorable, "restored": e.restored, "previous": location(&e.previous), "note": e.note,
             })).collect::<Vec<_>>(),
             "restored_count": self.restored.len(),
@@ -378,17 +372,18 @@ mod tests {
     use crate::swank::read;
 
     const LISTING: &str = "(:listed t :entries ((:number 1 :time \"2026-11-23 12:00:00 UTC\" :kind \"function\" :name \"CL-USER::F\" \
-         :detail nil :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) :note nil) \
-        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil :restorable t :restored nil \
-         :previous (:file nil :line nil :column nil :note nil :origin \"defined at the REPL, no source file\") :note nil) \
-        (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" \
+         :detail nil :cause \"edit-lisp-form\" :restorable t :restored t :previous (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil) :note nil) \
+        (:number 2 :time \"2026-11-23 12:00:01 UTC\" :kind \"function\" :name \"CL-USER::G\" :detail nil \
+         :cause \"run-tests, loading g.fasl\" :restorable t :restored nil \
+         :previous (:file nil :line nil :column nil :note nil :made-by nil :origin \"defined at the REPL, no source file\") :note nil) \
+        (:number 3 :time \"2026-11-23 12:00:02 UTC\" :kind \"class\" :name \"CL-USER::SHAPE\" :detail \"(new)\" :cause nil \
          :restorable nil :restored nil :previous nil :note \"the class was new\")) \
         :restored nil :skipped nil :limit 500 :older 7 :newer 2)";
 
     const RESTORATION: &str = "(:listed nil :entries nil \
         :restored ((:number 1 :name \"CL-USER::F\" :kind \"function\" :detail nil \
-          :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :origin nil) \
-          :agent-file (:file \"/src/g.lisp\" :line 9 :column 1 :note nil :origin nil))) \
+          :now (:file \"/src/f.lisp\" :line 3 :column 1 :note nil :made-by nil :origin nil) \
+          :agent-file (:file \"/src/g.lisp\" :line 9 :column 1 :note nil :made-by nil :origin nil))) \
         :skipped ((:number 2 :name \"CL-USER::G\" :kind \"function\" :reason \"changed since: redefined\" :changed t)) \
         :limit 500 :older 0 :newer 0)";
 
@@ -399,9 +394,10 @@ mod tests {
             journal.render(),
             "Journal (3 entries, oldest first; 7 entries older: list them with before=1; 2 entries newer: list them \
              without before; the image keeps the last 500). Restore with entries=[N, ...] or since=N:\n\
-             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition from /src/f.lisp:3:1 [restored]\n\
+             \x20  1  2026-11-23 12:00:00 UTC  function CL-USER::F: replaced the definition from /src/f.lisp:3:1 [restored] \
+             (edit-lisp-form)\n\
              \x20  2  2026-11-23 12:00:01 UTC  function CL-USER::G: replaced a definition with no source file (defined at \
-             the REPL, no source file)\n\
+             the REPL, no source file) (run-tests, loading g.fasl)\n\
              \x20  3  2026-11-23 12:00:02 UTC  class CL-USER::SHAPE (new): new [cannot be restored: the class was new]"
         );
     }

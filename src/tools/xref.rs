@@ -8,48 +8,49 @@ use serde_json::{json, Value};
 
 use super::find_definition::{split_top_level, CurrentTexts};
 use super::lisp_reply::{decode, labelled_locations_json, plural, render_locations, Location};
-use super::{Annotations, Arguments, Param, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
+use super::arguments::{arguments, choices};
+use super::{Arguments, Tool, ToolContext, ToolDefinition, ToolOutput, ToolResult};
 use crate::image::{Entry, Request};
 
-const KINDS: [&str; 7] = ["calls", "callees", "references", "binds", "sets", "macroexpands", "specializes"];
-
-/// The arguments: the schema and the checks.
-const ARGUMENTS: &[Param] = &[
-    super::SYMBOL,
-    Param::one_of("kind", &KINDS, "").required().explained(unknown_kind),
-    super::SYMBOL_PACKAGE,
-];
-
-fn unknown_kind(kind: &serde_json::Value) -> String {
-    format!("Unknown xref kind {kind}: use {}.", KINDS.join(", "))
-}
-
-fn definition() -> ToolDefinition {
-    ToolDefinition {
-        name: "xref",
-        description:
-            "Who calls, references, binds, sets or macroexpands a symbol in compiled code, what it calls (callees), \
-            which methods specialize on a class.",
-        arguments: ARGUMENTS,
-        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+choices! {
+    /// Which cross-references the call asks for.
+    enum Kind {
+        Calls = "calls",
+        Callees = "callees",
+        References = "references",
+        Binds = "binds",
+        Sets = "sets",
+        Macroexpands = "macroexpands",
+        Specializes = "specializes",
     }
 }
 
-/// The tool, for the table in `tools/mod.rs`.
-pub const TOOL: Tool = Tool::in_image::<Args>(definition, |context, args| Box::pin(call(context, args)));
+fn unknown_kind(kind: &serde_json::Value) -> String {
+    format!("Unknown xref kind {kind}: use {}.", Kind::NAMES.join(", "))
+}
 
-/// The arguments as the tool reads them.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Args {
-    symbol: String,
-    kind: String,
-    package: Option<String>,
+pub(crate) const TOOL: Tool = Tool::in_image(
+    ToolDefinition {
+        name: "xref",
+        arguments: Args::PARAMS,
+        read_only: true,
+        description: "Who calls, references, binds, sets or macroexpands a symbol; its callees; methods specializing \
+            on a class.",
+    },
+    |context, args| Box::pin(call(context, args)),
+);
+
+arguments! {
+    struct Args {
+        symbol: String,
+        kind: Kind => explained(unknown_kind),
+        package: Option<String>,
+    }
 }
 
 async fn call(context: &ToolContext, args: &Arguments) -> ToolResult {
     let Args { symbol, kind, package } = args.typed()?;
-    let request = Request::new(Entry::XREF).arg(symbol).arg(kind).key("package", package);
+    let request = Request::new(Entry::XREF).arg(symbol).arg(kind.name()).key("package", package);
     let mut found = decode::<References>("xref", &context.call_helper(args, request).await?)?;
     found = context
         .on_files(move |roots| {
@@ -177,7 +178,7 @@ mod tests {
     use crate::tools::ToolError;
 
     const CALLS: &str = "(:symbol \"P::TARGET\" :kind \"calls\" :total 3 :hits \
-         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :origin nil))) :rest nil)";
+         ((:name \"CALLER\" :source (:file \"/p.lisp\" :line 9 :column 1 :note nil :made-by nil :origin nil))) :rest nil)";
 
     fn found(reply: &str) -> Result<References, ToolError> {
         decode("xref", &read(reply).unwrap())

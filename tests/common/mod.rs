@@ -200,7 +200,7 @@ impl McpClient {
 /// Runs a source tool as the server does, its arguments checked first, its failure as the output
 /// the client gets.
 pub fn run_source_tool(tool: &Tool, arguments: Value, roots: &AllowedRoots) -> ToolOutput {
-    let Run::Source { source: run, .. } = tool.run else { panic!("a source tool") };
+    let (Run::Source { source: run, .. } | Run::Reading(run)) = tool.run else { panic!("a source tool") };
     tool.arguments(arguments)
         .map_err(ToolError::from)
         .and_then(|args| run(&args, roots))
