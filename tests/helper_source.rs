@@ -27,9 +27,10 @@ fn lisp_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The manifest is the one statement of the load order: every helper file of src/lisp is in it.
+/// The manifest is the one statement of the load order: every helper file of src/lisp is in it,
+/// and no file states its place in the order again.
 #[test]
-fn every_helper_file_is_in_the_manifest() {
+fn every_helper_file_is_in_the_manifest_and_none_repeats_the_order() {
     let on_disk: BTreeSet<String> = fs::read_dir(repository().join("src/lisp"))
         .expect("src/lisp lists")
         .map(|entry| entry.expect("an entry").file_name().to_string_lossy().into_owned())
@@ -38,6 +39,12 @@ fn every_helper_file_is_in_the_manifest() {
     let listed: BTreeSet<String> = HELPER_FILES.iter().map(|name| name.to_string()).collect();
     assert_eq!(listed.len(), HELPER_FILES.len(), "HELPER_FILES lists a file twice");
     assert_eq!(on_disk, listed, "src/lisp's helper files and HELPER_FILES (src/image/helper.rs) differ");
+    let restating: Vec<String> =
+        lisp_files().into_iter().filter(|(_, text)| text.contains("Loaded after")).map(|(name, _)| name).collect();
+    assert!(
+        restating.is_empty(),
+        "these files state their place in the load order, which HELPER_FILES holds: {restating:?}"
+    );
 }
 
 fn text_of_files_under(directory: &Path, extension: &str, into: &mut String) {
@@ -477,7 +484,8 @@ fn the_helper_s_package_has_one_name_in_lisp_rust_and_emacs() {
     let mut wrong = Vec::new();
     let bootstrap = ("bootstrap.lisp".to_string(), BOOTSTRAP_SOURCE.to_string());
     for (file, text) in files.iter().chain([&bootstrap]) {
-        for rest in text.split("(in-package ").skip(1) {
+        // The files' own IN-PACKAGE, at the start of a line (systems.lisp reads those of ASDF's files).
+        for rest in text.split("\n(in-package ").skip(1) {
             let named = rest.split(')').next().unwrap_or_default().trim_start_matches("#:").trim_matches('"');
             if named.to_uppercase() != defined {
                 wrong.push(format!("{file} works in package {named}"));

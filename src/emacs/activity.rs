@@ -336,7 +336,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::{bounded, latest_of_each_call, CallState, Recorded, RecordedCall};
-    use crate::image::helper::HELPER_SOURCE;
+    use crate::image::helper::{BOOTSTRAP_SOURCE, HELPER_SOURCE};
     use crate::image::{Image, ImageSettings};
     use crate::swank::{ConnectOptions, Endpoint, Protocol};
 
@@ -428,25 +428,40 @@ mod tests {
         assert_eq!(rust, helper, "CallState against the helper's *call-states*");
 
         // The states Emacs shows besides: those the image gives a record itself (a call it ends,
-        // an event between the calls).
-        let shown = emacs_alist_keys(&emacs_sources(), "swank-mcp--call-states");
+        // an event between the calls), and Emacs's own (`:state :unknown` when its connection
+        // closed first).
+        let emacs = emacs_sources();
+        let shown = emacs_alist_keys(&emacs, "swank-mcp--call-states");
         assert!(shown.is_superset(&helper), "swank-mcp--call-states lacks some of {helper:?}: {shown:?}");
         let own: Vec<&String> = shown.difference(&helper).collect();
         assert!(!own.is_empty(), "Emacs shows no state of the image's own (:lost, :event)");
         for state in own {
             assert!(
                 HELPER_SOURCE.contains(&format!("(setf (record-state record) {state}"))
-                    || HELPER_SOURCE.contains(&format!(":state {state})")),
-                "Emacs shows the state {state}, which the helper never gives a record"
+                    || HELPER_SOURCE.contains(&format!(":state {state})"))
+                    || emacs.contains(&format!(":state {state})")),
+                "Emacs shows the state {state}, which neither the helper nor Emacs gives a record"
             );
         }
     }
 
-    /// The kinds of event the helper records (`note-event`) are the ones Emacs names.
+    /// The kinds of event the image records are the ones Emacs names: those of the helper's own
+    /// `note-event` calls, those Emacs may ask it to record (`*emacs-event-kinds*`) and the
+    /// bootstrap.s (`:state :event :event :helper`).
     #[test]
     fn the_event_kinds_are_the_helpers_in_emacs() {
-        let recorded = helper_keywords_after("(note-event");
-        assert!(recorded.contains(":attached"), "{recorded:?}");
+        let opener = "(defparameter *emacs-event-kinds* '(";
+        let at = HELPER_SOURCE.find(opener).expect("the helper defines *emacs-event-kinds*") + opener.len();
+        let from_emacs =
+            HELPER_SOURCE[at..][..HELPER_SOURCE[at..].find(')').expect("the list ends")].split_whitespace();
+        let bootstrap = BOOTSTRAP_SOURCE
+            .split(":state :event :event :")
+            .skip(1)
+            .filter_map(|rest| rest.split(|c: char| c.is_whitespace() || c == ')').next());
+        let mut recorded = helper_keywords_after("(note-event");
+        recorded.extend(from_emacs.map(str::to_lowercase));
+        recorded.extend(bootstrap.map(|kind| format!(":{kind}")));
+        assert!(recorded.contains(":attached") && recorded.contains(":helper"), "{recorded:?}");
         assert_eq!(emacs_alist_keys(&emacs_sources(), "swank-mcp--event-kinds"), recorded);
     }
 

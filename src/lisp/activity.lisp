@@ -11,8 +11,6 @@
 ;;;; on the Emacs side, and a buffer opened later still shows the calls made before. The user can
 ;;;; also end an agent's call from Emacs (CANCEL-CALL): the evaluations of a call are registered
 ;;;; under tokens that name it (TOKEN-CALL, calls.lisp).
-;;;;
-;;;; Loaded after loading.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

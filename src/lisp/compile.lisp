@@ -1,8 +1,6 @@
 ;;;; compile-form and macroexpand-form: both read the user's code and neither may change the
 ;;;; image. Reading interns symbols and compiling a DEFUN notes the name as defined in SBCL's
 ;;;; global database, so both tools record what was there before and put it back afterwards.
-;;;;
-;;;; Loaded after status.lisp, under the same rules.
 
 (in-package #:mcp-agent-helper)
 

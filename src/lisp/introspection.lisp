@@ -2,7 +2,7 @@
 ;;;; describe-symbol, apropos-search, find-definition, xref and class-info. (lisp-status, about
 ;;;; the image as a whole, is status.lisp.)
 ;;;;
-;;;; Loaded after printing.lisp, under the rules of package.lisp. Nothing here reads user text with the Lisp
+;;;; Nothing here reads user text with the Lisp
 ;;;; reader: symbol names are parsed by hand and looked up with FIND-SYMBOL, so asking about a
 ;;;; name never interns it.
 

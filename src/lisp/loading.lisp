@@ -10,8 +10,6 @@
 ;;;; private file of the image's own whose source name is the real file's, with the real file's
 ;;;; write date, so that SBCL records each definition where it is in the real file and
 ;;;; find-definition sees no change.
-;;;;
-;;;; Loaded after undo.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 

@@ -22,7 +22,7 @@
 ;;;; directory) that do not depend on a test framework themselves: those that do are its tests.
 ;;;; When every one of them does, code and tests share their files, and all of them count.
 ;;;;
-;;;; Loaded after testing.lisp, under the rules of package.lisp. The encapsulations are made in
+;;;; The encapsulations are made in
 ;;;; the dynamic extent of one run-tests call and taken out when the reruns end; other threads'
 ;;;; calls go through them unrecorded.
 

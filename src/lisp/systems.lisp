@@ -1,7 +1,7 @@
 ;;;; load-system: ASDF's LOAD-SYSTEM with its output and compiler warnings captured, and a way
 ;;;; for the client to see what a long load is doing meanwhile.
 ;;;;
-;;;; Loaded after compile.lisp, under the same rules. ASDF is required when a system is first
+;;;; ASDF is required when a system is first
 ;;;; loaded, not when the helper is, and is called through FIND-SYMBOL: the helper must load in
 ;;;; an image without it.
 

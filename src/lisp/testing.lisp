@@ -2,7 +2,7 @@
 ;;;; Parachute's and RT's results read as data: counts, and for each failure its test, form,
 ;;;; reason, expected and actual values.
 ;;;;
-;;;; Loaded after systems.lisp, under the rules of package.lisp. The frameworks are found by name
+;;;; The frameworks are found by name
 ;;;; when the image has them; the helper never loads one. While a run is collecting, these
 ;;;; functions are encapsulated: FiveAM's RUN, to take its results; its PROCESS-FAILURE, to keep
 ;;;; an IS check's expected and actual values, which FiveAM only formats into a text; its

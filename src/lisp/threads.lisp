@@ -11,7 +11,7 @@
 server backend's THREAD-ID, which numbers a thread the first time it is asked and keeps that number
 for the thread's life. An image without a server's backend gets the helper's own numbers."
   (let* ((server (or (current-server) (first (servers))))
-         (thread-id (and server (server-function server "THREAD-ID" (server-backend server)))))
+         (thread-id (and server (server-thread-id-function server))))
     (or (and thread-id (ignore-errors (funcall thread-id thread)))
         (gethash thread *thread-numbers*)
         (setf (gethash thread *thread-numbers*)

@@ -33,8 +33,6 @@
 ;;;; (SB-C::%DEFMACRO, SB-PCL::LOAD-DEFMETHOD, SB-PCL::LOAD-DEFCLASS) are encapsulated. Both are
 ;;;; installed with the rest of the helper's footprint (footprint.lisp); each costs the image's own
 ;;;; definitions one special-variable test when no agent call runs.
-;;;;
-;;;; Loaded after systems.lisp, under the rules of package.lisp.
 
 (in-package #:mcp-agent-helper)
 
