@@ -19,13 +19,6 @@ it is also accessible in PACKAGE, where it was looked up."
                      (eq symbol (find-symbol (symbol-name symbol) package))
                      (package-name package))))))
 
-(defun definition-location (symbol type)
-  "Where SYMBOL's first definition of TYPE is (see SOURCE-LOCATION), if SBCL knows of one.
-
-(SYMBOL may be a (SETF NAME) function name.)"
-  (let ((source (first (ignore-errors (sb-introspect:find-definition-sources-by-name symbol type)))))
-    (and source (source-location source symbol))))
-
 (defun method-text (method package)
   "A method as (NAME QUALIFIERS... (SPECIALIZERS...))."
   (let ((specializers (mapcar (lambda (specializer)
@@ -42,17 +35,6 @@ it is also accessible in PACKAGE, where it was looked up."
 
 (defparameter *max-methods-listed* 30
   "Methods describe-symbol lists of one generic function; find-definition pages through them all.")
-
-(defun method-location (method)
-  "Where METHOD was defined, as a location plist with a file, or NIL when SBCL knows no file."
-  (let ((source (ignore-errors (sb-introspect:find-definition-source method))))
-    (and source
-         (sb-introspect:definition-source-pathname source)
-         (source-location source (sb-mop:generic-function-name (sb-mop:method-generic-function method))))))
-
-(defun file-location-text (location)
-  "FILE:LINE:COLUMN of a location plist with a file."
-  (format nil "~A~@[:~D~]~@[:~D~]" (getf location :file) (getf location :line) (getf location :column)))
 
 (defun sbcl-source-file-p (file)
   "True for a file of SBCL's own sources (its contribs, ASDF among them, included)."
@@ -84,55 +66,6 @@ it is also accessible in PACKAGE, where it was looked up."
             shown
             (when (> (length lines) (length shown))
               (list (format nil "  (~D more: find-definition lists them all)" (- (length lines) (length shown))))))))
-
-(defun accessor-method-class (method)
-  "The class whose DEFCLASS made METHOD, a slot reader or writer."
-  (let ((specializers (sb-mop:method-specializers method)))
-    (if (typep method 'sb-mop:standard-writer-method) (second specializers) (first specializers))))
-
-(defun accessor-made-by (method package)
-  "The :MADE-BY of a location of METHOD, a slot reader or writer: (:CLASS the DEFCLASS's name as
-edit-lisp-form takes it :TEXT what a reply says of it). SBCL records where the DEFCLASS was as the
-method's source, and the server finds that DEFCLASS again in the file's current text, where no
-DEFGENERIC or DEFMETHOD of the accessor is."
-  (let ((class-name (class-name (accessor-method-class method))))
-    (list :class (string-downcase (symbol-name class-name))
-          :text (format nil "a slot accessor made by the DEFCLASS of ~A" (name-text class-name package)))))
-
-(defun location-remark (location)
-  "The parenthesised remark on a location plist as replies show it: what made the definition and
-what the file's state says of its line, or NIL."
-  (let ((parts (remove nil (list (getf (getf location :made-by) :text) (getf location :note)))))
-    (and parts (format nil "~{~A~^; ~}" parts))))
-
-(defun accessor-method-described (name source)
-  "The slot reader or writer of the generic function NAME that SOURCE, one of its :METHOD definition
-sources, describes by its specializers' names; NIL for any other method."
-  (let ((function (and (fboundp name) (fdefinition name)))
-        (description (let ((accessor (sbcl-symbol :definition-source-description)))
-                       (and accessor (fboundp accessor) (funcall accessor source)))))
-    (when (and (typep function 'generic-function) (consp description) (every #'symbolp description))
-      (let* ((classes (mapcar (lambda (name) (find-class name nil)) description))
-             (method (and (every #'identity classes)
-                          (ignore-errors (find-method function '() classes nil)))))
-        (and (typep method 'sb-mop:standard-accessor-method) method)))))
-
-(defun generic-function-location (function name package)
-  "Where the generic function NAME is defined. A generic function made by DEFCLASS (a slot
-accessor) or by a DEFMETHOD without a DEFGENERIC has no source of its own: then where the
-DEFCLASS, or its earliest method, is."
-  (let ((own (definition-location name :generic-function)))
-    (if (getf own :file)
-        own
-        (let* ((methods (reverse (sb-mop:generic-function-methods function)))
-               (method (find-if #'method-location methods))
-               (location (and method (method-location method))))
-          (cond ((null location) own)
-                ((typep method 'sb-mop:standard-accessor-method)
-                 (setf (getf location :made-by) (accessor-made-by method package))
-                 location)
-                (t (setf (getf location :note) "no DEFGENERIC: where its first method is")
-                   location))))))
 
 (defun function-entry (name package)
   "The entry of the function NAME, a symbol or (SETF symbol)."
