@@ -524,12 +524,16 @@ M-x swank-mcp-activity shows every call of the agent, and M-x swank-mcp-cancel-c
 ;; Messages arrive as the connection's other events do: Emacs never waits for
 ;; the image, and nothing is written to the REPL buffer.
 
+(defconst swank-mcp--helper-package "MCP-AGENT-HELPER"
+  "The package of the helper swank-mcp loads into the image.
+As src/lisp/package.lisp names it.")
+
 (defun swank-mcp--helper-call (function &rest arguments)
   "Return a form to call the helper's FUNCTION (a string) with ARGUMENTS.
 It is nil there until an agent's swank-mcp has loaded the helper."
   ;; Not named `function': Emacs would print (function X) as #'X.
-  `(cl:let ((helper (cl:and (cl:find-package "MCP-AGENT-HELPER")
-                            (cl:find-symbol ,function "MCP-AGENT-HELPER"))))
+  `(cl:let ((helper (cl:and (cl:find-package ,swank-mcp--helper-package)
+                            (cl:find-symbol ,function ,swank-mcp--helper-package))))
      (cl:if (cl:and helper (cl:fboundp helper))
             (cl:funcall helper ,@arguments)
             cl:nil)))
@@ -549,9 +553,9 @@ yet, so that the image tells Emacs from the helper's first call on."
   ;; in a thread of their own: one may make the package the other has just made, and a plain
   ;; `setf' of an unbound list could drop the other's subscription.  The compare-and-swap sets
   ;; the list only while it is unbound (SBCL then signals, having set it: ignored).
-  `(cl:let* ((package (cl:or (cl:find-package "MCP-AGENT-HELPER")
-                             (cl:ignore-errors (cl:make-package "MCP-AGENT-HELPER" :use '("COMMON-LISP")))
-                             (cl:find-package "MCP-AGENT-HELPER")))
+  `(cl:let* ((package (cl:or (cl:find-package ,swank-mcp--helper-package)
+                             (cl:ignore-errors (cl:make-package ,swank-mcp--helper-package :use '("COMMON-LISP")))
+                             (cl:find-package ,swank-mcp--helper-package)))
              (feeds (cl:intern "*EMACS-FEEDS*" package)))
      (cl:unless (cl:boundp feeds)
        (cl:ignore-errors
