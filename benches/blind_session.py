@@ -32,8 +32,17 @@ import subprocess
 import tempfile
 import time
 
-from seeded_library import form_at, seeded_copy, started, test_op
-from suspects import arguments_and_bugs, bare, failing_tests, lisp_files, rank_of, suspect_names
+from seeded_library import seeded_copy, started, test_op, tool_list_bytes
+from suspects import (
+    arguments_and_bugs,
+    code_definitions,
+    failing_tests,
+    lisp_files,
+    names_in,
+    rank_of,
+    suspect_names,
+    test_form,
+)
 
 # The definition at fault as edit-lisp-form names it: (form type, form name), by the name the
 # reply gives it; a clause iterate's DEFCLAUSE makes is named by its template.
@@ -61,16 +70,15 @@ FORMS = {
 SHELL_TOOL_LIMIT = 30_000
 
 
-def code_files(directory):
-    """The library's code files, relative to `directory`, in the order both paths read them when no
+def code_files(files):
+    """The library's code files of `files` ({path: text}), in the order both paths read them when no
     reply names the definition at fault: alphabetical, the tests left out."""
-    return sorted(path for path in lisp_files(directory) if "test" not in path.lower())
+    return sorted(path for path in files if "test" not in path.lower())
 
 
 def initialize_bytes(server):
     """The tool list's response line and the instructions, which a session reads once."""
-    _, line = server.request("tools/list", {})
-    return len(line.rstrip(b"\n")) + len(server.initialized["result"].get("instructions", ""))
+    return tool_list_bytes(server) + len(server.initialized["result"].get("instructions", ""))
 
 
 def mcp_path(server, directory, system, bug, at_fault):
@@ -94,7 +102,7 @@ def mcp_path(server, directory, system, bug, at_fault):
             break
     if rank is None:
         call("find-definition", {"system": system})
-        for path in code_files(directory):
+        for path in code_files(lisp_files(directory)):
             offset = 0
             while offset is not None:
                 page = call("lisp-outline", {"file_path": os.path.join(directory, path), "source": True, "offset": offset})
@@ -128,23 +136,13 @@ def shell_path(directory, system, bug, at_fault):
         # A backtrace filled the last lines: the whole output, as far as a shell tool shows it.
         red = run(f"{test_op(directory, system)} | head -c {SHELL_TOOL_LIMIT}", "test-op (the whole output)")
     files = lisp_files(directory)
-    code = {}
-    for path, text in files.items():
-        if "test" not in path.lower():
-            pattern = r"^\((?:[\w-]+:+)?def[\w-]*\s+\(?([^\s()]+)"
-            for found in re.finditer(pattern, text, re.M | re.I):
-                code.setdefault(bare(found.group(1)), (path, form_at(text, found.start())))
+    code = code_definitions(files, r"^\((?:[\w-]+:+)?def[\w-]*\s+\(?([^\s()]+)")
     named = []
     for test in failing_tests(red)[:5]:
-        base = re.sub(r"\.(COMPILED|INTERPRETED|VECTOR|LIST|EXTENDED-SEQUENCE)$", "", test)
-        for text in files.values():
-            found = re.search(rf"^\s*\((?:[\w-]+:+)?(?:deftest|test|test-both-modes)\s+\(?{re.escape(base)}[\s)]",
-                              text, re.M | re.I)
-            if found:
-                form = form_at(text, found.start())
-                steps.append((f"sed -n (test {test})", len(form)))
-                named += [bare(token) for token in re.findall(r"[^\s()'`,\"#;|]+", form) if bare(token) in code]
-                break
+        form = test_form(files, re.sub(r"\.(COMPILED|INTERPRETED|VECTOR|LIST|EXTENDED-SEQUENCE)$", "", test), r"^\s*\(")
+        if form:
+            steps.append((f"sed -n (test {test})", len(form)))
+            named += names_in(form, code)
     reached = False
     for name in dict.fromkeys(named):
         path, form = code[name]
@@ -154,7 +152,7 @@ def shell_path(directory, system, bug, at_fault):
             break
     if not reached:
         run(f"cd {directory} && find . -name '*.lisp'", "find . -name '*.lisp'")
-        for path in code_files(directory):
+        for path in code_files(files):
             steps.append((f"cat {path}", len(files[path])))
             if path == file:
                 break

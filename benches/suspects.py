@@ -117,32 +117,49 @@ def failing_tests(output):
     return list(dict.fromkeys(bare(name) for name in names))
 
 
+def code_definitions(files, pattern):
+    """{name: (path, form)}: the first definition of each name that `pattern` (the name its first
+    group) finds in `files` ({path: text}), those whose path has no "test"."""
+    code = {}
+    for path, text in files.items():
+        if "test" not in path.lower():
+            for found in re.finditer(pattern, text, re.M | re.I):
+                code.setdefault(bare(found.group(1)), (path, form_at(text, found.start())))
+    return code
+
+
+def test_form(files, name, lead=r"^\("):
+    """The form that defines the test `name` (deftest, test, test-both-modes) in `files`, where a
+    line begins with `lead` and the definer; None when there is none."""
+    for text in files.values():
+        found = re.search(
+            rf"{lead}(?:[\w-]+:+)?(?:deftest|test|test-both-modes)\s+\(?{re.escape(name)}[\s)]", text, re.M | re.I
+        )
+        if found:
+            return form_at(text, found.start())
+    return None
+
+
+def names_in(form, code):
+    """The names of `code` ({name: ...}) that `form`'s tokens are, in order."""
+    return [bare(token) for token in re.findall(r"[^\s()'`,\"#;|]+", form) if bare(token) in code]
+
+
 def shell_path(library, directory, system, at_fault):
     """The characters an agent reads on the shell path (see the module's doc), and whether it reaches
     the definition at fault."""
     command = f"{test_op(directory, system)} | {FAILURES_FILTER[library]}"
     output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=900).stdout
     files = lisp_files(directory)
-    code = {}
-    for path, text in files.items():
-        if "test" not in path.lower():
-            pattern = r"^\((?:[\w-]+:+)?def(?:un|macro|generic|method|ine-compiler-macro)\s+([^\s()]+)"
-            for found in re.finditer(pattern, text, re.M | re.I):
-                code.setdefault(bare(found.group(1)), form_at(text, found.start()))
+    code = code_definitions(files, r"^\((?:[\w-]+:+)?def(?:un|macro|generic|method|ine-compiler-macro)\s+([^\s()]+)")
     read, named = len(output), set()
     for test in failing_tests(output):
         # A FiveAM test that esrap defines in both modes is named with the mode after its name.
-        base = re.sub(r"\.(COMPILED|INTERPRETED)$", "", test)
-        for text in files.values():
-            found = re.search(
-                rf"^\((?:[\w-]+:+)?(?:deftest|test|test-both-modes)\s+\(?{re.escape(base)}[\s)]", text, re.M | re.I
-            )
-            if found:
-                form = form_at(text, found.start())
-                read += len(form)
-                named |= {bare(token) for token in re.findall(r"[^\s()'`,\"#;|]+", form)} & code.keys()
-                break
-    read += sum(len(code[name]) for name in named)
+        form = test_form(files, re.sub(r"\.(COMPILED|INTERPRETED)$", "", test))
+        if form:
+            read += len(form)
+            named |= set(names_in(form, code))
+    read += sum(len(code[name][1]) for name in named)
     return read, bare(at_fault) in named
 
 
