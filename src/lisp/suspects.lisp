@@ -205,16 +205,17 @@ macros noted, for the test reruns."
 ;;; ------------------------------------------------------------------------------------------
 ;;; Calls the compiler inlined
 
-(defun inlining-functions (definitions)
+(defun inlining-functions (definitions expansions)
   "The functions of DEFINITIONS into whose code the compiler inlined an inline function of
-DEFINITIONS, inline ones among them (their own definitions inlined others too)."
+DEFINITIONS, inline ones among them (their own definitions inlined others too); EXPANSIONS caches
+what each function's code expanded (see CACHED-EXPANSIONS)."
   (loop for name being the hash-keys of definitions using (hash-value kind)
         when (and (member kind '(:function :inline))
                   (some (lambda (expanded) (eq (gethash expanded definitions) :inline))
-                        (expanded-into (fdefinition name) definitions)))
+                        (cached-expansions (fdefinition name) definitions expansions)))
           collect name))
 
-(defun call-without-inlining (definitions function)
+(defun call-without-inlining (definitions expansions function)
   "Calls FUNCTION with the functions of DEFINITIONS that inlined its inline functions recompiled
 from their files calling them instead, so that the recording counts each inline function's own
 calls: inlined, an inline function is reached wherever its host is, and every inline function
@@ -222,10 +223,11 @@ of a host ties with the others (split-sequence's vector and list paths). Returns
 recompiled, whose own inlined functions are not to be counted as reached. Their compiled
 functions are put back after, and the inline functions stay inline: the inline expansions SBCL
 keeps are not touched by a definition compiled while the names are proclaimed NOTINLINE, which
-lasts only for the compilation. Not journaled: undo is for the agent's own definitions."
+lasts only for the compilation. Not journaled: undo is for the agent's own definitions.
+EXPANSIONS caches what each function's code expanded (see CACHED-EXPANSIONS)."
   (let* ((inline-names (loop for name being the hash-keys of definitions using (hash-value kind)
                              when (eq kind :inline) collect name))
-         (hosts (let ((found (and inline-names (inlining-functions definitions))))
+         (hosts (let ((found (and inline-names (inlining-functions definitions expansions))))
                   (and (<= (length found) *max-uninlined-functions*) found)))
          (replaced '()))
     ;; A library may lock its package (Alexandria does): these definitions are its own again.
@@ -309,6 +311,12 @@ FUNCTION's code, from the cross-references it kept."
                       xrefs)))))
     names))
 
+(defun cached-expansions (function definitions expansions)
+  "EXPANDED-INTO of FUNCTION, kept in the table EXPANSIONS: the functions whose inlining is looked
+for before the reruns are those whose expansions are counted after them."
+  (multiple-value-bind (names known) (gethash function expansions)
+    (if known names (setf (gethash function expansions) (expanded-into function definitions)))))
+
 (defun form-symbols (form)
   "The symbols FORM holds, each once. Tests' forms may hold circular lists (tests of functions on
 them): each cons is walked once."
@@ -332,8 +340,7 @@ functions, which counted themselves."
     (declare (ignore name))
     (let ((reached (recording-reached recording)))
       (flet ((expanded (function)
-               (multiple-value-bind (names known) (gethash function expansions)
-                 (if known names (setf (gethash function expansions) (expanded-into function definitions))))))
+               (cached-expansions function definitions expansions)))
         (let ((more (append (loop for name being the hash-keys of reached
                                   when (member (gethash name definitions) '(:function :inline))
                                     append (if (member name uninlined)
@@ -436,7 +443,7 @@ signalled in, which has no value, or else the first call."
              (deadline (+ (get-internal-real-time) (* *passing-rerun-seconds* internal-time-units-per-second)))
              (*file-octets* (make-hash-table :test 'equal)))
         (call-without-inlining
-         definitions
+         definitions expansions
          (lambda (recompiled)
            (setf uninlined recompiled)
            (call-recording
