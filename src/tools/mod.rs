@@ -413,16 +413,19 @@ impl Toolbox {
                     .unwrap_or_else(|e| Err(ToolError::new(format!("The tool failed unexpectedly: {e}"))))
             }
             Some(Previewing::Image(preview)) => {
-                let context = ToolContext {
-                    toolbox: self.clone(),
-                    settings: self.settings.clone(),
-                    cancel: CancellationToken::new(),
-                    progress: Progress::none(),
-                    approved: None,
-                };
-                preview(&context, args).await
+                preview(&self.context(CancellationToken::new(), Progress::none(), None), args).await
             }
         }
+    }
+
+    /// The context a tool's function (or its preview) runs in.
+    fn context(
+        self: &Arc<Self>,
+        cancel: CancellationToken,
+        progress: Progress,
+        approved: Option<Fingerprint>,
+    ) -> ToolContext {
+        ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved }
     }
 
     /// Runs `tool` with `args`, which [`Toolbox::check_arguments`] passed; `approved` is the
@@ -435,8 +438,7 @@ impl Toolbox {
         progress: Progress,
         approved: Option<Fingerprint>,
     ) -> ToolOutput {
-        let context =
-            ToolContext { toolbox: self.clone(), settings: self.settings.clone(), cancel, progress, approved };
+        let context = self.context(cancel, progress, approved);
         let result = match tool.tool.run {
             Run::Image(function) | Run::Source { call: function, .. } => function(&context, args).await,
             Run::Reading(source) => image_sources::read_seeing_images(&context, args, source).await,
